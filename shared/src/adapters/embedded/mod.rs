@@ -1,0 +1,41 @@
+//! The embedded backend: in-process versions of DynamoDB, SQS and SNS with the
+//! semantics the handlers rely on (conditional writes, visibility timeout, redelivery,
+//! DLQ after max receives, delays, duplicate delivery), plus a controllable clock.
+
+mod clock;
+mod metrics;
+mod queues;
+mod store;
+
+pub use clock::ManualClock;
+pub use metrics::{CountingMetrics, MetricsSnapshot};
+pub use queues::{EmbeddedQueues, QueueSettings, Received, StoredMessage};
+pub use store::{EmbeddedStore, WriteRecord};
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::domain::OperatorAlert;
+use crate::ports::{AlertError, Alerts};
+
+/// The operators' topic, kept in memory.
+#[derive(Debug, Default)]
+pub struct RecordingAlerts(Mutex<Vec<OperatorAlert>>);
+
+impl RecordingAlerts {
+    pub fn all(&self) -> Vec<OperatorAlert> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[async_trait]
+impl Alerts for RecordingAlerts {
+    async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(alert.clone());
+        Ok(())
+    }
+}

@@ -1,0 +1,328 @@
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::domain::Timestamp;
+use crate::ports::{Clock, Outgoing, QueueError, QueueUrl, Queues};
+
+/// One queue's behaviour, as an SQS queue's attributes and redrive policy set it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSettings {
+    pub visibility_timeout_ms: u64,
+    /// Receives after which the next receive moves the message to `dead_letter` instead.
+    /// 0: never (SQS without a redrive policy).
+    pub max_receives: u32,
+    pub dead_letter: Option<String>,
+    /// Probability that a sent message is delivered twice (SQS standard is at-least-once).
+    pub duplicate_rate: f64,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings {
+            visibility_timeout_ms: 30_000,
+            max_receives: 0,
+            dead_letter: None,
+            duplicate_rate: 0.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub message_id: String,
+    pub body: String,
+    pub attributes: BTreeMap<String, String>,
+    pub receive_count: u32,
+    pub sent_at: Timestamp,
+}
+
+/// A received message and the handle that deletes it (valid until visibility lapses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub message: StoredMessage,
+    pub receipt: String,
+}
+
+#[derive(Default)]
+struct Queue {
+    settings: QueueSettings,
+    /// Keyed by (visible at, sequence): the first entries are the next to deliver.
+    waiting: BTreeMap<(Timestamp, u64), StoredMessage>,
+    /// Receipt -> (message, invisible until).
+    in_flight: HashMap<String, (StoredMessage, Timestamp)>,
+    fail_sends: u32,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<String, Queue>,
+    seq: u64,
+}
+
+/// SQS in-process: named queues with visibility timeout, redelivery, delay, DLQ
+/// redrive after max receives and optional duplicate delivery.
+pub struct EmbeddedQueues {
+    clock: Arc<dyn Clock>,
+    rng: Mutex<fastrand::Rng>,
+    state: Mutex<State>,
+    sent: tokio::sync::Notify,
+}
+
+impl EmbeddedQueues {
+    pub fn new(clock: Arc<dyn Clock>, seed: u64) -> EmbeddedQueues {
+        EmbeddedQueues {
+            clock,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            state: Mutex::default(),
+            sent: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn create(&self, name: &str, settings: QueueSettings) {
+        self.state()
+            .queues
+            .entry(name.to_owned())
+            .or_default()
+            .settings = settings;
+    }
+
+    /// Fault injection: the next `n` sends to `queue` fail as if SQS were unreachable.
+    pub fn fail_next_sends(&self, queue: &str, n: u32) {
+        if let Some(q) = self.state().queues.get_mut(queue) {
+            q.fail_sends = n;
+        }
+    }
+
+    /// Up to `max` visible messages; each becomes invisible for the visibility timeout.
+    /// A message past its max receives goes to the dead-letter queue instead.
+    pub fn receive(&self, queue: &str, max: usize) -> Result<Vec<Received>, QueueError> {
+        let now = self.clock.now();
+        let mut guard = self.state();
+        let state = &mut *guard;
+        let q = state
+            .queues
+            .get_mut(queue)
+            .ok_or_else(|| QueueError::NoSuchQueue(queue.to_owned()))?;
+        let lapsed: Vec<String> = q
+            .in_flight
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(r, _)| r.clone())
+            .collect();
+        for receipt in lapsed {
+            let (message, until) = q.in_flight.remove(&receipt).expect("listed above");
+            state.seq += 1;
+            q.waiting.insert((until, state.seq), message);
+        }
+        let mut out = Vec::new();
+        let mut to_dead_letter = Vec::new();
+        while out.len() < max {
+            let Some(entry) = q.waiting.first_entry() else {
+                break;
+            };
+            if entry.key().0 > now {
+                break;
+            }
+            let mut message = entry.remove();
+            if q.settings.max_receives > 0
+                && message.receive_count >= q.settings.max_receives
+                && q.settings.dead_letter.is_some()
+            {
+                to_dead_letter.push(message);
+                continue;
+            }
+            message.receive_count += 1;
+            state.seq += 1;
+            let receipt = format!("{queue}#{}", state.seq);
+            q.in_flight.insert(
+                receipt.clone(),
+                (
+                    message.clone(),
+                    now.plus_ms(q.settings.visibility_timeout_ms),
+                ),
+            );
+            out.push(Received { message, receipt });
+        }
+        if let Some(dlq) = q.settings.dead_letter.clone() {
+            for message in to_dead_letter {
+                state.seq += 1;
+                let key = (now, state.seq);
+                state
+                    .queues
+                    .entry(dlq.clone())
+                    .or_default()
+                    .waiting
+                    .insert(key, message);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes a received message; a receipt whose visibility lapsed is a no-op.
+    pub fn delete(&self, queue: &str, receipt: &str) {
+        if let Some(q) = self.state().queues.get_mut(queue) {
+            q.in_flight.remove(receipt);
+        }
+    }
+
+    /// Messages waiting (visible or delayed) plus in flight.
+    pub fn depth(&self, queue: &str) -> usize {
+        self.state()
+            .queues
+            .get(queue)
+            .map_or(0, |q| q.waiting.len() + q.in_flight.len())
+    }
+
+    /// Every message in `queue`, removed: for reading status and dead-letter queues.
+    pub fn drain(&self, queue: &str) -> Vec<StoredMessage> {
+        let mut state = self.state();
+        let Some(q) = state.queues.get_mut(queue) else {
+            return Vec::new();
+        };
+        let mut all: Vec<_> = std::mem::take(&mut q.waiting).into_values().collect();
+        all.extend(q.in_flight.drain().map(|(_, (m, _))| m));
+        all
+    }
+
+    /// Wakes when something is sent (or after `max_wait_ms`), for pollers in real time.
+    pub async fn wait_for_send(&self, max_wait_ms: u64) {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(max_wait_ms),
+            self.sent.notified(),
+        )
+        .await;
+    }
+}
+
+#[async_trait]
+impl Queues for EmbeddedQueues {
+    async fn send_batch(
+        &self,
+        queue: &QueueUrl,
+        messages: Vec<Outgoing>,
+    ) -> Result<(), QueueError> {
+        let now = self.clock.now();
+        {
+            let mut guard = self.state();
+            let state = &mut *guard;
+            let q = state
+                .queues
+                .get_mut(&queue.0)
+                .ok_or_else(|| QueueError::NoSuchQueue(queue.0.clone()))?;
+            if q.fail_sends > 0 {
+                q.fail_sends -= 1;
+                return Err(QueueError::Unavailable {
+                    queue: queue.0.clone(),
+                    reason: "injected: unreachable".into(),
+                });
+            }
+            let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+            for m in messages {
+                state.seq += 1;
+                let stored = StoredMessage {
+                    message_id: format!("m-{}", state.seq),
+                    body: m.body,
+                    attributes: m.attributes,
+                    receive_count: 0,
+                    sent_at: now,
+                };
+                let visible_at = now.plus_ms(m.delay_ms);
+                if q.settings.duplicate_rate > 0.0 && rng.f64() < q.settings.duplicate_rate {
+                    state.seq += 1;
+                    q.waiting.insert((visible_at, state.seq), stored.clone());
+                }
+                state.seq += 1;
+                q.waiting.insert((visible_at, state.seq), stored);
+            }
+        }
+        self.sent.notify_waiters();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::embedded::ManualClock;
+
+    fn setup() -> (Arc<ManualClock>, EmbeddedQueues) {
+        let clock = Arc::new(ManualClock::at(1_000));
+        let q = EmbeddedQueues::new(clock.clone(), 7);
+        q.create("dlq", QueueSettings::default());
+        q.create(
+            "work",
+            QueueSettings {
+                visibility_timeout_ms: 100,
+                max_receives: 2,
+                dead_letter: Some("dlq".into()),
+                duplicate_rate: 0.0,
+            },
+        );
+        (clock, q)
+    }
+
+    #[tokio::test]
+    async fn redelivers_after_visibility_then_dead_letters() {
+        let (clock, q) = setup();
+        q.send(&QueueUrl("work".into()), Outgoing::new("a".into()))
+            .await
+            .unwrap();
+        assert_eq!(q.receive("work", 10).unwrap().len(), 1);
+        assert!(q.receive("work", 10).unwrap().is_empty(), "invisible");
+        clock.advance(100);
+        let again = q.receive("work", 10).unwrap();
+        assert_eq!(again[0].message.receive_count, 2);
+        clock.advance(100);
+        assert!(
+            q.receive("work", 10).unwrap().is_empty(),
+            "third receive goes to the DLQ"
+        );
+        assert_eq!(q.drain("dlq").len(), 1);
+        assert_eq!(q.depth("work"), 0);
+    }
+
+    #[tokio::test]
+    async fn delete_and_delay() {
+        let (clock, q) = setup();
+        q.send(
+            &QueueUrl("work".into()),
+            Outgoing::delayed("later".into(), 50),
+        )
+        .await
+        .unwrap();
+        assert!(q.receive("work", 10).unwrap().is_empty());
+        clock.advance(50);
+        let r = q.receive("work", 10).unwrap();
+        q.delete("work", &r[0].receipt);
+        clock.advance(1_000);
+        assert!(q.receive("work", 10).unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn duplicates_when_asked() {
+        let clock = Arc::new(ManualClock::at(0));
+        let q = EmbeddedQueues::new(clock, 1);
+        q.create(
+            "d",
+            QueueSettings {
+                duplicate_rate: 1.0,
+                ..QueueSettings::default()
+            },
+        );
+        q.send(&QueueUrl("d".into()), Outgoing::new("x".into()))
+            .await
+            .unwrap();
+        assert_eq!(q.receive("d", 10).unwrap().len(), 2);
+        assert!(
+            q.send(&QueueUrl("nope".into()), Outgoing::new("x".into()))
+                .await
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,149 @@
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::domain::{OrderId, OrderRecord, TaskRecord, Timestamp};
+use crate::ports::{Inserted, StateStore, StoreError, Written};
+
+/// One landed write of a task record, for history and invariant checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    pub before: Option<TaskRecord>,
+    pub after: TaskRecord,
+}
+
+#[derive(Default)]
+struct Tables {
+    orders: HashMap<OrderId, OrderRecord>,
+    tasks: HashMap<OrderId, TaskRecord>,
+    /// The sparse due index: (deadline, order id) of every task that has a deadline.
+    due: BTreeSet<(Timestamp, OrderId)>,
+    log: Vec<WriteRecord>,
+    /// Index entries read by `due`, as a sweep-cost measure.
+    due_items_read: u64,
+    /// Make the next N calls fail as if the service were throttling.
+    unavailable_next: u32,
+}
+
+/// The orders and state tables behind one lock, so every conditional write is atomic
+/// exactly as DynamoDB's are.
+#[derive(Default)]
+pub struct EmbeddedStore(Mutex<Tables>);
+
+impl EmbeddedStore {
+    pub fn new() -> EmbeddedStore {
+        EmbeddedStore::default()
+    }
+    fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn check_available(t: &mut Tables) -> Result<(), StoreError> {
+        if t.unavailable_next > 0 {
+            t.unavailable_next -= 1;
+            return Err(StoreError::Unavailable("injected: throttled".into()));
+        }
+        Ok(())
+    }
+    /// Fault injection: the next `n` calls fail with `Unavailable`.
+    pub fn fail_next(&self, n: u32) {
+        self.tables().unavailable_next = n;
+    }
+    /// Every landed task write so far, in order.
+    pub fn writes(&self) -> Vec<WriteRecord> {
+        self.tables().log.clone()
+    }
+    /// One task's writes, in order.
+    pub fn history(&self, id: &OrderId) -> Vec<TaskRecord> {
+        self.tables()
+            .log
+            .iter()
+            .filter(|w| &w.after.order_id == id)
+            .map(|w| w.after.clone())
+            .collect()
+    }
+    pub fn tasks(&self) -> Vec<TaskRecord> {
+        let mut all: Vec<_> = self.tables().tasks.values().cloned().collect();
+        all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
+        all
+    }
+    pub fn due_items_read(&self) -> u64 {
+        self.tables().due_items_read
+    }
+    fn index(t: &mut Tables, before: Option<&TaskRecord>, after: &TaskRecord) {
+        if let Some(deadline) = before.and_then(|b| b.deadline) {
+            t.due.remove(&(deadline, after.order_id.clone()));
+        }
+        if let Some(deadline) = after.deadline {
+            t.due.insert((deadline, after.order_id.clone()));
+        }
+    }
+}
+
+#[async_trait]
+impl StateStore for EmbeddedStore {
+    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError> {
+        let mut t = self.tables();
+        Self::check_available(&mut t)?;
+        if let Some(existing) = t.orders.get(&order.order.order_id) {
+            return Ok(Inserted::Exists(existing.clone()));
+        }
+        t.orders.insert(order.order.order_id.clone(), order.clone());
+        t.tasks.insert(task.order_id.clone(), task.clone());
+        Self::index(&mut t, None, task);
+        t.log.push(WriteRecord {
+            before: None,
+            after: task.clone(),
+        });
+        Ok(Inserted::New)
+    }
+
+    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError> {
+        let mut t = self.tables();
+        Self::check_available(&mut t)?;
+        Ok(t.orders.get(id).cloned())
+    }
+
+    async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
+        let mut t = self.tables();
+        Self::check_available(&mut t)?;
+        Ok(t.tasks.get(id).cloned())
+    }
+
+    async fn replace(
+        &self,
+        next: &TaskRecord,
+        expected_revision: u64,
+    ) -> Result<Written, StoreError> {
+        let mut t = self.tables();
+        Self::check_available(&mut t)?;
+        let before = match t.tasks.get(&next.order_id) {
+            Some(current) if current.revision == expected_revision => current.clone(),
+            _ => return Ok(Written::RevisionMoved),
+        };
+        t.tasks.insert(next.order_id.clone(), next.clone());
+        Self::index(&mut t, Some(&before), next);
+        t.log.push(WriteRecord {
+            before: Some(before),
+            after: next.clone(),
+        });
+        Ok(Written::Applied)
+    }
+
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut t = self.tables();
+        Self::check_available(&mut t)?;
+        let ids: Vec<OrderId> = t
+            .due
+            .iter()
+            .take_while(|(d, _)| *d <= now)
+            .take(limit)
+            .map(|(_, id)| id.clone())
+            .collect();
+        t.due_items_read += ids.len() as u64;
+        Ok(ids
+            .iter()
+            .filter_map(|id| t.tasks.get(id).cloned())
+            .collect())
+    }
+}

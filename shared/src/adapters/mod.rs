@@ -1,0 +1,7 @@
+//! Implementations of the ports. `embedded` runs in-process (for `sasctl dev`, tests
+//! and the simulation); the others talk to real services.
+
+pub mod embedded;
+pub mod emf;
+pub mod http_remote;
+pub mod system;

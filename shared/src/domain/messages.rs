@@ -1,0 +1,386 @@
+//! Every message that crosses a queue or topic, and the parsers that turn a body into
+//! one. A parser never panics: bad input is a [`MessageError`] that names what is wrong.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::{LeaseToken, OrderId, Timestamp};
+use super::workflow::{Action, Workflows};
+
+/// SQS's own limit: a larger body cannot have come through a queue intact.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+pub const MAX_ITEMS: usize = 100;
+pub const MAX_QUANTITY: u32 = 10_000;
+pub const MAX_FIELD_LEN: usize = 64;
+pub const MAX_REPLY_TO_LEN: usize = 2_048;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MessageError {
+    #[error("body is {0} bytes; at most {MAX_BODY_BYTES} are accepted")]
+    TooLarge(usize),
+    #[error("not a valid message: {0}")]
+    Malformed(String),
+    #[error("invalid order: {0}")]
+    Invalid(String),
+}
+
+impl MessageError {
+    fn from_json(e: serde_json::Error) -> MessageError {
+        MessageError::Malformed(e.to_string())
+    }
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, MessageError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(MessageError::TooLarge(body.len()));
+    }
+    serde_json::from_str(body).map_err(MessageError::from_json)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineItem {
+    pub sku: String,
+    pub quantity: u32,
+}
+
+/// What an application sends to the `orders` queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderRequest {
+    pub order_id: OrderId,
+    pub customer_id: String,
+    pub items: Vec<LineItem>,
+    /// Workflow name; the deployment's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// Queue URL that receives status updates for this order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+}
+
+/// A validated order: what is stored and what agents see. Its JSON is the payload
+/// that decides whether a second submission under the same id is a duplicate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    pub order_id: OrderId,
+    pub customer_id: String,
+    pub items: Vec<LineItem>,
+    pub workflow: String,
+}
+
+impl Order {
+    /// The canonical payload: field order is fixed by the struct, so equal orders
+    /// give equal strings. `reply_to` is delivery, not content, and is left out.
+    pub fn payload(&self) -> String {
+        serde_json::to_string(self).expect("an Order always serializes")
+    }
+}
+
+fn check_text(field: &str, value: &str) -> Result<(), MessageError> {
+    if value.trim().is_empty() {
+        return Err(MessageError::Invalid(format!("{field} is empty")));
+    }
+    if value.chars().count() > MAX_FIELD_LEN {
+        return Err(MessageError::Invalid(format!(
+            "{field} is longer than {MAX_FIELD_LEN} characters"
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(MessageError::Invalid(format!(
+            "{field} contains control characters"
+        )));
+    }
+    Ok(())
+}
+
+impl OrderRequest {
+    pub fn parse(body: &str) -> Result<OrderRequest, MessageError> {
+        parse_json(body)
+    }
+
+    /// Checks what the type cannot, and resolves the workflow name.
+    pub fn validate(self, workflows: &Workflows) -> Result<(Order, Option<String>), MessageError> {
+        check_text("customer_id", &self.customer_id)?;
+        if self.items.is_empty() {
+            return Err(MessageError::Invalid("items is empty".into()));
+        }
+        if self.items.len() > MAX_ITEMS {
+            return Err(MessageError::Invalid(format!(
+                "{} items; at most {MAX_ITEMS} are allowed",
+                self.items.len()
+            )));
+        }
+        for (i, item) in self.items.iter().enumerate() {
+            check_text(&format!("items[{i}].sku"), &item.sku)?;
+            if item.quantity == 0 || item.quantity > MAX_QUANTITY {
+                return Err(MessageError::Invalid(format!(
+                    "items[{i}].quantity is {}; it must be 1 to {MAX_QUANTITY}",
+                    item.quantity
+                )));
+            }
+        }
+        let workflow = match &self.workflow {
+            None => workflows.default_workflow(),
+            Some(name) => workflows.get(name).ok_or_else(|| {
+                MessageError::Invalid(format!(
+                    "unknown workflow {name:?}; known: {}",
+                    workflows.names().join(", ")
+                ))
+            })?,
+        };
+        if let Some(r) = &self.reply_to {
+            if r.trim().is_empty() || r.len() > MAX_REPLY_TO_LEN || r.chars().any(char::is_control)
+            {
+                return Err(MessageError::Invalid("reply_to must be a queue URL".into()));
+            }
+        }
+        let order = Order {
+            order_id: self.order_id,
+            customer_id: self.customer_id,
+            items: self.items,
+            workflow: workflow.name.clone(),
+        };
+        Ok((order, self.reply_to))
+    }
+}
+
+/// Best effort at naming the order a bad body was about, for the rejection's status and log.
+pub fn sniff_order_id(body: &str) -> Option<OrderId> {
+    if body.len() > MAX_BODY_BYTES {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    OrderId::parse(v.get("order_id")?.as_str()?).ok()
+}
+
+/// Best effort at finding where a rejected order wanted its status.
+pub fn sniff_reply_to(body: &str) -> Option<String> {
+    if body.len() > MAX_BODY_BYTES {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let r = v.get("reply_to")?.as_str()?;
+    (!r.trim().is_empty() && r.len() <= MAX_REPLY_TO_LEN).then(|| r.to_owned())
+}
+
+/// Everything the scheduler's queue carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SchedulerMessage {
+    /// Claim the task and dispatch its current step.
+    Schedule { order_id: OrderId },
+    /// An agent's answer for one attempt.
+    Reply(AgentReply),
+}
+
+impl SchedulerMessage {
+    pub fn parse(body: &str) -> Result<SchedulerMessage, MessageError> {
+        parse_json(body)
+    }
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(self).expect("messages always serialize")
+    }
+}
+
+/// The scheduler's instruction to an agent: run one action of one step, under a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRequest {
+    pub order_id: OrderId,
+    pub workflow: String,
+    pub step: u32,
+    /// The step's name (forward) or its compensation's name (undo).
+    pub step_name: String,
+    pub agent: String,
+    pub action: Action,
+    pub attempt: u32,
+    pub lease: LeaseToken,
+    pub complete_by: Timestamp,
+    pub idempotency_key: super::ids::IdempotencyKey,
+    pub order: Order,
+}
+
+impl AgentRequest {
+    pub fn parse(body: &str) -> Result<AgentRequest, MessageError> {
+        parse_json(body)
+    }
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(self).expect("messages always serialize")
+    }
+    /// Echoes the fencing fields so the scheduler can match the reply to its claim.
+    pub fn reply(&self, outcome: ReplyOutcome) -> AgentReply {
+        AgentReply {
+            order_id: self.order_id.clone(),
+            step: self.step,
+            action: self.action,
+            attempt: self.attempt,
+            lease: self.lease,
+            outcome,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentReply {
+    pub order_id: OrderId,
+    pub step: u32,
+    pub action: Action,
+    pub attempt: u32,
+    pub lease: LeaseToken,
+    pub outcome: ReplyOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ReplyOutcome {
+    Succeeded,
+    /// The remote service refused for good (e.g. a 4xx): retrying cannot help.
+    Failed {
+        reason: String,
+    },
+}
+
+/// What `reply_to` receives as an order moves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusUpdate {
+    pub order_id: Option<OrderId>,
+    pub status: OrderStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub at: Timestamp,
+}
+
+impl StatusUpdate {
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(self).expect("messages always serialize")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    Received,
+    Rejected,
+    StepCompleted,
+    StepUndone,
+    Compensating,
+    Processed,
+    Compensated,
+    Failed,
+}
+
+/// What the operators' topic receives when a task needs a human.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorAlert {
+    pub order_id: OrderId,
+    pub workflow: String,
+    pub step: u32,
+    pub step_name: String,
+    pub state: super::lifecycle::ProcessState,
+    pub failure_count: u32,
+    pub reason: String,
+    pub at: Timestamp,
+}
+
+impl OperatorAlert {
+    pub fn subject(&self) -> String {
+        format!(
+            "sas: order {} {} at step {}",
+            self.order_id,
+            self.state.as_str(),
+            self.step_name
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order_json(extra: &str) -> String {
+        format!(
+            r#"{{"order_id":"o-1","customer_id":"c-1","items":[{{"sku":"A","quantity":2}}]{extra}}}"#
+        )
+    }
+
+    #[test]
+    fn valid_order_resolves_default_workflow() {
+        let (order, reply_to) = OrderRequest::parse(&order_json(""))
+            .unwrap()
+            .validate(&Workflows::builtin())
+            .unwrap();
+        assert_eq!(order.workflow, "single-step");
+        assert_eq!(reply_to, None);
+    }
+
+    #[test]
+    fn bad_orders_are_named() {
+        let w = Workflows::builtin();
+        let cases = [
+            ("{", "not a valid message"),
+            (r#"{"order_id":"o-1"}"#, "missing field"),
+            (&order_json(r#","colour":"red""#), "unknown field"),
+            (&order_json(r#","workflow":"nope""#), "unknown workflow"),
+            (
+                r#"{"order_id":"o-1","customer_id":"c","items":[]}"#,
+                "items is empty",
+            ),
+            (
+                r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":0}]}"#,
+                "quantity is 0",
+            ),
+            (
+                r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":-1}]}"#,
+                "invalid value",
+            ),
+            (
+                r#"{"order_id":"o/1","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#,
+                "only ASCII",
+            ),
+            (
+                r#"{"order_id":"o-1","customer_id":" ","items":[{"sku":"A","quantity":1}]}"#,
+                "customer_id is empty",
+            ),
+            (&order_json(r#","reply_to":"""#), "reply_to"),
+        ];
+        for (body, want) in cases {
+            let err = OrderRequest::parse(body)
+                .and_then(|r| r.validate(&w))
+                .unwrap_err();
+            assert!(err.to_string().contains(want), "{body}: {err}");
+        }
+        let big = "x".repeat(MAX_BODY_BYTES + 1);
+        assert_eq!(
+            OrderRequest::parse(&big).unwrap_err(),
+            MessageError::TooLarge(MAX_BODY_BYTES + 1)
+        );
+    }
+
+    #[test]
+    fn payload_ignores_reply_to() {
+        let w = Workflows::builtin();
+        let a = OrderRequest::parse(&order_json(""))
+            .unwrap()
+            .validate(&w)
+            .unwrap()
+            .0;
+        let b = OrderRequest::parse(&order_json(r#","reply_to":"q""#))
+            .unwrap()
+            .validate(&w)
+            .unwrap()
+            .0;
+        assert_eq!(a.payload(), b.payload());
+    }
+
+    #[test]
+    fn scheduler_messages_round_trip() {
+        let m = SchedulerMessage::Schedule {
+            order_id: OrderId::parse("o-1").unwrap(),
+        };
+        assert_eq!(SchedulerMessage::parse(&m.to_body()).unwrap(), m);
+        assert!(SchedulerMessage::parse(r#"{"type":"launch","order_id":"o-1"}"#).is_err());
+    }
+}

@@ -1,0 +1,16 @@
+//! The pattern's domain, pure: no I/O, no clock reads, no randomness of its own.
+//! Time and random numbers come in as arguments so every decision is replayable.
+
+pub mod breaker;
+pub mod ids;
+pub mod lifecycle;
+pub mod messages;
+pub mod retry;
+pub mod task;
+pub mod workflow;
+
+pub use ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
+pub use lifecycle::{ProcessState, Trigger};
+pub use messages::*;
+pub use task::*;
+pub use workflow::{Action, Step, Workflow, Workflows};

@@ -1,0 +1,170 @@
+//! agent: performs one step against its remote service with retries (backoff and
+//! jitter) and a circuit breaker, all bounded by complete-by. Past complete-by it
+//! replies nothing: the supervisor owns the task from then on.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{Deps, HandlerError, Inbound, Settings};
+use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
+use crate::domain::retry::Backoff;
+use crate::domain::{AgentRequest, ReplyOutcome, SchedulerMessage, Timestamp};
+use crate::ports::{Metric, Outgoing, RemoteCall, RemoteError, RemoteService};
+
+#[derive(Debug, Clone, Copy)]
+pub struct AgentSettings {
+    /// Backoff between calls of one attempt.
+    pub retry: Backoff,
+    pub breaker: BreakerPolicy,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            retry: Backoff {
+                base_ms: 100,
+                cap_ms: 2_000,
+            },
+            breaker: BreakerPolicy {
+                failure_threshold: 5,
+                open_ms: 1_000,
+            },
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Agent {
+    pub deps: Deps,
+    pub settings: Settings,
+    pub agent_settings: AgentSettings,
+    pub remote: Arc<dyn RemoteService>,
+    /// One breaker per remote service, kept for the life of the process (a warm Lambda).
+    breakers: Arc<Mutex<HashMap<String, Breaker>>>,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentOutcome {
+    Replied(ReplyOutcome),
+    /// Complete-by passed (or would pass before the next try): stop, say nothing.
+    GaveUp {
+        calls: u32,
+    },
+}
+
+impl Agent {
+    pub fn new(
+        deps: Deps,
+        settings: Settings,
+        agent_settings: AgentSettings,
+        remote: Arc<dyn RemoteService>,
+    ) -> Agent {
+        Agent {
+            deps,
+            settings,
+            agent_settings,
+            remote,
+            breakers: Arc::default(),
+        }
+    }
+
+    pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
+        let request =
+            AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
+        let span = tracing::info_span!("agent", order_id = %request.order_id, step = request.step, attempt = request.attempt);
+        let _guard = span.enter();
+        match self.perform(&request).await {
+            AgentOutcome::Replied(outcome) => {
+                let reply = SchedulerMessage::Reply(request.reply(outcome));
+                self.deps
+                    .queues
+                    .send(
+                        &self.settings.topology.scheduler_queue,
+                        Outgoing::new(reply.to_body()),
+                    )
+                    .await?;
+                Ok(())
+            }
+            AgentOutcome::GaveUp { calls } => {
+                tracing::warn!(calls, complete_by = %request.complete_by, "complete-by reached; no reply");
+                self.deps.metrics.record(Metric::AgentGaveUp, 1);
+                Ok(())
+            }
+        }
+    }
+
+    fn permit(&self, agent: &str, now: Timestamp) -> Permit {
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        breakers
+            .entry(agent.to_owned())
+            .or_insert_with(|| Breaker::new(self.agent_settings.breaker))
+            .permit(now.0)
+    }
+
+    fn report(&self, agent: &str, now: Timestamp, result: &Result<(), RemoteError>) {
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let breaker = breakers
+            .entry(agent.to_owned())
+            .or_insert_with(|| Breaker::new(self.agent_settings.breaker));
+        match result {
+            Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
+            Ok(()) | Err(RemoteError::Permanent(_)) => breaker.on_success(),
+        }
+    }
+
+    /// Calls the remote service until it answers for good or complete-by comes.
+    pub async fn perform(&self, request: &AgentRequest) -> AgentOutcome {
+        let clock = &self.deps.clock;
+        let complete_by = request.complete_by;
+        let call = RemoteCall {
+            agent: &request.agent,
+            action: request.action,
+            step: request.step,
+            step_name: &request.step_name,
+            idempotency_key: &request.idempotency_key,
+            order: &request.order,
+        };
+        let mut calls = 0u32;
+        let mut failures = 0u32;
+        loop {
+            let now = clock.now();
+            if now >= complete_by {
+                return AgentOutcome::GaveUp { calls };
+            }
+            if let Permit::Refused { retry_at_ms } = self.permit(&request.agent, now) {
+                self.deps.metrics.record(Metric::CircuitOpen, 1);
+                if Timestamp(retry_at_ms) >= complete_by {
+                    return AgentOutcome::GaveUp { calls };
+                }
+                clock.sleep_until(Timestamp(retry_at_ms)).await;
+                continue;
+            }
+            calls += 1;
+            let result = self.remote.call(&call, complete_by.millis_since(now)).await;
+            let now = clock.now();
+            self.report(&request.agent, now, &result);
+            match result {
+                Ok(()) => return AgentOutcome::Replied(ReplyOutcome::Succeeded),
+                Err(RemoteError::Permanent(reason)) => {
+                    tracing::warn!(%reason, "remote service refused");
+                    return AgentOutcome::Replied(ReplyOutcome::Failed { reason });
+                }
+                Err(RemoteError::Transient(reason)) => {
+                    let delay = self
+                        .agent_settings
+                        .retry
+                        .delay_ms(failures, self.deps.random.jitter());
+                    failures += 1;
+                    let retry_at = now.plus_ms(delay);
+                    if retry_at >= complete_by {
+                        return AgentOutcome::GaveUp { calls };
+                    }
+                    tracing::info!(%reason, delay_ms = delay, "transient failure; retrying");
+                    self.deps.metrics.record(Metric::AgentRetry, 1);
+                    clock.sleep_until(retry_at).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The four functions' logic, written once against the ports: the Lambda binaries
+//! and `sasctl dev` run exactly this code.
+
+pub mod agent;
+pub mod batch;
+pub mod scheduler;
+pub mod submission;
+pub mod supervisor;
+
+use std::sync::Arc;
+
+use crate::domain::{
+    AgentRequest, Decision, Effect, OrderId, OrderStatus, Policy, Refusal, StatusUpdate,
+    TaskRecord, Timestamp, Workflow, Workflows, idempotency_key,
+};
+use crate::ports::{
+    Alerts, Clock, Metric, Metrics, Outgoing, QueueError, QueueUrl, Queues, Random, StateStore,
+    StoreError,
+};
+
+pub use agent::{Agent, AgentSettings};
+pub use batch::{BatchReport, DeadLetters, Inbound, REASON_ATTRIBUTE, run_batch};
+pub use scheduler::Scheduler;
+pub use submission::Submission;
+pub use supervisor::{Supervisor, SweepReport};
+
+/// How a message's handling failed, by what should happen to the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Bad input: retrying cannot help. The message is kept with this reason.
+    #[error("rejected: {0}")]
+    Reject(String),
+    /// Infrastructure trouble: leave the message for redelivery.
+    #[error("retry: {0}")]
+    Retry(String),
+}
+
+impl From<StoreError> for HandlerError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(_) => HandlerError::Retry(e.to_string()),
+            StoreError::Corrupt { .. } => HandlerError::Reject(e.to_string()),
+        }
+    }
+}
+
+impl From<QueueError> for HandlerError {
+    fn from(e: QueueError) -> Self {
+        HandlerError::Retry(e.to_string())
+    }
+}
+
+/// The ports, built once per process and shared by every invocation.
+#[derive(Clone)]
+pub struct Deps {
+    pub store: Arc<dyn StateStore>,
+    pub queues: Arc<dyn Queues>,
+    pub alerts: Arc<dyn Alerts>,
+    pub clock: Arc<dyn Clock>,
+    pub random: Arc<dyn Random>,
+    pub metrics: Arc<dyn Metrics>,
+}
+
+/// Where the pipeline's own messages go.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub scheduler_queue: QueueUrl,
+    pub agent_queue: QueueUrl,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub policy: Policy,
+    pub workflows: Workflows,
+    pub topology: Topology,
+}
+
+impl Settings {
+    fn workflow(&self, task: &TaskRecord) -> Result<&Workflow, HandlerError> {
+        self.workflows.get(&task.workflow).ok_or_else(|| {
+            HandlerError::Reject(format!(
+                "order {} names unknown workflow {:?}",
+                task.order_id, task.workflow
+            ))
+        })
+    }
+}
+
+/// What a conditional transition came to.
+pub(crate) enum Transition {
+    Applied {
+        before: TaskRecord,
+        decision: Decision,
+    },
+    Refused(Refusal),
+    NoSuchTask,
+}
+
+/// Concurrent writers to one task are rare (a duplicate message, a supervisor racing a
+/// reply); a few re-reads settle them, and anything left is retried by redelivery.
+const CONFLICT_RETRIES: usize = 4;
+
+/// Read the task, decide on it, write the decision conditional on the revision read.
+pub(crate) async fn transition(
+    deps: &Deps,
+    settings: &Settings,
+    order_id: &OrderId,
+    decide: impl Fn(&TaskRecord, &Workflow, Timestamp) -> Result<Decision, Refusal>,
+) -> Result<Transition, HandlerError> {
+    for _ in 0..CONFLICT_RETRIES {
+        let Some(task) = deps.store.task(order_id).await? else {
+            return Ok(Transition::NoSuchTask);
+        };
+        let workflow = settings.workflow(&task)?;
+        let now = deps.clock.now();
+        let decision = match decide(&task, workflow, now) {
+            Ok(d) => d,
+            Err(refusal) => return Ok(Transition::Refused(refusal)),
+        };
+        match deps.store.replace(&decision.next, task.revision).await? {
+            crate::ports::Written::Applied => {
+                return Ok(Transition::Applied {
+                    before: task,
+                    decision,
+                });
+            }
+            crate::ports::Written::RevisionMoved => continue,
+        }
+    }
+    Err(HandlerError::Retry(format!(
+        "task {order_id} kept changing under concurrent writers"
+    )))
+}
+
+/// Carries out a landed decision's effects. A failure here is retried by redelivery;
+/// if the message is lost instead, the deadline just written brings the supervisor.
+pub(crate) async fn perform(
+    deps: &Deps,
+    settings: &Settings,
+    decision: &Decision,
+) -> Result<(), HandlerError> {
+    let task = &decision.next;
+    let now = deps.clock.now();
+    let mut first_error = None;
+    for effect in &decision.effects {
+        let result = match effect {
+            Effect::Dispatch { step, action } => {
+                dispatch(deps, settings, task, *step, *action).await
+            }
+            Effect::Schedule { delay_ms } => {
+                schedule(deps, settings, &task.order_id, *delay_ms).await
+            }
+            Effect::Status {
+                status,
+                step,
+                reason,
+            } => {
+                send_status(
+                    deps,
+                    task.reply_to.as_deref(),
+                    Some(&task.order_id),
+                    *status,
+                    step.clone(),
+                    reason.clone(),
+                    now,
+                )
+                .await
+            }
+            Effect::Alert(alert) => {
+                tracing::error!(order_id = %alert.order_id, step = alert.step, reason = %alert.reason, "operator alert");
+                deps.alerts
+                    .raise(alert)
+                    .await
+                    .map_err(|e| HandlerError::Retry(e.to_string()))
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(order_id = %task.order_id, error = %e, "effect failed after its write landed");
+            first_error.get_or_insert(e);
+        }
+    }
+    record_trigger_metrics(deps, decision, now);
+    first_error.map_or(Ok(()), Err)
+}
+
+fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
+    use crate::domain::Trigger::*;
+    let m = &deps.metrics;
+    let task = &decision.next;
+    match decision.trigger {
+        Claimed => m.record(Metric::Claimed, 1),
+        Advanced => m.record(Metric::StepSucceeded, 1),
+        Finished => {
+            m.record(Metric::StepSucceeded, 1);
+            m.record(Metric::Processed, 1);
+            m.record(Metric::OrderLatencyMs, now.millis_since(task.created_at));
+        }
+        Retry => m.record(Metric::Recovered, 1),
+        Fail => m.record(Metric::Failed, 1),
+        Undo => m.record(Metric::CompensationStarted, 1),
+        UndoAdvanced => m.record(Metric::CompensationStep, 1),
+        Undone => {
+            if task.last_cause_is_success() {
+                m.record(Metric::CompensationStep, 1);
+            }
+            m.record(Metric::Compensated, 1);
+        }
+    }
+}
+
+impl TaskRecord {
+    fn last_cause_is_success(&self) -> bool {
+        matches!(self.last_cause, crate::domain::Cause::Succeeded { .. })
+    }
+}
+
+async fn dispatch(
+    deps: &Deps,
+    settings: &Settings,
+    task: &TaskRecord,
+    step: u32,
+    action: crate::domain::Action,
+) -> Result<(), HandlerError> {
+    let workflow = settings.workflow(task)?;
+    let step_def = workflow.step(step).ok_or_else(|| {
+        HandlerError::Reject(format!("workflow {} has no step {step}", workflow.name))
+    })?;
+    let order = deps.store.order(&task.order_id).await?.ok_or_else(|| {
+        HandlerError::Reject(format!("task {} has no order record", task.order_id))
+    })?;
+    let (Some(lease), Some(complete_by)) = (task.locked_by, task.complete_by) else {
+        return Err(HandlerError::Reject(format!(
+            "task {} dispatched without a lease",
+            task.order_id
+        )));
+    };
+    let step_name = match action {
+        crate::domain::Action::Do => step_def.name.clone(),
+        crate::domain::Action::Undo => step_def
+            .compensation
+            .clone()
+            .unwrap_or_else(|| step_def.name.clone()),
+    };
+    let request = AgentRequest {
+        order_id: task.order_id.clone(),
+        workflow: task.workflow.clone(),
+        step,
+        step_name,
+        agent: step_def.agent.clone(),
+        action,
+        attempt: task.attempt,
+        lease,
+        complete_by,
+        idempotency_key: idempotency_key(&task.order_id, step, action),
+        order: order.order,
+    };
+    deps.queues
+        .send(
+            &settings.topology.agent_queue,
+            Outgoing::new(request.to_body()),
+        )
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn schedule(
+    deps: &Deps,
+    settings: &Settings,
+    order_id: &OrderId,
+    delay_ms: u64,
+) -> Result<(), HandlerError> {
+    let body = crate::domain::SchedulerMessage::Schedule {
+        order_id: order_id.clone(),
+    }
+    .to_body();
+    deps.queues
+        .send(
+            &settings.topology.scheduler_queue,
+            Outgoing::delayed(body, delay_ms),
+        )
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn send_status(
+    deps: &Deps,
+    reply_to: Option<&str>,
+    order_id: Option<&OrderId>,
+    status: OrderStatus,
+    step: Option<String>,
+    reason: Option<String>,
+    at: Timestamp,
+) -> Result<(), HandlerError> {
+    let Some(reply_to) = reply_to else {
+        return Ok(());
+    };
+    let update = StatusUpdate {
+        order_id: order_id.cloned(),
+        status,
+        step,
+        reason,
+        at,
+    };
+    // Status is a courtesy to the sender; the state table is the truth. A reply_to that
+    // is wrong or down must not hold up (or poison-loop) the order itself.
+    if let Err(e) = deps
+        .queues
+        .send(
+            &QueueUrl(reply_to.to_owned()),
+            Outgoing::new(update.to_body()),
+        )
+        .await
+    {
+        tracing::warn!(order_id = order_id.map(|o| o.as_str()), error = %e, "status update not delivered");
+    }
+    Ok(())
+}

@@ -1,0 +1,93 @@
+//! submission: validate an order, insert order and task atomically, schedule it.
+
+use super::{Deps, HandlerError, Inbound, Settings, schedule, send_status};
+use crate::domain::{
+    MessageError, OrderRecord, OrderRequest, OrderStatus, ProcessState, TaskRecord, sniff_order_id,
+    sniff_reply_to,
+};
+use crate::ports::{Inserted, Metric};
+
+#[derive(Clone)]
+pub struct Submission {
+    pub deps: Deps,
+    pub settings: Settings,
+}
+
+impl Submission {
+    pub fn new(deps: Deps, settings: Settings) -> Submission {
+        Submission { deps, settings }
+    }
+
+    pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
+        let now = self.deps.clock.now();
+        let (order, reply_to) = match OrderRequest::parse(&message.body)
+            .and_then(|r| r.validate(&self.settings.workflows))
+        {
+            Ok(valid) => valid,
+            Err(e) => return self.reject(&message.body, e).await,
+        };
+        let span =
+            tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
+        let _guard = span.enter();
+        let record = OrderRecord {
+            order: order.clone(),
+            received_at: now,
+        };
+        let task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
+        match self.deps.store.insert(&record, &task).await? {
+            Inserted::New => {
+                tracing::info!("order accepted");
+                self.deps.metrics.record(Metric::OrderAccepted, 1);
+                schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
+                send_status(
+                    &self.deps,
+                    reply_to.as_deref(),
+                    Some(&order.order_id),
+                    OrderStatus::Received,
+                    None,
+                    None,
+                    now,
+                )
+                .await
+            }
+            Inserted::Exists(existing) if existing.order.payload() == order.payload() => {
+                tracing::info!("duplicate delivery of an accepted order");
+                self.deps.metrics.record(Metric::OrderDuplicate, 1);
+                // The first delivery may have crashed before scheduling; a spare
+                // Schedule is harmless (its claim is simply lost).
+                let waiting = self.deps.store.task(&order.order_id).await?;
+                if waiting.is_some_and(|t| t.state == ProcessState::Pending && t.attempt == 0) {
+                    schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
+                }
+                Ok(())
+            }
+            Inserted::Exists(_) => {
+                let reason = format!(
+                    "order {} already exists with a different payload",
+                    order.order_id
+                );
+                self.reject(&message.body, MessageError::Invalid(reason))
+                    .await
+            }
+        }
+    }
+
+    async fn reject(&self, body: &str, error: MessageError) -> Result<(), HandlerError> {
+        let order_id = sniff_order_id(body);
+        let reason = error.to_string();
+        tracing::warn!(order_id = order_id.as_ref().map(|o| o.as_str()), %reason, "order rejected");
+        self.deps.metrics.record(Metric::OrderRejected, 1);
+        let now = self.deps.clock.now();
+        send_status(
+            &self.deps,
+            sniff_reply_to(body).as_deref(),
+            order_id.as_ref(),
+            OrderStatus::Rejected,
+            None,
+            Some(reason.clone()),
+            now,
+        )
+        .await?;
+        Err(HandlerError::Reject(reason))
+    }
+}

@@ -1,0 +1,96 @@
+//! supervisor: finds tasks whose deadline passed (through the due index, never a scan)
+//! and recovers each with one conditional write, so concurrent supervisors act once.
+
+use super::{Deps, HandlerError, Settings, Transition, perform, transition};
+use crate::domain::{Refusal, Trigger};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Due entries read from the index.
+    pub examined: usize,
+    /// Put back to wait for another attempt.
+    pub retried: usize,
+    /// Given up on: Error, or compensation started or finished.
+    pub gave_up: usize,
+    /// Moved by someone else between the index read and our write.
+    pub skipped: usize,
+    /// Left for the next run (an infrastructure error on that task).
+    pub errors: usize,
+}
+
+#[derive(Clone)]
+pub struct Supervisor {
+    pub deps: Deps,
+    pub settings: Settings,
+    /// Due entries read per index page.
+    pub page_size: usize,
+    /// Pages per run: bounds one run's work; the next run carries on.
+    pub max_pages: usize,
+}
+
+impl Supervisor {
+    pub fn new(deps: Deps, settings: Settings) -> Supervisor {
+        Supervisor {
+            deps,
+            settings,
+            page_size: 100,
+            max_pages: 50,
+        }
+    }
+
+    pub async fn sweep(&self) -> Result<SweepReport, HandlerError> {
+        let mut report = SweepReport::default();
+        for _ in 0..self.max_pages {
+            let now = self.deps.clock.now();
+            let due = self.deps.store.due(now, self.page_size).await?;
+            report.examined += due.len();
+            let outcomes =
+                futures::future::join_all(due.iter().map(|task| self.recover(&task.order_id)))
+                    .await;
+            for outcome in outcomes {
+                match outcome {
+                    Ok(Some(Trigger::Retry)) => report.retried += 1,
+                    Ok(Some(_)) => report.gave_up += 1,
+                    Ok(None) => report.skipped += 1,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "recovery failed; the next run retries it");
+                        report.errors += 1;
+                    }
+                }
+            }
+            // A short page means the index holds nothing more that is due; a page of
+            // nothing but skips means the index lags our writes, so stop and let it catch up.
+            if due.len() < self.page_size || report.skipped + report.errors >= report.examined {
+                break;
+            }
+        }
+        self.deps.metrics.flush();
+        tracing::info!(?report, "supervisor sweep");
+        Ok(report)
+    }
+
+    async fn recover(
+        &self,
+        order_id: &crate::domain::OrderId,
+    ) -> Result<Option<Trigger>, HandlerError> {
+        let policy = self.settings.policy;
+        let jitter = self.deps.random.jitter();
+        // Decided on a fresh read: the index entry may be stale.
+        match transition(&self.deps, &self.settings, order_id, |task, wf, now| {
+            task.lapse(now, wf, &policy, jitter)
+        })
+        .await?
+        {
+            Transition::Applied { before, decision } => {
+                tracing::info!(
+                    order_id = %order_id, step = before.step, attempt = before.attempt,
+                    failure_count = decision.next.failure_count, trigger = ?decision.trigger, "recovered"
+                );
+                perform(&self.deps, &self.settings, &decision).await?;
+                Ok(Some(decision.trigger))
+            }
+            Transition::Refused(Refusal::NotDue { .. }) | Transition::NoSuchTask => Ok(None),
+            Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
+        }
+    }
+}

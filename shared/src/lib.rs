@@ -1,0 +1,10 @@
+//! sas: the Scheduler Agent Supervisor pattern on AWS Lambda.
+//!
+//! `domain` is pure; `ports` are the traits the handlers need; `adapters` implement
+//! them (embedded in-process, and the real services); `handlers` are the four
+//! functions' logic, shared by the Lambda binaries and `sasctl dev`.
+
+pub mod adapters;
+pub mod domain;
+pub mod handlers;
+pub mod ports;

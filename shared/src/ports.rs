@@ -1,0 +1,217 @@
+//! What the handlers need from the world, as traits over domain types. Adapters
+//! (embedded, AWS) implement them; no SDK type crosses this line.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::domain::{
+    Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, OrderRecord, TaskRecord,
+    Timestamp,
+};
+
+/// Failures of infrastructure, each with its retry class.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Worth retrying: throttling, a timeout, a dropped connection.
+    #[error("state store unavailable: {0}")]
+    Unavailable(String),
+    /// Not worth retrying: the stored item does not decode.
+    #[error("stored record for {order_id} is unreadable: {reason}")]
+    Corrupt { order_id: String, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inserted {
+    New,
+    /// An order with this id exists already; this is the one stored.
+    Exists(OrderRecord),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Applied,
+    /// The row's revision is no longer the one the decision was made on.
+    RevisionMoved,
+}
+
+/// The orders table and the state table.
+#[async_trait]
+pub trait StateStore: Send + Sync {
+    /// Inserts the order and its task atomically, or neither if the order id exists.
+    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError>;
+    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError>;
+    /// A strongly consistent read of the task.
+    async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError>;
+    /// Writes `next` only if the stored revision is still `expected_revision`.
+    async fn replace(
+        &self,
+        next: &TaskRecord,
+        expected_revision: u64,
+    ) -> Result<Written, StoreError>;
+    /// Up to `limit` non-terminal tasks whose deadline is at or before `now`, oldest
+    /// deadline first, from the sparse due index (possibly stale: re-read before acting).
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError>;
+}
+
+/// A queue's address: an SQS queue URL, or the embedded backend's queue name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueUrl(pub String);
+
+impl std::fmt::Display for QueueUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outgoing {
+    pub body: String,
+    pub delay_ms: u64,
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl Outgoing {
+    pub fn new(body: String) -> Outgoing {
+        Outgoing {
+            body,
+            ..Outgoing::default()
+        }
+    }
+    pub fn delayed(body: String, delay_ms: u64) -> Outgoing {
+        Outgoing {
+            body,
+            delay_ms,
+            ..Outgoing::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue {queue} unavailable: {reason}")]
+    Unavailable { queue: String, reason: String },
+    #[error("queue {0} does not exist")]
+    NoSuchQueue(String),
+}
+
+#[async_trait]
+pub trait Queues: Send + Sync {
+    /// Sends every message or fails; adapters split into the service's batch size.
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>)
+    -> Result<(), QueueError>;
+
+    async fn send(&self, queue: &QueueUrl, message: Outgoing) -> Result<(), QueueError> {
+        self.send_batch(queue, vec![message]).await
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("alert not delivered: {0}")]
+pub struct AlertError(pub String);
+
+/// The operators' topic.
+#[async_trait]
+pub trait Alerts: Send + Sync {
+    async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError>;
+}
+
+/// Every read of the time goes through here, so tests and the simulation own time.
+#[async_trait]
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+    async fn sleep_until(&self, until: Timestamp);
+}
+
+/// Every random choice goes through here, so a seed replays a run.
+pub trait Random: Send + Sync {
+    fn lease(&self) -> LeaseToken;
+    fn jitter(&self) -> u64;
+}
+
+/// One call of one action of one step, as the agent makes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteCall<'a> {
+    pub agent: &'a str,
+    pub action: Action,
+    pub step: u32,
+    pub step_name: &'a str,
+    pub idempotency_key: &'a IdempotencyKey,
+    pub order: &'a Order,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteError {
+    /// Might work if tried again: 5xx, 429, timeouts, connection errors.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// Will not work however often tried: the service said no (4xx).
+    #[error("permanent: {0}")]
+    Permanent(String),
+}
+
+/// The remote service an agent fronts.
+#[async_trait]
+pub trait RemoteService: Send + Sync {
+    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<(), RemoteError>;
+}
+
+/// What the pipeline counts; CloudWatch EMF in Lambda, counters in `dev`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Metric {
+    OrderAccepted,
+    OrderDuplicate,
+    OrderRejected,
+    MessageKept,
+    Claimed,
+    ClaimLost,
+    StepSucceeded,
+    Processed,
+    CompensationStarted,
+    CompensationStep,
+    Compensated,
+    Failed,
+    StaleReply,
+    Recovered,
+    AgentRetry,
+    AgentGaveUp,
+    CircuitOpen,
+    StepLatencyMs,
+    OrderLatencyMs,
+}
+
+impl Metric {
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::OrderAccepted => "OrdersAccepted",
+            Metric::OrderDuplicate => "OrdersDuplicate",
+            Metric::OrderRejected => "OrdersRejected",
+            Metric::MessageKept => "MessagesKept",
+            Metric::Claimed => "Claims",
+            Metric::ClaimLost => "ClaimsLost",
+            Metric::StepSucceeded => "StepsSucceeded",
+            Metric::Processed => "OrdersProcessed",
+            Metric::CompensationStarted => "CompensationsStarted",
+            Metric::CompensationStep => "CompensationSteps",
+            Metric::Compensated => "OrdersCompensated",
+            Metric::Failed => "OrdersFailed",
+            Metric::StaleReply => "StaleReplies",
+            Metric::Recovered => "Recovered",
+            Metric::AgentRetry => "AgentRetries",
+            Metric::AgentGaveUp => "AgentGaveUp",
+            Metric::CircuitOpen => "CircuitOpen",
+            Metric::StepLatencyMs => "StepLatency",
+            Metric::OrderLatencyMs => "OrderLatency",
+        }
+    }
+    pub fn is_latency(self) -> bool {
+        matches!(self, Metric::StepLatencyMs | Metric::OrderLatencyMs)
+    }
+}
+
+pub trait Metrics: Send + Sync {
+    /// Adds `value` to a counter, or records one latency sample in milliseconds.
+    fn record(&self, metric: Metric, value: u64);
+    /// Writes out what was recorded (one EMF line per invocation in Lambda).
+    fn flush(&self) {}
+}
