@@ -5,11 +5,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Deps, HandlerError, Inbound, Settings};
+use super::{HandlerError, Inbound};
 use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
 use crate::domain::retry::Backoff;
 use crate::domain::{AgentRequest, ReplyOutcome, SchedulerMessage, Timestamp};
-use crate::ports::{Metric, Outgoing, RemoteCall, RemoteError, RemoteService};
+use crate::ports::{
+    Clock, Metric, Metrics, Outgoing, QueueUrl, Queues, Random, RemoteCall, RemoteError,
+    RemoteService,
+};
 
 #[derive(Debug, Clone, Copy)]
 pub struct AgentSettings {
@@ -33,12 +36,23 @@ impl Default for AgentSettings {
     }
 }
 
+/// The agent touches no table: it needs the remote service, the scheduler's queue for
+/// replies, and time.
+#[derive(Clone)]
+pub struct AgentDeps {
+    pub queues: Arc<dyn Queues>,
+    pub clock: Arc<dyn Clock>,
+    pub random: Arc<dyn Random>,
+    pub metrics: Arc<dyn Metrics>,
+    pub remote: Arc<dyn RemoteService>,
+    /// Where replies go.
+    pub scheduler_queue: QueueUrl,
+}
+
 #[derive(Clone)]
 pub struct Agent {
-    pub deps: Deps,
-    pub settings: Settings,
+    pub deps: AgentDeps,
     pub agent_settings: AgentSettings,
-    pub remote: Arc<dyn RemoteService>,
     /// One breaker per remote service, kept for the life of the process (a warm Lambda).
     breakers: Arc<Mutex<HashMap<String, Breaker>>>,
 }
@@ -141,7 +155,11 @@ impl Agent {
                 continue;
             }
             calls += 1;
-            let result = self.remote.call(&call, complete_by.millis_since(now)).await;
+            let result = self
+                .deps
+                .remote
+                .call(&call, complete_by.millis_since(now))
+                .await;
             let now = clock.now();
             self.report(&request.agent, now, &result);
             match result {

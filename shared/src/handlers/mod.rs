@@ -18,7 +18,7 @@ use crate::ports::{
     StoreError,
 };
 
-pub use agent::{Agent, AgentSettings};
+pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
 pub use batch::{BatchReport, DeadLetters, Inbound, REASON_ATTRIBUTE, run_batch};
 pub use scheduler::Scheduler;
 pub use submission::Submission;
