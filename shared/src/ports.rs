@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use crate::domain::{
-    Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, OrderRecord, TaskRecord,
-    Timestamp,
+    Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, OrderRecord, TaskRecord, Timestamp,
 };
 
 /// Failures of infrastructure, each with its retry class.
@@ -44,11 +43,7 @@ pub trait StateStore: Send + Sync {
     /// A strongly consistent read of the task.
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError>;
     /// Writes `next` only if the stored revision is still `expected_revision`.
-    async fn replace(
-        &self,
-        next: &TaskRecord,
-        expected_revision: u64,
-    ) -> Result<Written, StoreError>;
+    async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError>;
     /// Up to `limit` non-terminal tasks whose deadline is at or before `now`, oldest
     /// deadline first, from the sparse due index (possibly stale: re-read before acting).
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError>;
@@ -73,17 +68,10 @@ pub struct Outgoing {
 
 impl Outgoing {
     pub fn new(body: String) -> Outgoing {
-        Outgoing {
-            body,
-            ..Outgoing::default()
-        }
+        Outgoing { body, ..Outgoing::default() }
     }
     pub fn delayed(body: String, delay_ms: u64) -> Outgoing {
-        Outgoing {
-            body,
-            delay_ms,
-            ..Outgoing::default()
-        }
+        Outgoing { body, delay_ms, ..Outgoing::default() }
     }
 }
 
@@ -98,8 +86,7 @@ pub enum QueueError {
 #[async_trait]
 pub trait Queues: Send + Sync {
     /// Sends every message or fails; adapters split into the service's batch size.
-    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>)
-    -> Result<(), QueueError>;
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError>;
 
     async fn send(&self, queue: &QueueUrl, message: Outgoing) -> Result<(), QueueError> {
         self.send_batch(queue, vec![message]).await

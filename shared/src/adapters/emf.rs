@@ -15,11 +15,7 @@ pub struct EmfMetrics {
 
 impl EmfMetrics {
     pub fn new(namespace: impl Into<String>, function: impl Into<String>) -> EmfMetrics {
-        EmfMetrics {
-            namespace: namespace.into(),
-            function: function.into(),
-            pending: Mutex::default(),
-        }
+        EmfMetrics { namespace: namespace.into(), function: function.into(), pending: Mutex::default() }
     }
 
     /// The EMF document for what is pending, or `None` when nothing is.
@@ -56,12 +52,7 @@ impl EmfMetrics {
 
 impl Metrics for EmfMetrics {
     fn record(&self, metric: Metric, value: u64) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(metric)
-            .or_default()
-            .push(value);
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).entry(metric).or_default().push(value);
     }
     fn flush(&self) {
         let now = crate::ports::Clock::now(&crate::adapters::system::SystemClock);

@@ -18,13 +18,8 @@ pub struct HttpRemote {
 
 impl HttpRemote {
     pub fn new(base_url: impl Into<String>) -> Result<HttpRemote, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .build()?;
-        Ok(HttpRemote {
-            client,
-            base_url: base_url.into().trim_end_matches('/').to_owned(),
-        })
+        let client = reqwest::Client::builder().connect_timeout(Duration::from_secs(2)).build()?;
+        Ok(HttpRemote { client, base_url: base_url.into().trim_end_matches('/').to_owned() })
     }
 }
 
@@ -60,10 +55,7 @@ impl RemoteService for HttpRemote {
             return Ok(());
         }
         let text = response.text().await.unwrap_or_default();
-        let reason = format!(
-            "{url} answered {status}: {}",
-            text.chars().take(200).collect::<String>()
-        );
+        let reason = format!("{url} answered {status}: {}", text.chars().take(200).collect::<String>());
         if status.is_server_error() || status.as_u16() == 408 || status.as_u16() == 429 {
             Err(RemoteError::Transient(reason))
         } else {

@@ -13,9 +13,7 @@ pub struct SystemClock;
 #[async_trait]
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         Timestamp(since.as_millis() as u64)
     }
     async fn sleep_until(&self, until: Timestamp) {

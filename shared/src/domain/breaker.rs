@@ -39,12 +39,7 @@ pub struct Breaker {
 
 impl Breaker {
     pub fn new(policy: BreakerPolicy) -> Breaker {
-        Breaker {
-            policy,
-            state: BreakerState::Closed {
-                consecutive_failures: 0,
-            },
-        }
+        Breaker { policy, state: BreakerState::Closed { consecutive_failures: 0 } }
     }
 
     pub fn permit(&mut self, now_ms: u64) -> Permit {
@@ -54,33 +49,27 @@ impl Breaker {
                 self.state = BreakerState::HalfOpen;
                 Permit::Call
             }
-            BreakerState::Open { until_ms } => Permit::Refused {
-                retry_at_ms: until_ms,
-            },
+            BreakerState::Open { until_ms } => Permit::Refused { retry_at_ms: until_ms },
             // The probe's owner reports soon; a caller retrying shortly after gets the verdict.
-            BreakerState::HalfOpen => Permit::Refused {
-                retry_at_ms: now_ms + self.policy.open_ms.min(100).max(1),
-            },
+            BreakerState::HalfOpen => {
+                Permit::Refused { retry_at_ms: now_ms + self.policy.open_ms.min(100).max(1) }
+            }
         }
     }
 
     pub fn on_success(&mut self) {
-        self.state = BreakerState::Closed {
-            consecutive_failures: 0,
-        };
+        self.state = BreakerState::Closed { consecutive_failures: 0 };
     }
 
     /// Only transient failures count: a permanent error is the service answering.
     pub fn on_transient_failure(&mut self, now_ms: u64) {
         self.state = match self.state {
-            BreakerState::Closed {
-                consecutive_failures,
-            } if consecutive_failures + 1 < self.policy.failure_threshold => BreakerState::Closed {
-                consecutive_failures: consecutive_failures + 1,
-            },
-            _ => BreakerState::Open {
-                until_ms: now_ms + self.policy.open_ms,
-            },
+            BreakerState::Closed { consecutive_failures }
+                if consecutive_failures + 1 < self.policy.failure_threshold =>
+            {
+                BreakerState::Closed { consecutive_failures: consecutive_failures + 1 }
+            }
+            _ => BreakerState::Open { until_ms: now_ms + self.policy.open_ms },
         };
     }
 }
@@ -90,10 +79,7 @@ mod tests {
     use super::*;
 
     fn breaker() -> Breaker {
-        Breaker::new(BreakerPolicy {
-            failure_threshold: 3,
-            open_ms: 1_000,
-        })
+        Breaker::new(BreakerPolicy { failure_threshold: 3, open_ms: 1_000 })
     }
 
     #[test]
@@ -107,10 +93,7 @@ mod tests {
         b.on_transient_failure(10);
         assert_eq!(b.permit(500), Permit::Refused { retry_at_ms: 1_010 });
         assert_eq!(b.permit(1_010), Permit::Call, "probe");
-        assert!(
-            matches!(b.permit(1_011), Permit::Refused { .. }),
-            "one probe at a time"
-        );
+        assert!(matches!(b.permit(1_011), Permit::Refused { .. }), "one probe at a time");
         b.on_success();
         assert_eq!(b.permit(1_012), Permit::Call);
     }

@@ -4,9 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Milliseconds since the Unix epoch. Every time in the domain is one of these,
 /// read through the clock port by the caller.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);
 
@@ -52,10 +50,7 @@ impl OrderId {
         if len > ORDER_ID_MAX_LEN {
             return Err(OrderIdError::TooLong(len));
         }
-        if let Some(c) = raw
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
-        {
+        if let Some(c) = raw.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_')) {
             return Err(OrderIdError::BadChar(c));
         }
         Ok(OrderId(raw.to_owned()))
@@ -110,10 +105,7 @@ mod tests {
     fn order_id_rules() {
         assert!(OrderId::parse("ord-1_A").is_ok());
         assert_eq!(OrderId::parse(""), Err(OrderIdError::Empty));
-        assert_eq!(
-            OrderId::parse(&"a".repeat(65)),
-            Err(OrderIdError::TooLong(65))
-        );
+        assert_eq!(OrderId::parse(&"a".repeat(65)), Err(OrderIdError::TooLong(65)));
         assert_eq!(OrderId::parse("a/b"), Err(OrderIdError::BadChar('/')));
         assert_eq!(OrderId::parse("é"), Err(OrderIdError::BadChar('é')));
         let e: Result<OrderId, _> = serde_json::from_str("\"a b\"");

@@ -31,10 +31,7 @@ impl ProcessState {
     ];
 
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            ProcessState::Processed | ProcessState::Error | ProcessState::Compensated
-        )
+        matches!(self, ProcessState::Processed | ProcessState::Error | ProcessState::Compensated)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -109,10 +106,7 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
 
 /// The next state, or `None` when the table has no such move.
 pub fn next(from: ProcessState, trigger: Trigger) -> Option<ProcessState> {
-    TRANSITIONS
-        .iter()
-        .find(|(f, t, _)| *f == from && *t == trigger)
-        .map(|(_, _, to)| *to)
+    TRANSITIONS.iter().find(|(f, t, _)| *f == from && *t == trigger).map(|(_, _, to)| *to)
 }
 
 #[cfg(test)]
@@ -131,10 +125,7 @@ mod tests {
     fn the_table_is_a_function() {
         let mut seen = HashSet::new();
         for &(from, trigger, _) in TRANSITIONS {
-            assert!(
-                seen.insert((from, trigger)),
-                "duplicate row {from:?} {trigger:?}"
-            );
+            assert!(seen.insert((from, trigger)), "duplicate row {from:?} {trigger:?}");
         }
     }
 
@@ -152,10 +143,7 @@ mod tests {
         let rows: HashSet<_> = TRANSITIONS.iter().map(|(f, t, _)| (*f, *t)).collect();
         for state in ProcessState::ALL {
             for trigger in Trigger::ALL {
-                assert_eq!(
-                    next(state, trigger).is_some(),
-                    rows.contains(&(state, trigger))
-                );
+                assert_eq!(next(state, trigger).is_some(), rows.contains(&(state, trigger)));
             }
         }
         // The ones that matter most: a claimed task cannot be claimed again,
@@ -174,9 +162,7 @@ mod tests {
         }
         for state in ProcessState::ALL.into_iter().filter(|s| !s.is_terminal()) {
             assert!(
-                TRANSITIONS
-                    .iter()
-                    .any(|(f, _, to)| *f == state && to.is_terminal()),
+                TRANSITIONS.iter().any(|(f, _, to)| *f == state && to.is_terminal()),
                 "{state:?} has no way to end"
             );
         }

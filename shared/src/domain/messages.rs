@@ -81,14 +81,10 @@ fn check_text(field: &str, value: &str) -> Result<(), MessageError> {
         return Err(MessageError::Invalid(format!("{field} is empty")));
     }
     if value.chars().count() > MAX_FIELD_LEN {
-        return Err(MessageError::Invalid(format!(
-            "{field} is longer than {MAX_FIELD_LEN} characters"
-        )));
+        return Err(MessageError::Invalid(format!("{field} is longer than {MAX_FIELD_LEN} characters")));
     }
     if value.chars().any(char::is_control) {
-        return Err(MessageError::Invalid(format!(
-            "{field} contains control characters"
-        )));
+        return Err(MessageError::Invalid(format!("{field} contains control characters")));
     }
     Ok(())
 }
@@ -129,8 +125,7 @@ impl OrderRequest {
             })?,
         };
         if let Some(r) = &self.reply_to {
-            if r.trim().is_empty() || r.len() > MAX_REPLY_TO_LEN || r.chars().any(char::is_control)
-            {
+            if r.trim().is_empty() || r.len() > MAX_REPLY_TO_LEN || r.chars().any(char::is_control) {
                 return Err(MessageError::Invalid("reply_to must be a queue URL".into()));
             }
         }
@@ -287,12 +282,7 @@ pub struct OperatorAlert {
 
 impl OperatorAlert {
     pub fn subject(&self) -> String {
-        format!(
-            "sas: order {} {} at step {}",
-            self.order_id,
-            self.state.as_str(),
-            self.step_name
-        )
+        format!("sas: order {} {} at step {}", self.order_id, self.state.as_str(), self.step_name)
     }
 }
 
@@ -301,17 +291,13 @@ mod tests {
     use super::*;
 
     fn order_json(extra: &str) -> String {
-        format!(
-            r#"{{"order_id":"o-1","customer_id":"c-1","items":[{{"sku":"A","quantity":2}}]{extra}}}"#
-        )
+        format!(r#"{{"order_id":"o-1","customer_id":"c-1","items":[{{"sku":"A","quantity":2}}]{extra}}}"#)
     }
 
     #[test]
     fn valid_order_resolves_default_workflow() {
-        let (order, reply_to) = OrderRequest::parse(&order_json(""))
-            .unwrap()
-            .validate(&Workflows::builtin())
-            .unwrap();
+        let (order, reply_to) =
+            OrderRequest::parse(&order_json("")).unwrap().validate(&Workflows::builtin()).unwrap();
         assert_eq!(order.workflow, "single-step");
         assert_eq!(reply_to, None);
     }
@@ -324,22 +310,10 @@ mod tests {
             (r#"{"order_id":"o-1"}"#, "missing field"),
             (&order_json(r#","colour":"red""#), "unknown field"),
             (&order_json(r#","workflow":"nope""#), "unknown workflow"),
-            (
-                r#"{"order_id":"o-1","customer_id":"c","items":[]}"#,
-                "items is empty",
-            ),
-            (
-                r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":0}]}"#,
-                "quantity is 0",
-            ),
-            (
-                r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":-1}]}"#,
-                "invalid value",
-            ),
-            (
-                r#"{"order_id":"o/1","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#,
-                "only ASCII",
-            ),
+            (r#"{"order_id":"o-1","customer_id":"c","items":[]}"#, "items is empty"),
+            (r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":0}]}"#, "quantity is 0"),
+            (r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":-1}]}"#, "invalid value"),
+            (r#"{"order_id":"o/1","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#, "only ASCII"),
             (
                 r#"{"order_id":"o-1","customer_id":" ","items":[{"sku":"A","quantity":1}]}"#,
                 "customer_id is empty",
@@ -347,39 +321,24 @@ mod tests {
             (&order_json(r#","reply_to":"""#), "reply_to"),
         ];
         for (body, want) in cases {
-            let err = OrderRequest::parse(body)
-                .and_then(|r| r.validate(&w))
-                .unwrap_err();
+            let err = OrderRequest::parse(body).and_then(|r| r.validate(&w)).unwrap_err();
             assert!(err.to_string().contains(want), "{body}: {err}");
         }
         let big = "x".repeat(MAX_BODY_BYTES + 1);
-        assert_eq!(
-            OrderRequest::parse(&big).unwrap_err(),
-            MessageError::TooLarge(MAX_BODY_BYTES + 1)
-        );
+        assert_eq!(OrderRequest::parse(&big).unwrap_err(), MessageError::TooLarge(MAX_BODY_BYTES + 1));
     }
 
     #[test]
     fn payload_ignores_reply_to() {
         let w = Workflows::builtin();
-        let a = OrderRequest::parse(&order_json(""))
-            .unwrap()
-            .validate(&w)
-            .unwrap()
-            .0;
-        let b = OrderRequest::parse(&order_json(r#","reply_to":"q""#))
-            .unwrap()
-            .validate(&w)
-            .unwrap()
-            .0;
+        let a = OrderRequest::parse(&order_json("")).unwrap().validate(&w).unwrap().0;
+        let b = OrderRequest::parse(&order_json(r#","reply_to":"q""#)).unwrap().validate(&w).unwrap().0;
         assert_eq!(a.payload(), b.payload());
     }
 
     #[test]
     fn scheduler_messages_round_trip() {
-        let m = SchedulerMessage::Schedule {
-            order_id: OrderId::parse("o-1").unwrap(),
-        };
+        let m = SchedulerMessage::Schedule { order_id: OrderId::parse("o-1").unwrap() };
         assert_eq!(SchedulerMessage::parse(&m.to_body()).unwrap(), m);
         assert!(SchedulerMessage::parse(r#"{"type":"launch","order_id":"o-1"}"#).is_err());
     }

@@ -14,10 +14,8 @@ impl Backoff {
     /// half the exponential ceiling plus a random part of the other half, so no
     /// retry fires immediately and a herd of retries spreads out.
     pub fn delay_ms(&self, retry: u32, jitter: u64) -> u64 {
-        let ceiling = self
-            .base_ms
-            .saturating_mul(1u64.checked_shl(retry.min(32)).unwrap_or(u64::MAX))
-            .min(self.cap_ms);
+        let ceiling =
+            self.base_ms.saturating_mul(1u64.checked_shl(retry.min(32)).unwrap_or(u64::MAX)).min(self.cap_ms);
         let half = ceiling / 2;
         half + jitter % (ceiling - half + 1)
     }
@@ -30,10 +28,7 @@ mod tests {
 
     #[test]
     fn grows_then_caps() {
-        let b = Backoff {
-            base_ms: 100,
-            cap_ms: 1_000,
-        };
+        let b = Backoff { base_ms: 100, cap_ms: 1_000 };
         assert_eq!(b.delay_ms(0, 0), 50);
         assert_eq!(b.delay_ms(0, 50), 100);
         assert_eq!(b.delay_ms(3, 0), 400);

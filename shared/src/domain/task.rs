@@ -36,10 +36,7 @@ impl Default for Policy {
             reply_grace_ms: 10_000,
             pending_timeout_ms: 60_000,
             failure_threshold: 5,
-            retry_backoff: Backoff {
-                base_ms: 1_000,
-                cap_ms: 60_000,
-            },
+            retry_backoff: Backoff { base_ms: 1_000, cap_ms: 60_000 },
         }
     }
 }
@@ -56,23 +53,10 @@ pub struct OrderRecord {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Cause {
     Submitted,
-    Claimed {
-        step: u32,
-        action: Action,
-    },
-    Succeeded {
-        step: u32,
-        action: Action,
-    },
-    Failed {
-        step: u32,
-        action: Action,
-        reason: String,
-    },
-    DeadlinePassed {
-        step: u32,
-        state: ProcessState,
-    },
+    Claimed { step: u32, action: Action },
+    Succeeded { step: u32, action: Action },
+    Failed { step: u32, action: Action, reason: String },
+    DeadlinePassed { step: u32, state: ProcessState },
 }
 
 /// The state table's row.
@@ -143,10 +127,7 @@ pub enum Refusal {
     #[error("stale reply: {0}")]
     StaleReply(StaleReason),
     #[error("not due: deadline {deadline:?} is after {now}")]
-    NotDue {
-        deadline: Option<Timestamp>,
-        now: Timestamp,
-    },
+    NotDue { deadline: Option<Timestamp>, now: Timestamp },
     #[error("task record does not fit workflow {workflow:?}: {why}")]
     Corrupt { workflow: String, why: String },
 }
@@ -160,16 +141,9 @@ pub enum StaleReason {
     #[error("reply is for attempt {reply}, task is at attempt {current}")]
     OtherAttempt { current: u32, reply: u32 },
     #[error("reply is for step {reply} ({reply_action:?}), task is at step {current}")]
-    OtherStep {
-        current: u32,
-        reply: u32,
-        reply_action: Action,
-    },
+    OtherStep { current: u32, reply: u32, reply_action: Action },
     #[error("reply arrived at {now}, after complete-by {complete_by}")]
-    PastCompleteBy {
-        complete_by: Timestamp,
-        now: Timestamp,
-    },
+    PastCompleteBy { complete_by: Timestamp, now: Timestamp },
 }
 
 /// The same for every retry and every attempt of one action of one step.
@@ -178,12 +152,7 @@ pub fn idempotency_key(order_id: &OrderId, step: u32, action: Action) -> Idempot
 }
 
 impl TaskRecord {
-    pub fn new(
-        order: &Order,
-        reply_to: Option<String>,
-        now: Timestamp,
-        policy: &Policy,
-    ) -> TaskRecord {
+    pub fn new(order: &Order, reply_to: Option<String>, now: Timestamp, policy: &Policy) -> TaskRecord {
         TaskRecord {
             order_id: order.order_id.clone(),
             workflow: order.workflow.clone(),
@@ -207,10 +176,7 @@ impl TaskRecord {
 
     /// The action the current step runs in: compensation undoes, everything else does.
     pub fn action(&self) -> Action {
-        if matches!(
-            self.state,
-            ProcessState::Compensating | ProcessState::Compensated
-        ) {
+        if matches!(self.state, ProcessState::Compensating | ProcessState::Compensated) {
             Action::Undo
         } else {
             Action::Do
@@ -229,9 +195,7 @@ impl TaskRecord {
         if s == ProcessState::Processing && self.locked_by.is_none() {
             return Some("Processing without a lease".into());
         }
-        if !matches!(s, ProcessState::Processing | ProcessState::Compensating)
-            && self.locked_by.is_some()
-        {
+        if !matches!(s, ProcessState::Processing | ProcessState::Compensating) && self.locked_by.is_some() {
             return Some(format!("{s:?} holding a lease"));
         }
         None
@@ -304,26 +268,13 @@ impl TaskRecord {
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
         if self.locked_by.is_some()
-            || !matches!(
-                self.state,
-                ProcessState::Pending | ProcessState::Compensating
-            )
+            || !matches!(self.state, ProcessState::Pending | ProcessState::Compensating)
         {
-            return Err(Refusal::ClaimLost {
-                state: self.state,
-                locked: self.locked_by.is_some(),
-            });
+            return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
         }
         self.check_workflow(wf)?;
         let action = self.action();
-        let mut next = self.moved(
-            Trigger::Claimed,
-            now,
-            Cause::Claimed {
-                step: self.step,
-                action,
-            },
-        )?;
+        let mut next = self.moved(Trigger::Claimed, now, Cause::Claimed { step: self.step, action })?;
         let complete_by = now.plus_ms(policy.step_timeout_ms);
         next.locked_by = Some(lease);
         next.complete_by = Some(complete_by);
@@ -333,10 +284,7 @@ impl TaskRecord {
         Ok(Decision {
             trigger: Trigger::Claimed,
             next,
-            effects: vec![Effect::Dispatch {
-                step: self.step,
-                action,
-            }],
+            effects: vec![Effect::Dispatch { step: self.step, action }],
         })
     }
 
@@ -350,10 +298,7 @@ impl TaskRecord {
             return Err(StaleReason::OtherLease);
         }
         if self.attempt != reply.attempt {
-            return Err(StaleReason::OtherAttempt {
-                current: self.attempt,
-                reply: reply.attempt,
-            });
+            return Err(StaleReason::OtherAttempt { current: self.attempt, reply: reply.attempt });
         }
         if self.step != reply.step || self.action() != reply.action {
             return Err(StaleReason::OtherStep {
@@ -364,10 +309,9 @@ impl TaskRecord {
         }
         match self.complete_by {
             Some(complete_by) if now <= complete_by => Ok(()),
-            complete_by => Err(StaleReason::PastCompleteBy {
-                complete_by: complete_by.unwrap_or_default(),
-                now,
-            }),
+            complete_by => {
+                Err(StaleReason::PastCompleteBy { complete_by: complete_by.unwrap_or_default(), now })
+            }
         }
     }
 
@@ -387,9 +331,7 @@ impl TaskRecord {
             (ReplyOutcome::Succeeded, Action::Do) => {
                 let cause = Cause::Succeeded { step, action };
                 if step + 1 < wf.len() {
-                    let mut next = self
-                        .moved(Trigger::Advanced, now, cause)?
-                        .waiting(now, 0, policy);
+                    let mut next = self.moved(Trigger::Advanced, now, cause)?.waiting(now, 0, policy);
                     next.step += 1;
                     next.step_attempts = 0;
                     Ok(Decision {
@@ -421,9 +363,7 @@ impl TaskRecord {
                 let cause = Cause::Succeeded { step, action };
                 match wf.compensable_at_or_below(step.checked_sub(1)) {
                     Some(below) => {
-                        let mut next = self
-                            .moved(Trigger::UndoAdvanced, now, cause)?
-                            .waiting(now, 0, policy);
+                        let mut next = self.moved(Trigger::UndoAdvanced, now, cause)?.waiting(now, 0, policy);
                         next.step = below;
                         next.step_attempts = 0;
                         Ok(Decision {
@@ -454,26 +394,13 @@ impl TaskRecord {
                 }
             }
             (ReplyOutcome::Failed { reason }, Action::Do) => {
-                let cause = Cause::Failed {
-                    step,
-                    action,
-                    reason: reason.clone(),
-                };
+                let cause = Cause::Failed { step, action, reason: reason.clone() };
                 // The remote refused, so this step had no effect: undo only the ones before it.
                 self.give_up(now, wf, policy, cause, reason, step.checked_sub(1), false)
             }
             (ReplyOutcome::Failed { reason }, Action::Undo) => {
-                let cause = Cause::Failed {
-                    step,
-                    action,
-                    reason: reason.clone(),
-                };
-                self.fail(
-                    now,
-                    wf,
-                    cause,
-                    &format!("compensation {name} failed: {reason}"),
-                )
+                let cause = Cause::Failed { step, action, reason: reason.clone() };
+                self.fail(now, wf, cause, &format!("compensation {name} failed: {reason}"))
             }
         }
     }
@@ -491,27 +418,19 @@ impl TaskRecord {
             deadline => return Err(Refusal::NotDue { deadline, now }),
         }
         self.check_workflow(wf)?;
-        let cause = Cause::DeadlinePassed {
-            step: self.step,
-            state: self.state,
-        };
+        let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
         let mut counted = self.clone();
         counted.failure_count += 1;
         let phase_failures = counted.failure_count - counted.undo_failure_base.unwrap_or(0);
         counted.last_error = Some(match self.state {
             ProcessState::Processing | ProcessState::Compensating if self.locked_by.is_some() => {
-                format!(
-                    "attempt {} passed its deadline without a reply",
-                    self.attempt
-                )
+                format!("attempt {} passed its deadline without a reply", self.attempt)
             }
             _ => "waited past its deadline without being claimed".to_owned(),
         });
         if phase_failures < policy.failure_threshold {
             let delay_ms = policy.retry_backoff.delay_ms(phase_failures - 1, jitter);
-            let next = counted
-                .moved(Trigger::Retry, now, cause)?
-                .waiting(now, delay_ms, policy);
+            let next = counted.moved(Trigger::Retry, now, cause)?.waiting(now, delay_ms, policy);
             return Ok(Decision {
                 trigger: Trigger::Retry,
                 next,
@@ -525,24 +444,14 @@ impl TaskRecord {
         match self.action() {
             // The step was dispatched at least once, so it may have taken effect: undo it too.
             Action::Do => {
-                let from = if self.step_attempts > 0 {
-                    Some(self.step)
-                } else {
-                    self.step.checked_sub(1)
-                };
+                let from = if self.step_attempts > 0 { Some(self.step) } else { self.step.checked_sub(1) };
                 counted.give_up(now, wf, policy, cause, &reason, from, true)
             }
             Action::Undo => counted.fail(now, wf, cause, &reason),
         }
     }
 
-    fn fail(
-        &self,
-        now: Timestamp,
-        wf: &Workflow,
-        cause: Cause,
-        reason: &str,
-    ) -> Result<Decision, Refusal> {
+    fn fail(&self, now: Timestamp, wf: &Workflow, cause: Cause, reason: &str) -> Result<Decision, Refusal> {
         let mut next = self.moved(Trigger::Fail, now, cause)?.unlocked();
         next.last_error = Some(reason.to_owned());
         let step = Some(self.step_name(wf, self.step, self.action()));
@@ -550,11 +459,7 @@ impl TaskRecord {
             trigger: Trigger::Fail,
             effects: vec![
                 next.alert(wf, now, reason),
-                Effect::Status {
-                    status: OrderStatus::Failed,
-                    step,
-                    reason: Some(reason.to_owned()),
-                },
+                Effect::Status { status: OrderStatus::Failed, step, reason: Some(reason.to_owned()) },
             ],
             next,
         })
@@ -578,9 +483,7 @@ impl TaskRecord {
         let step = Some(self.step_name(wf, self.step, Action::Do));
         let (trigger, mut next, status) = match wf.compensable_at_or_below(undo_from) {
             Some(first) => {
-                let mut next = self
-                    .moved(Trigger::Undo, now, cause)?
-                    .waiting(now, 0, policy);
+                let mut next = self.moved(Trigger::Undo, now, cause)?.waiting(now, 0, policy);
                 next.step = first;
                 next.step_attempts = 0;
                 next.undo_failure_base = Some(next.failure_count);
@@ -597,18 +500,10 @@ impl TaskRecord {
         if trigger == Trigger::Undo {
             effects.push(Effect::Schedule { delay_ms: 0 });
         }
-        effects.push(Effect::Status {
-            status,
-            step,
-            reason: Some(reason.to_owned()),
-        });
+        effects.push(Effect::Status { status, step, reason: Some(reason.to_owned()) });
         if alert {
             effects.push(next.alert(wf, now, reason));
         }
-        Ok(Decision {
-            trigger,
-            next,
-            effects,
-        })
+        Ok(Decision { trigger, next, effects })
     }
 }

@@ -64,11 +64,7 @@ impl Workflow {
     pub fn single_step() -> Workflow {
         Workflow {
             name: "single-step".into(),
-            steps: vec![Step {
-                name: "process-order".into(),
-                agent: "orders".into(),
-                compensation: None,
-            }],
+            steps: vec![Step { name: "process-order".into(), agent: "orders".into(), compensation: None }],
         }
     }
 
@@ -87,11 +83,7 @@ impl Workflow {
                     agent: "payment".into(),
                     compensation: Some("refund-payment".into()),
                 },
-                Step {
-                    name: "ship-order".into(),
-                    agent: "shipping".into(),
-                    compensation: None,
-                },
+                Step { name: "ship-order".into(), agent: "shipping".into(), compensation: None },
             ],
         }
     }
@@ -143,9 +135,6 @@ mod tests {
         assert_eq!(w.compensable_at_or_below(None), None);
         assert_eq!(w.compensable_at_or_below(Some(99)), Some(1));
         assert!(!Workflow::single_step().compensates());
-        assert_eq!(
-            Workflow::single_step().compensable_at_or_below(Some(0)),
-            None
-        );
+        assert_eq!(Workflow::single_step().compensable_at_or_below(Some(0)), None);
     }
 }

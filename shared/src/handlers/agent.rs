@@ -10,8 +10,7 @@ use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
 use crate::domain::retry::Backoff;
 use crate::domain::{AgentRequest, ReplyOutcome, SchedulerMessage, Timestamp};
 use crate::ports::{
-    Clock, Metric, Metrics, Outgoing, QueueUrl, Queues, Random, RemoteCall, RemoteError,
-    RemoteService,
+    Clock, Metric, Metrics, Outgoing, QueueUrl, Queues, Random, RemoteCall, RemoteError, RemoteService,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -24,14 +23,8 @@ pub struct AgentSettings {
 impl Default for AgentSettings {
     fn default() -> Self {
         AgentSettings {
-            retry: Backoff {
-                base_ms: 100,
-                cap_ms: 2_000,
-            },
-            breaker: BreakerPolicy {
-                failure_threshold: 5,
-                open_ms: 1_000,
-            },
+            retry: Backoff { base_ms: 100, cap_ms: 2_000 },
+            breaker: BreakerPolicy { failure_threshold: 5, open_ms: 1_000 },
         }
     }
 }
@@ -68,36 +61,18 @@ pub enum AgentOutcome {
 }
 
 impl Agent {
-    pub fn new(
-        deps: Deps,
-        settings: Settings,
-        agent_settings: AgentSettings,
-        remote: Arc<dyn RemoteService>,
-    ) -> Agent {
-        Agent {
-            deps,
-            settings,
-            agent_settings,
-            remote,
-            breakers: Arc::default(),
-        }
+    pub fn new(deps: AgentDeps, agent_settings: AgentSettings) -> Agent {
+        Agent { deps, agent_settings, breakers: Arc::default() }
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
-        let request =
-            AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
+        let request = AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
         let span = tracing::info_span!("agent", order_id = %request.order_id, step = request.step, attempt = request.attempt);
         let _guard = span.enter();
         match self.perform(&request).await {
             AgentOutcome::Replied(outcome) => {
                 let reply = SchedulerMessage::Reply(request.reply(outcome));
-                self.deps
-                    .queues
-                    .send(
-                        &self.settings.topology.scheduler_queue,
-                        Outgoing::new(reply.to_body()),
-                    )
-                    .await?;
+                self.deps.queues.send(&self.deps.scheduler_queue, Outgoing::new(reply.to_body())).await?;
                 Ok(())
             }
             AgentOutcome::GaveUp { calls } => {
@@ -118,9 +93,8 @@ impl Agent {
 
     fn report(&self, agent: &str, now: Timestamp, result: &Result<(), RemoteError>) {
         let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
-        let breaker = breakers
-            .entry(agent.to_owned())
-            .or_insert_with(|| Breaker::new(self.agent_settings.breaker));
+        let breaker =
+            breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.agent_settings.breaker));
         match result {
             Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
             Ok(()) | Err(RemoteError::Permanent(_)) => breaker.on_success(),
@@ -155,11 +129,7 @@ impl Agent {
                 continue;
             }
             calls += 1;
-            let result = self
-                .deps
-                .remote
-                .call(&call, complete_by.millis_since(now))
-                .await;
+            let result = self.deps.remote.call(&call, complete_by.millis_since(now)).await;
             let now = clock.now();
             self.report(&request.agent, now, &result);
             match result {
@@ -169,10 +139,7 @@ impl Agent {
                     return AgentOutcome::Replied(ReplyOutcome::Failed { reason });
                 }
                 Err(RemoteError::Transient(reason)) => {
-                    let delay = self
-                        .agent_settings
-                        .retry
-                        .delay_ms(failures, self.deps.random.jitter());
+                    let delay = self.agent_settings.retry.delay_ms(failures, self.deps.random.jitter());
                     failures += 1;
                     let retry_at = now.plus_ms(delay);
                     if retry_at >= complete_by {

@@ -48,11 +48,7 @@ impl DeadLetters {
             (REASON_ATTRIBUTE.to_owned(), truncate(reason, 1_000)),
             (SOURCE_ATTRIBUTE.to_owned(), self.source.0.clone()),
         ]);
-        let kept = Outgoing {
-            body: message.body.clone(),
-            delay_ms: 0,
-            attributes,
-        };
+        let kept = Outgoing { body: message.body.clone(), delay_ms: 0, attributes };
         match self.queues.send(&self.dead_letter_queue, kept).await {
             Ok(()) => {
                 self.metrics.record(Metric::MessageKept, 1);
@@ -82,11 +78,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `handle` on every message at once; a panic in one is that message's failure only.
-pub async fn run_batch<F, Fut>(
-    messages: Vec<Inbound>,
-    dead_letters: &DeadLetters,
-    handle: F,
-) -> BatchReport
+pub async fn run_batch<F, Fut>(messages: Vec<Inbound>, dead_letters: &DeadLetters, handle: F) -> BatchReport
 where
     F: Fn(Inbound) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
@@ -96,10 +88,7 @@ where
         async move {
             let result = match run.await {
                 Ok(result) => result,
-                Err(panic) => Err(HandlerError::Reject(format!(
-                    "handler panicked: {}",
-                    panic_text(&*panic)
-                ))),
+                Err(panic) => Err(HandlerError::Reject(format!("handler panicked: {}", panic_text(&*panic)))),
             };
             (message, result)
         }

@@ -10,12 +10,11 @@ pub mod supervisor;
 use std::sync::Arc;
 
 use crate::domain::{
-    AgentRequest, Decision, Effect, OrderId, OrderStatus, Policy, Refusal, StatusUpdate,
-    TaskRecord, Timestamp, Workflow, Workflows, idempotency_key,
+    AgentRequest, Decision, Effect, OrderId, OrderStatus, Policy, Refusal, StatusUpdate, TaskRecord,
+    Timestamp, Workflow, Workflows, idempotency_key,
 };
 use crate::ports::{
-    Alerts, Clock, Metric, Metrics, Outgoing, QueueError, QueueUrl, Queues, Random, StateStore,
-    StoreError,
+    Alerts, Clock, Metric, Metrics, Outgoing, QueueError, QueueUrl, Queues, Random, StateStore, StoreError,
 };
 
 pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
@@ -88,10 +87,7 @@ impl Settings {
 
 /// What a conditional transition came to.
 pub(crate) enum Transition {
-    Applied {
-        before: TaskRecord,
-        decision: Decision,
-    },
+    Applied { before: TaskRecord, decision: Decision },
     Refused(Refusal),
     NoSuchTask,
 }
@@ -119,17 +115,12 @@ pub(crate) async fn transition(
         };
         match deps.store.replace(&decision.next, task.revision).await? {
             crate::ports::Written::Applied => {
-                return Ok(Transition::Applied {
-                    before: task,
-                    decision,
-                });
+                return Ok(Transition::Applied { before: task, decision });
             }
             crate::ports::Written::RevisionMoved => continue,
         }
     }
-    Err(HandlerError::Retry(format!(
-        "task {order_id} kept changing under concurrent writers"
-    )))
+    Err(HandlerError::Retry(format!("task {order_id} kept changing under concurrent writers")))
 }
 
 /// Carries out a landed decision's effects. A failure here is retried by redelivery;
@@ -144,17 +135,9 @@ pub(crate) async fn perform(
     let mut first_error = None;
     for effect in &decision.effects {
         let result = match effect {
-            Effect::Dispatch { step, action } => {
-                dispatch(deps, settings, task, *step, *action).await
-            }
-            Effect::Schedule { delay_ms } => {
-                schedule(deps, settings, &task.order_id, *delay_ms).await
-            }
-            Effect::Status {
-                status,
-                step,
-                reason,
-            } => {
+            Effect::Dispatch { step, action } => dispatch(deps, settings, task, *step, *action).await,
+            Effect::Schedule { delay_ms } => schedule(deps, settings, &task.order_id, *delay_ms).await,
+            Effect::Status { status, step, reason } => {
                 send_status(
                     deps,
                     task.reply_to.as_deref(),
@@ -168,10 +151,7 @@ pub(crate) async fn perform(
             }
             Effect::Alert(alert) => {
                 tracing::error!(order_id = %alert.order_id, step = alert.step, reason = %alert.reason, "operator alert");
-                deps.alerts
-                    .raise(alert)
-                    .await
-                    .map_err(|e| HandlerError::Retry(e.to_string()))
+                deps.alerts.raise(alert).await.map_err(|e| HandlerError::Retry(e.to_string()))
             }
         };
         if let Err(e) = result {
@@ -222,24 +202,20 @@ async fn dispatch(
     action: crate::domain::Action,
 ) -> Result<(), HandlerError> {
     let workflow = settings.workflow(task)?;
-    let step_def = workflow.step(step).ok_or_else(|| {
-        HandlerError::Reject(format!("workflow {} has no step {step}", workflow.name))
-    })?;
-    let order = deps.store.order(&task.order_id).await?.ok_or_else(|| {
-        HandlerError::Reject(format!("task {} has no order record", task.order_id))
-    })?;
+    let step_def = workflow
+        .step(step)
+        .ok_or_else(|| HandlerError::Reject(format!("workflow {} has no step {step}", workflow.name)))?;
+    let order = deps
+        .store
+        .order(&task.order_id)
+        .await?
+        .ok_or_else(|| HandlerError::Reject(format!("task {} has no order record", task.order_id)))?;
     let (Some(lease), Some(complete_by)) = (task.locked_by, task.complete_by) else {
-        return Err(HandlerError::Reject(format!(
-            "task {} dispatched without a lease",
-            task.order_id
-        )));
+        return Err(HandlerError::Reject(format!("task {} dispatched without a lease", task.order_id)));
     };
     let step_name = match action {
         crate::domain::Action::Do => step_def.name.clone(),
-        crate::domain::Action::Undo => step_def
-            .compensation
-            .clone()
-            .unwrap_or_else(|| step_def.name.clone()),
+        crate::domain::Action::Undo => step_def.compensation.clone().unwrap_or_else(|| step_def.name.clone()),
     };
     let request = AgentRequest {
         order_id: task.order_id.clone(),
@@ -254,12 +230,7 @@ async fn dispatch(
         idempotency_key: idempotency_key(&task.order_id, step, action),
         order: order.order,
     };
-    deps.queues
-        .send(
-            &settings.topology.agent_queue,
-            Outgoing::new(request.to_body()),
-        )
-        .await?;
+    deps.queues.send(&settings.topology.agent_queue, Outgoing::new(request.to_body())).await?;
     Ok(())
 }
 
@@ -269,16 +240,8 @@ pub(crate) async fn schedule(
     order_id: &OrderId,
     delay_ms: u64,
 ) -> Result<(), HandlerError> {
-    let body = crate::domain::SchedulerMessage::Schedule {
-        order_id: order_id.clone(),
-    }
-    .to_body();
-    deps.queues
-        .send(
-            &settings.topology.scheduler_queue,
-            Outgoing::delayed(body, delay_ms),
-        )
-        .await?;
+    let body = crate::domain::SchedulerMessage::Schedule { order_id: order_id.clone() }.to_body();
+    deps.queues.send(&settings.topology.scheduler_queue, Outgoing::delayed(body, delay_ms)).await?;
     Ok(())
 }
 
@@ -294,23 +257,10 @@ pub(crate) async fn send_status(
     let Some(reply_to) = reply_to else {
         return Ok(());
     };
-    let update = StatusUpdate {
-        order_id: order_id.cloned(),
-        status,
-        step,
-        reason,
-        at,
-    };
+    let update = StatusUpdate { order_id: order_id.cloned(), status, step, reason, at };
     // Status is a courtesy to the sender; the state table is the truth. A reply_to that
     // is wrong or down must not hold up (or poison-loop) the order itself.
-    if let Err(e) = deps
-        .queues
-        .send(
-            &QueueUrl(reply_to.to_owned()),
-            Outgoing::new(update.to_body()),
-        )
-        .await
-    {
+    if let Err(e) = deps.queues.send(&QueueUrl(reply_to.to_owned()), Outgoing::new(update.to_body())).await {
         tracing::warn!(order_id = order_id.map(|o| o.as_str()), error = %e, "status update not delivered");
     }
     Ok(())

@@ -17,9 +17,7 @@ impl Scheduler {
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
-        match SchedulerMessage::parse(&message.body)
-            .map_err(|e| HandlerError::Reject(e.to_string()))?
-        {
+        match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
             SchedulerMessage::Schedule { order_id } => self.schedule(&order_id).await,
             SchedulerMessage::Reply(reply) => self.reply(&reply).await,
         }
@@ -45,9 +43,9 @@ impl Scheduler {
                 Ok(())
             }
             Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
-            Transition::NoSuchTask => Err(HandlerError::Reject(format!(
-                "schedule for unknown order {order_id}"
-            ))),
+            Transition::NoSuchTask => {
+                Err(HandlerError::Reject(format!("schedule for unknown order {order_id}")))
+            }
         }
     }
 
@@ -55,12 +53,9 @@ impl Scheduler {
         let span = tracing::info_span!("scheduler", order_id = %reply.order_id, step = reply.step, attempt = reply.attempt);
         let _guard = span.enter();
         let policy = self.settings.policy;
-        match transition(
-            &self.deps,
-            &self.settings,
-            &reply.order_id,
-            |task, wf, now| task.apply_reply(reply, now, wf, &policy),
-        )
+        match transition(&self.deps, &self.settings, &reply.order_id, |task, wf, now| {
+            task.apply_reply(reply, now, wf, &policy)
+        })
         .await?
         {
             Transition::Applied { before, decision } => {
@@ -75,10 +70,9 @@ impl Scheduler {
                 Ok(())
             }
             Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
-            Transition::NoSuchTask => Err(HandlerError::Reject(format!(
-                "reply for unknown order {}",
-                reply.order_id
-            ))),
+            Transition::NoSuchTask => {
+                Err(HandlerError::Reject(format!("reply for unknown order {}", reply.order_id)))
+            }
         }
     }
 }

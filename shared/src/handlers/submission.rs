@@ -20,19 +20,14 @@ impl Submission {
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
         let now = self.deps.clock.now();
-        let (order, reply_to) = match OrderRequest::parse(&message.body)
-            .and_then(|r| r.validate(&self.settings.workflows))
-        {
-            Ok(valid) => valid,
-            Err(e) => return self.reject(&message.body, e).await,
-        };
-        let span =
-            tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
+        let (order, reply_to) =
+            match OrderRequest::parse(&message.body).and_then(|r| r.validate(&self.settings.workflows)) {
+                Ok(valid) => valid,
+                Err(e) => return self.reject(&message.body, e).await,
+            };
+        let span = tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
         let _guard = span.enter();
-        let record = OrderRecord {
-            order: order.clone(),
-            received_at: now,
-        };
+        let record = OrderRecord { order: order.clone(), received_at: now };
         let task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
         match self.deps.store.insert(&record, &task).await? {
             Inserted::New => {
@@ -62,12 +57,8 @@ impl Submission {
                 Ok(())
             }
             Inserted::Exists(_) => {
-                let reason = format!(
-                    "order {} already exists with a different payload",
-                    order.order_id
-                );
-                self.reject(&message.body, MessageError::Invalid(reason))
-                    .await
+                let reason = format!("order {} already exists with a different payload", order.order_id);
+                self.reject(&message.body, MessageError::Invalid(reason)).await
             }
         }
     }

@@ -30,12 +30,7 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(deps: Deps, settings: Settings) -> Supervisor {
-        Supervisor {
-            deps,
-            settings,
-            page_size: 100,
-            max_pages: 50,
-        }
+        Supervisor { deps, settings, page_size: 100, max_pages: 50 }
     }
 
     pub async fn sweep(&self) -> Result<SweepReport, HandlerError> {
@@ -45,8 +40,7 @@ impl Supervisor {
             let due = self.deps.store.due(now, self.page_size).await?;
             report.examined += due.len();
             let outcomes =
-                futures::future::join_all(due.iter().map(|task| self.recover(&task.order_id)))
-                    .await;
+                futures::future::join_all(due.iter().map(|task| self.recover(&task.order_id))).await;
             for outcome in outcomes {
                 match outcome {
                     Ok(Some(Trigger::Retry)) => report.retried += 1,
@@ -69,10 +63,7 @@ impl Supervisor {
         Ok(report)
     }
 
-    async fn recover(
-        &self,
-        order_id: &crate::domain::OrderId,
-    ) -> Result<Option<Trigger>, HandlerError> {
+    async fn recover(&self, order_id: &crate::domain::OrderId) -> Result<Option<Trigger>, HandlerError> {
         let policy = self.settings.policy;
         let jitter = self.deps.random.jitter();
         // Decided on a fresh read: the index entry may be stale.

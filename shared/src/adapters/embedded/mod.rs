@@ -32,10 +32,7 @@ impl RecordingAlerts {
 #[async_trait]
 impl Alerts for RecordingAlerts {
     async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(alert.clone());
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(alert.clone());
         Ok(())
     }
 }

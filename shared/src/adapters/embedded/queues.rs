@@ -85,11 +85,7 @@ impl EmbeddedQueues {
     }
 
     pub fn create(&self, name: &str, settings: QueueSettings) {
-        self.state()
-            .queues
-            .entry(name.to_owned())
-            .or_default()
-            .settings = settings;
+        self.state().queues.entry(name.to_owned()).or_default().settings = settings;
     }
 
     /// Fault injection: the next `n` sends to `queue` fail as if SQS were unreachable.
@@ -105,16 +101,9 @@ impl EmbeddedQueues {
         let now = self.clock.now();
         let mut guard = self.state();
         let state = &mut *guard;
-        let q = state
-            .queues
-            .get_mut(queue)
-            .ok_or_else(|| QueueError::NoSuchQueue(queue.to_owned()))?;
-        let lapsed: Vec<String> = q
-            .in_flight
-            .iter()
-            .filter(|(_, (_, until))| *until <= now)
-            .map(|(r, _)| r.clone())
-            .collect();
+        let q = state.queues.get_mut(queue).ok_or_else(|| QueueError::NoSuchQueue(queue.to_owned()))?;
+        let lapsed: Vec<String> =
+            q.in_flight.iter().filter(|(_, (_, until))| *until <= now).map(|(r, _)| r.clone()).collect();
         for receipt in lapsed {
             let (message, until) = q.in_flight.remove(&receipt).expect("listed above");
             state.seq += 1;
@@ -140,25 +129,15 @@ impl EmbeddedQueues {
             message.receive_count += 1;
             state.seq += 1;
             let receipt = format!("{queue}#{}", state.seq);
-            q.in_flight.insert(
-                receipt.clone(),
-                (
-                    message.clone(),
-                    now.plus_ms(q.settings.visibility_timeout_ms),
-                ),
-            );
+            q.in_flight
+                .insert(receipt.clone(), (message.clone(), now.plus_ms(q.settings.visibility_timeout_ms)));
             out.push(Received { message, receipt });
         }
         if let Some(dlq) = q.settings.dead_letter.clone() {
             for message in to_dead_letter {
                 state.seq += 1;
                 let key = (now, state.seq);
-                state
-                    .queues
-                    .entry(dlq.clone())
-                    .or_default()
-                    .waiting
-                    .insert(key, message);
+                state.queues.entry(dlq.clone()).or_default().waiting.insert(key, message);
             }
         }
         Ok(out)
@@ -173,10 +152,7 @@ impl EmbeddedQueues {
 
     /// Messages waiting (visible or delayed) plus in flight.
     pub fn depth(&self, queue: &str) -> usize {
-        self.state()
-            .queues
-            .get(queue)
-            .map_or(0, |q| q.waiting.len() + q.in_flight.len())
+        self.state().queues.get(queue).map_or(0, |q| q.waiting.len() + q.in_flight.len())
     }
 
     /// Every message in `queue`, removed: for reading status and dead-letter queues.
@@ -192,29 +168,19 @@ impl EmbeddedQueues {
 
     /// Wakes when something is sent (or after `max_wait_ms`), for pollers in real time.
     pub async fn wait_for_send(&self, max_wait_ms: u64) {
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_millis(max_wait_ms),
-            self.sent.notified(),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_millis(max_wait_ms), self.sent.notified()).await;
     }
 }
 
 #[async_trait]
 impl Queues for EmbeddedQueues {
-    async fn send_batch(
-        &self,
-        queue: &QueueUrl,
-        messages: Vec<Outgoing>,
-    ) -> Result<(), QueueError> {
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
         let now = self.clock.now();
         {
             let mut guard = self.state();
             let state = &mut *guard;
-            let q = state
-                .queues
-                .get_mut(&queue.0)
-                .ok_or_else(|| QueueError::NoSuchQueue(queue.0.clone()))?;
+            let q = state.queues.get_mut(&queue.0).ok_or_else(|| QueueError::NoSuchQueue(queue.0.clone()))?;
             if q.fail_sends > 0 {
                 q.fail_sends -= 1;
                 return Err(QueueError::Unavailable {
@@ -270,19 +236,14 @@ mod tests {
     #[tokio::test]
     async fn redelivers_after_visibility_then_dead_letters() {
         let (clock, q) = setup();
-        q.send(&QueueUrl("work".into()), Outgoing::new("a".into()))
-            .await
-            .unwrap();
+        q.send(&QueueUrl("work".into()), Outgoing::new("a".into())).await.unwrap();
         assert_eq!(q.receive("work", 10).unwrap().len(), 1);
         assert!(q.receive("work", 10).unwrap().is_empty(), "invisible");
         clock.advance(100);
         let again = q.receive("work", 10).unwrap();
         assert_eq!(again[0].message.receive_count, 2);
         clock.advance(100);
-        assert!(
-            q.receive("work", 10).unwrap().is_empty(),
-            "third receive goes to the DLQ"
-        );
+        assert!(q.receive("work", 10).unwrap().is_empty(), "third receive goes to the DLQ");
         assert_eq!(q.drain("dlq").len(), 1);
         assert_eq!(q.depth("work"), 0);
     }
@@ -290,12 +251,7 @@ mod tests {
     #[tokio::test]
     async fn delete_and_delay() {
         let (clock, q) = setup();
-        q.send(
-            &QueueUrl("work".into()),
-            Outgoing::delayed("later".into(), 50),
-        )
-        .await
-        .unwrap();
+        q.send(&QueueUrl("work".into()), Outgoing::delayed("later".into(), 50)).await.unwrap();
         assert!(q.receive("work", 10).unwrap().is_empty());
         clock.advance(50);
         let r = q.receive("work", 10).unwrap();
@@ -308,21 +264,9 @@ mod tests {
     async fn duplicates_when_asked() {
         let clock = Arc::new(ManualClock::at(0));
         let q = EmbeddedQueues::new(clock, 1);
-        q.create(
-            "d",
-            QueueSettings {
-                duplicate_rate: 1.0,
-                ..QueueSettings::default()
-            },
-        );
-        q.send(&QueueUrl("d".into()), Outgoing::new("x".into()))
-            .await
-            .unwrap();
+        q.create("d", QueueSettings { duplicate_rate: 1.0, ..QueueSettings::default() });
+        q.send(&QueueUrl("d".into()), Outgoing::new("x".into())).await.unwrap();
         assert_eq!(q.receive("d", 10).unwrap().len(), 2);
-        assert!(
-            q.send(&QueueUrl("nope".into()), Outgoing::new("x".into()))
-                .await
-                .is_err()
-        );
+        assert!(q.send(&QueueUrl("nope".into()), Outgoing::new("x".into())).await.is_err());
     }
 }

@@ -55,12 +55,7 @@ impl EmbeddedStore {
     }
     /// One task's writes, in order.
     pub fn history(&self, id: &OrderId) -> Vec<TaskRecord> {
-        self.tables()
-            .log
-            .iter()
-            .filter(|w| &w.after.order_id == id)
-            .map(|w| w.after.clone())
-            .collect()
+        self.tables().log.iter().filter(|w| &w.after.order_id == id).map(|w| w.after.clone()).collect()
     }
     pub fn tasks(&self) -> Vec<TaskRecord> {
         let mut all: Vec<_> = self.tables().tasks.values().cloned().collect();
@@ -91,10 +86,7 @@ impl StateStore for EmbeddedStore {
         t.orders.insert(order.order.order_id.clone(), order.clone());
         t.tasks.insert(task.order_id.clone(), task.clone());
         Self::index(&mut t, None, task);
-        t.log.push(WriteRecord {
-            before: None,
-            after: task.clone(),
-        });
+        t.log.push(WriteRecord { before: None, after: task.clone() });
         Ok(Inserted::New)
     }
 
@@ -110,11 +102,7 @@ impl StateStore for EmbeddedStore {
         Ok(t.tasks.get(id).cloned())
     }
 
-    async fn replace(
-        &self,
-        next: &TaskRecord,
-        expected_revision: u64,
-    ) -> Result<Written, StoreError> {
+    async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
         let mut t = self.tables();
         Self::check_available(&mut t)?;
         let before = match t.tasks.get(&next.order_id) {
@@ -123,27 +111,16 @@ impl StateStore for EmbeddedStore {
         };
         t.tasks.insert(next.order_id.clone(), next.clone());
         Self::index(&mut t, Some(&before), next);
-        t.log.push(WriteRecord {
-            before: Some(before),
-            after: next.clone(),
-        });
+        t.log.push(WriteRecord { before: Some(before), after: next.clone() });
         Ok(Written::Applied)
     }
 
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
         let mut t = self.tables();
         Self::check_available(&mut t)?;
-        let ids: Vec<OrderId> = t
-            .due
-            .iter()
-            .take_while(|(d, _)| *d <= now)
-            .take(limit)
-            .map(|(_, id)| id.clone())
-            .collect();
+        let ids: Vec<OrderId> =
+            t.due.iter().take_while(|(d, _)| *d <= now).take(limit).map(|(_, id)| id.clone()).collect();
         t.due_items_read += ids.len() as u64;
-        Ok(ids
-            .iter()
-            .filter_map(|id| t.tasks.get(id).cloned())
-            .collect())
+        Ok(ids.iter().filter_map(|id| t.tasks.get(id).cloned()).collect())
     }
 }
