@@ -202,3 +202,23 @@ pub trait Metrics: Send + Sync {
     /// Writes out what was recorded (one EMF line per invocation in Lambda).
     fn flush(&self) {}
 }
+
+/// One received message and the handle that deletes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub message_id: String,
+    pub body: String,
+    pub attributes: BTreeMap<String, String>,
+    /// 1 on first delivery.
+    pub receive_count: u32,
+    pub receipt: String,
+}
+
+/// The consuming side of a queue: what Lambda's SQS event source mapping does for the
+/// functions, and what `sasctl dev` and the conformance tests do themselves.
+#[async_trait]
+pub trait QueueConsumer: Send + Sync {
+    /// Up to `max` messages (at most 10), waiting up to `wait_ms` for the first.
+    async fn receive(&self, queue: &QueueUrl, max: usize, wait_ms: u64) -> Result<Vec<Delivery>, QueueError>;
+    async fn delete(&self, queue: &QueueUrl, receipt: &str) -> Result<(), QueueError>;
+}

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use crate::domain::Timestamp;
-use crate::ports::{Clock, Outgoing, QueueError, QueueUrl, Queues};
+use crate::ports::{Clock, Delivery, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues};
 
 /// One queue's behaviour, as an SQS queue's attributes and redrive policy set it.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,6 +208,31 @@ impl Queues for EmbeddedQueues {
             }
         }
         self.sent.notify_waiters();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl QueueConsumer for EmbeddedQueues {
+    async fn receive(&self, queue: &QueueUrl, max: usize, wait_ms: u64) -> Result<Vec<Delivery>, QueueError> {
+        let mut got = EmbeddedQueues::receive(self, &queue.0, max)?;
+        if got.is_empty() && wait_ms > 0 {
+            self.wait_for_send(wait_ms).await;
+            got = EmbeddedQueues::receive(self, &queue.0, max)?;
+        }
+        Ok(got
+            .into_iter()
+            .map(|r| Delivery {
+                message_id: r.message.message_id,
+                body: r.message.body,
+                attributes: r.message.attributes,
+                receive_count: r.message.receive_count,
+                receipt: r.receipt,
+            })
+            .collect())
+    }
+    async fn delete(&self, queue: &QueueUrl, receipt: &str) -> Result<(), QueueError> {
+        EmbeddedQueues::delete(self, &queue.0, receipt);
         Ok(())
     }
 }
