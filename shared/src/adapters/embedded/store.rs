@@ -62,6 +62,14 @@ impl EmbeddedStore {
         all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
         all
     }
+    /// Tasks per state, without copying records (cheap enough to poll for progress).
+    pub fn state_counts(&self) -> std::collections::BTreeMap<crate::domain::ProcessState, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for task in self.tables().tasks.values() {
+            *counts.entry(task.state).or_default() += 1;
+        }
+        counts
+    }
     pub fn due_items_read(&self) -> u64 {
         self.tables().due_items_read
     }

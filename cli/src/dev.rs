@@ -1,0 +1,449 @@
+//! `sasctl dev`: the whole pipeline in one process on the embedded backend. Each
+//! function's handler is pumped from its queue the way Lambda's SQS event source
+//! mapping does it (batches, partial batch failures, redelivery after the visibility
+//! timeout), the supervisor fires on a schedule, and the agents call a simulated remote
+//! service over loopback HTTP.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sas::adapters::embedded::{
+    CountingMetrics, EmbeddedQueues, EmbeddedStore, MetricsSnapshot, QueueSettings, RecordingAlerts,
+    StoredMessage,
+};
+use sas::adapters::http_remote::HttpRemote;
+use sas::adapters::system::{FastRandom, SystemClock};
+use sas::domain::breaker::BreakerPolicy;
+use sas::domain::retry::Backoff;
+use sas::domain::{OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
+use sas::handlers::{
+    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, Settings, Submission, Supervisor,
+    Topology, run_batch,
+};
+use sas::ports::{Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues};
+
+use crate::remote_sim::{Faults, Ledger, SimRemote};
+
+pub const ORDERS: &str = "orders";
+pub const ORDERS_DLQ: &str = "orders-dlq";
+pub const SCHEDULER: &str = "scheduler";
+pub const SCHEDULER_DLQ: &str = "scheduler-dlq";
+pub const AGENT: &str = "agent";
+pub const AGENT_DLQ: &str = "agent-dlq";
+pub const STATUS: &str = "status";
+
+#[derive(Debug, Clone)]
+pub struct DevOptions {
+    pub orders: usize,
+    pub workflow: String,
+    pub faults: Faults,
+    /// Share of orders submitted a second time, byte for byte.
+    pub duplicate_rate: f64,
+    /// Bad messages sent alongside the orders (malformed, invalid, conflicting).
+    pub malformed: usize,
+    /// Probability the internal queues deliver a message twice (SQS at-least-once).
+    pub queue_duplicate_rate: f64,
+    pub step_timeout_ms: u64,
+    pub supervisor_period_ms: u64,
+    pub failure_threshold: u32,
+    /// Concurrent batches per function, like Lambda's concurrency.
+    pub concurrency: usize,
+    pub batch_size: usize,
+    pub seed: u64,
+    /// Give up waiting for every order to end after this long.
+    pub max_runtime: Duration,
+}
+
+impl Default for DevOptions {
+    fn default() -> Self {
+        DevOptions {
+            orders: 1_000,
+            workflow: "single-step".into(),
+            faults: Faults { failure_rate: 0.1, permanent_rate: 0.01, hang_rate: 0.02, latency_ms: 2 },
+            duplicate_rate: 0.05,
+            malformed: 10,
+            queue_duplicate_rate: 0.01,
+            step_timeout_ms: 1_000,
+            supervisor_period_ms: 250,
+            failure_threshold: 5,
+            concurrency: 64,
+            batch_size: 10,
+            seed: 1,
+            max_runtime: Duration::from_secs(300),
+        }
+    }
+}
+
+impl DevOptions {
+    pub fn policy(&self) -> Policy {
+        Policy {
+            step_timeout_ms: self.step_timeout_ms,
+            reply_grace_ms: self.step_timeout_ms / 2,
+            pending_timeout_ms: self.step_timeout_ms * 2,
+            failure_threshold: self.failure_threshold,
+            retry_backoff: Backoff { base_ms: self.step_timeout_ms / 5, cap_ms: self.step_timeout_ms * 2 },
+        }
+    }
+}
+
+/// What was sent, so the run can be checked against it.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// Valid orders, by id, with their body.
+    pub orders: Vec<(String, String)>,
+    pub duplicates: usize,
+    /// Bad bodies and the reason we expect them to be rejected for.
+    pub bad: Vec<(String, &'static str)>,
+}
+
+/// Everything a finished run leaves behind.
+pub struct DevOutcome {
+    pub options: DevOptions,
+    pub sent: Sent,
+    pub tasks: Vec<TaskRecord>,
+    pub writes: Vec<sas::adapters::embedded::WriteRecord>,
+    pub kept: Vec<StoredMessage>,
+    pub internal_dead_letters: Vec<StoredMessage>,
+    pub statuses: Vec<StoredMessage>,
+    pub alerts: Vec<OperatorAlert>,
+    pub metrics: MetricsSnapshot,
+    pub ledger: Ledger,
+    pub supervisor_runs: u64,
+    pub elapsed: Duration,
+    pub timed_out: bool,
+    pub workflows: Workflows,
+}
+
+/// Progress as the run goes: tasks per state and how many are expected.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub expected: usize,
+    pub accepted: usize,
+    pub terminal: usize,
+    pub by_state: std::collections::BTreeMap<ProcessState, usize>,
+}
+
+fn queue_settings(
+    visibility_timeout_ms: u64,
+    dead_letter: Option<&str>,
+    duplicate_rate: f64,
+) -> QueueSettings {
+    QueueSettings {
+        visibility_timeout_ms,
+        max_receives: 5,
+        dead_letter: dead_letter.map(str::to_owned),
+        duplicate_rate,
+    }
+}
+
+/// Bad inputs a real sender produces, each with the words its rejection must contain.
+fn bad_bodies(valid: &[(String, String)]) -> Vec<(String, &'static str)> {
+    let conflicting = valid.first().map(|(id, _)| {
+        format!(r#"{{"order_id":"{id}","customer_id":"someone-else","items":[{{"sku":"X","quantity":9}}],"reply_to":"{STATUS}"}}"#)
+    });
+    let mut kinds: Vec<(String, &'static str)> = vec![
+        ("{not json".into(), "not a valid message"),
+        ("".into(), "not a valid message"),
+        (r#"{"order_id":"bad-1"}"#.into(), "missing field"),
+        (
+            r#"{"order_id":"bad-2","customer_id":"c","items":[{"sku":"A","quantity":1}],"colour":"red"}"#
+                .into(),
+            "unknown field",
+        ),
+        (
+            r#"{"order_id":"bad-3","customer_id":"c","items":[{"sku":"A","quantity":-2}]}"#.into(),
+            "invalid value",
+        ),
+        (
+            r#"{"order_id":"bad-4","customer_id":"c","items":[{"sku":"A","quantity":0}]}"#.into(),
+            "quantity is 0",
+        ),
+        (r#"{"order_id":"bad/5","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#.into(), "only ASCII"),
+        (r#"{"order_id":"bad-6","customer_id":"c","items":[]}"#.into(), "items is empty"),
+        (
+            r#"{"order_id":"bad-7","customer_id":"c","items":[{"sku":"A","quantity":1}],"workflow":"nope"}"#
+                .into(),
+            "unknown workflow",
+        ),
+        (
+            format!(r#"{{"order_id":"bad-8","customer_id":"{}","items":[]}}"#, "x".repeat(300 * 1024)),
+            "bytes; at most",
+        ),
+        (r#"[1,2,3]"#.into(), "not a valid message"),
+        (r#"{"order_id":12,"customer_id":"c","items":[{"sku":"A","quantity":1}]}"#.into(), "invalid type"),
+    ];
+    if let Some(c) = conflicting {
+        kinds.insert(0, (c, "different payload"));
+    }
+    kinds
+}
+
+fn order_body(id: &str, workflow: &str, rng: &mut fastrand::Rng) -> String {
+    let items: Vec<String> = (0..rng.usize(1..4))
+        .map(|i| format!(r#"{{"sku":"sku-{}-{i}","quantity":{}}}"#, rng.u32(1..1000), rng.u32(1..5)))
+        .collect();
+    format!(
+        r#"{{"order_id":"{id}","customer_id":"cust-{}","items":[{}],"workflow":"{workflow}","reply_to":"{STATUS}"}}"#,
+        rng.u32(1..100),
+        items.join(",")
+    )
+}
+
+/// Pumps one function's queue until `stop`, as Lambda's SQS event source mapping does:
+/// each received batch is its own invocation, up to `concurrency` at once; what a batch
+/// reports as failed is left for redelivery after the visibility timeout.
+pub async fn pump<F, Fut>(
+    consumer: Arc<dyn QueueConsumer>,
+    queue: &'static str,
+    batch_size: usize,
+    concurrency: usize,
+    dead_letters: DeadLetters,
+    stop: Arc<AtomicBool>,
+    handle: F,
+) where
+    F: Fn(Inbound) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), sas::handlers::HandlerError>> + Send + 'static,
+{
+    let url = QueueUrl(queue.to_owned());
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let batch: Vec<Delivery> = match consumer.receive(&url, batch_size, 20).await {
+            Ok(b) if !b.is_empty() => b,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::error!(queue, error = %e, "receive failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (consumer, url, dead_letters, handle) =
+            (consumer.clone(), url.clone(), dead_letters.clone(), handle.clone());
+        tokio::spawn(async move {
+            // Receipts stand in for message ids so two deliveries of one message stay distinct.
+            let inbound: Vec<Inbound> = batch
+                .iter()
+                .map(|d| Inbound {
+                    message_id: d.receipt.clone(),
+                    body: d.body.clone(),
+                    receive_count: d.receive_count,
+                })
+                .collect();
+            let report = run_batch(inbound, &dead_letters, handle).await;
+            for d in &batch {
+                if !report.failures.contains(&d.receipt) {
+                    let _ = consumer.delete(&url, &d.receipt).await;
+                }
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Runs the pipeline until every accepted order is terminal (or `max_runtime` passes).
+pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result<DevOutcome, std::io::Error> {
+    let started = Instant::now();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store = Arc::new(EmbeddedStore::new());
+    let queues = Arc::new(EmbeddedQueues::new(clock.clone(), options.seed));
+    let step_vis = options.step_timeout_ms * 6;
+    let dup = options.queue_duplicate_rate;
+    for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS] {
+        queues.create(dlq, QueueSettings::default());
+    }
+    queues.create(ORDERS, queue_settings(5_000, Some(ORDERS_DLQ), dup));
+    queues.create(SCHEDULER, queue_settings(5_000, Some(SCHEDULER_DLQ), dup));
+    queues.create(AGENT, queue_settings(step_vis, Some(AGENT_DLQ), dup));
+
+    let alerts = Arc::new(RecordingAlerts::default());
+    let metrics = Arc::new(CountingMetrics::default());
+    let random = Arc::new(FastRandom::seeded(options.seed));
+    let remote = SimRemote::start(options.faults, options.seed).await?;
+    let http = HttpRemote::new(remote.base_url()).map_err(std::io::Error::other)?;
+
+    let deps = Deps {
+        store: store.clone(),
+        queues: queues.clone(),
+        alerts: alerts.clone(),
+        clock: clock.clone(),
+        random: random.clone(),
+        metrics: metrics.clone(),
+    };
+    let workflows = Workflows::builtin();
+    let settings = Settings {
+        policy: options.policy(),
+        workflows: workflows.clone(),
+        topology: Topology {
+            scheduler_queue: QueueUrl(SCHEDULER.into()),
+            agent_queue: QueueUrl(AGENT.into()),
+        },
+    };
+    let submission = Submission::new(deps.clone(), settings.clone());
+    let scheduler = Scheduler::new(deps.clone(), settings.clone());
+    let agent = Agent::new(
+        AgentDeps {
+            queues: queues.clone(),
+            clock: clock.clone(),
+            random: random.clone(),
+            metrics: metrics.clone(),
+            remote: Arc::new(http),
+            scheduler_queue: QueueUrl(SCHEDULER.into()),
+        },
+        AgentSettings {
+            retry: Backoff { base_ms: 10, cap_ms: options.step_timeout_ms / 4 },
+            breaker: BreakerPolicy { failure_threshold: 20, open_ms: options.step_timeout_ms / 10 },
+        },
+    );
+    let supervisor = Supervisor::new(deps.clone(), settings.clone());
+
+    let dead_letters = |source: &str, dlq: &str| DeadLetters {
+        queues: queues.clone(),
+        source: QueueUrl(source.into()),
+        dead_letter_queue: QueueUrl(dlq.into()),
+        metrics: metrics.clone(),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    let c = options.concurrency;
+    let consumer = || queues.clone() as Arc<dyn QueueConsumer>;
+    let s = submission.clone();
+    workers.push(tokio::spawn(pump(
+        consumer(),
+        ORDERS,
+        options.batch_size,
+        c,
+        dead_letters(ORDERS, ORDERS_DLQ),
+        stop.clone(),
+        move |m| {
+            let s = s.clone();
+            async move { s.handle(m).await }
+        },
+    )));
+    let s = scheduler.clone();
+    workers.push(tokio::spawn(pump(
+        consumer(),
+        SCHEDULER,
+        options.batch_size,
+        c,
+        dead_letters(SCHEDULER, SCHEDULER_DLQ),
+        stop.clone(),
+        move |m| {
+            let s = s.clone();
+            async move { s.handle(m).await }
+        },
+    )));
+    let a = agent.clone();
+    workers.push(tokio::spawn(pump(
+        consumer(),
+        AGENT,
+        options.batch_size,
+        c,
+        dead_letters(AGENT, AGENT_DLQ),
+        stop.clone(),
+        move |m| {
+            let a = a.clone();
+            async move { a.handle(m).await }
+        },
+    )));
+    let supervisor_runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let (stop, runs, period) = (stop.clone(), supervisor_runs.clone(), options.supervisor_period_ms);
+        workers.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(period));
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                if let Err(e) = supervisor.sweep().await {
+                    tracing::error!(error = %e, "supervisor run failed");
+                }
+                runs.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+
+    let sent = send_orders(&options, queues.as_ref()).await.map_err(std::io::Error::other)?;
+    let expected = sent.orders.len();
+    let mut timed_out = false;
+    // Bad messages go once every valid order is in, so a conflicting payload always
+    // meets its original (a conflicting one first would be accepted in its place).
+    let mut bad_sent = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let by_state = store.state_counts();
+        let accepted: usize = by_state.values().sum();
+        let terminal: usize = by_state.iter().filter(|(s, _)| s.is_terminal()).map(|(_, n)| n).sum();
+        on_progress(&Progress { expected, accepted, terminal, by_state });
+        if !bad_sent && accepted >= expected {
+            send_bodies(&queues, sent.bad.iter().map(|(b, _)| b.clone()).collect())
+                .await
+                .map_err(std::io::Error::other)?;
+            bad_sent = true;
+            continue;
+        }
+        if bad_sent && queues.depth(ORDERS) == 0 && terminal == accepted {
+            break;
+        }
+        if started.elapsed() > options.max_runtime {
+            timed_out = true;
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.abort();
+        let _ = w.await;
+    }
+    remote.stop();
+
+    let mut internal_dead_letters = queues.drain(SCHEDULER_DLQ);
+    internal_dead_letters.extend(queues.drain(AGENT_DLQ));
+    Ok(DevOutcome {
+        sent,
+        tasks: store.tasks(),
+        writes: store.writes(),
+        kept: queues.drain(ORDERS_DLQ),
+        internal_dead_letters,
+        statuses: queues.drain(STATUS),
+        alerts: alerts.all(),
+        metrics: metrics.snapshot(),
+        ledger: remote.ledger(),
+        supervisor_runs: supervisor_runs.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        timed_out,
+        workflows,
+        options,
+    })
+}
+
+async fn send_orders(options: &DevOptions, queues: &EmbeddedQueues) -> Result<Sent, sas::ports::QueueError> {
+    let mut rng = fastrand::Rng::with_seed(options.seed ^ 0x5eed);
+    let orders: Vec<(String, String)> = (0..options.orders)
+        .map(|i| {
+            let id = format!("order-{i:07}");
+            let body = order_body(&id, &options.workflow, &mut rng);
+            (id, body)
+        })
+        .collect();
+    let mut bodies: Vec<String> = orders.iter().map(|(_, b)| b.clone()).collect();
+    let mut duplicates = 0;
+    for (_, body) in &orders {
+        if rng.f64() < options.duplicate_rate {
+            bodies.push(body.clone());
+            duplicates += 1;
+        }
+    }
+    let kinds = bad_bodies(&orders);
+    let bad: Vec<(String, &'static str)> =
+        (0..options.malformed).map(|i| kinds[i % kinds.len()].clone()).collect();
+    rng.shuffle(&mut bodies);
+    send_bodies(queues, bodies).await?;
+    Ok(Sent { orders, duplicates, bad })
+}
+
+async fn send_bodies(queues: &EmbeddedQueues, bodies: Vec<String>) -> Result<(), sas::ports::QueueError> {
+    let url = QueueUrl(ORDERS.into());
+    for chunk in bodies.chunks(10) {
+        queues.send_batch(&url, chunk.iter().cloned().map(Outgoing::new).collect()).await?;
+    }
+    Ok(())
+}

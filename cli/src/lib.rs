@@ -1,0 +1,6 @@
+//! `sasctl`: the local `dev` run of the whole pipeline, its invariant checker and report.
+
+pub mod dev;
+pub mod invariants;
+pub mod remote_sim;
+pub mod report;

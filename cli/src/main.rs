@@ -1,0 +1,162 @@
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use sasctl::dev::{self, DevOptions};
+use sasctl::remote_sim::Faults;
+use sasctl::report::Report;
+
+#[derive(Parser)]
+#[command(
+    name = "sasctl",
+    version,
+    about = "Scheduler Agent Supervisor on AWS Lambda: local runs and operations"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the whole pipeline in-process on the embedded backend against a simulated
+    /// remote service with injected faults; exit non-zero if any invariant is violated.
+    Dev(DevArgs),
+}
+
+#[derive(Args)]
+struct DevArgs {
+    /// Orders to send.
+    #[arg(long, default_value_t = 1_000)]
+    orders: usize,
+    /// Workflow every order runs: single-step or three-step.
+    #[arg(long, default_value = "single-step")]
+    workflow: String,
+    /// Probability a remote call fails transiently (503).
+    #[arg(long, default_value_t = 0.1)]
+    failure_rate: f64,
+    /// Probability a remote call is refused for good (422).
+    #[arg(long, default_value_t = 0.01)]
+    permanent_rate: f64,
+    /// Probability a remote call never answers.
+    #[arg(long, default_value_t = 0.02)]
+    hang_rate: f64,
+    /// Remote service time per answered call, in ms.
+    #[arg(long, default_value_t = 2)]
+    latency_ms: u64,
+    /// Share of orders sent twice.
+    #[arg(long, default_value_t = 0.05)]
+    duplicate_rate: f64,
+    /// Bad messages to send (malformed, invalid, conflicting).
+    #[arg(long, default_value_t = 12)]
+    malformed: usize,
+    /// Probability an internal queue delivers a message twice.
+    #[arg(long, default_value_t = 0.01)]
+    queue_duplicate_rate: f64,
+    /// A claim's complete-by is this far after the claim, in ms.
+    #[arg(long, default_value_t = 1_000)]
+    step_timeout_ms: u64,
+    /// How often the supervisor runs, in ms.
+    #[arg(long, default_value_t = 250)]
+    supervisor_period_ms: u64,
+    /// Failures before a task is given up on.
+    #[arg(long, default_value_t = 5)]
+    failure_threshold: u32,
+    /// Concurrent batches (invocations) per function.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop waiting after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    max_seconds: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn check_rate(name: &str, v: f64) -> Result<(), String> {
+    if (0.0..=1.0).contains(&v) { Ok(()) } else { Err(format!("--{name} must be between 0 and 1, got {v}")) }
+}
+
+async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
+    for (name, v) in [
+        ("failure-rate", args.failure_rate),
+        ("permanent-rate", args.permanent_rate),
+        ("hang-rate", args.hang_rate),
+        ("duplicate-rate", args.duplicate_rate),
+        ("queue-duplicate-rate", args.queue_duplicate_rate),
+    ] {
+        check_rate(name, v)?;
+    }
+    if args.failure_rate + args.permanent_rate + args.hang_rate >= 1.0 {
+        return Err("--failure-rate + --permanent-rate + --hang-rate must stay below 1".into());
+    }
+    if sas::domain::Workflows::builtin().get(&args.workflow).is_none() {
+        return Err(format!("unknown workflow {:?}: use single-step or three-step", args.workflow));
+    }
+    if args.step_timeout_ms < 50 || args.concurrency == 0 || args.failure_threshold == 0 {
+        return Err("--step-timeout-ms must be >= 50, --concurrency and --failure-threshold >= 1".into());
+    }
+    let options = DevOptions {
+        orders: args.orders,
+        workflow: args.workflow,
+        faults: Faults {
+            failure_rate: args.failure_rate,
+            permanent_rate: args.permanent_rate,
+            hang_rate: args.hang_rate,
+            latency_ms: args.latency_ms,
+        },
+        duplicate_rate: args.duplicate_rate,
+        malformed: args.malformed,
+        queue_duplicate_rate: args.queue_duplicate_rate,
+        step_timeout_ms: args.step_timeout_ms,
+        supervisor_period_ms: args.supervisor_period_ms,
+        failure_threshold: args.failure_threshold,
+        concurrency: args.concurrency,
+        batch_size: 10,
+        seed: args.seed,
+        max_runtime: Duration::from_secs(args.max_seconds),
+    };
+    let bar = ProgressBar::new(options.orders as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} terminal  {msg}")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    let outcome = dev::run(options, |p| {
+        bar.set_position(p.terminal as u64);
+        let states: Vec<String> = p.by_state.iter().map(|(s, n)| format!("{} {n}", s.as_str())).collect();
+        bar.set_message(states.join(" "));
+    })
+    .await
+    .map_err(|e| format!("dev run failed to start: {e}"))?;
+    bar.finish_and_clear();
+    let violations = sasctl::invariants::check(&outcome);
+    let report = Report::new(&outcome, &violations);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        println!("{}", report.render());
+    }
+    Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SAS_LOG").unwrap_or_else(|_| "off".into()),
+        )
+        .with_writer(std::io::stderr)
+        .json()
+        .init();
+    let result = match Cli::parse().command {
+        Command::Dev(args) => run_dev(args).await,
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("sasctl: {e}");
+        ExitCode::from(2)
+    })
+}
