@@ -1,0 +1,174 @@
+//! `sasctl dev` end to end on the embedded backend, and proof that its invariant
+//! checker catches each kind of violation when one is planted in a real run's record.
+
+use std::time::Duration;
+
+use sas::domain::{Action, Cause, LeaseToken, ProcessState};
+use sasctl::dev::{self, DevOptions, DevOutcome};
+use sasctl::invariants::{self, Violation};
+use sasctl::remote_sim::Faults;
+
+fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
+    DevOptions {
+        orders,
+        workflow: workflow.into(),
+        faults: Faults { failure_rate: 0.2, permanent_rate: 0.03, hang_rate: 0.05, latency_ms: 1 },
+        duplicate_rate: 0.1,
+        malformed: 13,
+        queue_duplicate_rate: 0.05,
+        step_timeout_ms: 400,
+        supervisor_period_ms: 100,
+        failure_threshold: 3,
+        seed,
+        max_runtime: Duration::from_secs(120),
+        ..DevOptions::default()
+    }
+}
+
+async fn run(workflow: &str, orders: usize, seed: u64) -> DevOutcome {
+    dev::run(options(workflow, orders, seed), |_| {}).await.expect("dev run starts")
+}
+
+fn assert_clean(run: &DevOutcome) {
+    let violations = invariants::check(run);
+    assert!(violations.is_empty(), "violations: {violations:#?}");
+    assert!(!run.timed_out);
+    assert!(run.tasks.iter().all(|t| t.state.is_terminal()));
+    assert_eq!(run.tasks.len(), run.sent.orders.len());
+    assert!(run.kept.len() >= run.sent.bad.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_step_with_faults_upholds_every_invariant() {
+    let run = run("single-step", 300, 11).await;
+    assert_clean(&run);
+    assert!(run.ledger.hangs > 0 && run.ledger.transient_failures > 0, "faults were injected");
+    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_step_with_faults_upholds_every_invariant_and_compensates() {
+    let run = run("three-step", 300, 12).await;
+    assert_clean(&run);
+    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Compensated), "some orders were undone");
+    assert!(
+        run.writes
+            .iter()
+            .any(|w| matches!(w.after.last_cause, Cause::Succeeded { action: Action::Undo, .. }))
+    );
+}
+
+fn caught(violations: &[Violation], invariant: &str) -> bool {
+    violations.iter().any(|v| v.invariant == invariant)
+}
+
+/// One real run, then each invariant broken on purpose in a copy of its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checker_catches_each_planted_violation() {
+    let base = run("three-step", 120, 13).await;
+    assert_clean(&base);
+    let mut planted = 0;
+    let mut expect = |name: &str, invariant: &str, mutate: &dyn Fn(&mut DevOutcome)| {
+        let mut run = clone(&base);
+        mutate(&mut run);
+        let v = invariants::check(&run);
+        assert!(caught(&v, invariant), "{name}: expected a violation of {invariant:?}, got {v:#?}");
+        planted += 1;
+    };
+
+    expect("lost order", invariants::ACCEPTED_OR_REJECTED, &|r| {
+        r.tasks.pop();
+    });
+    expect("bad message not kept", invariants::ACCEPTED_OR_REJECTED, &|r| {
+        r.kept.clear();
+    });
+    expect("valid order dead-lettered", invariants::ACCEPTED_OR_REJECTED, &|r| {
+        let mut lost = r.kept[0].clone();
+        lost.body = r.sent.orders[0].1.clone();
+        r.kept.push(lost);
+    });
+    expect("order left moving", invariants::TERMINAL, &|r| {
+        r.tasks[0].state = ProcessState::Processing;
+    });
+    expect("terminal state changed", invariants::ABSORBING, &|r| {
+        let w = r.writes.iter().rev().find(|w| w.after.state.is_terminal()).unwrap().clone();
+        let mut again = w.clone();
+        again.before = Some(w.after.clone());
+        again.after.state = ProcessState::Pending;
+        r.writes.push(again);
+    });
+    expect("second live lease", invariants::ONE_LEASE, &|r| {
+        let w = r.writes.iter().find(|w| w.before.is_none()).unwrap().clone();
+        let mut stolen = w.clone();
+        let mut before = w.after.clone();
+        before.state = ProcessState::Processing;
+        before.locked_by = Some(LeaseToken(uuid_from(1)));
+        stolen.before = Some(before);
+        stolen.after.state = ProcessState::Processing;
+        stolen.after.locked_by = Some(LeaseToken(uuid_from(2)));
+        r.writes.push(stolen);
+    });
+    expect("late reply applied", invariants::FENCED, &|r| {
+        let i = r.writes.iter().position(|w| matches!(w.after.last_cause, Cause::Succeeded { .. })).unwrap();
+        let cb = r.writes[i].before.as_ref().unwrap().complete_by.unwrap();
+        r.writes[i].after.updated_at = cb.plus_ms(1);
+    });
+    expect("failure count shrank", invariants::FAILURES, &|r| {
+        let i = r.writes.iter().position(|w| w.before.as_ref().is_some_and(|b| b.failure_count > 0)).unwrap();
+        r.writes[i].after.failure_count = 0;
+    });
+    expect("compensation out of order", invariants::COMPENSATION, &|r| {
+        let i = r
+            .writes
+            .iter()
+            .position(|w| matches!(w.after.last_cause, Cause::Succeeded { action: Action::Undo, .. }))
+            .unwrap();
+        let mut twice = r.writes[i].clone();
+        twice.after.revision += 1_000;
+        r.writes.insert(i + 1, twice);
+    });
+    expect("new key on retry", invariants::IDEMPOTENCY, &|r| {
+        r.ledger.keys.values_mut().next().unwrap().insert("another-key".into());
+    });
+    expect("effect applied twice", invariants::IDEMPOTENCY, &|r| {
+        *r.ledger.effects.values_mut().next().unwrap() = 2;
+    });
+    expect("remote never did it", invariants::REMOTE_AGREES, &|r| {
+        let t = r.tasks.iter().find(|t| t.state == ProcessState::Processed).unwrap().clone();
+        r.ledger.effects.remove(&sas::domain::idempotency_key(&t.order_id, 1, Action::Do).0);
+    });
+    expect("error without alert", invariants::ALERTED, &|r| {
+        r.tasks[0].state = ProcessState::Error;
+        r.alerts.clear();
+    });
+    expect("internal message lost", invariants::NO_INTERNAL_LOSS, &|r| {
+        r.internal_dead_letters.push(r.kept[0].clone());
+    });
+    expect("final status missing", invariants::STATUS, &|r| {
+        r.statuses.clear();
+    });
+    assert_eq!(planted, 15);
+}
+
+fn uuid_from(n: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(n)
+}
+
+fn clone(run: &DevOutcome) -> DevOutcome {
+    DevOutcome {
+        options: run.options.clone(),
+        sent: run.sent.clone(),
+        tasks: run.tasks.clone(),
+        writes: run.writes.clone(),
+        kept: run.kept.clone(),
+        internal_dead_letters: run.internal_dead_letters.clone(),
+        statuses: run.statuses.clone(),
+        alerts: run.alerts.clone(),
+        metrics: run.metrics.clone(),
+        ledger: run.ledger.clone(),
+        supervisor_runs: run.supervisor_runs,
+        elapsed: run.elapsed,
+        timed_out: run.timed_out,
+        workflows: run.workflows.clone(),
+    }
+}
