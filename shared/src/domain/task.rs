@@ -507,3 +507,831 @@ impl TaskRecord {
         Ok(Decision { trigger, next, effects })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::messages::LineItem;
+    use crate::domain::workflow::Step;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    const T0: Timestamp = Timestamp(1_000_000);
+
+    fn policy() -> Policy {
+        Policy {
+            step_timeout_ms: 1_000,
+            reply_grace_ms: 500,
+            pending_timeout_ms: 2_000,
+            failure_threshold: 3,
+            retry_backoff: Backoff { base_ms: 100, cap_ms: 1_000 },
+        }
+    }
+
+    fn lease(n: u128) -> LeaseToken {
+        LeaseToken(uuid::Uuid::from_u128(n))
+    }
+
+    fn new_task(wf: &Workflow) -> TaskRecord {
+        let order = Order {
+            order_id: OrderId::parse("o-1").unwrap(),
+            customer_id: "c-1".into(),
+            items: vec![LineItem { sku: "A".into(), quantity: 1 }],
+            workflow: wf.name.clone(),
+        };
+        let task = TaskRecord::new(&order, Some("status".into()), T0, &policy());
+        assert_eq!(task.shape_violation(), None);
+        task
+    }
+
+    /// Every decision the tests make goes through here: it must follow the table,
+    /// keep the record's shape and bump the revision.
+    fn checked(before: &TaskRecord, result: Result<Decision, Refusal>) -> Decision {
+        let d = result.unwrap_or_else(|r| panic!("refused from {:?}: {r}", before.state));
+        assert_eq!(lifecycle::next(before.state, d.trigger), Some(d.next.state), "{:?}", d.trigger);
+        assert_eq!(d.next.shape_violation(), None, "{:?}", d.next);
+        assert_eq!(d.next.revision, before.revision + 1);
+        assert!(d.next.failure_count >= before.failure_count);
+        d
+    }
+
+    fn claim(task: &TaskRecord, wf: &Workflow, n: u128, now: Timestamp) -> TaskRecord {
+        checked(task, task.claim(lease(n), now, wf, &policy())).next
+    }
+
+    /// The reply the live lease's agent would send.
+    fn reply_for(task: &TaskRecord, outcome: ReplyOutcome) -> AgentReply {
+        AgentReply {
+            order_id: task.order_id.clone(),
+            step: task.step,
+            action: task.action(),
+            attempt: task.attempt,
+            lease: task.locked_by.expect("a live lease"),
+            outcome,
+        }
+    }
+
+    fn ok() -> ReplyOutcome {
+        ReplyOutcome::Succeeded
+    }
+
+    fn failed(reason: &str) -> ReplyOutcome {
+        ReplyOutcome::Failed { reason: reason.into() }
+    }
+
+    fn reply(task: &TaskRecord, wf: &Workflow, outcome: ReplyOutcome, now: Timestamp) -> Decision {
+        checked(task, task.apply_reply(&reply_for(task, outcome), now, wf, &policy()))
+    }
+
+    fn lapse(task: &TaskRecord, wf: &Workflow, jitter: u64) -> Decision {
+        let now = task.deadline.expect("non-terminal");
+        checked(task, task.lapse(now, wf, &policy(), jitter))
+    }
+
+    /// Claim and succeed steps until the task sits Pending at `step`.
+    fn pending_at(wf: &Workflow, step: u32) -> TaskRecord {
+        let mut task = new_task(wf);
+        for s in 0..step {
+            task = claim(&task, wf, 100 + s as u128, T0);
+            task = reply(&task, wf, ok(), T0).next;
+        }
+        assert_eq!((task.state, task.step), (ProcessState::Pending, step));
+        task
+    }
+
+    fn alerts(d: &Decision) -> Vec<&OperatorAlert> {
+        d.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Alert(a) => Some(a),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn statuses(d: &Decision) -> Vec<OrderStatus> {
+        d.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Status { status, .. } => Some(*status),
+                _ => None,
+            })
+            .collect()
+    }
+
+    // ---- claim ----
+
+    #[test]
+    fn claim_from_pending_takes_a_lease_until_complete_by() {
+        let wf = Workflow::single_step();
+        let task = new_task(&wf);
+        let now = T0.plus_ms(10);
+        let d = checked(&task, task.claim(lease(1), now, &wf, &policy()));
+        assert_eq!(d.trigger, Trigger::Claimed);
+        assert_eq!(d.next.state, ProcessState::Processing);
+        assert_eq!(d.next.locked_by, Some(lease(1)));
+        assert_eq!(d.next.complete_by, Some(now.plus_ms(1_000)));
+        assert_eq!(d.next.deadline, Some(now.plus_ms(1_000 + 500)));
+        assert_eq!((d.next.attempt, d.next.step_attempts, d.next.step), (1, 1, 0));
+        assert_eq!(d.next.last_cause, Cause::Claimed { step: 0, action: Action::Do });
+        assert_eq!(d.next.updated_at, now);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do }]);
+    }
+
+    #[test]
+    fn claim_from_unlocked_compensating_dispatches_the_undo() {
+        let wf = Workflow::three_step();
+        let task = claim(&pending_at(&wf, 1), &wf, 1, T0);
+        let compensating = reply(&task, &wf, failed("declined"), T0).next;
+        assert_eq!((compensating.state, compensating.step), (ProcessState::Compensating, 0));
+        assert_eq!(compensating.locked_by, None);
+        let d = checked(&compensating, compensating.claim(lease(2), T0, &wf, &policy()));
+        assert_eq!(d.trigger, Trigger::Claimed);
+        assert_eq!(d.next.state, ProcessState::Compensating);
+        assert_eq!(d.next.locked_by, Some(lease(2)));
+        assert_eq!(d.next.step_attempts, 1);
+        assert_eq!(d.next.attempt, compensating.attempt + 1);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo }]);
+    }
+
+    #[test]
+    fn claim_is_refused_when_locked_or_terminal() {
+        let wf = Workflow::three_step();
+        let processing = claim(&new_task(&wf), &wf, 1, T0);
+        assert_eq!(
+            processing.claim(lease(2), T0, &wf, &policy()),
+            Err(Refusal::ClaimLost { state: ProcessState::Processing, locked: true })
+        );
+        // A lease that lapsed in time is still a lease until the supervisor takes it away.
+        assert!(matches!(
+            processing.claim(lease(2), T0.plus_ms(1_000_000), &wf, &policy()),
+            Err(Refusal::ClaimLost { locked: true, .. })
+        ));
+
+        let compensating = reply(&claim(&pending_at(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
+        let locked = claim(&compensating, &wf, 2, T0);
+        assert_eq!(
+            locked.claim(lease(3), T0, &wf, &policy()),
+            Err(Refusal::ClaimLost { state: ProcessState::Compensating, locked: true })
+        );
+
+        let processed = {
+            let single = Workflow::single_step();
+            let t = claim(&new_task(&single), &single, 1, T0);
+            reply(&t, &single, ok(), T0).next
+        };
+        let error = {
+            let single = Workflow::single_step();
+            let t = claim(&new_task(&single), &single, 1, T0);
+            reply(&t, &single, failed("no"), T0).next
+        };
+        let compensated = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, failed("no"), T0).next;
+        for (terminal, want) in [
+            (processed, ProcessState::Processed),
+            (error, ProcessState::Error),
+            (compensated, ProcessState::Compensated),
+        ] {
+            assert_eq!(terminal.state, want);
+            let wf = if want == ProcessState::Compensated {
+                Workflow::three_step()
+            } else {
+                Workflow::single_step()
+            };
+            assert_eq!(
+                terminal.claim(lease(9), T0, &wf, &policy()),
+                Err(Refusal::ClaimLost { state: want, locked: false })
+            );
+        }
+    }
+
+    #[test]
+    fn attempts_count_claims_of_the_task_and_of_the_step() {
+        let wf = Workflow::three_step();
+        let t = claim(&new_task(&wf), &wf, 1, T0);
+        assert_eq!((t.attempt, t.step_attempts), (1, 1));
+        let t = lapse(&t, &wf, 0).next;
+        assert_eq!((t.attempt, t.step_attempts), (1, 1), "a retry keeps the counts");
+        let t = claim(&t, &wf, 2, t.deadline.unwrap());
+        assert_eq!((t.attempt, t.step_attempts), (2, 2));
+        let now = t.complete_by.unwrap();
+        let t = reply(&t, &wf, ok(), now).next;
+        assert_eq!((t.step, t.attempt, t.step_attempts), (1, 2, 0), "a new step starts its own count");
+        let t = claim(&t, &wf, 3, now);
+        assert_eq!((t.step, t.attempt, t.step_attempts), (1, 3, 1));
+    }
+
+    #[test]
+    fn claim_refuses_a_record_that_does_not_fit_its_workflow() {
+        let task = new_task(&Workflow::three_step());
+        assert!(matches!(
+            task.claim(lease(1), T0, &Workflow::single_step(), &policy()),
+            Err(Refusal::Corrupt { .. })
+        ));
+        let mut beyond = pending_at(&Workflow::three_step(), 2);
+        beyond.step = 7;
+        assert!(matches!(
+            beyond.claim(lease(1), T0, &Workflow::three_step(), &policy()),
+            Err(Refusal::Corrupt { .. })
+        ));
+    }
+
+    // ---- the fence ----
+
+    #[test]
+    fn fence_refuses_every_reply_but_the_live_attempts_in_time() {
+        let wf = Workflow::three_step();
+        let pending = new_task(&wf);
+        let task = claim(&pending, &wf, 1, T0);
+        let good = reply_for(&task, ok());
+        let complete_by = task.complete_by.unwrap();
+        let stale = |r: &AgentReply, now: Timestamp, why: StaleReason| {
+            assert_eq!(task.fence(r, now), Err(why.clone()));
+            assert_eq!(task.apply_reply(r, now, &wf, &policy()), Err(Refusal::StaleReply(why)));
+        };
+
+        assert_eq!(task.fence(&good, T0), Ok(()));
+        assert_eq!(task.fence(&good, complete_by), Ok(()), "complete-by itself is still in time");
+
+        // No lease: the task waits (for instance after the supervisor took it back).
+        assert_eq!(pending.fence(&good, T0), Err(StaleReason::NoLease(ProcessState::Pending)));
+        assert_eq!(
+            pending.apply_reply(&good, T0, &wf, &policy()),
+            Err(Refusal::StaleReply(StaleReason::NoLease(ProcessState::Pending)))
+        );
+        let done = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, failed("no"), T0).next;
+        assert_eq!(done.fence(&good, T0), Err(StaleReason::NoLease(ProcessState::Compensated)));
+
+        stale(&AgentReply { lease: lease(2), ..good.clone() }, T0, StaleReason::OtherLease);
+        stale(
+            &AgentReply { attempt: 2, ..good.clone() },
+            T0,
+            StaleReason::OtherAttempt { current: 1, reply: 2 },
+        );
+        stale(
+            &AgentReply { attempt: 0, ..good.clone() },
+            T0,
+            StaleReason::OtherAttempt { current: 1, reply: 0 },
+        );
+        stale(
+            &AgentReply { step: 1, ..good.clone() },
+            T0,
+            StaleReason::OtherStep { current: 0, reply: 1, reply_action: Action::Do },
+        );
+        stale(
+            &AgentReply { action: Action::Undo, ..good.clone() },
+            T0,
+            StaleReason::OtherStep { current: 0, reply: 0, reply_action: Action::Undo },
+        );
+        let late = complete_by.plus_ms(1);
+        stale(&good, late, StaleReason::PastCompleteBy { complete_by, now: late });
+    }
+
+    #[test]
+    fn fence_in_compensation_refuses_a_forward_reply_for_the_same_step() {
+        let wf = Workflow::three_step();
+        let compensating = reply(&claim(&pending_at(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
+        let task = claim(&compensating, &wf, 2, T0);
+        let undo = reply_for(&task, ok());
+        assert_eq!(undo.action, Action::Undo);
+        assert_eq!(task.fence(&undo, T0), Ok(()));
+        let forward = AgentReply { action: Action::Do, ..undo };
+        assert_eq!(
+            task.fence(&forward, T0),
+            Err(StaleReason::OtherStep { current: 0, reply: 0, reply_action: Action::Do })
+        );
+    }
+
+    // ---- replies ----
+
+    #[test]
+    fn success_advances_step_by_step_then_finishes() {
+        let wf = Workflow::three_step();
+        let mut task = new_task(&wf);
+        let names = ["reserve-inventory", "charge-payment", "ship-order"];
+        for (step, name) in names.iter().enumerate() {
+            task = claim(&task, &wf, step as u128, T0.plus_ms(step as u64));
+            let now = task.complete_by.unwrap();
+            let d = reply(&task, &wf, ok(), now);
+            assert_eq!(d.next.last_cause, Cause::Succeeded { step: step as u32, action: Action::Do });
+            assert_eq!(d.next.locked_by, None);
+            if step + 1 < names.len() {
+                assert_eq!(d.trigger, Trigger::Advanced);
+                assert_eq!(d.next.state, ProcessState::Pending);
+                assert_eq!((d.next.step, d.next.step_attempts), (step as u32 + 1, 0));
+                assert_eq!(d.next.deadline, Some(now.plus_ms(2_000)));
+                assert_eq!(
+                    d.effects,
+                    vec![
+                        Effect::Schedule { delay_ms: 0 },
+                        Effect::Status {
+                            status: OrderStatus::StepCompleted,
+                            step: Some(name.to_string()),
+                            reason: None
+                        },
+                    ]
+                );
+            } else {
+                assert_eq!(d.trigger, Trigger::Finished);
+                assert_eq!(d.next.state, ProcessState::Processed);
+                assert_eq!(d.next.deadline, None);
+                assert_eq!(
+                    d.effects,
+                    vec![Effect::Status {
+                        status: OrderStatus::Processed,
+                        step: Some("ship-order".into()),
+                        reason: None
+                    }]
+                );
+            }
+            task = d.next;
+        }
+        assert_eq!(task.failure_count, 0);
+    }
+
+    #[test]
+    fn single_step_success_finishes_at_once() {
+        let wf = Workflow::single_step();
+        let d = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, ok(), T0);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.deadline),
+            (Trigger::Finished, ProcessState::Processed, None)
+        );
+    }
+
+    #[test]
+    fn permanent_failure_without_compensation_is_an_error_with_an_alert() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let d = reply(&task, &wf, failed("card declined"), T0.plus_ms(5));
+        assert_eq!(d.trigger, Trigger::Fail);
+        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        assert_eq!(d.next.failure_count, 0, "a refusal is an answer, not a lapse");
+        assert!(d.next.last_error.as_deref().unwrap().contains("card declined"));
+        let alerts = alerts(&d);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].order_id, task.order_id);
+        assert_eq!(alerts[0].state, ProcessState::Error);
+        assert_eq!(alerts[0].step_name, "process-order");
+        assert!(alerts[0].reason.contains("card declined"));
+        assert_eq!(alerts[0].at, T0.plus_ms(5));
+        assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
+    }
+
+    #[test]
+    fn permanent_failure_at_the_first_step_has_nothing_to_undo() {
+        let wf = Workflow::three_step();
+        let d = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, failed("out of stock"), T0);
+        assert_eq!(d.trigger, Trigger::Undone);
+        assert_eq!(d.next.state, ProcessState::Compensated);
+        assert_eq!(d.next.deadline, None);
+        assert!(alerts(&d).is_empty(), "undoing is the planned outcome, not an operator's problem");
+        assert_eq!(statuses(&d), vec![OrderStatus::Compensated]);
+    }
+
+    #[test]
+    fn permanent_failure_compensates_completed_steps_in_reverse_order() {
+        let wf = Workflow::three_step();
+        let task = claim(&pending_at(&wf, 2), &wf, 1, T0);
+        let d = reply(&task, &wf, failed("address rejected"), T0);
+        assert_eq!(d.trigger, Trigger::Undo);
+        let mut task = d.next;
+        // Step 2 (ship-order) refused, so it had no effect and has no compensation:
+        // undoing starts at step 1.
+        assert_eq!((task.state, task.step, task.step_attempts), (ProcessState::Compensating, 1, 0));
+        assert_eq!(task.undo_failure_base, Some(0));
+        assert_eq!(task.locked_by, None);
+        assert_eq!(
+            d.effects,
+            vec![
+                Effect::Schedule { delay_ms: 0 },
+                Effect::Status {
+                    status: OrderStatus::Compensating,
+                    step: Some("ship-order".into()),
+                    reason: Some("address rejected".into())
+                },
+            ]
+        );
+
+        let mut undone = Vec::new();
+        loop {
+            let claimed = checked(&task, task.claim(lease(50 + undone.len() as u128), T0, &wf, &policy()));
+            assert_eq!(claimed.effects, vec![Effect::Dispatch { step: task.step, action: Action::Undo }]);
+            let d = reply(&claimed.next, &wf, ok(), T0);
+            undone.push(task.step);
+            task = d.next;
+            match d.trigger {
+                Trigger::UndoAdvanced => {
+                    assert_eq!(task.state, ProcessState::Compensating);
+                    assert_eq!(
+                        d.effects,
+                        vec![
+                            Effect::Schedule { delay_ms: 0 },
+                            Effect::Status {
+                                status: OrderStatus::StepUndone,
+                                step: Some("refund-payment".into()),
+                                reason: None
+                            },
+                        ]
+                    );
+                }
+                Trigger::Undone => {
+                    assert_eq!(task.state, ProcessState::Compensated);
+                    assert_eq!(
+                        d.effects,
+                        vec![Effect::Status {
+                            status: OrderStatus::Compensated,
+                            step: Some("release-inventory".into()),
+                            reason: None
+                        }]
+                    );
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(undone, vec![1, 0]);
+        assert_eq!(task.deadline, None);
+    }
+
+    #[test]
+    fn compensation_failure_is_an_error_with_an_alert() {
+        let wf = Workflow::three_step();
+        let compensating = reply(&claim(&pending_at(&wf, 2), &wf, 1, T0), &wf, failed("no"), T0).next;
+        let undoing = claim(&compensating, &wf, 2, T0);
+        let d = reply(&undoing, &wf, failed("refund refused"), T0);
+        assert_eq!(d.trigger, Trigger::Fail);
+        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!(d.next.deadline, None);
+        let alerts = alerts(&d);
+        assert_eq!(alerts.len(), 1);
+        assert!(
+            alerts[0].reason.contains("compensation refund-payment failed: refund refused"),
+            "{alerts:?}"
+        );
+        assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
+    }
+
+    // ---- lapse ----
+
+    #[test]
+    fn lapse_below_threshold_retries_with_backoff() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let now = task.deadline.unwrap();
+        let d = checked(&task, task.lapse(now, &wf, &policy(), 7));
+        let delay = policy().retry_backoff.delay_ms(0, 7);
+        assert!(delay > 0);
+        assert_eq!(d.trigger, Trigger::Retry);
+        assert_eq!(d.next.state, ProcessState::Pending);
+        assert_eq!((d.next.locked_by, d.next.complete_by), (None, None));
+        assert_eq!(d.next.failure_count, 1);
+        assert_eq!(d.next.deadline, Some(now.plus_ms(delay + 2_000)), "the deadline moves past the delay");
+        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: delay }]);
+        assert_eq!(d.next.last_cause, Cause::DeadlinePassed { step: 0, state: ProcessState::Processing });
+        assert!(d.next.last_error.as_deref().unwrap().contains("attempt 1"));
+
+        // The second retry backs off further.
+        let again = claim(&d.next, &wf, 2, d.next.deadline.unwrap());
+        let d2 = lapse(&again, &wf, 7);
+        assert_eq!(d2.next.failure_count, 2);
+        assert_eq!(d2.effects, vec![Effect::Schedule { delay_ms: policy().retry_backoff.delay_ms(1, 7) }]);
+    }
+
+    #[test]
+    fn lapse_of_an_unclaimed_task_retries_it() {
+        let wf = Workflow::single_step();
+        let task = new_task(&wf);
+        let d = lapse(&task, &wf, 0);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.failure_count),
+            (Trigger::Retry, ProcessState::Pending, 1)
+        );
+        assert!(d.next.last_error.as_deref().unwrap().contains("without being claimed"));
+    }
+
+    #[test]
+    fn lapse_is_refused_when_not_due() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let deadline = task.deadline.unwrap();
+        let early = Timestamp(deadline.0 - 1);
+        assert_eq!(
+            task.lapse(early, &wf, &policy(), 0),
+            Err(Refusal::NotDue { deadline: Some(deadline), now: early })
+        );
+        // Past complete-by but within the reply grace: still not the supervisor's.
+        assert!(task.lapse(task.complete_by.unwrap().plus_ms(1), &wf, &policy(), 0).is_err());
+        let done = reply(&task, &wf, ok(), T0).next;
+        let far = Timestamp(u64::MAX);
+        assert_eq!(done.lapse(far, &wf, &policy(), 0), Err(Refusal::NotDue { deadline: None, now: far }));
+    }
+
+    /// Lapses (claiming in between when `claim_between`) until the decision is not a retry.
+    fn lapse_to_threshold(mut task: TaskRecord, wf: &Workflow, claim_between: bool) -> Decision {
+        for n in 0.. {
+            if claim_between && task.state == ProcessState::Pending {
+                task = claim(&task, wf, 1_000 + n, task.deadline.unwrap());
+            }
+            let d = lapse(&task, wf, n as u64);
+            if d.trigger != Trigger::Retry {
+                assert_eq!(d.next.failure_count, task.failure_count + 1);
+                return d;
+            }
+            assert!(alerts(&d).is_empty(), "no alert below the threshold");
+            task = d.next;
+        }
+        unreachable!()
+    }
+
+    #[test]
+    fn lapse_at_threshold_single_step_is_an_error_with_one_alert() {
+        let wf = Workflow::single_step();
+        let d = lapse_to_threshold(new_task(&wf), &wf, true);
+        assert_eq!(d.trigger, Trigger::Fail);
+        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!(d.next.failure_count, 3);
+        assert_eq!(d.next.attempt, 3);
+        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        let alerts = alerts(&d);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].failure_count, 3);
+        assert!(alerts[0].reason.contains("failure threshold reached"));
+        assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
+    }
+
+    #[test]
+    fn lapse_at_threshold_compensates_the_in_flight_step_too() {
+        let wf = Workflow::three_step();
+        // Step 1 (charge-payment) was dispatched, so the charge may have happened.
+        let d = lapse_to_threshold(pending_at(&wf, 1), &wf, true);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+        assert_eq!(d.next.undo_failure_base, Some(3));
+        assert_eq!(d.next.step_attempts, 0);
+        assert_eq!(alerts(&d).len(), 1);
+        assert!(d.effects.contains(&Effect::Schedule { delay_ms: 0 }));
+        assert_eq!(statuses(&d), vec![OrderStatus::Compensating]);
+    }
+
+    #[test]
+    fn lapse_at_threshold_of_an_undispatched_step_undoes_only_the_ones_before() {
+        let wf = Workflow::three_step();
+        let d = lapse_to_threshold(pending_at(&wf, 1), &wf, false);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 0));
+    }
+
+    #[test]
+    fn lapse_at_threshold_with_nothing_to_undo_is_compensated_directly() {
+        let wf = Workflow::three_step();
+        let d = lapse_to_threshold(new_task(&wf), &wf, false);
+        assert_eq!(d.trigger, Trigger::Undone);
+        assert_eq!(d.next.state, ProcessState::Compensated);
+        assert_eq!(d.next.deadline, None);
+        assert_eq!(alerts(&d).len(), 1, "the operator still hears the order gave up");
+        assert_eq!(statuses(&d), vec![OrderStatus::Compensated]);
+    }
+
+    #[test]
+    fn compensation_has_its_own_failure_budget() {
+        let wf = Workflow::three_step();
+        let gave_up = lapse_to_threshold(pending_at(&wf, 2), &wf, true).next;
+        assert_eq!((gave_up.state, gave_up.step), (ProcessState::Compensating, 1));
+        assert_eq!((gave_up.failure_count, gave_up.undo_failure_base), (3, Some(3)));
+
+        // The first compensation lapse is the phase's first failure: a retry with the
+        // first backoff, not an instant Error because the forward phase used the budget.
+        let claimed = claim(&gave_up, &wf, 77, gave_up.deadline.unwrap());
+        let d = lapse(&claimed, &wf, 5);
+        assert_eq!(d.trigger, Trigger::Retry);
+        assert_eq!(d.next.state, ProcessState::Compensating);
+        assert_eq!(d.next.locked_by, None);
+        assert_eq!(d.next.failure_count, 4);
+        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: policy().retry_backoff.delay_ms(0, 5) }]);
+
+        let d = lapse_to_threshold(d.next, &wf, true);
+        assert_eq!(d.trigger, Trigger::Fail);
+        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!(d.next.failure_count, 6, "three forward failures, then three compensation failures");
+        assert_eq!(alerts(&d).len(), 1);
+    }
+
+    // ---- random sequences ----
+
+    /// A workflow with steps that have no compensation in the middle and at the end.
+    fn mixed() -> Workflow {
+        let step = |name: &str, comp: Option<&str>| Step {
+            name: name.into(),
+            agent: "a".into(),
+            compensation: comp.map(Into::into),
+        };
+        Workflow {
+            name: "mixed".into(),
+            steps: vec![
+                step("a", Some("undo-a")),
+                step("b", None),
+                step("c", Some("undo-c")),
+                step("d", None),
+            ],
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Tamper {
+        None,
+        Lease,
+        Attempt,
+        Step,
+        Action,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Advance(u64),
+        Claim,
+        /// Reply as the agent of the latest dispatch (`None`) or of dispatch number `pick`
+        /// (mod the dispatches so far) would.
+        Reply {
+            pick: Option<usize>,
+            tamper: Tamper,
+            ok: bool,
+        },
+        Lapse {
+            jitter: u64,
+        },
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        let tamper = prop_oneof![
+            6 => Just(Tamper::None),
+            1 => Just(Tamper::Lease),
+            1 => Just(Tamper::Attempt),
+            1 => Just(Tamper::Step),
+            1 => Just(Tamper::Action),
+        ];
+        prop_oneof![
+            3 => (0u64..400).prop_map(Event::Advance),
+            1 => (400u64..4_000).prop_map(Event::Advance),
+            3 => Just(Event::Claim),
+            5 => (prop::option::weighted(0.3, any::<usize>()), tamper, prop::bool::weighted(0.8))
+                .prop_map(|(pick, tamper, ok)| Event::Reply { pick, tamper, ok }),
+            2 => any::<u64>().prop_map(|jitter| Event::Lapse { jitter }),
+        ]
+    }
+
+    /// The identity of one dispatch, as its agent echoes it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct Dispatched {
+        lease: LeaseToken,
+        attempt: u32,
+        step: u32,
+        action: Action,
+        complete_by: Timestamp,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn random_event_sequences_keep_every_invariant(
+            which in 0usize..3,
+            events in prop::collection::vec(event(), 0..80),
+        ) {
+            let wf = [Workflow::single_step(), Workflow::three_step(), mixed()][which].clone();
+            let policy = policy();
+            let mut task = new_task(&wf);
+            let mut now = T0;
+            let mut leases = 0u128;
+            let mut dispatched: Vec<Dispatched> = Vec::new();
+            let mut forward_done: Vec<u32> = Vec::new();
+            let mut forward_claimed: BTreeSet<u32> = BTreeSet::new();
+            let mut undone: Vec<u32> = Vec::new();
+
+            for ev in events {
+                let before = task.clone();
+                let result = match ev {
+                    Event::Advance(ms) => {
+                        now = now.plus_ms(ms);
+                        continue;
+                    }
+                    Event::Claim => {
+                        leases += 1;
+                        let r = task.claim(lease(leases), now, &wf, &policy);
+                        let claimable = task.locked_by.is_none()
+                            && matches!(task.state, ProcessState::Pending | ProcessState::Compensating);
+                        prop_assert_eq!(r.is_ok(), claimable, "{:?}", r);
+                        if let Ok(d) = &r {
+                            let action = d.next.action();
+                            dispatched.push(Dispatched {
+                                lease: lease(leases),
+                                attempt: d.next.attempt,
+                                step: d.next.step,
+                                action,
+                                complete_by: d.next.complete_by.unwrap(),
+                            });
+                            if action == Action::Do {
+                                forward_claimed.insert(d.next.step);
+                            }
+                            // Attempts identify claims: no two dispatches share one.
+                            prop_assert_eq!(d.next.attempt as usize, dispatched.len());
+                        }
+                        r
+                    }
+                    Event::Reply { pick, tamper, ok } => {
+                        if dispatched.is_empty() {
+                            continue;
+                        }
+                        let mut from = dispatched[pick.map_or(dispatched.len() - 1, |p| p % dispatched.len())];
+                        match tamper {
+                            Tamper::None => {}
+                            Tamper::Lease => from.lease = lease(u128::MAX),
+                            Tamper::Attempt => from.attempt = from.attempt.wrapping_add(1),
+                            Tamper::Step => from.step = from.step.wrapping_add(1),
+                            Tamper::Action => {
+                                from.action = match from.action {
+                                    Action::Do => Action::Undo,
+                                    Action::Undo => Action::Do,
+                                }
+                            }
+                        }
+                        let outcome = if ok { ReplyOutcome::Succeeded } else { ReplyOutcome::Failed { reason: "no".into() } };
+                        let reply = AgentReply {
+                            order_id: task.order_id.clone(),
+                            step: from.step,
+                            action: from.action,
+                            attempt: from.attempt,
+                            lease: from.lease,
+                            outcome,
+                        };
+                        let r = task.apply_reply(&reply, now, &wf, &policy);
+                        // The fence: only the live dispatch's own reply, in time, lands.
+                        let live = task.locked_by == Some(from.lease)
+                            && dispatched.last().map(|d| (d.lease, d.attempt, d.step, d.action))
+                                == Some((from.lease, from.attempt, from.step, from.action))
+                            && now <= from.complete_by;
+                        prop_assert_eq!(r.is_ok(), live, "{:?} {:?}", r, from);
+                        if let Err(refusal) = &r {
+                            prop_assert!(matches!(refusal, Refusal::StaleReply(_)), "{:?}", refusal);
+                        }
+                        r
+                    }
+                    Event::Lapse { jitter } => {
+                        let r = task.lapse(now, &wf, &policy, jitter);
+                        let due = task.deadline.is_some_and(|d| d <= now);
+                        prop_assert_eq!(r.is_ok(), due, "{:?}", r);
+                        r
+                    }
+                };
+                let Ok(d) = result else {
+                    prop_assert_eq!(&task, &before);
+                    continue;
+                };
+
+                prop_assert!(!before.state.is_terminal(), "terminal {:?} moved", before.state);
+                prop_assert!(
+                    lifecycle::TRANSITIONS.contains(&(before.state, d.trigger, d.next.state)),
+                    "{:?} --{:?}--> {:?}", before.state, d.trigger, d.next.state
+                );
+                prop_assert!(d.next.failure_count >= before.failure_count);
+                prop_assert!(d.next.revision > before.revision);
+                prop_assert_eq!(d.next.shape_violation(), None);
+                prop_assert!(d.next.attempt >= before.attempt);
+                let alert_count = d.effects.iter().filter(|e| matches!(e, Effect::Alert(_))).count();
+                prop_assert!(alert_count <= 1);
+                if d.next.state == ProcessState::Error {
+                    prop_assert_eq!(alert_count, 1, "an Error always tells an operator");
+                }
+
+                if let Cause::Succeeded { step, action } = d.next.last_cause.clone() {
+                    match action {
+                        Action::Do => {
+                            prop_assert_eq!(step as usize, forward_done.len(), "forward steps in order");
+                            forward_done.push(step);
+                        }
+                        Action::Undo => {
+                            prop_assert!(wf.step(step).unwrap().compensation.is_some());
+                            prop_assert!(forward_claimed.contains(&step), "undid step {} never started", step);
+                            if let Some(&last) = undone.last() {
+                                prop_assert!(step < last, "compensation {} after {}", step, last);
+                            }
+                            prop_assert!(!undone.contains(&step));
+                            undone.push(step);
+                        }
+                    }
+                }
+                if d.next.state == ProcessState::Compensated {
+                    // Every completed step that can be undone was undone.
+                    for &s in &forward_done {
+                        if wf.step(s).unwrap().compensation.is_some() {
+                            prop_assert!(undone.contains(&s), "step {} done but not undone", s);
+                        }
+                    }
+                }
+                let phase = d.next.failure_count - d.next.undo_failure_base.unwrap_or(0);
+                prop_assert!(phase <= policy.failure_threshold, "budget overrun: {}", phase);
+                task = d.next;
+            }
+        }
+    }
+}
