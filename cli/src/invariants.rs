@@ -227,7 +227,10 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
                 {
                     found.add(
                         REMOTE_AGREES,
-                        format!("order {id} Compensated but step {step}'s remote effect was not undone"),
+                        format!(
+                            "order {id} Compensated but step {step}'s remote effect was not undone; history: {}",
+                            history_of(run, id)
+                        ),
                     );
                 }
                 _ => {}
@@ -276,6 +279,17 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
         }
     }
     found.0
+}
+
+/// One order's causes, compactly, for a violation's detail.
+fn history_of(run: &DevOutcome, id: &sas::domain::OrderId) -> String {
+    let causes: Vec<String> = run
+        .writes
+        .iter()
+        .filter(|w| &w.after.order_id == id)
+        .map(|w| format!("{:?}->{:?}@{}", w.after.last_cause, w.after.state, w.after.updated_at.0 % 100_000))
+        .collect();
+    causes.join(", ")
 }
 
 fn is_final(s: OrderStatus) -> bool {

@@ -34,7 +34,8 @@ pub struct Ledger {
     pub hangs: u64,
     pub transient_failures: u64,
     pub refusals: u64,
-    /// Key -> times its effect was applied (deduplication keeps this at 1).
+    /// Key -> times its effect was applied. The service deduplicates, so anything but 1
+    /// means the service itself is broken; the checker still verifies it.
     pub effects: BTreeMap<String, u32>,
     /// (order id, step, action) -> idempotency keys used for it.
     pub keys: BTreeMap<(String, u32, String), BTreeSet<String>>,
@@ -52,9 +53,6 @@ impl Service {
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn apply(&self, key: &str) {
-        *self.ledger().effects.entry(key.to_owned()).or_default() += 1;
-    }
 }
 
 #[derive(serde::Deserialize)]
@@ -65,7 +63,7 @@ struct CallBody {
 }
 
 enum Verdict {
-    Hang { after_effect: bool },
+    Hang,
     Transient,
     Refuse,
     Answer,
@@ -81,6 +79,8 @@ async fn call(
         return (StatusCode::BAD_REQUEST, "missing Idempotency-Key".into());
     };
     let f = service.faults;
+    // Decide and apply under one lock: a real idempotent service settles a key once, so
+    // two concurrent calls with one key can never see one applied and the other refused.
     let verdict = {
         let mut ledger = service.ledger();
         ledger.calls += 1;
@@ -89,34 +89,36 @@ async fn call(
             .entry((body.order_id.clone(), body.step, body.action.clone()))
             .or_default()
             .insert(key.clone());
-        let already_applied = ledger.effects.contains_key(&key);
+        let applied = ledger.effects.contains_key(&key);
+        let refused = ledger.refused.contains(&key);
         let r = service.rng.lock().unwrap_or_else(|p| p.into_inner()).f64();
-        let verdict = if r < f.hang_rate {
+        if r < f.hang_rate {
             ledger.hangs += 1;
-            Verdict::Hang { after_effect: r < f.hang_rate / 2.0 && !ledger.refused.contains(&key) }
+            // Half the hangs lose the response after the work was done.
+            if r < f.hang_rate / 2.0 && !applied && !refused {
+                ledger.effects.insert(key.clone(), 1);
+            }
+            Verdict::Hang
         } else if r < f.hang_rate + f.failure_rate {
             ledger.transient_failures += 1;
             Verdict::Transient
-        } else if body.action == "do"
-            && !already_applied
-            && r < f.hang_rate + f.failure_rate + f.permanent_rate
+        } else if refused
+            || (body.action == "do" && !applied && r < f.hang_rate + f.failure_rate + f.permanent_rate)
         {
-            ledger.refusals += 1;
-            ledger.refused.insert(key.clone());
-            Verdict::Refuse
-        } else if ledger.refused.contains(&key) {
-            // A refusal is a decision about this request: it stands on every retry.
+            if !refused {
+                ledger.refusals += 1;
+                ledger.refused.insert(key.clone());
+            }
             Verdict::Refuse
         } else {
+            if !applied {
+                ledger.effects.insert(key.clone(), 1);
+            }
             Verdict::Answer
-        };
-        verdict
+        }
     };
     match verdict {
-        Verdict::Hang { after_effect } => {
-            if after_effect && !service.ledger().effects.contains_key(&key) {
-                service.apply(&key);
-            }
+        Verdict::Hang => {
             // The caller's timeout ends this call; the server never answers it.
             tokio::time::sleep(Duration::from_secs(3_600)).await;
             (StatusCode::GATEWAY_TIMEOUT, "hung".into())
@@ -126,10 +128,6 @@ async fn call(
         Verdict::Answer => {
             if f.latency_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(f.latency_ms)).await;
-            }
-            let mut ledger = service.ledger();
-            if !ledger.effects.contains_key(&key) {
-                *ledger.effects.entry(key).or_default() += 1;
             }
             (StatusCode::OK, "done".into())
         }
