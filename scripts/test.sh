@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (README: "Run the tests"). On a fresh machine it
+# installs what it needs (moto server, template linters) into project-local venvs.
+#   SAS_DEV_ORDERS   orders per `sasctl dev` run (default 1000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+orders=${SAS_DEV_ORDERS:-1000}
+
+step "build (workspace, all targets)"
+cargo build --locked --workspace --all-targets
+
+step "tests: unit, handler, conformance (embedded + moto), end to end over moto"
+# with-moto.sh starts moto on loopback (one request at a time), exports its endpoint,
+# runs the command and stops moto. With CI=true, emulator-backed tests never skip.
+infra/with-moto.sh cargo test --locked --workspace
+
+step "sasctl dev: $orders single-step orders with failures and hangs injected"
+cargo run --locked -q -p sasctl -- dev --orders "$orders" --workflow single-step --failure-rate 0.2 --hang-rate 0.05
+
+step "sasctl dev: $orders three-step orders with failures and hangs injected"
+cargo run --locked -q -p sasctl -- dev --orders "$orders" --workflow three-step --failure-rate 0.2 --hang-rate 0.05
+
+step "template: cfn-lint and checkov"
+scripts/lint-template.sh
+
+step "all tests passed"
