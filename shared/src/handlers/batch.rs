@@ -83,8 +83,12 @@ where
     F: Fn(Inbound) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
 {
+    let handle = &handle;
     let results = futures::future::join_all(messages.into_iter().map(|message| {
-        let run = AssertUnwindSafe(handle(message.clone())).catch_unwind();
+        // `handle` is called inside the guarded future, so a panic before it returns
+        // its own future is caught as well, not only one while it runs.
+        let input = message.clone();
+        let run = AssertUnwindSafe(async move { handle(input).await }).catch_unwind();
         async move {
             let result = match run.await {
                 Ok(result) => result,
