@@ -1,0 +1,812 @@
+//! The four handlers on the embedded backend, one script per failure path of DESIGN.md.
+//! Time is a manual clock and every message moves only when a test pumps it.
+
+mod common;
+
+use common::*;
+use sas::domain::{Action, Cause, MAX_BODY_BYTES, OrderStatus, ProcessState, SchedulerMessage};
+use sas::handlers::{HandlerError, Inbound, REASON_ATTRIBUTE};
+use sas::ports::{Metric, StateStore};
+
+const SINGLE: &str = "single-step";
+const THREE: &str = "three-step";
+
+fn retry_error(results: &[Result<(), HandlerError>]) -> bool {
+    results.len() == 1 && matches!(results[0], Err(HandlerError::Retry(_)))
+}
+
+/// Runs a task that sits Pending with a delayed Schedule (after a supervisor retry) on to
+/// its next claim.
+async fn reclaim(h: &Harness, id: &str) {
+    let delay = h.retry_delay(id);
+    assert!(delay > 0);
+    assert!(h.pump_scheduler().await.is_empty(), "the retry's Schedule is delayed");
+    h.advance(delay);
+    all_ok(h.pump_scheduler().await, 1);
+}
+
+// ---- the happy paths ----
+
+#[tokio::test]
+async fn happy_path_single_step() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    assert_eq!(h.task("o-1").state, ProcessState::Pending);
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.task("o-1").state, ProcessState::Processing);
+    all_ok(h.pump_agent().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+
+    let task = h.task("o-1");
+    assert_eq!(task.state, ProcessState::Processed);
+    assert_eq!((task.attempt, task.failure_count, task.deadline), (1, 0, None));
+    assert_eq!(h.status_kinds(), vec![OrderStatus::Received, OrderStatus::Processed]);
+    let calls = h.remote.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].key.0, "o-1:0:do");
+    assert_eq!((calls[0].agent.as_str(), calls[0].step_name.as_str()), ("orders", "process-order"));
+    assert_eq!(h.count(Metric::Processed), 1);
+    assert_eq!(h.metrics().samples[&Metric::OrderLatencyMs].len(), 1);
+    assert!(h.alerts.all().is_empty());
+    for q in [ORDERS, SCHEDULER, AGENT, ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ] {
+        assert_eq!(h.depth(q), 0, "{q}");
+    }
+    h.finish();
+}
+
+#[tokio::test]
+async fn happy_path_three_step() {
+    let h = Harness::new();
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do), (1, Action::Do), (2, Action::Do)]);
+    let names: Vec<_> = h.remote.calls().into_iter().map(|c| (c.agent, c.step_name)).collect();
+    assert_eq!(
+        names,
+        [("inventory", "reserve-inventory"), ("payment", "charge-payment"), ("shipping", "ship-order")]
+            .map(|(a, n)| (a.to_owned(), n.to_owned()))
+    );
+    let statuses = h.statuses();
+    let kinds: Vec<_> = statuses.iter().map(|s| (s.status, s.step.as_deref())).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (OrderStatus::Received, None),
+            (OrderStatus::StepCompleted, Some("reserve-inventory")),
+            (OrderStatus::StepCompleted, Some("charge-payment")),
+            (OrderStatus::Processed, Some("ship-order")),
+        ]
+    );
+    assert!(statuses.iter().all(|s| s.order_id.as_ref().map(|o| o.as_str()) == Some("o-1")));
+    assert_eq!(h.count(Metric::StepSucceeded), 3);
+    assert_eq!(h.metrics().samples[&Metric::StepLatencyMs].len(), 3);
+    h.finish();
+}
+
+// ---- agent timeout ----
+
+#[tokio::test]
+async fn agent_retries_transient_errors_within_its_attempt_with_the_same_key() {
+    let h = Harness::new();
+    h.remote.then([Script::Transient, Script::Transient, Script::Ok]);
+    h.submit("o-1", SINGLE).await;
+    h.run_until_quiet().await;
+
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").attempt, 1, "retries inside one attempt are the agent's business");
+    let calls = h.remote.calls();
+    assert_eq!(calls.len(), 3);
+    assert!(calls.iter().all(|c| c.key.0 == "o-1:0:do"));
+    assert!(calls.windows(2).all(|w| w[0].at < w[1].at), "the agent backs off between calls");
+    assert_eq!(h.count(Metric::AgentRetry), 2);
+    h.finish();
+}
+
+#[tokio::test]
+async fn agent_timeout_replies_nothing_and_the_supervisor_retries() {
+    let h = Harness::new();
+    h.remote.then([Script::Hang]);
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    let claimed = h.task("o-1");
+    let complete_by = claimed.complete_by.unwrap();
+
+    // The remote call hangs past complete-by: the agent stops and says nothing.
+    all_ok(h.pump_agent().await, 1);
+    assert!(h.now() > complete_by);
+    assert_eq!(h.depth(SCHEDULER), 0, "no reply");
+    assert_eq!(h.count(Metric::AgentGaveUp), 1);
+
+    // Within the reply grace the task is still the lease holder's.
+    let early = h.sweep().await;
+    assert_eq!((early.examined, early.retried), (0, 0));
+    assert_eq!(h.task("o-1"), claimed);
+
+    h.to_deadline("o-1");
+    let sweep = h.sweep().await;
+    assert_eq!((sweep.examined, sweep.retried, sweep.gave_up), (1, 1, 0));
+    let retried = h.task("o-1");
+    assert_eq!(retried.state, ProcessState::Pending);
+    assert_eq!((retried.failure_count, retried.locked_by), (1, None));
+    assert_eq!(h.count(Metric::Recovered), 1);
+
+    reclaim(&h, "o-1").await;
+    assert_eq!(h.task("o-1").attempt, 2);
+    all_ok(h.pump_agent().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+
+    let done = h.task("o-1");
+    assert_eq!((done.state, done.failure_count, done.attempt), (ProcessState::Processed, 1, 2));
+    let calls = h.remote.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].key, calls[1].key, "the same key on every attempt of the step");
+    assert_eq!(h.status_kinds(), vec![OrderStatus::Received, OrderStatus::Processed]);
+    h.finish();
+}
+
+// ---- agent crash ----
+
+#[tokio::test]
+async fn agent_crash_before_handling_redelivers_the_same_request() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+
+    // The agent receives the request and dies before doing anything.
+    let lost = h.queues.receive(AGENT, 10).unwrap();
+    assert_eq!(lost.len(), 1);
+    assert!(h.queues.receive(AGENT, 10).unwrap().is_empty(), "invisible while in flight");
+
+    // After the visibility timeout the same message comes back, lease still live.
+    h.advance(AGENT_VISIBILITY_MS);
+    let again = h.queues.receive(AGENT, 10).unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].message.message_id, lost[0].message.message_id);
+    assert_eq!(again[0].message.body, lost[0].message.body);
+    assert_eq!(again[0].message.receive_count, 2);
+    assert!(h.now() < h.task("o-1").complete_by.unwrap());
+
+    h.remote.then([Script::Transient, Script::Ok]);
+    let m = &again[0].message;
+    h.agent
+        .handle(Inbound { message_id: m.message_id.clone(), body: m.body.clone(), receive_count: 2 })
+        .await
+        .unwrap();
+    h.queues.delete(AGENT, &again[0].receipt);
+    all_ok(h.pump_scheduler().await, 1);
+
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.attempt, task.failure_count), (ProcessState::Processed, 1, 0));
+    let keys: Vec<_> = h.remote.calls().into_iter().map(|c| c.key.0).collect();
+    assert_eq!(keys, vec!["o-1:0:do", "o-1:0:do"]);
+    h.finish();
+}
+
+#[tokio::test]
+async fn agent_crash_after_the_remote_call_keeps_the_key_across_redeliveries_and_attempts() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    let complete_by = h.task("o-1").complete_by.unwrap();
+
+    // The remote call succeeds but the agent dies before its reply is out (twice).
+    for _ in 0..2 {
+        h.queues.fail_next_sends(SCHEDULER, 1);
+        assert!(retry_error(&h.pump_agent().await));
+        assert_eq!(h.depth(SCHEDULER), 0);
+        h.advance(AGENT_VISIBILITY_MS);
+    }
+    assert_eq!(h.remote.calls().len(), 2);
+
+    // The third delivery comes after complete-by: the agent does nothing at all.
+    h.at(complete_by);
+    all_ok(h.pump_agent().await, 1);
+    assert_eq!(h.remote.calls().len(), 2);
+    assert_eq!(h.depth(AGENT), 0);
+
+    // The supervisor takes the task back and a new attempt finishes it.
+    h.to_deadline("o-1");
+    assert_eq!(h.sweep().await.retried, 1);
+    reclaim(&h, "o-1").await;
+    all_ok(h.pump_agent().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.attempt, task.failure_count), (ProcessState::Processed, 2, 1));
+    let calls = h.remote.calls();
+    assert_eq!(calls.len(), 3);
+    assert!(calls.iter().all(|c| c.key == calls[0].key), "{calls:?}");
+    assert_eq!(h.count(Metric::StaleReply), 0);
+    h.finish();
+}
+
+// ---- permanent error ----
+
+#[tokio::test]
+async fn permanent_error_in_a_single_step_workflow_is_an_error_with_an_alert() {
+    let h = Harness::new();
+    h.remote.then([Script::Permanent("card declined")]);
+    h.submit("o-1", SINGLE).await;
+    h.run_until_quiet().await;
+
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.deadline), (ProcessState::Error, None));
+    assert_eq!(h.remote.calls().len(), 1, "a permanent error is not retried");
+    let alerts = h.alerts.all();
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].order_id.as_str(), "o-1");
+    assert_eq!(alerts[0].state, ProcessState::Error);
+    assert!(alerts[0].reason.contains("card declined"), "{}", alerts[0].reason);
+    let statuses = h.statuses();
+    assert_eq!(statuses.last().unwrap().status, OrderStatus::Failed);
+    assert!(statuses.last().unwrap().reason.as_deref().unwrap().contains("card declined"));
+    assert_eq!(h.count(Metric::Failed), 1);
+
+    // Terminal: the supervisor never sees it again.
+    h.advance(10 * 60_000);
+    assert_eq!(h.sweep().await.examined, 0);
+    assert_eq!(h.alerts.all().len(), 1);
+    h.finish();
+}
+
+#[tokio::test]
+async fn permanent_error_at_the_last_step_compensates_in_reverse_order() {
+    let h = Harness::new();
+    h.remote.then([Script::Ok, Script::Ok, Script::Permanent("address rejected")]);
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+
+    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(
+        h.remote.steps(),
+        vec![(0, Action::Do), (1, Action::Do), (2, Action::Do), (1, Action::Undo), (0, Action::Undo)]
+    );
+    let undo: Vec<_> = h.remote.calls()[3..].iter().map(|c| (c.step_name.clone(), c.key.0.clone())).collect();
+    assert_eq!(
+        undo,
+        [("refund-payment", "o-1:1:undo"), ("release-inventory", "o-1:0:undo")]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+    );
+    let kinds: Vec<_> = h.statuses().into_iter().map(|s| (s.status, s.step)).collect();
+    let step = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        kinds,
+        vec![
+            (OrderStatus::Received, None),
+            (OrderStatus::StepCompleted, step("reserve-inventory")),
+            (OrderStatus::StepCompleted, step("charge-payment")),
+            (OrderStatus::Compensating, step("ship-order")),
+            (OrderStatus::StepUndone, step("refund-payment")),
+            (OrderStatus::Compensated, step("release-inventory")),
+        ]
+    );
+    // The write log agrees: each undone step exactly once, newest first.
+    let undone: Vec<u32> = h
+        .history("o-1")
+        .iter()
+        .filter_map(|t| match t.last_cause {
+            Cause::Succeeded { step, action: Action::Undo } => Some(step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(undone, vec![1, 0]);
+    assert!(h.alerts.all().is_empty(), "compensating is the planned outcome");
+    assert_eq!(h.count(Metric::CompensationStarted), 1);
+    assert_eq!(h.count(Metric::CompensationStep), 2);
+    assert_eq!(h.count(Metric::Compensated), 1);
+    h.finish();
+}
+
+#[tokio::test]
+async fn permanent_error_at_the_middle_step_undoes_only_the_first() {
+    let h = Harness::new();
+    h.remote.then([Script::Ok, Script::Permanent("card declined")]);
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+
+    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do), (1, Action::Do), (0, Action::Undo)]);
+    h.finish();
+}
+
+#[tokio::test]
+async fn permanent_error_at_the_first_step_has_nothing_to_undo() {
+    let h = Harness::new();
+    h.remote.then([Script::Permanent("out of stock")]);
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+
+    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do)]);
+    assert_eq!(h.status_kinds().last(), Some(&OrderStatus::Compensated));
+    h.finish();
+}
+
+#[tokio::test]
+async fn compensation_failure_is_an_error_with_an_alert() {
+    let h = Harness::new();
+    h.remote.then([
+        Script::Ok,
+        Script::Ok,
+        Script::Permanent("address rejected"),
+        Script::Permanent("refund refused"),
+    ]);
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+
+    assert_eq!(h.task("o-1").state, ProcessState::Error);
+    assert_eq!(h.remote.steps().last(), Some(&(1, Action::Undo)), "release is never attempted");
+    let alerts = h.alerts.all();
+    assert_eq!(alerts.len(), 1);
+    assert!(alerts[0].reason.contains("compensation refund-payment failed: refund refused"), "{alerts:?}");
+    assert_eq!(h.status_kinds().last(), Some(&OrderStatus::Failed));
+    h.finish();
+}
+
+// ---- duplicate messages ----
+
+#[tokio::test]
+async fn duplicate_order_delivery_makes_one_task() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 2);
+    assert_eq!(h.store.tasks().len(), 1);
+    assert_eq!(h.count(Metric::OrderAccepted), 1);
+    assert_eq!(h.count(Metric::OrderDuplicate), 1);
+
+    // The duplicate's spare Schedule loses its claim: one agent request only.
+    all_ok(h.pump_scheduler().await, 2);
+    assert_eq!(h.count(Metric::Claimed), 1);
+    assert_eq!(h.count(Metric::ClaimLost), 1);
+    assert_eq!(h.depth(AGENT), 1);
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.remote.calls().len(), 1);
+
+    // A late redelivery of the order changes nothing.
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    assert_eq!(h.depth(SCHEDULER), 0);
+    assert_eq!(h.count(Metric::OrderDuplicate), 2);
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.status_kinds(), vec![OrderStatus::Received, OrderStatus::Processed]);
+    h.finish();
+}
+
+#[tokio::test]
+async fn conflicting_payload_under_the_same_id_is_rejected_and_kept_with_its_reason() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    let conflicting = Harness::order_body("o-1", SINGLE).replace(r#""quantity":1"#, r#""quantity":2"#);
+    h.send(ORDERS, conflicting.clone()).await;
+
+    let report = h.batch(ORDERS, ORDERS_DLQ, |m| h.submission.handle(m)).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(report.kept, 1);
+    assert_eq!(h.depth(ORDERS), 0);
+
+    let kept = h.drain(ORDERS_DLQ);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].body, conflicting);
+    assert!(kept[0].attributes[REASON_ATTRIBUTE].contains("already exists with a different payload"));
+    assert_eq!(kept[0].attributes["sas-source"], ORDERS);
+    let stored = h.store.order(&Harness::id("o-1")).await;
+    assert_eq!(stored.unwrap().unwrap().order.items[0].quantity, 1, "the first order stands");
+    assert_eq!(h.store.tasks().len(), 1);
+    let statuses = h.statuses();
+    assert_eq!(statuses.last().unwrap().status, OrderStatus::Rejected);
+    assert!(statuses.last().unwrap().reason.as_deref().unwrap().contains("different payload"));
+    assert_eq!((h.count(Metric::OrderRejected), h.count(Metric::MessageKept)), (1, 1));
+    h.finish();
+}
+
+#[tokio::test]
+async fn duplicate_schedule_loses_the_claim() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    h.send(SCHEDULER, SchedulerMessage::Schedule { order_id: Harness::id("o-1") }.to_body()).await;
+
+    all_ok(h.pump_scheduler().await, 2);
+    assert_eq!((h.count(Metric::Claimed), h.count(Metric::ClaimLost)), (1, 1));
+    assert_eq!(h.depth(AGENT), 1, "only one agent request");
+    assert_eq!(h.task("o-1").attempt, 1);
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.remote.calls().len(), 1);
+    h.finish();
+}
+
+// ---- late replies ----
+
+#[tokio::test]
+async fn late_reply_after_a_retry_started_is_dropped() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_agent().await, 1);
+    // Attempt 1's reply is held up in transit.
+    let late = h.intercept(SCHEDULER);
+    assert_eq!(late.len(), 1);
+
+    h.to_deadline("o-1");
+    assert_eq!(h.sweep().await.retried, 1);
+    reclaim(&h, "o-1").await;
+    let reclaimed = h.task("o-1");
+    assert_eq!((reclaimed.state, reclaimed.attempt), (ProcessState::Processing, 2));
+
+    // The old attempt's reply lands on the new attempt's lease: dropped, nothing changes.
+    h.send(SCHEDULER, late[0].clone()).await;
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::StaleReply), 1);
+    assert_eq!(h.task("o-1"), reclaimed);
+
+    all_ok(h.pump_agent().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+
+    // And once more after the end.
+    let done = h.task("o-1");
+    h.send(SCHEDULER, late[0].clone()).await;
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::StaleReply), 2);
+    assert_eq!(h.task("o-1"), done);
+    assert_eq!(h.status_kinds(), vec![OrderStatus::Received, OrderStatus::Processed]);
+    h.finish();
+}
+
+#[tokio::test]
+async fn reply_handled_after_complete_by_is_dropped_and_the_supervisor_recovers() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_agent().await, 1);
+    let claimed = h.task("o-1");
+
+    // The reply was sent in time, but the scheduler gets to it after complete-by.
+    h.at(claimed.complete_by.unwrap().plus_ms(1));
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::StaleReply), 1);
+    assert_eq!(h.task("o-1"), claimed);
+
+    h.to_deadline("o-1");
+    assert_eq!(h.sweep().await.retried, 1);
+    reclaim(&h, "o-1").await;
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    h.finish();
+}
+
+// ---- a crash between a state write and the message that should follow it ----
+
+#[tokio::test]
+async fn crash_between_the_claim_write_and_the_dispatch() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+
+    h.queues.fail_next_sends(AGENT, 1);
+    assert!(retry_error(&h.pump_scheduler().await));
+    let claimed = h.task("o-1");
+    assert_eq!((claimed.state, claimed.attempt), (ProcessState::Processing, 1), "the claim landed");
+    assert_eq!(h.depth(AGENT), 0, "the request did not");
+
+    // The Schedule comes back, but the task is claimed: nothing to do.
+    h.advance(SCHEDULER_VISIBILITY_MS);
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::ClaimLost), 1);
+    assert_eq!(h.depth(SCHEDULER), 0);
+    assert_eq!(h.depth(AGENT), 0);
+
+    // The deadline written with the claim brings the supervisor.
+    h.to_deadline("o-1");
+    assert_eq!(h.sweep().await.retried, 1);
+    reclaim(&h, "o-1").await;
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.attempt, task.failure_count), (ProcessState::Processed, 2, 1));
+    assert_eq!(h.remote.calls().len(), 1);
+    h.finish();
+}
+
+#[tokio::test]
+async fn crash_between_the_insert_and_the_first_schedule() {
+    let h = Harness::new();
+    h.queues.fail_next_sends(SCHEDULER, 1);
+    h.submit("o-1", SINGLE).await;
+    assert!(retry_error(&h.pump_orders().await));
+    assert_eq!(h.task("o-1").state, ProcessState::Pending);
+    assert_eq!(h.depth(SCHEDULER), 0);
+
+    // The order is redelivered: a duplicate of an unclaimed task schedules it.
+    h.advance(ORDERS_VISIBILITY_MS);
+    all_ok(h.pump_orders().await, 1);
+    assert_eq!(h.count(Metric::OrderDuplicate), 1);
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.failure_count), (ProcessState::Processed, 0));
+    h.finish();
+}
+
+#[tokio::test]
+async fn lost_first_schedule_is_recovered_at_the_pending_deadline() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    assert_eq!(h.intercept(SCHEDULER).len(), 1, "the Schedule is lost");
+
+    h.advance(h.settings.policy.pending_timeout_ms - 1);
+    assert_eq!(h.sweep().await.examined, 0);
+    h.to_deadline("o-1");
+    assert_eq!(h.sweep().await.retried, 1);
+    reclaim(&h, "o-1").await;
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.failure_count), (ProcessState::Processed, 1));
+    h.finish();
+}
+
+#[tokio::test]
+async fn crash_between_a_step_advance_and_the_next_schedule() {
+    let h = Harness::new();
+    h.submit("o-1", THREE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_agent().await, 1);
+
+    h.queues.fail_next_sends(SCHEDULER, 1);
+    assert!(retry_error(&h.pump_scheduler().await));
+    let advanced = h.task("o-1");
+    assert_eq!((advanced.state, advanced.step), (ProcessState::Pending, 1), "the advance landed");
+
+    // The redelivered reply is stale now: the step it answered is done.
+    h.advance(SCHEDULER_VISIBILITY_MS);
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::StaleReply), 1);
+    assert_eq!(h.task("o-1"), advanced);
+
+    h.to_deadline("o-1");
+    assert_eq!(h.sweep().await.retried, 1);
+    reclaim(&h, "o-1").await;
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do), (1, Action::Do), (2, Action::Do)]);
+    h.finish();
+}
+
+// ---- threshold reached ----
+
+#[tokio::test]
+async fn repeated_timeouts_reach_the_threshold_then_error_with_one_alert() {
+    let h = Harness::new();
+    let threshold = h.settings.policy.failure_threshold;
+    h.remote.by_default(Script::Hang);
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+
+    let mut attempts = 0;
+    loop {
+        assert!(attempts < threshold, "still retrying after {attempts} attempts: a poison loop");
+        all_ok(h.pump_scheduler().await, 1);
+        all_ok(h.pump_agent().await, 1);
+        attempts += 1;
+        assert_eq!(h.depth(SCHEDULER), 0, "a hung agent never replies");
+        h.to_deadline("o-1");
+        let sweep = h.sweep().await;
+        assert_eq!(sweep.examined, 1);
+        if h.task("o-1").state.is_terminal() {
+            assert_eq!(sweep.gave_up, 1);
+            break;
+        }
+        assert_eq!(sweep.retried, 1);
+        assert!(h.alerts.all().is_empty(), "no alert below the threshold");
+        let delay = h.retry_delay("o-1");
+        h.advance(delay);
+    }
+
+    let task = h.task("o-1");
+    assert_eq!(attempts, threshold);
+    assert_eq!((task.state, task.failure_count, task.attempt), (ProcessState::Error, threshold, threshold));
+    let alerts = h.alerts.all();
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].failure_count, threshold);
+    assert!(alerts[0].reason.contains("failure threshold reached"));
+    assert_eq!(h.status_kinds().last(), Some(&OrderStatus::Failed));
+    assert_eq!(h.count(Metric::Recovered), threshold as u64 - 1);
+    assert_eq!(h.count(Metric::Failed), 1);
+    let keys: Vec<_> = h.remote.calls().into_iter().map(|c| c.key).collect();
+    assert_eq!(keys.len(), threshold as usize);
+    assert!(keys.iter().all(|k| k == &keys[0]));
+
+    // FailureCount over the write log: never down, one up per lapse, ending at the threshold.
+    let counts: Vec<u32> = h.store.writes().iter().map(|w| w.after.failure_count).collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    let mut distinct = counts.clone();
+    distinct.dedup();
+    assert_eq!(distinct, (0..=threshold).collect::<Vec<_>>());
+
+    // No poison loop: nothing more happens, however long we wait.
+    h.advance(24 * 3_600_000);
+    assert_eq!(h.sweep().await.examined, 0);
+    h.run_until_quiet().await;
+    assert_eq!(h.alerts.all().len(), 1);
+    h.finish();
+}
+
+#[tokio::test]
+async fn threshold_reached_mid_workflow_compensates_the_in_flight_step_too() {
+    let h = Harness::new();
+    let threshold = h.settings.policy.failure_threshold;
+    h.remote.then([Script::Ok]);
+    h.remote.then((0..threshold).map(|_| Script::Hang));
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+    for round in 1.. {
+        assert!(round <= threshold, "still retrying after {threshold} lapses: a poison loop");
+        h.to_deadline("o-1");
+        h.sweep().await;
+        if h.task("o-1").state != ProcessState::Pending {
+            break;
+        }
+        h.advance(h.retry_delay("o-1"));
+        h.run_until_quiet().await;
+    }
+    let gave_up = h.task("o-1");
+    assert_eq!((gave_up.state, gave_up.step), (ProcessState::Compensating, 1));
+    assert_eq!(h.alerts.all().len(), 1);
+
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    let mut want = vec![(0, Action::Do)];
+    want.extend((0..threshold).map(|_| (1, Action::Do)));
+    // The charge may have gone through before the hang: it is refunded too.
+    want.extend([(1, Action::Undo), (0, Action::Undo)]);
+    assert_eq!(h.remote.steps(), want);
+    assert_eq!(h.alerts.all().len(), 1);
+    h.finish();
+}
+
+// ---- bad input ----
+
+#[tokio::test]
+async fn malformed_messages_in_a_batch_are_kept_with_their_reasons() {
+    let h = Harness::new();
+    let valid = Harness::order_body("o-1", SINGLE);
+    let not_json = "{\"order_id\": \"o-2\", ".to_owned();
+    let oversized = format!(r#"{{"order_id":"o-3","pad":"{}"}}"#, "x".repeat(MAX_BODY_BYTES));
+    let unknown_field =
+        Harness::order_body("o-4", SINGLE).replace("\"customer_id\"", "\"colour\":\"red\",\"customer_id\"");
+    for body in [&valid, &not_json, &oversized, &unknown_field] {
+        h.send(ORDERS, body.clone()).await;
+    }
+
+    let report = h.batch(ORDERS, ORDERS_DLQ, |m| h.submission.handle(m)).await;
+    assert!(report.failures.is_empty(), "bad input never fails the batch: {report:?}");
+    assert_eq!(report.kept, 3);
+    assert_eq!(h.depth(ORDERS), 0);
+
+    let kept = h.drain(ORDERS_DLQ);
+    let reason_of =
+        |body: &str| kept.iter().find(|m| m.body == body).expect("kept").attributes[REASON_ATTRIBUTE].clone();
+    assert_eq!(kept.len(), 3);
+    assert!(reason_of(&not_json).contains("not a valid message"));
+    assert!(reason_of(&oversized).contains("bytes; at most"));
+    assert!(reason_of(&unknown_field).contains("unknown field `colour`"));
+    assert_eq!(h.count(Metric::OrderRejected), 3);
+    assert_eq!(h.count(Metric::MessageKept), 3);
+
+    // The sender of the one with a readable reply_to hears why.
+    let rejected: Vec<_> = h.statuses().into_iter().filter(|s| s.status == OrderStatus::Rejected).collect();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].order_id.as_ref().unwrap().as_str(), "o-4");
+
+    // The valid order went through untouched.
+    assert_eq!(h.store.tasks().len(), 1);
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    h.finish();
+}
+
+#[tokio::test]
+async fn malformed_scheduler_and_agent_messages_are_kept_with_their_reasons() {
+    let h = Harness::new();
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    let ghost = SchedulerMessage::Schedule { order_id: Harness::id("ghost") }.to_body();
+    for body in ["garbage", r#"{"type":"launch","order_id":"o-1"}"#, &ghost] {
+        h.send(SCHEDULER, body).await;
+    }
+    let report = h.batch(SCHEDULER, SCHEDULER_DLQ, |m| h.scheduler.handle(m)).await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.kept, 3);
+    assert_eq!(h.task("o-1").state, ProcessState::Processing, "the good Schedule in the batch claimed");
+    let kept = h.drain(SCHEDULER_DLQ);
+    assert_eq!(kept.len(), 3);
+    assert!(kept.iter().any(|m| m.attributes[REASON_ATTRIBUTE].contains("unknown order ghost")));
+    assert!(kept.iter().any(|m| m.attributes[REASON_ATTRIBUTE].contains("unknown variant `launch`")));
+
+    h.send(AGENT, r#"{"order_id":"o-1"}"#).await;
+    let report = h.batch(AGENT, AGENT_DLQ, |m| h.agent.handle(m)).await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.kept, 1, "the malformed request; the real one was handled");
+    assert_eq!(h.drain(AGENT_DLQ).len(), 1);
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_handler_that_panics_fails_only_its_own_message() {
+    let h = Harness::new();
+    for id in ["o-1", "o-2", "o-3"] {
+        h.submit(id, SINGLE).await;
+    }
+    let submission = &h.submission;
+    let report = h
+        .batch(ORDERS, ORDERS_DLQ, move |m: Inbound| async move {
+            if m.body.contains("\"o-2\"") {
+                panic!("boom");
+            }
+            submission.handle(m).await
+        })
+        .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.kept, 1);
+    let kept = h.drain(ORDERS_DLQ);
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].body.contains("\"o-2\""));
+    assert!(kept[0].attributes[REASON_ATTRIBUTE].contains("handler panicked: boom"));
+    let ids: Vec<_> = h.store.tasks().iter().map(|t| t.order_id.to_string()).collect();
+    assert_eq!(ids, vec!["o-1", "o-3"]);
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_handler_that_panics_before_returning_its_future_fails_only_its_own_message() {
+    let h = Harness::new();
+    for id in ["o-1", "o-2", "o-3"] {
+        h.submit(id, SINGLE).await;
+    }
+    let report = h
+        .batch(ORDERS, ORDERS_DLQ, |m: Inbound| {
+            if m.body.contains("\"o-2\"") {
+                panic!("boom before the future");
+            }
+            h.submission.handle(m)
+        })
+        .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.kept, 1);
+    let kept = h.drain(ORDERS_DLQ);
+    assert!(kept[0].attributes[REASON_ATTRIBUTE].contains("handler panicked: boom before the future"));
+    assert_eq!(h.store.tasks().len(), 2);
+    h.finish();
+}
+
+// ---- supervisors ----
+
+#[tokio::test]
+async fn concurrent_supervisors_recover_a_task_once() {
+    let h = Harness::new();
+    h.remote.by_default(Script::Hang);
+    h.submit("o-1", SINGLE).await;
+    h.run_until_quiet().await;
+    h.to_deadline("o-1");
+    let other = sas::handlers::Supervisor::new(h.deps.clone(), h.settings.clone());
+    let (a, b) = futures::join!(h.supervisor.sweep(), other.sweep());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.retried + b.retried, 1, "{a:?} {b:?}");
+    assert_eq!(h.task("o-1").failure_count, 1);
+    assert_eq!(h.depth(SCHEDULER), 1, "one retry Schedule");
+    h.finish();
+}
