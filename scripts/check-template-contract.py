@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Project contract checks on the SAM-transformed template (JSON).
+
+cfn-lint and checkov know CloudFormation; they do not know what the sas code and the
+infra/ bootstrap expect. This checks that contract:
+
+- resource names (with Prefix = sas), keys and the sparse due-index GSI;
+- every work queue redrives to its DLQ after 5 receives, with visibility >= 6x the
+  timeout of the function consuming it; SQS event sources report batch item failures;
+- the four functions: provided.al2023, arm64, JSON logs, the environment the code reads;
+- IAM: one role per function, no managed policies, no wildcard action or resource
+  (except the log-stream part of the function's own log group), and exactly the
+  (action, resource) pairs each function needs -- no more, no less;
+- alarms: OrdersFailed, depth on every DLQ, Errors and Throttles per function, supervisor
+  not running (missing data breaching), StaleReplies; all notify the operator topic;
+- the dashboard body is valid JSON once substituted and shows every alarm;
+- outputs carry queue URLs, table names and the topic ARN.
+
+Usage: check-template-contract.py template.transformed.json  (exit 1 on any finding)
+"""
+
+import json
+import re
+import sys
+
+PREFIX = "sas"
+PARAM_DEFAULTS = {"Prefix": PREFIX}
+
+errors = []
+
+
+def err(msg):
+    errors.append(msg)
+
+
+def sub_name(value):
+    """Resolve a name given as a literal or Fn::Sub of ${Prefix}."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Sub" in value and isinstance(value["Fn::Sub"], str):
+        return re.sub(r"\$\{(\w+)\}", lambda m: PARAM_DEFAULTS.get(m.group(1), m.group(0)), value["Fn::Sub"])
+    return None
+
+
+def ref_target(value):
+    """The logical id an intrinsic points at (Ref, GetAtt, or Sub of one resource)."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return value["Ref"]
+        if "Fn::GetAtt" in value:
+            att = value["Fn::GetAtt"]
+            return att[0] if isinstance(att, list) else att.split(".")[0]
+        if "Fn::Sub" in value:
+            text = value["Fn::Sub"] if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"][0]
+            if re.fullmatch(r"\$\{(\w+)\.Arn\}/index/[\w-]+", text):
+                return text.replace("${", "").replace(".Arn}", "")  # StateTable/index/due-index
+            m = re.fullmatch(r"arn:\$\{AWS::Partition\}:logs:.*:log-group:\$\{(\w+)\}:log-stream:\*", text)
+            if m:
+                return m.group(1) + ":log-stream:*"
+    return json.dumps(value, sort_keys=True)
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+R = t["Resources"]
+
+
+def of_type(kind):
+    return {k: v for k, v in R.items() if v["Type"] == kind}
+
+
+# ---------------------------------------------------------------- tables
+tables = {sub_name(v["Properties"].get("TableName")): (k, v["Properties"]) for k, v in of_type("AWS::DynamoDB::Table").items()}
+for name in (f"{PREFIX}-orders", f"{PREFIX}-state"):
+    if name not in tables:
+        err(f"table {name} missing (have {sorted(tables)})")
+        continue
+    _, p = tables[name]
+    if p.get("KeySchema") != [{"AttributeName": "order_id", "KeyType": "HASH"}]:
+        err(f"{name}: key must be order_id (HASH)")
+    if {"AttributeName": "order_id", "AttributeType": "S"} not in p.get("AttributeDefinitions", []):
+        err(f"{name}: order_id must be S")
+    if p.get("BillingMode") != "PAY_PER_REQUEST":
+        err(f"{name}: BillingMode must be PAY_PER_REQUEST")
+    if not p.get("SSESpecification", {}).get("SSEEnabled"):
+        err(f"{name}: SSE not enabled")
+    if not p.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled"):
+        err(f"{name}: PITR not enabled")
+    if p.get("DeletionProtectionEnabled") != {"Ref": "DeletionProtection"}:
+        err(f"{name}: DeletionProtectionEnabled must be the DeletionProtection parameter")
+if f"{PREFIX}-state" in tables:
+    _, p = tables[f"{PREFIX}-state"]
+    gsis = {g["IndexName"]: g for g in p.get("GlobalSecondaryIndexes", [])}
+    g = gsis.get("due-index")
+    if not g:
+        err("state table: GSI due-index missing")
+    else:
+        if g["KeySchema"] != [{"AttributeName": "due_shard", "KeyType": "HASH"}, {"AttributeName": "deadline", "KeyType": "RANGE"}]:
+            err("due-index: keys must be due_shard (HASH), deadline (RANGE)")
+        if g.get("Projection", {}).get("ProjectionType") != "ALL":
+            err("due-index: projection must be ALL")
+        attrs = {a["AttributeName"]: a["AttributeType"] for a in p["AttributeDefinitions"]}
+        if attrs.get("due_shard") != "S" or attrs.get("deadline") != "N":
+            err("due-index: due_shard must be S and deadline N")
+
+# ---------------------------------------------------------------- queues
+queues = {sub_name(v["Properties"].get("QueueName")): (k, v["Properties"]) for k, v in of_type("AWS::SQS::Queue").items()}
+qid = {name: k for name, (k, _) in queues.items()}
+expected_queues = [f"{PREFIX}-{q}" for q in ("orders", "scheduler", "agent")]
+for name in expected_queues + [f"{PREFIX}-{q}-dlq" for q in ("orders", "scheduler", "agent")] + [f"{PREFIX}-status"]:
+    if name not in queues:
+        err(f"queue {name} missing (have {sorted(queues)})")
+for name in expected_queues:
+    if name not in queues:
+        continue
+    _, p = queues[name]
+    rp = p.get("RedrivePolicy", {})
+    if ref_target(rp.get("deadLetterTargetArn")) != qid.get(name + "-dlq"):
+        err(f"{name}: must redrive to {name}-dlq")
+    if rp.get("maxReceiveCount") != 5:
+        err(f"{name}: maxReceiveCount must be 5")
+
+# ---------------------------------------------------------------- functions
+ENV_COMMON = {
+    "ORDERS_TABLE", "STATE_TABLE", "DUE_INDEX", "DUE_SHARDS", "ORDERS_QUEUE_URL", "ORDERS_DLQ_URL",
+    "SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL", "AGENT_QUEUE_URL", "AGENT_DLQ_URL", "ALERT_TOPIC_ARN",
+    "STEP_TIMEOUT_MS", "REPLY_GRACE_MS", "PENDING_TIMEOUT_MS", "FAILURE_THRESHOLD", "RETRY_BASE_MS",
+    "RETRY_CAP_MS", "METRICS_NAMESPACE",
+}
+functions = {sub_name(v["Properties"].get("FunctionName")): (k, v["Properties"]) for k, v in of_type("AWS::Lambda::Function").items()}
+fid = {}
+for short in ("submission", "scheduler", "agent", "supervisor"):
+    name = f"{PREFIX}-{short}"
+    if name not in functions:
+        err(f"function {name} missing (have {sorted(functions)})")
+        continue
+    k, p = functions[name]
+    fid[short] = k
+    if p.get("Runtime") != "provided.al2023":
+        err(f"{name}: runtime must be provided.al2023")
+    if p.get("Architectures") != ["arm64"]:
+        err(f"{name}: architecture must be arm64")
+    if p.get("Handler") != "bootstrap":
+        err(f"{name}: handler must be bootstrap")
+    if p.get("LoggingConfig", {}).get("LogFormat") != "JSON":
+        err(f"{name}: LoggingConfig.LogFormat must be JSON")
+    env = set(p.get("Environment", {}).get("Variables", {}))
+    want = ENV_COMMON | ({"REMOTE_SERVICE_URL"} if short == "agent" else set())
+    if want - env:
+        err(f"{name}: environment lacks {sorted(want - env)}")
+    meta = R[k].get("Metadata", {})
+    if meta.get("BuildMethod") != "rust-cargolambda" or meta.get("BuildProperties", {}).get("Binary") != short:
+        err(f"{name}: Metadata must be BuildMethod rust-cargolambda, Binary {short}")
+
+# event sources: which queue drives which function
+consumer = {"submission": f"{PREFIX}-orders", "scheduler": f"{PREFIX}-scheduler", "agent": f"{PREFIX}-agent"}
+esms = of_type("AWS::Lambda::EventSourceMapping")
+seen = set()
+for k, v in esms.items():
+    p = v["Properties"]
+    fn = ref_target(p["FunctionName"])
+    q = ref_target(p["EventSourceArn"])
+    short = next((s for s, f in fid.items() if f == fn), None)
+    qname = next((n for n, i in qid.items() if i == q), None)
+    seen.add(short)
+    if short not in consumer or consumer[short] != qname:
+        err(f"event source {k}: {short} must consume {consumer.get(short)}, not {qname}")
+        continue
+    if p.get("FunctionResponseTypes") != ["ReportBatchItemFailures"]:
+        err(f"event source {k}: FunctionResponseTypes must be [ReportBatchItemFailures]")
+    if p.get("BatchSize") != 10:
+        err(f"event source {k}: BatchSize must be 10")
+    if "MaximumBatchingWindowInSeconds" not in p:
+        err(f"event source {k}: MaximumBatchingWindowInSeconds missing")
+    timeout = functions[f"{PREFIX}-{short}"][1].get("Timeout")
+    vis = queues[qname][1].get("VisibilityTimeout", 30)
+    if not isinstance(timeout, int) or not isinstance(vis, int) or vis < 6 * timeout:
+        err(f"{qname}: visibility {vis} s < 6 x {short} timeout {timeout} s")
+for short in consumer:
+    if short not in seen:
+        err(f"{short}: no SQS event source")
+rules = of_type("AWS::Events::Rule")
+if not any(ref_target(tg["Arn"]) == fid.get("supervisor") for r in rules.values() for tg in r["Properties"].get("Targets", [])):
+    err("supervisor: no EventBridge schedule")
+if not any(r["Properties"].get("ScheduleExpression") == {"Ref": "SupervisorSchedule"} for r in rules.values()):
+    err("supervisor schedule must be the SupervisorSchedule parameter")
+
+# ---------------------------------------------------------------- IAM
+S = "StatusQueue"
+EXTRA = '{"Ref": "ExtraReplyToQueueArns"}'
+SQS_CONSUME = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility")
+
+
+def consume(queue):
+    return {(a, queue) for a in SQS_CONSUME}
+
+
+def logs(group):
+    return {("logs:CreateLogStream", group + ":log-stream:*"), ("logs:PutLogEvents", group + ":log-stream:*")}
+
+
+EXPECTED = {
+    "submission": logs("SubmissionLogGroup") | consume("OrdersQueue") | {
+        ("dynamodb:PutItem", "OrdersTable"), ("dynamodb:PutItem", "StateTable"), ("dynamodb:GetItem", "OrdersTable"),
+        ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "OrdersDlq"), ("sqs:SendMessage", S),
+        ("sqs:SendMessage", EXTRA),
+    },
+    "scheduler": logs("SchedulerLogGroup") | consume("SchedulerQueue") | {
+        ("dynamodb:GetItem", "StateTable"), ("dynamodb:PutItem", "StateTable"), ("dynamodb:GetItem", "OrdersTable"),
+        ("sqs:SendMessage", "AgentQueue"), ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "SchedulerDlq"),
+        ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA), ("sns:Publish", "AlertTopic"),
+    },
+    "agent": logs("AgentLogGroup") | consume("AgentQueue") | {
+        ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "AgentDlq"),
+    },
+    "supervisor": logs("SupervisorLogGroup") | {
+        ("dynamodb:Query", "StateTable/index/due-index"), ("dynamodb:GetItem", "StateTable"),
+        ("dynamodb:PutItem", "StateTable"), ("dynamodb:GetItem", "OrdersTable"),
+        ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA),
+        ("sns:Publish", "AlertTopic"),
+    },
+}
+
+
+def statements(doc):
+    for st in as_list(doc.get("Statement", [])):
+        if isinstance(st, dict) and "Fn::If" in st:
+            for branch in st["Fn::If"][1:]:
+                if isinstance(branch, dict) and "Ref" not in branch:
+                    yield branch
+        else:
+            yield st
+
+
+roles_used = {}
+for short, k in fid.items():
+    role = ref_target(functions[f"{PREFIX}-{short}"][1].get("Role"))
+    if role in roles_used.values():
+        err(f"{short}: shares role {role} with another function")
+    roles_used[short] = role
+    rp = R.get(role, {}).get("Properties", {})
+    if R.get(role, {}).get("Type") != "AWS::IAM::Role":
+        err(f"{short}: role {role} is not a role in this template")
+        continue
+    if rp.get("ManagedPolicyArns"):
+        err(f"{short}: role has managed policies {rp['ManagedPolicyArns']}")
+    grants = set()
+    for pol in rp.get("Policies", []):
+        for st in statements(pol["PolicyDocument"]):
+            if st.get("Effect") != "Allow" or "NotAction" in st or "NotResource" in st:
+                err(f"{short}: unexpected statement shape {st}")
+                continue
+            for action in as_list(st["Action"]):
+                if "*" in action:
+                    err(f"{short}: wildcard action {action}")
+                resources = st["Resource"]
+                if resources == {"Ref": "ExtraReplyToQueueArns"}:
+                    grants.add((action, EXTRA))
+                    continue
+                for res in as_list(resources):
+                    if res == "*" or (isinstance(res, str) and "*" in res):
+                        err(f"{short}: wildcard resource {res}")
+                    grants.add((action, ref_target(res)))
+    if grants != EXPECTED[short]:
+        for extra in sorted(grants - EXPECTED[short]):
+            err(f"{short}: grant not in the contract: {extra}")
+        for missing in sorted(EXPECTED[short] - grants):
+            err(f"{short}: grant missing: {missing}")
+for k, v in of_type("AWS::IAM::Role").items():
+    if k not in roles_used.values():
+        err(f"role {k} belongs to no function")
+for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+    if of_type(kind):
+        err(f"unexpected {kind}: keep each function's grants inline in its role")
+
+# ---------------------------------------------------------------- alarms
+alarms = of_type("AWS::CloudWatch::Alarm")
+
+
+def dims(p):
+    return {d["Name"]: ref_target(d["Value"]) if isinstance(d["Value"], dict) else d["Value"] for d in p.get("Dimensions", [])}
+
+
+for k, v in alarms.items():
+    p = v["Properties"]
+    if ref_target(as_list(p.get("AlarmActions", [None]))[0]) != "AlertTopic":
+        err(f"alarm {k}: must notify AlertTopic")
+dlq_alarmed = {dims(a["Properties"]).get("QueueName") for a in alarms.values()
+               if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
+               and a["Properties"].get("ComparisonOperator") == "GreaterThanThreshold"
+               and a["Properties"].get("Threshold") == 0}
+for name, (k, _) in queues.items():
+    if name.endswith("-dlq") and k not in dlq_alarmed:
+        err(f"DLQ {name}: no depth > 0 alarm")
+for short, k in fid.items():
+    for metric in ("Errors", "Throttles"):
+        if not any(a["Properties"].get("MetricName") == metric and dims(a["Properties"]).get("FunctionName") == k for a in alarms.values()):
+            err(f"{short}: no {metric} alarm")
+sup = [a["Properties"] for a in alarms.values() if a["Properties"].get("MetricName") == "Invocations"
+       and dims(a["Properties"]).get("FunctionName") == fid.get("supervisor")]
+if not sup or sup[0].get("TreatMissingData") != "breaching" or sup[0].get("ComparisonOperator") != "LessThanThreshold":
+    err("supervisor: no 'not running' alarm (Invocations < threshold, missing data breaching)")
+flat = json.dumps(alarms)
+for metric in ("OrdersFailed", "StaleReplies"):
+    if f'"{metric}"' not in flat:
+        err(f"no alarm on {metric}")
+
+# ---------------------------------------------------------------- dashboard
+for k, v in of_type("AWS::CloudWatch::Dashboard").items():
+    body = v["Properties"]["DashboardBody"]
+    text = body["Fn::Sub"] if isinstance(body, dict) else body
+    text = text if isinstance(text, str) else text[0]
+    refs = set(re.findall(r"\$\{([\w:.]+)\}", text))
+    for ref in refs:
+        base = ref.split(".")[0]
+        if base not in R and base not in t.get("Parameters", {}) and not base.startswith("AWS::"):
+            err(f"dashboard: ${{{ref}}} names nothing")
+    resolved = re.sub(r"\$\{([\w:.]+)\}", lambda m: "600" if m.group(1) == "QueueAgeThresholdSeconds" else "X-" + m.group(1), text)
+    try:
+        doc = json.loads(resolved)
+    except ValueError as e:
+        err(f"dashboard: body is not JSON after substitution: {e}")
+        continue
+    shown = set()
+    for w in doc.get("widgets", []):
+        if w.get("type") == "alarm":
+            shown |= set(w["properties"]["alarms"])
+    for a in alarms:
+        if f"X-{a}.Arn" not in shown:
+            err(f"dashboard: alarm {a} not in the alarm widget")
+if not of_type("AWS::CloudWatch::Dashboard"):
+    err("no dashboard")
+
+# ---------------------------------------------------------------- outputs
+outputs = {ref_target(o["Value"]) for o in t.get("Outputs", {}).values()}
+for k in ["OrdersQueue", "SchedulerQueue", "AgentQueue", "OrdersDlq", "SchedulerDlq", "AgentDlq", "StatusQueue",
+          "OrdersTable", "StateTable", "AlertTopic"]:
+    if k not in outputs:
+        err(f"outputs: nothing for {k}")
+
+if errors:
+    for e in errors:
+        print(f"contract: {e}", file=sys.stderr)
+    print(f"==> contract checks: {len(errors)} finding(s)", file=sys.stderr)
+    sys.exit(1)
+print(f"==> contract checks: 0 findings ({len(R)} resources, {len(alarms)} alarms)", file=sys.stderr)

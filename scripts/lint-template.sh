@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Lint template.yaml offline, without an AWS account:
+#   1. cfn-lint on the SAM template,
+#   2. cfn-lint on the SAM-transformed template (aws-sam-translator, offline),
+#   3. project contract checks on the transformed template (check-template-contract.py),
+#   4. checkov (--skip-download) on the SAM template and on the transformed one,
+#   5. sam validate --lint.
+# Exits non-zero on any cfn-lint error or warning, any failed checkov check, or any
+# sam validate failure. Every checkov skip carries its reason inline in template.yaml.
+#
+# The tools live in project venvs under .venv-lint/ (gitignored), installed from PyPI on
+# first run (about 1 min cold, two venvs installed in parallel because checkov and
+# aws-sam-cli pin conflicting boto3/packaging versions) and reused afterwards.
+#
+# Usage: scripts/lint-template.sh [template]   (default: template.yaml at the repo root)
+#
+# Environment:
+#   SAS_LINT_VENV   venv root (default <repo>/.venv-lint)
+#   SAS_LINT_SAM=0  skip the aws-sam-cli venv and `sam validate --lint` (cfn-lint and
+#                   the SAM translator still run, from the checkov-free venv)
+#   PYTHON          interpreter for the venvs (default python3, needs >= 3.9)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TEMPLATE=$(realpath "${1:-$ROOT/template.yaml}")
+VENV_ROOT=${SAS_LINT_VENV:-$ROOT/.venv-lint}
+PYTHON=${PYTHON:-python3}
+WITH_SAM=${SAS_LINT_SAM:-1}
+
+# Pinned so CI and laptops judge the template with the same rules. Bump deliberately.
+CFN_REQS="cfn-lint==1.58.0 aws-sam-translator==1.115.0"
+SAM_REQS="aws-sam-cli==1.170.0"
+CHECKOV_REQS="checkov==3.3.30"
+
+# Transform and lint need a region; nothing talks to AWS.
+export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1}
+export AWS_REGION=${AWS_REGION:-$AWS_DEFAULT_REGION}
+export SAM_CLI_TELEMETRY=0
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# ensure_venv <dir> <requirements...>: create/refresh a venv only when its pins changed.
+ensure_venv() {
+    local dir=$1
+    shift
+    local want="$*" stamp="$dir/.sas-lint-reqs"
+    if [[ -x "$dir/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        return 0
+    fi
+    log "installing into ${dir#"$ROOT"/}: $want"
+    rm -rf "$dir"
+    "$PYTHON" -m venv "$dir"
+    # shellcheck disable=SC2086
+    "$dir/bin/pip" install --quiet $want
+    printf '%s' "$want" >"$stamp"
+}
+
+START=$(date +%s)
+mkdir -p "$VENV_ROOT"
+CFN_VENV="$VENV_ROOT/cfn"
+CHECKOV_VENV="$VENV_ROOT/checkov"
+cfn_reqs=$CFN_REQS
+[[ $WITH_SAM == 1 ]] && cfn_reqs="$CFN_REQS $SAM_REQS"
+
+# Install both venvs in parallel (pip is mostly network and unpacking).
+pids=()
+ensure_venv "$CFN_VENV" $cfn_reqs &
+pids+=($!)
+ensure_venv "$CHECKOV_VENV" $CHECKOV_REQS &
+pids+=($!)
+for pid in "${pids[@]}"; do
+    wait "$pid" || { log "tool installation failed"; exit 2; }
+done
+log "tools ready in $(($(date +%s) - START)) s"
+
+OUT="$VENV_ROOT/out"
+mkdir -p "$OUT"
+TRANSFORMED="$OUT/template.transformed.json"
+failures=0
+fail() {
+    log "FAILED: $*"
+    failures=$((failures + 1))
+}
+
+# 1. cfn-lint on the SAM template (fails on errors and warnings).
+log "cfn-lint ${TEMPLATE##*/}"
+if "$CFN_VENV/bin/cfn-lint" --non-zero-exit-code warning -- "$TEMPLATE"; then
+    log "cfn-lint ${TEMPLATE##*/}: 0 errors, 0 warnings"
+else
+    fail "cfn-lint ${TEMPLATE##*/}"
+fi
+
+# 2. Transform offline and lint what CloudFormation will actually create.
+log "SAM transform -> ${TRANSFORMED#"$ROOT"/}"
+if "$CFN_VENV/bin/python" - "$TEMPLATE" "$TRANSFORMED" <<'PY'; then
+import json
+import sys
+
+from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+
+class NoManagedPolicies(ManagedPolicyLoader):
+    """The template names no managed policies; never call IAM."""
+
+    def __init__(self):
+        super().__init__(iam_client=None)
+
+    def load(self):
+        return {}
+
+
+with open(sys.argv[1], encoding="utf-8") as f:
+    sam = yaml_parse(f.read())
+# What `sam package` does: local CodeUri -> the S3 object it uploaded.
+placeholder = "s3://sas-lint-placeholder/code.zip"
+if "CodeUri" in sam.get("Globals", {}).get("Function", {}):
+    sam["Globals"]["Function"]["CodeUri"] = placeholder
+for r in sam["Resources"].values():
+    if r.get("Type") == "AWS::Serverless::Function" and "CodeUri" in r.get("Properties", {}):
+        r["Properties"]["CodeUri"] = placeholder
+# Parameters without a default need a value for the transform only.
+params = {"RemoteServiceUrl": "https://remote.example.com"}
+cfn = transform(sam, params, NoManagedPolicies())
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    json.dump(cfn, f, indent=1, sort_keys=True)
+types = {}
+for r in cfn["Resources"].values():
+    types[r["Type"]] = types.get(r["Type"], 0) + 1
+print("transformed: %d resources: %s" % (
+    len(cfn["Resources"]), ", ".join("%s x%d" % kv for kv in sorted(types.items()))), file=sys.stderr)
+PY
+    log "cfn-lint transformed template"
+    if "$CFN_VENV/bin/cfn-lint" --non-zero-exit-code warning -- "$TRANSFORMED"; then
+        log "cfn-lint transformed: 0 errors, 0 warnings"
+    else
+        fail "cfn-lint transformed template"
+    fi
+else
+    fail "SAM transform"
+fi
+
+# 2b. Project contract checks no generic linter knows: names, 6x visibility, redrive,
+#     batch failures, hand-written IAM without wildcards, an alarm on every DLQ, and a
+#     dashboard body that is valid JSON once substituted.
+if [[ -f $TRANSFORMED ]]; then
+    log "contract checks"
+    "$CFN_VENV/bin/python" "$ROOT/scripts/check-template-contract.py" "$TRANSFORMED" || fail "contract checks"
+fi
+
+# 3. checkov: SAM template (inline skips) and the transformed template.
+run_checkov() {
+    local file=$1 name=$2 report="$OUT/checkov-$2.json"
+    log "checkov $name"
+    local rc=0
+    "$CHECKOV_VENV/bin/checkov" --skip-download --quiet --compact --framework cloudformation \
+        --file "$file" --output cli --output json --output-file-path "console,$report" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        fail "checkov $name (exit $rc)"
+    fi
+    "$CHECKOV_VENV/bin/python" - "$report" "$name" <<'PY' || fail "checkov $name summary"
+import json
+import sys
+
+data = json.load(open(sys.argv[1]))
+reports = data if isinstance(data, list) else [data]
+passed = failed = skipped = 0
+for r in reports:
+    s = r.get("summary", {})
+    passed += s.get("passed", 0)
+    failed += s.get("failed", 0)
+    skipped += s.get("skipped", 0)
+print("==> checkov %s: %d passed, %d failed, %d skipped" % (sys.argv[2], passed, failed, skipped), file=sys.stderr)
+sys.exit(1 if failed or passed == 0 else 0)
+PY
+}
+run_checkov "$TEMPLATE" template
+[[ -f $TRANSFORMED ]] && run_checkov "$TRANSFORMED" transformed
+
+# 4. sam validate --lint (no credentials needed).
+if [[ $WITH_SAM == 1 ]]; then
+    log "sam validate --lint"
+    if (cd "$ROOT" && "$CFN_VENV/bin/sam" validate --lint --template-file "$TEMPLATE" --region "$AWS_DEFAULT_REGION"); then
+        :
+    else
+        fail "sam validate --lint"
+    fi
+fi
+
+log "done in $(($(date +%s) - START)) s, $failures failing check(s)"
+[[ $failures -eq 0 ]]
