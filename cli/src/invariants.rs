@@ -103,10 +103,10 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
         if before.state.is_terminal() {
             found.add(ABSORBING, format!("order {id} left {:?} for {:?}", before.state, w.after.state));
         }
-        if let (Some(old), Some(new)) = (before.locked_by, w.after.locked_by) {
-            if old != new {
-                found.add(ONE_LEASE, format!("order {id}: lease {old} replaced by {new} while live"));
-            }
+        if let (Some(old), Some(new)) = (before.locked_by, w.after.locked_by)
+            && old != new
+        {
+            found.add(ONE_LEASE, format!("order {id}: lease {old} replaced by {new} while live"));
         }
         if w.after.failure_count < before.failure_count {
             found.add(
@@ -167,13 +167,11 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
             found.add(COMPENSATION, format!("order {id}: undid {undone:?} but only ran {claimed:?}"));
         }
         match task.state {
-            ProcessState::Processed => {
-                if done.len() as u32 != workflow.len() || !undone.is_empty() {
-                    found.add(
-                        COMPENSATION,
-                        format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
-                    );
-                }
+            ProcessState::Processed if done.len() as u32 != workflow.len() || !undone.is_empty() => {
+                found.add(
+                    COMPENSATION,
+                    format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
+                );
             }
             ProcessState::Compensated => {
                 for step in &done {
@@ -254,10 +252,10 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
 
     let mut final_status: HashMap<String, OrderStatus> = HashMap::new();
     for m in &run.statuses {
-        if let Ok(update) = serde_json::from_str::<StatusUpdate>(&m.body) {
-            if let (Some(id), true) = (update.order_id, is_final(update.status)) {
-                final_status.insert(id.as_str().to_owned(), update.status);
-            }
+        if let Ok(update) = serde_json::from_str::<StatusUpdate>(&m.body)
+            && let (Some(id), true) = (update.order_id, is_final(update.status))
+        {
+            final_status.insert(id.as_str().to_owned(), update.status);
         }
     }
     for t in run.tasks.iter().filter(|t| t.state.is_terminal()) {

@@ -52,7 +52,7 @@ impl Breaker {
             BreakerState::Open { until_ms } => Permit::Refused { retry_at_ms: until_ms },
             // The probe's owner reports soon; a caller retrying shortly after gets the verdict.
             BreakerState::HalfOpen => {
-                Permit::Refused { retry_at_ms: now_ms + self.policy.open_ms.min(100).max(1) }
+                Permit::Refused { retry_at_ms: now_ms + self.policy.open_ms.clamp(1, 100) }
             }
         }
     }

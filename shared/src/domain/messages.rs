@@ -124,10 +124,10 @@ impl OrderRequest {
                 ))
             })?,
         };
-        if let Some(r) = &self.reply_to {
-            if r.trim().is_empty() || r.len() > MAX_REPLY_TO_LEN || r.chars().any(char::is_control) {
-                return Err(MessageError::Invalid("reply_to must be a queue URL".into()));
-            }
+        if let Some(r) = &self.reply_to
+            && (r.trim().is_empty() || r.len() > MAX_REPLY_TO_LEN || r.chars().any(char::is_control))
+        {
+            return Err(MessageError::Invalid("reply_to must be a queue URL".into()));
         }
         let order = Order {
             order_id: self.order_id,

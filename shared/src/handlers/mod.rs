@@ -85,7 +85,8 @@ impl Settings {
     }
 }
 
-/// What a conditional transition came to.
+/// What a conditional transition came to. Short-lived, so its size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Transition {
     Applied { before: TaskRecord, decision: Decision },
     Refused(Refusal),
