@@ -345,6 +345,7 @@ async fn compensation_failure_is_an_error_with_an_alert() {
     let alerts = h.alerts.all();
     assert_eq!(alerts.len(), 1);
     assert!(alerts[0].reason.contains("compensation refund-payment failed: refund refused"), "{alerts:?}");
+    assert_eq!(alerts[0].subject(), "sas: order o-1 Error at step refund-payment");
     assert_eq!(h.status_kinds().last(), Some(&OrderStatus::Failed));
     h.finish();
 }

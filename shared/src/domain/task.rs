@@ -246,12 +246,14 @@ impl TaskRecord {
         Ok(())
     }
 
-    fn alert(&self, wf: &Workflow, now: Timestamp, reason: &str) -> Effect {
+    /// `action` names what gave up, which the record after the move may no longer show
+    /// (a failed compensation leaves the task in Error, a forward state).
+    fn alert(&self, wf: &Workflow, action: Action, now: Timestamp, reason: &str) -> Effect {
         Effect::Alert(OperatorAlert {
             order_id: self.order_id.clone(),
             workflow: self.workflow.clone(),
             step: self.step,
-            step_name: self.step_name(wf, self.step, self.action()),
+            step_name: self.step_name(wf, self.step, action),
             state: self.state,
             failure_count: self.failure_count,
             reason: reason.to_owned(),
@@ -458,7 +460,7 @@ impl TaskRecord {
         Ok(Decision {
             trigger: Trigger::Fail,
             effects: vec![
-                next.alert(wf, now, reason),
+                next.alert(wf, self.action(), now, reason),
                 Effect::Status { status: OrderStatus::Failed, step, reason: Some(reason.to_owned()) },
             ],
             next,
@@ -502,7 +504,7 @@ impl TaskRecord {
         }
         effects.push(Effect::Status { status, step, reason: Some(reason.to_owned()) });
         if alert {
-            effects.push(next.alert(wf, now, reason));
+            effects.push(next.alert(wf, next.action(), now, reason));
         }
         Ok(Decision { trigger, next, effects })
     }
@@ -969,6 +971,9 @@ mod tests {
             alerts[0].reason.contains("compensation refund-payment failed: refund refused"),
             "{alerts:?}"
         );
+        // The operator is told what failed: the refund, not the charge it undoes.
+        assert_eq!((alerts[0].step, alerts[0].step_name.as_str()), (1, "refund-payment"));
+        assert_eq!(alerts[0].state, ProcessState::Error);
         assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
     }
 
@@ -1114,7 +1119,9 @@ mod tests {
         assert_eq!(d.trigger, Trigger::Fail);
         assert_eq!(d.next.state, ProcessState::Error);
         assert_eq!(d.next.failure_count, 6, "three forward failures, then three compensation failures");
-        assert_eq!(alerts(&d).len(), 1);
+        let alerts = alerts(&d);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].step_name, "refund-payment", "the compensation is what timed out");
     }
 
     // ---- random sequences ----
