@@ -48,11 +48,23 @@ impl Submission {
             Inserted::Exists(existing) if existing.order.payload() == order.payload() => {
                 tracing::info!("duplicate delivery of an accepted order");
                 self.deps.metrics.record(Metric::OrderDuplicate, 1);
-                // The first delivery may have crashed before scheduling; a spare
-                // Schedule is harmless (its claim is simply lost).
+                // The first delivery may have crashed before scheduling: finish its work.
+                // A spare Schedule is harmless (its claim is simply lost), and so is a
+                // second `received`.
                 let waiting = self.deps.store.task(&order.order_id).await?;
                 if waiting.is_some_and(|t| t.state == ProcessState::Pending && t.attempt == 0) {
                     schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
+                    let reply_to = reply_to.as_deref();
+                    send_status(
+                        &self.deps,
+                        reply_to,
+                        Some(&order.order_id),
+                        OrderStatus::Received,
+                        None,
+                        None,
+                        now,
+                    )
+                    .await?;
                 }
                 Ok(())
             }

@@ -397,7 +397,7 @@ impl Harness {
                         "write {i}: inserted as {:?}",
                         after.state
                     );
-                    assert!(last.get(&after.order_id).is_none(), "write {i}: inserted twice");
+                    assert!(!last.contains_key(&after.order_id), "write {i}: inserted twice");
                 }
                 Some(before) => {
                     assert_eq!(
