@@ -191,7 +191,9 @@ if not any(r["Properties"].get("ScheduleExpression") == {"Ref": "SupervisorSched
 # ---------------------------------------------------------------- IAM
 S = "StatusQueue"
 EXTRA = '{"Ref": "ExtraReplyToQueueArns"}'
-SQS_CONSUME = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility")
+# What the SQS event source mapping polls with (Lambda docs); the code itself never
+# receives, deletes or changes visibility in Lambda, so ChangeMessageVisibility is not granted.
+SQS_CONSUME = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
 
 
 def consume(queue):

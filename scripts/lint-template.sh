@@ -8,14 +8,14 @@
 # Exits non-zero on any cfn-lint error or warning, any failed checkov check, or any
 # sam validate failure. Every checkov skip carries its reason inline in template.yaml.
 #
-# The tools live in project venvs under .venv-lint/ (gitignored), installed from PyPI on
+# The tools live in project venvs under .venv-tools/ (gitignored), installed from PyPI on
 # first run (about 1 min cold, two venvs installed in parallel because checkov and
 # aws-sam-cli pin conflicting boto3/packaging versions) and reused afterwards.
 #
 # Usage: scripts/lint-template.sh [template]   (default: template.yaml at the repo root)
 #
 # Environment:
-#   SAS_LINT_VENV   venv root (default <repo>/.venv-lint)
+#   SAS_TOOLS_VENV  venv root (default <repo>/.venv-tools, shared with scripts/package.sh)
 #   SAS_LINT_SAM=0  skip the aws-sam-cli venv and `sam validate --lint` (cfn-lint and
 #                   the SAM translator still run, from the checkov-free venv)
 #   PYTHON          interpreter for the venvs (default python3, needs >= 3.9)
@@ -23,7 +23,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TEMPLATE=$(realpath "${1:-$ROOT/template.yaml}")
-VENV_ROOT=${SAS_LINT_VENV:-$ROOT/.venv-lint}
+VENV_ROOT=${SAS_TOOLS_VENV:-$ROOT/.venv-tools}
 PYTHON=${PYTHON:-python3}
 WITH_SAM=${SAS_LINT_SAM:-1}
 
