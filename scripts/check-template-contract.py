@@ -20,6 +20,7 @@ Usage: check-template-contract.py template.transformed.json  (exit 1 on any find
 """
 
 import json
+import os
 import re
 import sys
 
@@ -335,6 +336,35 @@ for k, v in of_type("AWS::CloudWatch::Dashboard").items():
             err(f"dashboard: alarm {a} not in the alarm widget")
 if not of_type("AWS::CloudWatch::Dashboard"):
     err("no dashboard")
+
+# ---------------------------------------------------------------- metrics and logs
+# Alarms and dashboard must name metrics the code emits (names in shared/src/ports.rs),
+# or they watch nothing and never fire.
+ports = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "src", "ports.rs")
+if os.path.exists(ports):
+    emitted = set(re.findall(r'Metric::\w+\s*=>\s*"(\w+)"', open(ports, encoding="utf-8").read()))
+    used = set()
+    for a in alarms.values():
+        p = a["Properties"]
+        if p.get("Namespace") == {"Ref": "MetricsNamespace"}:
+            used.add(p["MetricName"])
+        for m in p.get("Metrics", []):
+            metric = m.get("MetricStat", {}).get("Metric", {})
+            if metric.get("Namespace") == {"Ref": "MetricsNamespace"}:
+                used.add(metric["MetricName"])
+    for d in of_type("AWS::CloudWatch::Dashboard").values():
+        body = d["Properties"]["DashboardBody"]
+        text = body["Fn::Sub"] if isinstance(body, dict) else body
+        used |= set(re.findall(r'\["\$\{MetricsNamespace\}", "(\w+)"', text))
+        used |= set(re.findall(r'MetricName=\\"(\w+)\\"', text))
+    if not emitted:
+        err("could not read metric names from shared/src/ports.rs")
+    for name in sorted(used - emitted):
+        err(f"metric {name} is watched but the code never emits it (shared/src/ports.rs)")
+# Lambda gives level-less lines (EMF) the level INFO; WARN or above would drop metrics.
+levels = set(t.get("Parameters", {}).get("LogLevel", {}).get("AllowedValues", []))
+if levels - {"TRACE", "DEBUG", "INFO"}:
+    err(f"LogLevel allows {sorted(levels - {'TRACE', 'DEBUG', 'INFO'})}: Lambda would drop the EMF metric lines")
 
 # ---------------------------------------------------------------- outputs
 outputs = {ref_target(o["Value"]) for o in t.get("Outputs", {}).values()}
