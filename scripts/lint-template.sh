@@ -4,7 +4,8 @@
 #   2. cfn-lint on the SAM-transformed template (aws-sam-translator, offline),
 #   3. project contract checks on the transformed template (check-template-contract.py),
 #   4. checkov (--skip-download) on the SAM template and on the transformed one,
-#   5. sam validate --lint.
+#   5. sam validate --lint,
+#   6. optionally (SAS_LINT_SAM_BUILD=1) sam build.
 # Exits non-zero on any cfn-lint error or warning, any failed checkov check, or any
 # sam validate failure. Every checkov skip carries its reason inline in template.yaml.
 #
@@ -18,6 +19,8 @@
 #   SAS_TOOLS_VENV  venv root (default <repo>/.venv-tools, shared with scripts/package.sh)
 #   SAS_LINT_SAM=0  skip the aws-sam-cli venv and `sam validate --lint` (cfn-lint and
 #                   the SAM translator still run, from the checkov-free venv)
+#   SAS_LINT_SAM_BUILD=1  also run `sam build` (compiles the four functions for arm64:
+#                   minutes; needs cargo-lambda, e.g. from scripts/package.sh's venv)
 #   PYTHON          interpreter for the venvs (default python3, needs >= 3.9)
 set -euo pipefail
 
@@ -77,6 +80,7 @@ log "tools ready in $(($(date +%s) - START)) s"
 OUT="$VENV_ROOT/out"
 mkdir -p "$OUT"
 TRANSFORMED="$OUT/template.transformed.json"
+rm -f "$TRANSFORMED" "$OUT"/checkov-*.json # never judge a previous run's output
 failures=0
 fail() {
     log "FAILED: $*"
@@ -186,6 +190,18 @@ if [[ $WITH_SAM == 1 ]]; then
         :
     else
         fail "sam validate --lint"
+    fi
+fi
+
+# 6. Optional (minutes of CPU, so not in the default test run): `sam build`, which runs
+#    cargo lambda for each function exactly as a SAM deployment does.
+if [[ $WITH_SAM == 1 && ${SAS_LINT_SAM_BUILD:-0} == 1 ]]; then
+    log "sam build (cargo lambda build --release --arm64 per function)"
+    PATH="$VENV_ROOT/cargo-lambda/bin:$PATH"
+    if (cd "$ROOT" && "$CFN_VENV/bin/sam" build --template-file "$TEMPLATE" --build-dir "$OUT/sam-build"); then
+        :
+    else
+        fail "sam build"
     fi
 fi
 

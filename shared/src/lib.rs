@@ -5,6 +5,9 @@
 //! functions' logic, shared by the Lambda binaries and `sasctl dev`.
 
 pub mod adapters;
+pub mod config;
 pub mod domain;
 pub mod handlers;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 pub mod ports;

@@ -1,0 +1,30 @@
+//! agent: performs one step against the remote service and replies to the scheduler.
+
+use std::sync::Arc;
+
+use sas::adapters::http_remote::HttpRemote;
+use sas::adapters::system::{FastRandom, SystemClock};
+use sas::config::AgentConfig;
+use sas::handlers::{Agent, AgentDeps, AgentSettings, DeadLetters};
+use sas::lambda::{self, Aws, Error};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda::init_tracing();
+    let config = lambda::require(AgentConfig::from_env())?;
+    let aws = Aws::load().await;
+    let queues = aws.queues();
+    let metrics = Aws::metrics("agent", &config.metrics_namespace);
+    let deps = AgentDeps {
+        queues: queues.clone(),
+        clock: Arc::new(SystemClock),
+        random: Arc::new(FastRandom::from_entropy()),
+        metrics: metrics.clone(),
+        remote: Arc::new(HttpRemote::new(config.remote_service_url.clone())?),
+        scheduler_queue: config.scheduler_queue.clone(),
+    };
+    let dead_letters =
+        DeadLetters { queues, source: config.agent_queue, dead_letter_queue: config.agent_dlq, metrics };
+    let handler = Agent::new(deps, AgentSettings::default());
+    lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await
+}

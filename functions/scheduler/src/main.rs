@@ -1,0 +1,17 @@
+//! scheduler: claims tasks, dispatches steps to agents, applies fenced replies.
+
+use sas::config::SchedulerConfig;
+use sas::handlers::Scheduler;
+use sas::lambda::{self, Aws, Error};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda::init_tracing();
+    let config = lambda::require(SchedulerConfig::from_env())?;
+    let aws = Aws::load().await;
+    let metrics = Aws::metrics("scheduler", &config.metrics_namespace);
+    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics);
+    let dead_letters = Aws::dead_letters(&deps, &config.scheduler_queue, &config.scheduler_dlq);
+    let handler = Scheduler::new(deps, config.settings());
+    lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await
+}

@@ -1,0 +1,16 @@
+//! submission: validates orders from the orders queue and starts their tasks.
+
+use sas::config::SubmissionConfig;
+use sas::handlers::Submission;
+use sas::lambda::{self, Aws, Error};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda::init_tracing();
+    let config = lambda::require(SubmissionConfig::from_env())?;
+    let aws = Aws::load().await;
+    let deps = aws.deps(&config.tables, None, Aws::metrics("submission", &config.metrics_namespace));
+    let dead_letters = Aws::dead_letters(&deps, &config.orders_queue, &config.orders_dlq);
+    let handler = Submission::new(deps, config.settings());
+    lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await
+}

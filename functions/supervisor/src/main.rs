@@ -1,0 +1,15 @@
+//! supervisor: on its schedule, recovers every task whose deadline passed.
+
+use sas::config::SupervisorConfig;
+use sas::handlers::Supervisor;
+use sas::lambda::{self, Aws, Error};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda::init_tracing();
+    let config = lambda::require(SupervisorConfig::from_env())?;
+    let aws = Aws::load().await;
+    let metrics = Aws::metrics("supervisor", &config.metrics_namespace);
+    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics);
+    lambda::serve_schedule(Supervisor::new(deps, config.settings())).await
+}

@@ -1,0 +1,272 @@
+//! Creates the resources the functions expect, against any endpoint (moto, LocalStack,
+//! AWS): the one definition behind `infra/bootstrap.sh` and the tests' per-test
+//! resources. Names and settings match `template.yaml`; change both together.
+//!
+//! Every step is idempotent, so a bootstrap can be re-run over a partial one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::client::Waiters;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use super::dynamodb::{DEADLINE, DUE_SHARD, KEY, TableNames};
+
+#[derive(Debug, thiserror::Error)]
+#[error("provisioning {resource}: {reason}")]
+pub struct ProvisionError {
+    pub resource: String,
+    pub reason: String,
+}
+
+fn failed(resource: &str, reason: impl std::fmt::Display) -> ProvisionError {
+    ProvisionError { resource: resource.to_owned(), reason: reason.to_string() }
+}
+
+/// An SDK error with its whole source chain: the top level alone says "service error".
+fn sdk_failed(resource: &str, err: impl std::error::Error) -> ProvisionError {
+    failed(resource, DisplayErrorContext(err))
+}
+
+/// One work queue and, when `max_receives` is set, its dead-letter queue `{name}-dlq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    pub name: String,
+    pub visibility_timeout_s: u32,
+    /// Receives before SQS moves a message to the dead-letter queue.
+    pub max_receives: Option<u32>,
+}
+
+/// Kept messages wait here for an operator: SQS's longest retention.
+pub const DLQ_RETENTION_S: u32 = 14 * 24 * 3600;
+pub const MAX_RECEIVES: u32 = 5;
+/// Work and status queues keep a message four days, as SQS does by default.
+pub const QUEUE_RETENTION_S: u32 = 4 * 24 * 3600;
+
+/// Everything one deployment uses, by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub tables: TableNames,
+    pub orders: QueueSpec,
+    pub scheduler: QueueSpec,
+    pub agent: QueueSpec,
+    /// Where example clients ask for status (`reply_to`); no function reads it.
+    pub status: QueueSpec,
+    pub alert_topic: String,
+}
+
+impl Layout {
+    /// The standard names: `{prefix}-orders` (table and queue), `{prefix}-state`, ...
+    /// Visibility timeouts are six times the functions' timeouts in template.yaml
+    /// (AWS's advice for SQS event sources): a message comes back only once the
+    /// invocation handling it has certainly stopped.
+    pub fn standard(prefix: &str) -> Layout {
+        let queue = |name: &str, visibility_timeout_s, dlq: bool| QueueSpec {
+            name: format!("{prefix}-{name}"),
+            visibility_timeout_s,
+            max_receives: dlq.then_some(MAX_RECEIVES),
+        };
+        Layout {
+            tables: TableNames::new(format!("{prefix}-orders"), format!("{prefix}-state")),
+            orders: queue("orders", 60, true),
+            scheduler: queue("scheduler", 90, true),
+            agent: queue("agent", 360, true),
+            status: queue("status", 30, false),
+            alert_topic: format!("{prefix}-alerts"),
+        }
+    }
+
+    /// Sets every work queue's visibility timeout: short ones make redelivery quick
+    /// in local runs and tests.
+    pub fn with_visibility_timeout(mut self, seconds: u32) -> Layout {
+        for q in [&mut self.orders, &mut self.scheduler, &mut self.agent, &mut self.status] {
+            q.visibility_timeout_s = seconds;
+        }
+        self
+    }
+}
+
+/// What a bootstrap made: the addresses the functions' configuration names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisioned {
+    pub tables: TableNames,
+    pub orders_queue: String,
+    pub orders_dlq: String,
+    pub scheduler_queue: String,
+    pub scheduler_dlq: String,
+    pub agent_queue: String,
+    pub agent_dlq: String,
+    pub status_queue: String,
+    pub alert_topic_arn: String,
+}
+
+impl Provisioned {
+    /// The functions' environment variables (see `crate::config`) for these resources,
+    /// plus `STATUS_QUEUE_URL` for clients.
+    pub fn env(&self) -> BTreeMap<&'static str, String> {
+        BTreeMap::from([
+            ("ORDERS_TABLE", self.tables.orders.clone()),
+            ("STATE_TABLE", self.tables.state.clone()),
+            ("DUE_INDEX", self.tables.due_index.clone()),
+            ("DUE_SHARDS", self.tables.due_shards.to_string()),
+            ("ORDERS_QUEUE_URL", self.orders_queue.clone()),
+            ("ORDERS_DLQ_URL", self.orders_dlq.clone()),
+            ("SCHEDULER_QUEUE_URL", self.scheduler_queue.clone()),
+            ("SCHEDULER_DLQ_URL", self.scheduler_dlq.clone()),
+            ("AGENT_QUEUE_URL", self.agent_queue.clone()),
+            ("AGENT_DLQ_URL", self.agent_dlq.clone()),
+            ("ALERT_TOPIC_ARN", self.alert_topic_arn.clone()),
+            ("STATUS_QUEUE_URL", self.status_queue.clone()),
+        ])
+    }
+}
+
+/// Creates (or finds) everything in `layout`.
+pub async fn provision(sdk: &SdkConfig, layout: &Layout) -> Result<Provisioned, ProvisionError> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let sns = aws_sdk_sns::Client::new(sdk);
+    create_tables(&dynamodb, &layout.tables).await?;
+    let (orders_queue, orders_dlq) = create_queue(&sqs, &layout.orders).await?;
+    let (scheduler_queue, scheduler_dlq) = create_queue(&sqs, &layout.scheduler).await?;
+    let (agent_queue, agent_dlq) = create_queue(&sqs, &layout.agent).await?;
+    let (status_queue, _) = create_queue(&sqs, &layout.status).await?;
+    let alert_topic_arn = create_topic(&sns, &layout.alert_topic).await?;
+    let missing =
+        |dlq: Option<String>, name: &str| dlq.ok_or_else(|| failed(name, "has no dead-letter queue"));
+    Ok(Provisioned {
+        tables: layout.tables.clone(),
+        orders_dlq: missing(orders_dlq, &layout.orders.name)?,
+        scheduler_dlq: missing(scheduler_dlq, &layout.scheduler.name)?,
+        agent_dlq: missing(agent_dlq, &layout.agent.name)?,
+        orders_queue,
+        scheduler_queue,
+        agent_queue,
+        status_queue,
+        alert_topic_arn,
+    })
+}
+
+fn key_schema(name: &str, key_type: KeyType) -> Result<KeySchemaElement, ProvisionError> {
+    KeySchemaElement::builder().attribute_name(name).key_type(key_type).build().map_err(|e| failed(name, e))
+}
+
+fn attribute(name: &str, kind: ScalarAttributeType) -> Result<AttributeDefinition, ProvisionError> {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(kind)
+        .build()
+        .map_err(|e| failed(name, e))
+}
+
+/// The orders table (key `order_id`) and the state table (key `order_id`, sparse
+/// index on `due_shard` + `deadline` projecting whole records, so the supervisor's
+/// query needs no second read to decide what is due).
+pub async fn create_tables(
+    client: &aws_sdk_dynamodb::Client,
+    tables: &TableNames,
+) -> Result<(), ProvisionError> {
+    create_table(client, &tables.orders, None).await?;
+    let index = GlobalSecondaryIndex::builder()
+        .index_name(&tables.due_index)
+        .key_schema(key_schema(DUE_SHARD, KeyType::Hash)?)
+        .key_schema(key_schema(DEADLINE, KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| failed(&tables.due_index, e))?;
+    create_table(client, &tables.state, Some(index)).await
+}
+
+async fn create_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    index: Option<GlobalSecondaryIndex>,
+) -> Result<(), ProvisionError> {
+    let mut request = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(key_schema(KEY, KeyType::Hash)?)
+        .attribute_definitions(attribute(KEY, ScalarAttributeType::S)?);
+    if let Some(index) = index {
+        request = request
+            .attribute_definitions(attribute(DUE_SHARD, ScalarAttributeType::S)?)
+            .attribute_definitions(attribute(DEADLINE, ScalarAttributeType::N)?)
+            .global_secondary_indexes(index);
+    }
+    match request.send().await {
+        Ok(_) => {}
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
+        Err(e) => return Err(sdk_failed(name, e)),
+    }
+    client
+        .wait_until_table_exists()
+        .table_name(name)
+        .wait(Duration::from_secs(120))
+        .await
+        .map_err(|e| sdk_failed(name, e))?;
+    Ok(())
+}
+
+/// Creates the queue (and its dead-letter queue); returns their URLs.
+pub async fn create_queue(
+    client: &aws_sdk_sqs::Client,
+    spec: &QueueSpec,
+) -> Result<(String, Option<String>), ProvisionError> {
+    let mut request = client
+        .create_queue()
+        .queue_name(&spec.name)
+        .attributes(QueueAttributeName::VisibilityTimeout, spec.visibility_timeout_s.to_string())
+        .attributes(QueueAttributeName::MessageRetentionPeriod, QUEUE_RETENTION_S.to_string());
+    let mut dlq_url = None;
+    if let Some(max_receives) = spec.max_receives {
+        let dlq_name = format!("{}-dlq", spec.name);
+        let url = client
+            .create_queue()
+            .queue_name(&dlq_name)
+            .attributes(QueueAttributeName::MessageRetentionPeriod, DLQ_RETENTION_S.to_string())
+            .send()
+            .await
+            .map_err(|e| sdk_failed(&dlq_name, e))?
+            .queue_url
+            .ok_or_else(|| failed(&dlq_name, "no queue URL returned"))?;
+        let arn = client
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|e| sdk_failed(&dlq_name, e))?
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .ok_or_else(|| failed(&dlq_name, "no queue ARN returned"))?;
+        let policy =
+            serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": max_receives.to_string() });
+        request = request.attributes(QueueAttributeName::RedrivePolicy, policy.to_string());
+        dlq_url = Some(url);
+    }
+    let url = request
+        .send()
+        .await
+        .map_err(|e| sdk_failed(&spec.name, e))?
+        .queue_url
+        .ok_or_else(|| failed(&spec.name, "no queue URL returned"))?;
+    Ok((url, dlq_url))
+}
+
+pub async fn create_topic(client: &aws_sdk_sns::Client, name: &str) -> Result<String, ProvisionError> {
+    client
+        .create_topic()
+        .name(name)
+        .send()
+        .await
+        .map_err(|e| sdk_failed(name, e))?
+        .topic_arn
+        .ok_or_else(|| failed(name, "no topic ARN returned"))
+}

@@ -1,0 +1,426 @@
+//! Each function's configuration, read once at cold start from environment variables.
+//!
+//! A bad configuration fails the cold start with one message naming every missing or
+//! invalid variable, so a broken deployment is fixed in one round rather than one
+//! variable at a time. The names are a contract with `template.yaml`.
+//!
+//! | variable | read by | default |
+//! |---|---|---|
+//! | `ORDERS_TABLE`, `STATE_TABLE` | submission, scheduler, supervisor | required |
+//! | `DUE_INDEX` | submission, scheduler, supervisor | `due-index` |
+//! | `DUE_SHARDS` | submission, scheduler, supervisor (all must agree: writers place tasks in shards, the supervisor queries them) | 4 |
+//! | `ORDERS_QUEUE_URL`, `ORDERS_DLQ_URL` | submission | required |
+//! | `SCHEDULER_QUEUE_URL` | all four | required |
+//! | `SCHEDULER_DLQ_URL` | scheduler | required |
+//! | `AGENT_QUEUE_URL` | scheduler, agent (required); submission, supervisor (optional, unused) | |
+//! | `AGENT_DLQ_URL`, `REMOTE_SERVICE_URL` | agent | required |
+//! | `ALERT_TOPIC_ARN` | scheduler, supervisor | required |
+//! | `STEP_TIMEOUT_MS`, `REPLY_GRACE_MS`, `PENDING_TIMEOUT_MS`, `FAILURE_THRESHOLD`, `RETRY_BASE_MS`, `RETRY_CAP_MS` | submission, scheduler, supervisor | 30000, 10000, 60000, 5, 1000, 60000 |
+//! | `METRICS_NAMESPACE` | all four | `sas` |
+
+use std::str::FromStr;
+
+use crate::domain::retry::Backoff;
+use crate::domain::{Policy, Workflows};
+use crate::handlers::{Settings, Topology};
+use crate::ports::QueueUrl;
+
+pub const DEFAULT_DUE_INDEX: &str = "due-index";
+pub const DEFAULT_DUE_SHARDS: u32 = 4;
+pub const MAX_DUE_SHARDS: u32 = 1_000;
+pub const DEFAULT_METRICS_NAMESPACE: &str = "sas";
+
+/// Stands in for `AGENT_QUEUE_URL` in functions that never dispatch (submission and
+/// supervisor: only a claim dispatches, and only the scheduler claims). Not a URL, so
+/// a send to it would fail and be retried rather than go anywhere.
+pub const UNUSED_AGENT_QUEUE: &str = "unconfigured:AGENT_QUEUE_URL";
+
+/// Every missing or invalid variable, not just the first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {}", .problems.join("; "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+/// Where the store's data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableNames {
+    pub orders: String,
+    pub state: String,
+    pub due_index: String,
+    /// Partitions of the due index. Tasks are spread over them by a hash of the order
+    /// id so no single index partition takes every write. Raising it is safe (old
+    /// entries keep their lower shard numbers, which are still queried); lowering it
+    /// hides the tasks in the dropped shards until they are rewritten.
+    pub due_shards: u32,
+}
+
+impl TableNames {
+    pub fn new(orders: impl Into<String>, state: impl Into<String>) -> TableNames {
+        TableNames {
+            orders: orders.into(),
+            state: state.into(),
+            due_index: DEFAULT_DUE_INDEX.to_owned(),
+            due_shards: DEFAULT_DUE_SHARDS,
+        }
+    }
+}
+
+/// Reads variables through `lookup`, collecting problems instead of stopping at one.
+struct Env<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    problems: Vec<String>,
+}
+
+impl Env<'_> {
+    /// Unset and empty are the same: templates often render a missing value as "".
+    fn optional(&mut self, name: &str) -> Option<String> {
+        (self.lookup)(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+    }
+
+    fn required(&mut self, name: &str) -> String {
+        self.optional(name).unwrap_or_else(|| {
+            self.problems.push(format!("{name} is not set"));
+            String::new()
+        })
+    }
+
+    fn check(&mut self, name: &str, value: &str, ok: bool, expected: &str) {
+        if !ok {
+            self.problems.push(format!("{name}={value:?} is not {expected}"));
+        }
+    }
+
+    fn table(&mut self, name: &str) -> String {
+        let value = self.required(name);
+        if !value.is_empty() {
+            let ok = (3..=255).contains(&value.len())
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            self.check(
+                name,
+                &value,
+                ok,
+                "a DynamoDB table or index name ([A-Za-z0-9_.-], 3 to 255 characters)",
+            );
+        }
+        value
+    }
+
+    fn url(&mut self, name: &str, value: String) -> String {
+        let ok = value.starts_with("https://") || value.starts_with("http://");
+        self.check(name, &value, ok, "an http(s) URL");
+        value
+    }
+
+    fn queue(&mut self, name: &str) -> QueueUrl {
+        let value = self.required(name);
+        QueueUrl(if value.is_empty() { value } else { self.url(name, value) })
+    }
+
+    fn optional_queue(&mut self, name: &str) -> Option<QueueUrl> {
+        self.optional(name).map(|v| QueueUrl(self.url(name, v)))
+    }
+
+    fn arn(&mut self, name: &str) -> String {
+        let value = self.required(name);
+        if !value.is_empty() {
+            self.check(name, &value, value.starts_with("arn:"), "an ARN");
+        }
+        value
+    }
+
+    fn number<T>(&mut self, name: &str, default: T, range: std::ops::RangeInclusive<T>) -> T
+    where
+        T: FromStr + PartialOrd + Copy + std::fmt::Display,
+    {
+        let Some(raw) = self.optional(name) else {
+            return default;
+        };
+        match raw.parse::<T>() {
+            Ok(v) if range.contains(&v) => v,
+            _ => {
+                self.problems.push(format!(
+                    "{name}={raw:?} is not a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                ));
+                default
+            }
+        }
+    }
+
+    fn tables(&mut self) -> TableNames {
+        let orders = self.table("ORDERS_TABLE");
+        let state = self.table("STATE_TABLE");
+        let due_index = match self.optional("DUE_INDEX") {
+            Some(_) => self.table("DUE_INDEX"),
+            None => DEFAULT_DUE_INDEX.to_owned(),
+        };
+        let due_shards = self.number("DUE_SHARDS", DEFAULT_DUE_SHARDS, 1..=MAX_DUE_SHARDS);
+        TableNames { orders, state, due_index, due_shards }
+    }
+
+    fn policy(&mut self) -> Policy {
+        let d = Policy::default();
+        let day = 24 * 3600 * 1000;
+        let policy = Policy {
+            step_timeout_ms: self.number("STEP_TIMEOUT_MS", d.step_timeout_ms, 1..=day),
+            reply_grace_ms: self.number("REPLY_GRACE_MS", d.reply_grace_ms, 0..=day),
+            pending_timeout_ms: self.number("PENDING_TIMEOUT_MS", d.pending_timeout_ms, 1..=day),
+            failure_threshold: self.number("FAILURE_THRESHOLD", d.failure_threshold, 1..=1_000),
+            retry_backoff: Backoff {
+                base_ms: self.number("RETRY_BASE_MS", d.retry_backoff.base_ms, 0..=day),
+                cap_ms: self.number("RETRY_CAP_MS", d.retry_backoff.cap_ms, 0..=day),
+            },
+        };
+        if policy.retry_backoff.cap_ms < policy.retry_backoff.base_ms {
+            self.problems.push(format!(
+                "RETRY_CAP_MS ({}) is below RETRY_BASE_MS ({})",
+                policy.retry_backoff.cap_ms, policy.retry_backoff.base_ms
+            ));
+        }
+        policy
+    }
+
+    fn namespace(&mut self) -> String {
+        self.optional("METRICS_NAMESPACE").unwrap_or_else(|| DEFAULT_METRICS_NAMESPACE.to_owned())
+    }
+
+    fn finish<T>(self, config: T) -> Result<T, ConfigError> {
+        if self.problems.is_empty() { Ok(config) } else { Err(ConfigError { problems: self.problems }) }
+    }
+}
+
+fn read<T>(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    build: impl FnOnce(&mut Env<'_>) -> T,
+) -> Result<T, ConfigError> {
+    let mut env = Env { lookup, problems: Vec::new() };
+    let config = build(&mut env);
+    env.finish(config)
+}
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn settings(policy: Policy, scheduler_queue: &QueueUrl, agent_queue: Option<&QueueUrl>) -> Settings {
+    Settings {
+        policy,
+        workflows: Workflows::builtin(),
+        topology: Topology {
+            scheduler_queue: scheduler_queue.clone(),
+            agent_queue: agent_queue.cloned().unwrap_or_else(|| QueueUrl(UNUSED_AGENT_QUEUE.to_owned())),
+        },
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmissionConfig {
+    pub tables: TableNames,
+    pub orders_queue: QueueUrl,
+    pub orders_dlq: QueueUrl,
+    pub scheduler_queue: QueueUrl,
+    pub agent_queue: Option<QueueUrl>,
+    pub policy: Policy,
+    pub metrics_namespace: String,
+}
+
+impl SubmissionConfig {
+    pub fn from_env() -> Result<SubmissionConfig, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SubmissionConfig, ConfigError> {
+        read(lookup, |env| SubmissionConfig {
+            tables: env.tables(),
+            orders_queue: env.queue("ORDERS_QUEUE_URL"),
+            orders_dlq: env.queue("ORDERS_DLQ_URL"),
+            scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
+            agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
+            policy: env.policy(),
+            metrics_namespace: env.namespace(),
+        })
+    }
+    pub fn settings(&self) -> Settings {
+        settings(self.policy, &self.scheduler_queue, self.agent_queue.as_ref())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    pub tables: TableNames,
+    pub scheduler_queue: QueueUrl,
+    pub scheduler_dlq: QueueUrl,
+    pub agent_queue: QueueUrl,
+    pub alert_topic_arn: String,
+    pub policy: Policy,
+    pub metrics_namespace: String,
+}
+
+impl SchedulerConfig {
+    pub fn from_env() -> Result<SchedulerConfig, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SchedulerConfig, ConfigError> {
+        read(lookup, |env| SchedulerConfig {
+            tables: env.tables(),
+            scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
+            scheduler_dlq: env.queue("SCHEDULER_DLQ_URL"),
+            agent_queue: env.queue("AGENT_QUEUE_URL"),
+            alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
+            policy: env.policy(),
+            metrics_namespace: env.namespace(),
+        })
+    }
+    pub fn settings(&self) -> Settings {
+        settings(self.policy, &self.scheduler_queue, Some(&self.agent_queue))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    pub agent_queue: QueueUrl,
+    pub agent_dlq: QueueUrl,
+    pub scheduler_queue: QueueUrl,
+    pub remote_service_url: String,
+    pub metrics_namespace: String,
+}
+
+impl AgentConfig {
+    pub fn from_env() -> Result<AgentConfig, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<AgentConfig, ConfigError> {
+        read(lookup, |env| {
+            let remote = env.required("REMOTE_SERVICE_URL");
+            AgentConfig {
+                agent_queue: env.queue("AGENT_QUEUE_URL"),
+                agent_dlq: env.queue("AGENT_DLQ_URL"),
+                scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
+                remote_service_url: if remote.is_empty() {
+                    remote
+                } else {
+                    env.url("REMOTE_SERVICE_URL", remote)
+                },
+                metrics_namespace: env.namespace(),
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupervisorConfig {
+    pub tables: TableNames,
+    pub scheduler_queue: QueueUrl,
+    pub agent_queue: Option<QueueUrl>,
+    pub alert_topic_arn: String,
+    pub policy: Policy,
+    pub metrics_namespace: String,
+}
+
+impl SupervisorConfig {
+    pub fn from_env() -> Result<SupervisorConfig, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SupervisorConfig, ConfigError> {
+        read(lookup, |env| SupervisorConfig {
+            tables: env.tables(),
+            scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
+            agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
+            alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
+            policy: env.policy(),
+            metrics_namespace: env.namespace(),
+        })
+    }
+    pub fn settings(&self) -> Settings {
+        settings(self.policy, &self.scheduler_queue, self.agent_queue.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const Q: &str = "http://localhost:5000/000000000000/q";
+
+    #[test]
+    fn names_every_missing_and_invalid_variable_at_once() {
+        let err = SchedulerConfig::from_lookup(&lookup(&[
+            ("STATE_TABLE", "bad name!"),
+            ("DUE_SHARDS", "0"),
+            ("SCHEDULER_QUEUE_URL", "sqs-queue"),
+            ("ALERT_TOPIC_ARN", "topic"),
+            ("FAILURE_THRESHOLD", "five"),
+            ("RETRY_BASE_MS", "5000"),
+            ("RETRY_CAP_MS", "100"),
+        ]))
+        .unwrap_err();
+        let text = err.to_string();
+        for want in [
+            "ORDERS_TABLE is not set",
+            "STATE_TABLE=\"bad name!\" is not a DynamoDB table",
+            "DUE_SHARDS=\"0\" is not a whole number from 1 to 1000",
+            "SCHEDULER_QUEUE_URL=\"sqs-queue\" is not an http(s) URL",
+            "SCHEDULER_DLQ_URL is not set",
+            "AGENT_QUEUE_URL is not set",
+            "ALERT_TOPIC_ARN=\"topic\" is not an ARN",
+            "FAILURE_THRESHOLD=\"five\"",
+            "RETRY_CAP_MS (100) is below RETRY_BASE_MS (5000)",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in {text}");
+        }
+        assert_eq!(err.problems.len(), 9, "{text}");
+    }
+
+    #[test]
+    fn defaults_fill_optional_variables() {
+        let c = SupervisorConfig::from_lookup(&lookup(&[
+            ("ORDERS_TABLE", "sas-orders"),
+            ("STATE_TABLE", "sas-state"),
+            ("SCHEDULER_QUEUE_URL", Q),
+            ("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:sas-alerts"),
+            ("AGENT_QUEUE_URL", ""),
+            ("STEP_TIMEOUT_MS", " 5000 "),
+        ]))
+        .unwrap();
+        assert_eq!(c.tables.due_index, "due-index");
+        assert_eq!(c.tables.due_shards, 4);
+        assert_eq!(c.policy.step_timeout_ms, 5_000);
+        assert_eq!(c.policy.failure_threshold, 5);
+        assert_eq!(c.metrics_namespace, "sas");
+        assert_eq!(c.agent_queue, None);
+        let s = c.settings();
+        assert_eq!(s.topology.scheduler_queue.0, Q);
+        assert_eq!(s.topology.agent_queue.0, UNUSED_AGENT_QUEUE);
+    }
+
+    #[test]
+    fn each_function_reads_its_own_set() {
+        let agent = AgentConfig::from_lookup(&lookup(&[
+            ("AGENT_QUEUE_URL", Q),
+            ("AGENT_DLQ_URL", Q),
+            ("SCHEDULER_QUEUE_URL", Q),
+            ("REMOTE_SERVICE_URL", "http://127.0.0.1:9/"),
+        ]));
+        assert!(agent.is_ok(), "the agent needs no table: {agent:?}");
+        let err = SubmissionConfig::from_lookup(&lookup(&[])).unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "ORDERS_TABLE is not set",
+                "STATE_TABLE is not set",
+                "ORDERS_QUEUE_URL is not set",
+                "ORDERS_DLQ_URL is not set",
+                "SCHEDULER_QUEUE_URL is not set"
+            ]
+        );
+        let err = AgentConfig::from_lookup(&lookup(&[("REMOTE_SERVICE_URL", "ftp://x")])).unwrap_err();
+        assert!(err.to_string().contains("REMOTE_SERVICE_URL=\"ftp://x\" is not an http(s) URL"), "{err}");
+    }
+}

@@ -1,0 +1,195 @@
+//! What every function binary shares: JSON logs, the one-time AWS setup, and the
+//! translation between Lambda's events and the handlers' types. It keeps each
+//! `functions/*/src/main.rs` down to wiring.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_runtime::{LambdaEvent, service_fn};
+
+use crate::adapters::aws::{Clients, DynamoStore, SnsAlerts, SqsQueues};
+use crate::adapters::emf::EmfMetrics;
+use crate::adapters::system::{FastRandom, SystemClock};
+use crate::config::{ConfigError, TableNames};
+use crate::domain::OperatorAlert;
+use crate::handlers::{BatchReport, DeadLetters, Deps, HandlerError, Inbound, Supervisor, run_batch};
+use crate::ports::{AlertError, Alerts, Metrics, QueueUrl};
+
+pub use lambda_runtime::Error;
+
+/// The attribute Lambda's SQS event carries the delivery count in.
+pub const RECEIVE_COUNT_ATTRIBUTE: &str = "ApproximateReceiveCount";
+
+/// JSON logs on stdout. Each line carries the fields of the span it was logged in
+/// (the handlers open one per message with order id, step and attempt) and the
+/// runtime's per-invocation span (request id). The level comes from Lambda's
+/// `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else info.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = ["AWS_LAMBDA_LOG_LEVEL", "RUST_LOG"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().and_then(|v| EnvFilter::try_new(v.to_lowercase()).ok()))
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    // An error means a subscriber is already set (tests): keep that one.
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_current_span(true)
+        .with_span_list(true)
+        .with_target(false)
+        .try_init();
+}
+
+/// A bad configuration ends the cold start here, logged, so the function's first
+/// invocation fails with the list of what to fix.
+pub fn require<T>(config: Result<T, ConfigError>) -> Result<T, Error> {
+    config.map_err(|e| {
+        tracing::error!(error = %e, "cannot start");
+        e.into()
+    })
+}
+
+/// One message of Lambda's SQS event as the handlers see it.
+pub fn inbound(message: SqsMessage) -> Inbound {
+    let receive_count =
+        message.attributes.get(RECEIVE_COUNT_ATTRIBUTE).and_then(|c| c.parse().ok()).unwrap_or(1);
+    Inbound {
+        // Lambda always sends both; a message without a body is handled (and
+        // rejected with a reason) like any other bad body.
+        message_id: message.message_id.unwrap_or_default(),
+        body: message.body.unwrap_or_default(),
+        receive_count,
+    }
+}
+
+pub fn inbound_batch(event: SqsEvent) -> Vec<Inbound> {
+    event.records.into_iter().map(inbound).collect()
+}
+
+/// Only the messages to redeliver; the function must have `ReportBatchItemFailures`
+/// on its event source mapping, or Lambda ignores this and redelivers the whole batch.
+pub fn batch_response(report: &BatchReport) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    response.set_failures(report.failures.iter().cloned());
+    response
+}
+
+/// Runs an SQS-triggered function: each event through the batch driver, so bad
+/// messages are kept in `dead_letters` with their reason and only retryable failures
+/// go back to the queue.
+pub async fn serve_sqs<F, Fut>(dead_letters: DeadLetters, handle: F) -> Result<(), Error>
+where
+    F: Fn(Inbound) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    let (dead_letters, handle) = (&dead_letters, &handle);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        let report = run_batch(inbound_batch(event.payload), dead_letters, handle).await;
+        Ok::<_, Error>(batch_response(&report))
+    }))
+    .await
+}
+
+/// Runs the supervisor on its EventBridge schedule. A sweep that cannot read the
+/// index fails the invocation, which the function-errors alarm watches.
+pub async fn serve_schedule(supervisor: Supervisor) -> Result<(), Error> {
+    let supervisor = &supervisor;
+    lambda_runtime::run(service_fn(move |_: LambdaEvent<EventBridgeEvent<serde_json::Value>>| async move {
+        let report = supervisor.sweep().await?;
+        Ok::<_, Error>(serde_json::json!({
+            "examined": report.examined,
+            "retried": report.retried,
+            "gave_up": report.gave_up,
+            "skipped": report.skipped,
+            "errors": report.errors,
+        }))
+    }))
+    .await
+}
+
+/// The AWS side of a function, set up once per cold start.
+pub struct Aws {
+    pub clients: Clients,
+}
+
+impl Aws {
+    /// Region, credentials and endpoint (`AWS_ENDPOINT_URL`) from the environment.
+    pub async fn load() -> Aws {
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+        Aws { clients: Clients::new(&sdk) }
+    }
+
+    pub fn queues(&self) -> Arc<SqsQueues> {
+        Arc::new(SqsQueues::new(self.clients.sqs.clone()))
+    }
+
+    pub fn metrics(function: &str, namespace: &str) -> Arc<EmfMetrics> {
+        Arc::new(EmfMetrics::new(namespace, function))
+    }
+
+    /// The handlers' ports on AWS. `alert_topic` is `None` for a function that never
+    /// raises alerts (submission); an alert there would be a bug, so it fails loudly.
+    pub fn deps(&self, tables: &TableNames, alert_topic: Option<&str>, metrics: Arc<dyn Metrics>) -> Deps {
+        let alerts: Arc<dyn Alerts> = match alert_topic {
+            Some(arn) => Arc::new(SnsAlerts::new(self.clients.sns.clone(), arn)),
+            None => Arc::new(NoAlertTopic),
+        };
+        Deps {
+            store: Arc::new(DynamoStore::new(self.clients.dynamodb.clone(), tables.clone())),
+            queues: self.queues(),
+            alerts,
+            clock: Arc::new(SystemClock),
+            random: Arc::new(FastRandom::from_entropy()),
+            metrics,
+        }
+    }
+
+    pub fn dead_letters(deps: &Deps, source: &QueueUrl, dead_letter_queue: &QueueUrl) -> DeadLetters {
+        DeadLetters {
+            queues: deps.queues.clone(),
+            source: source.clone(),
+            dead_letter_queue: dead_letter_queue.clone(),
+            metrics: deps.metrics.clone(),
+        }
+    }
+}
+
+/// The alert port of a function configured without a topic.
+struct NoAlertTopic;
+
+#[async_trait]
+impl Alerts for NoAlertTopic {
+    async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
+        Err(AlertError(format!("no ALERT_TOPIC_ARN in this function; alert for {} not sent", alert.order_id)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqs_events_become_inbound_messages() {
+        let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [
+            {"messageId": "m1", "body": "{}", "attributes": {"ApproximateReceiveCount": "3"}, "messageAttributes": {}},
+            {"messageId": "m2", "attributes": {}, "messageAttributes": {}},
+        ]}))
+        .unwrap();
+        let got = inbound_batch(event);
+        assert_eq!(got[0], Inbound { message_id: "m1".into(), body: "{}".into(), receive_count: 3 });
+        assert_eq!(got[1], Inbound { message_id: "m2".into(), body: String::new(), receive_count: 1 });
+    }
+
+    #[test]
+    fn only_retryable_failures_are_reported() {
+        let report = BatchReport { failures: vec!["m2".into(), "m5".into()], kept: 3 };
+        let json = serde_json::to_value(batch_response(&report)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"batchItemFailures": [{"itemIdentifier": "m2"}, {"itemIdentifier": "m5"}]})
+        );
+    }
+}

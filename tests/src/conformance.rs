@@ -1,0 +1,371 @@
+//! The conformance suite: one body per property, written against the ports only, run
+//! on every backend (`tests/tests/conformance.rs` instantiates each for the embedded
+//! backend and for the AWS adapters on moto). If the embedded backend drifts from
+//! DynamoDB and SQS semantics, one of these fails on one side.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sas::domain::{
+    Action, AgentReply, Cause, LeaseToken, LineItem, Order, OrderId, OrderRecord, Policy, ProcessState,
+    Refusal, ReplyOutcome, StaleReason, TaskRecord, Timestamp, Workflow,
+};
+use sas::ports::{Delivery, Inserted, Outgoing, QueueUrl, Written};
+
+use crate::Backend;
+
+/// A fixed "now" for the store tests: the store never reads a clock, so both backends
+/// see the same times.
+pub const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+fn order(id: &str, customer: &str) -> Order {
+    Order {
+        order_id: OrderId::parse(id).expect("test ids are valid"),
+        customer_id: customer.into(),
+        items: vec![LineItem { sku: "sku-1".into(), quantity: 2 }],
+        workflow: "single-step".into(),
+    }
+}
+
+fn new_task(id: &str, at: Timestamp) -> (OrderRecord, TaskRecord) {
+    let order = order(id, "c-1");
+    let task = TaskRecord::new(&order, Some("status-queue".into()), at, &Policy::default());
+    (OrderRecord { order, received_at: at }, task)
+}
+
+fn lease(n: u128) -> LeaseToken {
+    LeaseToken(uuid::Uuid::from_u128(n))
+}
+
+async fn insert(b: &Backend, id: &str, at: Timestamp) -> TaskRecord {
+    let (order, task) = new_task(id, at);
+    assert_eq!(b.store.insert(&order, &task).await.unwrap(), Inserted::New, "{}: insert {id}", b.name);
+    task
+}
+
+async fn read(b: &Backend, id: &OrderId) -> TaskRecord {
+    b.store.task(id).await.unwrap().unwrap_or_else(|| panic!("{}: task {id} missing", b.name))
+}
+
+/// Writes `next` over `current` and insists it lands.
+async fn write(b: &Backend, next: &TaskRecord, current: &TaskRecord) {
+    assert_eq!(b.store.replace(next, current.revision).await.unwrap(), Written::Applied, "{}", b.name);
+}
+
+/// Insert is atomic and idempotent on the order id; a different payload under an
+/// existing id gets the stored order back, and nothing is overwritten.
+pub async fn insert_is_idempotent_and_keeps_the_first(b: &Backend) {
+    let first = insert(b, "ins-1", T0).await;
+    let (mut other_order, mut other_task) = new_task("ins-1", T0.plus_ms(5));
+    other_order.order.customer_id = "someone-else".into();
+    other_task.reply_to = None;
+    match b.store.insert(&other_order, &other_task).await.unwrap() {
+        Inserted::Exists(existing) => {
+            assert_eq!(existing.order.customer_id, "c-1", "{}", b.name);
+            assert_eq!(existing.received_at, T0, "{}", b.name);
+        }
+        Inserted::New => panic!("{}: second insert under one id succeeded", b.name),
+    }
+    assert_eq!(read(b, &first.order_id).await, first, "{}: task overwritten", b.name);
+    let stored = b.store.order(&first.order_id).await.unwrap().expect("order stored");
+    assert_eq!(stored.order, order("ins-1", "c-1"), "{}", b.name);
+    assert_eq!(b.store.order(&OrderId::parse("nobody").unwrap()).await.unwrap(), None);
+    assert_eq!(b.store.task(&OrderId::parse("nobody").unwrap()).await.unwrap(), None);
+}
+
+/// Every field survives a write and a consistent read, and writes are conditional on
+/// the revision (a missing row has none to match).
+pub async fn replace_is_conditional_and_faithful(b: &Backend) {
+    let task = insert(b, "rep-1", T0).await;
+    let mut next = task.clone();
+    next.state = ProcessState::Compensating;
+    next.step = 1;
+    next.step_attempts = 2;
+    next.attempt = 7;
+    next.locked_by = Some(lease(42));
+    next.complete_by = Some(T0.plus_ms(30_000));
+    next.deadline = Some(T0.plus_ms(40_000));
+    next.failure_count = 3;
+    next.undo_failure_base = Some(2);
+    next.last_cause =
+        Cause::Failed { step: 1, action: Action::Undo, reason: "remote said \"no\" ✗".into() };
+    next.last_error = Some("multi\nline".into());
+    next.revision = task.revision + 1;
+    next.updated_at = T0.plus_ms(1);
+
+    assert_eq!(
+        b.store.replace(&next, task.revision + 5).await.unwrap(),
+        Written::RevisionMoved,
+        "{}",
+        b.name
+    );
+    write(b, &next, &task).await;
+    assert_eq!(read(b, &task.order_id).await, next, "{}: round trip", b.name);
+    assert_eq!(b.store.replace(&next, task.revision).await.unwrap(), Written::RevisionMoved, "{}", b.name);
+
+    let (_, ghost) = new_task("rep-ghost", T0);
+    assert_eq!(b.store.replace(&ghost, ghost.revision).await.unwrap(), Written::RevisionMoved, "{}", b.name);
+    assert_eq!(b.store.task(&ghost.order_id).await.unwrap(), None, "{}: replace created a row", b.name);
+}
+
+/// Many schedulers read the same Pending task and all try to claim it: exactly one
+/// conditional write lands, and the stored lease is the winner's.
+pub async fn concurrent_claimers_exactly_one_wins(b: &Backend, rounds: usize, claimers: usize) {
+    let policy = Policy::default();
+    for round in 0..rounds {
+        let task = insert(b, &format!("claim-{round}"), T0).await;
+        let barrier = Arc::new(tokio::sync::Barrier::new(claimers));
+        let attempts = (0..claimers).map(|i| {
+            let (store, barrier, id) = (b.store.clone(), barrier.clone(), task.order_id.clone());
+            tokio::spawn(async move {
+                let read = store.task(&id).await.unwrap().expect("inserted");
+                // Everyone decides on the same revision before anyone writes.
+                barrier.wait().await;
+                let mine = lease(i as u128 + 1);
+                let decision = read.claim(mine, T0.plus_ms(10), &Workflow::single_step(), &policy).unwrap();
+                (mine, store.replace(&decision.next, read.revision).await.unwrap())
+            })
+        });
+        let results: Vec<_> = futures::future::join_all(attempts)
+            .await
+            .into_iter()
+            .map(|r| r.expect("claimer panicked"))
+            .collect();
+        let winners: Vec<LeaseToken> =
+            results.iter().filter(|(_, w)| *w == Written::Applied).map(|(l, _)| *l).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "{}: round {round}: {} of {claimers} claimers won",
+            b.name,
+            winners.len()
+        );
+        let stored = read(b, &task.order_id).await;
+        assert_eq!(stored.locked_by, Some(winners[0]), "{}: round {round}", b.name);
+        assert_eq!(
+            (stored.state, stored.attempt, stored.revision),
+            (ProcessState::Processing, 1, 2),
+            "{}",
+            b.name
+        );
+    }
+}
+
+/// A reply after complete-by is refused by the fence; a reply decided in time but
+/// landing after the supervisor took the task back is refused by the store.
+pub async fn fenced_reply_after_expiry_is_rejected(b: &Backend) {
+    let policy = Policy::default();
+    let wf = Workflow::single_step();
+    let task = insert(b, "fence-1", T0).await;
+    let claim = task.claim(lease(1), T0.plus_ms(100), &wf, &policy).unwrap();
+    write(b, &claim.next, &task).await;
+    let claimed = read(b, &task.order_id).await;
+    let complete_by = claimed.complete_by.expect("claimed");
+    let reply = AgentReply {
+        order_id: claimed.order_id.clone(),
+        step: 0,
+        action: Action::Do,
+        attempt: claimed.attempt,
+        lease: lease(1),
+        outcome: ReplyOutcome::Succeeded,
+    };
+
+    let late = complete_by.plus_ms(1);
+    assert_eq!(
+        claimed.apply_reply(&reply, late, &wf, &policy),
+        Err(Refusal::StaleReply(StaleReason::PastCompleteBy { complete_by, now: late })),
+        "{}",
+        b.name
+    );
+
+    let in_time = claimed.apply_reply(&reply, complete_by, &wf, &policy).expect("in time");
+    let deadline = claimed.deadline.expect("claimed tasks have a deadline");
+    let lapsed = claimed.lapse(deadline, &wf, &policy, 0).expect("due");
+    write(b, &lapsed.next, &claimed).await;
+    assert_eq!(
+        b.store.replace(&in_time.next, claimed.revision).await.unwrap(),
+        Written::RevisionMoved,
+        "{}: a reply decided on the pre-expiry read landed after recovery",
+        b.name
+    );
+    let now = read(b, &task.order_id).await;
+    assert_eq!((now.state, now.failure_count), (ProcessState::Pending, 1), "{}", b.name);
+    assert_eq!(
+        now.fence(&reply, complete_by),
+        Err(StaleReason::NoLease(ProcessState::Pending)),
+        "{}",
+        b.name
+    );
+
+    // The next claim has a new lease and attempt: the old reply matches neither.
+    let reclaim = now.claim(lease(2), deadline.plus_ms(1), &wf, &policy).unwrap();
+    write(b, &reclaim.next, &now).await;
+    let again = read(b, &task.order_id).await;
+    assert_eq!(again.fence(&reply, deadline.plus_ms(2)), Err(StaleReason::OtherLease), "{}", b.name);
+}
+
+/// The due query returns exactly the non-terminal tasks whose deadline has passed,
+/// oldest first, honours its limit, and follows writes that move or clear deadlines.
+pub async fn due_returns_exactly_the_due_tasks(b: &Backend) {
+    let policy = Policy::default();
+    let wf = Workflow::single_step();
+    let mut ids = Vec::new();
+    for i in 0..12u64 {
+        ids.push(insert(b, &format!("due-{i:02}"), T0.plus_ms(i * 1_000)).await.order_id);
+    }
+    // Finished tasks leave the index.
+    for i in [2, 7] {
+        let t = read(b, &ids[i]).await;
+        let claim = t.claim(lease(100 + i as u128), T0.plus_ms(20_000), &wf, &policy).unwrap();
+        write(b, &claim.next, &t).await;
+        let c = read(b, &ids[i]).await;
+        let reply = AgentReply {
+            order_id: c.order_id.clone(),
+            step: 0,
+            action: Action::Do,
+            attempt: c.attempt,
+            lease: lease(100 + i as u128),
+            outcome: ReplyOutcome::Succeeded,
+        };
+        let done = c.apply_reply(&reply, T0.plus_ms(20_001), &wf, &policy).unwrap();
+        assert_eq!(done.next.state, ProcessState::Processed);
+        write(b, &done.next, &c).await;
+    }
+    // A claim moves a deadline earlier; a recovery moves one later.
+    let t = read(b, &ids[9]).await;
+    let claim = t.claim(lease(9), T0.plus_ms(5_000), &wf, &policy).unwrap();
+    write(b, &claim.next, &t).await;
+    let t = read(b, &ids[0]).await;
+    let lapse = t.lapse(t.deadline.unwrap(), &wf, &policy, 0).unwrap();
+    write(b, &lapse.next, &t).await;
+
+    let now = T0.plus_ms(66_000);
+    let mut stored = Vec::new();
+    for id in &ids {
+        stored.push(read(b, id).await);
+    }
+    let mut expected: Vec<&TaskRecord> =
+        stored.iter().filter(|t| t.deadline.is_some_and(|d| d <= now)).collect();
+    expected.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
+    let expected_ids: Vec<&str> = expected.iter().map(|t| t.order_id.as_str()).collect();
+    // Guard the test itself: some due, some not yet, some finished.
+    assert_eq!(expected_ids, ["due-09", "due-01", "due-03", "due-04", "due-05", "due-06"], "{}", b.name);
+
+    let before = b.dynamo.as_ref().map(|d| d.due_items_read());
+    let due = b.store.due(now, 100).await.unwrap();
+    let due_ids: Vec<&str> = due.iter().map(|t| t.order_id.as_str()).collect();
+    assert_eq!(due_ids, expected_ids, "{}", b.name);
+    for t in &due {
+        assert_eq!(
+            Some(t),
+            stored.iter().find(|s| s.order_id == t.order_id),
+            "{}: index copy differs",
+            b.name
+        );
+    }
+    if let (Some(dynamo), Some(before)) = (&b.dynamo, before) {
+        // Only due entries are read: a scan, or a query without the deadline bound,
+        // would read the others too.
+        assert_eq!(dynamo.due_items_read() - before, expected.len() as u64, "{}", b.name);
+    }
+
+    let first3: Vec<String> =
+        b.store.due(now, 3).await.unwrap().iter().map(|t| t.order_id.to_string()).collect();
+    assert_eq!(first3, expected_ids[..3], "{}: limit", b.name);
+    assert!(b.store.due(T0, 100).await.unwrap().is_empty(), "{}: nothing is due at T0", b.name);
+    assert!(b.store.due(now, 0).await.unwrap().is_empty(), "{}", b.name);
+    let everything = b.store.due(T0.plus_ms(10_000_000), 100).await.unwrap();
+    assert_eq!(everything.len(), 10, "{}: all non-terminal tasks, no terminal one", b.name);
+    assert!(everything.iter().all(|t| !t.state.is_terminal()), "{}", b.name);
+}
+
+/// Receives until `n` messages came or `timeout` passed.
+async fn receive_n(b: &Backend, queue: &QueueUrl, n: usize, timeout: Duration) -> Vec<Delivery> {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < n && started.elapsed() < timeout {
+        let batch = b.consumer.receive(queue, 10, b.wait_ms()).await.unwrap();
+        if batch.is_empty() && b.wait_ms() == 0 {
+            break;
+        }
+        got.extend(batch);
+    }
+    got
+}
+
+fn body(test: &str) -> String {
+    format!("{test}-{}", uuid::Uuid::new_v4())
+}
+
+/// An undeleted message comes back after the visibility timeout with its receive
+/// count raised and its attributes intact; a deleted one never does.
+pub async fn redelivery_after_visibility_timeout(b: &Backend) {
+    let attributes = BTreeMap::from([("sas-reason".to_owned(), "bad \"input\": ✗".to_owned())]);
+    let sent = Outgoing { body: body("redeliver"), delay_ms: 0, attributes: attributes.clone() };
+    b.queues.send(&b.work_queue, sent.clone()).await.unwrap();
+
+    let first = receive_n(b, &b.work_queue, 1, Duration::from_secs(5)).await;
+    assert_eq!(first.len(), 1, "{}", b.name);
+    assert_eq!((&first[0].body, &first[0].attributes, first[0].receive_count), (&sent.body, &attributes, 1));
+    assert!(
+        b.consumer.receive(&b.work_queue, 10, 0).await.unwrap().is_empty(),
+        "{}: visible while in flight",
+        b.name
+    );
+
+    b.pass(b.visibility_ms).await;
+    let second = receive_n(b, &b.work_queue, 1, Duration::from_secs(5)).await;
+    assert_eq!(second.len(), 1, "{}: not redelivered", b.name);
+    assert_eq!((&second[0].body, second[0].receive_count), (&sent.body, 2), "{}", b.name);
+    assert_eq!(second[0].message_id, first[0].message_id, "{}", b.name);
+
+    b.consumer.delete(&b.work_queue, &second[0].receipt).await.unwrap();
+    b.pass(b.visibility_ms).await;
+    assert!(
+        b.consumer.receive(&b.work_queue, 10, 0).await.unwrap().is_empty(),
+        "{}: deleted message came back",
+        b.name
+    );
+}
+
+/// A message received `max_receives` times and never deleted moves to the
+/// dead-letter queue, body and attributes intact.
+pub async fn dead_letter_after_max_receives(b: &Backend) {
+    let attributes = BTreeMap::from([("origin".to_owned(), "conformance".to_owned())]);
+    let sent = Outgoing { body: body("poison"), delay_ms: 0, attributes: attributes.clone() };
+    b.queues.send(&b.work_queue, sent.clone()).await.unwrap();
+    for n in 1..=b.max_receives {
+        let got = receive_n(b, &b.work_queue, 1, Duration::from_secs(5)).await;
+        assert_eq!(got.len(), 1, "{}: receive {n}", b.name);
+        assert_eq!(got[0].receive_count, n, "{}", b.name);
+        b.pass(b.visibility_ms).await;
+    }
+    assert!(
+        b.consumer.receive(&b.work_queue, 10, 0).await.unwrap().is_empty(),
+        "{}: delivered past max receives",
+        b.name
+    );
+    let dead = receive_n(b, &b.dead_letter_queue, 1, Duration::from_secs(5)).await;
+    assert_eq!(dead.len(), 1, "{}: not in the dead-letter queue", b.name);
+    assert_eq!((&dead[0].body, &dead[0].attributes), (&sent.body, &attributes), "{}", b.name);
+}
+
+/// A batch larger than the service's batch size arrives whole; a delayed message
+/// stays invisible until its delay passes.
+pub async fn batches_arrive_whole_and_delays_hold(b: &Backend) {
+    let delayed = Outgoing::delayed(body("later"), 1_500);
+    b.queues.send(&b.work_queue, delayed.clone()).await.unwrap();
+    let bodies: BTreeSet<String> = (0..23).map(|i| body(&format!("batch-{i}"))).collect();
+    b.queues.send_batch(&b.work_queue, bodies.iter().cloned().map(Outgoing::new).collect()).await.unwrap();
+
+    let got = receive_n(b, &b.work_queue, bodies.len(), Duration::from_secs(10)).await;
+    let got_bodies: BTreeSet<String> = got.iter().map(|d| d.body.clone()).collect();
+    assert_eq!(got_bodies, bodies, "{}", b.name);
+    for d in &got {
+        b.consumer.delete(&b.work_queue, &d.receipt).await.unwrap();
+    }
+    b.pass(2_000).await;
+    let later = receive_n(b, &b.work_queue, 1, Duration::from_secs(5)).await;
+    assert_eq!(later.iter().map(|d| &d.body).collect::<Vec<_>>(), [&delayed.body], "{}", b.name);
+}

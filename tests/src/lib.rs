@@ -1,0 +1,168 @@
+//! Test support for the conformance suite and the end-to-end tests: the two backends
+//! behind the same ports, and the rules for finding an AWS endpoint.
+//!
+//! Tests that need an endpoint read it from `SAS_TEST_ENDPOINT` (set by
+//! `infra/with-moto.sh`). Without one they print a loud SKIPPED line and pass, unless
+//! `CI=true`, where a missing emulator is a failure: CI must never go green by
+//! skipping.
+
+pub mod conformance;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use sas::adapters::aws::provision::{self, QueueSpec};
+use sas::adapters::aws::{DynamoStore, SqsQueues, TableNames};
+use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings};
+use sas::ports::{QueueConsumer, QueueUrl, Queues, StateStore};
+
+pub const ENDPOINT_VAR: &str = "SAS_TEST_ENDPOINT";
+
+/// The endpoint to test against, or `None` after printing why the test is skipped.
+/// Panics under `CI=true` when there is none.
+pub fn endpoint(test: &str) -> Option<String> {
+    if let Some(e) = std::env::var(ENDPOINT_VAR).ok().filter(|e| !e.trim().is_empty()) {
+        return Some(e);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    assert!(
+        !ci,
+        "{test}: CI=true but {ENDPOINT_VAR} is not set. Emulator-backed tests must run in CI: \
+         run them under infra/with-moto.sh (it installs and starts moto and sets {ENDPOINT_VAR})."
+    );
+    eprintln!(
+        "\n*** SKIPPED: moto not running: {test} needs {ENDPOINT_VAR} (run under infra/with-moto.sh) ***\n"
+    );
+    None
+}
+
+/// SDK configuration for a test endpoint: fixed dummy credentials and region, so the
+/// tests do not depend on (or touch) whatever AWS profile the machine has.
+pub async fn sdk_config(endpoint: &str) -> SdkConfig {
+    let credentials =
+        aws_sdk_dynamodb::config::Credentials::new("testing", "testing", None, None, "sas-tests");
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(credentials)
+        .load()
+        .await
+}
+
+/// A name prefix no other test (or earlier run against the same server) uses.
+pub fn unique_prefix(test: &str) -> String {
+    let short: String = test.chars().filter(|c| c.is_ascii_alphanumeric()).take(24).collect();
+    format!("t-{short}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// How a backend lets time pass: the embedded one moves its manual clock, the AWS
+/// one has to wait for real.
+pub enum Time {
+    Manual(Arc<ManualClock>),
+    Real,
+}
+
+/// One backend's ports, with a work queue (short visibility timeout, redrive to a
+/// dead-letter queue after `max_receives`) for the queue tests.
+pub struct Backend {
+    pub name: &'static str,
+    pub store: Arc<dyn StateStore>,
+    pub queues: Arc<dyn Queues>,
+    pub consumer: Arc<dyn QueueConsumer>,
+    pub time: Time,
+    pub work_queue: QueueUrl,
+    pub dead_letter_queue: QueueUrl,
+    pub visibility_ms: u64,
+    pub max_receives: u32,
+    /// The AWS store, for checks that only it supports (items read by `due`).
+    pub dynamo: Option<Arc<DynamoStore>>,
+}
+
+pub const MAX_RECEIVES: u32 = 2;
+
+impl Backend {
+    pub fn embedded() -> Backend {
+        let clock = Arc::new(ManualClock::at(1_700_000_000_000));
+        let queues = Arc::new(EmbeddedQueues::new(clock.clone(), 7));
+        let visibility_ms = 1_000;
+        queues.create("work-dlq", QueueSettings::default());
+        queues.create(
+            "work",
+            QueueSettings {
+                visibility_timeout_ms: visibility_ms,
+                max_receives: MAX_RECEIVES,
+                dead_letter: Some("work-dlq".into()),
+                duplicate_rate: 0.0,
+            },
+        );
+        Backend {
+            name: "embedded",
+            store: Arc::new(EmbeddedStore::new()),
+            queues: queues.clone(),
+            consumer: queues,
+            time: Time::Manual(clock),
+            work_queue: QueueUrl("work".into()),
+            dead_letter_queue: QueueUrl("work-dlq".into()),
+            visibility_ms,
+            max_receives: MAX_RECEIVES,
+            dynamo: None,
+        }
+    }
+
+    /// Fresh tables and queues on the test endpoint, or `None` when there is none.
+    pub async fn aws(test: &str) -> Option<Backend> {
+        let endpoint = endpoint(test)?;
+        let sdk = sdk_config(&endpoint).await;
+        let prefix = unique_prefix(test);
+        let tables = TableNames::new(format!("{prefix}-orders"), format!("{prefix}-state"));
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        provision::create_tables(&dynamodb, &tables)
+            .await
+            .unwrap_or_else(|e| panic!("creating tables at {endpoint}: {e}"));
+        // SQS counts visibility in whole seconds; one is the shortest that is not zero.
+        let spec = QueueSpec {
+            name: format!("{prefix}-work"),
+            visibility_timeout_s: 1,
+            max_receives: Some(MAX_RECEIVES),
+        };
+        let (work, dlq) = provision::create_queue(&sqs, &spec)
+            .await
+            .unwrap_or_else(|e| panic!("creating queues at {endpoint}: {e}"));
+        let store = Arc::new(DynamoStore::new(dynamodb, tables));
+        let queues = Arc::new(SqsQueues::new(sqs));
+        Some(Backend {
+            name: "aws",
+            store: store.clone(),
+            queues: queues.clone(),
+            consumer: queues,
+            time: Time::Real,
+            work_queue: QueueUrl(work),
+            dead_letter_queue: QueueUrl(dlq.expect("the spec asks for a dead-letter queue")),
+            visibility_ms: 1_000,
+            max_receives: MAX_RECEIVES,
+            dynamo: Some(store),
+        })
+    }
+
+    /// Lets `ms` pass for the queues' visibility timeouts and delays.
+    pub async fn pass(&self, ms: u64) {
+        match &self.time {
+            Time::Manual(clock) => {
+                clock.advance(ms);
+            }
+            // A little over: the emulator's clock and ours tick separately.
+            Time::Real => tokio::time::sleep(Duration::from_millis(ms + 150)).await,
+        }
+    }
+
+    /// A receive that waits a little on a real queue and not at all on the embedded
+    /// one (whose clock only moves when told).
+    pub fn wait_ms(&self) -> u64 {
+        match self.time {
+            Time::Manual(_) => 0,
+            Time::Real => 1_000,
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The conformance suite on both backends: each property once for the embedded
+//! backend and once for the AWS adapters against the endpoint in SAS_TEST_ENDPOINT
+//! (moto under infra/with-moto.sh). See sas_tests::conformance for the bodies.
+
+use sas_tests::Backend;
+use sas_tests::conformance as c;
+
+macro_rules! on_both_backends {
+    ($($name:ident => |$b:ident| $body:expr;)*) => {
+        mod embedded {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let $b = &Backend::embedded();
+                    $body.await;
+                }
+            )*
+        }
+        mod aws {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let Some(backend) = Backend::aws(stringify!($name)).await else { return };
+                    let $b = &backend;
+                    $body.await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends! {
+    insert_is_idempotent_and_keeps_the_first => |b| c::insert_is_idempotent_and_keeps_the_first(b);
+    replace_is_conditional_and_faithful => |b| c::replace_is_conditional_and_faithful(b);
+    concurrent_claimers_exactly_one_wins => |b| c::concurrent_claimers_exactly_one_wins(b, 20, 16);
+    fenced_reply_after_expiry_is_rejected => |b| c::fenced_reply_after_expiry_is_rejected(b);
+    due_returns_exactly_the_due_tasks => |b| c::due_returns_exactly_the_due_tasks(b);
+    redelivery_after_visibility_timeout => |b| c::redelivery_after_visibility_timeout(b);
+    dead_letter_after_max_receives => |b| c::dead_letter_after_max_receives(b);
+    batches_arrive_whole_and_delays_hold => |b| c::batches_arrive_whole_and_delays_hold(b);
+}
