@@ -50,8 +50,9 @@ struct Queue {
     settings: QueueSettings,
     /// Keyed by (visible at, sequence): the first entries are the next to deliver.
     waiting: BTreeMap<(Timestamp, u64), StoredMessage>,
-    /// Receipt -> (message, invisible until).
-    in_flight: HashMap<String, (StoredMessage, Timestamp)>,
+    /// Receipt -> (message, invisible until). Ordered, so messages whose visibility
+    /// lapses at the same moment come back in the same order on every run (a seed replays).
+    in_flight: BTreeMap<String, (StoredMessage, Timestamp)>,
     fail_sends: u32,
 }
 
@@ -150,6 +151,17 @@ impl EmbeddedQueues {
         }
     }
 
+    /// When the next message of `queue` becomes receivable: the earliest of its waiting
+    /// messages' visible-at and its in-flight messages' visibility lapse. For a
+    /// discrete-event driver (the simulation) that jumps time to the next event.
+    pub fn next_visible(&self, queue: &str) -> Option<Timestamp> {
+        let state = self.state();
+        let q = state.queues.get(queue)?;
+        let waiting = q.waiting.first_key_value().map(|((at, _), _)| *at);
+        let lapsing = q.in_flight.values().map(|(_, until)| *until).min();
+        waiting.into_iter().chain(lapsing).min()
+    }
+
     /// Messages waiting (visible or delayed) plus in flight.
     pub fn depth(&self, queue: &str) -> usize {
         self.state().queues.get(queue).map_or(0, |q| q.waiting.len() + q.in_flight.len())
@@ -162,7 +174,7 @@ impl EmbeddedQueues {
             return Vec::new();
         };
         let mut all: Vec<_> = std::mem::take(&mut q.waiting).into_values().collect();
-        all.extend(q.in_flight.drain().map(|(_, (m, _))| m));
+        all.extend(std::mem::take(&mut q.in_flight).into_values().map(|(m, _)| m));
         all
     }
 

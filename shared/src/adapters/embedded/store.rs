@@ -115,6 +115,13 @@ impl StateStore for EmbeddedStore {
         Self::check_available(&mut t)?;
         let before = match t.tasks.get(&next.order_id) {
             Some(current) if current.revision == expected_revision => current.clone(),
+            // The planted bug of `Mutation::UnconditionalClaim`: claims skip the condition.
+            Some(current)
+                if crate::mutations::claim_unconditional()
+                    && matches!(next.last_cause, crate::domain::Cause::Claimed { .. }) =>
+            {
+                current.clone()
+            }
             _ => return Ok(Written::RevisionMoved),
         };
         t.tasks.insert(next.order_id.clone(), next.clone());

@@ -1,0 +1,60 @@
+//! Planted bugs for the deterministic simulation's self-check (crate `sas-sim`): with
+//! the `mutations` feature, a test can switch one on and assert that the simulation
+//! finds the violation it causes. Without the feature every switch is a constant
+//! `false`, so production builds carry neither the switches nor the branches.
+
+#[cfg(feature = "mutations")]
+mod switches {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static DISABLE_FENCING: AtomicBool = AtomicBool::new(false);
+    static UNCONDITIONAL_CLAIM: AtomicBool = AtomicBool::new(false);
+
+    /// A planted bug, process-wide: tests that switch one on must not share a process
+    /// with tests that expect the real behaviour.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Mutation {
+        /// `TaskRecord::fence` accepts every reply.
+        DisableFencing,
+        /// `TaskRecord::claim` ignores the state and lease, and the embedded store writes
+        /// a claim whatever the stored revision: a claim as a plain overwrite.
+        UnconditionalClaim,
+    }
+
+    impl Mutation {
+        fn flag(self) -> &'static AtomicBool {
+            match self {
+                Mutation::DisableFencing => &DISABLE_FENCING,
+                Mutation::UnconditionalClaim => &UNCONDITIONAL_CLAIM,
+            }
+        }
+        pub fn set(self, on: bool) {
+            self.flag().store(on, Ordering::SeqCst);
+        }
+        pub fn is_on(self) -> bool {
+            self.flag().load(Ordering::SeqCst)
+        }
+    }
+
+    pub fn fencing_disabled() -> bool {
+        Mutation::DisableFencing.is_on()
+    }
+    pub fn claim_unconditional() -> bool {
+        Mutation::UnconditionalClaim.is_on()
+    }
+}
+
+#[cfg(feature = "mutations")]
+pub use switches::*;
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn fencing_disabled() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn claim_unconditional() -> bool {
+    false
+}
