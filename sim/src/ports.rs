@@ -1,0 +1,196 @@
+//! The fault layer: each port the handlers use, wrapped so that every I/O call first
+//! waits at the world's gate (where the loop may crash the invocation instead) and then
+//! may fail the way the real service fails.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
+use sas::domain::{OperatorAlert, OrderId, OrderRecord, TaskRecord, Timestamp};
+use sas::ports::{
+    AlertError, Alerts, Clock, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
+    Written,
+};
+
+use crate::world::{Io, Shared, WriteCtx};
+
+/// Queues whose messages the duplicate and delay faults touch: the pipeline's own.
+pub const INTERNAL: [&str; 2] = [crate::run::SCHEDULER, crate::run::AGENT];
+
+pub struct SimStore {
+    pub inner: Arc<EmbeddedStore>,
+    pub shared: Arc<Shared>,
+}
+
+impl SimStore {
+    async fn before(&self, io: Io) -> Result<(), StoreError> {
+        self.shared.gate(io).await;
+        let mut w = self.shared.w();
+        let p = w.faults.store_throttle;
+        if w.roll("store_throttle", p) {
+            return Err(StoreError::Unavailable("sim: throttled".into()));
+        }
+        Ok(())
+    }
+
+    fn landed(&self) {
+        let mut w = self.shared.w();
+        let ctx = WriteCtx {
+            inv: w.current_inv.unwrap_or(0),
+            function: w.current_function(),
+            message: w.current_msg.clone(),
+            at: w.now,
+        };
+        w.write_ctx.push(ctx);
+    }
+
+    fn lost_response(&self) -> bool {
+        let mut w = self.shared.w();
+        let p = w.faults.store_lost_response;
+        w.roll("store_lost_response", p)
+    }
+}
+
+#[async_trait]
+impl StateStore for SimStore {
+    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError> {
+        self.before(Io::Insert).await?;
+        let result = self.inner.insert(order, task).await;
+        if let Ok(Inserted::New) = result {
+            self.landed();
+        }
+        if self.lost_response() {
+            return Err(StoreError::Unavailable("sim: response lost".into()));
+        }
+        result
+    }
+
+    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError> {
+        self.before(Io::ReadOrder).await?;
+        self.inner.order(id).await
+    }
+
+    async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
+        self.before(Io::ReadTask).await?;
+        self.inner.task(id).await
+    }
+
+    async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
+        self.before(Io::Replace).await?;
+        let result = self.inner.replace(next, expected_revision).await;
+        if let Ok(Written::Applied) = result {
+            self.landed();
+        }
+        if self.lost_response() {
+            return Err(StoreError::Unavailable("sim: response lost".into()));
+        }
+        result
+    }
+
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        self.before(Io::Due).await?;
+        self.inner.due(now, limit).await
+    }
+}
+
+pub struct SimQueues {
+    pub inner: Arc<EmbeddedQueues>,
+    pub shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl Queues for SimQueues {
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
+        self.shared.gate(Io::Send(queue.0.clone())).await;
+        let unavailable =
+            || QueueError::Unavailable { queue: queue.0.clone(), reason: "sim: unreachable".into() };
+        let mut out = Vec::with_capacity(messages.len());
+        {
+            let mut w = self.shared.w();
+            let f = w.faults;
+            if w.roll("send_fail", f.send_fail) {
+                return Err(unavailable());
+            }
+            let internal = INTERNAL.contains(&queue.0.as_str());
+            for mut m in messages {
+                if internal && w.roll("delay", f.delay) {
+                    m.delay_ms += w.rng.u64(1..=f.delay_max_ms.max(1));
+                }
+                if internal && w.roll("duplicate", f.duplicate) {
+                    let mut copy = m.clone();
+                    if w.rng.bool() {
+                        copy.delay_ms += w.rng.u64(0..=f.delay_max_ms.max(1));
+                    }
+                    out.push(copy);
+                }
+                let now = w.now;
+                w.trace.note(now, || format!("send {queue} +{}ms {}", m.delay_ms, m.body));
+                out.push(m);
+            }
+        }
+        self.inner.send_batch(queue, out).await?;
+        let mut w = self.shared.w();
+        let p = w.faults.send_lost_response;
+        if w.roll("send_lost_response", p) {
+            return Err(unavailable());
+        }
+        Ok(())
+    }
+}
+
+pub struct SimAlerts {
+    pub inner: Arc<RecordingAlerts>,
+    pub shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl Alerts for SimAlerts {
+    async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
+        self.shared.gate(Io::Alert).await;
+        {
+            let mut w = self.shared.w();
+            let p = w.faults.alert_fail;
+            if w.roll("alert_fail", p) {
+                return Err(AlertError("sim: topic unreachable".into()));
+            }
+            let now = w.now;
+            w.trace.note(now, || format!("alert {} {}", alert.order_id, alert.reason));
+        }
+        self.inner.raise(alert).await
+    }
+}
+
+/// The running invocation's clock: true time plus its host's skew. Sleeping registers a
+/// timer the loop fires when true time gets there.
+pub struct SimClock {
+    pub shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.shared.w().local_now())
+    }
+    async fn sleep_until(&self, until: Timestamp) {
+        let at = {
+            let w = self.shared.w();
+            until.0.saturating_add_signed(-w.current_skew())
+        };
+        self.shared.sleep_until(at).await;
+    }
+}
+
+/// True time, for the services themselves (queue visibility and delays).
+pub struct TrueClock {
+    pub shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl Clock for TrueClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.shared.w().now)
+    }
+    async fn sleep_until(&self, until: Timestamp) {
+        self.shared.sleep_until(until.0).await;
+    }
+}

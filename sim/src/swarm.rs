@@ -1,0 +1,195 @@
+//! Swarm testing: each seed switches every fault on or off, and picks its rates and the
+//! shape of the run (concurrency, batch sizes, workload), so that some seeds hammer one
+//! mechanism alone and others combine them.
+
+use std::fmt;
+
+/// Probabilities and bounds of every fault. All zero: a fault-free world.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Faults {
+    /// Per invocation: it crashes at a uniformly chosen I/O call (or just before the
+    /// platform deletes its messages). Its messages come back after the visibility timeout.
+    pub crash: f64,
+    /// A store call fails before it is applied (throttling).
+    pub store_throttle: f64,
+    /// A store write is applied but its response is lost (`Unavailable`).
+    pub store_lost_response: f64,
+    /// A send fails before anything is sent.
+    pub send_fail: f64,
+    /// A send is applied but its response is lost, so the handler retries it.
+    pub send_lost_response: f64,
+    /// A message to an internal queue is delivered twice.
+    pub duplicate: f64,
+    /// A message to an internal queue is delayed by up to `delay_max_ms` (reordering,
+    /// and replies that arrive after a retry started).
+    pub delay: f64,
+    pub delay_max_ms: u64,
+    /// The platform fails to delete a handled message: it is redelivered.
+    pub delete_lost: f64,
+    /// The operators' topic is unreachable.
+    pub alert_fail: f64,
+    /// Remote service: a transient error (503).
+    pub remote_transient: f64,
+    /// Remote service: a permanent refusal of a forward step (422).
+    pub remote_permanent: f64,
+    /// Remote service: a permanent refusal of a compensation.
+    pub remote_undo_permanent: f64,
+    /// Remote service: the call hangs until the caller's timeout, possibly after the
+    /// effect was applied (a lost response), and the timeout fires up to
+    /// `overshoot_max_ms` late (a hang past complete-by).
+    pub remote_hang: f64,
+    pub overshoot_max_ms: u64,
+    /// Remote service time of an answered call.
+    pub remote_latency_max_ms: u64,
+    /// Each invocation's clock is off by up to this much, either way.
+    pub skew_max_ms: u64,
+    /// Per I/O call: the invocation's clock jumps (within the skew bound).
+    pub skew_jump: f64,
+    /// Per loop step: true time jumps forward by up to `jump_max_ms` (a stalled world).
+    pub time_jump: f64,
+    pub jump_max_ms: u64,
+    /// Per supervisor schedule: a second sweep starts at the same time.
+    pub double_supervisor: f64,
+}
+
+impl Faults {
+    /// What stays on in the quiet tail: the remote service keeps its latency, nothing else.
+    pub fn quiet(&self) -> Faults {
+        Faults { remote_latency_max_ms: self.remote_latency_max_ms, ..Faults::default() }
+    }
+
+    pub fn enabled(&self) -> Vec<&'static str> {
+        let all = [
+            ("crash", self.crash),
+            ("store_throttle", self.store_throttle),
+            ("store_lost_response", self.store_lost_response),
+            ("send_fail", self.send_fail),
+            ("send_lost_response", self.send_lost_response),
+            ("duplicate", self.duplicate),
+            ("delay", self.delay),
+            ("delete_lost", self.delete_lost),
+            ("alert_fail", self.alert_fail),
+            ("remote_transient", self.remote_transient),
+            ("remote_permanent", self.remote_permanent),
+            ("remote_undo_permanent", self.remote_undo_permanent),
+            ("remote_hang", self.remote_hang),
+            ("skew", self.skew_max_ms as f64),
+            ("time_jump", self.time_jump),
+            ("double_supervisor", self.double_supervisor),
+        ];
+        all.into_iter().filter(|(_, v)| *v > 0.0).map(|(k, _)| k).collect()
+    }
+}
+
+/// Everything a seed decides about its run before it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Swarm {
+    pub faults: Faults,
+    /// Valid orders submitted.
+    pub orders: usize,
+    /// Share of three-step orders (the rest single-step).
+    pub three_step_share: f64,
+    /// Orders sent a second time, byte for byte.
+    pub resends: usize,
+    /// Orders sent again under an existing id with a different payload.
+    pub conflicts: usize,
+    /// Bad messages sent to the orders, scheduler and agent queues.
+    pub bad_inputs: usize,
+    /// Orders arrive over this long.
+    pub arrival_window_ms: u64,
+    /// Faults stop this long after the first order; then the quiet tail runs.
+    pub fault_window_ms: u64,
+    /// Concurrent invocations per queue-fed function (Lambda's concurrency).
+    pub submission_concurrency: usize,
+    pub scheduler_concurrency: usize,
+    pub agent_concurrency: usize,
+    pub batch_size: usize,
+    /// Supervisor index page size (small pages exercise paging).
+    pub page_size: usize,
+}
+
+fn pick(rng: &mut fastrand::Rng, lo: f64, hi: f64) -> f64 {
+    lo + rng.f64() * (hi - lo)
+}
+
+impl Swarm {
+    /// The seed's swarm: each fault independently on with probability one half.
+    pub fn from_rng(rng: &mut fastrand::Rng) -> Swarm {
+        let on = |rng: &mut fastrand::Rng, lo: f64, hi: f64| if rng.bool() { pick(rng, lo, hi) } else { 0.0 };
+        let crash = on(rng, 0.05, 0.4);
+        let store_throttle = on(rng, 0.01, 0.1);
+        let store_lost_response = on(rng, 0.01, 0.1);
+        let send_fail = on(rng, 0.01, 0.1);
+        let send_lost_response = on(rng, 0.01, 0.1);
+        let duplicate = on(rng, 0.02, 0.3);
+        let delay = on(rng, 0.05, 0.4);
+        let delete_lost = on(rng, 0.02, 0.2);
+        let alert_fail = on(rng, 0.1, 0.5);
+        let remote_transient = on(rng, 0.05, 0.5);
+        let remote_permanent = on(rng, 0.02, 0.2);
+        let remote_undo_permanent = if rng.u8(..4) == 0 { pick(rng, 0.02, 0.2) } else { 0.0 };
+        let remote_hang = on(rng, 0.02, 0.3);
+        let skew = rng.bool();
+        let time_jump = on(rng, 0.001, 0.01);
+        let double_supervisor = on(rng, 0.1, 0.5);
+        let faults = Faults {
+            crash,
+            store_throttle,
+            store_lost_response,
+            send_fail,
+            send_lost_response,
+            duplicate,
+            delay,
+            delay_max_ms: rng.u64(100..=6_000),
+            delete_lost,
+            alert_fail,
+            remote_transient,
+            remote_permanent,
+            remote_undo_permanent,
+            remote_hang,
+            overshoot_max_ms: rng.u64(0..=300),
+            remote_latency_max_ms: rng.u64(0..=200),
+            skew_max_ms: if skew { rng.u64(1..=200) } else { 0 },
+            skew_jump: if skew { pick(rng, 0.0, 0.05) } else { 0.0 },
+            time_jump,
+            jump_max_ms: rng.u64(100..=3_000),
+            double_supervisor,
+        };
+        let orders = rng.usize(1..=8);
+        Swarm {
+            faults,
+            orders,
+            three_step_share: [0.0, 0.5, 1.0][rng.usize(..3)],
+            resends: rng.usize(0..=2),
+            conflicts: rng.usize(0..=1),
+            bad_inputs: rng.usize(0..=3),
+            arrival_window_ms: rng.u64(0..=3_000),
+            fault_window_ms: rng.u64(2_000..=20_000),
+            submission_concurrency: rng.usize(1..=2),
+            scheduler_concurrency: rng.usize(1..=3),
+            agent_concurrency: rng.usize(1..=3),
+            batch_size: rng.usize(1..=10),
+            page_size: [1, 2, 100][rng.usize(..3)],
+        }
+    }
+}
+
+impl fmt::Display for Swarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} orders (three-step share {}), {} resent, {} conflicting, {} bad; concurrency {}/{}/{}, batch {}, page {}; faults: {}",
+            self.orders,
+            self.three_step_share,
+            self.resends,
+            self.conflicts,
+            self.bad_inputs,
+            self.submission_concurrency,
+            self.scheduler_concurrency,
+            self.agent_concurrency,
+            self.batch_size,
+            self.page_size,
+            self.faults.enabled().join(", ")
+        )
+    }
+}

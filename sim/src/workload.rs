@@ -1,0 +1,78 @@
+//! What the application sends in one run: valid orders of both workflows, byte-for-byte
+//! resends, conflicting payloads under an existing id, and bad messages to every queue.
+
+use crate::run::{AGENT, ORDERS, SCHEDULER, STATUS};
+
+/// A message the outside world sends, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub at: u64,
+    pub queue: &'static str,
+    pub body: String,
+    pub kind: Sent,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent {
+    /// A valid order (first send, resend, or a conflicting payload under its id).
+    Order { id: String },
+    /// Bad input, and a phrase the reason it is kept with must contain.
+    Bad { expect: &'static str },
+}
+
+pub fn order_body(id: &str, customer: &str, quantity: u32, workflow: &str, reply_to: bool) -> String {
+    let reply = if reply_to { format!(r#","reply_to":"{STATUS}""#) } else { String::new() };
+    format!(
+        r#"{{"order_id":"{id}","customer_id":"{customer}","items":[{{"sku":"A-1","quantity":{quantity}}}],"workflow":"{workflow}"{reply}}}"#
+    )
+}
+
+/// Bad inputs the run mixes in, per queue, with what their rejection must say.
+const BAD: &[(&str, &str, &str)] = &[
+    (ORDERS, "{not json", "not a valid message"),
+    (ORDERS, r#"{"order_id":"x-1","customer_id":"c","items":[]}"#, "items is empty"),
+    (ORDERS, r#"{"order_id":"x/2","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#, "only ASCII"),
+    (
+        ORDERS,
+        r#"{"order_id":"x-3","customer_id":"c","items":[{"sku":"A","quantity":1}],"workflow":"nope"}"#,
+        "unknown workflow",
+    ),
+    (SCHEDULER, r#"{"type":"launch","order_id":"o-1"}"#, "unknown variant"),
+    (SCHEDULER, r#"{"type":"schedule","order_id":"ghost"}"#, "unknown order"),
+    (
+        SCHEDULER,
+        r#"{"type":"reply","order_id":"ghost","step":0,"action":"do","attempt":1,"lease":"00000000-0000-0000-0000-000000000001","outcome":{"status":"succeeded"}}"#,
+        "unknown order",
+    ),
+    (AGENT, r#"{"order_id":"o-1"}"#, "missing field"),
+    (AGENT, "[]", "not a valid message"),
+];
+
+pub fn generate(rng: &mut fastrand::Rng, swarm: &crate::swarm::Swarm) -> Vec<Arrival> {
+    let mut out = Vec::new();
+    let window = swarm.arrival_window_ms;
+    let at = |rng: &mut fastrand::Rng| if window == 0 { 0 } else { rng.u64(0..=window) };
+    let mut valid = Vec::new();
+    for i in 0..swarm.orders {
+        let id = format!("o-{i}");
+        let workflow = if rng.f64() < swarm.three_step_share { "three-step" } else { "single-step" };
+        let body = order_body(&id, "c-1", 1 + i as u32, workflow, rng.bool());
+        valid.push((id.clone(), body.clone(), workflow));
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
+    }
+    for _ in 0..swarm.resends {
+        let (id, body, _) = valid[rng.usize(..valid.len())].clone();
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
+    }
+    for _ in 0..swarm.conflicts {
+        let (id, _, workflow) = valid[rng.usize(..valid.len())].clone();
+        let body = order_body(&id, "c-other", 99, workflow, true);
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
+    }
+    for _ in 0..swarm.bad_inputs {
+        let (queue, body, expect) = BAD[rng.usize(..BAD.len())];
+        out.push(Arrival { at: at(rng), queue, body: body.to_owned(), kind: Sent::Bad { expect } });
+    }
+    out.sort_by_key(|a| a.at);
+    out
+}

@@ -1,0 +1,142 @@
+//! The simulation as part of `cargo test`: many seeds against every invariant, the same
+//! seed giving the same history, the fault layer really injecting, and the seeds that
+//! once found a bug kept as regressions.
+//!
+//! `SIM_SEEDS=100000 cargo test -p sas-sim --release --test simulation` runs more seeds;
+//! `SIM_SEED=<n> cargo test -p sas-sim --test simulation replay -- --nocapture` replays one
+//! with its full trace.
+
+use sas_sim::{Options, check, run_seed, run_seeds, seeds_from_env, threads};
+
+#[test]
+fn seeds_keep_every_invariant() {
+    let seeds = seeds_from_env(500);
+    let started = std::time::Instant::now();
+    let summary = run_seeds(seeds.clone(), threads(), None);
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "{} seeds ({}..{}) in {elapsed:.1}s ({:.0}/s): {} orders {:?}, {} invocations, {} crashed",
+        summary.seeds,
+        seeds.start,
+        seeds.end,
+        summary.seeds as f64 / elapsed,
+        summary.orders,
+        summary.final_states,
+        summary.invocations,
+        summary.crashes
+    );
+    println!("faults injected: {:?}", summary.faults);
+    println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
+    println!("{}", summary.coverage_table());
+    let mut report = String::new();
+    for (seed, violations) in &summary.failures {
+        report.push_str(&sas_sim::describe_failure(*seed, violations));
+    }
+    assert!(summary.failures.is_empty(), "{} seeds failed:\n{report}", summary.failures.len());
+    assert_eq!(summary.seeds, seeds.end - seeds.start);
+    if summary.seeds >= 500 {
+        assert!(summary.uncovered().is_empty(), "transitions never taken: {:?}", summary.uncovered());
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_history() {
+    let history = |seed| {
+        let v = run_seed(seed, &Options::default());
+        let writes = format!("{:?}", v.outcome.writes);
+        (v.outcome.hash, writes, v.outcome.ledger.effects.clone(), v.outcome.steps)
+    };
+    let mut hashes = std::collections::BTreeSet::new();
+    for seed in 0..20 {
+        let first = history(seed);
+        let second = history(seed);
+        assert_eq!(first.0, second.0, "seed {seed}: trace hashes differ");
+        assert_eq!(first.1, second.1, "seed {seed}: write logs differ");
+        assert_eq!(first.2, second.2, "seed {seed}: remote effects differ");
+        assert_eq!(first.3, second.3, "seed {seed}: step counts differ");
+        hashes.insert(first.0);
+    }
+    assert_eq!(hashes.len(), 20, "different seeds give different histories");
+}
+
+/// Replays `SIM_SEED` (default 0) with its full trace; fails on any violation.
+#[test]
+fn replay() {
+    let seed = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let v = run_seed(seed, &Options { keep_trace: true, swarm: None });
+    if std::env::var("SIM_SEED").is_ok() {
+        for line in &v.outcome.trace {
+            println!("{line}");
+        }
+    }
+    println!("seed {seed}: {}", v.outcome.swarm);
+    println!("trace hash {:016x}, {} events", v.outcome.hash, v.outcome.trace.len());
+    assert!(!v.outcome.trace.is_empty());
+    assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
+}
+
+#[test]
+fn the_fault_layer_injects_every_fault() {
+    let summary = run_seeds(1_000..1_100, threads(), None);
+    assert!(summary.failures.is_empty(), "{:?}", summary.failures.first());
+    for kind in [
+        "store_throttle",
+        "store_lost_response",
+        "send_fail",
+        "send_lost_response",
+        "duplicate",
+        "delay",
+        "delete_lost",
+        "alert_fail",
+        "remote_transient",
+        "remote_permanent",
+        "remote_hang",
+        "skew_jump",
+        "time_jump",
+        "double_supervisor",
+    ] {
+        assert!(
+            summary.faults.get(kind).is_some_and(|n| *n > 0),
+            "{kind} never injected: {:?}",
+            summary.faults
+        );
+    }
+    assert!(summary.crashes > 0);
+}
+
+#[test]
+fn without_faults_every_order_is_processed() {
+    let mut rng = fastrand::Rng::with_seed(7);
+    for seed in 0..20 {
+        let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut rng);
+        swarm.faults = sas_sim::swarm::Faults::default();
+        let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
+        assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
+        assert_eq!(v.outcome.crashes, 0);
+        assert!(v.outcome.fault_counts.is_empty(), "{:?}", v.outcome.fault_counts);
+        assert!(!v.outcome.tasks.is_empty());
+        for t in &v.outcome.tasks {
+            assert_eq!(t.state, sas::domain::ProcessState::Processed, "seed {seed}: {t:?}");
+        }
+    }
+}
+
+/// The checker itself, on a history it must reject: a stale reply's write.
+#[test]
+fn the_checker_rejects_a_planted_stale_write() {
+    let mut v = run_seed(3, &Options::default());
+    assert!(v.violations.is_empty(), "{:?}", v.violations);
+    let at = v
+        .outcome
+        .writes
+        .iter()
+        .position(|w| matches!(w.after.last_cause, sas::domain::Cause::Succeeded { .. }))
+        .expect("seed 3 applies a reply");
+    // Pretend the reply carried another lease.
+    let ctx = &mut v.outcome.write_ctx[at];
+    let body = ctx.message.as_deref().expect("a reply's write names its message");
+    let stale = body.replacen("\"lease\":\"", "\"lease\":\"0", 1).replacen("-", "", 1);
+    ctx.message = Some(stale.as_str().into());
+    let found = check::check(&v.outcome);
+    assert!(found.iter().any(|f| f.invariant == check::FENCED), "{found:?}");
+}
