@@ -417,15 +417,29 @@ impl Sim {
         self.invs.values().filter(|i| i.function == function).count()
     }
 
-    fn startable(&self, work: usize, now: u64) -> bool {
-        let (queue, _, _, function) = WORK[work];
-        let limit = match function {
+    fn limit(&self, function: Function) -> usize {
+        match function {
             Function::Submission => self.swarm.submission_concurrency,
             Function::Scheduler => self.swarm.scheduler_concurrency,
             Function::Agent => self.swarm.agent_concurrency,
             Function::Supervisor => 0,
-        };
-        self.running(function) < limit && self.queues.next_visible(queue).is_some_and(|t| t.0 <= now)
+        }
+    }
+
+    fn startable(&self, work: usize, now: u64) -> bool {
+        let (queue, _, _, function) = WORK[work];
+        self.running(function) < self.limit(function)
+            && !self.out(function, now)
+            && self.queues.next_visible(queue).is_some_and(|t| t.0 <= now)
+    }
+
+    /// Whether `function` is in its outage at `now`.
+    fn out(&self, function: Function, now: u64) -> bool {
+        self.shared
+            .w()
+            .faults
+            .outage
+            .is_some_and(|(f, from, until)| f == function && from <= now && now < until)
     }
 
     fn next_event(&self, now: u64) -> u64 {
@@ -433,8 +447,16 @@ impl Sim {
         if let Some(t) = self.shared.w().next_timer() {
             next = next.min(t);
         }
+        if let Some((_, from, until)) = self.shared.w().faults.outage {
+            for t in [from, until] {
+                if t > now {
+                    next = next.min(t);
+                }
+            }
+        }
         for (i, (queue, ..)) in WORK.iter().enumerate() {
-            let full = !self.startable(i, u64::MAX);
+            let function = WORK[i].3;
+            let full = self.running(function) >= self.limit(function) || self.out(function, now);
             if let Some(t) = self.queues.next_visible(queue)
                 && !full
             {

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::world::Function;
+
 /// Probabilities and bounds of every fault. All zero: a fault-free world.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Faults {
@@ -50,6 +52,9 @@ pub struct Faults {
     pub jump_max_ms: u64,
     /// Per supervisor schedule: a second sweep starts at the same time.
     pub double_supervisor: f64,
+    /// A function does not run at all from one time to another (throttled to zero, a
+    /// broken deploy): its queue backs up and the supervisor sees its tasks lapse.
+    pub outage: Option<(Function, u64, u64)>,
 }
 
 impl Faults {
@@ -76,6 +81,7 @@ impl Faults {
             ("skew", self.skew_max_ms as f64),
             ("time_jump", self.time_jump),
             ("double_supervisor", self.double_supervisor),
+            ("outage", if self.outage.is_some() { 1.0 } else { 0.0 }),
         ];
         all.into_iter().filter(|(_, v)| *v > 0.0).map(|(k, _)| k).collect()
     }
@@ -132,6 +138,11 @@ impl Swarm {
         let skew = rng.bool();
         let time_jump = on(rng, 0.001, 0.01);
         let double_supervisor = on(rng, 0.1, 0.5);
+        let outage = (rng.u8(..4) == 0).then(|| {
+            let function = [Function::Submission, Function::Scheduler, Function::Agent][rng.usize(..3)];
+            let from = rng.u64(0..=3_000);
+            (function, from, from + rng.u64(2_000..=15_000))
+        });
         let faults = Faults {
             crash,
             store_throttle,
@@ -154,6 +165,7 @@ impl Swarm {
             time_jump,
             jump_max_ms: rng.u64(100..=3_000),
             double_supervisor,
+            outage,
         };
         let orders = rng.usize(1..=8);
         Swarm {
