@@ -681,6 +681,81 @@ async fn threshold_reached_mid_workflow_compensates_the_in_flight_step_too() {
     h.finish();
 }
 
+// ---- the operators' topic down when giving up (found by the simulation, sim/) ----
+
+/// A topic that refuses every alert, as SNS does during an outage.
+struct TopicDown;
+
+#[async_trait::async_trait]
+impl sas::ports::Alerts for TopicDown {
+    async fn raise(&self, _: &sas::domain::OperatorAlert) -> Result<(), sas::ports::AlertError> {
+        Err(sas::ports::AlertError("topic unreachable".into()))
+    }
+}
+
+fn topic_down(h: &Harness) -> sas::handlers::Deps {
+    sas::handlers::Deps { alerts: std::sync::Arc::new(TopicDown), ..h.deps.clone() }
+}
+
+/// Regression (sim seeds 2, 13): the reply that ends a task is redelivered when its alert
+/// fails, but after the terminal write it no longer passed the fence, so the alert was lost.
+#[tokio::test]
+async fn a_failed_alert_on_a_permanent_error_leaves_the_reply_for_redelivery() {
+    let h = Harness::new();
+    h.remote.then([Script::Permanent("card declined")]);
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_agent().await, 1);
+
+    let down = sas::handlers::Scheduler::new(topic_down(&h), h.settings.clone());
+    let results = h.pump_with(SCHEDULER, |m| down.handle(m)).await;
+    assert!(retry_error(&results), "{results:?}");
+    assert_eq!(h.task("o-1").state, ProcessState::Processing, "nothing written without the alert");
+    assert!(h.alerts.all().is_empty());
+
+    h.advance(SCHEDULER_VISIBILITY_MS);
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.task("o-1").state, ProcessState::Error);
+    assert_eq!(h.alerts.all().len(), 1);
+    h.finish();
+}
+
+/// Regression (sim seeds 2, 3): a supervisor that gave up while the topic was down wrote
+/// Error and lost the alert; "the next run retries it" could not, the task was no longer due.
+#[tokio::test]
+async fn a_failed_alert_at_the_threshold_leaves_the_task_due_for_the_next_run() {
+    let h = Harness::new();
+    let threshold = h.settings.policy.failure_threshold;
+    h.remote.by_default(Script::Hang);
+    h.submit("o-1", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    for _ in 1..threshold {
+        all_ok(h.pump_scheduler().await, 1);
+        all_ok(h.pump_agent().await, 1);
+        h.to_deadline("o-1");
+        assert_eq!(h.sweep().await.retried, 1);
+        h.advance(h.retry_delay("o-1"));
+    }
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_agent().await, 1);
+    h.to_deadline("o-1");
+
+    let down = sas::handlers::Supervisor::new(topic_down(&h), h.settings.clone());
+    let report = down.sweep().await.expect("sweep");
+    assert_eq!((report.examined, report.errors, report.gave_up), (1, 1, 0));
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.failure_count), (ProcessState::Processing, threshold - 1));
+
+    let report = h.sweep().await;
+    assert_eq!(report.gave_up, 1, "the next run finds it due and gives up, alerting");
+    assert_eq!(h.task("o-1").state, ProcessState::Error);
+    let alerts = h.alerts.all();
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].failure_count, threshold);
+    h.finish();
+}
+
 // ---- bad input ----
 
 #[tokio::test]

@@ -98,6 +98,14 @@ pub(crate) enum Transition {
 const CONFLICT_RETRIES: usize = 4;
 
 /// Read the task, decide on it, write the decision conditional on the revision read.
+///
+/// A decision's operator alert is raised *before* its write. An alert goes with giving
+/// up, and giving up usually ends the task: a terminal record has no deadline, so after
+/// the write nothing would ever bring the alert back if the process crashed or the topic
+/// was down (the redelivered reply no longer passes the fence, and the supervisor no
+/// longer finds the task). Raised first, a failure leaves the task untouched for
+/// redelivery or the next supervisor run to decide again: alerts are at least once (a
+/// lost race after the alert can repeat it) instead of at most once.
 pub(crate) async fn transition(
     deps: &Deps,
     settings: &Settings,
@@ -114,6 +122,11 @@ pub(crate) async fn transition(
             Ok(d) => d,
             Err(refusal) => return Ok(Transition::Refused(refusal)),
         };
+        for effect in &decision.effects {
+            if let Effect::Alert(alert) = effect {
+                raise(deps, alert).await?;
+            }
+        }
         match deps.store.replace(&decision.next, task.revision).await? {
             crate::ports::Written::Applied => {
                 return Ok(Transition::Applied { before: task, decision });
@@ -150,10 +163,8 @@ pub(crate) async fn perform(
                 )
                 .await
             }
-            Effect::Alert(alert) => {
-                tracing::error!(order_id = %alert.order_id, step = alert.step, reason = %alert.reason, "operator alert");
-                deps.alerts.raise(alert).await.map_err(|e| HandlerError::Retry(e.to_string()))
-            }
+            // Raised before the write, by `transition`.
+            Effect::Alert(_) => Ok(()),
         };
         if let Err(e) = result {
             tracing::warn!(order_id = %task.order_id, error = %e, "effect failed after its write landed");
@@ -162,6 +173,11 @@ pub(crate) async fn perform(
     }
     record_trigger_metrics(deps, decision, now);
     first_error.map_or(Ok(()), Err)
+}
+
+async fn raise(deps: &Deps, alert: &crate::domain::OperatorAlert) -> Result<(), HandlerError> {
+    tracing::error!(order_id = %alert.order_id, step = alert.step, reason = %alert.reason, "operator alert");
+    deps.alerts.raise(alert).await.map_err(|e| HandlerError::Retry(e.to_string()))
 }
 
 fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {

@@ -233,7 +233,7 @@ impl Harness {
 
     // ---- pumping: receive a batch, handle each message, delete it on Ok ----
 
-    async fn pump_with<F, Fut>(&self, queue: &str, handle: F) -> Vec<Result<(), HandlerError>>
+    pub async fn pump_with<F, Fut>(&self, queue: &str, handle: F) -> Vec<Result<(), HandlerError>>
     where
         F: Fn(Inbound) -> Fut,
         Fut: Future<Output = Result<(), HandlerError>>,
