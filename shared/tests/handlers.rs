@@ -756,6 +756,82 @@ async fn a_failed_alert_at_the_threshold_leaves_the_task_due_for_the_next_run() 
     h.finish();
 }
 
+/// A due index that lags: every page starts with an entry for a task that is no longer
+/// due (DynamoDB's GSI is eventually consistent; a concurrent claim looks the same).
+struct LaggingIndex {
+    inner: std::sync::Arc<sas::adapters::embedded::EmbeddedStore>,
+    ghost: sas::domain::TaskRecord,
+}
+
+#[async_trait::async_trait]
+impl StateStore for LaggingIndex {
+    async fn insert(
+        &self,
+        order: &sas::domain::OrderRecord,
+        task: &sas::domain::TaskRecord,
+    ) -> Result<sas::ports::Inserted, sas::ports::StoreError> {
+        self.inner.insert(order, task).await
+    }
+    async fn order(
+        &self,
+        id: &sas::domain::OrderId,
+    ) -> Result<Option<sas::domain::OrderRecord>, sas::ports::StoreError> {
+        self.inner.order(id).await
+    }
+    async fn task(
+        &self,
+        id: &sas::domain::OrderId,
+    ) -> Result<Option<sas::domain::TaskRecord>, sas::ports::StoreError> {
+        self.inner.task(id).await
+    }
+    async fn replace(
+        &self,
+        next: &sas::domain::TaskRecord,
+        expected_revision: u64,
+    ) -> Result<sas::ports::Written, sas::ports::StoreError> {
+        self.inner.replace(next, expected_revision).await
+    }
+    async fn due(
+        &self,
+        now: sas::domain::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<sas::domain::TaskRecord>, sas::ports::StoreError> {
+        let mut page = vec![self.ghost.clone()];
+        page.extend(self.inner.due(now, limit).await?);
+        page.truncate(limit);
+        Ok(page)
+    }
+}
+
+/// Regression (sim seed 1341): a page of nothing but skipped entries stopped the sweep,
+/// leaving the tasks behind them due until the next run.
+#[tokio::test]
+async fn a_stale_index_entry_does_not_stop_the_sweep_before_the_due_tasks() {
+    let h = Harness::new();
+    h.submit("o-0", SINGLE).await;
+    h.run_until_quiet().await;
+    let ghost = h.history("o-0")[0].clone();
+    assert_eq!(ghost.state, ProcessState::Pending, "the index still shows o-0 waiting");
+    for id in ["o-1", "o-2"] {
+        h.submit(id, SINGLE).await;
+    }
+    all_ok(h.pump_orders().await, 2);
+    assert_eq!(h.intercept(SCHEDULER).len(), 2, "their Schedule messages are lost");
+    h.to_deadline("o-2");
+
+    let deps = sas::handlers::Deps {
+        store: std::sync::Arc::new(LaggingIndex { inner: h.store.clone(), ghost }),
+        ..h.deps.clone()
+    };
+    let mut supervisor = sas::handlers::Supervisor::new(deps, h.settings.clone());
+    supervisor.page_size = 1;
+    let report = supervisor.sweep().await.expect("sweep");
+    assert_eq!((report.skipped, report.retried, report.errors), (1, 2, 0), "{report:?}");
+    assert_eq!(h.task("o-1").failure_count, 1);
+    assert_eq!(h.task("o-2").failure_count, 1);
+    h.finish();
+}
+
 // ---- bad input ----
 
 #[tokio::test]

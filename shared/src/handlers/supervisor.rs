@@ -1,8 +1,10 @@
 //! supervisor: finds tasks whose deadline passed (through the due index, never a scan)
 //! and recovers each with one conditional write, so concurrent supervisors act once.
 
+use std::collections::HashSet;
+
 use super::{Deps, HandlerError, Settings, Transition, perform, transition};
-use crate::domain::{Refusal, Trigger};
+use crate::domain::{OrderId, Refusal, Trigger};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -35,35 +37,48 @@ impl Supervisor {
 
     pub async fn sweep(&self) -> Result<SweepReport, HandlerError> {
         let mut report = SweepReport::default();
+        // Entries this run has examined. The ones it skipped (moved by someone else since
+        // the index was read, or an index entry lagging a write) or failed on may still be
+        // in the index: each page asks for that many more entries and leaves them out, so
+        // they neither spin the run nor stop it while other tasks are still due.
+        let mut examined: HashSet<OrderId> = HashSet::new();
+        let mut lingering = 0;
         for _ in 0..self.max_pages {
             let now = self.deps.clock.now();
-            let due = self.deps.store.due(now, self.page_size).await?;
+            let limit = self.page_size + lingering;
+            let page = self.deps.store.due(now, limit).await?;
+            // A short page means the index holds nothing more that is due.
+            let exhausted = page.len() < limit;
+            let due: Vec<OrderId> =
+                page.into_iter().map(|t| t.order_id).filter(|id| !examined.contains(id)).collect();
             report.examined += due.len();
-            let outcomes =
-                futures::future::join_all(due.iter().map(|task| self.recover(&task.order_id))).await;
+            let outcomes = futures::future::join_all(due.iter().map(|id| self.recover(id))).await;
             for outcome in outcomes {
                 match outcome {
                     Ok(Some(Trigger::Retry)) => report.retried += 1,
                     Ok(Some(_)) => report.gave_up += 1,
-                    Ok(None) => report.skipped += 1,
+                    Ok(None) => {
+                        report.skipped += 1;
+                        lingering += 1;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "recovery failed; the next run retries it");
                         report.errors += 1;
+                        lingering += 1;
                     }
                 }
             }
-            // A short page means the index holds nothing more that is due; a page of
-            // nothing but skips means the index lags our writes, so stop and let it catch up.
-            if due.len() < self.page_size || report.skipped + report.errors >= report.examined {
+            if exhausted || due.is_empty() {
                 break;
             }
+            examined.extend(due);
         }
         self.deps.metrics.flush();
         tracing::info!(?report, "supervisor sweep");
         Ok(report)
     }
 
-    async fn recover(&self, order_id: &crate::domain::OrderId) -> Result<Option<Trigger>, HandlerError> {
+    async fn recover(&self, order_id: &OrderId) -> Result<Option<Trigger>, HandlerError> {
         let policy = self.settings.policy;
         let jitter = self.deps.random.jitter();
         // Decided on a fresh read: the index entry may be stale.
