@@ -10,6 +10,9 @@ One exception keeps that from stalling everything: an SQS long poll
 It is served as a series of short polls (WaitTimeSeconds=0), each under the lock,
 with the lock released between them, until a message arrives or the wait is over:
 what the client sees is a long poll; what moto sees is one short request at a time.
+A waiting poll retries as soon as any message is sent (and every RECHECK_S, for
+messages that become visible by time: delays and lapsed visibility timeouts), so
+idle consumers cost the server little and a sent message is picked up at once.
 
 Usage: python moto_server.py HOST PORT_FILE   (binds an ephemeral port, writes it to
 PORT_FILE once it is listening, then serves until SIGTERM/SIGINT).
@@ -32,7 +35,8 @@ from moto.moto_server.threaded_moto_server import (  # type: ignore
 )
 from werkzeug.serving import make_server
 
-POLL_INTERVAL_S = 0.05
+RECHECK_S = 0.2
+SENDS = ("SendMessage", "SendMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch")
 
 
 class OneAtATime:
@@ -41,6 +45,9 @@ class OneAtATime:
     def __init__(self, app):
         self.app = app
         self.lock = threading.Lock()
+        # Bumped after every request that may make a message receivable.
+        self.sent = threading.Condition()
+        self.generation = 0
 
     def _call_locked(self, environ, body: bytes):
         environ = dict(environ)
@@ -72,12 +79,20 @@ class OneAtATime:
         if wait_s:
             deadline = time.monotonic() + wait_s
             while True:
+                with self.sent:
+                    seen = self.generation
                 status, headers, payload = self._call_locked(environ, short_body)
-                if not status.startswith("200") or has_messages(environ, payload) or time.monotonic() >= deadline:
+                left = deadline - time.monotonic()
+                if not status.startswith("200") or has_messages(environ, payload) or left <= 0:
                     break
-                time.sleep(POLL_INTERVAL_S)
+                with self.sent:
+                    self.sent.wait_for(lambda: self.generation != seen, timeout=min(RECHECK_S, left))
         else:
             status, headers, payload = self._call_locked(environ, body)
+            if is_send(environ, body):
+                with self.sent:
+                    self.generation += 1
+                    self.sent.notify_all()
         headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
         headers.append(("Content-Length", str(len(payload))))
         start_response(status, headers)
@@ -109,6 +124,13 @@ def long_poll(environ, body: bytes):
         params = [(k, "0" if k == "WaitTimeSeconds" else v) for k, v in params]
         return wait, urlencode(params).encode()
     return 0, None
+
+
+def is_send(environ, body: bytes) -> bool:
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target.startswith("AmazonSQS."):
+        return target.split(".", 1)[1] in SENDS
+    return any(f"Action={a}&".encode() in body + b"&" for a in SENDS)
 
 
 def has_messages(environ, payload: bytes) -> bool:

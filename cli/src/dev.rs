@@ -374,7 +374,7 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
         let terminal: usize = by_state.iter().filter(|(s, _)| s.is_terminal()).map(|(_, n)| n).sum();
         on_progress(&Progress { expected, accepted, terminal, by_state });
         if !bad_sent && accepted >= expected {
-            send_bodies(&queues, sent.bad.iter().map(|(b, _)| b.clone()).collect())
+            send_bodies(queues.as_ref(), sent.bad.iter().map(|(b, _)| b.clone()).collect())
                 .await
                 .map_err(std::io::Error::other)?;
             bad_sent = true;
@@ -415,7 +415,9 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
     })
 }
 
-async fn send_orders(options: &DevOptions, queues: &EmbeddedQueues) -> Result<Sent, sas::ports::QueueError> {
+/// Sends the run's orders (valid ones, shuffled with their duplicates) to the `orders`
+/// queue of `queues`; returns what was sent. The bad messages are only chosen here.
+pub async fn send_orders(options: &DevOptions, queues: &dyn Queues) -> Result<Sent, sas::ports::QueueError> {
     let mut rng = fastrand::Rng::with_seed(options.seed ^ 0x5eed);
     let orders: Vec<(String, String)> = (0..options.orders)
         .map(|i| {
@@ -440,7 +442,7 @@ async fn send_orders(options: &DevOptions, queues: &EmbeddedQueues) -> Result<Se
     Ok(Sent { orders, duplicates, bad })
 }
 
-async fn send_bodies(queues: &EmbeddedQueues, bodies: Vec<String>) -> Result<(), sas::ports::QueueError> {
+pub async fn send_bodies(queues: &dyn Queues, bodies: Vec<String>) -> Result<(), sas::ports::QueueError> {
     let url = QueueUrl(ORDERS.into());
     for chunk in bodies.chunks(10) {
         queues.send_batch(&url, chunk.iter().cloned().map(Outgoing::new).collect()).await?;

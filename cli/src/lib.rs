@@ -1,6 +1,7 @@
 //! `sasctl`: the local `dev` run of the whole pipeline, its invariant checker and report.
 
 pub mod dev;
+pub mod endpoint;
 pub mod invariants;
 pub mod remote_sim;
 pub mod report;

@@ -74,6 +74,10 @@ struct DevArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Run on the real adapters (DynamoDB, SQS, SNS) against this AWS endpoint, e.g.
+    /// moto or LocalStack at http://127.0.0.1:4566, in fresh resources of its own.
+    #[arg(long, value_name = "URL")]
+    endpoint_url: Option<String>,
 }
 
 fn check_rate(name: &str, v: f64) -> Result<(), String> {
@@ -125,13 +129,17 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
             .map_err(|e| e.to_string())?
             .progress_chars("=> "),
     );
-    let outcome = dev::run(options, |p| {
+    let progress = |p: &dev::Progress| {
         bar.set_position(p.terminal as u64);
         let states: Vec<String> = p.by_state.iter().map(|(s, n)| format!("{} {n}", s.as_str())).collect();
         bar.set_message(states.join(" "));
-    })
-    .await
-    .map_err(|e| format!("dev run failed to start: {e}"))?;
+    };
+    let outcome = match &args.endpoint_url {
+        None => dev::run(options, progress).await.map_err(|e| format!("dev run failed to start: {e}"))?,
+        Some(url) => sasctl::endpoint::run(options, url, progress)
+            .await
+            .map_err(|e| format!("dev run against {url} failed: {e}"))?,
+    };
     bar.finish_and_clear();
     let violations = sasctl::invariants::check(&outcome);
     let report = Report::new(&outcome, &violations);

@@ -31,9 +31,12 @@ pub fn endpoint(test: &str) -> Option<String> {
         "{test}: CI=true but {ENDPOINT_VAR} is not set. Emulator-backed tests must run in CI: \
          run them under infra/with-moto.sh (it installs and starts moto and sets {ENDPOINT_VAR})."
     );
-    eprintln!(
-        "\n*** SKIPPED: moto not running: {test} needs {ENDPOINT_VAR} (run under infra/with-moto.sh) ***\n"
+    // Straight to stderr, past libtest's capture (which swallows a passing test's
+    // eprintln!): a skip must be seen.
+    let line = format!(
+        "*** SKIPPED: moto not running: {test} needs {ENDPOINT_VAR} (run under infra/with-moto.sh) ***\n"
     );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     None
 }
 
