@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use tracing::Instrument;
+
 use super::{HandlerError, Inbound};
 use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
 use crate::domain::retry::Backoff;
@@ -68,19 +70,22 @@ impl Agent {
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
         let request = AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
         let span = tracing::info_span!("agent", order_id = %request.order_id, step = request.step, attempt = request.attempt);
-        let _guard = span.enter();
-        match self.perform(&request).await {
-            AgentOutcome::Replied(outcome) => {
-                let reply = SchedulerMessage::Reply(request.reply(outcome));
-                self.deps.queues.send(&self.deps.scheduler_queue, Outgoing::new(reply.to_body())).await?;
-                Ok(())
-            }
-            AgentOutcome::GaveUp { calls } => {
-                tracing::warn!(calls, complete_by = %request.complete_by, "complete-by reached; no reply");
-                self.deps.metrics.record(Metric::AgentGaveUp, 1);
-                Ok(())
+        async {
+            match self.perform(&request).await {
+                AgentOutcome::Replied(outcome) => {
+                    let reply = SchedulerMessage::Reply(request.reply(outcome));
+                    self.deps.queues.send(&self.deps.scheduler_queue, Outgoing::new(reply.to_body())).await?;
+                    Ok(())
+                }
+                AgentOutcome::GaveUp { calls } => {
+                    tracing::warn!(calls, complete_by = %request.complete_by, "complete-by reached; no reply");
+                    self.deps.metrics.record(Metric::AgentGaveUp, 1);
+                    Ok(())
+                }
             }
         }
+        .instrument(span)
+        .await
     }
 
     fn permit(&self, agent: &str, now: Timestamp) -> Permit {

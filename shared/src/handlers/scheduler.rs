@@ -1,6 +1,8 @@
 //! scheduler: claims tasks and dispatches their steps; applies agents' replies only
 //! through the fence.
 
+use tracing::Instrument;
+
 use super::{Deps, HandlerError, Inbound, Settings, Transition, perform, transition};
 use crate::domain::{AgentReply, OrderId, Refusal, SchedulerMessage};
 use crate::ports::Metric;
@@ -25,54 +27,60 @@ impl Scheduler {
 
     async fn schedule(&self, order_id: &OrderId) -> Result<(), HandlerError> {
         let span = tracing::info_span!("scheduler", order_id = %order_id);
-        let _guard = span.enter();
-        let lease = self.deps.random.lease();
-        let policy = self.settings.policy;
-        match transition(&self.deps, &self.settings, order_id, |task, wf, now| {
-            task.claim(lease, now, wf, &policy)
-        })
-        .await?
-        {
-            Transition::Applied { decision, .. } => {
-                tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %lease, "claimed");
-                perform(&self.deps, &self.settings, &decision).await
-            }
-            Transition::Refused(refusal @ Refusal::ClaimLost { .. }) => {
-                tracing::info!(%refusal, "schedule ignored");
-                self.deps.metrics.record(Metric::ClaimLost, 1);
-                Ok(())
-            }
-            Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
-            Transition::NoSuchTask => {
-                Err(HandlerError::Reject(format!("schedule for unknown order {order_id}")))
+        async {
+            let lease = self.deps.random.lease();
+            let policy = self.settings.policy;
+            match transition(&self.deps, &self.settings, order_id, |task, wf, now| {
+                task.claim(lease, now, wf, &policy)
+            })
+            .await?
+            {
+                Transition::Applied { decision, .. } => {
+                    tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %lease, "claimed");
+                    perform(&self.deps, &self.settings, &decision).await
+                }
+                Transition::Refused(refusal @ Refusal::ClaimLost { .. }) => {
+                    tracing::info!(%refusal, "schedule ignored");
+                    self.deps.metrics.record(Metric::ClaimLost, 1);
+                    Ok(())
+                }
+                Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
+                Transition::NoSuchTask => {
+                    Err(HandlerError::Reject(format!("schedule for unknown order {order_id}")))
+                }
             }
         }
+        .instrument(span)
+        .await
     }
 
     async fn reply(&self, reply: &AgentReply) -> Result<(), HandlerError> {
         let span = tracing::info_span!("scheduler", order_id = %reply.order_id, step = reply.step, attempt = reply.attempt);
-        let _guard = span.enter();
-        let policy = self.settings.policy;
-        match transition(&self.deps, &self.settings, &reply.order_id, |task, wf, now| {
-            task.apply_reply(reply, now, wf, &policy)
-        })
-        .await?
-        {
-            Transition::Applied { before, decision } => {
-                let latency = self.deps.clock.now().millis_since(before.updated_at);
-                self.deps.metrics.record(Metric::StepLatencyMs, latency);
-                tracing::info!(trigger = ?decision.trigger, state = ?decision.next.state, "reply applied");
-                perform(&self.deps, &self.settings, &decision).await
-            }
-            Transition::Refused(Refusal::StaleReply(why)) => {
-                tracing::info!(%why, "stale reply dropped");
-                self.deps.metrics.record(Metric::StaleReply, 1);
-                Ok(())
-            }
-            Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
-            Transition::NoSuchTask => {
-                Err(HandlerError::Reject(format!("reply for unknown order {}", reply.order_id)))
+        async {
+            let policy = self.settings.policy;
+            match transition(&self.deps, &self.settings, &reply.order_id, |task, wf, now| {
+                task.apply_reply(reply, now, wf, &policy)
+            })
+            .await?
+            {
+                Transition::Applied { before, decision } => {
+                    let latency = self.deps.clock.now().millis_since(before.updated_at);
+                    self.deps.metrics.record(Metric::StepLatencyMs, latency);
+                    tracing::info!(trigger = ?decision.trigger, state = ?decision.next.state, "reply applied");
+                    perform(&self.deps, &self.settings, &decision).await
+                }
+                Transition::Refused(Refusal::StaleReply(why)) => {
+                    tracing::info!(%why, "stale reply dropped");
+                    self.deps.metrics.record(Metric::StaleReply, 1);
+                    Ok(())
+                }
+                Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
+                Transition::NoSuchTask => {
+                    Err(HandlerError::Reject(format!("reply for unknown order {}", reply.order_id)))
+                }
             }
         }
+        .instrument(span)
+        .await
     }
 }

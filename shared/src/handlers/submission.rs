@@ -1,5 +1,7 @@
 //! submission: validate an order, insert order and task atomically, schedule it.
 
+use tracing::Instrument;
+
 use super::{Deps, HandlerError, Inbound, Settings, schedule, send_status};
 use crate::domain::{
     MessageError, OrderRecord, OrderRequest, OrderStatus, ProcessState, TaskRecord, sniff_order_id,
@@ -26,53 +28,56 @@ impl Submission {
                 Err(e) => return self.reject(&message.body, e).await,
             };
         let span = tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
-        let _guard = span.enter();
-        let record = OrderRecord { order: order.clone(), received_at: now };
-        let task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
-        match self.deps.store.insert(&record, &task).await? {
-            Inserted::New => {
-                tracing::info!("order accepted");
-                self.deps.metrics.record(Metric::OrderAccepted, 1);
-                schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
-                send_status(
-                    &self.deps,
-                    reply_to.as_deref(),
-                    Some(&order.order_id),
-                    OrderStatus::Received,
-                    None,
-                    None,
-                    now,
-                )
-                .await
-            }
-            Inserted::Exists(existing) if existing.order.payload() == order.payload() => {
-                tracing::info!("duplicate delivery of an accepted order");
-                self.deps.metrics.record(Metric::OrderDuplicate, 1);
-                // The first delivery may have crashed before scheduling: finish its work.
-                // A spare Schedule is harmless (its claim is simply lost), and so is a
-                // second `received`.
-                let waiting = self.deps.store.task(&order.order_id).await?;
-                if waiting.is_some_and(|t| t.state == ProcessState::Pending && t.attempt == 0) {
+        async {
+            let record = OrderRecord { order: order.clone(), received_at: now };
+            let task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
+            match self.deps.store.insert(&record, &task).await? {
+                Inserted::New => {
+                    tracing::info!("order accepted");
+                    self.deps.metrics.record(Metric::OrderAccepted, 1);
                     schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
-                    let reply_to = reply_to.as_deref();
                     send_status(
                         &self.deps,
-                        reply_to,
+                        reply_to.as_deref(),
                         Some(&order.order_id),
                         OrderStatus::Received,
                         None,
                         None,
                         now,
                     )
-                    .await?;
+                    .await
                 }
-                Ok(())
-            }
-            Inserted::Exists(_) => {
-                let reason = format!("order {} already exists with a different payload", order.order_id);
-                self.reject(&message.body, MessageError::Invalid(reason)).await
+                Inserted::Exists(existing) if existing.order.payload() == order.payload() => {
+                    tracing::info!("duplicate delivery of an accepted order");
+                    self.deps.metrics.record(Metric::OrderDuplicate, 1);
+                    // The first delivery may have crashed before scheduling: finish its work.
+                    // A spare Schedule is harmless (its claim is simply lost), and so is a
+                    // second `received`.
+                    let waiting = self.deps.store.task(&order.order_id).await?;
+                    if waiting.is_some_and(|t| t.state == ProcessState::Pending && t.attempt == 0) {
+                        schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
+                        let reply_to = reply_to.as_deref();
+                        send_status(
+                            &self.deps,
+                            reply_to,
+                            Some(&order.order_id),
+                            OrderStatus::Received,
+                            None,
+                            None,
+                            now,
+                        )
+                        .await?;
+                    }
+                    Ok(())
+                }
+                Inserted::Exists(_) => {
+                    let reason = format!("order {} already exists with a different payload", order.order_id);
+                    self.reject(&message.body, MessageError::Invalid(reason)).await
+                }
             }
         }
+        .instrument(span)
+        .await
     }
 
     async fn reject(&self, body: &str, error: MessageError) -> Result<(), HandlerError> {
