@@ -31,7 +31,10 @@ pub fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = ["AWS_LAMBDA_LOG_LEVEL", "RUST_LOG"]
         .iter()
-        .find_map(|var| std::env::var(var).ok().and_then(|v| EnvFilter::try_new(v.to_lowercase()).ok()))
+        .filter_map(|var| std::env::var(var).ok())
+        // Lambda's levels are TRACE..FATAL; tracing has no FATAL, ERROR is the nearest.
+        .map(|v| if v.eq_ignore_ascii_case("fatal") { "error".to_owned() } else { v.to_lowercase() })
+        .find_map(|v| EnvFilter::try_new(v).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
     // An error means a subscriber is already set (tests): keep that one.
     let _ = tracing_subscriber::fmt()
