@@ -1,0 +1,582 @@
+//! Bad input, kind by kind, through the real handlers on the embedded backend: what each
+//! parser says, and what the handler does with the message (kept in its queue's DLQ with
+//! a `sas-reason`, or dropped as harmless), without failing the rest of its batch.
+//! Every row of docs/BAD_INPUTS.md is one test here; `bad_input_table` prints the table.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use async_trait::async_trait;
+use sas::adapters::embedded::{
+    CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
+    StoredMessage,
+};
+use sas::adapters::system::FastRandom;
+use sas::domain::{MAX_BODY_BYTES, ProcessState, Workflows};
+use sas::handlers::{
+    Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, Inbound, REASON_ATTRIBUTE, Scheduler,
+    Settings, Submission, Topology, run_batch,
+};
+use sas::ports::{Metric, Outgoing, QueueUrl, Queues, RemoteCall, RemoteError, RemoteService, StateStore};
+
+/// Drives a future whose ports never wait (the embedded backend) to its end.
+fn block_on<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+struct AlwaysOk;
+
+#[async_trait]
+impl RemoteService for AlwaysOk {
+    async fn call(&self, _: &RemoteCall<'_>, _: u64) -> Result<(), RemoteError> {
+        Ok(())
+    }
+}
+
+struct World {
+    queues: Arc<EmbeddedQueues>,
+    store: Arc<EmbeddedStore>,
+    metrics: Arc<CountingMetrics>,
+    submission: Submission,
+    scheduler: Scheduler,
+    agent: Agent,
+}
+
+const LEASE: &str = "3f2a6c1e-9b7d-4e2a-8c5f-1d2e3f4a5b6c";
+
+fn order(id: &str) -> String {
+    format!(
+        r#"{{"order_id":"{id}","customer_id":"c-1","items":[{{"sku":"A-1","quantity":1}}],"reply_to":"status"}}"#
+    )
+}
+
+fn agent_request(order_id: &str, complete_by: u64) -> String {
+    format!(
+        r#"{{"order_id":"{order_id}","workflow":"single-step","step":0,"step_name":"process-order","agent":"orders","action":"do","attempt":1,"lease":"{LEASE}","complete_by":{complete_by},"idempotency_key":"{order_id}:0:do","order":{{"order_id":"{order_id}","customer_id":"c-1","items":[{{"sku":"A-1","quantity":1}}],"workflow":"single-step"}}}}"#
+    )
+}
+
+fn reply(order_id: &str, lease: &str, outcome: &str) -> String {
+    format!(
+        r#"{{"type":"reply","order_id":"{order_id}","step":0,"action":"do","attempt":1,"lease":"{lease}","outcome":{outcome}}}"#
+    )
+}
+
+impl World {
+    fn new() -> World {
+        let clock = Arc::new(ManualClock::at(1_700_000_000_000));
+        let queues = Arc::new(EmbeddedQueues::new(clock.clone(), 1));
+        for q in ["orders", "orders-dlq", "scheduler", "scheduler-dlq", "agent", "agent-dlq", "status"] {
+            queues.create(q, QueueSettings::default());
+        }
+        let store = Arc::new(EmbeddedStore::new());
+        let metrics = Arc::new(CountingMetrics::default());
+        let deps = Deps {
+            store: store.clone(),
+            queues: queues.clone(),
+            alerts: Arc::new(RecordingAlerts::default()),
+            clock: clock.clone(),
+            random: Arc::new(FastRandom::seeded(1)),
+            metrics: metrics.clone(),
+        };
+        let settings = Settings {
+            policy: sas::domain::Policy::default(),
+            workflows: Workflows::builtin(),
+            topology: Topology {
+                scheduler_queue: QueueUrl("scheduler".into()),
+                agent_queue: QueueUrl("agent".into()),
+            },
+        };
+        let agent = Agent::new(
+            AgentDeps {
+                queues: queues.clone(),
+                clock,
+                random: Arc::new(FastRandom::seeded(2)),
+                metrics: metrics.clone(),
+                remote: Arc::new(AlwaysOk),
+                scheduler_queue: QueueUrl("scheduler".into()),
+            },
+            AgentSettings::default(),
+        );
+        World {
+            submission: Submission::new(deps.clone(), settings.clone()),
+            scheduler: Scheduler::new(deps, settings),
+            agent,
+            queues,
+            store,
+            metrics,
+        }
+    }
+
+    /// One batch of `bodies` through `queue`'s handler, as Lambda's event source mapping runs it.
+    fn batch(&self, queue: &str, bodies: &[String]) -> BatchReport {
+        let messages: Vec<Inbound> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Inbound { message_id: format!("m-{i}"), body: b.clone(), receive_count: 1 })
+            .collect();
+        let dead_letters = DeadLetters {
+            queues: self.queues.clone(),
+            source: QueueUrl(queue.into()),
+            dead_letter_queue: QueueUrl(format!("{queue}-dlq")),
+            metrics: self.metrics.clone(),
+        };
+        block_on(async {
+            match queue {
+                "orders" => run_batch(messages, &dead_letters, |m| self.submission.handle(m)).await,
+                "scheduler" => run_batch(messages, &dead_letters, |m| self.scheduler.handle(m)).await,
+                "agent" => run_batch(messages, &dead_letters, |m| self.agent.handle(m)).await,
+                _ => unreachable!(),
+            }
+        })
+    }
+
+    /// An accepted, claimed order `id` with its agent request waiting.
+    fn claimed(&self, id: &str) {
+        let report = self.batch("orders", &[order(id)]);
+        assert_eq!(report, BatchReport::default());
+        let schedule = self.drain("scheduler");
+        let report = self.batch("scheduler", &[schedule[0].body.clone()]);
+        assert_eq!(report, BatchReport::default());
+        self.drain("agent");
+        self.drain("status");
+    }
+
+    fn drain(&self, queue: &str) -> Vec<StoredMessage> {
+        self.queues.drain(queue)
+    }
+}
+
+/// What a bad input must get.
+#[derive(Debug, Clone, Copy)]
+enum Gets {
+    /// Kept in the queue's DLQ with a reason containing this, the rest of its batch handled.
+    Kept(&'static str),
+    /// Handled and dropped, changing nothing: counted as this metric.
+    Dropped(Metric),
+}
+
+struct Row {
+    kind: &'static str,
+    queue: &'static str,
+    /// Prepares the world and returns the body.
+    body: fn(&World) -> String,
+    gets: Gets,
+}
+
+fn items(n: usize) -> String {
+    vec![r#"{"sku":"A","quantity":1}"#; n].join(",")
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        kind: "malformed JSON (truncated)",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"#.into(),
+        gets: Gets::Kept("not a valid message"),
+    },
+    Row {
+        kind: "empty body",
+        queue: "orders",
+        body: |_| String::new(),
+        gets: Gets::Kept("not a valid message"),
+    },
+    Row {
+        kind: "JSON that is not an object (a string)",
+        queue: "orders",
+        body: |_| r#""o-1""#.into(),
+        gets: Gets::Kept("invalid type: string \"o-1\", expected struct OrderRequest"),
+    },
+    Row {
+        kind: "JSON array with the wrong shape",
+        queue: "orders",
+        body: |_| "[1,2,3]".into(),
+        gets: Gets::Kept("invalid type: integer `1`, expected a string"),
+    },
+    Row {
+        kind: "missing field",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","items":[{"sku":"A","quantity":1}]}"#.into(),
+        gets: Gets::Kept("missing field `customer_id`"),
+    },
+    Row {
+        kind: "extra (unknown) field",
+        queue: "orders",
+        body: |_| {
+            r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":1}],"colour":"red"}"#.into()
+        },
+        gets: Gets::Kept("unknown field `colour`"),
+    },
+    Row {
+        kind: "misspelt optional field (`reply-to`)",
+        queue: "orders",
+        body: |_| {
+            r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":1}],"reply-to":"q"}"#.into()
+        },
+        gets: Gets::Kept("unknown field `reply-to`"),
+    },
+    Row {
+        kind: "duplicate key",
+        queue: "orders",
+        body: |_| {
+            r#"{"order_id":"o-1","order_id":"o-2","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#
+                .into()
+        },
+        gets: Gets::Kept("duplicate field `order_id`"),
+    },
+    Row {
+        kind: "wrong type (quantity as a string)",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":"2"}]}"#.into(),
+        gets: Gets::Kept("invalid type: string"),
+    },
+    Row {
+        kind: "null for a required field",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":null,"items":[{"sku":"A","quantity":1}]}"#.into(),
+        gets: Gets::Kept("invalid type: null"),
+    },
+    Row {
+        kind: "negative quantity",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":-1}]}"#.into(),
+        gets: Gets::Kept("invalid value: integer `-1`"),
+    },
+    Row {
+        kind: "fractional quantity",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":1.5}]}"#.into(),
+        gets: Gets::Kept("invalid type: floating point"),
+    },
+    Row {
+        kind: "quantity past u32",
+        queue: "orders",
+        body: |_| {
+            r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":4294967296}]}"#.into()
+        },
+        gets: Gets::Kept("invalid value: integer `4294967296`"),
+    },
+    Row {
+        kind: "zero quantity",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":0}]}"#.into(),
+        gets: Gets::Kept("quantity is 0"),
+    },
+    Row {
+        kind: "quantity over the limit",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":10001}]}"#.into(),
+        gets: Gets::Kept("it must be 1 to 10000"),
+    },
+    Row {
+        kind: "no items",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"c","items":[]}"#.into(),
+        gets: Gets::Kept("items is empty"),
+    },
+    Row {
+        kind: "too many items (101)",
+        queue: "orders",
+        body: |_| format!(r#"{{"order_id":"o-1","customer_id":"c","items":[{}]}}"#, items(101)),
+        gets: Gets::Kept("at most 100 are allowed"),
+    },
+    Row {
+        kind: "invalid order id (characters)",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o/1 x","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#.into(),
+        gets: Gets::Kept("only ASCII letters"),
+    },
+    Row {
+        kind: "empty order id",
+        queue: "orders",
+        body: |_| r#"{"order_id":"","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#.into(),
+        gets: Gets::Kept("order_id is empty"),
+    },
+    Row {
+        kind: "order id too long (65)",
+        queue: "orders",
+        body: |_| {
+            format!(
+                r#"{{"order_id":"{}","customer_id":"c","items":[{{"sku":"A","quantity":1}}]}}"#,
+                "a".repeat(65)
+            )
+        },
+        gets: Gets::Kept("at most 64 are allowed"),
+    },
+    Row {
+        kind: "blank customer id",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"   ","items":[{"sku":"A","quantity":1}]}"#.into(),
+        gets: Gets::Kept("customer_id is empty"),
+    },
+    Row {
+        kind: "text field too long (65 characters)",
+        queue: "orders",
+        body: |_| {
+            format!(
+                r#"{{"order_id":"o-1","customer_id":"{}","items":[{{"sku":"A","quantity":1}}]}}"#,
+                "é".repeat(65)
+            )
+        },
+        gets: Gets::Kept("longer than 64 characters"),
+    },
+    Row {
+        kind: "control characters in a field",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A\u0000B","quantity":1}]}"#.into(),
+        gets: Gets::Kept("contains control characters"),
+    },
+    Row {
+        kind: "unknown workflow",
+        queue: "orders",
+        body: |_| {
+            r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":1}],"workflow":"four-step"}"#.into()
+        },
+        gets: Gets::Kept("unknown workflow \"four-step\""),
+    },
+    Row {
+        kind: "empty reply_to",
+        queue: "orders",
+        body: |_| {
+            r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":1}],"reply_to":" "}"#.into()
+        },
+        gets: Gets::Kept("reply_to must be a queue URL"),
+    },
+    Row {
+        kind: "oversized body (over 256 KiB)",
+        queue: "orders",
+        body: |_| {
+            format!(
+                r#"{{"order_id":"o-1","customer_id":"c","items":[{{"sku":"A","quantity":1}}],"pad":"{}"}}"#,
+                "x".repeat(MAX_BODY_BYTES)
+            )
+        },
+        gets: Gets::Kept("at most 262144 are accepted"),
+    },
+    Row {
+        kind: "deeply nested JSON (100 000 levels)",
+        queue: "orders",
+        body: |_| format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
+        gets: Gets::Kept("invalid type: sequence"),
+    },
+    Row {
+        kind: "a different payload under an existing order id",
+        queue: "orders",
+        body: |w| {
+            w.claimed("o-1");
+            r#"{"order_id":"o-1","customer_id":"someone-else","items":[{"sku":"A","quantity":9}]}"#.into()
+        },
+        gets: Gets::Kept("already exists with a different payload"),
+    },
+    Row {
+        kind: "unknown message type",
+        queue: "scheduler",
+        body: |_| r#"{"type":"launch","order_id":"o-1"}"#.into(),
+        gets: Gets::Kept("unknown variant `launch`"),
+    },
+    Row {
+        kind: "message without its type tag",
+        queue: "scheduler",
+        body: |_| r#"{"order_id":"o-1"}"#.into(),
+        gets: Gets::Kept("missing field `type`"),
+    },
+    Row {
+        kind: "schedule for an unknown order",
+        queue: "scheduler",
+        body: |_| r#"{"type":"schedule","order_id":"o-404"}"#.into(),
+        gets: Gets::Kept("schedule for unknown order o-404"),
+    },
+    Row {
+        kind: "reply for an unknown order",
+        queue: "scheduler",
+        body: |_| reply("o-404", LEASE, r#"{"status":"succeeded"}"#),
+        gets: Gets::Kept("reply for unknown order o-404"),
+    },
+    Row {
+        kind: "reply with a lease that is not a UUID",
+        queue: "scheduler",
+        body: |_| reply("o-1", "not-a-uuid", r#"{"status":"succeeded"}"#),
+        gets: Gets::Kept("UUID parsing failed"),
+    },
+    Row {
+        kind: "reply with an unknown outcome",
+        queue: "scheduler",
+        body: |_| reply("o-1", LEASE, r#"{"status":"maybe"}"#),
+        gets: Gets::Kept("unknown variant `maybe`"),
+    },
+    Row {
+        kind: "reply with a negative attempt",
+        queue: "scheduler",
+        body: |_| {
+            reply("o-1", LEASE, r#"{"status":"succeeded"}"#).replace(r#""attempt":1"#, r#""attempt":-1"#)
+        },
+        gets: Gets::Kept("invalid value: integer `-1`"),
+    },
+    Row {
+        kind: "stale reply (another lease) for a live order",
+        queue: "scheduler",
+        body: |w| {
+            w.claimed("o-1");
+            reply("o-1", LEASE, r#"{"status":"succeeded"}"#)
+        },
+        gets: Gets::Dropped(Metric::StaleReply),
+    },
+    Row {
+        kind: "agent request with missing fields",
+        queue: "agent",
+        body: |_| r#"{"order_id":"o-1","step":0}"#.into(),
+        gets: Gets::Kept("missing field `workflow`"),
+    },
+    Row {
+        kind: "agent request with an unknown action",
+        queue: "agent",
+        body: |_| agent_request("o-1", 1_700_000_030_000).replace(r#""action":"do""#, r#""action":"redo""#),
+        gets: Gets::Kept("unknown variant `redo`"),
+    },
+    Row {
+        kind: "agent request past its complete-by",
+        queue: "agent",
+        body: |_| agent_request("o-1", 1_000),
+        gets: Gets::Dropped(Metric::AgentGaveUp),
+    },
+];
+
+/// Runs one row in a batch between two good messages, and checks what it got.
+fn run_row(row: &Row) -> String {
+    let w = World::new();
+    let bad = (row.body)(&w);
+    let (good_before, good_after) = match row.queue {
+        "orders" => (order("good-1"), order("good-2")),
+        "scheduler" => {
+            w.batch("orders", &[order("good-1"), order("good-2")]);
+            let schedules: Vec<String> = w.drain("scheduler").into_iter().map(|m| m.body).collect();
+            (schedules[0].clone(), schedules[1].clone())
+        }
+        _ => (agent_request("good-1", u64::MAX), agent_request("good-2", u64::MAX)),
+    };
+    let before_rows = w.store.tasks();
+    let report = w.batch(row.queue, &[good_before, bad.clone(), good_after]);
+    assert!(report.failures.is_empty(), "{}: the batch reported failures {:?}", row.kind, report.failures);
+    // The rest of the batch was handled.
+    let handled = match row.queue {
+        "orders" => {
+            ["good-1", "good-2"].iter().all(|id| w.store.tasks().iter().any(|t| t.order_id.as_str() == *id))
+        }
+        "scheduler" => w.store.tasks().iter().filter(|t| t.state == ProcessState::Processing).count() >= 2,
+        _ => w.drain("scheduler").len() >= 2,
+    };
+    assert!(handled, "{}: the good messages of its batch were not handled", row.kind);
+    let kept = w.drain(&format!("{}-dlq", row.queue));
+    match row.gets {
+        Gets::Kept(reason) => {
+            assert_eq!(report.kept, 1, "{}: {report:?}", row.kind);
+            assert_eq!(kept.len(), 1, "{}", row.kind);
+            assert_eq!(kept[0].body, bad, "{}: kept as sent", row.kind);
+            let got = kept[0].attributes.get(REASON_ATTRIBUTE).cloned().unwrap_or_default();
+            assert!(got.contains(reason), "{}: reason {got:?} lacks {reason:?}", row.kind);
+            format!("kept in `{}-dlq`, `sas-reason`: {}", row.queue, got.replace('|', "\\|"))
+        }
+        Gets::Dropped(metric) => {
+            assert!(kept.is_empty() && report.kept == 0, "{}: {kept:?}", row.kind);
+            assert_eq!(w.metrics.snapshot().count(metric), 1, "{}", row.kind);
+            if row.queue == "scheduler" {
+                let o1 = |tasks: &[sas::domain::TaskRecord]| {
+                    tasks.iter().find(|t| t.order_id.as_str() == "o-1").cloned()
+                };
+                assert_eq!(o1(&w.store.tasks()), o1(&before_rows), "{}: the task changed", row.kind);
+            }
+            format!("handled and dropped, nothing changes; counted as `{}`", metric.name())
+        }
+    }
+}
+
+macro_rules! rows {
+    ($($name:ident = $i:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                run_row(&ROWS[$i]);
+            }
+        )*
+        #[test]
+        fn every_row_has_its_test() {
+            assert_eq!([$($i),*].len(), ROWS.len());
+        }
+    };
+}
+
+rows! {
+    malformed_json = 0;
+    empty_body = 1;
+    not_an_object = 2;
+    wrong_shape_array = 3;
+    missing_field = 4;
+    unknown_field = 5;
+    misspelt_field = 6;
+    duplicate_key = 7;
+    wrong_type = 8;
+    null_field = 9;
+    negative_quantity = 10;
+    fractional_quantity = 11;
+    quantity_past_u32 = 12;
+    zero_quantity = 13;
+    quantity_over_limit = 14;
+    no_items = 15;
+    too_many_items = 16;
+    invalid_order_id = 17;
+    empty_order_id = 18;
+    order_id_too_long = 19;
+    blank_customer = 20;
+    field_too_long = 21;
+    control_characters = 22;
+    unknown_workflow = 23;
+    empty_reply_to = 24;
+    oversized_body = 25;
+    deeply_nested = 26;
+    conflicting_payload = 27;
+    unknown_message_type = 28;
+    missing_type_tag = 29;
+    schedule_unknown_order = 30;
+    reply_unknown_order = 31;
+    reply_bad_lease = 32;
+    reply_unknown_outcome = 33;
+    reply_negative_attempt = 34;
+    stale_reply = 35;
+    agent_missing_fields = 36;
+    agent_unknown_action = 37;
+    agent_past_complete_by = 38;
+}
+
+/// Prints docs/BAD_INPUTS.md's table from the rows (each checked as it is printed).
+#[test]
+fn bad_input_table() {
+    println!("| # | queue | bad input | what it gets |\n|---:|---|---|---|");
+    for (i, row) in ROWS.iter().enumerate() {
+        let got = run_row(row);
+        let got = if got.len() > 200 { format!("{}…", &got[..got.floor_char_boundary(200)]) } else { got };
+        println!("| {} | {} | {} | {} |", i + 1, row.queue, row.kind, got);
+    }
+}
+
+/// A rejected order with a `reply_to` also tells its sender why.
+#[test]
+fn a_rejected_order_tells_its_reply_to() {
+    let w = World::new();
+    let body = r#"{"order_id":"o-1","customer_id":"c","items":[],"reply_to":"status"}"#.to_owned();
+    w.batch("orders", &[body]);
+    let status = w.drain("status");
+    assert_eq!(status.len(), 1);
+    let update: sas::domain::StatusUpdate = serde_json::from_str(&status[0].body).unwrap();
+    assert_eq!(update.status, sas::domain::OrderStatus::Rejected);
+    assert_eq!(update.order_id.map(|o| o.as_str().to_owned()).as_deref(), Some("o-1"));
+    assert!(update.reason.unwrap().contains("items is empty"));
+    let _ = block_on(w.queues.send(&QueueUrl("status".into()), Outgoing::new(String::new())));
+    let _ = block_on(w.store.task(&sas::domain::OrderId::parse("o-1").unwrap()));
+}
