@@ -369,3 +369,14 @@ pub async fn batches_arrive_whole_and_delays_hold(b: &Backend) {
     let later = receive_n(b, &b.work_queue, 1, Duration::from_secs(5)).await;
     assert_eq!(later.iter().map(|d| &d.body).collect::<Vec<_>>(), [&delayed.body], "{}", b.name);
 }
+
+/// A send to a queue that does not exist fails as `NoSuchQueue`, not as a retryable
+/// outage: a misconfigured queue URL must not look like throttling.
+pub async fn unknown_queue_is_named(b: &Backend) {
+    let url = &b.work_queue.0;
+    let missing = QueueUrl(format!("{}-missing-{}", url, uuid::Uuid::new_v4().simple()));
+    match b.queues.send(&missing, Outgoing::new("x".into())).await {
+        Err(sas::ports::QueueError::NoSuchQueue(q)) => assert_eq!(q, missing.0, "{}", b.name),
+        other => panic!("{}: {other:?}", b.name),
+    }
+}

@@ -40,4 +40,5 @@ on_both_backends! {
     redelivery_after_visibility_timeout => |b| c::redelivery_after_visibility_timeout(b);
     dead_letter_after_max_receives => |b| c::dead_letter_after_max_receives(b);
     batches_arrive_whole_and_delays_hold => |b| c::batches_arrive_whole_and_delays_hold(b);
+    unknown_queue_is_named => |b| c::unknown_queue_is_named(b);
 }

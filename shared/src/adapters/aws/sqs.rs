@@ -62,9 +62,10 @@ where
     E: std::error::Error + aws_sdk_sqs::error::ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    if err.as_service_error().and_then(|e| e.code()) == Some("AWS.SimpleQueueService.NonExistentQueue")
-        || err.as_service_error().and_then(|e| e.code()) == Some("QueueDoesNotExist")
-    {
+    // The JSON protocol names it QueueDoesNotExist; services and emulators still on
+    // the query protocol's names send AWS.SimpleQueueService.NonExistentQueue.
+    let code = err.as_service_error().and_then(|e| e.code());
+    if matches!(code, Some("QueueDoesNotExist" | "AWS.SimpleQueueService.NonExistentQueue")) {
         return QueueError::NoSuchQueue(queue.0.clone());
     }
     QueueError::Unavailable {
