@@ -73,8 +73,14 @@ class OneAtATime:
         return captured["status"], captured["headers"], payload
 
     def __call__(self, environ, start_response):
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length) if length else b""
+        length = environ.get("CONTENT_LENGTH")
+        if length:
+            body = environ["wsgi.input"].read(int(length))
+        elif environ.get("wsgi.input_terminated"):
+            # Chunked upload: werkzeug has de-chunked it and marks the end for us.
+            body = environ["wsgi.input"].read()
+        else:
+            body = b""
         wait_s, short_body = long_poll(environ, body)
         if wait_s:
             deadline = time.monotonic() + wait_s
