@@ -44,6 +44,7 @@ pub struct Summary {
     pub crashes: u64,
     pub steps: u64,
     pub faults: BTreeMap<&'static str, u64>,
+    pub metrics: BTreeMap<&'static str, u64>,
     /// The longest an order took to end after the faults stopped, in simulated ms.
     pub max_tail_ms: u64,
     pub simulated_ms: u64,
@@ -69,6 +70,9 @@ impl Summary {
         for (k, n) in &o.fault_counts {
             *self.faults.entry(k).or_default() += n;
         }
+        for (k, n) in &o.metrics {
+            *self.metrics.entry(k).or_default() += n;
+        }
         for (w, ctx) in o.writes.iter().zip(&o.write_ctx) {
             if w.after.state.is_terminal() && w.before.as_ref().is_some_and(|b| !b.state.is_terminal()) {
                 self.max_tail_ms = self.max_tail_ms.max(ctx.at.saturating_sub(o.quiet_at));
@@ -92,6 +96,9 @@ impl Summary {
         self.steps += other.steps;
         for (k, n) in other.faults {
             *self.faults.entry(k).or_default() += n;
+        }
+        for (k, n) in other.metrics {
+            *self.metrics.entry(k).or_default() += n;
         }
         self.max_tail_ms = self.max_tail_ms.max(other.max_tail_ms);
         self.simulated_ms += other.simulated_ms;

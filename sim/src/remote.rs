@@ -77,9 +77,9 @@ impl RemoteService for SimRemote {
                     w.ledger.effects.push((now, order.clone(), call.step, call.action));
                 }
             };
-            let permanent = match call.action {
-                Action::Do => f.remote_permanent,
-                Action::Undo => f.remote_undo_permanent,
+            let (permanent_kind, permanent) = match call.action {
+                Action::Do => ("remote_permanent", f.remote_permanent),
+                Action::Undo => ("remote_undo_permanent", f.remote_undo_permanent),
             };
             let verdict = if w.roll("remote_hang", f.remote_hang) {
                 w.ledger.hangs += 1;
@@ -93,7 +93,7 @@ impl RemoteService for SimRemote {
                 Verdict::Transient
             } else if settled == Some(Settled::Refused) {
                 Verdict::Refused
-            } else if settled.is_none() && w.roll("remote_permanent", permanent) {
+            } else if settled.is_none() && w.roll(permanent_kind, permanent) {
                 w.ledger.settled.insert(key.clone(), Settled::Refused);
                 Verdict::Refused
             } else {

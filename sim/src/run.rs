@@ -118,6 +118,8 @@ pub struct Outcome {
     pub invocations: u64,
     pub crashes: u64,
     pub fault_counts: BTreeMap<&'static str, u64>,
+    /// The pipeline's own counters (stale replies dropped, claims lost, recoveries, ...).
+    pub metrics: BTreeMap<&'static str, u64>,
     /// Violations seen while running (panics, a sweep that skipped a due task, no progress).
     pub runtime: Vec<Violation>,
     pub hash: u64,
@@ -857,6 +859,7 @@ impl Sim {
             invocations: self.invocations,
             crashes: self.crashes,
             fault_counts: std::mem::take(&mut w.fault_counts),
+            metrics: self.metrics.snapshot().counters.into_iter().map(|(m, n)| (m.name(), n)).collect(),
             runtime: self.runtime,
             hash: w.trace.hash.0,
             trace: w.trace.lines.take().unwrap_or_default(),

@@ -26,6 +26,7 @@ fn seeds_keep_every_invariant() {
         summary.crashes
     );
     println!("faults injected: {:?}", summary.faults);
+    println!("pipeline counters: {:?}", summary.metrics);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     println!("{}", summary.coverage_table());
     let mut report = String::new();
@@ -102,6 +103,11 @@ fn the_fault_layer_injects_every_fault() {
         );
     }
     assert!(summary.crashes > 0);
+    // What the faults are for: stale replies fenced off, concurrent claims lost,
+    // recoveries by the supervisor, agents giving up at complete-by.
+    for counter in ["StaleReplies", "ClaimsLost", "Recovered", "AgentGaveUp", "MessagesKept"] {
+        assert!(summary.metrics.get(counter).is_some_and(|n| *n > 0), "{counter}: {:?}", summary.metrics);
+    }
 }
 
 #[test]
