@@ -95,6 +95,9 @@ fn short(s: &str) -> String {
     if s.len() <= 120 { s.to_owned() } else { format!("{}…", &s[..s.floor_char_boundary(120)]) }
 }
 
+/// One landed write of a task: after, before, and the true time it landed.
+type HistoryEntry<'a> = (&'a TaskRecord, Option<&'a TaskRecord>, u64);
+
 /// Every violation of the run; empty means every invariant held.
 pub fn check(run: &Outcome) -> Vec<Violation> {
     let mut found: Vec<Violation> = run.runtime.clone();
@@ -331,7 +334,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     }
 
     // ---- each order's history ----
-    let mut histories: BTreeMap<&str, Vec<(&TaskRecord, Option<&TaskRecord>, u64)>> = BTreeMap::new();
+    let mut histories: BTreeMap<&str, Vec<HistoryEntry>> = BTreeMap::new();
     for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
         histories.entry(w.after.order_id.as_str()).or_default().push((&w.after, w.before.as_ref(), ctx.at));
     }

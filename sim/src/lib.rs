@@ -181,6 +181,10 @@ pub fn seeds_from_env(default: u64) -> std::ops::Range<u64> {
     start..start + n
 }
 
+/// Threads to spread seeds over: `SIM_THREADS`, else one per core.
 pub fn threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
+    std::env::var("SIM_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }

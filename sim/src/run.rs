@@ -176,7 +176,7 @@ impl Drop for Restore<'_> {
 impl<F: Future> Future for WithMsg<F> {
     type Output = F::Output;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let prev = std::mem::replace(&mut self.shared.w().current_msg, Some(self.msg.clone()));
+        let prev = self.shared.w().current_msg.replace(self.msg.clone());
         let shared = self.shared.clone();
         let _restore = Restore(&shared, prev);
         self.inner.as_mut().poll(cx)

@@ -128,8 +128,8 @@ fn json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| Value::from(n)),
-        any::<u64>().prop_map(|n| Value::from(n)),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
         any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         prop_oneof![
             Just(String::new()),
