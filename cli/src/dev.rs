@@ -1,16 +1,18 @@
-//! `sasctl dev`: the whole pipeline in one process on the embedded backend. Each
+//! `sasctl dev`: the whole pipeline in one process, on the embedded backend (or, through
+//! [`Backend`], the real adapters: see `endpoint`). Each
 //! function's handler is pumped from its queue the way Lambda's SQS event source
 //! mapping does it (batches, partial batch failures, redelivery after the visibility
 //! timeout), the supervisor fires on a schedule, and the agents call a simulated remote
 //! service over loopback HTTP.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sas::adapters::embedded::{
     CountingMetrics, EmbeddedQueues, EmbeddedStore, MetricsSnapshot, QueueSettings, RecordingAlerts,
-    StoredMessage,
+    StoredMessage, WriteRecord,
 };
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
@@ -21,7 +23,7 @@ use sas::handlers::{
     Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, Settings, Submission, Supervisor,
     Topology, run_batch,
 };
-use sas::ports::{Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues};
+use sas::ports::{Alerts, Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 
 use crate::remote_sim::{Faults, Ledger, SimRemote};
 
@@ -241,31 +243,158 @@ pub async fn pump<F, Fut>(
     }
 }
 
-/// Runs the pipeline until every accepted order is terminal (or `max_runtime` passes).
-pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result<DevOutcome, std::io::Error> {
-    let started = Instant::now();
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = Arc::new(EmbeddedStore::new());
-    let queues = Arc::new(EmbeddedQueues::new(clock.clone(), options.seed));
-    let step_vis = options.step_timeout_ms * 6;
-    let dup = options.queue_duplicate_rate;
-    for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS] {
-        queues.create(dlq, QueueSettings::default());
+/// What a dev run needs from its backend beyond the ports: where to look at the end
+/// of the run, and how to see progress while it goes.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync {
+    fn store(&self) -> Arc<dyn StateStore>;
+    fn queues(&self) -> Arc<dyn Queues>;
+    fn consumer(&self) -> Arc<dyn QueueConsumer>;
+    fn alerts(&self) -> Arc<dyn Alerts>;
+    /// Tasks per state, cheap enough to poll.
+    fn state_counts(&self) -> BTreeMap<ProcessState, usize>;
+    /// Every landed task write, in order.
+    fn writes(&self) -> Vec<WriteRecord>;
+    /// Every alert raised.
+    fn raised_alerts(&self) -> Vec<OperatorAlert>;
+    /// Messages waiting or in flight in a queue (by the dev run's queue name).
+    async fn depth(&self, queue: &str) -> Result<usize, DevError>;
+    /// Every message in a queue, removed.
+    async fn drain(&self, queue: &str) -> Result<Vec<StoredMessage>, DevError>;
+    /// The final task records, as the store holds them.
+    async fn final_tasks(&self) -> Result<Vec<TaskRecord>, DevError>;
+    /// Whether the backend's queue can carry this body at all (SQS has a size limit).
+    fn can_carry(&self, _body: &str) -> bool {
+        true
     }
-    queues.create(ORDERS, queue_settings(5_000, Some(ORDERS_DLQ), dup));
-    queues.create(SCHEDULER, queue_settings(5_000, Some(SCHEDULER_DLQ), dup));
-    queues.create(AGENT, queue_settings(step_vis, Some(AGENT_DLQ), dup));
+}
 
-    let alerts = Arc::new(RecordingAlerts::default());
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    #[error("queue: {0}")]
+    Queue(#[from] sas::ports::QueueError),
+    #[error("store: {0}")]
+    Store(#[from] sas::ports::StoreError),
+    #[error("remote service simulator: {0}")]
+    Remote(#[from] std::io::Error),
+}
+
+/// The embedded backend: in-process store, queues and topic.
+pub struct Embedded {
+    pub store: Arc<EmbeddedStore>,
+    pub queues: Arc<EmbeddedQueues>,
+    pub alerts: Arc<RecordingAlerts>,
+}
+
+impl Embedded {
+    pub fn new(options: &DevOptions, clock: Arc<dyn Clock>) -> Embedded {
+        let queues = Arc::new(EmbeddedQueues::new(clock, options.seed));
+        let dup = options.queue_duplicate_rate;
+        for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS] {
+            queues.create(dlq, QueueSettings::default());
+        }
+        queues.create(ORDERS, queue_settings(5_000, Some(ORDERS_DLQ), dup));
+        queues.create(SCHEDULER, queue_settings(5_000, Some(SCHEDULER_DLQ), dup));
+        queues.create(AGENT, queue_settings(options.step_timeout_ms * 6, Some(AGENT_DLQ), dup));
+        Embedded {
+            store: Arc::new(EmbeddedStore::new()),
+            queues,
+            alerts: Arc::new(RecordingAlerts::default()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Embedded {
+    fn store(&self) -> Arc<dyn StateStore> {
+        self.store.clone()
+    }
+    fn queues(&self) -> Arc<dyn Queues> {
+        self.queues.clone()
+    }
+    fn consumer(&self) -> Arc<dyn QueueConsumer> {
+        self.queues.clone()
+    }
+    fn alerts(&self) -> Arc<dyn Alerts> {
+        self.alerts.clone()
+    }
+    fn state_counts(&self) -> BTreeMap<ProcessState, usize> {
+        self.store.state_counts()
+    }
+    fn writes(&self) -> Vec<WriteRecord> {
+        self.store.writes()
+    }
+    fn raised_alerts(&self) -> Vec<OperatorAlert> {
+        self.alerts.all()
+    }
+    async fn depth(&self, queue: &str) -> Result<usize, DevError> {
+        Ok(self.queues.depth(queue))
+    }
+    async fn drain(&self, queue: &str) -> Result<Vec<StoredMessage>, DevError> {
+        Ok(self.queues.drain(queue))
+    }
+    async fn final_tasks(&self) -> Result<Vec<TaskRecord>, DevError> {
+        Ok(self.store.tasks())
+    }
+}
+
+/// Runs the pipeline on the embedded backend until every accepted order is terminal
+/// (or `max_runtime` passes).
+pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result<DevOutcome, std::io::Error> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let backend = Embedded::new(&options, clock.clone());
+    run_on(&backend, clock, options, 100, on_progress).await.map_err(std::io::Error::other)
+}
+
+fn spawn_pump<H, Fut>(
+    backend: &dyn Backend,
+    queue: &'static str,
+    dead_letter_queue: &'static str,
+    options: &DevOptions,
+    metrics: Arc<CountingMetrics>,
+    stop: Arc<AtomicBool>,
+    handle: H,
+) -> tokio::task::JoinHandle<()>
+where
+    H: Fn(Inbound) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), sas::handlers::HandlerError>> + Send + 'static,
+{
+    let dead_letters = DeadLetters {
+        queues: backend.queues(),
+        source: QueueUrl(queue.into()),
+        dead_letter_queue: QueueUrl(dead_letter_queue.into()),
+        metrics,
+    };
+    tokio::spawn(pump(
+        backend.consumer(),
+        queue,
+        options.batch_size,
+        options.concurrency,
+        dead_letters,
+        stop,
+        handle,
+    ))
+}
+
+/// Runs the pipeline on any backend: the four handlers pumped from their queues, the
+/// supervisor on its schedule, the agents calling the simulated remote service.
+pub async fn run_on(
+    backend: &dyn Backend,
+    clock: Arc<dyn Clock>,
+    options: DevOptions,
+    poll_ms: u64,
+    on_progress: impl Fn(&Progress),
+) -> Result<DevOutcome, DevError> {
+    let started = Instant::now();
     let metrics = Arc::new(CountingMetrics::default());
     let random = Arc::new(FastRandom::seeded(options.seed));
     let remote = SimRemote::start(options.faults, options.seed).await?;
     let http = HttpRemote::new(remote.base_url()).map_err(std::io::Error::other)?;
 
     let deps = Deps {
-        store: store.clone(),
-        queues: queues.clone(),
-        alerts: alerts.clone(),
+        store: backend.store(),
+        queues: backend.queues(),
+        alerts: backend.alerts(),
         clock: clock.clone(),
         random: random.clone(),
         metrics: metrics.clone(),
@@ -283,7 +412,7 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
     let scheduler = Scheduler::new(deps.clone(), settings.clone());
     let agent = Agent::new(
         AgentDeps {
-            queues: queues.clone(),
+            queues: backend.queues(),
             clock: clock.clone(),
             random: random.clone(),
             metrics: metrics.clone(),
@@ -297,55 +426,22 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
     );
     let supervisor = Supervisor::new(deps.clone(), settings.clone());
 
-    let dead_letters = |source: &str, dlq: &str| DeadLetters {
-        queues: queues.clone(),
-        source: QueueUrl(source.into()),
-        dead_letter_queue: QueueUrl(dlq.into()),
-        metrics: metrics.clone(),
-    };
     let stop = Arc::new(AtomicBool::new(false));
-    let mut workers = Vec::new();
-    let c = options.concurrency;
-    let consumer = || queues.clone() as Arc<dyn QueueConsumer>;
-    let s = submission.clone();
-    workers.push(tokio::spawn(pump(
-        consumer(),
-        ORDERS,
-        options.batch_size,
-        c,
-        dead_letters(ORDERS, ORDERS_DLQ),
-        stop.clone(),
-        move |m| {
+    let (s, c, a) = (submission.clone(), scheduler.clone(), agent.clone());
+    let mut workers = vec![
+        spawn_pump(backend, ORDERS, ORDERS_DLQ, &options, metrics.clone(), stop.clone(), move |m| {
             let s = s.clone();
             async move { s.handle(m).await }
-        },
-    )));
-    let s = scheduler.clone();
-    workers.push(tokio::spawn(pump(
-        consumer(),
-        SCHEDULER,
-        options.batch_size,
-        c,
-        dead_letters(SCHEDULER, SCHEDULER_DLQ),
-        stop.clone(),
-        move |m| {
-            let s = s.clone();
-            async move { s.handle(m).await }
-        },
-    )));
-    let a = agent.clone();
-    workers.push(tokio::spawn(pump(
-        consumer(),
-        AGENT,
-        options.batch_size,
-        c,
-        dead_letters(AGENT, AGENT_DLQ),
-        stop.clone(),
-        move |m| {
+        }),
+        spawn_pump(backend, SCHEDULER, SCHEDULER_DLQ, &options, metrics.clone(), stop.clone(), move |m| {
+            let c = c.clone();
+            async move { c.handle(m).await }
+        }),
+        spawn_pump(backend, AGENT, AGENT_DLQ, &options, metrics.clone(), stop.clone(), move |m| {
             let a = a.clone();
             async move { a.handle(m).await }
-        },
-    )));
+        }),
+    ];
     let supervisor_runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     {
         let (stop, runs, period) = (stop.clone(), supervisor_runs.clone(), options.supervisor_period_ms);
@@ -361,26 +457,26 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
         }));
     }
 
-    let sent = send_orders(&options, queues.as_ref()).await.map_err(std::io::Error::other)?;
+    let queues = backend.queues();
+    let mut sent = send_orders(&options, queues.as_ref()).await?;
+    sent.bad.retain(|(body, _)| backend.can_carry(body));
     let expected = sent.orders.len();
     let mut timed_out = false;
     // Bad messages go once every valid order is in, so a conflicting payload always
     // meets its original (a conflicting one first would be accepted in its place).
     let mut bad_sent = false;
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let by_state = store.state_counts();
+        tokio::time::sleep(Duration::from_millis(poll_ms)).await;
+        let by_state = backend.state_counts();
         let accepted: usize = by_state.values().sum();
         let terminal: usize = by_state.iter().filter(|(s, _)| s.is_terminal()).map(|(_, n)| n).sum();
         on_progress(&Progress { expected, accepted, terminal, by_state });
         if !bad_sent && accepted >= expected {
-            send_bodies(queues.as_ref(), sent.bad.iter().map(|(b, _)| b.clone()).collect())
-                .await
-                .map_err(std::io::Error::other)?;
+            send_bodies(queues.as_ref(), sent.bad.iter().map(|(b, _)| b.clone()).collect()).await?;
             bad_sent = true;
             continue;
         }
-        if bad_sent && queues.depth(ORDERS) == 0 && terminal == accepted {
+        if bad_sent && terminal == accepted && backend.depth(ORDERS).await? == 0 {
             break;
         }
         if started.elapsed() > options.max_runtime {
@@ -395,16 +491,16 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
     }
     remote.stop();
 
-    let mut internal_dead_letters = queues.drain(SCHEDULER_DLQ);
-    internal_dead_letters.extend(queues.drain(AGENT_DLQ));
+    let mut internal_dead_letters = backend.drain(SCHEDULER_DLQ).await?;
+    internal_dead_letters.extend(backend.drain(AGENT_DLQ).await?);
     Ok(DevOutcome {
         sent,
-        tasks: store.tasks(),
-        writes: store.writes(),
-        kept: queues.drain(ORDERS_DLQ),
+        tasks: backend.final_tasks().await?,
+        writes: backend.writes(),
+        kept: backend.drain(ORDERS_DLQ).await?,
         internal_dead_letters,
-        statuses: queues.drain(STATUS),
-        alerts: alerts.all(),
+        statuses: backend.drain(STATUS).await?,
+        alerts: backend.raised_alerts(),
         metrics: metrics.snapshot(),
         ledger: remote.ledger(),
         supervisor_runs: supervisor_runs.load(Ordering::Relaxed),
@@ -415,8 +511,6 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
     })
 }
 
-/// Sends the run's orders (valid ones, shuffled with their duplicates) to the `orders`
-/// queue of `queues`; returns what was sent. The bad messages are only chosen here.
 pub async fn send_orders(options: &DevOptions, queues: &dyn Queues) -> Result<Sent, sas::ports::QueueError> {
     let mut rng = fastrand::Rng::with_seed(options.seed ^ 0x5eed);
     let orders: Vec<(String, String)> = (0..options.orders)

@@ -8,45 +8,32 @@
 //! real AWS it would create (and leave) real resources.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_config::{BehaviorVersion, SdkConfig};
 use sas::adapters::aws::provision::{self, Layout, Provisioned};
 use sas::adapters::aws::{Clients, DynamoStore, SnsAlerts, SqsQueues};
-use sas::adapters::embedded::{CountingMetrics, RecordingAlerts, StoredMessage, WriteRecord};
-use sas::adapters::http_remote::HttpRemote;
-use sas::adapters::system::{FastRandom, SystemClock};
-use sas::domain::breaker::BreakerPolicy;
+use sas::adapters::embedded::{RecordingAlerts, StoredMessage, WriteRecord};
+use sas::adapters::system::SystemClock;
 use sas::domain::messages::MAX_BODY_BYTES;
-use sas::domain::retry::Backoff;
-use sas::domain::{OperatorAlert, OrderId, OrderRecord, ProcessState, TaskRecord, Timestamp, Workflows};
-use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Scheduler, Settings, Submission, Supervisor, Topology,
-};
+use sas::domain::{OperatorAlert, OrderId, OrderRecord, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Clock, Delivery, Inserted, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues,
+    AlertError, Alerts, Delivery, Inserted, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues,
     StateStore, StoreError, Written,
 };
 
 use crate::dev::{
-    AGENT, AGENT_DLQ, DevOptions, DevOutcome, ORDERS, ORDERS_DLQ, Progress, SCHEDULER, SCHEDULER_DLQ, STATUS,
-    pump, send_bodies, send_orders,
+    self, AGENT, AGENT_DLQ, Backend, DevError, DevOptions, DevOutcome, ORDERS, ORDERS_DLQ, Progress,
+    SCHEDULER, SCHEDULER_DLQ, STATUS,
 };
-use crate::remote_sim::SimRemote;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
     #[error(transparent)]
     Provision(#[from] provision::ProvisionError),
-    #[error("queue: {0}")]
-    Queue(#[from] QueueError),
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    #[error("remote service simulator: {0}")]
-    Remote(#[from] std::io::Error),
+    #[error(transparent)]
+    Run(#[from] DevError),
 }
 
 /// SDK configuration for `endpoint`. Region and credentials come from the usual
@@ -260,6 +247,57 @@ pub fn layout(prefix: &str, options: &DevOptions) -> Layout {
     layout
 }
 
+/// The real adapters behind the dev run's queue names, with the logs the checker reads.
+struct Aws {
+    store: Arc<RecordingStore<DynamoStore>>,
+    queues: Arc<NamedQueues>,
+    alerts: Arc<TeeAlerts>,
+}
+
+#[async_trait]
+impl Backend for Aws {
+    fn store(&self) -> Arc<dyn StateStore> {
+        self.store.clone()
+    }
+    fn queues(&self) -> Arc<dyn Queues> {
+        self.queues.clone()
+    }
+    fn consumer(&self) -> Arc<dyn QueueConsumer> {
+        self.queues.clone()
+    }
+    fn alerts(&self) -> Arc<dyn Alerts> {
+        self.alerts.clone()
+    }
+    fn state_counts(&self) -> BTreeMap<ProcessState, usize> {
+        self.store.state_counts()
+    }
+    fn writes(&self) -> Vec<WriteRecord> {
+        self.store.writes()
+    }
+    fn raised_alerts(&self) -> Vec<OperatorAlert> {
+        self.alerts.kept.all()
+    }
+    async fn depth(&self, queue: &str) -> Result<usize, DevError> {
+        Ok(self.queues.depth(queue).await?)
+    }
+    async fn drain(&self, queue: &str) -> Result<Vec<StoredMessage>, DevError> {
+        Ok(self.queues.drain(queue).await?)
+    }
+    /// The final records as DynamoDB holds them (not as the log remembers them).
+    async fn final_tasks(&self) -> Result<Vec<TaskRecord>, DevError> {
+        let mut tasks = Vec::new();
+        for id in self.store.ids() {
+            tasks.extend(self.store.task(&id).await?);
+        }
+        Ok(tasks)
+    }
+    /// SQS refuses a body over its size limit (the reason attribute counts too), so such
+    /// a message cannot reach the submission function through the queue.
+    fn can_carry(&self, body: &str) -> bool {
+        body.len() <= MAX_BODY_BYTES - 2_048
+    }
+}
+
 /// Runs the pipeline against `endpoint` until every accepted order is terminal (or
 /// `max_runtime` passes). `queue_duplicate_rate` does not apply: SQS's own
 /// at-least-once delivery is what there is.
@@ -268,182 +306,21 @@ pub async fn run(
     endpoint: &str,
     on_progress: impl Fn(&Progress),
 ) -> Result<DevOutcome, EndpointError> {
-    let started = Instant::now();
     let sdk = sdk_config(endpoint).await;
     let clients = Clients::new(&sdk);
     let prefix = format!("dev-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let resources = provision::provision(&sdk, &layout(&prefix, &options)).await?;
     tracing::info!(endpoint, prefix, "resources created");
-
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store =
-        Arc::new(RecordingStore::new(DynamoStore::new(clients.dynamodb.clone(), resources.tables.clone())));
-    let queues = Arc::new(NamedQueues::new(SqsQueues::new(clients.sqs.clone()), &resources));
-    let kept_alerts = Arc::new(RecordingAlerts::default());
-    let alerts = Arc::new(TeeAlerts {
-        sns: SnsAlerts::new(clients.sns.clone(), resources.alert_topic_arn.clone()),
-        kept: kept_alerts.clone(),
-    });
-    let metrics = Arc::new(CountingMetrics::default());
-    let random = Arc::new(FastRandom::seeded(options.seed));
-    let remote = SimRemote::start(options.faults, options.seed).await?;
-    let http = HttpRemote::new(remote.base_url()).map_err(std::io::Error::other)?;
-
-    let deps = Deps {
-        store: store.clone(),
-        queues: queues.clone(),
-        alerts,
-        clock: clock.clone(),
-        random: random.clone(),
-        metrics: metrics.clone(),
+    let backend = Aws {
+        store: Arc::new(RecordingStore::new(DynamoStore::new(
+            clients.dynamodb.clone(),
+            resources.tables.clone(),
+        ))),
+        queues: Arc::new(NamedQueues::new(SqsQueues::new(clients.sqs.clone()), &resources)),
+        alerts: Arc::new(TeeAlerts {
+            sns: SnsAlerts::new(clients.sns.clone(), resources.alert_topic_arn.clone()),
+            kept: Arc::new(RecordingAlerts::default()),
+        }),
     };
-    let workflows = Workflows::builtin();
-    let settings = Settings {
-        policy: options.policy(),
-        workflows: workflows.clone(),
-        topology: Topology {
-            scheduler_queue: QueueUrl(SCHEDULER.into()),
-            agent_queue: QueueUrl(AGENT.into()),
-        },
-    };
-    let submission = Submission::new(deps.clone(), settings.clone());
-    let scheduler = Scheduler::new(deps.clone(), settings.clone());
-    let agent = Agent::new(
-        AgentDeps {
-            queues: queues.clone(),
-            clock: clock.clone(),
-            random: random.clone(),
-            metrics: metrics.clone(),
-            remote: Arc::new(http),
-            scheduler_queue: QueueUrl(SCHEDULER.into()),
-        },
-        AgentSettings {
-            retry: Backoff { base_ms: 10, cap_ms: options.step_timeout_ms / 4 },
-            breaker: BreakerPolicy { failure_threshold: 20, open_ms: options.step_timeout_ms / 10 },
-        },
-    );
-    let supervisor = Supervisor::new(deps.clone(), settings.clone());
-
-    let dead_letters = |source: &str, dlq: &str| DeadLetters {
-        queues: queues.clone(),
-        source: QueueUrl(source.into()),
-        dead_letter_queue: QueueUrl(dlq.into()),
-        metrics: metrics.clone(),
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut workers = Vec::new();
-    let (c, batch) = (options.concurrency, options.batch_size);
-    let consumer = || queues.clone() as Arc<dyn QueueConsumer>;
-    let s = submission.clone();
-    workers.push(tokio::spawn(pump(
-        consumer(),
-        ORDERS,
-        batch,
-        c,
-        dead_letters(ORDERS, ORDERS_DLQ),
-        stop.clone(),
-        move |m| {
-            let s = s.clone();
-            async move { s.handle(m).await }
-        },
-    )));
-    let s = scheduler.clone();
-    workers.push(tokio::spawn(pump(
-        consumer(),
-        SCHEDULER,
-        batch,
-        c,
-        dead_letters(SCHEDULER, SCHEDULER_DLQ),
-        stop.clone(),
-        move |m| {
-            let s = s.clone();
-            async move { s.handle(m).await }
-        },
-    )));
-    let a = agent.clone();
-    workers.push(tokio::spawn(pump(
-        consumer(),
-        AGENT,
-        batch,
-        c,
-        dead_letters(AGENT, AGENT_DLQ),
-        stop.clone(),
-        move |m| {
-            let a = a.clone();
-            async move { a.handle(m).await }
-        },
-    )));
-    let supervisor_runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    {
-        let (stop, runs, period) = (stop.clone(), supervisor_runs.clone(), options.supervisor_period_ms);
-        workers.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(period));
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                if let Err(e) = supervisor.sweep().await {
-                    tracing::error!(error = %e, "supervisor run failed");
-                }
-                runs.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-
-    let mut sent = send_orders(&options, queues.as_ref()).await?;
-    // SQS refuses a body over its size limit, so such a message cannot reach the
-    // submission function through the queue: it is not a case this backend can send.
-    sent.bad.retain(|(body, _)| body.len() <= MAX_BODY_BYTES - 2_048);
-    let expected = sent.orders.len();
-    let mut timed_out = false;
-    // As in the embedded run: bad messages only once every valid order is in, so a
-    // conflicting payload always meets its original.
-    let mut bad_sent = false;
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let by_state = store.state_counts();
-        let accepted: usize = by_state.values().sum();
-        let terminal: usize = by_state.iter().filter(|(s, _)| s.is_terminal()).map(|(_, n)| n).sum();
-        on_progress(&Progress { expected, accepted, terminal, by_state });
-        if !bad_sent && accepted >= expected {
-            send_bodies(queues.as_ref(), sent.bad.iter().map(|(b, _)| b.clone()).collect()).await?;
-            bad_sent = true;
-            continue;
-        }
-        if bad_sent && terminal == accepted && queues.depth(ORDERS).await? == 0 {
-            break;
-        }
-        if started.elapsed() > options.max_runtime {
-            timed_out = true;
-            break;
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.abort();
-        let _ = w.await;
-    }
-    remote.stop();
-
-    // The final records as DynamoDB holds them (not as the log remembers them).
-    let mut tasks = Vec::new();
-    for id in store.ids() {
-        tasks.extend(store.task(&id).await?);
-    }
-    let mut internal_dead_letters = queues.drain(SCHEDULER_DLQ).await?;
-    internal_dead_letters.extend(queues.drain(AGENT_DLQ).await?);
-    Ok(DevOutcome {
-        sent,
-        tasks,
-        writes: store.writes(),
-        kept: queues.drain(ORDERS_DLQ).await?,
-        internal_dead_letters,
-        statuses: queues.drain(STATUS).await?,
-        alerts: kept_alerts.all(),
-        metrics: metrics.snapshot(),
-        ledger: remote.ledger(),
-        supervisor_runs: supervisor_runs.load(Ordering::Relaxed),
-        elapsed: started.elapsed(),
-        timed_out,
-        workflows,
-        options,
-    })
+    Ok(dev::run_on(&backend, Arc::new(SystemClock), options, 200, on_progress).await?)
 }
