@@ -23,6 +23,8 @@ enum Command {
     /// Run the whole pipeline in-process on the embedded backend against a simulated
     /// remote service with injected faults; exit non-zero if any invariant is violated.
     Dev(DevArgs),
+    /// Benchmarks: throughput, supervisor sweep cost, recovery latency, cost per order.
+    Bench(sasctl::bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -162,6 +164,7 @@ async fn main() -> ExitCode {
         .init();
     let result = match Cli::parse().command {
         Command::Dev(args) => run_dev(args).await,
+        Command::Bench(args) => sasctl::bench::run(args).await.map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|e| {
         eprintln!("sasctl: {e}");

@@ -1,0 +1,54 @@
+//! `sasctl bench` at tiny sizes: structure and sanity only, never timing.
+
+use sas::domain::Policy;
+use sasctl::bench::{CostAssumptions, cost, recovery, sweep_once, throughput};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throughput_processes_every_order() {
+    for wf in ["single-step", "three-step"] {
+        let r = throughput(wf, 200, 2, 2).await;
+        assert_eq!(r.runs.len(), 2);
+        for run in &r.runs {
+            assert_eq!(run.processed, 200, "{wf}: every order processed");
+            let steps = if wf == "single-step" { 1 } else { 3 };
+            assert_eq!(run.handlers["submission"].messages, 200);
+            assert_eq!(run.handlers["agent"].messages, 200 * steps);
+            // One schedule (the claim) and one reply per step.
+            assert_eq!(run.handlers["scheduler"].messages, 200 * 2 * steps);
+        }
+        assert!(r.median_orders_per_second > 0.0);
+    }
+}
+
+#[tokio::test]
+async fn sweep_reads_only_due_items() {
+    let small = sweep_once(100, 10).await;
+    let large = sweep_once(2_000, 10).await;
+    for row in [&small, &large] {
+        assert_eq!(row.items_read, 10);
+        assert_eq!(row.recovered, 10);
+    }
+}
+
+#[tokio::test]
+async fn recovery_completes_every_crashed_order() {
+    let policy = Policy { step_timeout_ms: 1_000, reply_grace_ms: 500, ..Policy::default() };
+    let r = recovery(20, policy, 2_000, 3).await;
+    assert!(r.all_processed);
+    assert_eq!(r.crashes, 20);
+    assert!(r.min_ms <= r.p50_ms && r.p50_ms <= r.max_ms);
+    assert!(r.min_ms >= 1, "recovery takes simulated time");
+}
+
+#[tokio::test]
+async fn cost_counts_requests() {
+    let a = CostAssumptions::default();
+    let clean = cost("single-step", 50, false, &a).await;
+    assert_eq!(clean.processed, 50);
+    assert_eq!(clean.per_order["sns_publishes"], 0.0);
+    assert!(clean.per_order["ddb_wru"] > 0.0 && clean.per_order["sqs_sends"] > 0.0);
+    assert!(clean.sas_total > 0.0 && clean.step_functions_standard > 0.0);
+    let faulty = cost("three-step", 100, true, &a).await;
+    assert_eq!(faulty.processed + faulty.compensated + faulty.failed, 100);
+    assert!(faulty.remote_calls_per_order >= 3.0);
+}
