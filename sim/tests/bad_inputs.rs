@@ -201,6 +201,18 @@ const ROWS: &[Row] = &[
         gets: Gets::Kept("invalid type: integer `1`, expected a string"),
     },
     Row {
+        kind: "an order in positional form (an array of its fields)",
+        queue: "orders",
+        body: |_| r#"["o-9","c",[["A",1]]]"#.into(),
+        gets: Gets::Kept("must be a JSON object, not an array"),
+    },
+    Row {
+        kind: "items in positional form",
+        queue: "orders",
+        body: |_| r#"{"order_id":"o-9","customer_id":"c","items":[["A",1]]}"#.into(),
+        gets: Gets::Kept("items must be JSON objects"),
+    },
+    Row {
         kind: "missing field",
         queue: "orders",
         body: |_| r#"{"order_id":"o-1","items":[{"sku":"A","quantity":1}]}"#.into(),
@@ -517,41 +529,43 @@ rows! {
     empty_body = 1;
     not_an_object = 2;
     wrong_shape_array = 3;
-    missing_field = 4;
-    unknown_field = 5;
-    misspelt_field = 6;
-    duplicate_key = 7;
-    wrong_type = 8;
-    null_field = 9;
-    negative_quantity = 10;
-    fractional_quantity = 11;
-    quantity_past_u32 = 12;
-    zero_quantity = 13;
-    quantity_over_limit = 14;
-    no_items = 15;
-    too_many_items = 16;
-    invalid_order_id = 17;
-    empty_order_id = 18;
-    order_id_too_long = 19;
-    blank_customer = 20;
-    field_too_long = 21;
-    control_characters = 22;
-    unknown_workflow = 23;
-    empty_reply_to = 24;
-    oversized_body = 25;
-    deeply_nested = 26;
-    conflicting_payload = 27;
-    unknown_message_type = 28;
-    missing_type_tag = 29;
-    schedule_unknown_order = 30;
-    reply_unknown_order = 31;
-    reply_bad_lease = 32;
-    reply_unknown_outcome = 33;
-    reply_negative_attempt = 34;
-    stale_reply = 35;
-    agent_missing_fields = 36;
-    agent_unknown_action = 37;
-    agent_past_complete_by = 38;
+    positional_order = 4;
+    positional_items = 5;
+    missing_field = 6;
+    unknown_field = 7;
+    misspelt_field = 8;
+    duplicate_key = 9;
+    wrong_type = 10;
+    null_field = 11;
+    negative_quantity = 12;
+    fractional_quantity = 13;
+    quantity_past_u32 = 14;
+    zero_quantity = 15;
+    quantity_over_limit = 16;
+    no_items = 17;
+    too_many_items = 18;
+    invalid_order_id = 19;
+    empty_order_id = 20;
+    order_id_too_long = 21;
+    blank_customer = 22;
+    field_too_long = 23;
+    control_characters = 24;
+    unknown_workflow = 25;
+    empty_reply_to = 26;
+    oversized_body = 27;
+    deeply_nested = 28;
+    conflicting_payload = 29;
+    unknown_message_type = 30;
+    missing_type_tag = 31;
+    schedule_unknown_order = 32;
+    reply_unknown_order = 33;
+    reply_bad_lease = 34;
+    reply_unknown_outcome = 35;
+    reply_negative_attempt = 36;
+    stale_reply = 37;
+    agent_missing_fields = 38;
+    agent_unknown_action = 39;
+    agent_past_complete_by = 40;
 }
 
 /// Prints docs/BAD_INPUTS.md's table from the rows (each checked as it is printed).

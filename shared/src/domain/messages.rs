@@ -33,7 +33,13 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, MessageEr
     if body.len() > MAX_BODY_BYTES {
         return Err(MessageError::TooLarge(body.len()));
     }
-    serde_json::from_str(body).map_err(MessageError::from_json)
+    let parsed = serde_json::from_str(body).map_err(MessageError::from_json)?;
+    // serde also reads a struct from a positional array of its fields; every message
+    // in the contract is a JSON object, so that looser form is refused.
+    if !body.trim_start().starts_with('{') {
+        return Err(MessageError::Malformed("a message must be a JSON object, not an array".into()));
+    }
+    Ok(parsed)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,7 +97,19 @@ fn check_text(field: &str, value: &str) -> Result<(), MessageError> {
 
 impl OrderRequest {
     pub fn parse(body: &str) -> Result<OrderRequest, MessageError> {
-        parse_json(body)
+        let request = parse_json(body)?;
+        // The typed parse accepted it (so it is well-formed and small); the items must be
+        // objects too, not positional arrays.
+        let shape: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(body).map_err(MessageError::from_json)?;
+        if shape
+            .get("items")
+            .and_then(|v| v.as_array())
+            .is_some_and(|items| !items.iter().all(|i| i.is_object()))
+        {
+            return Err(MessageError::Malformed("items must be JSON objects, not arrays".into()));
+        }
+        Ok(request)
     }
 
     /// Checks what the type cannot, and resolves the workflow name.
@@ -324,6 +342,13 @@ mod tests {
             let err = OrderRequest::parse(body).and_then(|r| r.validate(&w)).unwrap_err();
             assert!(err.to_string().contains(want), "{body}: {err}");
         }
+        for positional in
+            [r#"["o-1","c",[["A",1]]]"#, r#"{"order_id":"o-1","customer_id":"c","items":[["A",1]]}"#]
+        {
+            let err = OrderRequest::parse(positional).unwrap_err();
+            assert!(matches!(err, MessageError::Malformed(_)), "{positional}: {err}");
+        }
+        assert!(SchedulerMessage::parse(r#"["schedule","o-1"]"#).is_err());
         let big = "x".repeat(MAX_BODY_BYTES + 1);
         assert_eq!(OrderRequest::parse(&big).unwrap_err(), MessageError::TooLarge(MAX_BODY_BYTES + 1));
     }
