@@ -480,8 +480,9 @@ impl Rig {
             return false;
         }
         let mut crashed = Vec::new();
+        let receipts: Vec<String> = batch.iter().map(|r| r.receipt.clone()).collect();
         let inbound: Vec<Inbound> = batch
-            .iter()
+            .into_iter()
             .filter(|r| {
                 let crash = function == Function::Agent
                     && self.options.crash_rate > 0.0
@@ -499,8 +500,8 @@ impl Rig {
                 !crash
             })
             .map(|r| Inbound {
-                message_id: r.receipt.clone(),
-                body: r.message.body.clone(),
+                message_id: r.receipt,
+                body: r.message.body,
                 receive_count: r.message.receive_count,
             })
             .collect();
@@ -512,9 +513,9 @@ impl Rig {
             Function::Agent => run_batch(inbound, dl, |m| self.agent.handle(m)).await,
         };
         let mut deleted = 0;
-        for r in &batch {
-            if !report.failures.contains(&r.receipt) && !crashed.contains(&r.receipt) {
-                self.queues.delete(queue, &r.receipt);
+        for receipt in &receipts {
+            if !report.failures.contains(receipt) && !crashed.contains(receipt) {
+                self.queues.delete(queue, receipt);
                 deleted += 1;
             }
         }
