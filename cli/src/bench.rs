@@ -270,6 +270,22 @@ impl Alerts for CountingAlerts {
 
 // ------------------------------------------------------------------ the rig
 
+/// The agent's view of a manual clock: it reads the shared time, but its retry sleeps
+/// take no simulated time. On one shared manual clock an agent's backoff sleep would jump
+/// every other order's time forward, and thousands of orders in flight at once would
+/// then miss their complete-by for no reason of their own.
+struct NoSleepClock(Arc<ManualClock>);
+
+#[async_trait]
+impl Clock for NoSleepClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+    async fn sleep_until(&self, _until: Timestamp) {
+        tokio::task::yield_now().await;
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct RigOptions {
     pub workflow: String,
@@ -403,10 +419,14 @@ impl Rig {
                 agent_queue: QueueUrl(AGENT.into()),
             },
         };
+        let agent_clock: Arc<dyn Clock> = match &manual {
+            Some(m) => Arc::new(NoSleepClock(m.clone())),
+            None => clock.clone(),
+        };
         let agent = Agent::new(
             AgentDeps {
                 queues: send.clone(),
-                clock: clock.clone(),
+                clock: agent_clock,
                 random,
                 metrics: metrics.clone(),
                 remote: remote.clone(),
@@ -1054,6 +1074,9 @@ pub enum BenchCommand {
         reply_grace_ms: u64,
         #[arg(long, default_value_t = 60_000)]
         supervisor_period_ms: u64,
+        /// Base of the supervisor's retry backoff (the first retry waits up to this).
+        #[arg(long, default_value_t = 1_000)]
+        retry_base_ms: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
@@ -1132,8 +1155,16 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 out
             });
         }
-        BenchCommand::Recovery { orders, step_timeout_ms, reply_grace_ms, supervisor_period_ms, seed } => {
-            let policy = Policy { step_timeout_ms, reply_grace_ms, ..Policy::default() };
+        BenchCommand::Recovery {
+            orders,
+            step_timeout_ms,
+            reply_grace_ms,
+            supervisor_period_ms,
+            retry_base_ms,
+            seed,
+        } => {
+            let mut policy = Policy { step_timeout_ms, reply_grace_ms, ..Policy::default() };
+            policy.retry_backoff.base_ms = retry_base_ms;
             let r = recovery(orders, policy, supervisor_period_ms, seed).await;
             emit(args.json, &r, |r| {
                 format!(
