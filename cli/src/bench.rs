@@ -1091,6 +1091,15 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 50)]
         remote_call_ms: u64,
     },
+    /// Launch function binaries against a stub Lambda Runtime API: init time, first
+    /// invocation, peak RSS.
+    ColdStart {
+        /// Function binaries (e.g. target/release/submission).
+        #[arg(required = true)]
+        binaries: Vec<std::path::PathBuf>,
+        #[arg(long, default_value_t = 7)]
+        repeats: usize,
+    },
 }
 
 fn workflows(arg: &str) -> Vec<&'static str> {
@@ -1222,6 +1231,207 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 out
             });
         }
+        BenchCommand::ColdStart { binaries, repeats } => {
+            let mut reports = Vec::new();
+            for b in &binaries {
+                reports.push(cold_start(b, repeats).await.map_err(|e| format!("{}: {e}", b.display()))?);
+            }
+            emit(args.json, &reports, |reports| {
+                let mut out =
+                    "binary                      bytes  init ms  init+first ms  peak RSS MB  first outcome\n"
+                        .to_owned();
+                for r in reports {
+                    out += &format!(
+                        "{:<24} {:>10}  {:>7.2}  {:>13.2}  {:>11.1}  {}\n",
+                        r.binary.rsplit('/').next().unwrap_or(&r.binary),
+                        r.binary_bytes,
+                        r.median_init_ms,
+                        r.median_first_invocation_ms,
+                        r.median_peak_rss_kib / 1024.0,
+                        r.runs.first().map_or("", |x| x.outcome.as_str())
+                    );
+                }
+                out
+            });
+        }
     }
     Ok(())
+}
+
+// ------------------------------------------------------------------ 5. cold start
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ColdStartRun {
+    /// Process launch to its first `GET .../invocation/next`.
+    pub init_ms: f64,
+    /// Launch to the first invocation's response (or error) POST.
+    pub first_invocation_ms: f64,
+    /// Peak RSS (VmHWM) after the first invocation, KiB.
+    pub peak_rss_kib: u64,
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ColdStartReport {
+    pub binary: String,
+    pub binary_bytes: u64,
+    pub runs: Vec<ColdStartRun>,
+    pub median_init_ms: f64,
+    pub median_first_invocation_ms: f64,
+    pub median_peak_rss_kib: f64,
+}
+
+async fn read_request(
+    stream: &mut tokio::io::BufReader<tokio::net::TcpStream>,
+) -> std::io::Result<Option<(String, String)>> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut line = String::new();
+    if stream.read_line(&mut line).await? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_owned();
+    let path = parts.next().unwrap_or_default().to_owned();
+    let mut length = 0usize;
+    loop {
+        let mut header = String::new();
+        if stream.read_line(&mut header).await? == 0 || header == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = header.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await?;
+    Ok(Some((method, path)))
+}
+
+/// Launches `binary` against a stub Lambda Runtime API on loopback (TCP_NODELAY), hands
+/// it one `event`, and times init and the first invocation.
+pub async fn cold_start_once(binary: &std::path::Path, event: &str) -> std::io::Result<ColdStartRun> {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let dead = "http://127.0.0.1:9/000000000000";
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(binary)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
+        .env("AWS_LAMBDA_FUNCTION_NAME", "bench")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "bench")
+        .env("AWS_SECRET_ACCESS_KEY", "bench")
+        .env("AWS_MAX_ATTEMPTS", "1")
+        .env("ORDERS_TABLE", "bench-orders")
+        .env("STATE_TABLE", "bench-state")
+        .env("ORDERS_QUEUE_URL", format!("{dead}/orders"))
+        .env("ORDERS_DLQ_URL", format!("{dead}/orders-dlq"))
+        .env("SCHEDULER_QUEUE_URL", format!("{dead}/scheduler"))
+        .env("SCHEDULER_DLQ_URL", format!("{dead}/scheduler-dlq"))
+        .env("AGENT_QUEUE_URL", format!("{dead}/agent"))
+        .env("AGENT_DLQ_URL", format!("{dead}/agent-dlq"))
+        .env("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:bench")
+        .env("REMOTE_SERVICE_URL", "http://127.0.0.1:9")
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let mut init_ms = None;
+    let mut first_ms = None;
+    let mut outcome = String::from("none");
+    let deadline = tokio::time::sleep(Duration::from_secs(10));
+    tokio::pin!(deadline);
+    'outer: loop {
+        let (socket, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            _ = &mut deadline => break,
+            _ = child.wait() => break,
+        };
+        socket.set_nodelay(true)?;
+        let mut stream = tokio::io::BufReader::new(socket);
+        while let Some((method, path)) = read_request(&mut stream).await? {
+            if method == "GET" && path.ends_with("/invocation/next") {
+                if init_ms.is_none() {
+                    init_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: req-1\r\n\
+                         Lambda-Runtime-Deadline-Ms: {}\r\nLambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:000000000000:function:bench\r\n\
+                         Lambda-Runtime-Trace-Id: Root=1-0-0\r\nContent-Length: {}\r\n\r\n",
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap_or_default()
+                            .as_millis()
+                            + 60_000,
+                        event.len()
+                    );
+                    stream.get_mut().write_all(head.as_bytes()).await?;
+                    stream.get_mut().write_all(event.as_bytes()).await?;
+                } else {
+                    break 'outer; // second `next`: the first invocation is over
+                }
+            } else if method == "POST" {
+                if first_ms.is_none() && path.contains("/invocation/") {
+                    first_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+                    outcome = if path.ends_with("/response") { "response".into() } else { "error".into() };
+                }
+                stream.get_mut().write_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n").await?;
+                if path.ends_with("/init/error") {
+                    outcome = "init error".into();
+                    break 'outer;
+                }
+            }
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let peak_rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    let _ = child.kill().await;
+    Ok(ColdStartRun {
+        init_ms: init_ms.unwrap_or(f64::NAN),
+        first_invocation_ms: first_ms.unwrap_or(f64::NAN),
+        peak_rss_kib,
+        outcome,
+    })
+}
+
+/// The event each function gets: an empty SQS batch (the runtime path, no AWS call), or
+/// for the supervisor a scheduled event (its sweep calls DynamoDB at an unreachable
+/// endpoint, so its first invocation ends in an error after one refused connection).
+pub fn cold_start_event(binary: &std::path::Path) -> &'static str {
+    if binary.file_name().is_some_and(|n| n == "supervisor") {
+        r#"{"version":"0","id":"e-1","detail-type":"Scheduled Event","source":"aws.events","account":"000000000000","time":"2026-11-21T00:00:00Z","region":"us-east-1","resources":[],"detail":{}}"#
+    } else {
+        r#"{"Records":[]}"#
+    }
+}
+
+pub async fn cold_start(binary: &std::path::Path, repeats: usize) -> std::io::Result<ColdStartReport> {
+    let event = cold_start_event(binary);
+    let mut runs = Vec::new();
+    for _ in 0..repeats.max(1) {
+        runs.push(cold_start_once(binary, event).await?);
+    }
+    let med = |f: &dyn Fn(&ColdStartRun) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
+    Ok(ColdStartReport {
+        binary: binary.display().to_string(),
+        binary_bytes: std::fs::metadata(binary).map(|m| m.len()).unwrap_or(0),
+        median_init_ms: med(&|r| r.init_ms),
+        median_first_invocation_ms: med(&|r| r.first_invocation_ms),
+        median_peak_rss_kib: med(&|r| r.peak_rss_kib as f64),
+        runs,
+    })
 }
