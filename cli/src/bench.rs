@@ -1347,52 +1347,69 @@ pub async fn cold_start_once(binary: &std::path::Path, event: &str) -> std::io::
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().unwrap_or(0);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, f64)>();
+    let event: Arc<str> = event.into();
+    let server = tokio::spawn(async move {
+        let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        loop {
+            let Ok((socket, _)) = listener.accept().await else { return };
+            let _ = socket.set_nodelay(true);
+            let (tx, first, event) = (tx.clone(), first.clone(), event.clone());
+            tokio::spawn(async move {
+                let mut stream = tokio::io::BufReader::new(socket);
+                while let Ok(Some((method, path))) = read_request(&mut stream).await {
+                    let at = started.elapsed().as_secs_f64() * 1e3;
+                    if method == "GET" && path.ends_with("/invocation/next") {
+                        let _ = tx.send(("next".into(), at));
+                        if !first.swap(false, Ordering::SeqCst) {
+                            return; // second `next`: never answered
+                        }
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: req-1\r\n\
+                             Lambda-Runtime-Deadline-Ms: {}\r\nLambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:000000000000:function:bench\r\n\
+                             Lambda-Runtime-Trace-Id: Root=1-0-0\r\nContent-Length: {}\r\n\r\n",
+                            std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .unwrap_or_default()
+                                .as_millis()
+                                + 60_000,
+                            event.len()
+                        );
+                        let _ = stream.get_mut().write_all(head.as_bytes()).await;
+                        let _ = stream.get_mut().write_all(event.as_bytes()).await;
+                    } else {
+                        let _ = stream
+                            .get_mut()
+                            .write_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+                            .await;
+                        let _ = tx.send((path, at));
+                    }
+                }
+            });
+        }
+    });
     let mut init_ms = None;
     let mut first_ms = None;
     let mut outcome = String::from("none");
-    let deadline = tokio::time::sleep(Duration::from_secs(10));
-    tokio::pin!(deadline);
-    'outer: loop {
-        let (socket, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
-            _ = &mut deadline => break,
-            _ = child.wait() => break,
-        };
-        socket.set_nodelay(true)?;
-        let mut stream = tokio::io::BufReader::new(socket);
-        while let Some((method, path)) = read_request(&mut stream).await? {
-            if method == "GET" && path.ends_with("/invocation/next") {
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some((what, at)) = rx.recv().await {
+            if what == "next" {
                 if init_ms.is_none() {
-                    init_ms = Some(started.elapsed().as_secs_f64() * 1e3);
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: req-1\r\n\
-                         Lambda-Runtime-Deadline-Ms: {}\r\nLambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:000000000000:function:bench\r\n\
-                         Lambda-Runtime-Trace-Id: Root=1-0-0\r\nContent-Length: {}\r\n\r\n",
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .unwrap_or_default()
-                            .as_millis()
-                            + 60_000,
-                        event.len()
-                    );
-                    stream.get_mut().write_all(head.as_bytes()).await?;
-                    stream.get_mut().write_all(event.as_bytes()).await?;
+                    init_ms = Some(at);
                 } else {
-                    break 'outer; // second `next`: the first invocation is over
+                    return;
                 }
-            } else if method == "POST" {
-                if first_ms.is_none() && path.contains("/invocation/") {
-                    first_ms = Some(started.elapsed().as_secs_f64() * 1e3);
-                    outcome = if path.ends_with("/response") { "response".into() } else { "error".into() };
-                }
-                stream.get_mut().write_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n").await?;
-                if path.ends_with("/init/error") {
-                    outcome = "init error".into();
-                    break 'outer;
-                }
+            } else if what.ends_with("/init/error") {
+                outcome = "init error".into();
+                return;
+            } else if first_ms.is_none() && what.contains("/invocation/") {
+                first_ms = Some(at);
+                outcome = if what.ends_with("/response") { "response".into() } else { "error".into() };
             }
         }
-    }
+    })
+    .await;
+    server.abort();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let peak_rss_kib = status
         .lines()
