@@ -8,7 +8,7 @@ pub mod adapters;
 pub mod config;
 pub mod domain;
 pub mod handlers;
-pub mod mutations;
 #[cfg(feature = "lambda")]
 pub mod lambda;
+pub mod mutations;
 pub mod ports;

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sas::adapters::embedded::{CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts};
+use sas::adapters::embedded::{
+    CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
+};
 use sas::adapters::system::FastRandom;
 use sas::domain::{OrderId, OrderRecord, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{DeadLetters, Deps, Inbound, Settings, Submission, Topology, run_batch};
@@ -84,7 +86,10 @@ async fn each_line_names_its_own_order_when_a_batch_interleaves() {
     let settings = Settings {
         policy: Policy::default(),
         workflows: Workflows::builtin(),
-        topology: Topology { scheduler_queue: QueueUrl("scheduler".into()), agent_queue: QueueUrl("agent".into()) },
+        topology: Topology {
+            scheduler_queue: QueueUrl("scheduler".into()),
+            agent_queue: QueueUrl("agent".into()),
+        },
     };
     let submission = Submission::new(deps, settings);
     let dead_letters = DeadLetters {
