@@ -29,20 +29,14 @@ use sas::domain::{
 };
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, Settings, Submission, Supervisor,
-    Topology, run_batch,
+    run_batch,
 };
 use sas::ports::{
     AlertError, Alerts, Clock, Inserted, Metrics, Outgoing, QueueError, QueueUrl, Queues, RemoteCall,
     RemoteError, RemoteService, StateStore, StoreError, Written,
 };
 
-const ORDERS: &str = "orders";
-const ORDERS_DLQ: &str = "orders-dlq";
-const SCHEDULER: &str = "scheduler";
-const SCHEDULER_DLQ: &str = "scheduler-dlq";
-const AGENT: &str = "agent";
-const AGENT_DLQ: &str = "agent-dlq";
-const STATUS: &str = "status";
+use sas::adapters::embedded::queue_names::{self, *};
 const BATCH: usize = 10;
 
 // ------------------------------------------------------------------ CPU time
@@ -414,10 +408,7 @@ impl Rig {
         let settings = Settings {
             policy: options.policy,
             workflows: Workflows::builtin(),
-            topology: Topology {
-                scheduler_queue: QueueUrl(SCHEDULER.into()),
-                agent_queue: QueueUrl(AGENT.into()),
-            },
+            topology: queue_names::topology(),
         };
         let agent_clock: Arc<dyn Clock> = match &manual {
             Some(m) => Arc::new(NoSleepClock(m.clone())),
@@ -790,14 +781,7 @@ pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
         random: Arc::new(FastRandom::seeded(1)),
         metrics: Arc::new(CountingMetrics::default()),
     };
-    let settings = Settings {
-        policy,
-        workflows: Workflows::builtin(),
-        topology: Topology {
-            scheduler_queue: QueueUrl(SCHEDULER.into()),
-            agent_queue: QueueUrl(AGENT.into()),
-        },
-    };
+    let settings = Settings { policy, workflows: Workflows::builtin(), topology: queue_names::topology() };
     let supervisor = Supervisor::new(deps, settings);
     let before = store.due_items_read();
     let started = Instant::now();

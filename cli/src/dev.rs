@@ -21,19 +21,13 @@ use sas::domain::retry::Backoff;
 use sas::domain::{OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, Settings, Submission, Supervisor,
-    Topology, run_batch,
+    run_batch,
 };
 use sas::ports::{Alerts, Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 
 use crate::remote_sim::{Faults, Ledger, SimRemote};
 
-pub const ORDERS: &str = "orders";
-pub const ORDERS_DLQ: &str = "orders-dlq";
-pub const SCHEDULER: &str = "scheduler";
-pub const SCHEDULER_DLQ: &str = "scheduler-dlq";
-pub const AGENT: &str = "agent";
-pub const AGENT_DLQ: &str = "agent-dlq";
-pub const STATUS: &str = "status";
+pub use sas::adapters::embedded::queue_names::{self, *};
 
 #[derive(Debug, Clone)]
 pub struct DevOptions {
@@ -403,10 +397,7 @@ pub async fn run_on(
     let settings = Settings {
         policy: options.policy(),
         workflows: workflows.clone(),
-        topology: Topology {
-            scheduler_queue: QueueUrl(SCHEDULER.into()),
-            agent_queue: QueueUrl(AGENT.into()),
-        },
+        topology: queue_names::topology(),
     };
     let submission = Submission::new(deps.clone(), settings.clone());
     let scheduler = Scheduler::new(deps.clone(), settings.clone());

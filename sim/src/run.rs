@@ -23,7 +23,7 @@ use sas::domain::retry::Backoff;
 use sas::domain::{OperatorAlert, OrderId, OrderRecord, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler,
-    Settings, Submission, Supervisor, SweepReport, Topology, run_batch,
+    Settings, Submission, Supervisor, SweepReport, run_batch,
 };
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
@@ -34,13 +34,7 @@ use crate::swarm::{Faults, Swarm};
 use crate::workload::{self, Arrival};
 use crate::world::{Function, InvId, InvMeta, Shared, WriteCtx};
 
-pub const ORDERS: &str = "orders";
-pub const ORDERS_DLQ: &str = "orders-dlq";
-pub const SCHEDULER: &str = "scheduler";
-pub const SCHEDULER_DLQ: &str = "scheduler-dlq";
-pub const AGENT: &str = "agent";
-pub const AGENT_DLQ: &str = "agent-dlq";
-pub const STATUS: &str = "status";
+pub use sas::adapters::embedded::queue_names::{self, *};
 
 /// The work queues, their dead-letter queues, visibility timeouts and consumers.
 const WORK: [(&str, &str, u64, Function); 3] = [
@@ -266,14 +260,8 @@ impl Sim {
             random: Arc::new(FastRandom::seeded(rng.u64(..))),
             metrics: metrics.clone(),
         };
-        let settings = Settings {
-            policy: policy(),
-            workflows: Workflows::builtin(),
-            topology: Topology {
-                scheduler_queue: QueueUrl(SCHEDULER.into()),
-                agent_queue: QueueUrl(AGENT.into()),
-            },
-        };
+        let settings =
+            Settings { policy: policy(), workflows: Workflows::builtin(), topology: queue_names::topology() };
         let remote = Arc::new(SimRemote { shared: shared.clone() });
         let agents = (0..swarm.agent_concurrency)
             .map(|_| {

@@ -21,17 +21,11 @@ use sas::domain::{
 };
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler,
-    Settings, Submission, Supervisor, SweepReport, Topology, run_batch,
+    Settings, Submission, Supervisor, SweepReport, run_batch,
 };
 use sas::ports::{Metric, Outgoing, QueueUrl, Queues, RemoteCall, RemoteError, RemoteService};
 
-pub const ORDERS: &str = "orders";
-pub const ORDERS_DLQ: &str = "orders-dlq";
-pub const SCHEDULER: &str = "scheduler";
-pub const SCHEDULER_DLQ: &str = "scheduler-dlq";
-pub const AGENT: &str = "agent";
-pub const AGENT_DLQ: &str = "agent-dlq";
-pub const STATUS: &str = "status";
+pub use sas::adapters::embedded::queue_names::{self, *};
 
 /// Visibility timeouts: the agent's is shorter than a step's timeout so a crashed agent's
 /// request comes back while its lease is still live.
@@ -174,14 +168,8 @@ impl Harness {
             random: Arc::new(FastRandom::seeded(42)),
             metrics: metrics.clone(),
         };
-        let settings = Settings {
-            policy,
-            workflows: Workflows::builtin(),
-            topology: Topology {
-                scheduler_queue: QueueUrl(SCHEDULER.into()),
-                agent_queue: QueueUrl(AGENT.into()),
-            },
-        };
+        let settings =
+            Settings { policy, workflows: Workflows::builtin(), topology: queue_names::topology() };
         let agent = Agent::new(
             AgentDeps {
                 queues: queues.clone(),

@@ -4,6 +4,7 @@
 
 mod clock;
 mod metrics;
+pub mod queue_names;
 mod queues;
 mod store;
 
