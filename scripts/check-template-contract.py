@@ -75,7 +75,9 @@ def of_type(kind):
 
 # ---------------------------------------------------------------- tables
 tables = {sub_name(v["Properties"].get("TableName")): (k, v["Properties"]) for k, v in of_type("AWS::DynamoDB::Table").items()}
-for name in (f"{PREFIX}-orders", f"{PREFIX}-state"):
+if sorted(tables) != [f"{PREFIX}-state"]:
+    err(f"tables: one state table expected, the order lives in its item (have {sorted(tables)})")
+for name in (f"{PREFIX}-state",):
     if name not in tables:
         err(f"table {name} missing (have {sorted(tables)})")
         continue
@@ -101,8 +103,10 @@ if f"{PREFIX}-state" in tables:
     else:
         if g["KeySchema"] != [{"AttributeName": "due_shard", "KeyType": "HASH"}, {"AttributeName": "deadline", "KeyType": "RANGE"}]:
             err("due-index: keys must be due_shard (HASH), deadline (RANGE)")
-        if g.get("Projection", {}).get("ProjectionType") != "ALL":
-            err("due-index: projection must be ALL")
+        # The supervisor re-reads every task it acts on; KEYS_ONLY keeps writes that do
+        # not move the deadline from costing the index a write.
+        if g.get("Projection", {}).get("ProjectionType") != "KEYS_ONLY":
+            err("due-index: projection must be KEYS_ONLY")
         attrs = {a["AttributeName"]: a["AttributeType"] for a in p["AttributeDefinitions"]}
         if attrs.get("due_shard") != "S" or attrs.get("deadline") != "N":
             err("due-index: due_shard must be S and deadline N")
@@ -126,7 +130,7 @@ for name in expected_queues:
 
 # ---------------------------------------------------------------- functions
 ENV_COMMON = {
-    "ORDERS_TABLE", "STATE_TABLE", "DUE_INDEX", "DUE_SHARDS", "ORDERS_QUEUE_URL", "ORDERS_DLQ_URL",
+    "STATE_TABLE", "DUE_INDEX", "DUE_SHARDS", "ORDERS_QUEUE_URL", "ORDERS_DLQ_URL",
     "SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL", "AGENT_QUEUE_URL", "AGENT_DLQ_URL", "ALERT_TOPIC_ARN",
     "STEP_TIMEOUT_MS", "REPLY_GRACE_MS", "PENDING_TIMEOUT_MS", "FAILURE_THRESHOLD", "RETRY_BASE_MS",
     "RETRY_CAP_MS", "METRICS_NAMESPACE",
@@ -207,12 +211,12 @@ def logs(group):
 
 EXPECTED = {
     "submission": logs("SubmissionLogGroup") | consume("OrdersQueue") | {
-        ("dynamodb:PutItem", "OrdersTable"), ("dynamodb:PutItem", "StateTable"), ("dynamodb:GetItem", "OrdersTable"),
+        ("dynamodb:PutItem", "StateTable"), ("dynamodb:GetItem", "StateTable"),
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "OrdersDlq"), ("sqs:SendMessage", S),
         ("sqs:SendMessage", EXTRA),
     },
     "scheduler": logs("SchedulerLogGroup") | consume("SchedulerQueue") | {
-        ("dynamodb:GetItem", "StateTable"), ("dynamodb:PutItem", "StateTable"), ("dynamodb:GetItem", "OrdersTable"),
+        ("dynamodb:GetItem", "StateTable"), ("dynamodb:PutItem", "StateTable"),
         ("sqs:SendMessage", "AgentQueue"), ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "SchedulerDlq"),
         ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA), ("sns:Publish", "AlertTopic"),
     },
@@ -221,7 +225,7 @@ EXPECTED = {
     },
     "supervisor": logs("SupervisorLogGroup") | {
         ("dynamodb:Query", "StateTable/index/due-index"), ("dynamodb:GetItem", "StateTable"),
-        ("dynamodb:PutItem", "StateTable"), ("dynamodb:GetItem", "OrdersTable"),
+        ("dynamodb:PutItem", "StateTable"),
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA),
         ("sns:Publish", "AlertTopic"),
     },
@@ -369,7 +373,7 @@ if levels - {"TRACE", "DEBUG", "INFO"}:
 # ---------------------------------------------------------------- outputs
 outputs = {ref_target(o["Value"]) for o in t.get("Outputs", {}).values()}
 for k in ["OrdersQueue", "SchedulerQueue", "AgentQueue", "OrdersDlq", "SchedulerDlq", "AgentDlq", "StatusQueue",
-          "OrdersTable", "StateTable", "AlertTopic"]:
+          "StateTable", "AlertTopic"]:
     if k not in outputs:
         err(f"outputs: nothing for {k}")
 

@@ -17,7 +17,7 @@ use sas::adapters::aws::{Clients, DynamoStore, SnsAlerts, SqsQueues};
 use sas::adapters::embedded::{RecordingAlerts, StoredMessage, WriteRecord};
 use sas::adapters::system::SystemClock;
 use sas::domain::messages::MAX_BODY_BYTES;
-use sas::domain::{OperatorAlert, OrderId, OrderRecord, ProcessState, TaskRecord, Timestamp};
+use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{
     AlertError, Alerts, Delivery, Inserted, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues,
     StateStore, StoreError, Written,
@@ -198,15 +198,12 @@ impl<S> RecordingStore<S> {
 
 #[async_trait]
 impl<S: StateStore> StateStore for RecordingStore<S> {
-    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError> {
-        let inserted = self.inner.insert(order, task).await?;
+    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
+        let inserted = self.inner.insert(task).await?;
         if inserted == Inserted::New {
             self.landed(task);
         }
         Ok(inserted)
-    }
-    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError> {
-        self.inner.order(id).await
     }
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
         self.inner.task(id).await
@@ -218,7 +215,7 @@ impl<S: StateStore> StateStore for RecordingStore<S> {
         }
         Ok(written)
     }
-    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         self.inner.due(now, limit).await
     }
 }

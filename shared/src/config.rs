@@ -6,7 +6,7 @@
 //!
 //! | variable | read by | default |
 //! |---|---|---|
-//! | `ORDERS_TABLE`, `STATE_TABLE` | submission, scheduler, supervisor | required |
+//! | `STATE_TABLE` | submission, scheduler, supervisor | required |
 //! | `DUE_INDEX` | submission, scheduler, supervisor | `due-index` |
 //! | `DUE_SHARDS` | submission, scheduler, supervisor (all must agree: writers place tasks in shards, the supervisor queries them) | 4 |
 //! | `ORDERS_QUEUE_URL`, `ORDERS_DLQ_URL` | submission | required |
@@ -45,7 +45,7 @@ pub struct ConfigError {
 /// Where the store's data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableNames {
-    pub orders: String,
+    /// One item per order: the order and its task.
     pub state: String,
     pub due_index: String,
     /// Partitions of the due index. Tasks are spread over them by a hash of the order
@@ -56,9 +56,8 @@ pub struct TableNames {
 }
 
 impl TableNames {
-    pub fn new(orders: impl Into<String>, state: impl Into<String>) -> TableNames {
+    pub fn new(state: impl Into<String>) -> TableNames {
         TableNames {
-            orders: orders.into(),
             state: state.into(),
             due_index: DEFAULT_DUE_INDEX.to_owned(),
             due_shards: DEFAULT_DUE_SHARDS,
@@ -150,14 +149,13 @@ impl Env<'_> {
     }
 
     fn tables(&mut self) -> TableNames {
-        let orders = self.table("ORDERS_TABLE");
         let state = self.table("STATE_TABLE");
         let due_index = match self.optional("DUE_INDEX") {
             Some(_) => self.table("DUE_INDEX"),
             None => DEFAULT_DUE_INDEX.to_owned(),
         };
         let due_shards = self.number("DUE_SHARDS", DEFAULT_DUE_SHARDS, 1..=MAX_DUE_SHARDS);
-        TableNames { orders, state, due_index, due_shards }
+        TableNames { state, due_index, due_shards }
     }
 
     fn policy(&mut self) -> Policy {
@@ -363,7 +361,6 @@ mod tests {
         .unwrap_err();
         let text = err.to_string();
         for want in [
-            "ORDERS_TABLE is not set",
             "STATE_TABLE=\"bad name!\" is not a DynamoDB table",
             "DUE_SHARDS=\"0\" is not a whole number from 1 to 1000",
             "SCHEDULER_QUEUE_URL=\"sqs-queue\" is not an http(s) URL",
@@ -375,13 +372,12 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in {text}");
         }
-        assert_eq!(err.problems.len(), 9, "{text}");
+        assert_eq!(err.problems.len(), 8, "{text}");
     }
 
     #[test]
     fn defaults_fill_optional_variables() {
         let c = SupervisorConfig::from_lookup(&lookup(&[
-            ("ORDERS_TABLE", "sas-orders"),
             ("STATE_TABLE", "sas-state"),
             ("SCHEDULER_QUEUE_URL", Q),
             ("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:sas-alerts"),
@@ -413,7 +409,6 @@ mod tests {
         assert_eq!(
             err.problems,
             [
-                "ORDERS_TABLE is not set",
                 "STATE_TABLE is not set",
                 "ORDERS_QUEUE_URL is not set",
                 "ORDERS_DLQ_URL is not set",

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use crate::domain::{
-    Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, OrderRecord, TaskRecord, Timestamp,
+    Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, TaskRecord, Timestamp,
 };
 
 /// Failures of infrastructure, each with its retry class.
@@ -23,8 +23,8 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Inserted {
     New,
-    /// An order with this id exists already; this is the one stored.
-    Exists(OrderRecord),
+    /// A task with this order id exists already; this is the one stored.
+    Exists(Box<TaskRecord>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,19 +34,19 @@ pub enum Written {
     RevisionMoved,
 }
 
-/// The orders table and the state table.
+/// The state table: one item per order, holding the order and its task.
 #[async_trait]
 pub trait StateStore: Send + Sync {
-    /// Inserts the order and its task atomically, or neither if the order id exists.
-    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError>;
-    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError>;
+    /// Inserts the task (with its order) unless a task with that order id exists.
+    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError>;
     /// A strongly consistent read of the task.
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError>;
     /// Writes `next` only if the stored revision is still `expected_revision`.
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError>;
-    /// Up to `limit` non-terminal tasks whose deadline is at or before `now`, oldest
-    /// deadline first, from the sparse due index (possibly stale: re-read before acting).
-    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError>;
+    /// Up to `limit` tasks whose deadline is at or before `now`, oldest deadline first,
+    /// from the sparse due index. The index holds keys only and may lag the table:
+    /// re-read each task before acting on it.
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError>;
 }
 
 /// A queue's address: an SQS queue URL, or the embedded backend's queue name.

@@ -127,15 +127,10 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     for a in &run.arrivals {
         match &a.kind {
             Sent::Order { id } => {
-                let stored =
-                    run.orders.iter().find(|(k, _)| k.as_str() == id).map(|(_, o)| o.order.payload());
+                let stored = run.orders.iter().find(|(k, _)| k.as_str() == id).map(|(_, o)| o.payload());
                 let mine = payload(&a.body);
                 match (&stored, &mine) {
-                    (Some(s), Some(m)) if s == m => {
-                        if !tasks.contains_key(id.as_str()) {
-                            add(ACCEPTED_OR_REJECTED, format!("order {id} stored without a task"));
-                        }
-                    }
+                    (Some(s), Some(m)) if s == m => {}
                     (Some(_), _) => {
                         let conflict = kept(a.queue, &a.body)
                             .into_iter()
@@ -348,8 +343,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             add(SHAPE, format!("order {id}: unknown workflow {}", task.workflow));
             continue;
         };
-        if !run.orders.keys().any(|k| k.as_str() == *id) {
-            add(ACCEPTED_OR_REJECTED, format!("task {id} without its order"));
+        if task.order.order_id != task.order_id || task.order.workflow != task.workflow {
+            add(
+                SHAPE,
+                format!(
+                    "task {id} carries order {} of workflow {}",
+                    task.order.order_id, task.order.workflow
+                ),
+            );
         }
         let history = histories.get(id).map(Vec::as_slice).unwrap_or_default();
         let mut claimed_do = BTreeSet::new();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
-use sas::domain::{OperatorAlert, OrderId, OrderRecord, TaskRecord, Timestamp};
+use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
 use sas::ports::{
     AlertError, Alerts, Clock, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
     Written,
@@ -53,9 +53,9 @@ impl SimStore {
 
 #[async_trait]
 impl StateStore for SimStore {
-    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError> {
+    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
         self.before(Io::Insert).await?;
-        let result = self.inner.insert(order, task).await;
+        let result = self.inner.insert(task).await;
         if let Ok(Inserted::New) = result {
             self.landed();
         }
@@ -63,11 +63,6 @@ impl StateStore for SimStore {
             return Err(StoreError::Unavailable("sim: response lost".into()));
         }
         result
-    }
-
-    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError> {
-        self.before(Io::ReadOrder).await?;
-        self.inner.order(id).await
     }
 
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
@@ -87,7 +82,7 @@ impl StateStore for SimStore {
         result
     }
 
-    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         self.before(Io::Due).await?;
         self.inner.due(now, limit).await
     }

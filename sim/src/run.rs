@@ -4,7 +4,7 @@
 //! moves, when the supervisor fires and where a crash lands. Each decision is drawn from
 //! the seed's one generator, so a seed replays exactly.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -20,7 +20,7 @@ use sas::adapters::embedded::{
 use sas::adapters::system::FastRandom;
 use sas::domain::breaker::BreakerPolicy;
 use sas::domain::retry::Backoff;
-use sas::domain::{OperatorAlert, OrderId, OrderRecord, Policy, TaskRecord, Timestamp, Workflows};
+use sas::domain::{OperatorAlert, Order, OrderId, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler,
     Settings, Submission, Supervisor, SweepReport, run_batch,
@@ -98,7 +98,8 @@ pub struct Outcome {
     pub workflows: Workflows,
     pub arrivals: Vec<Arrival>,
     pub tasks: Vec<TaskRecord>,
-    pub orders: BTreeMap<OrderId, OrderRecord>,
+    /// The order each accepted task carries, by id.
+    pub orders: BTreeMap<OrderId, std::sync::Arc<Order>>,
     pub writes: Vec<WriteRecord>,
     pub write_ctx: Vec<WriteCtx>,
     pub dead_letters: BTreeMap<&'static str, Vec<StoredMessage>>,
@@ -627,6 +628,7 @@ impl Sim {
             .expect("the embedded store answers at once")
             .expect("no faults outside the fault layer")
             .into_iter()
+            .filter_map(|id| self.store.peek(&id))
             .map(|t| (t.order_id, t.revision))
             .collect();
         let h = self.supervisor.clone();
@@ -811,19 +813,8 @@ impl Sim {
     }
 
     fn outcome(self) -> Outcome {
-        let mut ids: BTreeSet<String> = BTreeSet::new();
-        for a in &self.arrivals {
-            if let workload::Sent::Order { id } = &a.kind {
-                ids.insert(id.clone());
-            }
-        }
-        let mut orders = BTreeMap::new();
-        for id in ids {
-            let id = OrderId::parse(&id).expect("workload ids are valid");
-            if let Some(Ok(Some(o))) = self.store.order(&id).now_or_never() {
-                orders.insert(id, o);
-            }
-        }
+        let tasks = self.store.tasks();
+        let orders = tasks.iter().map(|t| (t.order_id.clone(), t.order.clone())).collect();
         let dead_letters =
             [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ].into_iter().map(|q| (q, self.queues.drain(q))).collect();
         let mut w = self.shared.w();
@@ -833,7 +824,7 @@ impl Sim {
             policy: policy(),
             workflows: Workflows::builtin(),
             arrivals: self.arrivals.clone(),
-            tasks: self.store.tasks(),
+            tasks,
             orders,
             writes: self.store.writes(),
             write_ctx: std::mem::take(&mut w.write_ctx),

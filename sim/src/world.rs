@@ -22,7 +22,6 @@ pub type InvId = u64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Io {
     Insert,
-    ReadOrder,
     ReadTask,
     Replace,
     Due,

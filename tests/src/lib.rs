@@ -118,7 +118,7 @@ impl Backend {
         let endpoint = endpoint(test)?;
         let sdk = sdk_config(&endpoint).await;
         let prefix = unique_prefix(test);
-        let tables = TableNames::new(format!("{prefix}-orders"), format!("{prefix}-state"));
+        let tables = TableNames::new(format!("{prefix}-state"));
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         provision::create_tables(&dynamodb, &tables)

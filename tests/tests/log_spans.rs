@@ -12,7 +12,7 @@ use sas::adapters::embedded::{
     CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
 };
 use sas::adapters::system::FastRandom;
-use sas::domain::{OrderId, OrderRecord, Policy, TaskRecord, Timestamp, Workflows};
+use sas::domain::{OrderId, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{DeadLetters, Deps, Inbound, Settings, Submission, Topology, run_batch};
 use sas::ports::{Inserted, QueueUrl, StateStore, StoreError, Written};
 
@@ -21,13 +21,9 @@ struct Suspending(EmbeddedStore);
 
 #[async_trait]
 impl StateStore for Suspending {
-    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError> {
+    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
         tokio::task::yield_now().await;
-        self.0.insert(order, task).await
-    }
-    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError> {
-        tokio::task::yield_now().await;
-        self.0.order(id).await
+        self.0.insert(task).await
     }
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
         tokio::task::yield_now().await;
@@ -37,7 +33,7 @@ impl StateStore for Suspending {
         tokio::task::yield_now().await;
         self.0.replace(next, expected).await
     }
-    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         tokio::task::yield_now().await;
         self.0.due(now, limit).await
     }

@@ -6,6 +6,8 @@
 //! read, so a decision made on a stale read can never land: that one conditional
 //! write is what makes claims exclusive, replies fenced and recoveries happen once.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
@@ -41,13 +43,6 @@ impl Default for Policy {
     }
 }
 
-/// The orders table's row: the validated order as accepted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OrderRecord {
-    pub order: Order,
-    pub received_at: Timestamp,
-}
-
 /// Why the record last changed; the history of a task is the sequence of these.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -59,11 +54,15 @@ pub enum Cause {
     DeadlinePassed { step: u32, state: ProcessState },
 }
 
-/// The state table's row.
+/// The state table's row. It carries the order it runs, so accepting an order is one
+/// conditional write of one item and claiming a step reads the order with the task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
     pub order_id: OrderId,
     pub workflow: String,
+    /// The validated order as accepted; never changes. Shared, because records are
+    /// copied at every decision and the order is the largest part of them.
+    pub order: Arc<Order>,
     pub state: ProcessState,
     /// Forward: the step to run next (or running). Compensating: the step being undone.
     pub step: u32,
@@ -156,6 +155,7 @@ impl TaskRecord {
         TaskRecord {
             order_id: order.order_id.clone(),
             workflow: order.workflow.clone(),
+            order: Arc::new(order.clone()),
             state: ProcessState::Pending,
             step: 0,
             step_attempts: 0,
@@ -300,7 +300,15 @@ impl TaskRecord {
         let complete_by = now.plus_ms(policy.step_timeout_ms);
         next.locked_by = Some(lease);
         next.complete_by = Some(complete_by);
-        next.deadline = Some(complete_by.plus_ms(policy.reply_grace_ms));
+        // The deadline is the due index's key: moving it costs the index a delete and a
+        // put. A waiting task's deadline usually covers the attempt already (the claim
+        // comes milliseconds after the wait began, and the pending timeout is longer
+        // than step timeout + grace), so it stays; it only moves when it would come
+        // before the reply window closes. The fence uses complete-by, not the deadline.
+        let needed = complete_by.plus_ms(policy.reply_grace_ms);
+        if next.deadline.is_none_or(|d| d < needed) {
+            next.deadline = Some(needed);
+        }
         next.attempt += 1;
         next.step_attempts += 1;
         Ok(Decision {
@@ -656,11 +664,26 @@ mod tests {
         assert_eq!(d.next.state, ProcessState::Processing);
         assert_eq!(d.next.locked_by, Some(lease(1)));
         assert_eq!(d.next.complete_by, Some(now.plus_ms(1_000)));
-        assert_eq!(d.next.deadline, Some(now.plus_ms(1_000 + 500)));
+        // The pending deadline (T0 + 2000) covers complete-by + grace (T0 + 1510): kept.
+        assert_eq!(d.next.deadline, task.deadline);
         assert_eq!((d.next.attempt, d.next.step_attempts, d.next.step), (1, 1, 0));
         assert_eq!(d.next.last_cause, Cause::Claimed { step: 0, action: Action::Do });
         assert_eq!(d.next.updated_at, now);
         assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do }]);
+    }
+
+    #[test]
+    fn a_late_claim_moves_the_deadline_to_cover_its_reply_window() {
+        let wf = Workflow::single_step();
+        let task = new_task(&wf);
+        for (after_ms, deadline) in
+            [(0, T0.plus_ms(2_000)), (500, T0.plus_ms(2_000)), (501, T0.plus_ms(2_001))]
+        {
+            let now = T0.plus_ms(after_ms);
+            let d = checked(&task, task.claim(lease(1), now, &wf, &policy()));
+            assert_eq!(d.next.deadline, Some(deadline), "claimed {after_ms} ms after submission");
+            assert!(d.next.deadline >= d.next.complete_by.map(|c| c.plus_ms(500)));
+        }
     }
 
     #[test]

@@ -222,11 +222,6 @@ async fn dispatch(
     let step_def = workflow
         .step(step)
         .ok_or_else(|| HandlerError::Reject(format!("workflow {} has no step {step}", workflow.name)))?;
-    let order = deps
-        .store
-        .order(&task.order_id)
-        .await?
-        .ok_or_else(|| HandlerError::Reject(format!("task {} has no order record", task.order_id)))?;
     let (Some(lease), Some(complete_by)) = (task.locked_by, task.complete_by) else {
         return Err(HandlerError::Reject(format!("task {} dispatched without a lease", task.order_id)));
     };
@@ -245,7 +240,7 @@ async fn dispatch(
         lease,
         complete_by,
         idempotency_key: idempotency_key(&task.order_id, step, action),
-        order: order.order,
+        order: (*task.order).clone(),
     };
     deps.queues.send(&settings.topology.agent_queue, Outgoing::new(request.to_body())).await?;
     Ok(())

@@ -1,11 +1,11 @@
-//! submission: validate an order, insert order and task atomically, schedule it.
+//! submission: validate an order, insert it with its task in one conditional write,
+//! schedule it.
 
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, schedule, send_status};
 use crate::domain::{
-    MessageError, OrderRecord, OrderRequest, OrderStatus, ProcessState, TaskRecord, sniff_order_id,
-    sniff_reply_to,
+    MessageError, OrderRequest, OrderStatus, ProcessState, TaskRecord, sniff_order_id, sniff_reply_to,
 };
 use crate::ports::{Inserted, Metric};
 
@@ -29,9 +29,8 @@ impl Submission {
             };
         let span = tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
         async {
-            let record = OrderRecord { order: order.clone(), received_at: now };
             let task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
-            match self.deps.store.insert(&record, &task).await? {
+            match self.deps.store.insert(&task).await? {
                 Inserted::New => {
                     tracing::info!("order accepted");
                     self.deps.metrics.record(Metric::OrderAccepted, 1);
@@ -53,8 +52,7 @@ impl Submission {
                     // The first delivery may have crashed before scheduling: finish its work.
                     // A spare Schedule is harmless (its claim is simply lost), and so is a
                     // second `received`.
-                    let waiting = self.deps.store.task(&order.order_id).await?;
-                    if waiting.is_some_and(|t| t.state == ProcessState::Pending && t.attempt == 0) {
+                    if existing.state == ProcessState::Pending && existing.attempt == 0 {
                         schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
                         let reply_to = reply_to.as_deref();
                         send_status(

@@ -49,8 +49,7 @@ impl Supervisor {
             let page = self.deps.store.due(now, limit).await?;
             // A short page means the index holds nothing more that is due.
             let exhausted = page.len() < limit;
-            let due: Vec<OrderId> =
-                page.into_iter().map(|t| t.order_id).filter(|id| !examined.contains(id)).collect();
+            let due: Vec<OrderId> = page.into_iter().filter(|id| !examined.contains(id)).collect();
             report.examined += due.len();
             let outcomes = futures::future::join_all(due.iter().map(|id| self.recover(id))).await;
             for outcome in outcomes {

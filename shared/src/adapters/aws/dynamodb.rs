@@ -1,9 +1,12 @@
-//! The state store on DynamoDB: an orders table and a state table, both keyed by
-//! `order_id`, and a sparse global secondary index over the state table that holds
-//! exactly the non-terminal tasks, keyed by a shard and the deadline.
+//! The state store on DynamoDB: one state table keyed by `order_id`, one item per
+//! order holding the order and its task, and a sparse global secondary index over it
+//! that holds exactly the non-terminal tasks, keyed by a shard and the deadline, with
+//! keys only (`KEYS_ONLY`): a write that leaves the deadline alone costs the index
+//! nothing, and the supervisor re-reads every task it acts on anyway.
 //!
-//! Every task write puts the domain's whole next record, conditional on the revision
-//! the decision was made on. One condition on one attribute is what makes claims
+//! Accepting an order is one PutItem conditional on the id being new. Every later
+//! write puts the domain's whole next record, conditional on the revision the
+//! decision was made on. One condition on one attribute is what makes claims
 //! exclusive, replies fenced and recoveries happen once; the adapter adds no logic of
 //! its own on top.
 
@@ -13,10 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 pub use crate::config::TableNames;
-use crate::domain::{OrderId, OrderRecord, TaskRecord, Timestamp};
+use crate::domain::{OrderId, TaskRecord, Timestamp};
 use crate::ports::{Inserted, StateStore, StoreError, Written};
 
 /// Attribute names the adapter adds to or reads from items, beside the records' own.
@@ -74,19 +78,6 @@ pub fn task_from_item(item: Item) -> Result<TaskRecord, StoreError> {
     serde_dynamo::aws_sdk_dynamodb_1::from_item(item).map_err(|e| corrupt(&id, e))
 }
 
-/// The orders table's item: the record plus its key lifted to the top level.
-pub fn order_item(order: &OrderRecord) -> Result<Item, StoreError> {
-    let mut item: Item = serde_dynamo::aws_sdk_dynamodb_1::to_item(order)
-        .map_err(|e| corrupt(order.order.order_id.as_str(), format!("cannot encode order: {e}")))?;
-    item.insert(KEY.to_owned(), AttributeValue::S(order.order.order_id.as_str().to_owned()));
-    Ok(item)
-}
-
-pub fn order_from_item(item: Item) -> Result<OrderRecord, StoreError> {
-    let id = key_of(&item);
-    serde_dynamo::aws_sdk_dynamodb_1::from_item(item).map_err(|e| corrupt(&id, e))
-}
-
 fn key_of(item: &Item) -> String {
     match item.get(KEY) {
         Some(AttributeValue::S(s)) => s.clone(),
@@ -117,17 +108,6 @@ impl DynamoStore {
     /// Index entries read by `due` so far: the sweep's cost, for benchmarks.
     pub fn due_items_read(&self) -> u64 {
         self.due_items_read.load(Ordering::Relaxed)
-    }
-
-    fn put(table: &str, item: Item) -> Result<TransactWriteItem, StoreError> {
-        let put = Put::builder()
-            .table_name(table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#k)")
-            .expression_attribute_names("#k", KEY)
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("building transaction: {e}")))?;
-        Ok(TransactWriteItem::builder().put(put).build())
     }
 
     /// Up to `limit` due entries of one shard, oldest deadline first.
@@ -164,49 +144,38 @@ impl DynamoStore {
 
 #[async_trait]
 impl StateStore for DynamoStore {
-    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError> {
+    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
         let result = self
             .client
-            .transact_write_items()
-            .transact_items(Self::put(&self.tables.orders, order_item(order)?)?)
-            .transact_items(Self::put(&self.tables.state, task_item(task, self.tables.due_shards)?)?)
+            .put_item()
+            .table_name(&self.tables.state)
+            .set_item(Some(task_item(task, self.tables.due_shards)?))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", KEY)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         let err = match result {
             Ok(_) => return Ok(Inserted::New),
             Err(err) => err,
         };
-        let id_exists = err
-            .as_service_error()
-            .and_then(|e| match e {
-                aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(t) => Some(t),
-                _ => None,
-            })
-            .is_some_and(|t| t.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed")));
-        if !id_exists {
-            // Anything else, a TransactionConflict with a concurrent duplicate included,
-            // is worth retrying: the retry will see the order one way or the other.
-            return Err(unavailable("inserting order and task", err));
+        let existing = match err.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(e)) => e.item().cloned(),
+            _ => return Err(unavailable("inserting task", err)),
+        };
+        // The failed condition hands back the item it found; an endpoint that does not
+        // honour ReturnValuesOnConditionCheckFailure costs one more read.
+        let existing = match existing {
+            Some(item) => Some(task_from_item(item)?),
+            None => self.task(&task.order_id).await?,
+        };
+        match existing {
+            Some(existing) => Ok(Inserted::Exists(Box::new(existing))),
+            // Deleted between the failed condition and the read: only by hand.
+            None => {
+                Err(StoreError::Unavailable(format!("task {} vanished while being inserted", task.order_id)))
+            }
         }
-        match self.order(&order.order.order_id).await? {
-            Some(existing) => Ok(Inserted::Exists(existing)),
-            // Only the task row existed: a half-written pair the transaction rules out,
-            // unless someone wrote the tables by hand.
-            None => Err(corrupt(order.order.order_id.as_str(), "a task exists without its order record")),
-        }
-    }
-
-    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.tables.orders)
-            .set_key(Some(key(id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable("reading order", e))?;
-        out.item.map(order_from_item).transpose()
     }
 
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
@@ -243,7 +212,7 @@ impl StateStore for DynamoStore {
         }
     }
 
-    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -251,10 +220,24 @@ impl StateStore for DynamoStore {
         let pages =
             futures::future::try_join_all((0..shards).map(|shard| self.due_in_shard(shard, now, limit)))
                 .await?;
-        let mut due = pages.into_iter().flatten().map(task_from_item).collect::<Result<Vec<_>, _>>()?;
-        due.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
+        let mut due = pages.into_iter().flatten().map(due_entry).collect::<Result<Vec<_>, _>>()?;
+        due.sort();
         due.truncate(limit);
-        Ok(due)
+        Ok(due.into_iter().map(|(_, id)| id).collect())
+    }
+}
+
+/// A due-index entry: its deadline and the task's key, which is all a KEYS_ONLY index
+/// projects besides the shard.
+fn due_entry(item: Item) -> Result<(u64, OrderId), StoreError> {
+    let id = key_of(&item);
+    let deadline = match item.get(DEADLINE) {
+        Some(AttributeValue::N(n)) => n.parse::<u64>().ok(),
+        _ => None,
+    };
+    match (deadline, OrderId::parse(&id)) {
+        (Some(deadline), Ok(order_id)) => Ok((deadline, order_id)),
+        _ => Err(corrupt(&id, "due-index entry without a numeric deadline or a valid order id")),
     }
 }
 

@@ -62,7 +62,7 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The standard names: `{prefix}-orders` (table and queue), `{prefix}-state`, ...
+    /// The standard names: `{prefix}-state` (table), `{prefix}-orders` (queue), ...
     /// Visibility timeouts are six times the functions' timeouts in template.yaml
     /// (AWS's advice for SQS event sources): a message comes back only once the
     /// invocation handling it has certainly stopped.
@@ -73,7 +73,7 @@ impl Layout {
             max_receives: dlq.then_some(MAX_RECEIVES),
         };
         Layout {
-            tables: TableNames::new(format!("{prefix}-orders"), format!("{prefix}-state")),
+            tables: TableNames::new(format!("{prefix}-state")),
             orders: queue("orders", 60, true),
             scheduler: queue("scheduler", 90, true),
             agent: queue("agent", 360, true),
@@ -111,7 +111,6 @@ impl Provisioned {
     /// plus `STATUS_QUEUE_URL` for clients.
     pub fn env(&self) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
-            ("ORDERS_TABLE", self.tables.orders.clone()),
             ("STATE_TABLE", self.tables.state.clone()),
             ("DUE_INDEX", self.tables.due_index.clone()),
             ("DUE_SHARDS", self.tables.due_shards.to_string()),
@@ -165,41 +164,37 @@ fn attribute(name: &str, kind: ScalarAttributeType) -> Result<AttributeDefinitio
         .map_err(|e| failed(name, e))
 }
 
-/// The orders table (key `order_id`) and the state table (key `order_id`, sparse
-/// index on `due_shard` + `deadline` projecting whole records, so the supervisor's
-/// query needs no second read to decide what is due).
+/// The state table (key `order_id`) with its sparse due index on `due_shard` +
+/// `deadline`, keys only: the supervisor re-reads each due task anyway, and a write
+/// that does not move the deadline then costs the index nothing.
 pub async fn create_tables(
     client: &aws_sdk_dynamodb::Client,
     tables: &TableNames,
 ) -> Result<(), ProvisionError> {
-    create_table(client, &tables.orders, None).await?;
     let index = GlobalSecondaryIndex::builder()
         .index_name(&tables.due_index)
         .key_schema(key_schema(DUE_SHARD, KeyType::Hash)?)
         .key_schema(key_schema(DEADLINE, KeyType::Range)?)
-        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
         .build()
         .map_err(|e| failed(&tables.due_index, e))?;
-    create_table(client, &tables.state, Some(index)).await
+    create_table(client, &tables.state, index).await
 }
 
 async fn create_table(
     client: &aws_sdk_dynamodb::Client,
     name: &str,
-    index: Option<GlobalSecondaryIndex>,
+    index: GlobalSecondaryIndex,
 ) -> Result<(), ProvisionError> {
-    let mut request = client
+    let request = client
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
         .key_schema(key_schema(KEY, KeyType::Hash)?)
-        .attribute_definitions(attribute(KEY, ScalarAttributeType::S)?);
-    if let Some(index) = index {
-        request = request
-            .attribute_definitions(attribute(DUE_SHARD, ScalarAttributeType::S)?)
-            .attribute_definitions(attribute(DEADLINE, ScalarAttributeType::N)?)
-            .global_secondary_indexes(index);
-    }
+        .attribute_definitions(attribute(KEY, ScalarAttributeType::S)?)
+        .attribute_definitions(attribute(DUE_SHARD, ScalarAttributeType::S)?)
+        .attribute_definitions(attribute(DEADLINE, ScalarAttributeType::N)?)
+        .global_secondary_indexes(index);
     match request.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}

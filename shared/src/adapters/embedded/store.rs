@@ -3,7 +3,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::domain::{OrderId, OrderRecord, TaskRecord, Timestamp};
+use crate::domain::{OrderId, TaskRecord, Timestamp};
 use crate::ports::{Inserted, StateStore, StoreError, Written};
 
 /// One landed write of a task record, for history and invariant checks.
@@ -15,7 +15,6 @@ pub struct WriteRecord {
 
 #[derive(Default)]
 struct Tables {
-    orders: HashMap<OrderId, OrderRecord>,
     tasks: HashMap<OrderId, TaskRecord>,
     /// The sparse due index: (deadline, order id) of every task that has a deadline.
     due: BTreeSet<(Timestamp, OrderId)>,
@@ -26,7 +25,7 @@ struct Tables {
     unavailable_next: u32,
 }
 
-/// The orders and state tables behind one lock, so every conditional write is atomic
+/// The state table and its due index behind one lock, so every conditional write is atomic
 /// exactly as DynamoDB's are.
 #[derive(Default)]
 pub struct EmbeddedStore(Mutex<Tables>);
@@ -62,6 +61,10 @@ impl EmbeddedStore {
         all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
         all
     }
+    /// One task as stored, outside the port (no injected faults), for checkers.
+    pub fn peek(&self, id: &OrderId) -> Option<TaskRecord> {
+        self.tables().tasks.get(id).cloned()
+    }
     /// Tasks per state, without copying records (cheap enough to poll for progress).
     pub fn state_counts(&self) -> std::collections::BTreeMap<crate::domain::ProcessState, usize> {
         let mut counts = std::collections::BTreeMap::new();
@@ -74,6 +77,9 @@ impl EmbeddedStore {
         self.tables().due_items_read
     }
     fn index(t: &mut Tables, before: Option<&TaskRecord>, after: &TaskRecord) {
+        if before.map(|b| b.deadline) == Some(after.deadline) {
+            return;
+        }
         if let Some(deadline) = before.and_then(|b| b.deadline) {
             t.due.remove(&(deadline, after.order_id.clone()));
         }
@@ -85,23 +91,16 @@ impl EmbeddedStore {
 
 #[async_trait]
 impl StateStore for EmbeddedStore {
-    async fn insert(&self, order: &OrderRecord, task: &TaskRecord) -> Result<Inserted, StoreError> {
+    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
         let mut t = self.tables();
         Self::check_available(&mut t)?;
-        if let Some(existing) = t.orders.get(&order.order.order_id) {
-            return Ok(Inserted::Exists(existing.clone()));
+        if let Some(existing) = t.tasks.get(&task.order_id) {
+            return Ok(Inserted::Exists(Box::new(existing.clone())));
         }
-        t.orders.insert(order.order.order_id.clone(), order.clone());
         t.tasks.insert(task.order_id.clone(), task.clone());
         Self::index(&mut t, None, task);
         t.log.push(WriteRecord { before: None, after: task.clone() });
         Ok(Inserted::New)
-    }
-
-    async fn order(&self, id: &OrderId) -> Result<Option<OrderRecord>, StoreError> {
-        let mut t = self.tables();
-        Self::check_available(&mut t)?;
-        Ok(t.orders.get(id).cloned())
     }
 
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
@@ -130,12 +129,12 @@ impl StateStore for EmbeddedStore {
         Ok(Written::Applied)
     }
 
-    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         let mut t = self.tables();
         Self::check_available(&mut t)?;
         let ids: Vec<OrderId> =
             t.due.iter().take_while(|(d, _)| *d <= now).take(limit).map(|(_, id)| id.clone()).collect();
         t.due_items_read += ids.len() as u64;
-        Ok(ids.iter().filter_map(|id| t.tasks.get(id).cloned()).collect())
+        Ok(ids)
     }
 }
