@@ -958,11 +958,14 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
     let invocations: u64 =
         u.invocations.iter().filter(|(k, _)| k.as_str() != "supervisor").map(|(_, v)| v).sum();
     let gb_s = invocations as f64 * (a.memory_mb as f64 / 1024.0) * (a.invocation_ms as f64 / 1000.0);
-    let sqs_requests = (u.sqs_sends + u.sqs_receives + u.sqs_deletes) as f64;
+    // The application's own SendMessage of each order, as in Step Functions' intake below.
+    let order_sends = n;
+    let sqs_requests = order_sends + (u.sqs_sends + u.sqs_receives + u.sqs_deletes) as f64;
     let per_order: BTreeMap<String, f64> = [
         ("ddb_wru", u.wru / n),
         ("ddb_rru", u.rru / n),
         ("ddb_requests", (u.ddb_gets + u.ddb_puts) as f64 / n),
+        ("sqs_order_sends", order_sends / n),
         ("sqs_sends", u.sqs_sends as f64 / n),
         ("sqs_receives", u.sqs_receives as f64 / n),
         ("sqs_deletes", u.sqs_deletes as f64 / n),
