@@ -27,8 +27,8 @@ use sas::domain::{
     LineItem, OperatorAlert, Order, OrderId, Policy, ProcessState, TaskRecord, Timestamp, Workflows,
 };
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, Settings, Submission, Supervisor,
-    run_batch,
+    Agent, AgentDeps, AgentSettings, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
+    Settings, Submission, Supervisor, run_batch,
 };
 use sas::ports::{
     AlertError, Alerts, Clock, Inserted, Metrics, Outgoing, QueueError, QueueUrl, Queues, RemoteCall,
@@ -394,6 +394,9 @@ impl Rig {
         } else {
             (store.clone(), queues.clone(), Arc::new(RecordingAlerts::default()))
         };
+        // As the Lambda functions send: each invocation's sends coalesced, the counting
+        // wrapper inside so it counts the requests that would reach SQS.
+        let send: Arc<dyn Queues> = Arc::new(SendCoalescer::new(send, DEFAULT_MAX_HOLD));
         let metrics: Arc<dyn Metrics> = Arc::new(CountingMetrics::default());
         let random = Arc::new(FastRandom::seeded(options.seed));
         let remote =

@@ -20,8 +20,8 @@ use sas::domain::breaker::BreakerPolicy;
 use sas::domain::retry::Backoff;
 use sas::domain::{OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, Settings, Submission, Supervisor,
-    run_batch,
+    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
+    Submission, Supervisor, run_batch,
 };
 use sas::ports::{Alerts, Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 
@@ -46,6 +46,8 @@ pub struct DevOptions {
     /// Concurrent batches per function, like Lambda's concurrency.
     pub concurrency: usize,
     pub batch_size: usize,
+    /// The longest a send waits to go out in one request with its invocation's others.
+    pub send_max_hold_ms: u64,
     pub seed: u64,
     /// Give up waiting for every order to end after this long.
     pub max_runtime: Duration,
@@ -65,6 +67,7 @@ impl Default for DevOptions {
             failure_threshold: 5,
             concurrency: 64,
             batch_size: 10,
+            send_max_hold_ms: sas::config::DEFAULT_SEND_MAX_HOLD_MS,
             seed: 1,
             max_runtime: Duration::from_secs(300),
         }
@@ -340,8 +343,10 @@ pub async fn run(options: DevOptions, on_progress: impl Fn(&Progress)) -> Result
     run_on(&backend, clock, options, 100, on_progress).await.map_err(std::io::Error::other)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spawn_pump<H, Fut>(
     backend: &dyn Backend,
+    sends: Arc<dyn Queues>,
     queue: &'static str,
     dead_letter_queue: &'static str,
     options: &DevOptions,
@@ -354,7 +359,7 @@ where
     Fut: std::future::Future<Output = Result<(), sas::handlers::HandlerError>> + Send + 'static,
 {
     let dead_letters = DeadLetters {
-        queues: backend.queues(),
+        queues: sends,
         source: QueueUrl(queue.into()),
         dead_letter_queue: QueueUrl(dead_letter_queue.into()),
         metrics,
@@ -385,9 +390,12 @@ pub async fn run_on(
     let remote = SimRemote::start(options.faults, options.seed).await?;
     let http = HttpRemote::new(remote.base_url()).map_err(std::io::Error::other)?;
 
+    // As the Lambda functions send: each invocation's sends coalesced into one request per queue.
+    let sends: Arc<dyn Queues> =
+        Arc::new(SendCoalescer::new(backend.queues(), Duration::from_millis(options.send_max_hold_ms)));
     let deps = Deps {
         store: backend.store(),
-        queues: backend.queues(),
+        queues: sends.clone(),
         alerts: backend.alerts(),
         clock: clock.clone(),
         random: random.clone(),
@@ -403,7 +411,7 @@ pub async fn run_on(
     let scheduler = Scheduler::new(deps.clone(), settings.clone());
     let agent = Agent::new(
         AgentDeps {
-            queues: backend.queues(),
+            queues: sends.clone(),
             clock: clock.clone(),
             random: random.clone(),
             metrics: metrics.clone(),
@@ -420,18 +428,45 @@ pub async fn run_on(
     let stop = Arc::new(AtomicBool::new(false));
     let (s, c, a) = (submission.clone(), scheduler.clone(), agent.clone());
     let mut workers = vec![
-        spawn_pump(backend, ORDERS, ORDERS_DLQ, &options, metrics.clone(), stop.clone(), move |m| {
-            let s = s.clone();
-            async move { s.handle(m).await }
-        }),
-        spawn_pump(backend, SCHEDULER, SCHEDULER_DLQ, &options, metrics.clone(), stop.clone(), move |m| {
-            let c = c.clone();
-            async move { c.handle(m).await }
-        }),
-        spawn_pump(backend, AGENT, AGENT_DLQ, &options, metrics.clone(), stop.clone(), move |m| {
-            let a = a.clone();
-            async move { a.handle(m).await }
-        }),
+        spawn_pump(
+            backend,
+            sends.clone(),
+            ORDERS,
+            ORDERS_DLQ,
+            &options,
+            metrics.clone(),
+            stop.clone(),
+            move |m| {
+                let s = s.clone();
+                async move { s.handle(m).await }
+            },
+        ),
+        spawn_pump(
+            backend,
+            sends.clone(),
+            SCHEDULER,
+            SCHEDULER_DLQ,
+            &options,
+            metrics.clone(),
+            stop.clone(),
+            move |m| {
+                let c = c.clone();
+                async move { c.handle(m).await }
+            },
+        ),
+        spawn_pump(
+            backend,
+            sends.clone(),
+            AGENT,
+            AGENT_DLQ,
+            &options,
+            metrics.clone(),
+            stop.clone(),
+            move |m| {
+                let a = a.clone();
+                async move { a.handle(m).await }
+            },
+        ),
     ];
     let supervisor_runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     {

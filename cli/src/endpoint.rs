@@ -140,6 +140,9 @@ impl Queues for NamedQueues {
     async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
         self.sqs.send_batch(&self.url(queue), messages).await
     }
+    async fn send_each(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Vec<Result<(), QueueError>> {
+        self.sqs.send_each(&self.url(queue), messages).await
+    }
 }
 
 #[async_trait]

@@ -68,6 +68,9 @@ struct DevArgs {
     /// Concurrent batches (invocations) per function.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// The longest a send waits to go out in one request with its invocation's others, in ms.
+    #[arg(long, default_value_t = sas::config::DEFAULT_SEND_MAX_HOLD_MS)]
+    send_max_hold_ms: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Stop waiting after this many seconds.
@@ -122,6 +125,7 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
         failure_threshold: args.failure_threshold,
         concurrency: args.concurrency,
         batch_size: 10,
+        send_max_hold_ms: args.send_max_hold_ms,
         seed: args.seed,
         max_runtime: Duration::from_secs(args.max_seconds),
     };

@@ -17,6 +17,7 @@
 //! | `ALERT_TOPIC_ARN` | scheduler, supervisor | required |
 //! | `STEP_TIMEOUT_MS`, `REPLY_GRACE_MS`, `PENDING_TIMEOUT_MS`, `FAILURE_THRESHOLD`, `RETRY_BASE_MS`, `RETRY_CAP_MS` | submission, scheduler, supervisor | 30000, 10000, 60000, 5, 1000, 60000 |
 //! | `METRICS_NAMESPACE` | all four | `sas` |
+//! | `SEND_MAX_HOLD_MS` | all four: how long an invocation's send may wait to be batched with its other handlers' (`handlers::coalesce`) | 20 |
 
 use std::str::FromStr;
 
@@ -29,6 +30,9 @@ pub const DEFAULT_DUE_INDEX: &str = "due-index";
 pub const DEFAULT_DUE_SHARDS: u32 = 4;
 pub const MAX_DUE_SHARDS: u32 = 1_000;
 pub const DEFAULT_METRICS_NAMESPACE: &str = "sas";
+pub const DEFAULT_SEND_MAX_HOLD_MS: u64 = crate::handlers::DEFAULT_MAX_HOLD.as_millis() as u64;
+/// Past a second a held send costs more in latency than batching saves.
+pub const MAX_SEND_MAX_HOLD_MS: u64 = 1_000;
 
 /// Stands in for `AGENT_QUEUE_URL` in functions that never dispatch (submission and
 /// supervisor: only a claim dispatches, and only the scheduler claims). Not a URL, so
@@ -184,6 +188,10 @@ impl Env<'_> {
         self.optional("METRICS_NAMESPACE").unwrap_or_else(|| DEFAULT_METRICS_NAMESPACE.to_owned())
     }
 
+    fn send_max_hold(&mut self) -> u64 {
+        self.number("SEND_MAX_HOLD_MS", DEFAULT_SEND_MAX_HOLD_MS, 0..=MAX_SEND_MAX_HOLD_MS)
+    }
+
     fn finish<T>(self, config: T) -> Result<T, ConfigError> {
         if self.problems.is_empty() { Ok(config) } else { Err(ConfigError { problems: self.problems }) }
     }
@@ -222,6 +230,8 @@ pub struct SubmissionConfig {
     pub agent_queue: Option<QueueUrl>,
     pub policy: Policy,
     pub metrics_namespace: String,
+    /// The longest a send waits to go out in one request with the invocation's others.
+    pub send_max_hold_ms: u64,
 }
 
 impl SubmissionConfig {
@@ -237,6 +247,7 @@ impl SubmissionConfig {
             agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
             policy: env.policy(),
             metrics_namespace: env.namespace(),
+            send_max_hold_ms: env.send_max_hold(),
         })
     }
     pub fn settings(&self) -> Settings {
@@ -253,6 +264,8 @@ pub struct SchedulerConfig {
     pub alert_topic_arn: String,
     pub policy: Policy,
     pub metrics_namespace: String,
+    /// The longest a send waits to go out in one request with the invocation's others.
+    pub send_max_hold_ms: u64,
 }
 
 impl SchedulerConfig {
@@ -268,6 +281,7 @@ impl SchedulerConfig {
             alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
             policy: env.policy(),
             metrics_namespace: env.namespace(),
+            send_max_hold_ms: env.send_max_hold(),
         })
     }
     pub fn settings(&self) -> Settings {
@@ -282,6 +296,8 @@ pub struct AgentConfig {
     pub scheduler_queue: QueueUrl,
     pub remote_service_url: String,
     pub metrics_namespace: String,
+    /// The longest a send waits to go out in one request with the invocation's others.
+    pub send_max_hold_ms: u64,
 }
 
 impl AgentConfig {
@@ -301,6 +317,7 @@ impl AgentConfig {
                     env.url("REMOTE_SERVICE_URL", remote)
                 },
                 metrics_namespace: env.namespace(),
+                send_max_hold_ms: env.send_max_hold(),
             }
         })
     }
@@ -314,6 +331,8 @@ pub struct SupervisorConfig {
     pub alert_topic_arn: String,
     pub policy: Policy,
     pub metrics_namespace: String,
+    /// The longest a send waits to go out in one request with the invocation's others.
+    pub send_max_hold_ms: u64,
 }
 
 impl SupervisorConfig {
@@ -328,6 +347,7 @@ impl SupervisorConfig {
             alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
             policy: env.policy(),
             metrics_namespace: env.namespace(),
+            send_max_hold_ms: env.send_max_hold(),
         })
     }
     pub fn settings(&self) -> Settings {
@@ -391,9 +411,26 @@ mod tests {
         assert_eq!(c.policy.failure_threshold, 5);
         assert_eq!(c.metrics_namespace, "sas");
         assert_eq!(c.agent_queue, None);
+        assert_eq!(c.send_max_hold_ms, 20);
         let s = c.settings();
         assert_eq!(s.topology.scheduler_queue.0, Q);
         assert_eq!(s.topology.agent_queue.0, UNUSED_AGENT_QUEUE);
+    }
+
+    #[test]
+    fn the_send_hold_is_bounded() {
+        let read = |hold: &str| {
+            AgentConfig::from_lookup(&lookup(&[
+                ("AGENT_QUEUE_URL", Q),
+                ("AGENT_DLQ_URL", Q),
+                ("SCHEDULER_QUEUE_URL", Q),
+                ("REMOTE_SERVICE_URL", "http://127.0.0.1:9/"),
+                ("SEND_MAX_HOLD_MS", hold),
+            ]))
+        };
+        assert_eq!(read("0").unwrap().send_max_hold_ms, 0);
+        let err = read("5000").unwrap_err();
+        assert_eq!(err.problems, ["SEND_MAX_HOLD_MS=\"5000\" is not a whole number from 0 to 1000"]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -15,8 +16,10 @@ use crate::adapters::emf::EmfMetrics;
 use crate::adapters::system::{FastRandom, SystemClock};
 use crate::config::{ConfigError, TableNames};
 use crate::domain::OperatorAlert;
-use crate::handlers::{BatchReport, DeadLetters, Deps, HandlerError, Inbound, Supervisor, run_batch};
-use crate::ports::{AlertError, Alerts, Metrics, QueueUrl};
+use crate::handlers::{
+    BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
+};
+use crate::ports::{AlertError, Alerts, Metrics, QueueUrl, Queues};
 
 pub use lambda_runtime::Error;
 
@@ -125,8 +128,10 @@ impl Aws {
         Aws { clients: Clients::new(&sdk) }
     }
 
-    pub fn queues(&self) -> Arc<SqsQueues> {
-        Arc::new(SqsQueues::new(self.clients.sqs.clone()))
+    /// SQS, with each invocation's sends coalesced into one SendMessageBatch request per
+    /// queue, none held longer than `send_max_hold` (`handlers::coalesce`).
+    pub fn queues(&self, send_max_hold: Duration) -> Arc<dyn Queues> {
+        Arc::new(SendCoalescer::new(Arc::new(SqsQueues::new(self.clients.sqs.clone())), send_max_hold))
     }
 
     pub fn metrics(function: &str, namespace: &str) -> Arc<EmfMetrics> {
@@ -135,14 +140,20 @@ impl Aws {
 
     /// The handlers' ports on AWS. `alert_topic` is `None` for a function that never
     /// raises alerts (submission); an alert there would be a bug, so it fails loudly.
-    pub fn deps(&self, tables: &TableNames, alert_topic: Option<&str>, metrics: Arc<dyn Metrics>) -> Deps {
+    pub fn deps(
+        &self,
+        tables: &TableNames,
+        alert_topic: Option<&str>,
+        metrics: Arc<dyn Metrics>,
+        send_max_hold: Duration,
+    ) -> Deps {
         let alerts: Arc<dyn Alerts> = match alert_topic {
             Some(arn) => Arc::new(SnsAlerts::new(self.clients.sns.clone(), arn)),
             None => Arc::new(NoAlertTopic),
         };
         Deps {
             store: Arc::new(DynamoStore::new(self.clients.dynamodb.clone(), tables.clone())),
-            queues: self.queues(),
+            queues: self.queues(send_max_hold),
             alerts,
             clock: Arc::new(SystemClock),
             random: Arc::new(FastRandom::from_entropy()),

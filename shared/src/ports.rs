@@ -91,6 +91,15 @@ pub trait Queues: Send + Sync {
     async fn send(&self, queue: &QueueUrl, message: Outgoing) -> Result<(), QueueError> {
         self.send_batch(queue, vec![message]).await
     }
+
+    /// Sends every message and answers for each, in order: where the service accepts some
+    /// entries of a request and refuses others, only the refused ones fail. The default
+    /// is all or nothing.
+    async fn send_each(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Vec<Result<(), QueueError>> {
+        let n = messages.len();
+        let result = self.send_batch(queue, messages).await;
+        vec![result; n]
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -23,7 +23,7 @@ use sas::domain::retry::Backoff;
 use sas::domain::{OperatorAlert, Order, OrderId, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler,
-    Settings, Submission, Supervisor, SweepReport, run_batch,
+    SendCoalescer, Settings, Submission, Supervisor, SweepReport, run_batch,
 };
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
@@ -44,6 +44,8 @@ const WORK: [(&str, &str, u64, Function); 3] = [
 ];
 pub const MAX_RECEIVES: u32 = 5;
 pub const SUPERVISOR_PERIOD_MS: u64 = 1_000;
+/// The longest a send waits for the rest of its invocation's, as deployed.
+pub const SEND_MAX_HOLD_MS: u64 = sas::config::DEFAULT_SEND_MAX_HOLD_MS;
 /// Largest step of time the loop takes between two I/O calls.
 const TICK_MAX_MS: u64 = 25;
 
@@ -188,7 +190,8 @@ struct Sim {
     shared: Arc<Shared>,
     store: Arc<EmbeddedStore>,
     queues: Arc<EmbeddedQueues>,
-    sim_queues: Arc<SimQueues>,
+    /// The fault layer's queues behind a send coalescer, as the functions send.
+    sends: Arc<dyn Queues>,
     alerts: Arc<RecordingAlerts>,
     metrics: Arc<CountingMetrics>,
     submission: Submission,
@@ -253,9 +256,12 @@ impl Sim {
         let alerts = Arc::new(RecordingAlerts::default());
         let metrics = Arc::new(CountingMetrics::default());
         let clock = Arc::new(SimClock { shared: shared.clone() });
+        // Held on simulated time: a timer the loop fires like any other, so a seed replays.
+        let sends: Arc<dyn Queues> =
+            Arc::new(SendCoalescer::on_clock(sim_queues, SEND_MAX_HOLD_MS, clock.clone()));
         let deps = Deps {
             store: Arc::new(SimStore { inner: store.clone(), shared: shared.clone() }),
-            queues: sim_queues.clone(),
+            queues: sends.clone(),
             alerts: Arc::new(SimAlerts { inner: alerts.clone(), shared: shared.clone() }),
             clock: clock.clone(),
             random: Arc::new(FastRandom::seeded(rng.u64(..))),
@@ -267,7 +273,7 @@ impl Sim {
         let agents = (0..swarm.agent_concurrency)
             .map(|_| {
                 let deps = AgentDeps {
-                    queues: sim_queues.clone(),
+                    queues: sends.clone(),
                     clock: clock.clone(),
                     random: Arc::new(FastRandom::seeded(rng.u64(..))),
                     metrics: metrics.clone(),
@@ -287,7 +293,7 @@ impl Sim {
             shared,
             store,
             queues,
-            sim_queues,
+            sends,
             alerts,
             metrics,
             submission: Submission::new(deps.clone(), settings.clone()),
@@ -550,7 +556,7 @@ impl Sim {
             })
             .collect();
         let dead_letters = DeadLetters {
-            queues: self.sim_queues.clone(),
+            queues: self.sends.clone(),
             source: QueueUrl(queue.into()),
             dead_letter_queue: QueueUrl(dlq.into()),
             metrics: self.metrics.clone(),

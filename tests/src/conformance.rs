@@ -383,3 +383,21 @@ pub async fn unknown_queue_is_named(b: &Backend) {
         other => panic!("{}: {other:?}", b.name),
     }
 }
+
+/// `send_each` answers for every message, in order, beyond one request's 10 entries;
+/// against a queue that does not exist each answer is `NoSuchQueue`.
+pub async fn send_each_answers_for_every_message(b: &Backend) {
+    let bodies: BTreeSet<String> = (0..13).map(|i| body(&format!("each-{i}"))).collect();
+    let results =
+        b.queues.send_each(&b.work_queue, bodies.iter().cloned().map(Outgoing::new).collect()).await;
+    assert_eq!(results.len(), bodies.len(), "{}", b.name);
+    assert!(results.iter().all(Result::is_ok), "{}: {results:?}", b.name);
+    let got = receive_n(b, &b.work_queue, bodies.len(), Duration::from_secs(10)).await;
+    let got_bodies: BTreeSet<String> = got.iter().map(|d| d.body.clone()).collect();
+    assert_eq!(got_bodies, bodies, "{}", b.name);
+
+    let missing = QueueUrl(format!("{}-missing-{}", b.work_queue.0, uuid::Uuid::new_v4().simple()));
+    let results =
+        b.queues.send_each(&missing, vec![Outgoing::new("x".into()), Outgoing::new("y".into())]).await;
+    assert_eq!(results, vec![Err(sas::ports::QueueError::NoSuchQueue(missing.0.clone())); 2], "{}", b.name);
+}

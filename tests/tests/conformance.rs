@@ -41,4 +41,5 @@ on_both_backends! {
     dead_letter_after_max_receives => |b| c::dead_letter_after_max_receives(b);
     batches_arrive_whole_and_delays_hold => |b| c::batches_arrive_whole_and_delays_hold(b);
     unknown_queue_is_named => |b| c::unknown_queue_is_named(b);
+    send_each_answers_for_every_message => |b| c::send_each_answers_for_every_message(b);
 }

@@ -14,7 +14,7 @@ use sas::adapters::aws::Clients;
 use sas::adapters::aws::provision::{Layout, provision};
 use sas::adapters::embedded::ManualClock;
 use sas::domain::{OrderId, ProcessState};
-use sas::handlers::{REASON_ATTRIBUTE, Submission, Supervisor};
+use sas::handlers::{DEFAULT_MAX_HOLD, REASON_ATTRIBUTE, Submission, Supervisor};
 use sas::lambda::Aws;
 use sas::ports::{QueueConsumer, QueueUrl};
 use serde_json::{Value, json};
@@ -119,7 +119,7 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     };
 
     // submission: a valid order, its exact duplicate, a malformed body.
-    let deps = aws.deps(&resources.tables, None, Aws::metrics("submission", "sas-test"));
+    let deps = aws.deps(&resources.tables, None, Aws::metrics("submission", "sas-test"), DEFAULT_MAX_HOLD);
     let dead_letters = Aws::dead_letters(&deps, &orders, &orders_dlq);
     let submission = Submission::new(deps, settings.clone());
     let order = r#"{"order_id":"glue-1","customer_id":"c","items":[{"sku":"A","quantity":1}]}"#;
@@ -139,8 +139,8 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     assert!(reason.contains("not a valid message"), "{reason}");
 
     // supervisor: a scheduled event after the task's deadline recovers it.
-    let mut deps =
-        aws.deps(&resources.tables, Some(&resources.alert_topic_arn), Aws::metrics("supervisor", "sas-test"));
+    let metrics = Aws::metrics("supervisor", "sas-test");
+    let mut deps = aws.deps(&resources.tables, Some(&resources.alert_topic_arn), metrics, DEFAULT_MAX_HOLD);
     let deadline = task.deadline.expect("pending tasks have a deadline");
     deps.clock = Arc::new(ManualClock::at(deadline.0 + 1));
     let supervisor = Supervisor::new(deps, settings);

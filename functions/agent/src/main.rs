@@ -1,6 +1,7 @@
 //! agent: performs one step against the remote service and replies to the scheduler.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
@@ -13,7 +14,7 @@ async fn main() -> Result<(), Error> {
     lambda::init_tracing();
     let config = lambda::require(AgentConfig::from_env())?;
     let aws = Aws::load().await;
-    let queues = aws.queues();
+    let queues = aws.queues(Duration::from_millis(config.send_max_hold_ms));
     let metrics = Aws::metrics("agent", &config.metrics_namespace);
     let deps = AgentDeps {
         queues: queues.clone(),

@@ -1,5 +1,7 @@
 //! scheduler: claims tasks, dispatches steps to agents, applies fenced replies.
 
+use std::time::Duration;
+
 use sas::config::SchedulerConfig;
 use sas::handlers::Scheduler;
 use sas::lambda::{self, Aws, Error};
@@ -10,7 +12,8 @@ async fn main() -> Result<(), Error> {
     let config = lambda::require(SchedulerConfig::from_env())?;
     let aws = Aws::load().await;
     let metrics = Aws::metrics("scheduler", &config.metrics_namespace);
-    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics);
+    let hold = Duration::from_millis(config.send_max_hold_ms);
+    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics, hold);
     let dead_letters = Aws::dead_letters(&deps, &config.scheduler_queue, &config.scheduler_dlq);
     let handler = Scheduler::new(deps, config.settings());
     lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await

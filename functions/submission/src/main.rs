@@ -1,5 +1,7 @@
 //! submission: validates orders from the orders queue and starts their tasks.
 
+use std::time::Duration;
+
 use sas::config::SubmissionConfig;
 use sas::handlers::Submission;
 use sas::lambda::{self, Aws, Error};
@@ -9,7 +11,8 @@ async fn main() -> Result<(), Error> {
     lambda::init_tracing();
     let config = lambda::require(SubmissionConfig::from_env())?;
     let aws = Aws::load().await;
-    let deps = aws.deps(&config.tables, None, Aws::metrics("submission", &config.metrics_namespace));
+    let metrics = Aws::metrics("submission", &config.metrics_namespace);
+    let deps = aws.deps(&config.tables, None, metrics, Duration::from_millis(config.send_max_hold_ms));
     let dead_letters = Aws::dead_letters(&deps, &config.orders_queue, &config.orders_dlq);
     let handler = Submission::new(deps, config.settings());
     lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await

@@ -1,5 +1,7 @@
 //! supervisor: on its schedule, recovers every task whose deadline passed.
 
+use std::time::Duration;
+
 use sas::config::SupervisorConfig;
 use sas::handlers::Supervisor;
 use sas::lambda::{self, Aws, Error};
@@ -10,6 +12,7 @@ async fn main() -> Result<(), Error> {
     let config = lambda::require(SupervisorConfig::from_env())?;
     let aws = Aws::load().await;
     let metrics = Aws::metrics("supervisor", &config.metrics_namespace);
-    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics);
+    let hold = Duration::from_millis(config.send_max_hold_ms);
+    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics, hold);
     lambda::serve_schedule(Supervisor::new(deps, config.settings())).await
 }

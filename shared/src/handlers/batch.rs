@@ -10,6 +10,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use super::HandlerError;
+use super::coalesce::join_round;
 use crate::ports::{Metric, Metrics, Outgoing, QueueUrl, Queues};
 
 /// The message attribute that carries a kept message's reason.
@@ -78,13 +79,15 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `handle` on every message at once; a panic in one is that message's failure only.
+/// The messages are one round of sends (`coalesce`): a `SendCoalescer` among the ports
+/// sends what the handlers send together.
 pub async fn run_batch<F, Fut>(messages: Vec<Inbound>, dead_letters: &DeadLetters, handle: F) -> BatchReport
 where
     F: Fn(Inbound) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
 {
     let handle = &handle;
-    let results = futures::future::join_all(messages.into_iter().map(|message| {
+    let outcomes = join_round(messages.into_iter().map(|message| {
         // `handle` is called inside the guarded future, so a panic before it returns
         // its own future is caught as well, not only one while it runs.
         let input = message.clone();
@@ -94,29 +97,41 @@ where
                 Ok(result) => result,
                 Err(panic) => Err(HandlerError::Reject(format!("handler panicked: {}", panic_text(&*panic)))),
             };
-            (message, result)
+            // Kept within the round, so the kept copies go out with the other handlers' sends.
+            let outcome = match result {
+                Ok(()) => Outcome::Done,
+                Err(HandlerError::Retry(reason)) => {
+                    tracing::warn!(message_id = %message.message_id, %reason, "message left for redelivery");
+                    Outcome::Redeliver
+                }
+                Err(HandlerError::Reject(reason)) => {
+                    tracing::warn!(message_id = %message.message_id, %reason, "message rejected and kept");
+                    if dead_letters.keep(&message, &reason).await {
+                        Outcome::Kept
+                    } else {
+                        Outcome::Redeliver
+                    }
+                }
+            };
+            (message.message_id, outcome)
         }
     }))
     .await;
 
     let mut report = BatchReport::default();
-    for (message, result) in results {
-        match result {
-            Ok(()) => {}
-            Err(HandlerError::Retry(reason)) => {
-                tracing::warn!(message_id = %message.message_id, %reason, "message left for redelivery");
-                report.failures.push(message.message_id);
-            }
-            Err(HandlerError::Reject(reason)) => {
-                tracing::warn!(message_id = %message.message_id, %reason, "message rejected and kept");
-                if dead_letters.keep(&message, &reason).await {
-                    report.kept += 1;
-                } else {
-                    report.failures.push(message.message_id);
-                }
-            }
+    for (message_id, outcome) in outcomes {
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Kept => report.kept += 1,
+            Outcome::Redeliver => report.failures.push(message_id),
         }
     }
     dead_letters.metrics.flush();
     report
+}
+
+enum Outcome {
+    Done,
+    Kept,
+    Redeliver,
 }

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod batch;
+pub mod coalesce;
 pub mod scheduler;
 pub mod submission;
 pub mod supervisor;
@@ -19,6 +20,7 @@ use crate::ports::{
 
 pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
 pub use batch::{BatchReport, DeadLetters, Inbound, REASON_ATTRIBUTE, run_batch};
+pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
 pub use scheduler::Scheduler;
 pub use submission::Submission;
 pub use supervisor::{Supervisor, SweepReport};

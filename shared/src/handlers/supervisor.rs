@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::coalesce::join_round;
 use super::{Deps, HandlerError, Settings, Transition, perform, transition};
 use crate::domain::{OrderId, Refusal, Trigger};
 
@@ -51,7 +52,8 @@ impl Supervisor {
             let exhausted = page.len() < limit;
             let due: Vec<OrderId> = page.into_iter().filter(|id| !examined.contains(id)).collect();
             report.examined += due.len();
-            let outcomes = futures::future::join_all(due.iter().map(|id| self.recover(id))).await;
+            // One round per page: a `SendCoalescer` sends the page's re-enqueues together.
+            let outcomes = join_round(due.iter().map(|id| self.recover(id))).await;
             for outcome in outcomes {
                 match outcome {
                     Ok(Some(Trigger::Retry)) => report.retried += 1,

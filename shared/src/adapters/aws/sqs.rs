@@ -113,42 +113,100 @@ impl SqsQueues {
     pub fn client(&self) -> &Client {
         &self.client
     }
+
+    /// One SendMessageBatch request (at most 10 entries, 256 KiB), with each entry's result.
+    async fn send_request(&self, queue: &QueueUrl, batch: Vec<Outgoing>) -> Vec<Result<(), QueueError>> {
+        let mut results = Vec::with_capacity(batch.len());
+        let mut entries = Vec::with_capacity(batch.len());
+        for (i, m) in batch.into_iter().enumerate() {
+            match entry(i, m, queue) {
+                Ok(e) => {
+                    entries.push(e);
+                    // Settled below by the response; an entry it does not mention stays failed.
+                    results.push(Err(QueueError::Unavailable {
+                        queue: queue.0.clone(),
+                        reason: "not acknowledged by SendMessageBatch".into(),
+                    }));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if entries.is_empty() {
+            return results;
+        }
+        let sent: Vec<usize> = entries.iter().filter_map(|e| e.id().parse().ok()).collect();
+        match self.client.send_message_batch().queue_url(&queue.0).set_entries(Some(entries)).send().await {
+            Err(e) => {
+                let e = unavailable(queue, "sending", e);
+                for i in sent {
+                    results[i] = Err(e.clone());
+                }
+            }
+            Ok(out) => settle(
+                &mut results,
+                queue,
+                out.successful().iter().map(|e| e.id()),
+                out.failed().iter().map(|e| (e.id(), e.code(), e.message().unwrap_or_default())),
+            ),
+        }
+        results
+    }
+}
+
+/// Puts a SendMessageBatch response's per-entry outcomes in the slots their ids (the
+/// entries' indexes) name; a slot the response does not mention keeps its failure.
+fn settle<'a>(
+    results: &mut [Result<(), QueueError>],
+    queue: &QueueUrl,
+    successful: impl Iterator<Item = &'a str>,
+    failed: impl Iterator<Item = (&'a str, &'a str, &'a str)>,
+) {
+    fn slot<'r>(
+        results: &'r mut [Result<(), QueueError>],
+        id: &str,
+    ) -> Option<&'r mut Result<(), QueueError>> {
+        id.parse::<usize>().ok().and_then(|i| results.get_mut(i))
+    }
+    for id in successful {
+        if let Some(s) = slot(results, id) {
+            *s = Ok(());
+        }
+    }
+    for (id, code, message) in failed {
+        if let Some(s) = slot(results, id) {
+            let reason = format!("{code} {message}");
+            *s = Err(QueueError::Unavailable { queue: queue.0.clone(), reason });
+        }
+    }
 }
 
 #[async_trait]
 impl Queues for SqsQueues {
     async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
-        for batch in batches(messages) {
-            let entries = batch
-                .into_iter()
-                .enumerate()
-                .map(|(i, m)| entry(i, m, queue))
-                .collect::<Result<Vec<_>, _>>()?;
-            let out = self
-                .client
-                .send_message_batch()
-                .queue_url(&queue.0)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| unavailable(queue, "sending", e))?;
-            // The callers resend the whole message list on error (by redelivery of what
-            // they were handling); the entries that did go through become duplicates,
-            // which every consumer tolerates.
-            if let Some(failed) = out.failed().first() {
-                return Err(QueueError::Unavailable {
-                    queue: queue.0.clone(),
-                    reason: format!(
-                        "{} of {} messages not sent; first: {} {}",
-                        out.failed().len(),
-                        out.failed().len() + out.successful().len(),
-                        failed.code(),
-                        failed.message().unwrap_or_default()
-                    ),
-                });
+        let results = self.send_each(queue, messages).await;
+        let failed: Vec<&QueueError> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        // The callers resend the whole message list on error (by redelivery of what they
+        // were handling); the entries that did go through become duplicates, which every
+        // consumer tolerates.
+        match failed.first() {
+            None => Ok(()),
+            // The whole call failed one way (no such queue, unreachable): that error as it is.
+            Some(&first) if failed.len() == results.len() && failed.iter().all(|e| *e == first) => {
+                Err(first.clone())
             }
+            Some(first) => Err(QueueError::Unavailable {
+                queue: queue.0.clone(),
+                reason: format!("{} of {} messages not sent; first: {first}", failed.len(), results.len()),
+            }),
         }
-        Ok(())
+    }
+
+    async fn send_each(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Vec<Result<(), QueueError>> {
+        let mut results = Vec::with_capacity(messages.len());
+        for batch in batches(messages) {
+            results.extend(self.send_request(queue, batch).await);
+        }
+        results
     }
 }
 
@@ -216,6 +274,29 @@ mod tests {
         assert_eq!(wait_seconds(0), 0);
         assert_eq!(wait_seconds(250), 1);
         assert_eq!(wait_seconds(60_000), 20);
+    }
+
+    #[test]
+    fn each_entry_gets_its_own_outcome() {
+        let queue = QueueUrl("q".into());
+        let unacknowledged = Err(QueueError::Unavailable { queue: "q".into(), reason: "none".into() });
+        let mut results = vec![unacknowledged.clone(); 4];
+        settle(
+            &mut results,
+            &queue,
+            ["0", "3", "9", "x"].into_iter(),
+            [("2", "InvalidMessageContents", "bad character")].into_iter(),
+        );
+        assert_eq!(results[0], Ok(()));
+        assert_eq!(results[1], unacknowledged, "not in the response: still failed");
+        assert_eq!(
+            results[2],
+            Err(QueueError::Unavailable {
+                queue: "q".into(),
+                reason: "InvalidMessageContents bad character".into()
+            })
+        );
+        assert_eq!(results[3], Ok(()));
     }
 
     #[test]
