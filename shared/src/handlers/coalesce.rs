@@ -40,7 +40,6 @@ tokio::task_local! {
 type Results = Vec<Result<(), QueueError>>;
 
 /// How long a parked send may wait, on which timer.
-#[derive(Clone)]
 enum Hold {
     /// Real time, whatever the handlers' clock: a manual clock's sleep returns at once,
     /// which would send every message alone.
@@ -82,6 +81,9 @@ impl SendCoalescer {
         let Ok(round) = ROUND.try_with(Arc::clone) else {
             return Err(messages);
         };
+        if messages.is_empty() {
+            return Err(messages);
+        }
         let n = messages.len();
         let (reply, mut answer) = oneshot::channel();
         let (id, oldest) = {
