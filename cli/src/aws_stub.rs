@@ -326,6 +326,11 @@ impl AwsStub {
         format!("https://localhost:{}", self.port)
     }
 
+    /// The same stub under its other name (the certificate covers both).
+    pub fn endpoint_by_ip(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
     /// The calls answered and TLS handshakes completed since the last `take`.
     pub fn take(&self) -> (Vec<StubCall>, u64) {
         let calls = std::mem::take(&mut *self.seen.calls.lock().unwrap());

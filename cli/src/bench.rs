@@ -1488,7 +1488,12 @@ pub async fn cold_start_once(
         .env("AWS_ACCESS_KEY_ID", "bench")
         .env("AWS_SECRET_ACCESS_KEY", "bench")
         .env("AWS_MAX_ATTEMPTS", "1")
+        // One stub, two host names, so DynamoDB and SQS get a connection each, as on AWS
+        // (where they are different hosts); SNS (unused by these events) falls back to
+        // AWS_ENDPOINT_URL.
         .env("AWS_ENDPOINT_URL", stub.endpoint())
+        .env("AWS_ENDPOINT_URL_DYNAMODB", stub.endpoint())
+        .env("AWS_ENDPOINT_URL_SQS", stub.endpoint_by_ip())
         // The only roots the binary's TLS clients load (no SSL_CERT_DIR: env cleared).
         .env("SSL_CERT_FILE", &stub.roots_file)
         .env("ORDERS_TABLE", "bench-orders")
