@@ -1243,12 +1243,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             }
             emit(args.json, &reports, |reports| {
                 let mut out =
-                    "binary            bytes  init ms  init+first ms  CPU ms  peak RSS MB  TLS conns  ok runs\n"
+                    "binary                  bytes  init ms  init+first ms  CPU ms  peak RSS MB  TLS conns  ok runs\n"
                         .to_owned();
                 for r in reports {
                     out += &format!(
-                        "{:<12} {:>10}  {:>7.2}  {:>13.2}  {:>6.2}  {:>11.1}  {:>9}  {}/{}\n",
-                        r.binary.rsplit('/').next().unwrap_or(&r.binary),
+                        "{:<18} {:>10}  {:>7.2}  {:>13.2}  {:>6.2}  {:>11.1}  {:>9}  {}/{}\n",
+                        short_path(&r.binary),
                         r.binary_bytes,
                         r.median_init_ms,
                         r.median_first_invocation_ms,
@@ -1600,6 +1600,12 @@ pub async fn cold_start_once(
         outcome: judge(case, response.as_ref(), &calls),
         calls,
     })
+}
+
+/// The file name and its directory's (`ring/agent`): enough to tell builds apart.
+fn short_path(path: &str) -> String {
+    let parts: Vec<&str> = path.rsplit('/').take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
 }
 
 /// CPU time of every thread of process `pid` so far, from the scheduler's statistics
