@@ -1502,7 +1502,6 @@ pub async fn cold_start_once(
         .env("AWS_ENDPOINT_URL_SQS", stub.endpoint_by_ip())
         // The only roots the binary's TLS clients load (no SSL_CERT_DIR: env cleared).
         .env("SSL_CERT_FILE", &stub.roots_file)
-        .env("ORDERS_TABLE", "bench-orders")
         .env("STATE_TABLE", BENCH_STATE_TABLE)
         .env("ORDERS_QUEUE_URL", bench_queue_url("orders"))
         .env("ORDERS_DLQ_URL", bench_queue_url("orders-dlq"))

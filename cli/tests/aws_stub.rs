@@ -31,7 +31,7 @@ async fn sdk_calls_succeed_over_tls_and_are_recorded() {
     assert!(stub.roots_file.exists());
     assert!(stub.roots >= 1);
     let clients = clients(&stub).await;
-    let tables = TableNames::new("bench-orders", "bench-state");
+    let tables = TableNames::new("bench-state");
     let store = DynamoStore::new(clients.dynamodb.clone(), tables.clone());
     let queues = SqsQueues::new(clients.sqs.clone());
 
@@ -85,7 +85,7 @@ async fn a_client_without_the_stubs_root_is_refused() {
         .credentials_provider(aws_sdk_sqs::config::Credentials::new("t", "t", None, None, "test"))
         .load()
         .await;
-    let store = DynamoStore::new(Clients::new(&sdk).dynamodb, TableNames::new("o", "s"));
+    let store = DynamoStore::new(Clients::new(&sdk).dynamodb, TableNames::new("s"));
     assert!(store.task(&OrderId::parse("o-1").unwrap()).await.is_err());
     let (calls, handshakes) = stub.take();
     assert_eq!((calls.len(), handshakes), (0, 0));
