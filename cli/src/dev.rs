@@ -388,7 +388,7 @@ pub async fn run_on(
     let metrics = Arc::new(CountingMetrics::default());
     let random = Arc::new(FastRandom::seeded(options.seed));
     let remote = SimRemote::start(options.faults, options.seed).await?;
-    let http = HttpRemote::new(remote.base_url()).map_err(std::io::Error::other)?;
+    let http = HttpRemote::new(remote.base_url());
 
     // As the Lambda functions send: each invocation's sends coalesced into one request per queue.
     let sends: Arc<dyn Queues> =

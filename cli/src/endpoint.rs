@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use aws_config::{BehaviorVersion, SdkConfig};
+use aws_config::SdkConfig;
 use sas::adapters::aws::provision::{self, Layout, Provisioned};
 use sas::adapters::aws::{Clients, DynamoStore, SnsAlerts, SqsQueues};
 use sas::adapters::embedded::{RecordingAlerts, StoredMessage, WriteRecord};
@@ -40,7 +40,7 @@ pub enum EndpointError {
 /// environment; an emulator accepts any, so where none are set, fixed dummy ones are
 /// used rather than failing on the first request.
 pub async fn sdk_config(endpoint: &str) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).endpoint_url(endpoint);
+    let mut loader = sas::adapters::aws::config_loader().endpoint_url(endpoint);
     if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
         loader = loader.region(aws_config::Region::new("us-east-1"));
     }

@@ -124,7 +124,7 @@ pub struct Aws {
 impl Aws {
     /// Region, credentials and endpoint (`AWS_ENDPOINT_URL`) from the environment.
     pub async fn load() -> Aws {
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+        let sdk = crate::adapters::aws::config_loader().load().await;
         Aws { clients: Clients::new(&sdk) }
     }
 

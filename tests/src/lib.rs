@@ -11,7 +11,7 @@ pub mod conformance;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, SdkConfig};
+use aws_config::SdkConfig;
 use sas::adapters::aws::provision::{self, QueueSpec};
 use sas::adapters::aws::{DynamoStore, SqsQueues, TableNames};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings};
@@ -45,7 +45,7 @@ pub fn endpoint(test: &str) -> Option<String> {
 pub async fn sdk_config(endpoint: &str) -> SdkConfig {
     let credentials =
         aws_sdk_dynamodb::config::Credentials::new("testing", "testing", None, None, "sas-tests");
-    aws_config::defaults(BehaviorVersion::latest())
+    sas::adapters::aws::config_loader()
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(credentials)

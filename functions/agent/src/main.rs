@@ -21,7 +21,7 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         random: Arc::new(FastRandom::from_entropy()),
         metrics: metrics.clone(),
-        remote: Arc::new(HttpRemote::new(config.remote_service_url.clone())?),
+        remote: Arc::new(HttpRemote::new(config.remote_service_url.clone())),
         scheduler_queue: config.scheduler_queue.clone(),
     };
     let dead_letters =

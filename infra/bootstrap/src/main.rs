@@ -8,7 +8,6 @@
 
 use std::process::ExitCode;
 
-use aws_config::BehaviorVersion;
 use clap::Parser;
 use sas::adapters::aws::provision::{Layout, provision};
 
@@ -37,7 +36,7 @@ async fn main() -> ExitCode {
         eprintln!("sas-bootstrap: --prefix must be 1 to 40 of [A-Za-z0-9_-] (it names tables and queues)");
         return ExitCode::from(2);
     }
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    let mut loader = sas::adapters::aws::config_loader();
     if let Some(url) = &args.endpoint_url {
         loader = loader.endpoint_url(url);
     }

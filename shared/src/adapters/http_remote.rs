@@ -10,16 +10,38 @@ use crate::ports::{RemoteCall, RemoteError, RemoteService};
 
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
+/// The client is built on the first call, not in `new`: building it loads the root
+/// certificates and sets up TLS (~3.5 ms), which would otherwise sit on the agent's cold
+/// start init (docs/BENCHMARKS.md 5).
 #[derive(Debug, Clone)]
 pub struct HttpRemote {
-    client: reqwest::Client,
+    client: tokio::sync::OnceCell<reqwest::Client>,
     base_url: String,
 }
 
 impl HttpRemote {
-    pub fn new(base_url: impl Into<String>) -> Result<HttpRemote, reqwest::Error> {
-        let client = reqwest::Client::builder().connect_timeout(Duration::from_secs(2)).build()?;
-        Ok(HttpRemote { client, base_url: base_url.into().trim_end_matches('/').to_owned() })
+    pub fn new(base_url: impl Into<String>) -> HttpRemote {
+        HttpRemote {
+            client: tokio::sync::OnceCell::new(),
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// reqwest is built without a crypto provider (`rustls-no-provider`: its `rustls`
+    /// feature would link aws-lc-rs), so ring is installed as the process's default first,
+    /// unless something already installed one. Roots: the platform's, through
+    /// rustls-platform-verifier (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set).
+    fn build_client() -> Result<reqwest::Client, reqwest::Error> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder().connect_timeout(Duration::from_secs(2)).build()
+    }
+
+    /// The client, built by the first caller; a failed build is retried by the next call.
+    async fn client(&self) -> Result<&reqwest::Client, RemoteError> {
+        self.client
+            .get_or_try_init(|| async { Self::build_client() })
+            .await
+            .map_err(|e| RemoteError::Transient(format!("building the HTTP client: {e}")))
     }
 }
 
@@ -42,7 +64,8 @@ impl RemoteService for HttpRemote {
             order: call.order,
         };
         let response = self
-            .client
+            .client()
+            .await?
             .post(&url)
             .header(IDEMPOTENCY_HEADER, &call.idempotency_key.0)
             .timeout(Duration::from_millis(timeout_ms.max(1)))

@@ -14,6 +14,22 @@ pub use sqs::SqsQueues;
 
 use aws_config::SdkConfig;
 
+/// The start of every SDK configuration in sas (the functions, `sasctl`, the bootstrap,
+/// the tests): the usual environment (region, credentials, `AWS_ENDPOINT_URL`) and one
+/// HTTP client, rustls with ring. The SDK's own default client is rustls with aws-lc-rs,
+/// whose first TLS connection costs a cold start several times more CPU (docs/BENCHMARKS.md
+/// 5), so the workspace builds the SDK without it and every loader must come from here.
+/// Root certificates are the platform's (`rustls-native-certs`: `SSL_CERT_FILE` /
+/// `SSL_CERT_DIR` when set), loaded on the first request, not at init. Plain `http://`
+/// endpoints (moto, LocalStack) work too. Unlike the SDK's default client, this one does not
+/// read `HTTP(S)_PROXY` from the environment.
+pub fn config_loader() -> aws_config::ConfigLoader {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    let http =
+        aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http)
+}
+
 /// One client per service, built once per process from one `SdkConfig`; clients are
 /// cheap handles onto a shared connection pool, so clone freely.
 #[derive(Debug, Clone)]
