@@ -37,6 +37,10 @@ use crate::ports::{Clock, Outgoing, QueueError, QueueUrl, Queues};
 /// DynamoDB calls each), short against any step's complete-by.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(20);
 
+/// Sends of one kind a round usually makes: one per message of a Lambda SQS batch (10).
+/// Only sizes the first allocation of a group.
+const ROUND_HINT: usize = 10;
+
 tokio::task_local! {
     static ROUND: Arc<Round>;
 }
@@ -99,44 +103,50 @@ impl SendCoalescer {
 
     /// Parks the messages in the running round and waits for the flush that sends them;
     /// the messages back if no round is open.
-    async fn park(
-        &self,
-        queue: &QueueUrl,
-        messages: Vec<Outgoing>,
-        fold: bool,
-    ) -> Result<Answer, Vec<Outgoing>> {
+    async fn park(&self, queue: &QueueUrl, parcel: Parcel, fold: bool) -> Result<Answer, Parcel> {
         let Ok(round) = ROUND.try_with(Arc::clone) else {
-            return Err(messages);
+            return Err(parcel);
         };
-        if messages.is_empty() {
-            return Err(messages);
+        let n = parcel.len();
+        if n == 0 {
+            return Err(parcel);
         }
         let ticket = {
             let mut s = round.lock();
             if s.closed {
-                return Err(messages);
+                return Err(parcel);
             }
             if s.parked == 0 {
                 // A flush takes everything parked, so the oldest send's hold bounds every other's.
                 s.deadline = Some(self.hold.deadline());
+                // Every earlier answer taken: their slots can be used again.
+                if s.slots.iter().all(|slot| matches!(slot, Slot::Taken)) {
+                    s.slots.clear();
+                }
             }
             s.parked += 1;
             let ticket = s.slots.len();
             s.slots.push(Slot::Waiting(None));
-            let reply = Reply { ticket, n: messages.len(), fold };
+            let reply = Reply { ticket, n, fold };
             let inner = &self.inner;
-            match s.groups.iter_mut().find(|g| g.queue == *queue && Arc::ptr_eq(&g.inner, inner)) {
-                Some(g) => {
-                    g.messages.extend(messages);
-                    g.replies.push(reply);
+            let at = match s.groups.iter().position(|g| g.queue == *queue && Arc::ptr_eq(&g.inner, inner)) {
+                Some(at) => at,
+                None => {
+                    s.groups.push(Group {
+                        inner: inner.clone(),
+                        queue: queue.clone(),
+                        messages: Vec::with_capacity(ROUND_HINT.max(n)),
+                        replies: Vec::with_capacity(ROUND_HINT),
+                    });
+                    s.groups.len() - 1
                 }
-                None => s.groups.push(Group {
-                    inner: inner.clone(),
-                    queue: queue.clone(),
-                    messages,
-                    replies: vec![reply],
-                }),
+            };
+            let group = &mut s.groups[at];
+            match parcel {
+                Parcel::One(m) => group.messages.push(m),
+                Parcel::Many(ms) => group.messages.extend(ms),
             }
+            group.replies.push(reply);
             ticket
         };
         round.changed.notify_one();
@@ -146,20 +156,48 @@ impl SendCoalescer {
 
 #[async_trait]
 impl Queues for SendCoalescer {
+    // `send` directly, not through `send_batch`: one boxed future and no vector per message.
+    async fn send(&self, queue: &QueueUrl, message: Outgoing) -> Result<(), QueueError> {
+        match self.park(queue, Parcel::One(message), true).await {
+            Ok(answer) => answer.folded(),
+            Err(parcel) => self.inner.send_batch(queue, parcel.into_vec()).await,
+        }
+    }
+
     async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
-        match self.park(queue, messages, true).await {
-            Ok(Answer::Folded(result)) => result,
-            Ok(Answer::Each(results)) => results.into_iter().find_map(Result::err).map_or(Ok(()), Err),
-            Err(messages) => self.inner.send_batch(queue, messages).await,
+        match self.park(queue, Parcel::Many(messages), true).await {
+            Ok(answer) => answer.folded(),
+            Err(parcel) => self.inner.send_batch(queue, parcel.into_vec()).await,
         }
     }
 
     async fn send_each(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Results {
         let n = messages.len();
-        match self.park(queue, messages, false).await {
+        match self.park(queue, Parcel::Many(messages), false).await {
             Ok(Answer::Each(results)) => results,
             Ok(Answer::Folded(result)) => vec![result; n],
-            Err(messages) => self.inner.send_each(queue, messages).await,
+            Err(parcel) => self.inner.send_each(queue, parcel.into_vec()).await,
+        }
+    }
+}
+
+/// What one call parks.
+enum Parcel {
+    One(Outgoing),
+    Many(Vec<Outgoing>),
+}
+
+impl Parcel {
+    fn len(&self) -> usize {
+        match self {
+            Parcel::One(_) => 1,
+            Parcel::Many(ms) => ms.len(),
+        }
+    }
+    fn into_vec(self) -> Vec<Outgoing> {
+        match self {
+            Parcel::One(m) => vec![m],
+            Parcel::Many(ms) => ms,
         }
     }
 }
@@ -169,6 +207,15 @@ impl Queues for SendCoalescer {
 enum Answer {
     Folded(Result<(), QueueError>),
     Each(Results),
+}
+
+impl Answer {
+    fn folded(self) -> Result<(), QueueError> {
+        match self {
+            Answer::Folded(result) => result,
+            Answer::Each(results) => results.into_iter().find_map(Result::err).map_or(Ok(()), Err),
+        }
+    }
 }
 
 enum Slot {
