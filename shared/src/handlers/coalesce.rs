@@ -19,19 +19,27 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
+use crate::domain::Timestamp;
 use crate::ports::{Clock, Outgoing, QueueError, QueueUrl, Queues};
 
 /// Long enough for the handlers of one Lambda invocation to reach their sends (a few
 /// DynamoDB calls each), short against any step's complete-by.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(20);
+
+/// Sends of one kind a round usually makes: one per message of a Lambda SQS batch (10).
+/// Only sizes the first allocation of a group.
+const ROUND_HINT: usize = 10;
 
 tokio::task_local! {
     static ROUND: Arc<Round>;
@@ -49,10 +57,28 @@ enum Hold {
 }
 
 impl Hold {
-    async fn elapse(&self) {
+    fn deadline(&self) -> Deadline {
         match self {
-            Hold::Real(d) => tokio::time::sleep(*d).await,
-            Hold::Clock(clock, ms) => clock.sleep_until(clock.now().plus_ms(*ms)).await,
+            Hold::Real(d) => Deadline::Real(tokio::time::Instant::now() + *d),
+            Hold::Clock(clock, ms) => Deadline::Clock(clock.clone(), clock.now().plus_ms(*ms)),
+        }
+    }
+}
+
+/// When the oldest parked send of a round has waited its max hold.
+#[derive(Clone)]
+enum Deadline {
+    Real(tokio::time::Instant),
+    Clock(Arc<dyn Clock>, Timestamp),
+}
+
+type Timer = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl Deadline {
+    fn timer(self) -> Timer {
+        match self {
+            Deadline::Real(at) => Box::pin(tokio::time::sleep_until(at)),
+            Deadline::Clock(clock, at) => Box::pin(async move { clock.sleep_until(at).await }),
         }
     }
 }
@@ -75,169 +101,303 @@ impl SendCoalescer {
         SendCoalescer { inner, hold: Hold::Clock(clock, max_hold_ms) }
     }
 
-    /// The messages' results once their round flushes them, or the messages back if no
-    /// round is open.
-    async fn park(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<Results, Vec<Outgoing>> {
+    /// Parks the messages in the running round and waits for the flush that sends them;
+    /// the messages back if no round is open.
+    async fn park(&self, queue: &QueueUrl, parcel: Parcel, fold: bool) -> Result<Answer, Parcel> {
         let Ok(round) = ROUND.try_with(Arc::clone) else {
-            return Err(messages);
+            return Err(parcel);
         };
-        if messages.is_empty() {
-            return Err(messages);
+        let n = parcel.len();
+        if n == 0 {
+            return Err(parcel);
         }
-        let n = messages.len();
-        let (reply, mut answer) = oneshot::channel();
-        let (id, oldest) = {
+        let ticket = {
             let mut s = round.lock();
             if s.closed {
-                return Err(messages);
+                return Err(parcel);
             }
-            s.next_id += 1;
-            let id = s.next_id;
-            let oldest = s.parked.is_empty();
-            s.parked.push(Parked { id, inner: self.inner.clone(), queue: queue.clone(), messages, reply });
-            (id, oldest)
+            if s.parked == 0 {
+                // A flush takes everything parked, so the oldest send's hold bounds every other's.
+                s.deadline = Some(self.hold.deadline());
+                // Every earlier answer taken: their slots can be used again.
+                if s.slots.iter().all(|slot| matches!(slot, Slot::Taken)) {
+                    s.slots.clear();
+                }
+            }
+            s.parked += 1;
+            let ticket = s.slots.len();
+            s.slots.push(Slot::Waiting(None));
+            let reply = Reply { ticket, n, fold };
+            let inner = &self.inner;
+            let at = match s.groups.iter().position(|g| g.queue == *queue && Arc::ptr_eq(&g.inner, inner)) {
+                Some(at) => at,
+                None => {
+                    s.groups.push(Group {
+                        inner: inner.clone(),
+                        queue: queue.clone(),
+                        messages: Vec::with_capacity(ROUND_HINT.max(n)),
+                        replies: Vec::with_capacity(ROUND_HINT),
+                    });
+                    s.groups.len() - 1
+                }
+            };
+            let group = &mut s.groups[at];
+            match parcel {
+                Parcel::One(m) => group.messages.push(m),
+                Parcel::Many(ms) => group.messages.extend(ms),
+            }
+            group.replies.push(reply);
+            ticket
         };
         round.changed.notify_one();
-        if oldest {
-            // A flush takes everything parked, so the oldest send's hold bounds every other's.
-            tokio::select! {
-                biased;
-                got = &mut answer => return Ok(results(got, n, queue)),
-                () = self.hold.elapse() => {}
-            }
-            let mut s = round.lock();
-            if s.parked.first().is_some_and(|p| p.id == id) {
-                s.expired = true;
-                drop(s);
-                round.changed.notify_one();
-            }
-        }
-        Ok(results(answer.await, n, queue))
+        Ok(std::future::poll_fn(|cx| round.answer(ticket, cx)).await)
     }
-}
-
-fn results(got: Result<Results, oneshot::error::RecvError>, n: usize, queue: &QueueUrl) -> Results {
-    got.unwrap_or_else(|_| {
-        let abandoned =
-            QueueError::Unavailable { queue: queue.0.clone(), reason: "send abandoned unflushed".into() };
-        vec![Err(abandoned); n]
-    })
 }
 
 #[async_trait]
 impl Queues for SendCoalescer {
+    // `send` directly, not through `send_batch`: one boxed future and no vector per message.
+    async fn send(&self, queue: &QueueUrl, message: Outgoing) -> Result<(), QueueError> {
+        match self.park(queue, Parcel::One(message), true).await {
+            Ok(answer) => answer.folded(),
+            Err(parcel) => self.inner.send_batch(queue, parcel.into_vec()).await,
+        }
+    }
+
     async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
-        match self.park(queue, messages).await {
-            Ok(results) => results.into_iter().find_map(Result::err).map_or(Ok(()), Err),
-            Err(messages) => self.inner.send_batch(queue, messages).await,
+        match self.park(queue, Parcel::Many(messages), true).await {
+            Ok(answer) => answer.folded(),
+            Err(parcel) => self.inner.send_batch(queue, parcel.into_vec()).await,
         }
     }
 
     async fn send_each(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Results {
-        match self.park(queue, messages).await {
-            Ok(results) => results,
-            Err(messages) => self.inner.send_each(queue, messages).await,
+        let n = messages.len();
+        match self.park(queue, Parcel::Many(messages), false).await {
+            Ok(Answer::Each(results)) => results,
+            Ok(Answer::Folded(result)) => vec![result; n],
+            Err(parcel) => self.inner.send_each(queue, parcel.into_vec()).await,
         }
     }
 }
 
-/// Runs `handlers` concurrently as one round of sends; their outputs in order.
-pub async fn join_round<F: Future>(handlers: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let handlers: Vec<F> = handlers.into_iter().collect();
-    // Every handler counts from the start, so the first to send does not find itself alone.
-    let round = Arc::new(Round::new(handlers.len()));
-    let guarded = handlers.into_iter().map(|handler| {
-        let finished = Finished(round.clone());
-        async move {
-            let out = handler.await;
-            drop(finished);
-            out
-        }
-    });
-    let all = futures::future::join(futures::future::join_all(guarded), round.drive());
-    ROUND.scope(round.clone(), all).await.0
+/// What one call parks.
+enum Parcel {
+    One(Outgoing),
+    Many(Vec<Outgoing>),
 }
 
-struct Parked {
-    id: u64,
+impl Parcel {
+    fn len(&self) -> usize {
+        match self {
+            Parcel::One(_) => 1,
+            Parcel::Many(ms) => ms.len(),
+        }
+    }
+    fn into_vec(self) -> Vec<Outgoing> {
+        match self {
+            Parcel::One(m) => vec![m],
+            Parcel::Many(ms) => ms,
+        }
+    }
+}
+
+/// A parked send's results: folded into one for `send_batch` (no vector to allocate for
+/// the one message of a `send`), one per message for `send_each`.
+enum Answer {
+    Folded(Result<(), QueueError>),
+    Each(Results),
+}
+
+impl Answer {
+    fn folded(self) -> Result<(), QueueError> {
+        match self {
+            Answer::Folded(result) => result,
+            Answer::Each(results) => results.into_iter().find_map(Result::err).map_or(Ok(()), Err),
+        }
+    }
+}
+
+enum Slot {
+    Waiting(Option<Waker>),
+    Answered(Answer),
+    Taken,
+}
+
+/// Where a parked send's answer goes: its slot, its number of messages, whether folded.
+struct Reply {
+    ticket: usize,
+    n: usize,
+    fold: bool,
+}
+
+/// Runs `handlers` concurrently as one round of sends; their outputs in order.
+pub async fn join_round<F: Future>(handlers: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let round = Arc::new(Round::default());
+    // Each handler counts from when `join_all` collects it, before any is polled, so the
+    // first to send does not find itself alone.
+    let handlers = futures::future::join_all(
+        handlers.into_iter().map(|handler| Guarded { handler, finished: Some(Finished::new(&round)) }),
+    );
+    ROUND.scope(round.clone(), round.run(handlers)).await
+}
+
+pin_project_lite::pin_project! {
+    /// A handler and the mark that it has not finished yet. A struct rather than an async
+    /// block around the handler, so the handler's (large) future is polled where it lies
+    /// instead of being moved into another one.
+    struct Guarded<F> {
+        #[pin]
+        handler: F,
+        finished: Option<Finished>,
+    }
+}
+
+impl<F: Future> Future for Guarded<F> {
+    type Output = F::Output;
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.handler.poll(cx));
+        // Dropped here, or with the future if it never finishes.
+        this.finished.take();
+        Poll::Ready(out)
+    }
+}
+
+/// One request's worth of parked sends: one adapter, one queue.
+struct Group {
     inner: Arc<dyn Queues>,
     queue: QueueUrl,
     messages: Vec<Outgoing>,
-    reply: oneshot::Sender<Results>,
+    replies: Vec<Reply>,
 }
 
 #[derive(Default)]
 struct RoundState {
     /// Handlers not finished yet.
     live: usize,
-    /// Sends waiting for the next flush, oldest first.
-    parked: Vec<Parked>,
-    /// The oldest parked send has waited its max hold.
-    expired: bool,
+    /// Sends parked since the last flush, grouped by adapter and queue, first parked first.
+    groups: Vec<Group>,
+    /// How many sends are parked.
+    parked: usize,
+    /// When the oldest parked send has waited its max hold.
+    deadline: Option<Deadline>,
+    /// Counts flushes: names the parked sends a timer was set for.
+    flushes: u64,
     /// Every handler finished: a send now (there should be none) goes straight through.
     closed: bool,
-    next_id: u64,
+    /// Each parked send's answer, by its ticket; one allocation per round, not per send.
+    slots: Vec<Slot>,
 }
 
+impl RoundState {
+    fn take(&mut self) -> Vec<Group> {
+        self.parked = 0;
+        self.deadline = None;
+        self.flushes += 1;
+        std::mem::take(&mut self.groups)
+    }
+}
+
+#[derive(Default)]
 struct Round {
     state: Mutex<RoundState>,
-    /// Wakes the flusher: a send parked, a handler finished, a hold ran out.
+    /// Wakes the flusher: a send parked, a handler finished.
     changed: Notify,
+    /// Flushes whose senders have their answers.
+    answered: AtomicU64,
 }
 
 enum Next {
-    Flush(Vec<Parked>),
-    Wait,
+    Flush(Vec<Group>),
+    /// Nothing to send yet; the parked sends' deadline, for a timer that is not set yet.
+    Wait(Option<(u64, Deadline)>),
     Done,
 }
 
 impl Round {
-    fn new(handlers: usize) -> Round {
-        Round {
-            state: Mutex::new(RoundState { live: handlers, ..RoundState::default() }),
-            changed: Notify::new(),
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, RoundState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn next(&self, idle: bool) -> Next {
+    fn next(&self, idle: bool, timer_for: Option<u64>) -> Next {
         let mut s = self.lock();
         // Parked sends counted against live handlers: a handler whose send is in flight is
         // neither, and its next send (or its end) is what the others wait for.
-        if !s.parked.is_empty() && (s.expired || s.parked.len() >= s.live) {
-            s.expired = false;
-            return Next::Flush(std::mem::take(&mut s.parked));
+        if s.parked > 0 && s.parked >= s.live {
+            return Next::Flush(s.take());
         }
-        if idle && s.live == 0 && s.parked.is_empty() {
+        if idle && s.live == 0 && s.parked == 0 {
             s.closed = true;
             return Next::Done;
         }
-        Next::Wait
+        match &s.deadline {
+            Some(d) if timer_for != Some(s.flushes) => Next::Wait(Some((s.flushes, d.clone()))),
+            _ => Next::Wait(None),
+        }
+    }
+
+    /// The parked sends of `window` if they are still parked: their hold ran out.
+    fn expire(&self, window: u64) -> Option<Vec<Group>> {
+        let mut s = self.lock();
+        (s.flushes == window && s.parked > 0).then(|| s.take())
+    }
+
+    /// Polls the handlers and the flusher together until both are done. Once a flush has
+    /// answered its senders the handlers are polled again at once, not after a trip through
+    /// the executor (a wake of the task itself): with instant I/O a batch runs in one poll.
+    async fn run<H: Future>(&self, handlers: H) -> H::Output {
+        let mut handlers = std::pin::pin!(handlers);
+        let mut driver = std::pin::pin!(self.drive());
+        let mut outputs = None;
+        let mut driven = false;
+        std::future::poll_fn(|cx| {
+            loop {
+                if outputs.is_none()
+                    && let Poll::Ready(out) = handlers.as_mut().poll(cx)
+                {
+                    outputs = Some(out);
+                }
+                if driven {
+                    // The flusher ends only once every handler has.
+                    return outputs.take().map_or(Poll::Pending, Poll::Ready);
+                }
+                let answered = self.answered.load(Ordering::Relaxed);
+                driven = driver.as_mut().poll(cx).is_ready();
+                if !driven && self.answered.load(Ordering::Relaxed) == answered {
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await
     }
 
     /// Flushes what is parked whenever it is ready, until every handler has finished.
     /// Flushes overlap: a send parked while another flush is in flight does not wait for it.
+    /// The hold timer is set only when a round has to wait, so instant handlers never set one.
     async fn drive(&self) {
         let mut flights = FuturesUnordered::new();
+        let mut timer: Option<(u64, Timer)> = None;
         loop {
-            match self.next(flights.is_empty()) {
-                Next::Flush(parked) => {
-                    flights.push(flush(parked));
+            match self.next(flights.is_empty(), timer.as_ref().map(|(w, _)| *w)) {
+                Next::Flush(groups) => {
+                    flights.push(self.flush(groups));
+                    timer = None;
                     continue;
                 }
                 Next::Done => return,
-                Next::Wait => {}
+                Next::Wait(Some((window, deadline))) => timer = Some((window, deadline.timer())),
+                Next::Wait(None) => {}
             }
-            if flights.is_empty() {
-                self.changed.notified().await;
-            } else {
-                tokio::select! {
-                    biased;
-                    _ = flights.next() => {}
-                    () = self.changed.notified() => {}
+            tokio::select! {
+                biased;
+                Some(()) = flights.next(), if !flights.is_empty() => {}
+                () = self.changed.notified() => {}
+                () = async { timer.as_mut().expect("guarded").1.as_mut().await }, if timer.is_some() => {
+                    let (window, _) = timer.take().expect("just fired");
+                    if let Some(groups) = self.expire(window) {
+                        flights.push(self.flush(groups));
+                    }
                 }
             }
         }
@@ -247,6 +407,13 @@ impl Round {
 /// Marks its handler finished however it ends (returned, panicked, dropped).
 struct Finished(Arc<Round>);
 
+impl Finished {
+    fn new(round: &Arc<Round>) -> Finished {
+        round.lock().live += 1;
+        Finished(round.clone())
+    }
+}
+
 impl Drop for Finished {
     fn drop(&mut self) {
         self.0.lock().live -= 1;
@@ -254,37 +421,46 @@ impl Drop for Finished {
     }
 }
 
-/// One request's worth of parked sends: one adapter, one queue.
-struct Group {
-    inner: Arc<dyn Queues>,
-    queue: QueueUrl,
-    messages: Vec<Outgoing>,
-    /// Each parked send's reply and how many of the messages are its.
-    replies: Vec<(oneshot::Sender<Results>, usize)>,
-}
-
-async fn flush(parked: Vec<Parked>) {
-    let mut groups: Vec<Group> = Vec::new();
-    for p in parked {
-        let n = p.messages.len();
-        match groups.iter_mut().find(|g| g.queue == p.queue && Arc::ptr_eq(&g.inner, &p.inner)) {
-            Some(g) => {
-                g.messages.extend(p.messages);
-                g.replies.push((p.reply, n));
+impl Round {
+    async fn flush(&self, groups: Vec<Group>) {
+        // One queue down (a wrong reply_to) fails only the sends to it.
+        let answered = futures::future::join_all(groups.into_iter().map(send_group)).await;
+        let wakers: Vec<Waker> = {
+            let mut s = self.lock();
+            let mut wakers = Vec::new();
+            for (reply, answer) in answered.into_iter().flatten() {
+                let slot = std::mem::replace(&mut s.slots[reply.ticket], Slot::Answered(answer));
+                if let Slot::Waiting(Some(waker)) = slot {
+                    wakers.push(waker);
+                }
             }
-            None => groups.push(Group {
-                inner: p.inner,
-                queue: p.queue,
-                messages: p.messages,
-                replies: vec![(p.reply, n)],
-            }),
+            wakers
+        };
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        for waker in wakers {
+            waker.wake();
         }
     }
-    // One queue down (a wrong reply_to) fails only the sends to it.
-    futures::future::join_all(groups.into_iter().map(send_group)).await;
+
+    fn answer(&self, ticket: usize, cx: &mut std::task::Context<'_>) -> Poll<Answer> {
+        let mut s = self.lock();
+        match std::mem::replace(&mut s.slots[ticket], Slot::Taken) {
+            Slot::Answered(answer) => Poll::Ready(answer),
+            Slot::Waiting(waker) => {
+                let waker = match waker {
+                    Some(w) if w.will_wake(cx.waker()) => w,
+                    _ => cx.waker().clone(),
+                };
+                s.slots[ticket] = Slot::Waiting(Some(waker));
+                Poll::Pending
+            }
+            Slot::Taken => unreachable!("a send's answer is taken once, by that send"),
+        }
+    }
 }
 
-async fn send_group(g: Group) {
+/// Sends one group and splits the results among its senders.
+async fn send_group(g: Group) -> Vec<(Reply, Answer)> {
     let n = g.messages.len();
     let sent = AssertUnwindSafe(g.inner.send_each(&g.queue, g.messages)).catch_unwind().await;
     let failed = |reason: String| vec![Err(QueueError::Unavailable { queue: g.queue.0.clone(), reason }); n];
@@ -295,10 +471,26 @@ async fn send_group(g: Group) {
         Err(_) => failed("the queue adapter panicked".into()),
     };
     let mut results = results.into_iter();
-    for (reply, k) in g.replies {
-        // A handler that stopped waiting (its invocation dropped) needs no answer.
-        let _ = reply.send(results.by_ref().take(k).collect());
-    }
+    g.replies
+        .into_iter()
+        .map(|reply| {
+            let mine = results.by_ref().take(reply.n);
+            let answer = if reply.fold {
+                // Every one of its results is consumed, even past the first error: the next
+                // sender's results start where this one's end.
+                let mut folded = Ok(());
+                for result in mine {
+                    if folded.is_ok() {
+                        folded = result;
+                    }
+                }
+                Answer::Folded(folded)
+            } else {
+                Answer::Each(mine.collect())
+            };
+            (reply, answer)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -420,13 +612,17 @@ mod tests {
         assert_eq!(inner.shape(), [("work".to_owned(), 4), ("down".to_owned(), 1)]);
 
         // A send_batch of several messages fails if any of its own fails, and only then.
+        let batch =
+            |bodies: &[&str]| bodies.iter().map(|b| Outgoing::new((*b).to_owned())).collect::<Vec<_>>();
         let results = within(join_round([
-            queues.send_batch(&q("work"), vec![Outgoing::new("ok-6".into()), Outgoing::new("bad-7".into())]),
-            queues.send_batch(&q("work"), vec![Outgoing::new("ok-8".into()), Outgoing::new("ok-9".into())]),
+            queues.send_batch(&q("work"), batch(&["bad-6", "ok-7"])),
+            queues.send_batch(&q("work"), batch(&["ok-8", "bad-9"])),
+            queues.send_batch(&q("work"), batch(&["ok-10"])),
         ]))
         .await;
-        assert!(results[0].is_err() && results[1].is_ok(), "{results:?}");
-        let pair = vec![Outgoing::new("bad-10".into()), Outgoing::new("ok-11".into())];
+        let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [false, false, true], "{results:?}");
+        let pair = vec![Outgoing::new("bad-11".into()), Outgoing::new("ok-12".into())];
         let each = within(join_round([queues.send_each(&q("work"), pair)])).await;
         assert_eq!(each[0].iter().map(Result::is_ok).collect::<Vec<_>>(), [false, true]);
     }
