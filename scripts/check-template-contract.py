@@ -132,7 +132,7 @@ for name in expected_queues:
 ENV_COMMON = {
     "STATE_TABLE", "DUE_INDEX", "DUE_SHARDS", "ORDERS_QUEUE_URL", "ORDERS_DLQ_URL",
     "SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL", "AGENT_QUEUE_URL", "AGENT_DLQ_URL", "ALERT_TOPIC_ARN",
-    "STEP_TIMEOUT_MS", "REPLY_GRACE_MS", "PENDING_TIMEOUT_MS", "FAILURE_THRESHOLD", "RETRY_BASE_MS",
+    "STEP_TIMEOUT_MS", "REPLY_GRACE_MS", "PENDING_TIMEOUT_MS", "FAILURE_THRESHOLD", "RETRY_BASE_MS", "SEND_MAX_HOLD_MS",
     "RETRY_CAP_MS", "METRICS_NAMESPACE",
 }
 functions = {sub_name(v["Properties"].get("FunctionName")): (k, v["Properties"]) for k, v in of_type("AWS::Lambda::Function").items()}
