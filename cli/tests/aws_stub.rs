@@ -9,8 +9,8 @@ use sas::domain::{OrderId, Timestamp};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 use sasctl::aws_stub::AwsStub;
 
-async fn clients(stub: &AwsStub) -> Clients {
-    let trust = TrustStore::empty().with_pem_certificate(stub.root_pem.as_bytes());
+/// SDK clients pointed at the stub, trusting only `trust`.
+async fn clients_trusting(stub: &AwsStub, trust: TrustStore) -> Clients {
     let http = aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))
         .tls_context(TlsContext::builder().with_trust_store(trust).build().unwrap())
@@ -23,6 +23,10 @@ async fn clients(stub: &AwsStub) -> Clients {
         .load()
         .await;
     Clients::new(&sdk)
+}
+
+async fn clients(stub: &AwsStub) -> Clients {
+    clients_trusting(stub, TrustStore::empty().with_pem_certificate(stub.root_pem.as_bytes())).await
 }
 
 #[tokio::test]
@@ -74,18 +78,8 @@ async fn sdk_calls_succeed_over_tls_and_are_recorded() {
 #[tokio::test]
 async fn a_client_without_the_stubs_root_is_refused() {
     let stub = AwsStub::start(&std::env::temp_dir()).await.unwrap();
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .tls_context(TlsContext::builder().with_trust_store(TrustStore::empty()).build().unwrap())
-        .build_https();
-    let sdk = sas::adapters::aws::config_loader()
-        .http_client(http)
-        .endpoint_url(stub.endpoint())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new("t", "t", None, None, "test"))
-        .load()
-        .await;
-    let store = DynamoStore::new(Clients::new(&sdk).dynamodb, TableNames::new("s"));
+    let clients = clients_trusting(&stub, TrustStore::empty()).await;
+    let store = DynamoStore::new(clients.dynamodb, TableNames::new("s"));
     assert!(store.task(&OrderId::parse("o-1").unwrap()).await.is_err());
     let (calls, handshakes) = stub.take();
     assert_eq!((calls.len(), handshakes), (0, 0));
