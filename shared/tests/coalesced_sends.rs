@@ -14,8 +14,8 @@ use sas::adapters::embedded::{
 use sas::adapters::system::FastRandom;
 use sas::domain::{Policy, ProcessState, Workflows};
 use sas::handlers::{
-    BatchReport, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
-    Submission, Supervisor, run_batch,
+    BatchReport, DEFAULT_MAX_HOLD, DeadLetters, Deps, Scheduler, SendCoalescer, Settings, Submission,
+    Supervisor, run_batch,
 };
 use sas::ports::{Outgoing, QueueError, QueueUrl, Queues, StateStore};
 use tokio::time::Instant;
@@ -96,14 +96,7 @@ impl World {
     /// One invocation on everything visible in `queue` (at most 10), as Lambda makes it.
     async fn invoke(&self, queue: &str, dlq: &str) -> BatchReport {
         let received = self.queues.receive(queue, 10).unwrap();
-        let messages = received
-            .iter()
-            .map(|r| Inbound {
-                message_id: r.message.message_id.clone(),
-                body: r.message.body.clone(),
-                receive_count: r.message.receive_count,
-            })
-            .collect();
+        let messages = received.iter().map(|r| r.message.inbound()).collect();
         let dead_letters = self.dead_letters(queue, dlq);
         let report = match queue {
             ORDERS => run_batch(messages, &dead_letters, |m| self.submission.handle(m)).await,

@@ -547,14 +547,7 @@ impl Sim {
             let ids: Vec<&str> = received.iter().map(|r| r.message.message_id.as_str()).collect();
             format!("inv {id} receives {queue} {ids:?}")
         });
-        let messages: Vec<Inbound> = received
-            .iter()
-            .map(|r| Inbound {
-                message_id: r.message.message_id.clone(),
-                body: r.message.body.clone(),
-                receive_count: r.message.receive_count,
-            })
-            .collect();
+        let messages: Vec<Inbound> = received.iter().map(|r| r.message.inbound()).collect();
         let dead_letters = DeadLetters {
             queues: self.sends.clone(),
             source: QueueUrl(queue.into()),

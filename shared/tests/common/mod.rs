@@ -420,7 +420,7 @@ impl Harness {
 }
 
 fn inbound(m: &StoredMessage) -> Inbound {
-    Inbound { message_id: m.message_id.clone(), body: m.body.clone(), receive_count: m.receive_count }
+    m.inbound()
 }
 
 /// Asserts a pump handled exactly `n` messages, all Ok.

@@ -38,6 +38,17 @@ pub struct StoredMessage {
     pub sent_at: Timestamp,
 }
 
+impl StoredMessage {
+    /// The message as a handler receives it.
+    pub fn inbound(&self) -> crate::handlers::Inbound {
+        crate::handlers::Inbound {
+            message_id: self.message_id.clone(),
+            body: self.body.clone(),
+            receive_count: self.receive_count,
+        }
+    }
+}
+
 /// A received message and the handle that deletes it (valid until visibility lapses).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
