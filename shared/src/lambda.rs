@@ -11,7 +11,7 @@ use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::{LambdaEvent, service_fn};
 
-use crate::adapters::aws::{Clients, DynamoStore, SnsAlerts, SqsQueues};
+use crate::adapters::aws::{DynamoStore, SnsAlerts, SqsQueues};
 use crate::adapters::emf::EmfMetrics;
 use crate::adapters::system::{FastRandom, SystemClock};
 use crate::config::{ConfigError, TableNames};
@@ -116,22 +116,27 @@ pub async fn serve_schedule(supervisor: Supervisor) -> Result<(), Error> {
     .await
 }
 
-/// The AWS side of a function, set up once per cold start.
+/// The AWS side of a function, set up once per cold start. Each service's client is built
+/// by the port that needs it, so a function links only the SDK clients it uses (the agent:
+/// SQS alone; that keeps its zip under 4 MB, docs/BENCHMARKS.md "Package sizes").
 pub struct Aws {
-    pub clients: Clients,
+    pub sdk: aws_config::SdkConfig,
 }
 
 impl Aws {
     /// Region, credentials and endpoint (`AWS_ENDPOINT_URL`) from the environment.
     pub async fn load() -> Aws {
-        let sdk = crate::adapters::aws::config_loader().load().await;
-        Aws { clients: Clients::new(&sdk) }
+        Aws { sdk: crate::adapters::aws::config_loader().load().await }
+    }
+
+    pub fn sqs(&self) -> SqsQueues {
+        SqsQueues::new(aws_sdk_sqs::Client::new(&self.sdk))
     }
 
     /// SQS, with each invocation's sends coalesced into one SendMessageBatch request per
     /// queue, none held longer than `send_max_hold` (`handlers::coalesce`).
     pub fn queues(&self, send_max_hold: Duration) -> Arc<dyn Queues> {
-        Arc::new(SendCoalescer::new(Arc::new(SqsQueues::new(self.clients.sqs.clone())), send_max_hold))
+        Arc::new(SendCoalescer::new(Arc::new(self.sqs()), send_max_hold))
     }
 
     pub fn metrics(function: &str, namespace: &str) -> Arc<EmfMetrics> {
@@ -148,11 +153,11 @@ impl Aws {
         send_max_hold: Duration,
     ) -> Deps {
         let alerts: Arc<dyn Alerts> = match alert_topic {
-            Some(arn) => Arc::new(SnsAlerts::new(self.clients.sns.clone(), arn)),
+            Some(arn) => Arc::new(SnsAlerts::new(aws_sdk_sns::Client::new(&self.sdk), arn)),
             None => Arc::new(NoAlertTopic),
         };
         Deps {
-            store: Arc::new(DynamoStore::new(self.clients.dynamodb.clone(), tables.clone())),
+            store: Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&self.sdk), tables.clone())),
             queues: self.queues(send_max_hold),
             alerts,
             clock: Arc::new(SystemClock),

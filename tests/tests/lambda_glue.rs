@@ -10,7 +10,6 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::{get, post};
-use sas::adapters::aws::Clients;
 use sas::adapters::aws::provision::{Layout, provision};
 use sas::adapters::embedded::ManualClock;
 use sas::domain::{OrderId, ProcessState};
@@ -106,7 +105,7 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     let sdk = sas_tests::sdk_config(&endpoint).await;
     let resources =
         provision(&sdk, &Layout::standard(&sas_tests::unique_prefix("glue"))).await.expect("resources");
-    let aws = Aws { clients: Clients::new(&sdk) };
+    let aws = Aws { sdk };
     let orders = QueueUrl(resources.orders_queue.clone());
     let orders_dlq = QueueUrl(resources.orders_dlq.clone());
     let settings = sas::handlers::Settings {
@@ -131,7 +130,7 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     let id = OrderId::parse("glue-1").expect("valid id");
     let task = submission.deps.store.task(&id).await.expect("readable").expect("stored");
     assert_eq!((task.state, task.revision), (ProcessState::Pending, 1), "inserted once");
-    let sqs = sas::adapters::aws::SqsQueues::new(aws.clients.sqs.clone());
+    let sqs = aws.sqs();
     let kept = sqs.receive(&orders_dlq, 10, 1_000).await.expect("receive");
     assert_eq!(kept.len(), 1, "only the malformed body is kept");
     assert_eq!(kept[0].body, "{");
