@@ -25,7 +25,7 @@ use sas::handlers::{
 };
 use sas::ports::{Alerts, Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 
-use crate::remote_sim::{Faults, Ledger, SimRemote};
+use crate::remote_sim::{Ledger, RemoteFaults, SimRemote};
 
 pub use sas::adapters::embedded::queue_names::{self, *};
 
@@ -33,7 +33,7 @@ pub use sas::adapters::embedded::queue_names::{self, *};
 pub struct DevOptions {
     pub orders: usize,
     pub workflow: String,
-    pub faults: Faults,
+    pub faults: RemoteFaults,
     /// Share of orders submitted a second time, byte for byte.
     pub duplicate_rate: f64,
     /// Bad messages sent alongside the orders (malformed, invalid, conflicting).
@@ -58,7 +58,13 @@ impl Default for DevOptions {
         DevOptions {
             orders: 1_000,
             workflow: "single-step".into(),
-            faults: Faults { failure_rate: 0.1, permanent_rate: 0.01, hang_rate: 0.02, latency_ms: 2 },
+            faults: RemoteFaults {
+                transient: 0.1,
+                permanent: 0.01,
+                undo_permanent: 0.0,
+                hang: 0.02,
+                latency_max_ms: 2,
+            },
             duplicate_rate: 0.05,
             malformed: 10,
             queue_duplicate_rate: 0.01,

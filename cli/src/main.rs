@@ -4,7 +4,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sasctl::dev::{self, DevOptions};
-use sasctl::remote_sim::Faults;
+use sasctl::remote_sim::RemoteFaults;
 use sasctl::report::Report;
 
 #[derive(Parser)]
@@ -44,7 +44,7 @@ struct DevArgs {
     /// Probability a remote call never answers.
     #[arg(long, default_value_t = 0.02)]
     hang_rate: f64,
-    /// Remote service time per answered call, in ms.
+    /// Remote service time per answered call: uniform up to this, in ms.
     #[arg(long, default_value_t = 2)]
     latency_ms: u64,
     /// Share of orders sent twice.
@@ -111,11 +111,12 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
     let options = DevOptions {
         orders: args.orders,
         workflow: args.workflow,
-        faults: Faults {
-            failure_rate: args.failure_rate,
-            permanent_rate: args.permanent_rate,
-            hang_rate: args.hang_rate,
-            latency_ms: args.latency_ms,
+        faults: RemoteFaults {
+            transient: args.failure_rate,
+            permanent: args.permanent_rate,
+            undo_permanent: 0.0,
+            hang: args.hang_rate,
+            latency_max_ms: args.latency_ms,
         },
         duplicate_rate: args.duplicate_rate,
         malformed: args.malformed,

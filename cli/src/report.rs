@@ -76,13 +76,16 @@ impl Report {
             alerts: run.alerts.len(),
             remote_calls: run.ledger.calls,
             remote_hangs: run.ledger.hangs,
-            remote_transient_failures: run.ledger.transient_failures,
+            remote_transient_failures: run.ledger.transient,
             remote_refusals: run.ledger.refusals,
             order_latency_ms: pct(Metric::OrderLatencyMs),
             step_latency_ms: pct(Metric::StepLatencyMs),
             elapsed_s,
             orders_per_second: if elapsed_s > 0.0 { run.tasks.len() as f64 / elapsed_s } else { 0.0 },
-            violations: violations.iter().map(|v| (v.invariant.to_owned(), v.detail.clone())).collect(),
+            violations: violations
+                .iter()
+                .map(|v| (v.invariant.statement().to_owned(), v.detail.clone()))
+                .collect(),
         }
     }
 

@@ -5,14 +5,20 @@ use std::time::Duration;
 
 use sas::domain::{Action, Cause, LeaseToken, ProcessState};
 use sasctl::dev::{self, DevOptions, DevOutcome};
-use sasctl::invariants::{self, Violation};
-use sasctl::remote_sim::Faults;
+use sasctl::invariants::{self, Invariant, Violation};
+use sasctl::remote_sim::RemoteFaults;
 
 fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
     DevOptions {
         orders,
         workflow: workflow.into(),
-        faults: Faults { failure_rate: 0.2, permanent_rate: 0.03, hang_rate: 0.05, latency_ms: 1 },
+        faults: RemoteFaults {
+            transient: 0.2,
+            permanent: 0.03,
+            undo_permanent: 0.0,
+            hang: 0.05,
+            latency_max_ms: 1,
+        },
         duplicate_rate: 0.1,
         malformed: 13,
         queue_duplicate_rate: 0.05,
@@ -42,7 +48,7 @@ fn assert_clean(run: &DevOutcome) {
 async fn single_step_with_faults_upholds_every_invariant() {
     let run = run("single-step", 300, 11).await;
     assert_clean(&run);
-    assert!(run.ledger.hangs > 0 && run.ledger.transient_failures > 0, "faults were injected");
+    assert!(run.ledger.hangs > 0 && run.ledger.transient > 0, "faults were injected");
     assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
 }
 
@@ -58,7 +64,7 @@ async fn three_step_with_faults_upholds_every_invariant_and_compensates() {
     );
 }
 
-fn caught(violations: &[Violation], invariant: &str) -> bool {
+fn caught(violations: &[Violation], invariant: Invariant) -> bool {
     violations.iter().any(|v| v.invariant == invariant)
 }
 
@@ -68,7 +74,7 @@ async fn the_checker_catches_each_planted_violation() {
     let base = run("three-step", 120, 13).await;
     assert_clean(&base);
     let mut planted = 0;
-    let mut expect = |name: &str, invariant: &str, mutate: &dyn Fn(&mut DevOutcome)| {
+    let mut expect = |name: &str, invariant: Invariant, mutate: &dyn Fn(&mut DevOutcome)| {
         let mut run = clone(&base);
         mutate(&mut run);
         let v = invariants::check(&run);
@@ -76,28 +82,28 @@ async fn the_checker_catches_each_planted_violation() {
         planted += 1;
     };
 
-    expect("lost order", invariants::ACCEPTED_OR_REJECTED, &|r| {
+    expect("lost order", Invariant::AcceptedOrRejected, &|r| {
         r.tasks.pop();
     });
-    expect("bad message not kept", invariants::ACCEPTED_OR_REJECTED, &|r| {
+    expect("bad message not kept", Invariant::BadInputKept, &|r| {
         r.kept.clear();
     });
-    expect("valid order dead-lettered", invariants::ACCEPTED_OR_REJECTED, &|r| {
+    expect("valid order dead-lettered", Invariant::AcceptedOrRejected, &|r| {
         let mut lost = r.kept[0].clone();
         lost.body = r.sent.orders[0].1.clone();
         r.kept.push(lost);
     });
-    expect("order left moving", invariants::TERMINAL, &|r| {
+    expect("order left moving", Invariant::TerminalOnce, &|r| {
         r.tasks[0].state = ProcessState::Processing;
     });
-    expect("terminal state changed", invariants::ABSORBING, &|r| {
+    expect("terminal state changed", Invariant::Absorbing, &|r| {
         let w = r.writes.iter().rev().find(|w| w.after.state.is_terminal()).unwrap().clone();
         let mut again = w.clone();
         again.before = Some(w.after.clone());
         again.after.state = ProcessState::Pending;
         r.writes.push(again);
     });
-    expect("second live lease", invariants::ONE_LEASE, &|r| {
+    expect("second live lease", Invariant::OneLease, &|r| {
         let w = r.writes.iter().find(|w| w.before.is_none()).unwrap().clone();
         let mut stolen = w.clone();
         let mut before = w.after.clone();
@@ -108,16 +114,16 @@ async fn the_checker_catches_each_planted_violation() {
         stolen.after.locked_by = Some(LeaseToken(uuid_from(2)));
         r.writes.push(stolen);
     });
-    expect("late reply applied", invariants::FENCED, &|r| {
+    expect("late reply applied", Invariant::Fenced, &|r| {
         let i = r.writes.iter().position(|w| matches!(w.after.last_cause, Cause::Succeeded { .. })).unwrap();
         let cb = r.writes[i].before.as_ref().unwrap().complete_by.unwrap();
         r.writes[i].after.updated_at = cb.plus_ms(1);
     });
-    expect("failure count shrank", invariants::FAILURES, &|r| {
+    expect("failure count shrank", Invariant::Failures, &|r| {
         let i = r.writes.iter().position(|w| w.before.as_ref().is_some_and(|b| b.failure_count > 0)).unwrap();
         r.writes[i].after.failure_count = 0;
     });
-    expect("compensation out of order", invariants::COMPENSATION, &|r| {
+    expect("compensation out of order", Invariant::Compensation, &|r| {
         let i = r
             .writes
             .iter()
@@ -127,27 +133,32 @@ async fn the_checker_catches_each_planted_violation() {
         twice.after.revision += 1_000;
         r.writes.insert(i + 1, twice);
     });
-    expect("new key on retry", invariants::IDEMPOTENCY, &|r| {
+    expect("new key on retry", Invariant::Idempotency, &|r| {
         r.ledger.keys.values_mut().next().unwrap().insert("another-key".into());
     });
-    expect("effect applied twice", invariants::IDEMPOTENCY, &|r| {
-        *r.ledger.effects.values_mut().next().unwrap() = 2;
+    expect("effect applied twice", Invariant::Idempotency, &|r| {
+        *r.ledger.applied.values_mut().next().unwrap() = 2;
     });
-    expect("remote never did it", invariants::REMOTE_AGREES, &|r| {
+    expect("remote never did it", Invariant::RemoteAgrees, &|r| {
         let t = r.tasks.iter().find(|t| t.state == ProcessState::Processed).unwrap().clone();
-        r.ledger.effects.remove(&sas::domain::idempotency_key(&t.order_id, 1, Action::Do).0);
+        r.ledger.applied.remove(&sas::domain::idempotency_key(&t.order_id, 1, Action::Do).0);
     });
-    expect("error without alert", invariants::ALERTED, &|r| {
+    expect("an effect stands under Compensated", Invariant::NothingStands, &|r| {
+        // A processed order reported as undone: every effect it had still stands.
+        let t = r.tasks.iter_mut().find(|t| t.state == ProcessState::Processed).unwrap();
+        t.state = ProcessState::Compensated;
+    });
+    expect("error without alert", Invariant::Alerted, &|r| {
         r.tasks[0].state = ProcessState::Error;
         r.alerts.clear();
     });
-    expect("internal message lost", invariants::NO_INTERNAL_LOSS, &|r| {
+    expect("internal message lost", Invariant::NoInternalReject, &|r| {
         r.internal_dead_letters.push(r.kept[0].clone());
     });
-    expect("final status missing", invariants::STATUS, &|r| {
+    expect("final status missing", Invariant::Status, &|r| {
         r.statuses.clear();
     });
-    assert_eq!(planted, 15);
+    assert_eq!(planted, 16);
 }
 
 fn uuid_from(n: u128) -> uuid::Uuid {

@@ -9,6 +9,7 @@ mod switches {
 
     static DISABLE_FENCING: AtomicBool = AtomicBool::new(false);
     static UNCONDITIONAL_CLAIM: AtomicBool = AtomicBool::new(false);
+    static COMPENSATE_PAST_PIVOT: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -19,6 +20,9 @@ mod switches {
         /// `TaskRecord::claim` ignores the state and lease, and the embedded store writes
         /// a claim whatever the stored revision: a claim as a plain overwrite.
         UnconditionalClaim,
+        /// Giving up ignores pivots: it compensates whatever can be undone and may end
+        /// Compensated while a pivot's effect stands (the behaviour before pivots).
+        CompensatePastPivot,
     }
 
     impl Mutation {
@@ -26,6 +30,7 @@ mod switches {
             match self {
                 Mutation::DisableFencing => &DISABLE_FENCING,
                 Mutation::UnconditionalClaim => &UNCONDITIONAL_CLAIM,
+                Mutation::CompensatePastPivot => &COMPENSATE_PAST_PIVOT,
             }
         }
         pub fn set(self, on: bool) {
@@ -42,6 +47,9 @@ mod switches {
     pub fn claim_unconditional() -> bool {
         Mutation::UnconditionalClaim.is_on()
     }
+    pub fn compensate_past_pivot() -> bool {
+        Mutation::CompensatePastPivot.is_on()
+    }
 }
 
 #[cfg(feature = "mutations")]
@@ -56,5 +64,11 @@ pub(crate) const fn fencing_disabled() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn claim_unconditional() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn compensate_past_pivot() -> bool {
     false
 }

@@ -20,7 +20,7 @@ use sas::adapters::embedded::{
 use sas::adapters::system::FastRandom;
 use sas::domain::breaker::BreakerPolicy;
 use sas::domain::retry::Backoff;
-use sas::domain::{OperatorAlert, Order, OrderId, Policy, TaskRecord, Timestamp, Workflows};
+use sas::domain::{OperatorAlert, Order, OrderId, Policy, Step, TaskRecord, Timestamp, Workflow, Workflows};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler,
     SendCoalescer, Settings, Submission, Supervisor, SweepReport, run_batch,
@@ -28,8 +28,9 @@ use sas::handlers::{
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
 use crate::check::Violation;
+use crate::ledger::Ledger;
 use crate::ports::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
-use crate::remote::{Ledger, SimRemote};
+use crate::remote::SimRemote;
 use crate::swarm::{Faults, Swarm};
 use crate::workload::{self, Arrival};
 use crate::world::{Function, InvId, InvMeta, Shared, WriteCtx};
@@ -60,6 +61,22 @@ pub fn policy() -> Policy {
     }
 }
 
+/// The built-in workflows, and a saga with a read-only first step, a pivot in the middle,
+/// a compensable step after it and budgets of their own: giving up after the pivot must
+/// go forward only, and a read in doubt is no pivot.
+pub fn workflows() -> Workflows {
+    let saga = Workflow {
+        name: "saga".into(),
+        steps: vec![
+            Step::read_only("check-stock", "inventory").with_max_failures(2),
+            Step::compensable("reserve-inventory", "inventory", "release-inventory"),
+            Step::pivot("ship-order", "shipping"),
+            Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
+        ],
+    };
+    Workflows::new(vec![Workflow::single_step(), Workflow::three_step(), saga])
+}
+
 pub fn agent_settings() -> AgentSettings {
     AgentSettings {
         retry: Backoff { base_ms: 50, cap_ms: 400 },
@@ -68,10 +85,17 @@ pub fn agent_settings() -> AgentSettings {
 }
 
 /// How long after the faults stop every order must have ended: the worst case of every
-/// phase using its whole failure budget, each failure costing a lease, its grace, a
-/// pending timeout, the longest backoff, a supervisor period and the clocks' skew; plus
-/// one visibility timeout and one message delay still in flight, and some slack.
-pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, longest_workflow: u32) -> u64 {
+/// step, forward and then undone, using its whole failure budget, each failure costing a
+/// lease, its grace, a pending timeout, the longest backoff, a supervisor period and the
+/// clocks' skew; plus one visibility timeout and one message delay still in flight, and
+/// some slack.
+pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows) -> u64 {
+    let all = workflows.names().into_iter().filter_map(|n| workflows.get(n));
+    let longest = all.clone().map(|w| w.len()).max().unwrap_or(1);
+    let budget = all
+        .flat_map(|w| (0..w.len()).map(|i| w.max_failures(i, policy.failure_threshold)))
+        .max()
+        .unwrap_or(policy.failure_threshold);
     let cycle = policy.step_timeout_ms
         + policy.reply_grace_ms
         + policy.pending_timeout_ms
@@ -79,7 +103,7 @@ pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, longest_workflow: u32
         + SUPERVISOR_PERIOD_MS
         + 2 * faults.skew_max_ms
         + faults.overshoot_max_ms;
-    let cycles = 2 * u64::from(policy.failure_threshold) + u64::from(longest_workflow) + 1;
+    let cycles = u64::from(2 * longest - 1) * u64::from(budget) + u64::from(longest) + 1;
     let in_flight = WORK.iter().map(|w| w.2).max().unwrap_or(0) + faults.delay_max_ms;
     cycles * cycle + in_flight + 5_000
 }
@@ -268,7 +292,7 @@ impl Sim {
             metrics: metrics.clone(),
         };
         let settings =
-            Settings { policy: policy(), workflows: Workflows::builtin(), topology: queue_names::topology() };
+            Settings { policy: policy(), workflows: workflows(), topology: queue_names::topology() };
         let remote = Arc::new(SimRemote { shared: shared.clone() });
         let agents = (0..swarm.agent_concurrency)
             .map(|_| {
@@ -285,9 +309,8 @@ impl Sim {
             .collect();
         let mut supervisor = Supervisor::new(deps.clone(), settings.clone());
         supervisor.page_size = swarm.page_size;
-        let workflow_len = Workflows::builtin().names().len() as u32 + 1;
         let quiet_at = swarm.fault_window_ms;
-        let deadline = quiet_at + liveness_bound_ms(&settings.policy, &swarm.faults, workflow_len.max(3));
+        let deadline = quiet_at + liveness_bound_ms(&settings.policy, &swarm.faults, &settings.workflows);
         Sim {
             seed,
             shared,
@@ -333,8 +356,10 @@ impl Sim {
         loop {
             self.steps += 1;
             if self.steps > MAX_STEPS {
-                self.runtime
-                    .push(Violation::new(crate::check::LIVENESS, format!("no end after {MAX_STEPS} steps")));
+                self.runtime.push(Violation::new(
+                    crate::invariants::Invariant::Liveness,
+                    format!("no end after {MAX_STEPS} steps"),
+                ));
                 return;
             }
             self.run_ready();
@@ -360,7 +385,7 @@ impl Sim {
             }
             if now > self.deadline {
                 self.runtime.push(Violation::new(
-                    crate::check::LIVENESS,
+                    crate::invariants::Invariant::Liveness,
                     format!(
                         "still running at {now}ms, {}ms after the faults stopped (bound {}ms): {:?}",
                         now - self.quiet_at,
@@ -690,7 +715,7 @@ impl Sim {
                     .unwrap_or_default();
                 let function = inv.function;
                 self.runtime.push(Violation::new(
-                    crate::check::NO_PANIC,
+                    crate::invariants::Invariant::NoPanic,
                     format!("{function:?} invocation {id} panicked: {text}"),
                 ));
                 self.crash(id, "panicked");
@@ -803,7 +828,7 @@ impl Sim {
                 let now = self.store.task(&order_id).now_or_never().expect("at once").expect("no fault");
                 if now.is_some_and(|t| t.revision == revision) {
                     self.runtime.push(Violation::new(
-                        crate::check::SUPERVISED,
+                        crate::invariants::Invariant::Supervised,
                         format!("supervisor run {id} (and any overlapping) left order {order_id}, due at its start, untouched"),
                     ));
                 }
@@ -817,11 +842,10 @@ impl Sim {
         let dead_letters =
             [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ].into_iter().map(|q| (q, self.queues.drain(q))).collect();
         let mut w = self.shared.w();
-        let workflow_len = 3;
         Outcome {
             seed: self.seed,
             policy: policy(),
-            workflows: Workflows::builtin(),
+            workflows: workflows(),
             arrivals: self.arrivals.clone(),
             tasks,
             orders,
@@ -831,7 +855,7 @@ impl Sim {
             alerts: self.alerts.all(),
             ledger: std::mem::take(&mut w.ledger),
             quiet_at: self.quiet_at,
-            bound_ms: liveness_bound_ms(&policy(), &self.swarm.faults, workflow_len),
+            bound_ms: liveness_bound_ms(&policy(), &self.swarm.faults, &workflows()),
             ended_at: w.now,
             steps: self.steps,
             invocations: self.invocations,

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use crate::ledger::RemoteFaults;
 use crate::world::Function;
 
 /// Probabilities and bounds of every fault. All zero: a fault-free world.
@@ -30,19 +31,10 @@ pub struct Faults {
     pub delete_lost: f64,
     /// The operators' topic is unreachable.
     pub alert_fail: f64,
-    /// Remote service: a transient error (503).
-    pub remote_transient: f64,
-    /// Remote service: a permanent refusal of a forward step (422).
-    pub remote_permanent: f64,
-    /// Remote service: a permanent refusal of a compensation.
-    pub remote_undo_permanent: f64,
-    /// Remote service: the call hangs until the caller's timeout, possibly after the
-    /// effect was applied (a lost response), and the timeout fires up to
-    /// `overshoot_max_ms` late (a hang past complete-by).
-    pub remote_hang: f64,
+    /// The remote service's faults and service time (`ledger.rs`).
+    pub remote: RemoteFaults,
+    /// A hung remote call's timeout fires up to this late (a hang past complete-by).
     pub overshoot_max_ms: u64,
-    /// Remote service time of an answered call.
-    pub remote_latency_max_ms: u64,
     /// Each invocation's clock is off by up to this much, either way.
     pub skew_max_ms: u64,
     /// Per I/O call: the invocation's clock jumps (within the skew bound).
@@ -60,7 +52,8 @@ pub struct Faults {
 impl Faults {
     /// What stays on in the quiet tail: the remote service keeps its latency, nothing else.
     pub fn quiet(&self) -> Faults {
-        Faults { remote_latency_max_ms: self.remote_latency_max_ms, ..Faults::default() }
+        let remote = RemoteFaults { latency_max_ms: self.remote.latency_max_ms, ..RemoteFaults::default() };
+        Faults { remote, ..Faults::default() }
     }
 
     pub fn enabled(&self) -> Vec<&'static str> {
@@ -74,10 +67,10 @@ impl Faults {
             ("delay", self.delay),
             ("delete_lost", self.delete_lost),
             ("alert_fail", self.alert_fail),
-            ("remote_transient", self.remote_transient),
-            ("remote_permanent", self.remote_permanent),
-            ("remote_undo_permanent", self.remote_undo_permanent),
-            ("remote_hang", self.remote_hang),
+            ("remote_transient", self.remote.transient),
+            ("remote_permanent", self.remote.permanent),
+            ("remote_undo_permanent", self.remote.undo_permanent),
+            ("remote_hang", self.remote.hang),
             ("skew", self.skew_max_ms as f64),
             ("time_jump", self.time_jump),
             ("double_supervisor", self.double_supervisor),
@@ -93,8 +86,8 @@ pub struct Swarm {
     pub faults: Faults,
     /// Valid orders submitted.
     pub orders: usize,
-    /// Share of three-step orders (the rest single-step).
-    pub three_step_share: f64,
+    /// The workflows orders are drawn from, uniformly (`run::workflows()`).
+    pub workflows: &'static [&'static str],
     /// Orders sent a second time, byte for byte.
     pub resends: usize,
     /// Orders sent again under an existing id with a different payload.
@@ -113,6 +106,10 @@ pub struct Swarm {
     /// Supervisor index page size (small pages exercise paging).
     pub page_size: usize,
 }
+
+/// Each seed runs one workflow alone, or all of them together.
+const WORKFLOW_MIXES: [&[&str]; 4] =
+    [&["single-step"], &["three-step"], &["saga"], &["single-step", "three-step", "saga"]];
 
 fn pick(rng: &mut fastrand::Rng, lo: f64, hi: f64) -> f64 {
     lo + rng.f64() * (hi - lo)
@@ -154,12 +151,14 @@ impl Swarm {
             delay_max_ms: rng.u64(100..=6_000),
             delete_lost,
             alert_fail,
-            remote_transient,
-            remote_permanent,
-            remote_undo_permanent,
-            remote_hang,
             overshoot_max_ms: rng.u64(0..=300),
-            remote_latency_max_ms: rng.u64(0..=200),
+            remote: RemoteFaults {
+                transient: remote_transient,
+                permanent: remote_permanent,
+                undo_permanent: remote_undo_permanent,
+                hang: remote_hang,
+                latency_max_ms: rng.u64(0..=200),
+            },
             skew_max_ms: if skew { rng.u64(1..=200) } else { 0 },
             skew_jump: if skew { pick(rng, 0.0, 0.05) } else { 0.0 },
             time_jump,
@@ -171,7 +170,7 @@ impl Swarm {
         Swarm {
             faults,
             orders,
-            three_step_share: [0.0, 0.5, 1.0][rng.usize(..3)],
+            workflows: WORKFLOW_MIXES[rng.usize(..WORKFLOW_MIXES.len())],
             resends: rng.usize(0..=2),
             conflicts: rng.usize(0..=1),
             bad_inputs: rng.usize(0..=3),
@@ -190,9 +189,9 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} orders (three-step share {}), {} resent, {} conflicting, {} bad; concurrency {}/{}/{}, batch {}, page {}; faults: {}",
+            "{} orders ({}), {} resent, {} conflicting, {} bad; concurrency {}/{}/{}, batch {}, page {}; faults: {}",
             self.orders,
-            self.three_step_share,
+            self.workflows.join("/"),
             self.resends,
             self.conflicts,
             self.bad_inputs,

@@ -55,7 +55,7 @@ pub fn generate(rng: &mut fastrand::Rng, swarm: &crate::swarm::Swarm) -> Vec<Arr
     let mut valid = Vec::new();
     for i in 0..swarm.orders {
         let id = format!("o-{i}");
-        let workflow = if rng.f64() < swarm.three_step_share { "three-step" } else { "single-step" };
+        let workflow = swarm.workflows[rng.usize(..swarm.workflows.len())];
         let body = order_body(&id, "c-1", 1 + i as u32, workflow, rng.bool());
         valid.push((id.clone(), body.clone(), workflow));
         out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use crate::remote::Ledger;
+use crate::ledger::Ledger;
 use crate::swarm::Faults;
 
 /// Which invocation (Lambda run) is executing; assigned by the loop.

@@ -8,7 +8,8 @@
 use std::sync::Mutex;
 
 use sas::mutations::Mutation;
-use sas_sim::{check, run_seeds, threads};
+use sas_sim::invariants::Invariant;
+use sas_sim::{run_seeds, threads};
 
 static PLANTED: Mutex<()> = Mutex::new(());
 
@@ -31,7 +32,7 @@ impl Drop for Planted {
 }
 
 /// Runs seeds with `mutation` on; returns the first failing seed and what it broke.
-fn first_failure(mutation: Mutation) -> Option<(u64, Vec<&'static str>)> {
+fn first_failure(mutation: Mutation) -> Option<(u64, Vec<Invariant>)> {
     let _serial = PLANTED.lock().unwrap_or_else(|p| p.into_inner());
     let summary = {
         let _planted = Planted::on(mutation);
@@ -50,21 +51,37 @@ fn first_failure(mutation: Mutation) -> Option<(u64, Vec<&'static str>)> {
 #[test]
 fn disabled_fencing_is_caught() {
     let (seed, broken) = first_failure(Mutation::DisableFencing).expect("no seed caught disabled fencing");
-    assert!(broken.contains(&check::FENCED), "seed {seed} broke {broken:?} but not the fence");
+    assert!(broken.contains(&Invariant::Fenced), "seed {seed} broke {broken:?} but not the fence");
 }
 
 #[test]
 fn an_unconditional_claim_is_caught() {
     let (seed, broken) =
         first_failure(Mutation::UnconditionalClaim).expect("no seed caught unconditional claims");
-    assert!(broken.contains(&check::ONE_LEASE), "seed {seed} broke {broken:?} but not the one live lease");
+    assert!(broken.contains(&Invariant::OneLease), "seed {seed} broke {broken:?} but not the one live lease");
+}
+
+/// Today's behaviour before pivots: giving up compensates whatever can be undone and
+/// ends Compensated while a pivot's effect stands. The remote's ledger must show it.
+#[test]
+fn compensating_past_a_pivot_is_caught() {
+    let (seed, broken) =
+        first_failure(Mutation::CompensatePastPivot).expect("no seed caught compensation past a pivot");
+    assert!(
+        broken.contains(&Invariant::NothingStands),
+        "seed {seed} broke {broken:?} but not nothing-stands"
+    );
 }
 
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
     let _serial = PLANTED.lock().unwrap_or_else(|p| p.into_inner());
-    assert!(!Mutation::DisableFencing.is_on() && !Mutation::UnconditionalClaim.is_on());
+    assert!(
+        [Mutation::DisableFencing, Mutation::UnconditionalClaim, Mutation::CompensatePastPivot]
+            .iter()
+            .all(|m| !m.is_on())
+    );
     let summary = run_seeds(0..WITHIN, threads(), None);
     assert!(summary.failures.is_empty(), "{:?}", summary.failures.first());
 }

@@ -148,7 +148,10 @@ fn the_checker_rejects_a_planted_stale_write() {
     ctx.message = Some(stale.as_str().into());
     let found = check::check(&v.outcome);
     assert!(
-        found.iter().any(|f| f.invariant == check::FENCED && f.detail.contains("applied to step")),
+        found
+            .iter()
+            .any(|f| f.invariant == sas_sim::invariants::Invariant::Fenced
+                && f.detail.contains("applied to step")),
         "{found:?}"
     );
 }

@@ -86,7 +86,7 @@ pub async fn replace_is_conditional_and_faithful(b: &Backend) {
     next.complete_by = Some(T0.plus_ms(30_000));
     next.deadline = Some(T0.plus_ms(40_000));
     next.failure_count = 3;
-    next.undo_failure_base = Some(2);
+    next.step_failures = 2;
     next.last_cause =
         Cause::Failed { step: 1, action: Action::Undo, reason: "remote said \"no\" ✗".into() };
     next.last_error = Some("multi\nline".into());

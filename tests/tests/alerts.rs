@@ -41,11 +41,12 @@ async fn alerts_arrive_with_body_and_attributes() {
     let alert = OperatorAlert {
         order_id: OrderId::parse("o-alert-1").expect("valid"),
         workflow: "three-step".into(),
-        step: 1,
-        step_name: "refund-payment".into(),
+        step: 2,
+        step_name: "ship-order".into(),
         state: ProcessState::Error,
         failure_count: 5,
-        reason: "compensation refund-payment failed: declined".into(),
+        reason: "failure threshold reached; nothing undone: pivot step ship-order outcome unknown (idempotency key o-alert-1:2:do)".into(),
+        idempotency_key: Some(sas::domain::IdempotencyKey("o-alert-1:2:do".into())),
         at: Timestamp(1_700_000_000_000),
     };
     SnsAlerts::new(sns.clone(), topic.clone()).raise(&alert).await.expect("published");
@@ -58,7 +59,7 @@ async fn alerts_arrive_with_body_and_attributes() {
     let attr = |k: &str| got[0].attributes.get(k).map(String::as_str);
     assert_eq!(
         (attr("order_id"), attr("step"), attr("failure_count")),
-        (Some("o-alert-1"), Some("1"), Some("5"))
+        (Some("o-alert-1"), Some("2"), Some("5"))
     );
 
     let missing = SnsAlerts::new(sns, format!("{topic}-missing")).raise(&alert).await;

@@ -12,13 +12,19 @@ use sas::domain::{Action, Cause, ProcessState};
 use sas::handlers::REASON_ATTRIBUTE;
 use sas::ports::Metric;
 use sasctl::dev::{DevOptions, DevOutcome};
-use sasctl::remote_sim::Faults;
+use sasctl::remote_sim::RemoteFaults;
 
 fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
     DevOptions {
         orders,
         workflow: workflow.into(),
-        faults: Faults { failure_rate: 0.15, permanent_rate: 0.08, hang_rate: 0.08, latency_ms: 1 },
+        faults: RemoteFaults {
+            transient: 0.15,
+            permanent: 0.08,
+            undo_permanent: 0.0,
+            hang: 0.08,
+            latency_max_ms: 1,
+        },
         duplicate_rate: 0.2,
         malformed: 13,
         // moto serves one request at a time, a few hundred a second: a step timeout
@@ -72,7 +78,7 @@ fn check(run: &DevOutcome) {
     assert_eq!(run.metrics.count(Metric::OrderAccepted), run.sent.orders.len() as u64);
 
     // The faults happened, so recovery paths ran on the real adapters too.
-    assert!(run.ledger.hangs > 0 && run.ledger.transient_failures > 0 && run.ledger.refusals > 0);
+    assert!(run.ledger.hangs > 0 && run.ledger.transient > 0 && run.ledger.refusals > 0);
     assert!(
         run.metrics.count(Metric::Recovered) > 0,
         "the supervisor recovered hung attempts via the due index"

@@ -14,9 +14,11 @@ pub enum ProcessState {
     Compensating,
     /// Terminal: every step succeeded.
     Processed,
-    /// Terminal: needs an operator (no compensation defined, or compensation failed).
+    /// Terminal: needs an operator (no compensation defined, a compensation failed, or a
+    /// pivot's effect stands or may stand).
     Error,
-    /// Terminal: the order failed and every completed step was undone.
+    /// Terminal: the order failed and nothing it did stands: every step that may have
+    /// taken effect was undone (or only read).
     Compensated,
 }
 
@@ -60,6 +62,10 @@ pub enum Trigger {
     Retry,
     /// Give up with no way to undo: operator needed.
     Fail,
+    /// Give up where undoing would leave a pivot's effect standing (a pivot was
+    /// dispatched with no definitive answer, or one already succeeded): nothing is
+    /// undone, and an operator goes forward or undoes by hand.
+    ForwardOnly,
     /// Give up and undo the completed steps.
     Undo,
     /// A compensation succeeded and more remain.
@@ -69,12 +75,13 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 8] = [
+    pub const ALL: [Trigger; 9] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
         Trigger::Retry,
         Trigger::Fail,
+        Trigger::ForwardOnly,
         Trigger::Undo,
         Trigger::UndoAdvanced,
         Trigger::Undone,
@@ -89,12 +96,14 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Pending, Claimed, Processing),
     (Pending, Retry, Pending),
     (Pending, Fail, Error),
+    (Pending, ForwardOnly, Error),
     (Pending, Undo, Compensating),
     (Pending, Undone, Compensated),
     (Processing, Advanced, Pending),
     (Processing, Finished, Processed),
     (Processing, Retry, Pending),
     (Processing, Fail, Error),
+    (Processing, ForwardOnly, Error),
     (Processing, Undo, Compensating),
     (Processing, Undone, Compensated),
     (Compensating, Claimed, Compensating),
@@ -152,6 +161,8 @@ mod tests {
         assert_eq!(next(Compensating, Advanced), None);
         assert_eq!(next(Compensating, Finished), None);
         assert_eq!(next(Compensating, Undo), None);
+        // Compensation never starts past a pivot, so it never meets one.
+        assert_eq!(next(Compensating, ForwardOnly), None);
     }
 
     #[test]

@@ -295,6 +295,10 @@ pub struct OperatorAlert {
     pub state: super::lifecycle::ProcessState,
     pub failure_count: u32,
     pub reason: String,
+    /// The idempotency key of a step whose outcome is unknown (dispatched, no definitive
+    /// answer), so the operator can ask the remote side what happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<super::ids::IdempotencyKey>,
     pub at: Timestamp,
 }
 

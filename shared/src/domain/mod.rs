@@ -13,4 +13,4 @@ pub use ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
 pub use lifecycle::{ProcessState, Trigger};
 pub use messages::*;
 pub use task::*;
-pub use workflow::{Action, Step, Workflow, Workflows};
+pub use workflow::{Action, Step, StepEffect, StepKind, Workflow, Workflows};

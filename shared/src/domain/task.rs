@@ -25,7 +25,8 @@ pub struct Policy {
     pub reply_grace_ms: u64,
     /// A waiting (unclaimed) task is due this long after it started waiting.
     pub pending_timeout_ms: u64,
-    /// Failures (per phase: forward, then compensation) before giving up.
+    /// Lapses of one step before giving up (its forward action and its compensation
+    /// each get this budget), for steps that set no `max_failures` of their own.
     pub failure_threshold: u32,
     /// Delay before a recovered task is scheduled again.
     pub retry_backoff: Backoff,
@@ -79,8 +80,10 @@ pub struct TaskRecord {
     pub deadline: Option<Timestamp>,
     /// Only grows.
     pub failure_count: u32,
-    /// `failure_count` when compensation began: the compensation phase's budget starts there.
-    pub undo_failure_base: Option<u32>,
+    /// Lapses of the current step in the current direction: its failure budget's use.
+    /// Starts again at zero when the task moves to another step or starts undoing.
+    #[serde(default)]
+    pub step_failures: u32,
     pub reply_to: Option<String>,
     pub last_cause: Cause,
     pub last_error: Option<String>,
@@ -164,7 +167,7 @@ impl TaskRecord {
             complete_by: None,
             deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
             failure_count: 0,
-            undo_failure_base: None,
+            step_failures: 0,
             reply_to,
             last_cause: Cause::Submitted,
             last_error: None,
@@ -261,7 +264,14 @@ impl TaskRecord {
 
     /// `action` names what gave up, which the record after the move may no longer show
     /// (a failed compensation leaves the task in Error, a forward state).
-    fn alert(&self, wf: &Workflow, action: Action, now: Timestamp, reason: &str) -> Effect {
+    fn alert(
+        &self,
+        wf: &Workflow,
+        action: Action,
+        now: Timestamp,
+        reason: &str,
+        in_doubt: Option<IdempotencyKey>,
+    ) -> Effect {
         Effect::Alert(OperatorAlert {
             order_id: self.order_id.clone(),
             workflow: self.workflow.clone(),
@@ -270,6 +280,7 @@ impl TaskRecord {
             state: self.state,
             failure_count: self.failure_count,
             reason: reason.to_owned(),
+            idempotency_key: in_doubt,
             at: now,
         })
     }
@@ -367,6 +378,7 @@ impl TaskRecord {
                     let mut next = self.moved(Trigger::Advanced, now, cause)?.waiting(now, 0, policy);
                     next.step += 1;
                     next.step_attempts = 0;
+                    next.step_failures = 0;
                     Ok(Decision {
                         trigger: Trigger::Advanced,
                         next,
@@ -399,6 +411,7 @@ impl TaskRecord {
                         let mut next = self.moved(Trigger::UndoAdvanced, now, cause)?.waiting(now, 0, policy);
                         next.step = below;
                         next.step_attempts = 0;
+                        next.step_failures = 0;
                         Ok(Decision {
                             trigger: Trigger::UndoAdvanced,
                             next,
@@ -428,8 +441,9 @@ impl TaskRecord {
             }
             (ReplyOutcome::Failed { reason }, Action::Do) => {
                 let cause = Cause::Failed { step, action, reason: reason.clone() };
-                // The remote refused, so this step had no effect: undo only the ones before it.
-                self.give_up(now, wf, policy, cause, reason, step.checked_sub(1), false)
+                // A refusal is definitive: this step had no effect, so only the ones
+                // before it can stand.
+                self.give_up(now, wf, policy, cause, reason, false, false)
             }
             (ReplyOutcome::Failed { reason }, Action::Undo) => {
                 let cause = Cause::Failed { step, action, reason: reason.clone() };
@@ -454,15 +468,17 @@ impl TaskRecord {
         let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
         let mut counted = self.clone();
         counted.failure_count += 1;
-        let phase_failures = counted.failure_count - counted.undo_failure_base.unwrap_or(0);
+        counted.step_failures += 1;
+        let step_failures = counted.step_failures;
+        let budget = wf.max_failures(self.step, policy.failure_threshold);
         counted.last_error = Some(match self.state {
             ProcessState::Processing | ProcessState::Compensating if self.locked_by.is_some() => {
                 format!("attempt {} passed its deadline without a reply", self.attempt)
             }
             _ => "waited past its deadline without being claimed".to_owned(),
         });
-        if phase_failures < policy.failure_threshold {
-            let delay_ms = policy.retry_backoff.delay_ms(phase_failures - 1, jitter);
+        if step_failures < budget {
+            let delay_ms = policy.retry_backoff.delay_ms(step_failures - 1, jitter);
             let next = counted.moved(Trigger::Retry, now, cause)?.waiting(now, delay_ms, policy);
             return Ok(Decision {
                 trigger: Trigger::Retry,
@@ -470,35 +486,86 @@ impl TaskRecord {
                 effects: vec![Effect::Schedule { delay_ms }],
             });
         }
-        let reason = format!(
-            "failure threshold reached: {phase_failures} failures (threshold {})",
-            policy.failure_threshold
-        );
+        let reason =
+            format!("failure threshold reached: {step_failures} failures of this step (threshold {budget})");
         match self.action() {
-            // The step was dispatched at least once, so it may have taken effect: undo it too.
-            Action::Do => {
-                let from = if self.step_attempts > 0 { Some(self.step) } else { self.step.checked_sub(1) };
-                counted.give_up(now, wf, policy, cause, &reason, from, true)
-            }
+            // Dispatched at least once and never answered for good: it may have taken effect.
+            Action::Do => counted.give_up(now, wf, policy, cause, &reason, self.step_attempts > 0, true),
             Action::Undo => counted.fail(now, wf, cause, &reason),
         }
     }
 
     fn fail(&self, now: Timestamp, wf: &Workflow, cause: Cause, reason: &str) -> Result<Decision, Refusal> {
-        let mut next = self.moved(Trigger::Fail, now, cause)?.unlocked();
+        self.stop(Trigger::Fail, now, wf, cause, reason, None)
+    }
+
+    /// Error with an alert and a `failed` status; `in_doubt` is the key of a step whose
+    /// outcome is unknown, for the operator to look up at the remote side.
+    fn stop(
+        &self,
+        trigger: Trigger,
+        now: Timestamp,
+        wf: &Workflow,
+        cause: Cause,
+        reason: &str,
+        in_doubt: Option<IdempotencyKey>,
+    ) -> Result<Decision, Refusal> {
+        let mut next = self.moved(trigger, now, cause)?.unlocked();
         next.last_error = Some(reason.to_owned());
         let step = Some(self.step_name(wf, self.step, self.action()));
         Ok(Decision {
-            trigger: Trigger::Fail,
+            trigger,
             effects: vec![
-                next.alert(wf, self.action(), now, reason),
+                next.alert(wf, self.action(), now, reason, in_doubt),
                 Effect::Status { status: OrderStatus::Failed, step, reason: Some(reason.to_owned()) },
             ],
             next,
         })
     }
 
-    /// Stop going forward: undo from `undo_from` down if the workflow compensates, else Error.
+    /// Why giving up must not undo anything, if it must not: undoing would leave a
+    /// pivot's effect standing under a `Compensated` that says nothing stands.
+    /// `in_doubt`: the current step was dispatched without a definitive answer.
+    fn forward_only(
+        &self,
+        wf: &Workflow,
+        reason: &str,
+        in_doubt: bool,
+    ) -> Option<(String, Option<IdempotencyKey>)> {
+        if crate::mutations::compensate_past_pivot() {
+            return None;
+        }
+        let key = in_doubt.then(|| idempotency_key(&self.order_id, self.step, Action::Do));
+        let current = wf.step(self.step)?;
+        if let Some(pivot) = wf.pivot_before(self.step) {
+            let pivot = &wf.step(pivot)?.name;
+            let unknown = match &key {
+                Some(key) => format!("; {} outcome unknown (idempotency key {key})", current.name),
+                None => String::new(),
+            };
+            return Some((
+                format!(
+                    "{reason}; nothing undone: pivot step {pivot} took effect, so the task only goes forward{unknown}"
+                ),
+                key,
+            ));
+        }
+        match key {
+            Some(key) if current.is_pivot() => Some((
+                format!(
+                    "{reason}; nothing undone: pivot step {} outcome unknown (idempotency key {key})",
+                    current.name
+                ),
+                Some(key),
+            )),
+            _ => None,
+        }
+    }
+
+    /// Stop going forward. A pivot that took effect, or may have (`in_doubt`: the current
+    /// step was dispatched without a definitive answer), leaves the task in Error with
+    /// nothing undone. Otherwise undo what may have taken effect, newest first, if the
+    /// workflow compensates at all, else Error.
     #[allow(clippy::too_many_arguments)]
     fn give_up(
         &self,
@@ -507,19 +574,23 @@ impl TaskRecord {
         policy: &Policy,
         cause: Cause,
         reason: &str,
-        undo_from: Option<u32>,
+        in_doubt: bool,
         alert: bool,
     ) -> Result<Decision, Refusal> {
+        if let Some((why, key)) = self.forward_only(wf, reason, in_doubt) {
+            return self.stop(Trigger::ForwardOnly, now, wf, cause, &why, key);
+        }
         if !wf.compensates() {
             return self.fail(now, wf, cause, reason);
         }
+        let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
         let step = Some(self.step_name(wf, self.step, Action::Do));
         let (trigger, mut next, status) = match wf.compensable_at_or_below(undo_from) {
             Some(first) => {
                 let mut next = self.moved(Trigger::Undo, now, cause)?.waiting(now, 0, policy);
                 next.step = first;
                 next.step_attempts = 0;
-                next.undo_failure_base = Some(next.failure_count);
+                next.step_failures = 0;
                 (Trigger::Undo, next, OrderStatus::Compensating)
             }
             None => (
@@ -535,7 +606,7 @@ impl TaskRecord {
         }
         effects.push(Effect::Status { status, step, reason: Some(reason.to_owned()) });
         if alert {
-            effects.push(next.alert(wf, next.action(), now, reason));
+            effects.push(next.alert(wf, next.action(), now, reason, None));
         }
         Ok(Decision { trigger, next, effects })
     }
@@ -545,7 +616,7 @@ impl TaskRecord {
 mod tests {
     use super::*;
     use crate::domain::messages::LineItem;
-    use crate::domain::workflow::Step;
+    use crate::domain::workflow::{Step, StepKind};
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
@@ -947,7 +1018,7 @@ mod tests {
         // Step 2 (ship-order) refused, so it had no effect and has no compensation:
         // undoing starts at step 1.
         assert_eq!((task.state, task.step, task.step_attempts), (ProcessState::Compensating, 1, 0));
-        assert_eq!(task.undo_failure_base, Some(0));
+        assert_eq!(task.step_failures, 0);
         assert_eq!(task.locked_by, None);
         assert_eq!(
             d.effects,
@@ -1099,7 +1170,8 @@ mod tests {
     fn lapse_at_threshold_single_step_is_an_error_with_one_alert() {
         let wf = Workflow::single_step();
         let d = lapse_to_threshold(new_task(&wf), &wf, true);
-        assert_eq!(d.trigger, Trigger::Fail);
+        // process-order is a pivot dispatched three times without an answer.
+        assert_eq!(d.trigger, Trigger::ForwardOnly);
         assert_eq!(d.next.state, ProcessState::Error);
         assert_eq!(d.next.failure_count, 3);
         assert_eq!(d.next.attempt, 3);
@@ -1108,7 +1180,14 @@ mod tests {
         assert_eq!(alerts.len(), 1);
         assert_eq!(alerts[0].failure_count, 3);
         assert!(alerts[0].reason.contains("failure threshold reached"));
+        assert!(alerts[0].reason.contains("process-order outcome unknown (idempotency key o-1:0:do)"));
         assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
+
+        // Never dispatched: nothing can stand, and with nothing to undo it is a plain Error.
+        let d = lapse_to_threshold(new_task(&wf), &wf, false);
+        assert_eq!((d.trigger, d.next.state), (Trigger::Fail, ProcessState::Error));
+        assert_eq!(self::alerts(&d).len(), 1);
+        assert_eq!(self::alerts(&d)[0].idempotency_key, None);
     }
 
     #[test]
@@ -1118,7 +1197,7 @@ mod tests {
         let d = lapse_to_threshold(pending_at(&wf, 1), &wf, true);
         assert_eq!(d.trigger, Trigger::Undo);
         assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
-        assert_eq!(d.next.undo_failure_base, Some(3));
+        assert_eq!((d.next.failure_count, d.next.step_failures), (3, 0), "undoing starts a fresh budget");
         assert_eq!(d.next.step_attempts, 0);
         assert_eq!(alerts(&d).len(), 1);
         assert!(d.effects.contains(&Effect::Schedule { delay_ms: 0 }));
@@ -1147,9 +1226,9 @@ mod tests {
     #[test]
     fn compensation_has_its_own_failure_budget() {
         let wf = Workflow::three_step();
-        let gave_up = lapse_to_threshold(pending_at(&wf, 2), &wf, true).next;
+        let gave_up = lapse_to_threshold(pending_at(&wf, 1), &wf, true).next;
         assert_eq!((gave_up.state, gave_up.step), (ProcessState::Compensating, 1));
-        assert_eq!((gave_up.failure_count, gave_up.undo_failure_base), (3, Some(3)));
+        assert_eq!((gave_up.failure_count, gave_up.step_failures), (3, 0));
 
         // The first compensation lapse is the phase's first failure: a retry with the
         // first backoff, not an instant Error because the forward phase used the budget.
@@ -1170,22 +1249,187 @@ mod tests {
         assert_eq!(alerts[0].step_name, "refund-payment", "the compensation is what timed out");
     }
 
+    // ---- pivots and per-step budgets ----
+
+    /// Claims and succeeds steps of `wf` until the task waits at `step`.
+    fn at_step(wf: &Workflow, step: u32) -> TaskRecord {
+        pending_at(wf, step)
+    }
+
+    #[test]
+    fn a_pivot_in_doubt_at_the_threshold_is_an_error_with_nothing_undone() {
+        // The defect this guards: ship-order took effect but kept answering late; giving
+        // up refunded and released, ended Compensated, and the goods had shipped.
+        let wf = Workflow::three_step();
+        let d = lapse_to_threshold(at_step(&wf, 2), &wf, true);
+        assert_eq!(d.trigger, Trigger::ForwardOnly);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Error, 2));
+        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. } | Effect::Dispatch { .. })));
+        let alerts = alerts(&d);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!((alerts[0].step, alerts[0].step_name.as_str()), (2, "ship-order"), "names the pivot");
+        assert_eq!(alerts[0].state, ProcessState::Error);
+        assert_eq!(alerts[0].idempotency_key, Some(IdempotencyKey("o-1:2:do".into())));
+        assert!(
+            alerts[0].reason.contains("pivot step ship-order outcome unknown (idempotency key o-1:2:do)")
+        );
+        let status = d.effects.iter().find_map(|e| match e {
+            Effect::Status { status, step, reason } => Some((*status, step.clone(), reason.clone().unwrap())),
+            _ => None,
+        });
+        let (status, step, reason) = status.expect("a status");
+        assert_eq!((status, step.as_deref()), (OrderStatus::Failed, Some("ship-order")));
+        assert!(reason.contains("outcome unknown") && reason.contains("o-1:2:do"), "{reason}");
+    }
+
+    #[test]
+    fn a_pivot_refused_for_good_compensates_the_steps_before_it() {
+        let wf = Workflow::three_step();
+        let d = reply(&claim(&at_step(&wf, 2), &wf, 1, T0), &wf, failed("422 address rejected"), T0);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+    }
+
+    #[test]
+    fn a_pivot_never_dispatched_compensates_the_steps_before_it() {
+        let wf = Workflow::three_step();
+        let d = lapse_to_threshold(at_step(&wf, 2), &wf, false);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+    }
+
+    #[test]
+    fn after_a_pivot_took_effect_every_give_up_is_an_error() {
+        let wf = mixed();
+        // a, r, b (pivot) done; c refused for good: b stands, so nothing is undone.
+        let task = claim(&at_step(&wf, 3), &wf, 1, T0);
+        let d = reply(&task, &wf, failed("422 no"), T0);
+        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        let alerts = alerts(&d);
+        assert_eq!((alerts[0].step_name.as_str(), alerts[0].idempotency_key.clone()), ("c", None));
+        assert!(alerts[0].reason.contains("pivot step b took effect"), "{}", alerts[0].reason);
+
+        // c lapses past its own budget of one: in doubt as well, and still forward only.
+        let d = lapse(&task, &wf, 0);
+        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        let alerts = self::alerts(&d);
+        assert_eq!(alerts[0].idempotency_key, Some(IdempotencyKey("o-1:3:do".into())));
+        assert!(alerts[0].reason.contains("c outcome unknown"), "{}", alerts[0].reason);
+    }
+
+    #[test]
+    fn a_read_only_step_in_doubt_is_not_a_pivot() {
+        let wf = mixed();
+        // r only reads: giving up on it undoes a and ends Compensated in the end.
+        let d = lapse_to_threshold(at_step(&wf, 1), &wf, true);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 0));
+    }
+
+    #[test]
+    fn the_failure_budget_is_per_step() {
+        let wf = Workflow::three_step();
+        // Two lapses (threshold 3) on step 0, then it succeeds.
+        let mut task = claim(&new_task(&wf), &wf, 1, T0);
+        for n in 0..2 {
+            task = lapse(&task, &wf, 0).next;
+            assert_eq!(task.step_failures, n + 1);
+            task = claim(&task, &wf, 10 + n as u128, task.deadline.unwrap());
+        }
+        let now = task.complete_by.unwrap();
+        task = reply(&task, &wf, ok(), now).next;
+        assert_eq!((task.step, task.failure_count, task.step_failures), (1, 2, 0));
+        // Step 1 gets its own three: two lapses retry, the third gives up.
+        for n in 0..2 {
+            task = claim(&task, &wf, 20 + n, task.deadline.unwrap());
+            let d = lapse(&task, &wf, 0);
+            assert_eq!(d.trigger, Trigger::Retry, "lapse {} of step 1", n + 1);
+            task = d.next;
+        }
+        task = claim(&task, &wf, 30, task.deadline.unwrap());
+        let d = lapse(&task, &wf, 0);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!(d.next.failure_count, 5, "FailureCount still counts every lapse");
+
+        // A step's own max_failures overrides the deployment's threshold: c gives up at once.
+        let wf = mixed();
+        let c = claim(&at_step(&wf, 3), &wf, 1, T0);
+        assert_ne!(lapse(&c, &wf, 0).trigger, Trigger::Retry);
+        let a = claim(&new_task(&wf), &wf, 1, T0);
+        let d = lapse_to_threshold(a, &wf, true);
+        assert_eq!(d.next.failure_count, 5, "a has a budget of five");
+    }
+
+    /// Every row of the transition table is made by some decision of this module.
+    #[test]
+    fn every_row_of_the_table_is_a_decision() {
+        let mut made = BTreeSet::new();
+        let mut note = |before: &TaskRecord, d: &Decision| {
+            made.insert((before.state, d.trigger, d.next.state));
+        };
+        let three = Workflow::three_step();
+        let single = Workflow::single_step();
+        let mixed = mixed();
+        let pending = new_task(&three);
+        let processing = claim(&pending, &three, 1, T0);
+        let charging = claim(&at_step(&three, 1), &three, 2, T0);
+        let shipping = claim(&at_step(&three, 2), &three, 3, T0);
+        let undoing = claim(&reply(&shipping, &three, failed("no"), T0).next, &three, 4, T0);
+        let undoing_last = reply(&undoing, &three, ok(), T0).next;
+        let undoing_last = claim(&undoing_last, &three, 5, T0);
+        let compensating = reply(&charging, &three, failed("no"), T0).next;
+        let single_pending = new_task(&single);
+        let single_processing = claim(&single_pending, &single, 6, T0);
+        let mixed_c = claim(&at_step(&mixed, 3), &mixed, 7, T0);
+        let mut pending_charge_in_doubt = lapse(&charging, &three, 0).next;
+        pending_charge_in_doubt.step_failures = 2;
+        let mut pending_ship_in_doubt = lapse(&shipping, &three, 0).next;
+        pending_ship_in_doubt.step_failures = 2;
+        let mut pending_first = new_task(&three);
+        pending_first.step_failures = 2;
+        let mut pending_single = new_task(&single);
+        pending_single.step_failures = 2;
+
+        let cases: Vec<(&TaskRecord, Decision)> = vec![
+            (&pending, checked(&pending, pending.claim(lease(9), T0, &three, &policy()))),
+            (&pending, lapse(&pending, &three, 0)),
+            (&pending_single, lapse(&pending_single, &single, 0)),
+            (&pending_ship_in_doubt, lapse(&pending_ship_in_doubt, &three, 0)),
+            (&pending_charge_in_doubt, lapse(&pending_charge_in_doubt, &three, 0)),
+            (&pending_first, lapse(&pending_first, &three, 0)),
+            (&processing, reply(&processing, &three, ok(), T0)),
+            (&single_processing, reply(&single_processing, &single, ok(), T0)),
+            (&processing, lapse(&processing, &three, 0)),
+            (&single_processing, reply(&single_processing, &single, failed("no"), T0)),
+            (&mixed_c, reply(&mixed_c, &mixed, failed("no"), T0)),
+            (&charging, reply(&charging, &three, failed("no"), T0)),
+            (&processing, reply(&processing, &three, failed("no"), T0)),
+            (&compensating, checked(&compensating, compensating.claim(lease(9), T0, &three, &policy()))),
+            (&undoing, reply(&undoing, &three, ok(), T0)),
+            (&undoing_last, reply(&undoing_last, &three, ok(), T0)),
+            (&undoing, lapse(&undoing, &three, 0)),
+            (&undoing, reply(&undoing, &three, failed("no"), T0)),
+        ];
+        for (before, d) in &cases {
+            note(before, d);
+        }
+        let table: BTreeSet<_> = lifecycle::TRANSITIONS.iter().copied().collect();
+        assert_eq!(made, table, "rows made by decisions vs the table");
+    }
+
     // ---- random sequences ----
 
     /// A workflow with steps that have no compensation in the middle and at the end.
     fn mixed() -> Workflow {
-        let step = |name: &str, comp: Option<&str>| Step {
-            name: name.into(),
-            agent: "a".into(),
-            compensation: comp.map(Into::into),
-        };
         Workflow {
             name: "mixed".into(),
             steps: vec![
-                step("a", Some("undo-a")),
-                step("b", None),
-                step("c", Some("undo-c")),
-                step("d", None),
+                Step::compensable("a", "a", "undo-a").with_max_failures(5),
+                Step::read_only("r", "a"),
+                Step::pivot("b", "a"),
+                Step::compensable("c", "a", "undo-c").with_max_failures(1),
+                Step::pivot("d", "a"),
             ],
         }
     }
@@ -1259,6 +1503,8 @@ mod tests {
             let mut dispatched: Vec<Dispatched> = Vec::new();
             let mut forward_done: Vec<u32> = Vec::new();
             let mut forward_claimed: BTreeSet<u32> = BTreeSet::new();
+            // Forward steps a definitive refusal settled: they had no effect.
+            let mut refused: BTreeSet<u32> = BTreeSet::new();
             let mut undone: Vec<u32> = Vec::new();
 
             for ev in events {
@@ -1373,16 +1619,24 @@ mod tests {
                         }
                     }
                 }
+                if let Cause::Failed { step, action: Action::Do, .. } = d.next.last_cause {
+                    refused.insert(step);
+                }
                 if d.next.state == ProcessState::Compensated {
-                    // Every completed step that can be undone was undone.
-                    for &s in &forward_done {
-                        if wf.step(s).unwrap().compensation.is_some() {
-                            prop_assert!(undone.contains(&s), "step {} done but not undone", s);
-                        }
+                    // Nothing stands: every step that was dispatched and not refused
+                    // only read or was undone; no pivot may have taken effect.
+                    for &s in &forward_claimed {
+                        let kind = wf.step(s).unwrap().kind();
+                        let stands = match kind {
+                            StepKind::ReadOnly => false,
+                            StepKind::Compensable => !refused.contains(&s) && !undone.contains(&s),
+                            StepKind::Pivot => !refused.contains(&s),
+                        };
+                        prop_assert!(!stands, "Compensated, but step {} ({:?}) may stand", s, kind);
                     }
                 }
-                let phase = d.next.failure_count - d.next.undo_failure_base.unwrap_or(0);
-                prop_assert!(phase <= policy.failure_threshold, "budget overrun: {}", phase);
+                let budget = wf.max_failures(d.next.step, policy.failure_threshold);
+                prop_assert!(d.next.step_failures <= budget, "budget overrun: {} of {}", d.next.step_failures, budget);
                 task = d.next;
             }
         }

@@ -1,5 +1,9 @@
 //! Workflow definitions: N ordered steps, each naming the agent that performs it and,
 //! optionally, the compensating action that undoes it.
+//!
+//! Saga terms: a step with a compensation is *compensable*; a step without one is a
+//! *pivot* (once it has taken effect the task can only go forward), unless it declares
+//! that it has no side effect (`effect: none`, a read), which needs no undoing at all.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +24,35 @@ impl Action {
     }
 }
 
+/// Whether a step's forward action changes anything at the remote side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepEffect {
+    /// It changes something (the default): undone by its compensation, or a pivot.
+    #[default]
+    Writes,
+    /// Read-only: running it leaves nothing to undo.
+    None,
+}
+
+impl StepEffect {
+    fn is_writes(&self) -> bool {
+        *self == StepEffect::Writes
+    }
+}
+
+/// A step's place in the saga, from its compensation and its declared effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    /// Has a compensation that undoes it.
+    Compensable,
+    /// Changes something and cannot be undone: once it may have taken effect, giving up
+    /// must not claim the task was undone.
+    Pivot,
+    /// Changes nothing.
+    ReadOnly,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     /// The step's name, e.g. `charge-payment`.
@@ -27,8 +60,55 @@ pub struct Step {
     /// The remote service (agent) that performs it, e.g. `payment`.
     pub agent: String,
     /// The compensating action's name, e.g. `refund-payment`; `None` when the step
-    /// has nothing to undo.
+    /// has nothing to undo (read-only) or cannot be undone (a pivot).
     pub compensation: Option<String>,
+    #[serde(default, skip_serializing_if = "StepEffect::is_writes")]
+    pub effect: StepEffect,
+    /// Lapses this step (and, separately, its compensation) may take before the task
+    /// gives up; the deployment's failure threshold when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<u32>,
+}
+
+impl Step {
+    /// A step undone by `compensation`.
+    pub fn compensable(name: &str, agent: &str, compensation: &str) -> Step {
+        Step {
+            name: name.into(),
+            agent: agent.into(),
+            compensation: Some(compensation.into()),
+            effect: StepEffect::Writes,
+            max_failures: None,
+        }
+    }
+    /// A step that changes something and cannot be undone.
+    pub fn pivot(name: &str, agent: &str) -> Step {
+        Step {
+            name: name.into(),
+            agent: agent.into(),
+            compensation: None,
+            effect: StepEffect::Writes,
+            max_failures: None,
+        }
+    }
+    /// A step that only reads.
+    pub fn read_only(name: &str, agent: &str) -> Step {
+        Step { effect: StepEffect::None, ..Step::pivot(name, agent) }
+    }
+    pub fn with_max_failures(self, max_failures: u32) -> Step {
+        Step { max_failures: Some(max_failures), ..self }
+    }
+
+    pub fn kind(&self) -> StepKind {
+        match (&self.compensation, self.effect) {
+            (Some(_), _) => StepKind::Compensable,
+            (None, StepEffect::Writes) => StepKind::Pivot,
+            (None, StepEffect::None) => StepKind::ReadOnly,
+        }
+    }
+    pub fn is_pivot(&self) -> bool {
+        self.kind() == StepKind::Pivot
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,36 +139,34 @@ impl Workflow {
             .rev()
             .find(|&i| self.steps[i as usize].compensation.is_some())
     }
+    /// The last pivot before `step`: when the task is at `step`, every step before it
+    /// succeeded, so that pivot's effect stands and the task can only go forward.
+    pub fn pivot_before(&self, step: u32) -> Option<u32> {
+        (0..step.min(self.len())).rev().find(|&i| self.steps[i as usize].is_pivot())
+    }
+    /// Lapses step `index` (or its compensation) may take before the task gives up.
+    pub fn max_failures(&self, index: u32, default: u32) -> u32 {
+        self.step(index).and_then(|s| s.max_failures).unwrap_or(default)
+    }
 
     /// The single-step order flow: one agent processes the whole order.
     pub fn single_step() -> Workflow {
-        Workflow {
-            name: "single-step".into(),
-            steps: vec![Step { name: "process-order".into(), agent: "orders".into(), compensation: None }],
-        }
+        Workflow { name: "single-step".into(), steps: vec![Step::pivot("process-order", "orders")] }
     }
 
-    /// Reserve, charge, ship; a failure undoes what was done, newest first.
+    /// Reserve, charge, ship; a failure before shipping undoes what was done, newest
+    /// first. Shipping is the pivot: once goods may have left, nothing is undone for you.
     pub fn three_step() -> Workflow {
         Workflow {
             name: "three-step".into(),
             steps: vec![
-                Step {
-                    name: "reserve-inventory".into(),
-                    agent: "inventory".into(),
-                    compensation: Some("release-inventory".into()),
-                },
-                Step {
-                    name: "charge-payment".into(),
-                    agent: "payment".into(),
-                    compensation: Some("refund-payment".into()),
-                },
-                Step { name: "ship-order".into(), agent: "shipping".into(), compensation: None },
+                Step::compensable("reserve-inventory", "inventory", "release-inventory"),
+                Step::compensable("charge-payment", "payment", "refund-payment"),
+                Step::pivot("ship-order", "shipping"),
             ],
         }
     }
 }
-
 /// The workflows a deployment knows, by name; the first is the default for orders
 /// that name none.
 #[derive(Debug, Clone)]
@@ -136,5 +214,61 @@ mod tests {
         assert_eq!(w.compensable_at_or_below(Some(99)), Some(1));
         assert!(!Workflow::single_step().compensates());
         assert_eq!(Workflow::single_step().compensable_at_or_below(Some(0)), None);
+    }
+
+    #[test]
+    fn a_step_is_compensable_a_pivot_or_read_only() {
+        let w = Workflow::three_step();
+        let kinds: Vec<StepKind> = w.steps.iter().map(Step::kind).collect();
+        assert_eq!(kinds, [StepKind::Compensable, StepKind::Compensable, StepKind::Pivot]);
+        assert_eq!(Step::read_only("check", "a").kind(), StepKind::ReadOnly);
+        // A compensation makes a step compensable whatever effect it declares.
+        let odd = Step { effect: StepEffect::None, ..Step::compensable("a", "a", "undo-a") };
+        assert_eq!(odd.kind(), StepKind::Compensable);
+    }
+
+    #[test]
+    fn the_last_pivot_before_a_step_is_found_and_reads_are_not_pivots() {
+        let w = Workflow {
+            name: "w".into(),
+            steps: vec![
+                Step::read_only("check", "a"),
+                Step::pivot("ship", "a"),
+                Step::compensable("invoice", "a", "void"),
+                Step::pivot("notify", "a"),
+            ],
+        };
+        assert_eq!(w.pivot_before(0), None);
+        assert_eq!(w.pivot_before(1), None, "the check before it only read");
+        assert_eq!(w.pivot_before(2), Some(1));
+        assert_eq!(w.pivot_before(3), Some(1));
+        assert_eq!(w.pivot_before(4), Some(3));
+        assert_eq!(w.pivot_before(99), Some(3));
+        assert_eq!(Workflow::three_step().pivot_before(2), None);
+    }
+
+    #[test]
+    fn each_step_has_its_own_failure_budget_defaulting_to_the_deployments() {
+        let w = Workflow {
+            name: "w".into(),
+            steps: vec![Step::pivot("a", "a").with_max_failures(7), Step::pivot("b", "a")],
+        };
+        assert_eq!((w.max_failures(0, 3), w.max_failures(1, 3), w.max_failures(9, 3)), (7, 3, 3));
+    }
+
+    #[test]
+    fn a_step_reads_from_json_with_its_defaults() {
+        let s: Step =
+            serde_json::from_str(r#"{"name":"ship","agent":"shipping","compensation":null}"#).unwrap();
+        assert_eq!(s, Step::pivot("ship", "shipping"));
+        let s: Step = serde_json::from_str(
+            r#"{"name":"check","agent":"a","compensation":null,"effect":"none","max_failures":2}"#,
+        )
+        .unwrap();
+        assert_eq!(s, Step::read_only("check", "a").with_max_failures(2));
+        assert_eq!(
+            serde_json::to_string(&Step::pivot("p", "a")).unwrap(),
+            r#"{"name":"p","agent":"a","compensation":null}"#
+        );
     }
 }

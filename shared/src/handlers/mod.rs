@@ -195,7 +195,7 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
             m.record(Metric::OrderLatencyMs, now.millis_since(task.created_at));
         }
         Retry => m.record(Metric::Recovered, 1),
-        Fail => m.record(Metric::Failed, 1),
+        Fail | ForwardOnly => m.record(Metric::Failed, 1),
         Undo => m.record(Metric::CompensationStarted, 1),
         UndoAdvanced => m.record(Metric::CompensationStep, 1),
         Undone => {

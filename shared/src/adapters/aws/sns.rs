@@ -80,6 +80,7 @@ mod tests {
             state: ProcessState::Error,
             failure_count: 5,
             reason: "r".into(),
+            idempotency_key: None,
             at: Timestamp(1),
         };
         let s = subject(&alert);

@@ -1,0 +1,515 @@
+//! The one catalogue of the pipeline's invariants, and the checks that need nothing but
+//! what every run leaves behind: the state table's write log, the final records, the
+//! operator alerts and the remote service's ledger. The simulation (`check.rs`) and
+//! `sasctl dev` (`cli/src/invariants.rs`) both run [`check_records`], then add what
+//! only they can see (the simulation: which function wrote each write, for which
+//! message, and true time; `dev`: the status queue and real-time progress).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use sas::adapters::embedded::WriteRecord;
+use sas::domain::{
+    Action, Cause, OperatorAlert, OrderId, Policy, ProcessState, StepKind, TaskRecord, Trigger, Workflow,
+    Workflows, idempotency_key, lifecycle,
+};
+
+use crate::ledger::Ledger;
+
+/// Every invariant a run is judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Invariant {
+    AcceptedOrRejected,
+    TerminalOnce,
+    Absorbing,
+    Lifecycle,
+    Shape,
+    OneLease,
+    Fenced,
+    Failures,
+    Compensation,
+    NothingStands,
+    Idempotency,
+    RemoteAgrees,
+    Liveness,
+    Supervised,
+    NoPanic,
+    BadInputKept,
+    NoInternalReject,
+    Alerted,
+    Status,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 19] = [
+        Invariant::AcceptedOrRejected,
+        Invariant::TerminalOnce,
+        Invariant::Absorbing,
+        Invariant::Lifecycle,
+        Invariant::Shape,
+        Invariant::OneLease,
+        Invariant::Fenced,
+        Invariant::Failures,
+        Invariant::Compensation,
+        Invariant::NothingStands,
+        Invariant::Idempotency,
+        Invariant::RemoteAgrees,
+        Invariant::Liveness,
+        Invariant::Supervised,
+        Invariant::NoPanic,
+        Invariant::BadInputKept,
+        Invariant::NoInternalReject,
+        Invariant::Alerted,
+        Invariant::Status,
+    ];
+
+    /// The invariant in words, as the README states it.
+    pub fn statement(self) -> &'static str {
+        match self {
+            Invariant::AcceptedOrRejected => {
+                "every order sent is accepted or rejected with a reason, never lost"
+            }
+            Invariant::TerminalOnce => "every accepted order reaches exactly one terminal state",
+            Invariant::Absorbing => "terminal states never change",
+            Invariant::Lifecycle => "every write is a move of the transition table on the latest revision",
+            Invariant::Shape => "every record is well-formed (lease, deadline)",
+            Invariant::OneLease => "at most one live lease per task",
+            Invariant::Fenced => "a stale reply never changes state",
+            Invariant::Failures => "FailureCount only grows and each step's failure budget is honoured",
+            Invariant::Compensation => {
+                "each completed step of an undone task is compensated exactly once, in reverse order"
+            }
+            Invariant::NothingStands => {
+                "a Compensated task left no effect standing at the remote side (no pivot, nothing un-undone)"
+            }
+            Invariant::Idempotency => "one idempotency key per step, its remote effect applied at most once",
+            Invariant::RemoteAgrees => "the remote side agrees with the final state",
+            Invariant::Liveness => "every order is terminal within a bound after the faults stop",
+            Invariant::Supervised => "a task past its deadline is acted on by the next supervisor run",
+            Invariant::NoPanic => "no handler panics",
+            Invariant::BadInputKept => "bad input is kept with its reason",
+            Invariant::NoInternalReject => "no message the pipeline made itself is rejected or lost",
+            Invariant::Alerted => "every give-up (Error, or a spent failure budget) raises an operator alert",
+            Invariant::Status => "reply_to receives each order's final status",
+        }
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.statement())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: Invariant,
+    pub detail: String,
+}
+
+impl Violation {
+    pub fn new(invariant: Invariant, detail: impl Into<String>) -> Violation {
+        Violation { invariant, detail: detail.into() }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.invariant, self.detail)
+    }
+}
+
+/// What every run leaves behind, whatever ran it.
+pub struct Records<'a> {
+    pub workflows: &'a Workflows,
+    pub policy: &'a Policy,
+    /// The final records.
+    pub tasks: &'a [TaskRecord],
+    /// Every landed write, in the order they landed.
+    pub writes: &'a [WriteRecord],
+    pub alerts: &'a [OperatorAlert],
+    pub ledger: &'a Ledger,
+}
+
+/// Whether a give-up leaves the task in Error because a pivot's effect stands or may
+/// stand, restated from the README's lifecycle (not from the domain's code) so the
+/// checker can tell `ForwardOnly` from `Fail`.
+fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool {
+    let in_doubt = matches!(after.last_cause, Cause::DeadlinePassed { .. }) && before.step_attempts > 0;
+    before.action() == Action::Do
+        && (wf.pivot_before(before.step).is_some()
+            || (in_doubt && wf.step(before.step).is_some_and(|s| s.kind() == StepKind::Pivot)))
+}
+
+/// The trigger a landed write carried out, read back from the record before and after.
+pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workflow>) -> Option<Trigger> {
+    use ProcessState::*;
+    Some(match &after.last_cause {
+        Cause::Submitted => return None,
+        Cause::Claimed { .. } => Trigger::Claimed,
+        Cause::Succeeded { action: Action::Do, .. } if after.state == Processed => Trigger::Finished,
+        Cause::Succeeded { action: Action::Do, .. } => Trigger::Advanced,
+        Cause::Succeeded { action: Action::Undo, .. } if after.state == Compensated => Trigger::Undone,
+        Cause::Succeeded { action: Action::Undo, .. } => Trigger::UndoAdvanced,
+        Cause::Failed { .. } | Cause::DeadlinePassed { .. } => match (before.state, after.state) {
+            (_, Error) if wf.is_some_and(|wf| forward_only(before, after, wf)) => Trigger::ForwardOnly,
+            (_, Error) => Trigger::Fail,
+            (_, Compensated) => Trigger::Undone,
+            (Compensating, Compensating) => Trigger::Retry,
+            (_, Compensating) => Trigger::Undo,
+            (_, Pending) => Trigger::Retry,
+            _ => return None,
+        },
+    })
+}
+
+/// (state, trigger) of every landed transition.
+pub fn coverage(writes: &[WriteRecord], workflows: &Workflows) -> BTreeMap<(ProcessState, Trigger), u64> {
+    let mut seen = BTreeMap::new();
+    for w in writes {
+        if let Some(before) = &w.before
+            && let Some(trigger) = infer_trigger(before, &w.after, workflows.get(&w.after.workflow))
+        {
+            *seen.entry((before.state, trigger)).or_default() += 1;
+        }
+    }
+    seen
+}
+
+/// One order's causes, compactly, for a violation's detail.
+pub fn history_of(writes: &[WriteRecord], id: &OrderId) -> String {
+    let causes: Vec<String> = writes
+        .iter()
+        .filter(|w| &w.after.order_id == id)
+        .map(|w| format!("{:?}->{:?}", w.after.last_cause, w.after.state))
+        .collect();
+    causes.join(", ")
+}
+
+/// Every violation the records show; empty means every invariant they can show held.
+pub fn check_records(r: &Records) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut add = |invariant: Invariant, detail: String| found.push(Violation::new(invariant, detail));
+    let threshold = r.policy.failure_threshold;
+    let budget = |t: &TaskRecord| {
+        r.workflows.get(&t.workflow).map_or(threshold, |wf| wf.max_failures(t.step, threshold))
+    };
+
+    // ---- every write ----
+    let mut latest: BTreeMap<&str, &TaskRecord> = BTreeMap::new();
+    for w in r.writes {
+        let after = &w.after;
+        let id = after.order_id.as_str();
+        if let Some(v) = after.shape_violation() {
+            add(Invariant::Shape, format!("order {id} revision {}: {v}", after.revision));
+        }
+        let Some(before) = &w.before else {
+            if latest.contains_key(id) {
+                add(Invariant::TerminalOnce, format!("order {id} inserted twice"));
+            }
+            if after.state != ProcessState::Pending {
+                add(Invariant::Lifecycle, format!("order {id} inserted as {:?}", after.state));
+            }
+            latest.insert(id, after);
+            continue;
+        };
+        if latest.get(id) != Some(&before) {
+            add(Invariant::Lifecycle, format!("order {id}: a write did not start from the latest revision"));
+        }
+        latest.insert(id, after);
+        if before.state.is_terminal() {
+            add(
+                Invariant::Absorbing,
+                format!("order {id} left {:?} for {:?} ({:?})", before.state, after.state, after.last_cause),
+            );
+        }
+        if after.revision != before.revision + 1 {
+            add(
+                Invariant::Lifecycle,
+                format!("order {id}: revision {} -> {}", before.revision, after.revision),
+            );
+        }
+        match infer_trigger(before, after, r.workflows.get(&after.workflow)) {
+            Some(t) if lifecycle::next(before.state, t) == Some(after.state) => {}
+            t => add(
+                Invariant::Lifecycle,
+                format!("order {id}: {:?} --{t:?}--> {:?} is not in the table", before.state, after.state),
+            ),
+        }
+
+        // One live lease.
+        if let (Some(old), Some(new)) = (before.locked_by, after.locked_by)
+            && old != new
+        {
+            add(
+                Invariant::OneLease,
+                format!("order {id}: live lease {old} replaced by {new} ({:?})", after.last_cause),
+            );
+        }
+        if matches!(after.last_cause, Cause::Claimed { .. }) && before.locked_by.is_some() {
+            add(
+                Invariant::OneLease,
+                format!("order {id}: claimed while lease {:?} was live", before.locked_by),
+            );
+        }
+
+        // FailureCount and the per-step budgets.
+        if after.failure_count < before.failure_count {
+            add(
+                Invariant::Failures,
+                format!("order {id}: FailureCount {} -> {}", before.failure_count, after.failure_count),
+            );
+        }
+        if after.step_failures > budget(after) {
+            add(
+                Invariant::Failures,
+                format!(
+                    "order {id}: {} failures of step {}, budget {}",
+                    after.step_failures,
+                    after.step,
+                    budget(after)
+                ),
+            );
+        }
+        let same_step = after.step == before.step && after.action() == before.action();
+        match &after.last_cause {
+            Cause::DeadlinePassed { .. } => {
+                if after.failure_count != before.failure_count + 1 {
+                    add(
+                        Invariant::Failures,
+                        format!("order {id}: a lapse moved FailureCount by other than one"),
+                    );
+                }
+                let used = before.step_failures + 1;
+                let retried = after.state == ProcessState::Pending
+                    || (before.state == ProcessState::Compensating
+                        && after.state == ProcessState::Compensating);
+                if retried != (used < budget(before)) {
+                    add(
+                        Invariant::Failures,
+                        format!(
+                            "order {id}: lapse {used} of step {} (budget {}) went to {:?}",
+                            before.step,
+                            budget(before),
+                            after.state
+                        ),
+                    );
+                }
+                if retried && after.step_failures != used {
+                    add(
+                        Invariant::Failures,
+                        format!("order {id}: a retry counted {} step failures", after.step_failures),
+                    );
+                }
+            }
+            _ if after.failure_count != before.failure_count => {
+                add(Invariant::Failures, format!("order {id}: {:?} changed FailureCount", after.last_cause));
+            }
+            _ if same_step && after.step_failures != before.step_failures => {
+                add(
+                    Invariant::Failures,
+                    format!("order {id}: {:?} changed the step's failures", after.last_cause),
+                );
+            }
+            _ => {}
+        }
+        if !same_step && !after.state.is_terminal() && after.step_failures != 0 {
+            add(
+                Invariant::Failures,
+                format!("order {id}: step {} began with {} failures", after.step, after.step_failures),
+            );
+        }
+
+        // A reply lands only on the live lease's own step, in time.
+        if let Cause::Succeeded { step, action } | Cause::Failed { step, action, .. } = &after.last_cause {
+            let fenced = before.locked_by.is_some()
+                && matches!(before.state, ProcessState::Processing | ProcessState::Compensating)
+                && before.step == *step
+                && before.action() == *action
+                && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
+            if !fenced {
+                add(
+                    Invariant::Fenced,
+                    format!(
+                        "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
+                        before.step,
+                        before.action(),
+                        before.locked_by,
+                        before.complete_by,
+                        after.updated_at
+                    ),
+                );
+            }
+        }
+    }
+
+    // ---- each order's history ----
+    let mut histories: BTreeMap<&str, Vec<&WriteRecord>> = BTreeMap::new();
+    for w in r.writes {
+        histories.entry(w.after.order_id.as_str()).or_default().push(w);
+    }
+    let applied =
+        |id: &OrderId, step: u32, action: Action| r.ledger.is_applied(&idempotency_key(id, step, action).0);
+    for task in r.tasks {
+        let id = &task.order_id;
+        let Some(workflow) = r.workflows.get(&task.workflow) else {
+            add(Invariant::Shape, format!("order {id}: unknown workflow {}", task.workflow));
+            continue;
+        };
+        if task.order.order_id != task.order_id || task.order.workflow != task.workflow {
+            add(
+                Invariant::Shape,
+                format!(
+                    "task {id} carries order {} of workflow {}",
+                    task.order.order_id, task.order.workflow
+                ),
+            );
+        }
+        let history = histories.get(id.as_str()).map(Vec::as_slice).unwrap_or_default();
+        let mut claimed_do = BTreeSet::new();
+        let mut done = BTreeSet::new();
+        let mut undone: Vec<u32> = Vec::new();
+        let mut terminal_entries = 0;
+        for w in history {
+            match &w.after.last_cause {
+                Cause::Claimed { step, action: Action::Do } => {
+                    claimed_do.insert(*step);
+                }
+                Cause::Succeeded { step, action: Action::Do } => {
+                    done.insert(*step);
+                }
+                Cause::Succeeded { step, action: Action::Undo } => undone.push(*step),
+                _ => {}
+            }
+            if w.after.state.is_terminal() && w.before.as_ref().is_none_or(|b| !b.state.is_terminal()) {
+                terminal_entries += 1;
+            }
+        }
+        if !task.state.is_terminal() {
+            add(Invariant::TerminalOnce, format!("order {id} ended {:?} at step {}", task.state, task.step));
+        } else if terminal_entries != 1 {
+            add(
+                Invariant::TerminalOnce,
+                format!("order {id} entered a terminal state {terminal_entries} times"),
+            );
+        }
+
+        // Giving up tells an operator: every move to Error, and every give-up at a spent
+        // budget, has its alert (same state and FailureCount).
+        let alerted = |state: ProcessState, failures: u32| {
+            r.alerts.iter().any(|a| &a.order_id == id && a.state == state && a.failure_count == failures)
+        };
+        for w in history {
+            let (Some(before), after) = (&w.before, &w.after) else { continue };
+            let gave_up = matches!(after.last_cause, Cause::DeadlinePassed { .. })
+                && infer_trigger(before, after, Some(workflow)) != Some(Trigger::Retry);
+            if (after.state == ProcessState::Error || gave_up) && !alerted(after.state, after.failure_count) {
+                add(
+                    Invariant::Alerted,
+                    format!("order {id} went to {:?} ({:?}) without an alert", after.state, after.last_cause),
+                );
+            }
+        }
+        if task.state == ProcessState::Error && !r.alerts.iter().any(|a| &a.order_id == id) {
+            add(Invariant::Alerted, format!("order {id} is Error without an alert"));
+        }
+
+        // Compensation in the records: descending, once each, only what ran forward.
+        if undone.windows(2).any(|p| p[0] <= p[1]) {
+            add(Invariant::Compensation, format!("order {id}: compensations in order {undone:?}"));
+        }
+        for step in &undone {
+            if !claimed_do.contains(step) || workflow.step(*step).is_none_or(|s| s.compensation.is_none()) {
+                add(
+                    Invariant::Compensation,
+                    format!("order {id}: undid step {step}, which never ran or cannot be undone"),
+                );
+            }
+        }
+        if task.state == ProcessState::Processed
+            && (done.len() as u32 != workflow.len() || !undone.is_empty())
+        {
+            add(
+                Invariant::Compensation,
+                format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
+            );
+        }
+
+        // Compensation at the remote side: newest first, and nothing done after its undo.
+        let effects: Vec<(u32, Action)> = r
+            .ledger
+            .effects
+            .iter()
+            .filter(|(_, o, ..)| o == id.as_str())
+            .map(|(_, _, step, action)| (*step, *action))
+            .collect();
+        let undo_steps: Vec<u32> =
+            effects.iter().filter(|(_, a)| *a == Action::Undo).map(|(s, _)| *s).collect();
+        if undo_steps.windows(2).any(|p| p[0] <= p[1]) {
+            add(
+                Invariant::Compensation,
+                format!("order {id}: the remote undid steps in order {undo_steps:?}"),
+            );
+        }
+        for (i, (step, action)) in effects.iter().enumerate() {
+            if *action == Action::Do && effects[..i].contains(&(*step, Action::Undo)) {
+                add(
+                    Invariant::Compensation,
+                    format!("order {id}: step {step} took effect after it was undone"),
+                );
+            }
+        }
+
+        // The remote side's ledger against the final state.
+        for (step, def) in (0..workflow.len()).zip(&workflow.steps) {
+            let done = applied(id, step, Action::Do);
+            let undone = applied(id, step, Action::Undo);
+            match task.state {
+                ProcessState::Processed if !done || undone => add(
+                    Invariant::RemoteAgrees,
+                    format!("order {id} Processed but step {step}: applied {done}, undone {undone}"),
+                ),
+                ProcessState::Compensated if done => {
+                    let stands = match def.kind() {
+                        StepKind::ReadOnly => false,
+                        StepKind::Compensable => !undone,
+                        StepKind::Pivot => true,
+                    };
+                    if stands {
+                        add(
+                            Invariant::NothingStands,
+                            format!(
+                                "order {id} Compensated but {} step {step} ({}) took effect{}; history: {}",
+                                match def.kind() {
+                                    StepKind::Pivot => "pivot",
+                                    _ => "compensable",
+                                },
+                                def.name,
+                                if def.kind() == StepKind::Pivot { "" } else { " and was never undone" },
+                                history_of(r.writes, id)
+                            ),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // ---- the remote side: one key per step and action, each effect at most once ----
+    for ((order, step, action), keys) in &r.ledger.keys {
+        let want = OrderId::parse(order).map(|oid| idempotency_key(&oid, *step, *action).0);
+        if keys.len() != 1 || want.is_err() || !keys.contains(want.as_ref().unwrap_or(&String::new())) {
+            add(
+                Invariant::Idempotency,
+                format!("order {order} step {step} {action:?} called with keys {keys:?}"),
+            );
+        }
+    }
+    for (key, n) in &r.ledger.applied {
+        if *n > 1 {
+            add(Invariant::Idempotency, format!("effect {key} applied {n} times"));
+        }
+    }
+    found
+}

@@ -1,0 +1,210 @@
+//! The model of a well-behaved remote service, shared by the simulation's in-process
+//! remote (`remote.rs`, simulated time) and `sasctl dev`'s loopback HTTP one
+//! (`cli/src/remote_sim.rs`, real time): seeded faults, deduplication by idempotency key
+//! (a key's first verdict, applied or refused, is final), and a ledger of every call
+//! and every applied effect, which the invariants (`invariants.rs`) judge runs by.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sas::domain::Action;
+
+/// The remote service's faults. All zero: it answers every call at once, with success.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RemoteFaults {
+    /// A transient error (503).
+    pub transient: f64,
+    /// A permanent refusal of a forward step (422: the step has no effect).
+    pub permanent: f64,
+    /// A permanent refusal of a compensation.
+    pub undo_permanent: f64,
+    /// The call never answers, and half of those after the effect was applied (a lost
+    /// response).
+    pub hang: f64,
+    /// Service time of an answered call: uniform up to this.
+    pub latency_max_ms: u64,
+}
+
+/// How an idempotency key was settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The effect was applied, at this time.
+    Applied {
+        at: u64,
+    },
+    Refused,
+}
+
+/// What the remote side saw and did.
+#[derive(Debug, Default, Clone)]
+pub struct Ledger {
+    pub calls: u64,
+    pub hangs: u64,
+    pub transient: u64,
+    /// Keys refused for good.
+    pub refusals: u64,
+    /// Answers of success, deduplicated ones included.
+    pub successes: u64,
+    /// Times each key's effect was applied. The service deduplicates, so more than one
+    /// would mean the service (the model) is broken; the checker verifies it anyway.
+    pub applied: BTreeMap<String, u32>,
+    pub settled: BTreeMap<String, Settled>,
+    /// (order id, step, action) -> every idempotency key it was called with.
+    pub keys: BTreeMap<(String, u32, Action), BTreeSet<String>>,
+    /// Applied effects in the order they happened: (time, order id, step, action).
+    pub effects: Vec<(u64, String, u32, Action)>,
+}
+
+/// The randomness a call's verdict draws on. `roll` is a fault of `kind` with
+/// probability `p` (the simulation counts them by kind).
+pub trait Dice {
+    fn roll(&mut self, kind: &'static str, p: f64) -> bool;
+    fn coin(&mut self) -> bool;
+    /// Uniform in `0..=max`.
+    fn upto(&mut self, max: u64) -> u64;
+}
+
+impl Dice for fastrand::Rng {
+    fn roll(&mut self, _kind: &'static str, p: f64) -> bool {
+        p > 0.0 && self.f64() < p
+    }
+    fn coin(&mut self) -> bool {
+        self.bool()
+    }
+    fn upto(&mut self, max: u64) -> u64 {
+        self.u64(0..=max)
+    }
+}
+
+/// What the caller of one remote call experiences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Success, answered after this long.
+    Answer { latency_ms: u64 },
+    /// 503: try again.
+    Transient,
+    /// 422: refused for good.
+    Refused,
+    /// No answer before the caller's timeout.
+    Hang,
+}
+
+/// One call to the remote service, as its ledger records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub key: &'a str,
+    pub order_id: &'a str,
+    pub step: u32,
+    pub action: Action,
+    /// The caller's timeout: an answer slower than this is a hang to the caller.
+    pub timeout_ms: u64,
+}
+
+impl Ledger {
+    /// Decides and records one call at time `at`. Deciding and applying are one step,
+    /// as a real idempotent service settles a key once: two concurrent calls with one
+    /// key can never see it both applied and refused.
+    pub fn call(&mut self, faults: &RemoteFaults, dice: &mut impl Dice, at: u64, call: Call<'_>) -> Verdict {
+        self.calls += 1;
+        self.keys
+            .entry((call.order_id.to_owned(), call.step, call.action))
+            .or_default()
+            .insert(call.key.to_owned());
+        let settled = self.settled.get(call.key).copied();
+        let (permanent_kind, permanent) = match call.action {
+            Action::Do => ("remote_permanent", faults.permanent),
+            Action::Undo => ("remote_undo_permanent", faults.undo_permanent),
+        };
+        if dice.roll("remote_hang", faults.hang) {
+            self.hangs += 1;
+            if dice.coin() {
+                self.apply(settled, at, call);
+            }
+            Verdict::Hang
+        } else if dice.roll("remote_transient", faults.transient) {
+            self.transient += 1;
+            Verdict::Transient
+        } else if settled == Some(Settled::Refused) {
+            Verdict::Refused
+        } else if settled.is_none() && dice.roll(permanent_kind, permanent) {
+            self.refusals += 1;
+            self.settled.insert(call.key.to_owned(), Settled::Refused);
+            Verdict::Refused
+        } else {
+            self.apply(settled, at, call);
+            let latency_ms = if faults.latency_max_ms > 0 { dice.upto(faults.latency_max_ms) } else { 0 };
+            if latency_ms >= call.timeout_ms {
+                // Answered too late: the caller's timeout fired first.
+                Verdict::Hang
+            } else {
+                self.successes += 1;
+                Verdict::Answer { latency_ms }
+            }
+        }
+    }
+
+    fn apply(&mut self, settled: Option<Settled>, at: u64, call: Call<'_>) {
+        if settled.is_none() {
+            self.settled.insert(call.key.to_owned(), Settled::Applied { at });
+            *self.applied.entry(call.key.to_owned()).or_default() += 1;
+            self.effects.push((at, call.order_id.to_owned(), call.step, call.action));
+        }
+    }
+
+    /// Whether the effect under `key` was applied.
+    pub fn is_applied(&self, key: &str) -> bool {
+        self.applied.contains_key(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dice that answer from a script: each roll takes the next bool.
+    struct Scripted(Vec<bool>);
+
+    impl Dice for Scripted {
+        fn roll(&mut self, _kind: &'static str, _p: f64) -> bool {
+            self.0.remove(0)
+        }
+        fn coin(&mut self) -> bool {
+            self.0.remove(0)
+        }
+        fn upto(&mut self, _max: u64) -> u64 {
+            0
+        }
+    }
+
+    fn call(action: Action) -> Call<'static> {
+        Call { key: "o:0:do", order_id: "o", step: 0, action, timeout_ms: 100 }
+    }
+
+    #[test]
+    fn a_key_is_settled_once_and_deduplicated() {
+        let mut l = Ledger::default();
+        let f = RemoteFaults::default();
+        // hang with the effect applied, then answered: applied once, success on the retry.
+        assert_eq!(l.call(&f, &mut Scripted(vec![true, true]), 1, call(Action::Do)), Verdict::Hang);
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false, true]), 2, call(Action::Do)),
+            Verdict::Answer { latency_ms: 0 },
+            "an applied key is never refused"
+        );
+        assert_eq!(l.applied["o:0:do"], 1);
+        assert_eq!(l.effects.len(), 1);
+        assert_eq!(l.settled["o:0:do"], Settled::Applied { at: 1 });
+
+        let mut l = Ledger::default();
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false, true]), 1, call(Action::Do)),
+            Verdict::Refused
+        );
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false]), 2, call(Action::Do)),
+            Verdict::Refused,
+            "a refusal is final"
+        );
+        assert!(!l.is_applied("o:0:do"));
+        assert_eq!((l.calls, l.refusals), (2, 1));
+    }
+}
