@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sas::domain::{Cause, OrderRequest, ProcessState, SchedulerMessage, Trigger};
+use sas::domain::{Cause, MessageError, OrderRequest, ProcessState, SchedulerMessage, Trigger};
 use sas::handlers::REASON_ATTRIBUTE;
 
 pub use crate::invariants::{Invariant, Violation};
@@ -25,6 +25,10 @@ fn reason(m: &sas::adapters::embedded::StoredMessage) -> Option<&str> {
 
 fn short(s: &str) -> String {
     if s.len() <= 120 { s.to_owned() } else { format!("{}…", &s[..s.floor_char_boundary(120)]) }
+}
+
+fn is_schedule_of(message: &Option<Result<SchedulerMessage, MessageError>>, id: &str) -> bool {
+    matches!(message, Some(Ok(SchedulerMessage::Schedule { order_id })) if order_id.as_str() == id)
 }
 
 /// Every violation of the run; empty means every invariant held.
@@ -140,14 +144,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             Cause::DeadlinePassed { .. } if ctx.function != Some(Function::Supervisor) => {
                 add(Invariant::Lifecycle, format!("order {id}: a lapse written by {:?}", ctx.function));
             }
-            Cause::Claimed { .. } => {
-                if !matches!(&message, Some(Ok(SchedulerMessage::Schedule { order_id })) if order_id.as_str() == id)
-                {
-                    add(
-                        Invariant::Lifecycle,
-                        format!("order {id}: claimed while handling {:?}", ctx.message),
-                    );
-                }
+            Cause::Claimed { .. } if !is_schedule_of(&message, id) => {
+                add(Invariant::Lifecycle, format!("order {id}: claimed while handling {:?}", ctx.message));
             }
             // The fence, checked against the very reply the write was made for.
             Cause::Succeeded { step, action } | Cause::Failed { step, action, .. }
