@@ -681,6 +681,44 @@ async fn threshold_reached_mid_workflow_compensates_the_in_flight_step_too() {
     h.finish();
 }
 
+/// The defect found from outside: `ship-order` took effect but kept answering after its
+/// complete-by. Giving up must not refund and release (the goods left): Error, nothing
+/// undone, and the alert and the status name the pivot and its idempotency key.
+#[tokio::test]
+async fn a_pivot_that_never_answers_in_time_ends_error_with_nothing_undone() {
+    let h = Harness::new();
+    let threshold = h.settings.policy.failure_threshold;
+    h.remote.then([Script::Ok, Script::Ok]);
+    h.remote.then((0..threshold).map(|_| Script::Hang));
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+    for round in 1.. {
+        assert!(round <= threshold, "still retrying after {threshold} lapses: a poison loop");
+        h.to_deadline("o-1");
+        h.sweep().await;
+        if h.task("o-1").state.is_terminal() {
+            break;
+        }
+        h.advance(h.retry_delay("o-1"));
+        h.run_until_quiet().await;
+    }
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.step, task.failure_count), (ProcessState::Error, 2, threshold));
+    let mut want = vec![(0, Action::Do), (1, Action::Do)];
+    want.extend((0..threshold).map(|_| (2, Action::Do)));
+    assert_eq!(h.remote.steps(), want, "nothing undone");
+    let alerts = h.alerts.all();
+    assert_eq!(alerts.len(), 1);
+    assert_eq!((alerts[0].step_name.as_str(), alerts[0].state), ("ship-order", ProcessState::Error));
+    assert_eq!(alerts[0].idempotency_key.as_ref().map(|k| k.0.as_str()), Some("o-1:2:do"));
+    assert!(alerts[0].reason.contains("outcome unknown"), "{}", alerts[0].reason);
+    assert_eq!(h.status_kinds().last(), Some(&OrderStatus::Failed));
+    assert_eq!(h.count(Metric::Failed), 1);
+    assert_eq!(h.count(Metric::Compensated), 0);
+    h.finish();
+}
+
 // ---- the operators' topic down when giving up (found by the simulation, sim/) ----
 
 /// A topic that refuses every alert, as SNS does during an outage.
