@@ -133,7 +133,7 @@ ENV_COMMON = {
     "STATE_TABLE", "DUE_INDEX", "DUE_SHARDS", "ORDERS_QUEUE_URL", "ORDERS_DLQ_URL",
     "SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL", "AGENT_QUEUE_URL", "AGENT_DLQ_URL", "ALERT_TOPIC_ARN",
     "STEP_TIMEOUT_MS", "REPLY_GRACE_MS", "PENDING_TIMEOUT_MS", "FAILURE_THRESHOLD", "RETRY_BASE_MS", "SEND_MAX_HOLD_MS",
-    "RETRY_CAP_MS", "METRICS_NAMESPACE",
+    "RETRY_CAP_MS", "METRICS_NAMESPACE", "STATUS_QUEUE_ARN", "REPLY_TO_EXTRA_QUEUE_ARNS",
 }
 functions = {sub_name(v["Properties"].get("FunctionName")): (k, v["Properties"]) for k, v in of_type("AWS::Lambda::Function").items()}
 fid = {}
@@ -219,6 +219,7 @@ EXPECTED = {
         ("dynamodb:GetItem", "StateTable"), ("dynamodb:PutItem", "StateTable"),
         ("sqs:SendMessage", "AgentQueue"), ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "SchedulerDlq"),
         ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA), ("sns:Publish", "AlertTopic"),
+        ("kms:GenerateDataKey", "AlertTopicKey"), ("kms:Decrypt", "AlertTopicKey"),
     },
     "agent": logs("AgentLogGroup") | consume("AgentQueue") | {
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "AgentDlq"),
@@ -228,6 +229,7 @@ EXPECTED = {
         ("dynamodb:PutItem", "StateTable"),
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA),
         ("sns:Publish", "AlertTopic"),
+        ("kms:GenerateDataKey", "AlertTopicKey"), ("kms:Decrypt", "AlertTopicKey"),
     },
 }
 

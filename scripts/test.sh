@@ -25,4 +25,7 @@ cargo run --locked -q -p sasctl -- dev --orders "$orders" --workflow three-step 
 step "template: cfn-lint and checkov"
 scripts/lint-template.sh
 
+step "supply chain: cargo deny check bans licenses sources"
+scripts/cargo-deny.sh
+
 step "all tests passed"

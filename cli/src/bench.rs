@@ -1513,6 +1513,7 @@ pub async fn cold_start_once(
         .env("AGENT_QUEUE_URL", bench_queue_url("agent"))
         .env("AGENT_DLQ_URL", bench_queue_url("agent-dlq"))
         .env("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:bench")
+        .env("STATUS_QUEUE_ARN", "arn:aws:sqs:us-east-1:000000000000:bench-status")
         .env("REMOTE_SERVICE_URL", format!("{}/remote", stub.endpoint()))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -18,11 +18,14 @@
 //! | `STEP_TIMEOUT_MS`, `REPLY_GRACE_MS`, `PENDING_TIMEOUT_MS`, `FAILURE_THRESHOLD`, `RETRY_BASE_MS`, `RETRY_CAP_MS` | submission, scheduler, supervisor | 30000, 10000, 60000, 5, 1000, 60000 |
 //! | `METRICS_NAMESPACE` | all four | `sas` |
 //! | `SEND_MAX_HOLD_MS` | all four: how long an invocation's send may wait to be batched with its other handlers' (`handlers::coalesce`) | 20 |
+//! | `STATUS_QUEUE_ARN` | submission, scheduler, supervisor: the status queue, always on the `reply_to` allow-list | required |
+//! | `REPLY_TO_EXTRA_QUEUE_ARNS` | submission, scheduler, supervisor: more queue ARNs `reply_to` may name (comma-separated, no wildcards) | none |
+//! | `AWS_REGION` (or `AWS_DEFAULT_REGION`), `AWS_ENDPOINT_URL_SQS` (or `AWS_ENDPOINT_URL`) | submission, scheduler, supervisor: the region of a `reply_to` in the endpoint's form (local runs), and that form | the status queue's region; AWS's forms only |
 
 use std::str::FromStr;
 
 use crate::domain::retry::Backoff;
-use crate::domain::{Policy, Workflows};
+use crate::domain::{Policy, QueueId, ReplyToRules, Workflows};
 use crate::handlers::{Settings, Topology};
 use crate::ports::QueueUrl;
 
@@ -33,6 +36,19 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = "sas";
 pub const DEFAULT_SEND_MAX_HOLD_MS: u64 = crate::handlers::DEFAULT_MAX_HOLD.as_millis() as u64;
 /// Past a second a held send costs more in latency than batching saves.
 pub const MAX_SEND_MAX_HOLD_MS: u64 = 1_000;
+/// The one limit on a step's lease, the same as `StepTimeoutMs` in template.yaml: an
+/// attempt must end, reply included, within the agent function's 60 s timeout.
+pub const MIN_STEP_TIMEOUT_MS: u64 = 1_000;
+pub const MAX_STEP_TIMEOUT_MS: u64 = 50_000;
+/// The queues of the deployment itself: `reply_to` may never name one of them.
+pub const OWN_QUEUE_VARIABLES: [&str; 6] = [
+    "ORDERS_QUEUE_URL",
+    "ORDERS_DLQ_URL",
+    "SCHEDULER_QUEUE_URL",
+    "SCHEDULER_DLQ_URL",
+    "AGENT_QUEUE_URL",
+    "AGENT_DLQ_URL",
+];
 
 /// Stands in for `AGENT_QUEUE_URL` in functions that never dispatch (submission and
 /// supervisor: only a claim dispatches, and only the scheduler claims). Not a URL, so
@@ -115,6 +131,23 @@ impl Env<'_> {
         value
     }
 
+    /// The remote service gets the order: https only, so it cannot be read or altered on
+    /// the way, except to a loopback host (local runs, `sasctl dev`'s simulated service).
+    fn remote_url(&mut self, name: &str, value: String) -> String {
+        let ok = url::Url::parse(&value).is_ok_and(|u| match u.scheme() {
+            "https" => u.has_host(),
+            "http" => match u.host() {
+                Some(url::Host::Domain(d)) => d == "localhost",
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            },
+            _ => false,
+        });
+        self.check(name, &value, ok, "an https URL (plain http is accepted only to a loopback host)");
+        value
+    }
+
     fn queue(&mut self, name: &str) -> QueueUrl {
         let value = self.required(name);
         QueueUrl(if value.is_empty() { value } else { self.url(name, value) })
@@ -166,7 +199,11 @@ impl Env<'_> {
         let d = Policy::default();
         let day = 24 * 3600 * 1000;
         let policy = Policy {
-            step_timeout_ms: self.number("STEP_TIMEOUT_MS", d.step_timeout_ms, 1..=day),
+            step_timeout_ms: self.number(
+                "STEP_TIMEOUT_MS",
+                d.step_timeout_ms,
+                MIN_STEP_TIMEOUT_MS..=MAX_STEP_TIMEOUT_MS,
+            ),
             reply_grace_ms: self.number("REPLY_GRACE_MS", d.reply_grace_ms, 0..=day),
             pending_timeout_ms: self.number("PENDING_TIMEOUT_MS", d.pending_timeout_ms, 1..=day),
             failure_threshold: self.number("FAILURE_THRESHOLD", d.failure_threshold, 1..=1_000),
@@ -182,6 +219,66 @@ impl Env<'_> {
             ));
         }
         policy
+    }
+
+    /// The `reply_to` rules: SQS URLs only, the status queue plus the extra ARNs, never
+    /// one of the six queues of the deployment (`domain::reply_to`).
+    fn reply_to(&mut self) -> ReplyToRules {
+        let status_arn = self.required("STATUS_QUEUE_ARN");
+        let status = (!status_arn.is_empty()).then(|| QueueId::from_arn(&status_arn)).flatten();
+        if !status_arn.is_empty() && status.is_none() {
+            self.check("STATUS_QUEUE_ARN", &status_arn, false, "an SQS queue ARN");
+        }
+        let mut extras = Vec::new();
+        for arn in self.optional("REPLY_TO_EXTRA_QUEUE_ARNS").unwrap_or_default().split(',') {
+            let arn = arn.trim();
+            if arn.is_empty() {
+                continue;
+            }
+            match QueueId::from_arn(arn) {
+                Some(id) => extras.push(id),
+                None => self.problems.push(format!(
+                    "REPLY_TO_EXTRA_QUEUE_ARNS: {arn:?} is not an SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>, no wildcards)"
+                )),
+            }
+        }
+        let region = self
+            .optional("AWS_REGION")
+            .or_else(|| self.optional("AWS_DEFAULT_REGION"))
+            .or_else(|| status.as_ref().map(|s| s.region.clone()))
+            .unwrap_or_default();
+        let endpoint =
+            match self.optional("AWS_ENDPOINT_URL_SQS").or_else(|| self.optional("AWS_ENDPOINT_URL")) {
+                Some(raw) => match url::Url::parse(&raw) {
+                    Ok(url) if url.has_host() => Some(url),
+                    _ => {
+                        self.check("AWS_ENDPOINT_URL", &raw, false, "a URL");
+                        None
+                    }
+                },
+                None => None,
+            };
+        let mut rules = ReplyToRules::sqs(region, endpoint);
+        for name in OWN_QUEUE_VARIABLES {
+            let Some(url) = self.optional(name) else { continue };
+            match QueueId::account_and_name(&url) {
+                Some((account, queue)) => rules = rules.own_queue(account, queue),
+                // A value that is not a URL at all is reported by the function's own read.
+                None if url.starts_with("http") => {
+                    self.check(name, &url, false, "a queue URL ending in /<account>/<queue name>")
+                }
+                None => {}
+            }
+        }
+        for queue in status.into_iter().chain(extras) {
+            if rules.is_own(&queue) {
+                self.problems.push(format!(
+                    "reply_to allow-list names this deployment's own queue {queue}: status would land among its messages"
+                ));
+            }
+            rules = rules.allow(queue);
+        }
+        rules
     }
 
     fn namespace(&mut self) -> String {
@@ -224,6 +321,8 @@ fn settings(policy: Policy, scheduler_queue: &QueueUrl, agent_queue: Option<&Que
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubmissionConfig {
     pub tables: TableNames,
+    /// Where orders may ask for status.
+    pub reply_to: ReplyToRules,
     pub orders_queue: QueueUrl,
     pub orders_dlq: QueueUrl,
     pub scheduler_queue: QueueUrl,
@@ -248,6 +347,7 @@ impl SubmissionConfig {
             policy: env.policy(),
             metrics_namespace: env.namespace(),
             send_max_hold_ms: env.send_max_hold(),
+            reply_to: env.reply_to(),
         })
     }
     pub fn settings(&self) -> Settings {
@@ -258,6 +358,8 @@ impl SubmissionConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerConfig {
     pub tables: TableNames,
+    /// Where orders may ask for status.
+    pub reply_to: ReplyToRules,
     pub scheduler_queue: QueueUrl,
     pub scheduler_dlq: QueueUrl,
     pub agent_queue: QueueUrl,
@@ -282,6 +384,7 @@ impl SchedulerConfig {
             policy: env.policy(),
             metrics_namespace: env.namespace(),
             send_max_hold_ms: env.send_max_hold(),
+            reply_to: env.reply_to(),
         })
     }
     pub fn settings(&self) -> Settings {
@@ -314,7 +417,7 @@ impl AgentConfig {
                 remote_service_url: if remote.is_empty() {
                     remote
                 } else {
-                    env.url("REMOTE_SERVICE_URL", remote)
+                    env.remote_url("REMOTE_SERVICE_URL", remote)
                 },
                 metrics_namespace: env.namespace(),
                 send_max_hold_ms: env.send_max_hold(),
@@ -326,6 +429,8 @@ impl AgentConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SupervisorConfig {
     pub tables: TableNames,
+    /// Where orders may ask for status.
+    pub reply_to: ReplyToRules,
     pub scheduler_queue: QueueUrl,
     pub agent_queue: Option<QueueUrl>,
     pub alert_topic_arn: String,
@@ -348,6 +453,7 @@ impl SupervisorConfig {
             policy: env.policy(),
             metrics_namespace: env.namespace(),
             send_max_hold_ms: env.send_max_hold(),
+            reply_to: env.reply_to(),
         })
     }
     pub fn settings(&self) -> Settings {
@@ -366,6 +472,7 @@ mod tests {
     }
 
     const Q: &str = "http://localhost:5000/000000000000/q";
+    const STATUS_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:sas-status";
 
     #[test]
     fn names_every_missing_and_invalid_variable_at_once() {
@@ -389,10 +496,11 @@ mod tests {
             "ALERT_TOPIC_ARN=\"topic\" is not an ARN",
             "FAILURE_THRESHOLD=\"five\"",
             "RETRY_CAP_MS (100) is below RETRY_BASE_MS (5000)",
+            "STATUS_QUEUE_ARN is not set",
         ] {
             assert!(text.contains(want), "missing {want:?} in {text}");
         }
-        assert_eq!(err.problems.len(), 8, "{text}");
+        assert_eq!(err.problems.len(), 9, "{text}");
     }
 
     #[test]
@@ -401,6 +509,7 @@ mod tests {
             ("STATE_TABLE", "sas-state"),
             ("SCHEDULER_QUEUE_URL", Q),
             ("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:sas-alerts"),
+            ("STATUS_QUEUE_ARN", STATUS_ARN),
             ("AGENT_QUEUE_URL", ""),
             ("STEP_TIMEOUT_MS", " 5000 "),
         ]))
@@ -449,10 +558,131 @@ mod tests {
                 "STATE_TABLE is not set",
                 "ORDERS_QUEUE_URL is not set",
                 "ORDERS_DLQ_URL is not set",
-                "SCHEDULER_QUEUE_URL is not set"
+                "SCHEDULER_QUEUE_URL is not set",
+                "STATUS_QUEUE_ARN is not set",
             ]
         );
-        let err = AgentConfig::from_lookup(&lookup(&[("REMOTE_SERVICE_URL", "ftp://x")])).unwrap_err();
-        assert!(err.to_string().contains("REMOTE_SERVICE_URL=\"ftp://x\" is not an http(s) URL"), "{err}");
+    }
+
+    fn agent_with_remote(remote: &str) -> Result<AgentConfig, ConfigError> {
+        AgentConfig::from_lookup(&lookup(&[
+            ("AGENT_QUEUE_URL", Q),
+            ("AGENT_DLQ_URL", Q),
+            ("SCHEDULER_QUEUE_URL", Q),
+            ("REMOTE_SERVICE_URL", remote),
+        ]))
+    }
+
+    #[test]
+    fn the_remote_service_is_https_except_on_loopback() {
+        for ok in [
+            "https://remote.example/api",
+            "http://127.0.0.1:9/",
+            "http://localhost:8080",
+            "http://[::1]:80/x",
+        ] {
+            assert!(agent_with_remote(ok).is_ok(), "{ok}");
+        }
+        for bad in ["http://remote.example/api", "http://10.0.0.1/", "ftp://x", "https://", "remote.example"]
+        {
+            let err = agent_with_remote(bad).unwrap_err();
+            assert_eq!(
+                err.problems,
+                [format!(
+                    "REMOTE_SERVICE_URL={bad:?} is not an https URL (plain http is accepted only to a loopback host)"
+                )],
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_step_timeout_has_the_templates_limit() {
+        let read = |ms: &str| {
+            SupervisorConfig::from_lookup(&lookup(&[
+                ("STATE_TABLE", "sas-state"),
+                ("SCHEDULER_QUEUE_URL", Q),
+                ("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:sas-alerts"),
+                ("STATUS_QUEUE_ARN", STATUS_ARN),
+                ("STEP_TIMEOUT_MS", ms),
+            ]))
+        };
+        assert_eq!(read("50000").unwrap().policy.step_timeout_ms, MAX_STEP_TIMEOUT_MS);
+        for bad in ["50001", "86400000", "999"] {
+            let err = read(bad).unwrap_err();
+            assert_eq!(
+                err.problems,
+                [format!("STEP_TIMEOUT_MS={bad:?} is not a whole number from 1000 to 50000")]
+            );
+        }
+        // The template's StepTimeoutMs parameter carries the same bounds.
+        let template = include_str!("../../template.yaml");
+        let param =
+            template.split("  StepTimeoutMs:").nth(1).unwrap().split("\n  ").take(5).collect::<String>();
+        assert!(param.contains(&format!("MinValue: {MIN_STEP_TIMEOUT_MS}")), "{param}");
+        assert!(param.contains(&format!("MaxValue: {MAX_STEP_TIMEOUT_MS}")), "{param}");
+    }
+
+    fn submission(extra: &[(&str, &str)]) -> Result<SubmissionConfig, ConfigError> {
+        let mut vars = vec![
+            ("STATE_TABLE", "sas-state"),
+            ("ORDERS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-orders"),
+            ("ORDERS_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-orders-dlq"),
+            ("SCHEDULER_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-scheduler"),
+            ("SCHEDULER_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-scheduler-dlq"),
+            ("AGENT_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-agent"),
+            ("AGENT_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-agent-dlq"),
+            ("STATUS_QUEUE_ARN", STATUS_ARN),
+        ];
+        vars.extend_from_slice(extra);
+        SubmissionConfig::from_lookup(&lookup(&vars))
+    }
+
+    #[test]
+    fn reply_to_rules_come_from_the_status_queue_the_extras_and_the_own_queues() {
+        let c = submission(&[
+            ("AWS_REGION", "us-east-1"),
+            ("REPLY_TO_EXTRA_QUEUE_ARNS", "arn:aws:sqs:eu-west-1:210987654321:app-status, ,"),
+        ])
+        .unwrap();
+        let r = &c.reply_to;
+        assert!(r.check("https://sqs.us-east-1.amazonaws.com/123456789012/sas-status").is_ok());
+        assert!(r.check("https://sqs.eu-west-1.amazonaws.com/210987654321/app-status").is_ok());
+        for own in [
+            "sas-orders",
+            "sas-orders-dlq",
+            "sas-scheduler",
+            "sas-scheduler-dlq",
+            "sas-agent",
+            "sas-agent-dlq",
+        ] {
+            let url = format!("https://sqs.us-east-1.amazonaws.com/123456789012/{own}");
+            assert_eq!(r.check(&url), Err(crate::domain::ReplyToError::OwnQueue), "{own}");
+        }
+        assert_eq!(
+            r.check("https://sqs.us-east-1.amazonaws.com/123456789012/other"),
+            Err(crate::domain::ReplyToError::NotAllowed)
+        );
+        // A local endpoint's form, in the configured region.
+        let c = submission(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")]).unwrap();
+        assert!(c.reply_to.check("http://127.0.0.1:5000/123456789012/sas-status").is_ok());
+    }
+
+    #[test]
+    fn a_bad_allow_list_stops_the_cold_start() {
+        let err = submission(&[(
+            "REPLY_TO_EXTRA_QUEUE_ARNS",
+            "arn:aws:sqs:us-east-1:123456789012:*,arn:aws:sqs:us-east-1:123456789012:sas-scheduler",
+        )])
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+        assert!(
+            err.problems[0].contains("\"arn:aws:sqs:us-east-1:123456789012:*\" is not an SQS queue ARN"),
+            "{err}"
+        );
+        assert!(err.problems[1].contains("own queue sqs:us-east-1:123456789012:sas-scheduler"), "{err}");
+        let err = submission(&[("STATUS_QUEUE_ARN", "https://sqs.us-east-1.amazonaws.com/123456789012/s")])
+            .unwrap_err();
+        assert!(err.problems[0].contains("is not an SQS queue ARN"), "{err}");
     }
 }

@@ -15,7 +15,7 @@ use crate::adapters::aws::{DynamoStore, SnsAlerts, SqsQueues};
 use crate::adapters::emf::EmfMetrics;
 use crate::adapters::system::{FastRandom, SystemClock};
 use crate::config::{ConfigError, TableNames};
-use crate::domain::OperatorAlert;
+use crate::domain::{OperatorAlert, Timestamp};
 use crate::handlers::{
     BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
 };
@@ -91,9 +91,20 @@ where
     F: Fn(Inbound) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
 {
+    serve_sqs_until(dead_letters, move |message, _deadline| handle(message)).await
+}
+
+/// [`serve_sqs`] for a handler that needs the invocation's deadline (the agent, which
+/// must stop before Lambda ends the invocation).
+pub async fn serve_sqs_until<F, Fut>(dead_letters: DeadLetters, handle: F) -> Result<(), Error>
+where
+    F: Fn(Inbound, Timestamp) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
     let (dead_letters, handle) = (&dead_letters, &handle);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        let report = run_batch(inbound_batch(event.payload), dead_letters, handle).await;
+        let deadline = Timestamp(event.context.deadline);
+        let report = run_batch(inbound_batch(event.payload), dead_letters, |m| handle(m, deadline)).await;
         Ok::<_, Error>(batch_response(&report))
     }))
     .await

@@ -27,5 +27,6 @@ async fn main() -> Result<(), Error> {
     let dead_letters =
         DeadLetters { queues, source: config.agent_queue, dead_letter_queue: config.agent_dlq, metrics };
     let handler = Agent::new(deps, AgentSettings::default());
-    lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await
+    lambda::serve_sqs_until(dead_letters, |message, deadline| handler.handle_until(message, Some(deadline)))
+        .await
 }

@@ -1,6 +1,7 @@
 //! The remote service over HTTP: `POST {base}/{agent}/{action-name}` with the order as
 //! JSON and the idempotency key in the `Idempotency-Key` header. 2xx is success, 408,
-//! 429 and 5xx are transient, any other 4xx is a permanent refusal.
+//! 429 and 5xx are transient, any other 4xx is a permanent refusal, and so is a 3xx:
+//! redirects are not followed.
 
 use std::time::Duration;
 
@@ -10,38 +11,89 @@ use crate::ports::{RemoteCall, RemoteError, RemoteService};
 
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
+/// The most of an error answer's body that is read, for the log line: the rest is never
+/// read, however large the remote service makes it.
+pub const MAX_ERROR_BODY_BYTES: usize = 1_024;
+
 /// The client is built on the first call, not in `new`: building it loads the root
 /// certificates and sets up TLS (~3.5 ms), which would otherwise sit on the agent's cold
 /// start init (docs/BENCHMARKS.md 5).
+///
+/// What a call's error says is generic (what failed and the status class): it becomes the
+/// reply's reason, which reaches the order's `reply_to`. The details (URL without userinfo
+/// or query, status, the start of the body) go to this function's log only.
 #[derive(Debug, Clone)]
 pub struct HttpRemote {
     client: tokio::sync::OnceCell<reqwest::Client>,
-    base_url: String,
+    /// `None` when the configured URL does not parse (config refuses that at cold start).
+    base_url: Option<url::Url>,
 }
 
 impl HttpRemote {
     pub fn new(base_url: impl Into<String>) -> HttpRemote {
-        HttpRemote {
-            client: tokio::sync::OnceCell::new(),
-            base_url: base_url.into().trim_end_matches('/').to_owned(),
-        }
+        HttpRemote { client: tokio::sync::OnceCell::new(), base_url: url::Url::parse(&base_url.into()).ok() }
     }
 
     /// reqwest is built without a crypto provider (`rustls-no-provider`: its `rustls`
     /// feature would link aws-lc-rs), so ring is installed as the process's default first,
     /// unless something already installed one. Roots: the platform's, through
     /// rustls-platform-verifier (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set).
+    ///
+    /// No redirects: a 307/308 would re-send the order, idempotency key and all, to
+    /// whatever host the answer names.
     fn build_client() -> Result<reqwest::Client, reqwest::Error> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::builder().connect_timeout(Duration::from_secs(2)).build()
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
     }
 
     /// The client, built by the first caller; a failed build is retried by the next call.
     async fn client(&self) -> Result<&reqwest::Client, RemoteError> {
-        self.client
-            .get_or_try_init(|| async { Self::build_client() })
-            .await
-            .map_err(|e| RemoteError::Transient(format!("building the HTTP client: {e}")))
+        self.client.get_or_try_init(|| async { Self::build_client() }).await.map_err(|e| {
+            tracing::warn!(error = %e, "building the HTTP client failed");
+            RemoteError::Transient("the HTTP client could not be built".into())
+        })
+    }
+
+    /// `{base}/{agent}/{step_name}`, each name one percent-encoded path segment: a name
+    /// with `/`, `?` or `..` cannot reach another path of the remote service.
+    pub fn url(&self, agent: &str, step_name: &str) -> Option<url::Url> {
+        let mut url = self.base_url.clone()?;
+        url.path_segments_mut().ok()?.pop_if_empty().push(agent).push(step_name);
+        Some(url)
+    }
+}
+
+/// A URL as it may be logged: no userinfo, query or fragment (where tokens live).
+pub fn redacted(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+/// At most `max` bytes of the body; the rest is left unread.
+async fn body_prefix(response: &mut reqwest::Response, max: usize) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < max {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk[..chunk.len().min(max - bytes.len())]),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn status_class(status: reqwest::StatusCode) -> &'static str {
+    match status.as_u16() {
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
     }
 }
 
@@ -56,33 +108,63 @@ struct CallBody<'a> {
 #[async_trait]
 impl RemoteService for HttpRemote {
     async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<(), RemoteError> {
-        let url = format!("{}/{}/{}", self.base_url, call.agent, call.step_name);
+        let Some(url) = self.url(call.agent, call.step_name) else {
+            return Err(RemoteError::Permanent("the remote service URL is not usable".into()));
+        };
         let body = CallBody {
             order_id: call.order.order_id.as_str(),
             step: call.step,
             action: call.action,
             order: call.order,
         };
-        let response = self
+        let mut response = self
             .client()
             .await?
-            .post(&url)
+            .post(url.clone())
             .header(IDEMPOTENCY_HEADER, &call.idempotency_key.0)
             .timeout(Duration::from_millis(timeout_ms.max(1)))
             .json(&body)
             .send()
             .await
-            .map_err(|e| RemoteError::Transient(format!("{url}: {e}")))?;
+            .map_err(|e| {
+                // reqwest's error text carries the full URL: logged without it.
+                let what = if e.is_timeout() { "timed out" } else { "could not be reached" };
+                tracing::info!(url = %redacted(&url), error = %e.without_url(), "remote service call failed");
+                RemoteError::Transient(format!("the remote service {what}"))
+            })?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
         }
-        let text = response.text().await.unwrap_or_default();
-        let reason = format!("{url} answered {status}: {}", text.chars().take(200).collect::<String>());
+        let text = body_prefix(&mut response, MAX_ERROR_BODY_BYTES).await;
+        let class = status_class(status);
         if status.is_server_error() || status.as_u16() == 408 || status.as_u16() == 429 {
-            Err(RemoteError::Transient(reason))
+            tracing::info!(url = %redacted(&url), %status, body = %text, "remote service answered an error");
+            Err(RemoteError::Transient(format!("the remote service is unavailable (HTTP {class})")))
         } else {
-            Err(RemoteError::Permanent(reason))
+            tracing::warn!(url = %redacted(&url), %status, body = %text, "remote service refused");
+            let what = if status.is_redirection() { "redirected (not followed)" } else { "refused" };
+            Err(RemoteError::Permanent(format!("the remote service {what} (HTTP {class})")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_encoded_and_urls_logged_without_secrets() {
+        let remote = HttpRemote::new("https://user:token@remote.example/api/?key=secret");
+        let url = remote.url("pay/../ment", "charge?x=1#y").unwrap();
+        assert_eq!(url.path(), "/api/pay%2F..%2Fment/charge%3Fx=1%23y");
+        assert_eq!(url.query(), Some("key=secret"), "the base's query is still sent");
+        let shown = redacted(&url);
+        assert_eq!(shown, "https://remote.example/api/pay%2F..%2Fment/charge%3Fx=1%23y");
+        assert_eq!(
+            HttpRemote::new("https://r.example").url("a", "b").unwrap().as_str(),
+            "https://r.example/a/b"
+        );
+        assert!(HttpRemote::new("not a url").url("a", "b").is_none());
     }
 }

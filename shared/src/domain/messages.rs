@@ -12,6 +12,23 @@ pub const MAX_ITEMS: usize = 100;
 pub const MAX_QUANTITY: u32 = 10_000;
 pub const MAX_FIELD_LEN: usize = 64;
 pub const MAX_REPLY_TO_LEN: usize = 2_048;
+/// A reason made from input (serde echoes field names and values, a body holds up to
+/// 256 KiB) is cut to this many bytes where it is made, so the DLQ attribute, the
+/// `rejected` status and the log line all carry the same short text.
+pub const MAX_REASON_BYTES: usize = 1_024;
+
+/// `text` cut to at most [`MAX_REASON_BYTES`] bytes (on a character boundary), marked with
+/// `…` when cut.
+pub fn cut_reason(text: String) -> String {
+    if text.len() <= MAX_REASON_BYTES {
+        return text;
+    }
+    let mut end = MAX_REASON_BYTES - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MessageError {
@@ -25,7 +42,7 @@ pub enum MessageError {
 
 impl MessageError {
     fn from_json(e: serde_json::Error) -> MessageError {
-        MessageError::Malformed(e.to_string())
+        MessageError::Malformed(cut_reason(e.to_string()))
     }
 }
 
@@ -136,10 +153,10 @@ impl OrderRequest {
         let workflow = match &self.workflow {
             None => workflows.default_workflow(),
             Some(name) => workflows.get(name).ok_or_else(|| {
-                MessageError::Invalid(format!(
+                MessageError::Invalid(cut_reason(format!(
                     "unknown workflow {name:?}; known: {}",
                     workflows.names().join(", ")
-                ))
+                )))
             })?,
         };
         if let Some(r) = &self.reply_to
@@ -213,9 +230,60 @@ pub struct AgentRequest {
     pub order: Order,
 }
 
+/// How an agent request disagrees with the workflow it names. The agent's queue is
+/// written only by the scheduler, but the agent calls what the request names, so it
+/// checks: a request naming another agent or step would reach another endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestMismatch {
+    #[error("agent request names unknown workflow {0:?}")]
+    UnknownWorkflow(String),
+    #[error("agent request names step {step}, which workflow {workflow} does not have")]
+    NoSuchStep { workflow: String, step: u32 },
+    #[error("agent request for step {step} of {workflow} names {field} {got:?}; the workflow has {want:?}")]
+    Field { workflow: String, step: u32, field: &'static str, got: String, want: String },
+    #[error("agent request's {0} does not match its order id, step and action")]
+    Inconsistent(&'static str),
+}
+
 impl AgentRequest {
     pub fn parse(body: &str) -> Result<AgentRequest, MessageError> {
         parse_json(body)
+    }
+
+    /// Whether the request is one the scheduler could have sent for `workflows`: its
+    /// agent and step name are the workflow's, its key and order are its own.
+    pub fn check(&self, workflows: &Workflows) -> Result<(), RequestMismatch> {
+        let workflow = workflows
+            .get(&self.workflow)
+            .ok_or_else(|| RequestMismatch::UnknownWorkflow(self.workflow.clone()))?;
+        let step = workflow.step(self.step).ok_or_else(|| RequestMismatch::NoSuchStep {
+            workflow: workflow.name.clone(),
+            step: self.step,
+        })?;
+        // A step without a compensation is undone under its own name (handlers::dispatch).
+        let name = match self.action {
+            super::workflow::Action::Do => &step.name,
+            super::workflow::Action::Undo => step.compensation.as_ref().unwrap_or(&step.name),
+        };
+        for (field, got, want) in [("agent", &self.agent, &step.agent), ("step_name", &self.step_name, name)]
+        {
+            if got != want {
+                return Err(RequestMismatch::Field {
+                    workflow: workflow.name.clone(),
+                    step: self.step,
+                    field,
+                    got: cut_reason(got.clone()),
+                    want: want.clone(),
+                });
+            }
+        }
+        if self.idempotency_key != super::task::idempotency_key(&self.order_id, self.step, self.action) {
+            return Err(RequestMismatch::Inconsistent("idempotency_key"));
+        }
+        if self.order.order_id != self.order_id || self.order.workflow != self.workflow {
+            return Err(RequestMismatch::Inconsistent("order"));
+        }
+        Ok(())
     }
     pub fn to_body(&self) -> String {
         serde_json::to_string(self).expect("messages always serialize")
@@ -355,6 +423,20 @@ mod tests {
         assert!(SchedulerMessage::parse(r#"["schedule","o-1"]"#).is_err());
         let big = "x".repeat(MAX_BODY_BYTES + 1);
         assert_eq!(OrderRequest::parse(&big).unwrap_err(), MessageError::TooLarge(MAX_BODY_BYTES + 1));
+    }
+
+    #[test]
+    fn reasons_made_from_input_are_cut_once() {
+        let field = "é".repeat(100_000);
+        let body = order_json(&format!(r#","{field}":1"#));
+        let err = OrderRequest::parse(&body).unwrap_err().to_string();
+        assert!(err.len() <= MAX_REASON_BYTES + 30, "{} bytes", err.len());
+        assert!(err.ends_with('…'), "{err}");
+        let body = order_json(&format!(r#","workflow":"{}""#, "w".repeat(200_000)));
+        let err =
+            OrderRequest::parse(&body).unwrap().validate(&Workflows::builtin()).unwrap_err().to_string();
+        assert!(err.len() <= MAX_REASON_BYTES + 30, "{} bytes", err.len());
+        assert_eq!(cut_reason("short".into()), "short");
     }
 
     #[test]

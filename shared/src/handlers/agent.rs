@@ -10,7 +10,7 @@ use tracing::Instrument;
 use super::{HandlerError, Inbound};
 use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
 use crate::domain::retry::Backoff;
-use crate::domain::{AgentRequest, ReplyOutcome, SchedulerMessage, Timestamp};
+use crate::domain::{AgentRequest, ReplyOutcome, SchedulerMessage, Timestamp, Workflows, cut_reason};
 use crate::ports::{
     Clock, Metric, Metrics, Outgoing, QueueUrl, Queues, Random, RemoteCall, RemoteError, RemoteService,
 };
@@ -44,10 +44,16 @@ pub struct AgentDeps {
     pub scheduler_queue: QueueUrl,
 }
 
+/// Time kept back from the invocation's deadline for the reply to go out: the send may
+/// be held up to `SEND_MAX_HOLD_MS` (at most 1 s, `config`) and then takes a request.
+pub const REPLY_MARGIN_MS: u64 = 2_000;
+
 #[derive(Clone)]
 pub struct Agent {
     pub deps: AgentDeps,
     pub agent_settings: AgentSettings,
+    /// What a request is checked against before anything is called.
+    workflows: Workflows,
     /// One breaker per remote service, kept for the life of the process (a warm Lambda).
     breakers: Arc<Mutex<HashMap<String, Breaker>>>,
 }
@@ -63,15 +69,42 @@ pub enum AgentOutcome {
 }
 
 impl Agent {
+    /// Checks requests against the built-in workflows (`Workflows::builtin`).
     pub fn new(deps: AgentDeps, agent_settings: AgentSettings) -> Agent {
-        Agent { deps, agent_settings, breakers: Arc::default() }
+        Agent { deps, agent_settings, workflows: Workflows::builtin(), breakers: Arc::default() }
     }
 
+    pub fn with_workflows(self, workflows: Workflows) -> Agent {
+        Agent { workflows, ..self }
+    }
+
+    /// One message, with no deadline of its own (an in-process run).
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
-        let request = AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
+        self.handle_until(message, None).await
+    }
+
+    /// One message of an invocation that ends at `deadline` (Lambda's): the request's
+    /// complete-by is clamped to it, less [`REPLY_MARGIN_MS`], so the agent stops in time
+    /// to reply, or gives up silently, instead of being cut off mid-call.
+    pub async fn handle_until(
+        &self,
+        message: Inbound,
+        deadline: Option<Timestamp>,
+    ) -> Result<(), HandlerError> {
+        let mut request =
+            AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
+        request.check(&self.workflows).map_err(|e| HandlerError::Reject(cut_reason(e.to_string())))?;
+        if let Some(deadline) = deadline {
+            let limit = Timestamp(deadline.0.saturating_sub(REPLY_MARGIN_MS));
+            if request.complete_by > limit {
+                tracing::info!(complete_by = %request.complete_by, %limit, "complete-by clamped to the invocation's deadline");
+                request.complete_by = limit;
+            }
+        }
+        let request = &request;
         let span = tracing::info_span!("agent", order_id = %request.order_id, step = request.step, attempt = request.attempt);
         async {
-            match self.perform(&request).await {
+            match self.perform(request).await {
                 AgentOutcome::Replied(outcome) => {
                     let reply = SchedulerMessage::Reply(request.reply(outcome));
                     self.deps.queues.send(&self.deps.scheduler_queue, Outgoing::new(reply.to_body())).await?;
@@ -140,6 +173,9 @@ impl Agent {
             match result {
                 Ok(()) => return AgentOutcome::Replied(ReplyOutcome::Succeeded),
                 Err(RemoteError::Permanent(reason)) => {
+                    // The reason reaches the order's reply_to (whose status update names the
+                    // step): the adapter keeps it generic (what failed, the status class)
+                    // and logs the details itself.
                     tracing::warn!(%reason, "remote service refused");
                     return AgentOutcome::Replied(ReplyOutcome::Failed { reason });
                 }

@@ -11,8 +11,8 @@ pub mod supervisor;
 use std::sync::Arc;
 
 use crate::domain::{
-    AgentRequest, Decision, Effect, OrderId, OrderStatus, Policy, Refusal, StatusUpdate, TaskRecord,
-    Timestamp, Workflow, Workflows, idempotency_key,
+    AgentRequest, Decision, Effect, OrderId, OrderStatus, Policy, Refusal, ReplyToRules, StatusUpdate,
+    TaskRecord, Timestamp, Workflow, Workflows, idempotency_key,
 };
 use crate::ports::{
     Alerts, Clock, Metric, Metrics, Outgoing, QueueError, QueueUrl, Queues, Random, StateStore, StoreError,
@@ -144,6 +144,7 @@ pub(crate) async fn transition(
 pub(crate) async fn perform(
     deps: &Deps,
     settings: &Settings,
+    reply_to: &ReplyToRules,
     decision: &Decision,
 ) -> Result<(), HandlerError> {
     let task = &decision.next;
@@ -156,6 +157,7 @@ pub(crate) async fn perform(
             Effect::Status { status, step, reason } => {
                 send_status(
                     deps,
+                    reply_to,
                     task.reply_to.as_deref(),
                     Some(&task.order_id),
                     *status,
@@ -259,8 +261,12 @@ pub(crate) async fn schedule(
     Ok(())
 }
 
+// The rules travel beside reply_to rather than in Settings, which in-process runs build
+// field by field.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn send_status(
     deps: &Deps,
+    rules: &ReplyToRules,
     reply_to: Option<&str>,
     order_id: Option<&OrderId>,
     status: OrderStatus,
@@ -271,6 +277,12 @@ pub(crate) async fn send_status(
     let Some(reply_to) = reply_to else {
         return Ok(());
     };
+    // Checked again at every send, not only at submission: a record written before the
+    // rules changed (a queue taken off the allow-list) must not keep its way in.
+    if let Err(refusal) = rules.check(reply_to) {
+        tracing::warn!(order_id = order_id.map(|o| o.as_str()), %refusal, "status update not sent");
+        return Ok(());
+    }
     let update = StatusUpdate { order_id: order_id.cloned(), status, step, reason, at };
     // Status is a courtesy to the sender; the state table is the truth. A reply_to that
     // is wrong or down must not hold up (or poison-loop) the order itself.

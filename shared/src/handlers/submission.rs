@@ -4,8 +4,10 @@
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, schedule, send_status};
+use crate::adapters::embedded::queue_names;
 use crate::domain::{
-    MessageError, OrderRequest, OrderStatus, ProcessState, TaskRecord, sniff_order_id, sniff_reply_to,
+    MessageError, OrderRequest, OrderStatus, ProcessState, ReplyToRules, TaskRecord, sniff_order_id,
+    sniff_reply_to,
 };
 use crate::ports::{Inserted, Metric};
 
@@ -13,11 +15,18 @@ use crate::ports::{Inserted, Metric};
 pub struct Submission {
     pub deps: Deps,
     pub settings: Settings,
+    /// Where an order may ask for its status: checked here, and before each send.
+    pub reply_to: ReplyToRules,
 }
 
 impl Submission {
+    /// With an in-process run's `reply_to` rules; a function sets its own with `with_reply_to`.
     pub fn new(deps: Deps, settings: Settings) -> Submission {
-        Submission { deps, settings }
+        Submission { deps, settings, reply_to: queue_names::reply_to_rules() }
+    }
+
+    pub fn with_reply_to(self, reply_to: ReplyToRules) -> Submission {
+        Submission { reply_to, ..self }
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
@@ -27,6 +36,11 @@ impl Submission {
                 Ok(valid) => valid,
                 Err(e) => return self.reject(&message.body, e).await,
             };
+        if let Some(r) = &reply_to
+            && let Err(refusal) = self.reply_to.check(r)
+        {
+            return self.reject(&message.body, MessageError::Invalid(refusal.to_string())).await;
+        }
         let span = tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
         async {
             let task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
@@ -37,6 +51,7 @@ impl Submission {
                     schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
                     send_status(
                         &self.deps,
+                        &self.reply_to,
                         reply_to.as_deref(),
                         Some(&order.order_id),
                         OrderStatus::Received,
@@ -57,6 +72,7 @@ impl Submission {
                         let reply_to = reply_to.as_deref();
                         send_status(
                             &self.deps,
+                            &self.reply_to,
                             reply_to,
                             Some(&order.order_id),
                             OrderStatus::Received,
@@ -84,8 +100,11 @@ impl Submission {
         tracing::warn!(order_id = order_id.as_ref().map(|o| o.as_str()), %reason, "order rejected");
         self.deps.metrics.record(Metric::OrderRejected, 1);
         let now = self.deps.clock.now();
+        // `rejected` goes only where a status may go; a refused reply_to hears nothing,
+        // and the order waits in the DLQ with its reason.
         send_status(
             &self.deps,
+            &self.reply_to,
             sniff_reply_to(body).as_deref(),
             order_id.as_ref(),
             OrderStatus::Rejected,

@@ -1,6 +1,7 @@
 //! The queue names an embedded run uses (`sasctl dev`, the benchmarks, the simulation,
 //! the handler tests): one set, so every in-process run wires the same topology.
 
+use crate::domain::ReplyToRules;
 use crate::handlers::Topology;
 use crate::ports::QueueUrl;
 
@@ -15,4 +16,11 @@ pub const STATUS: &str = "status";
 /// Where the handlers send, by these names.
 pub fn topology() -> Topology {
     Topology { scheduler_queue: QueueUrl(SCHEDULER.into()), agent_queue: QueueUrl(AGENT.into()) }
+}
+
+/// The `reply_to` rules of an in-process run: status to the `status` queue only, never to
+/// one of the pipeline's own queues. The handlers start with these; a Lambda function
+/// replaces them with its configuration's (`config::ReplyToConfig`).
+pub fn reply_to_rules() -> ReplyToRules {
+    ReplyToRules::names(&[STATUS], &[ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ, AGENT, AGENT_DLQ])
 }

@@ -1,0 +1,370 @@
+//! The refusals of docs/BAD_INPUTS.md's "Security" table, each run through the real
+//! handler in a batch between two good messages, with the rules a deployed function reads
+//! from its configuration (SQS queue URLs, the status queue plus the extra ARNs, never
+//! one of the deployment's own queues). The embedded queues are named by those URLs.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use sas::adapters::embedded::{
+    CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
+};
+use sas::adapters::system::FastRandom;
+use sas::config::SubmissionConfig;
+use sas::domain::{OrderId, OrderStatus, Policy, StatusUpdate, TaskRecord, Timestamp, Workflows};
+use sas::handlers::{
+    Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, Inbound, REASON_ATTRIBUTE, Scheduler,
+    Submission, run_batch,
+};
+use sas::ports::{Metric, QueueUrl, RemoteCall, RemoteError, RemoteService, StateStore};
+
+const ACCOUNT: &str = "123456789012";
+const START: u64 = 1_700_000_000_000;
+
+fn url(name: &str) -> String {
+    format!("https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/{name}")
+}
+
+/// A remote service that counts its calls and always succeeds.
+#[derive(Default)]
+struct CountingRemote(Mutex<u32>);
+
+#[async_trait]
+impl RemoteService for CountingRemote {
+    async fn call(&self, _: &RemoteCall<'_>, _: u64) -> Result<(), RemoteError> {
+        *self.0.lock().unwrap() += 1;
+        Ok(())
+    }
+}
+
+struct World {
+    queues: Arc<EmbeddedQueues>,
+    store: Arc<EmbeddedStore>,
+    metrics: Arc<CountingMetrics>,
+    remote: Arc<CountingRemote>,
+    submission: Submission,
+    scheduler: Scheduler,
+    agent: Agent,
+}
+
+impl World {
+    fn new() -> World {
+        let config = SubmissionConfig::from_lookup(&|name| {
+            Some(match name {
+                "STATE_TABLE" => "sas-state".to_owned(),
+                "ORDERS_QUEUE_URL" => url("sas-orders"),
+                "ORDERS_DLQ_URL" => url("sas-orders-dlq"),
+                "SCHEDULER_QUEUE_URL" => url("sas-scheduler"),
+                "SCHEDULER_DLQ_URL" => url("sas-scheduler-dlq"),
+                "AGENT_QUEUE_URL" => url("sas-agent"),
+                "AGENT_DLQ_URL" => url("sas-agent-dlq"),
+                "STATUS_QUEUE_ARN" => format!("arn:aws:sqs:us-east-1:{ACCOUNT}:sas-status"),
+                "REPLY_TO_EXTRA_QUEUE_ARNS" => "arn:aws:sqs:us-east-1:210987654321:app-status".to_owned(),
+                "AWS_REGION" => "us-east-1".to_owned(),
+                _ => return None,
+            })
+        })
+        .expect("a valid configuration");
+        let clock = Arc::new(ManualClock::at(START));
+        let queues = Arc::new(EmbeddedQueues::new(clock.clone(), 1));
+        for q in [
+            "sas-orders",
+            "sas-orders-dlq",
+            "sas-scheduler",
+            "sas-scheduler-dlq",
+            "sas-agent",
+            "sas-agent-dlq",
+        ] {
+            queues.create(&url(q), QueueSettings::default());
+        }
+        for q in [url("sas-status"), "https://sqs.us-east-1.amazonaws.com/210987654321/app-status".to_owned()]
+        {
+            queues.create(&q, QueueSettings::default());
+        }
+        let store = Arc::new(EmbeddedStore::new());
+        let metrics = Arc::new(CountingMetrics::default());
+        let deps = Deps {
+            store: store.clone(),
+            queues: queues.clone(),
+            alerts: Arc::new(RecordingAlerts::default()),
+            clock: clock.clone(),
+            random: Arc::new(FastRandom::seeded(1)),
+            metrics: metrics.clone(),
+        };
+        let settings = config.settings();
+        let remote = Arc::new(CountingRemote::default());
+        let agent = Agent::new(
+            AgentDeps {
+                queues: queues.clone(),
+                clock: clock.clone(),
+                random: Arc::new(FastRandom::seeded(2)),
+                metrics: metrics.clone(),
+                remote: remote.clone(),
+                scheduler_queue: QueueUrl(url("sas-scheduler")),
+            },
+            AgentSettings::default(),
+        )
+        .with_workflows(Workflows::builtin());
+        World {
+            submission: Submission::new(deps.clone(), settings.clone())
+                .with_reply_to(config.reply_to.clone()),
+            scheduler: Scheduler::new(deps, settings).with_reply_to(config.reply_to),
+            agent,
+            queues,
+            store,
+            metrics,
+            remote,
+        }
+    }
+
+    async fn batch<F, Fut>(&self, queue: &str, bodies: &[String], handle: F) -> BatchReport
+    where
+        F: Fn(Inbound) -> Fut,
+        Fut: std::future::Future<Output = Result<(), sas::handlers::HandlerError>>,
+    {
+        let messages = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Inbound { message_id: format!("m-{i}"), body: b.clone(), receive_count: 1 })
+            .collect();
+        let dead_letters = DeadLetters {
+            queues: self.queues.clone(),
+            source: QueueUrl(url(queue)),
+            dead_letter_queue: QueueUrl(url(&format!("{queue}-dlq"))),
+            metrics: self.metrics.clone(),
+        };
+        run_batch(messages, &dead_letters, handle).await
+    }
+
+    fn kept(&self, queue: &str) -> Vec<String> {
+        self.queues
+            .drain(&url(&format!("{queue}-dlq")))
+            .into_iter()
+            .map(|m| m.attributes.get(REASON_ATTRIBUTE).cloned().unwrap_or_default())
+            .collect()
+    }
+
+    fn statuses(&self, queue: &str) -> Vec<StatusUpdate> {
+        self.queues.drain(queue).iter().map(|m| serde_json::from_str(&m.body).unwrap()).collect()
+    }
+}
+
+fn order(id: &str, reply_to: &str) -> String {
+    let reply_to = serde_json::to_string(reply_to).unwrap();
+    format!(
+        r#"{{"order_id":"{id}","customer_id":"c-1","items":[{{"sku":"A-1","quantity":1}}],"reply_to":{reply_to}}}"#
+    )
+}
+
+/// One row of the table: a reply_to, and the reason its order is kept with.
+struct ReplyToRow {
+    kind: &'static str,
+    reply_to: String,
+    reason: &'static str,
+}
+
+fn reply_to_rows() -> Vec<ReplyToRow> {
+    let row = |kind, reply_to: String, reason| ReplyToRow { kind, reply_to, reason };
+    vec![
+        row("reply_to that is not a URL", "not a queue url".into(), "reply_to is not an SQS queue URL"),
+        row(
+            "reply_to given as a queue ARN",
+            format!("arn:aws:sqs:us-east-1:{ACCOUNT}:sas-status"),
+            "reply_to is a queue ARN; give the queue's URL instead",
+        ),
+        row(
+            "reply_to on a host that is not SQS",
+            format!("https://sqs.us-east-1.amazonaws.com.evil.example/{ACCOUNT}/sas-status"),
+            "reply_to is not an SQS queue URL",
+        ),
+        row(
+            "reply_to over plain http",
+            format!("http://sqs.us-east-1.amazonaws.com/{ACCOUNT}/sas-status"),
+            "reply_to is not an SQS queue URL",
+        ),
+        row(
+            "reply_to with userinfo or a query",
+            format!("https://key:secret@sqs.us-east-1.amazonaws.com/{ACCOUNT}/sas-status?x=1"),
+            "reply_to is not an SQS queue URL",
+        ),
+        row(
+            "reply_to naming the scheduler queue",
+            url("sas-scheduler"),
+            "reply_to names one of this deployment's own queues",
+        ),
+        row(
+            "reply_to naming the agent queue",
+            url("sas-agent"),
+            "reply_to names one of this deployment's own queues",
+        ),
+        row(
+            "reply_to naming a DLQ (legacy URL form)",
+            format!("https://us-east-1.queue.amazonaws.com/{ACCOUNT}/sas-orders-dlq"),
+            "reply_to names one of this deployment's own queues",
+        ),
+        row(
+            "reply_to naming a queue off the allow-list",
+            url("someone-elses-queue"),
+            "reply_to names a queue that is not on this deployment's reply_to allow-list",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_refused_reply_to_keeps_the_order_with_its_reason_and_sends_nothing_there() {
+    for row in reply_to_rows() {
+        let w = World::new();
+        let bodies = [
+            order("good-1", &url("sas-status")),
+            order("bad", &row.reply_to),
+            order("good-2", &url("sas-status")),
+        ];
+        let report = w.batch("sas-orders", &bodies, |m| w.submission.handle(m)).await;
+        assert_eq!(report.kept, 1, "{}", row.kind);
+        assert!(report.failures.is_empty(), "{}", row.kind);
+        let kept = w.kept("sas-orders");
+        assert_eq!(kept.len(), 1, "{}", row.kind);
+        assert!(kept[0].starts_with(&format!("invalid order: {}", row.reason)), "{}: {kept:?}", row.kind);
+        assert!(w.store.task(&OrderId::parse("bad").unwrap()).await.unwrap().is_none(), "{}", row.kind);
+        // Both good orders were accepted and heard `received`; the refused reply_to got
+        // nothing, and no queue of the deployment got a status update.
+        let statuses = w.statuses(&url("sas-status"));
+        assert_eq!(
+            statuses.iter().map(|s| s.status).collect::<Vec<_>>(),
+            [OrderStatus::Received; 2],
+            "{}",
+            row.kind
+        );
+        assert_eq!(w.queues.depth(&url("sas-scheduler")), 2, "{}: two schedules, no status", row.kind);
+        assert_eq!(w.queues.depth(&url("sas-agent")), 0, "{}", row.kind);
+        assert_eq!(w.metrics.snapshot().count(Metric::OrderRejected), 1, "{}", row.kind);
+    }
+}
+
+#[tokio::test]
+async fn an_allowed_reply_to_hears_why_its_order_was_rejected() {
+    let w = World::new();
+    let extra = "https://sqs.us-east-1.amazonaws.com/210987654321/app-status";
+    let bad = r#"{"order_id":"o-1","customer_id":"c","items":[],"reply_to":"REPLY"}"#.replace("REPLY", extra);
+    let report = w.batch("sas-orders", &[bad], |m| w.submission.handle(m)).await;
+    assert_eq!(report.kept, 1);
+    let statuses = w.statuses(extra);
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0].status, OrderStatus::Rejected);
+    assert_eq!(statuses[0].reason.as_deref(), Some("invalid order: items is empty"));
+}
+
+#[tokio::test]
+async fn every_send_checks_reply_to_again() {
+    // A record accepted under other rules (or written by hand) names the scheduler queue:
+    // the scheduler's status updates for it are not sent there.
+    let w = World::new();
+    let order = sas::domain::OrderRequest::parse(&order("o-1", &url("sas-status")))
+        .unwrap()
+        .validate(&Workflows::builtin())
+        .unwrap()
+        .0;
+    let task = TaskRecord::new(&order, Some(url("sas-scheduler")), Timestamp(START), &Policy::default());
+    w.store.insert(&task).await.unwrap();
+    let schedule = r#"{"type":"schedule","order_id":"o-1"}"#.to_owned();
+    w.batch("sas-scheduler", &[schedule], |m| w.scheduler.handle(m)).await;
+    let requests = w.queues.drain(&url("sas-agent"));
+    assert_eq!(requests.len(), 1, "the task was claimed and dispatched");
+    let report = w.batch("sas-agent", &[requests[0].body.clone()], |m| w.agent.handle(m)).await;
+    assert_eq!(report, BatchReport::default());
+    let replies = w.queues.drain(&url("sas-scheduler"));
+    w.batch("sas-scheduler", &[replies[0].body.clone()], |m| w.scheduler.handle(m)).await;
+    assert_eq!(
+        w.store.task(&OrderId::parse("o-1").unwrap()).await.unwrap().unwrap().state.as_str(),
+        "Processed"
+    );
+    assert_eq!(
+        w.queues.depth(&url("sas-scheduler")),
+        0,
+        "no `processed` status landed in the scheduler queue"
+    );
+    assert_eq!(w.queues.depth(&url("sas-scheduler-dlq")), 0);
+}
+
+fn agent_request(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let mut v = serde_json::json!({
+        "order_id": "o-1", "workflow": "three-step", "step": 1, "step_name": "charge-payment",
+        "agent": "payment", "action": "do", "attempt": 1, "lease": "3f2a6c1e-9b7d-4e2a-8c5f-1d2e3f4a5b6c",
+        "complete_by": START + 30_000, "idempotency_key": "o-1:1:do",
+        "order": {"order_id": "o-1", "customer_id": "c-1", "items": [{"sku": "A-1", "quantity": 1}], "workflow": "three-step"}
+    });
+    edit(&mut v);
+    v.to_string()
+}
+
+#[tokio::test]
+async fn agent_requests_that_do_not_match_their_workflow_are_kept_uncalled() {
+    type Edit = Box<dyn FnOnce(&mut serde_json::Value)>;
+    let rows: Vec<(&str, Edit, &str)> = vec![
+        (
+            "unknown workflow",
+            Box::new(|v| v["workflow"] = "four-step".into()),
+            "agent request names unknown workflow \"four-step\"",
+        ),
+        (
+            "step past the workflow's end",
+            Box::new(|v| v["step"] = 7.into()),
+            "agent request names step 7, which workflow three-step does not have",
+        ),
+        (
+            "another agent",
+            Box::new(|v| v["agent"] = "admin".into()),
+            "names agent \"admin\"; the workflow has \"payment\"",
+        ),
+        (
+            "a step name with a path",
+            Box::new(|v| v["step_name"] = "../admin/delete".into()),
+            "names step_name \"../admin/delete\"",
+        ),
+        (
+            "an undo under the forward name",
+            Box::new(|v| {
+                v["action"] = "undo".into();
+                v["idempotency_key"] = "o-1:1:undo".into();
+            }),
+            "names step_name \"charge-payment\"; the workflow has \"refund-payment\"",
+        ),
+        (
+            "a forged idempotency key",
+            Box::new(|v| v["idempotency_key"] = "o-2:1:do".into()),
+            "agent request's idempotency_key does not match",
+        ),
+        (
+            "an order that is not its own",
+            Box::new(|v| v["order"]["order_id"] = "o-2".into()),
+            "agent request's order does not match",
+        ),
+    ];
+    for (kind, edit, reason) in rows {
+        let w = World::new();
+        let bodies = [agent_request(|_| {}), agent_request(edit), agent_request(|_| {})];
+        let report = w.batch("sas-agent", &bodies, |m| w.agent.handle(m)).await;
+        assert_eq!((report.kept, report.failures.len()), (1, 0), "{kind}");
+        let kept = w.kept("sas-agent");
+        assert!(kept[0].contains(reason), "{kind}: {kept:?}");
+        assert_eq!(*w.remote.0.lock().unwrap(), 2, "{kind}: only the good requests were called");
+    }
+}
+
+#[tokio::test]
+async fn complete_by_is_clamped_to_the_invocations_deadline() {
+    let w = World::new();
+    // The request claims 30 s, the invocation has 1.5 s left: less than the reply margin,
+    // so the agent calls nothing and replies nothing (the supervisor owns the task).
+    let deadline = Timestamp(START + 1_500);
+    let message = Inbound { message_id: "m".into(), body: agent_request(|_| {}), receive_count: 1 };
+    w.agent.handle_until(message.clone(), Some(deadline)).await.unwrap();
+    assert_eq!(*w.remote.0.lock().unwrap(), 0);
+    assert_eq!(w.queues.depth(&url("sas-scheduler")), 0);
+    assert_eq!(w.metrics.snapshot().count(Metric::AgentGaveUp), 1);
+    // With time left before the deadline, it calls and replies.
+    w.agent.handle_until(message, Some(Timestamp(START + 10_000))).await.unwrap();
+    assert_eq!(*w.remote.0.lock().unwrap(), 1);
+    assert_eq!(w.queues.depth(&url("sas-scheduler")), 1);
+}
