@@ -417,6 +417,7 @@ impl Rig {
             policy: options.policy,
             workflows: Workflows::builtin(),
             topology: queue_names::topology(),
+            reply_to: queue_names::reply_to_rules(),
         };
         let agent_clock: Arc<dyn Clock> = match &manual {
             Some(m) => Arc::new(NoSleepClock(m.clone())),
@@ -435,6 +436,7 @@ impl Rig {
                 retry: Backoff { base_ms: 100, cap_ms: step / 4 },
                 breaker: BreakerPolicy { failure_threshold: 1_000_000, open_ms: 1 },
             },
+            settings.workflows.clone(),
         );
         let dl = |source: &str, dlq: &str| DeadLetters {
             queues: send.clone(),
@@ -789,7 +791,12 @@ pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
         random: Arc::new(FastRandom::seeded(1)),
         metrics: Arc::new(CountingMetrics::default()),
     };
-    let settings = Settings { policy, workflows: Workflows::builtin(), topology: queue_names::topology() };
+    let settings = Settings {
+        policy,
+        workflows: Workflows::builtin(),
+        topology: queue_names::topology(),
+        reply_to: queue_names::reply_to_rules(),
+    };
     let supervisor = Supervisor::new(deps, settings);
     let before = store.due_items_read();
     let started = Instant::now();

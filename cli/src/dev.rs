@@ -412,6 +412,7 @@ pub async fn run_on(
         policy: options.policy(),
         workflows: workflows.clone(),
         topology: queue_names::topology(),
+        reply_to: queue_names::reply_to_rules(),
     };
     let submission = Submission::new(deps.clone(), settings.clone());
     let scheduler = Scheduler::new(deps.clone(), settings.clone());
@@ -428,6 +429,7 @@ pub async fn run_on(
             retry: Backoff { base_ms: 10, cap_ms: options.step_timeout_ms / 4 },
             breaker: BreakerPolicy { failure_threshold: 20, open_ms: options.step_timeout_ms / 10 },
         },
+        workflows.clone(),
     );
     let supervisor = Supervisor::new(deps.clone(), settings.clone());
 

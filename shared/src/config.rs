@@ -307,10 +307,16 @@ fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-fn settings(policy: Policy, scheduler_queue: &QueueUrl, agent_queue: Option<&QueueUrl>) -> Settings {
+fn settings(
+    policy: Policy,
+    reply_to: &ReplyToRules,
+    scheduler_queue: &QueueUrl,
+    agent_queue: Option<&QueueUrl>,
+) -> Settings {
     Settings {
         policy,
         workflows: Workflows::builtin(),
+        reply_to: reply_to.clone(),
         topology: Topology {
             scheduler_queue: scheduler_queue.clone(),
             agent_queue: agent_queue.cloned().unwrap_or_else(|| QueueUrl(UNUSED_AGENT_QUEUE.to_owned())),
@@ -351,7 +357,7 @@ impl SubmissionConfig {
         })
     }
     pub fn settings(&self) -> Settings {
-        settings(self.policy, &self.scheduler_queue, self.agent_queue.as_ref())
+        settings(self.policy, &self.reply_to, &self.scheduler_queue, self.agent_queue.as_ref())
     }
 }
 
@@ -388,7 +394,7 @@ impl SchedulerConfig {
         })
     }
     pub fn settings(&self) -> Settings {
-        settings(self.policy, &self.scheduler_queue, Some(&self.agent_queue))
+        settings(self.policy, &self.reply_to, &self.scheduler_queue, Some(&self.agent_queue))
     }
 }
 
@@ -457,7 +463,7 @@ impl SupervisorConfig {
         })
     }
     pub fn settings(&self) -> Settings {
-        settings(self.policy, &self.scheduler_queue, self.agent_queue.as_ref())
+        settings(self.policy, &self.reply_to, &self.scheduler_queue, self.agent_queue.as_ref())
     }
 }
 

@@ -69,6 +69,7 @@ impl World {
             policy: Policy::default(),
             workflows: Workflows::builtin(),
             topology: queue_names::topology(),
+            reply_to: queue_names::reply_to_rules(),
         };
         World {
             submission: Submission::new(deps.clone(), settings.clone()),

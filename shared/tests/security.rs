@@ -104,12 +104,11 @@ impl World {
                 scheduler_queue: QueueUrl(url("sas-scheduler")),
             },
             AgentSettings::default(),
-        )
-        .with_workflows(Workflows::builtin());
+            Workflows::builtin(),
+        );
         World {
-            submission: Submission::new(deps.clone(), settings.clone())
-                .with_reply_to(config.reply_to.clone()),
-            scheduler: Scheduler::new(deps, settings).with_reply_to(config.reply_to),
+            submission: Submission::new(deps.clone(), settings.clone()),
+            scheduler: Scheduler::new(deps, settings),
             agent,
             queues,
             store,

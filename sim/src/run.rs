@@ -291,8 +291,12 @@ impl Sim {
             random: Arc::new(FastRandom::seeded(rng.u64(..))),
             metrics: metrics.clone(),
         };
-        let settings =
-            Settings { policy: policy(), workflows: workflows(), topology: queue_names::topology() };
+        let settings = Settings {
+            policy: policy(),
+            workflows: workflows(),
+            topology: queue_names::topology(),
+            reply_to: queue_names::reply_to_rules(),
+        };
         let remote = Arc::new(SimRemote { shared: shared.clone() });
         let agents = (0..swarm.agent_concurrency)
             .map(|_| {
@@ -304,7 +308,7 @@ impl Sim {
                     remote: remote.clone(),
                     scheduler_queue: QueueUrl(SCHEDULER.into()),
                 };
-                (Agent::new(deps, agent_settings()), false)
+                (Agent::new(deps, agent_settings(), settings.workflows.clone()), false)
             })
             .collect();
         let mut supervisor = Supervisor::new(deps.clone(), settings.clone());

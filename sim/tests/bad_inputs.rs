@@ -93,6 +93,7 @@ impl World {
                 scheduler_queue: QueueUrl("scheduler".into()),
                 agent_queue: QueueUrl("agent".into()),
             },
+            reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
         };
         let agent = Agent::new(
             AgentDeps {
@@ -104,6 +105,7 @@ impl World {
                 scheduler_queue: QueueUrl("scheduler".into()),
             },
             AgentSettings::default(),
+            settings.workflows.clone(),
         );
         World {
             submission: Submission::new(deps.clone(), settings.clone()),

@@ -115,6 +115,7 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
             scheduler_queue: QueueUrl(resources.scheduler_queue.clone()),
             agent_queue: QueueUrl(resources.agent_queue.clone()),
         },
+        reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
     };
 
     // submission: a valid order, its exact duplicate, a malformed body.

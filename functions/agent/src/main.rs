@@ -6,6 +6,7 @@ use std::time::Duration;
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
 use sas::config::AgentConfig;
+use sas::domain::Workflows;
 use sas::handlers::{Agent, AgentDeps, AgentSettings, DeadLetters};
 use sas::lambda::{self, Aws, Error};
 
@@ -26,7 +27,7 @@ async fn main() -> Result<(), Error> {
     };
     let dead_letters =
         DeadLetters { queues, source: config.agent_queue, dead_letter_queue: config.agent_dlq, metrics };
-    let handler = Agent::new(deps, AgentSettings::default());
+    let handler = Agent::new(deps, AgentSettings::default(), Workflows::builtin());
     lambda::serve_sqs_until(dead_letters, |message, deadline| handler.handle_until(message, Some(deadline)))
         .await
 }

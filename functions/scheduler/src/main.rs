@@ -15,6 +15,6 @@ async fn main() -> Result<(), Error> {
     let hold = Duration::from_millis(config.send_max_hold_ms);
     let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics, hold);
     let dead_letters = Aws::dead_letters(&deps, &config.scheduler_queue, &config.scheduler_dlq);
-    let handler = Scheduler::new(deps, config.settings()).with_reply_to(config.reply_to.clone());
+    let handler = Scheduler::new(deps, config.settings());
     lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await
 }

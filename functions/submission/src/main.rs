@@ -14,6 +14,6 @@ async fn main() -> Result<(), Error> {
     let metrics = Aws::metrics("submission", &config.metrics_namespace);
     let deps = aws.deps(&config.tables, None, metrics, Duration::from_millis(config.send_max_hold_ms));
     let dead_letters = Aws::dead_letters(&deps, &config.orders_queue, &config.orders_dlq);
-    let handler = Submission::new(deps, config.settings()).with_reply_to(config.reply_to.clone());
+    let handler = Submission::new(deps, config.settings());
     lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await
 }

@@ -14,6 +14,5 @@ async fn main() -> Result<(), Error> {
     let metrics = Aws::metrics("supervisor", &config.metrics_namespace);
     let hold = Duration::from_millis(config.send_max_hold_ms);
     let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics, hold);
-    lambda::serve_schedule(Supervisor::new(deps, config.settings()).with_reply_to(config.reply_to.clone()))
-        .await
+    lambda::serve_schedule(Supervisor::new(deps, config.settings())).await
 }

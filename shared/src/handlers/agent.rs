@@ -69,13 +69,9 @@ pub enum AgentOutcome {
 }
 
 impl Agent {
-    /// Checks requests against the built-in workflows (`Workflows::builtin`).
-    pub fn new(deps: AgentDeps, agent_settings: AgentSettings) -> Agent {
-        Agent { deps, agent_settings, workflows: Workflows::builtin(), breakers: Arc::default() }
-    }
-
-    pub fn with_workflows(self, workflows: Workflows) -> Agent {
-        Agent { workflows, ..self }
+    /// `workflows`: what each request is checked against before anything is called.
+    pub fn new(deps: AgentDeps, agent_settings: AgentSettings, workflows: Workflows) -> Agent {
+        Agent { deps, agent_settings, workflows, breakers: Arc::default() }
     }
 
     /// One message, with no deadline of its own (an in-process run).

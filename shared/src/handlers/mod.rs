@@ -74,6 +74,8 @@ pub struct Settings {
     pub policy: Policy,
     pub workflows: Workflows,
     pub topology: Topology,
+    /// Where orders may ask for status: checked at submission and before each send.
+    pub reply_to: ReplyToRules,
 }
 
 impl Settings {
@@ -144,7 +146,6 @@ pub(crate) async fn transition(
 pub(crate) async fn perform(
     deps: &Deps,
     settings: &Settings,
-    reply_to: &ReplyToRules,
     decision: &Decision,
 ) -> Result<(), HandlerError> {
     let task = &decision.next;
@@ -157,7 +158,7 @@ pub(crate) async fn perform(
             Effect::Status { status, step, reason } => {
                 send_status(
                     deps,
-                    reply_to,
+                    &settings.reply_to,
                     task.reply_to.as_deref(),
                     Some(&task.order_id),
                     *status,
@@ -261,8 +262,6 @@ pub(crate) async fn schedule(
     Ok(())
 }
 
-// The rules travel beside reply_to rather than in Settings, which in-process runs build
-// field by field.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn send_status(
     deps: &Deps,

@@ -4,26 +4,18 @@
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, Transition, perform, transition};
-use crate::adapters::embedded::queue_names;
-use crate::domain::{AgentReply, OrderId, Refusal, ReplyToRules, SchedulerMessage};
+use crate::domain::{AgentReply, OrderId, Refusal, SchedulerMessage};
 use crate::ports::Metric;
 
 #[derive(Clone)]
 pub struct Scheduler {
     pub deps: Deps,
     pub settings: Settings,
-    /// Where status updates may go (checked before each send).
-    pub reply_to: ReplyToRules,
 }
 
 impl Scheduler {
-    /// With an in-process run's `reply_to` rules; a function sets its own with `with_reply_to`.
     pub fn new(deps: Deps, settings: Settings) -> Scheduler {
-        Scheduler { deps, settings, reply_to: queue_names::reply_to_rules() }
-    }
-
-    pub fn with_reply_to(self, reply_to: ReplyToRules) -> Scheduler {
-        Scheduler { reply_to, ..self }
+        Scheduler { deps, settings }
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
@@ -45,7 +37,7 @@ impl Scheduler {
             {
                 Transition::Applied { decision, .. } => {
                     tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %lease, "claimed");
-                    perform(&self.deps, &self.settings, &self.reply_to, &decision).await
+                    perform(&self.deps, &self.settings, &decision).await
                 }
                 Transition::Refused(refusal @ Refusal::ClaimLost { .. }) => {
                     tracing::info!(%refusal, "schedule ignored");
@@ -75,7 +67,7 @@ impl Scheduler {
                     let latency = self.deps.clock.now().millis_since(before.updated_at);
                     self.deps.metrics.record(Metric::StepLatencyMs, latency);
                     tracing::info!(trigger = ?decision.trigger, state = ?decision.next.state, "reply applied");
-                    perform(&self.deps, &self.settings, &self.reply_to, &decision).await
+                    perform(&self.deps, &self.settings, &decision).await
                 }
                 Transition::Refused(Refusal::StaleReply(why)) => {
                     tracing::info!(%why, "stale reply dropped");

@@ -4,10 +4,8 @@
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, schedule, send_status};
-use crate::adapters::embedded::queue_names;
 use crate::domain::{
-    MessageError, OrderRequest, OrderStatus, ProcessState, ReplyToRules, TaskRecord, sniff_order_id,
-    sniff_reply_to,
+    MessageError, OrderRequest, OrderStatus, ProcessState, TaskRecord, sniff_order_id, sniff_reply_to,
 };
 use crate::ports::{Inserted, Metric};
 
@@ -15,18 +13,11 @@ use crate::ports::{Inserted, Metric};
 pub struct Submission {
     pub deps: Deps,
     pub settings: Settings,
-    /// Where an order may ask for its status: checked here, and before each send.
-    pub reply_to: ReplyToRules,
 }
 
 impl Submission {
-    /// With an in-process run's `reply_to` rules; a function sets its own with `with_reply_to`.
     pub fn new(deps: Deps, settings: Settings) -> Submission {
-        Submission { deps, settings, reply_to: queue_names::reply_to_rules() }
-    }
-
-    pub fn with_reply_to(self, reply_to: ReplyToRules) -> Submission {
-        Submission { reply_to, ..self }
+        Submission { deps, settings }
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
@@ -37,7 +28,7 @@ impl Submission {
                 Err(e) => return self.reject(&message.body, e).await,
             };
         if let Some(r) = &reply_to
-            && let Err(refusal) = self.reply_to.check(r)
+            && let Err(refusal) = self.settings.reply_to.check(r)
         {
             return self.reject(&message.body, MessageError::Invalid(refusal.to_string())).await;
         }
@@ -51,7 +42,7 @@ impl Submission {
                     schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
                     send_status(
                         &self.deps,
-                        &self.reply_to,
+                        &self.settings.reply_to,
                         reply_to.as_deref(),
                         Some(&order.order_id),
                         OrderStatus::Received,
@@ -72,7 +63,7 @@ impl Submission {
                         let reply_to = reply_to.as_deref();
                         send_status(
                             &self.deps,
-                            &self.reply_to,
+                            &self.settings.reply_to,
                             reply_to,
                             Some(&order.order_id),
                             OrderStatus::Received,
@@ -104,7 +95,7 @@ impl Submission {
         // and the order waits in the DLQ with its reason.
         send_status(
             &self.deps,
-            &self.reply_to,
+            &self.settings.reply_to,
             sniff_reply_to(body).as_deref(),
             order_id.as_ref(),
             OrderStatus::Rejected,

@@ -5,8 +5,7 @@ use std::collections::HashSet;
 
 use super::coalesce::join_round;
 use super::{Deps, HandlerError, Settings, Transition, perform, transition};
-use crate::adapters::embedded::queue_names;
-use crate::domain::{OrderId, Refusal, ReplyToRules, Trigger};
+use crate::domain::{OrderId, Refusal, Trigger};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -30,17 +29,11 @@ pub struct Supervisor {
     pub page_size: usize,
     /// Pages per run: bounds one run's work; the next run carries on.
     pub max_pages: usize,
-    /// Where status updates may go (checked before each send).
-    pub reply_to: ReplyToRules,
 }
 
 impl Supervisor {
     pub fn new(deps: Deps, settings: Settings) -> Supervisor {
-        Supervisor { deps, settings, page_size: 100, max_pages: 50, reply_to: queue_names::reply_to_rules() }
-    }
-
-    pub fn with_reply_to(self, reply_to: ReplyToRules) -> Supervisor {
-        Supervisor { reply_to, ..self }
+        Supervisor { deps, settings, page_size: 100, max_pages: 50 }
     }
 
     pub async fn sweep(&self) -> Result<SweepReport, HandlerError> {
@@ -100,7 +93,7 @@ impl Supervisor {
                     order_id = %order_id, step = before.step, attempt = before.attempt,
                     failure_count = decision.next.failure_count, trigger = ?decision.trigger, "recovered"
                 );
-                perform(&self.deps, &self.settings, &self.reply_to, &decision).await?;
+                perform(&self.deps, &self.settings, &decision).await?;
                 Ok(Some(decision.trigger))
             }
             Transition::Refused(Refusal::NotDue { .. }) | Transition::NoSuchTask => Ok(None),

@@ -168,8 +168,12 @@ impl Harness {
             random: Arc::new(FastRandom::seeded(42)),
             metrics: metrics.clone(),
         };
-        let settings =
-            Settings { policy, workflows: Workflows::builtin(), topology: queue_names::topology() };
+        let settings = Settings {
+            policy,
+            workflows: Workflows::builtin(),
+            topology: queue_names::topology(),
+            reply_to: queue_names::reply_to_rules(),
+        };
         let agent = Agent::new(
             AgentDeps {
                 queues: queues.clone(),
@@ -180,6 +184,7 @@ impl Harness {
                 scheduler_queue: QueueUrl(SCHEDULER.into()),
             },
             AgentSettings::default(),
+            settings.workflows.clone(),
         );
         Harness {
             submission: Submission::new(deps.clone(), settings.clone()),
