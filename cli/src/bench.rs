@@ -113,7 +113,7 @@ impl RemoteService for InstantRemote {
         }
         let r = self.rng.lock().unwrap_or_else(|p| p.into_inner()).f64();
         if r < self.permanent_rate {
-            Err(RemoteError::Permanent("injected: 422".into()))
+            Err(RemoteError::permanent("injected: 422"))
         } else if r < self.permanent_rate + self.transient_rate {
             Err(RemoteError::Transient("injected: 503".into()))
         } else {

@@ -141,9 +141,18 @@ pub enum RemoteError {
     /// Might work if tried again: 5xx, 429, timeouts, connection errors.
     #[error("transient: {0}")]
     Transient(String),
-    /// Will not work however often tried: the service said no (4xx).
-    #[error("permanent: {0}")]
-    Permanent(String),
+    /// Will not work however often tried: the service said no (4xx). `reason` says what
+    /// failed and its status class, fit for the order's submitter; `detail` (bounded) is
+    /// the service's own answer, for operators only (the record and the alert).
+    #[error("permanent: {reason}")]
+    Permanent { reason: String, detail: Option<String> },
+}
+
+impl RemoteError {
+    /// A permanent refusal with nothing more to say.
+    pub fn permanent(reason: impl Into<String>) -> RemoteError {
+        RemoteError::Permanent { reason: reason.into(), detail: None }
+    }
 }
 
 /// The remote service an agent fronts.

@@ -62,7 +62,13 @@ async fn a_refusal_says_only_the_status_class() {
     let (base, _) = serve(answer.into_bytes()).await;
     let with_token = base.replace("http://", "http://user:token@") + "/?key=secret";
     let err = call(&with_token).await.unwrap_err();
-    assert_eq!(err, RemoteError::Permanent("the remote service refused (HTTP 4xx)".into()));
+    let RemoteError::Permanent { reason, detail } = err else { panic!("{err:?}") };
+    assert_eq!(reason, "the remote service refused (HTTP 4xx)");
+    // The operator's detail: the service's answer, bounded, and the URL without secrets.
+    let detail = detail.expect("a refusal keeps its detail for operators");
+    assert!(detail.len() <= sas::domain::MAX_REASON_BYTES, "{} bytes", detail.len());
+    assert!(detail.contains("403") && detail.contains("secret-detail"), "{detail}");
+    assert!(!detail.contains("token") && !detail.contains("key=secret"), "{detail}");
 
     let answer = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy".to_vec();
     let (base, _) = serve(answer).await;
@@ -80,7 +86,10 @@ async fn redirects_are_not_followed() {
     );
     let (base, _) = serve(answer.into_bytes()).await;
     let err = call(&base).await.unwrap_err();
-    assert_eq!(err, RemoteError::Permanent("the remote service redirected (not followed) (HTTP 3xx)".into()));
+    assert!(
+        matches!(&err, RemoteError::Permanent { reason, .. } if reason == "the remote service redirected (not followed) (HTTP 3xx)"),
+        "{err:?}"
+    );
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the order was not re-sent to the redirect's target");
 }
 

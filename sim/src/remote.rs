@@ -74,7 +74,10 @@ impl RemoteService for SimRemote {
                 Ok(())
             }
             Verdict::Transient => Err(RemoteError::Transient("503 service unavailable".into())),
-            Verdict::Refused => Err(RemoteError::Permanent("422 declined".into())),
+            Verdict::Refused => Err(RemoteError::Permanent {
+                reason: "the remote service refused (HTTP 4xx)".into(),
+                detail: Some("422 declined".into()),
+            }),
             Verdict::Hang => {
                 self.shared.sleep_until(hang_until).await;
                 Err(RemoteError::Transient("timed out".into()))

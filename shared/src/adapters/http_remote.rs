@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::domain::cut_reason;
 use crate::ports::{RemoteCall, RemoteError, RemoteService};
 
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
@@ -109,7 +110,7 @@ struct CallBody<'a> {
 impl RemoteService for HttpRemote {
     async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<(), RemoteError> {
         let Some(url) = self.url(call.agent, call.step_name) else {
-            return Err(RemoteError::Permanent("the remote service URL is not usable".into()));
+            return Err(RemoteError::permanent("the remote service URL is not usable"));
         };
         let body = CallBody {
             order_id: call.order.order_id.as_str(),
@@ -144,7 +145,10 @@ impl RemoteService for HttpRemote {
         } else {
             tracing::warn!(url = %redacted(&url), %status, body = %text, "remote service refused");
             let what = if status.is_redirection() { "redirected (not followed)" } else { "refused" };
-            Err(RemoteError::Permanent(format!("the remote service {what} (HTTP {class})")))
+            Err(RemoteError::Permanent {
+                reason: format!("the remote service {what} (HTTP {class})"),
+                detail: Some(cut_reason(format!("{} answered {status}: {text}", redacted(&url)))),
+            })
         }
     }
 }

@@ -318,7 +318,11 @@ pub enum ReplyOutcome {
     Succeeded,
     /// The remote service refused for good (e.g. a 4xx): retrying cannot help.
     Failed {
+        /// What failed and its status class: this reaches the order's submitter.
         reason: String,
+        /// The service's own answer (bounded): for the record and the operator only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
     },
 }
 

@@ -439,15 +439,17 @@ impl TaskRecord {
                     }
                 }
             }
-            (ReplyOutcome::Failed { reason }, Action::Do) => {
+            (ReplyOutcome::Failed { reason, detail }, Action::Do) => {
                 let cause = Cause::Failed { step, action, reason: reason.clone() };
                 // A refusal is definitive: this step had no effect, so only the ones
                 // before it can stand.
-                self.give_up(now, wf, policy, cause, reason, false, false)
+                let why = Why { told: reason, detail: detail.as_deref() };
+                self.give_up(now, wf, policy, cause, why, false, false)
             }
-            (ReplyOutcome::Failed { reason }, Action::Undo) => {
+            (ReplyOutcome::Failed { reason, detail }, Action::Undo) => {
                 let cause = Cause::Failed { step, action, reason: reason.clone() };
-                self.fail(now, wf, cause, &format!("compensation {name} failed: {reason}"))
+                let told = format!("compensation {name} failed: {reason}");
+                self.fail(now, wf, cause, Why { told: &told, detail: detail.as_deref() })
             }
         }
     }
@@ -490,13 +492,15 @@ impl TaskRecord {
             format!("failure threshold reached: {step_failures} failures of this step (threshold {budget})");
         match self.action() {
             // Dispatched at least once and never answered for good: it may have taken effect.
-            Action::Do => counted.give_up(now, wf, policy, cause, &reason, self.step_attempts > 0, true),
-            Action::Undo => counted.fail(now, wf, cause, &reason),
+            Action::Do => {
+                counted.give_up(now, wf, policy, cause, Why::plain(&reason), self.step_attempts > 0, true)
+            }
+            Action::Undo => counted.fail(now, wf, cause, Why::plain(&reason)),
         }
     }
 
-    fn fail(&self, now: Timestamp, wf: &Workflow, cause: Cause, reason: &str) -> Result<Decision, Refusal> {
-        self.stop(Trigger::Fail, now, wf, cause, reason, None)
+    fn fail(&self, now: Timestamp, wf: &Workflow, cause: Cause, why: Why) -> Result<Decision, Refusal> {
+        self.stop(Trigger::Fail, now, wf, cause, why, None)
     }
 
     /// Error with an alert and a `failed` status; `in_doubt` is the key of a step whose
@@ -507,17 +511,18 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         cause: Cause,
-        reason: &str,
+        why: Why,
         in_doubt: Option<IdempotencyKey>,
     ) -> Result<Decision, Refusal> {
         let mut next = self.moved(trigger, now, cause)?.unlocked();
-        next.last_error = Some(reason.to_owned());
+        let operator = why.for_operator();
+        next.last_error = Some(operator.clone());
         let step = Some(self.step_name(wf, self.step, self.action()));
         Ok(Decision {
             trigger,
             effects: vec![
-                next.alert(wf, self.action(), now, reason, in_doubt),
-                Effect::Status { status: OrderStatus::Failed, step, reason: Some(reason.to_owned()) },
+                next.alert(wf, self.action(), now, &operator, in_doubt),
+                Effect::Status { status: OrderStatus::Failed, step, reason: Some(why.told.to_owned()) },
             ],
             next,
         })
@@ -573,15 +578,15 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         cause: Cause,
-        reason: &str,
+        why: Why,
         in_doubt: bool,
         alert: bool,
     ) -> Result<Decision, Refusal> {
-        if let Some((why, key)) = self.forward_only(wf, reason, in_doubt) {
-            return self.stop(Trigger::ForwardOnly, now, wf, cause, &why, key);
+        if let Some((told, key)) = self.forward_only(wf, why.told, in_doubt) {
+            return self.stop(Trigger::ForwardOnly, now, wf, cause, Why { told: &told, ..why }, key);
         }
         if !wf.compensates() {
-            return self.fail(now, wf, cause, reason);
+            return self.fail(now, wf, cause, why);
         }
         let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
         let step = Some(self.step_name(wf, self.step, Action::Do));
@@ -599,16 +604,38 @@ impl TaskRecord {
                 OrderStatus::Compensated,
             ),
         };
-        next.last_error = Some(reason.to_owned());
+        let operator = why.for_operator();
+        next.last_error = Some(operator.clone());
         let mut effects = Vec::new();
         if trigger == Trigger::Undo {
             effects.push(Effect::Schedule { delay_ms: 0 });
         }
-        effects.push(Effect::Status { status, step, reason: Some(reason.to_owned()) });
+        effects.push(Effect::Status { status, step, reason: Some(why.told.to_owned()) });
         if alert {
-            effects.push(next.alert(wf, next.action(), now, reason, None));
+            effects.push(next.alert(wf, next.action(), now, &operator, None));
         }
         Ok(Decision { trigger, next, effects })
+    }
+}
+
+/// Why a task stops, in two registers: what the order's submitter is told (`reply_to`),
+/// and what the operator and the record get, which adds the remote service's own words
+/// when it gave any (they may name its internals, so they never reach the submitter).
+#[derive(Debug, Clone, Copy)]
+struct Why<'a> {
+    told: &'a str,
+    detail: Option<&'a str>,
+}
+
+impl<'a> Why<'a> {
+    fn plain(told: &'a str) -> Why<'a> {
+        Why { told, detail: None }
+    }
+    fn for_operator(&self) -> String {
+        match self.detail {
+            Some(detail) => format!("{} ({detail})", self.told),
+            None => self.told.to_owned(),
+        }
     }
 }
 
@@ -680,7 +707,7 @@ mod tests {
     }
 
     fn failed(reason: &str) -> ReplyOutcome {
-        ReplyOutcome::Failed { reason: reason.into() }
+        ReplyOutcome::Failed { reason: reason.into(), detail: None }
     }
 
     fn reply(task: &TaskRecord, wf: &Workflow, outcome: ReplyOutcome, now: Timestamp) -> Decision {
@@ -995,6 +1022,33 @@ mod tests {
         assert!(alerts[0].reason.contains("card declined"));
         assert_eq!(alerts[0].at, T0.plus_ms(5));
         assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
+    }
+
+    #[test]
+    fn the_remote_services_own_words_reach_the_operator_not_the_submitter() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let outcome = ReplyOutcome::Failed {
+            reason: "the remote service refused (HTTP 4xx)".into(),
+            detail: Some("https://pay.internal/orders/process-order answered 403: no".into()),
+        };
+        let d = reply(&task, &wf, outcome, T0);
+        let told = d.effects.iter().find_map(|e| match e {
+            Effect::Status { reason, .. } => reason.clone(),
+            _ => None,
+        });
+        assert_eq!(told.as_deref(), Some("the remote service refused (HTTP 4xx)"));
+        let alerts = alerts(&d);
+        assert!(alerts[0].reason.contains("answered 403"), "{}", alerts[0].reason);
+        assert!(d.next.last_error.as_deref().unwrap().contains("answered 403"));
+        assert_eq!(
+            d.next.last_cause,
+            Cause::Failed {
+                step: 0,
+                action: Action::Do,
+                reason: "the remote service refused (HTTP 4xx)".into()
+            }
+        );
     }
 
     #[test]
@@ -1554,7 +1608,7 @@ mod tests {
                                 }
                             }
                         }
-                        let outcome = if ok { ReplyOutcome::Succeeded } else { ReplyOutcome::Failed { reason: "no".into() } };
+                        let outcome = if ok { ReplyOutcome::Succeeded } else { ReplyOutcome::Failed { reason: "no".into(), detail: None } };
                         let reply = AgentReply {
                             order_id: task.order_id.clone(),
                             step: from.step,

@@ -131,7 +131,7 @@ impl Agent {
             breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.agent_settings.breaker));
         match result {
             Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
-            Ok(()) | Err(RemoteError::Permanent(_)) => breaker.on_success(),
+            Ok(()) | Err(RemoteError::Permanent { .. }) => breaker.on_success(),
         }
     }
 
@@ -168,12 +168,12 @@ impl Agent {
             self.report(&request.agent, now, &result);
             match result {
                 Ok(()) => return AgentOutcome::Replied(ReplyOutcome::Succeeded),
-                Err(RemoteError::Permanent(reason)) => {
+                Err(RemoteError::Permanent { reason, detail }) => {
                     // The reason reaches the order's reply_to (whose status update names the
                     // step): the adapter keeps it generic (what failed, the status class)
                     // and logs the details itself.
                     tracing::warn!(%reason, "remote service refused");
-                    return AgentOutcome::Replied(ReplyOutcome::Failed { reason });
+                    return AgentOutcome::Replied(ReplyOutcome::Failed { reason, detail });
                 }
                 Err(RemoteError::Transient(reason)) => {
                     let delay = self.agent_settings.retry.delay_ms(failures, self.deps.random.jitter());

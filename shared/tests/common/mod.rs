@@ -101,7 +101,7 @@ impl RemoteService for ScriptedRemote {
         match outcome {
             Script::Ok => Ok(()),
             Script::Transient => Err(RemoteError::Transient("503 service unavailable".into())),
-            Script::Permanent(reason) => Err(RemoteError::Permanent(reason.into())),
+            Script::Permanent(reason) => Err(RemoteError::permanent(reason)),
             Script::Hang => {
                 self.clock.advance(timeout_ms + 1);
                 Err(RemoteError::Transient("timed out".into()))
