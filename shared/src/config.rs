@@ -38,8 +38,7 @@ pub const DEFAULT_SEND_MAX_HOLD_MS: u64 = crate::handlers::DEFAULT_MAX_HOLD.as_m
 pub const MAX_SEND_MAX_HOLD_MS: u64 = 1_000;
 /// The one limit on a step's lease, the same as `StepTimeoutMs` in template.yaml: an
 /// attempt must end, reply included, within the agent function's 60 s timeout.
-pub const MIN_STEP_TIMEOUT_MS: u64 = 1_000;
-pub const MAX_STEP_TIMEOUT_MS: u64 = 50_000;
+pub use crate::domain::definitions::{MAX_STEP_TIMEOUT_MS, MIN_STEP_TIMEOUT_MS};
 /// The queues of the deployment itself: `reply_to` may never name one of them.
 pub const OWN_QUEUE_VARIABLES: [&str; 6] = [
     "ORDERS_QUEUE_URL",
@@ -134,16 +133,7 @@ impl Env<'_> {
     /// The remote service gets the order: https only, so it cannot be read or altered on
     /// the way, except to a loopback host (local runs, `sasctl dev`'s simulated service).
     fn remote_url(&mut self, name: &str, value: String) -> String {
-        let ok = url::Url::parse(&value).is_ok_and(|u| match u.scheme() {
-            "https" => u.has_host(),
-            "http" => match u.host() {
-                Some(url::Host::Domain(d)) => d == "localhost",
-                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-                None => false,
-            },
-            _ => false,
-        });
+        let ok = crate::domain::definitions::remote_url_allowed(&value);
         self.check(name, &value, ok, "an https URL (plain http is accepted only to a loopback host)");
         value
     }

@@ -65,15 +65,15 @@ pub fn policy() -> Policy {
 /// a compensable step after it and budgets of their own: giving up after the pivot must
 /// go forward only, and a read in doubt is no pivot.
 pub fn workflows() -> Workflows {
-    let saga = Workflow {
-        name: "saga".into(),
-        steps: vec![
+    let saga = Workflow::new(
+        "saga",
+        vec![
             Step::read_only("check-stock", "inventory").with_max_failures(2),
             Step::compensable("reserve-inventory", "inventory", "release-inventory"),
             Step::pivot("ship-order", "shipping"),
             Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
         ],
-    };
+    );
     Workflows::new(vec![Workflow::single_step(), Workflow::three_step(), saga])
 }
 

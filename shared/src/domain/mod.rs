@@ -2,6 +2,7 @@
 //! Time and random numbers come in as arguments so every decision is replayable.
 
 pub mod breaker;
+pub mod definitions;
 pub mod ids;
 pub mod lifecycle;
 pub mod messages;
@@ -10,9 +11,10 @@ pub mod retry;
 pub mod task;
 pub mod workflow;
 
+pub use definitions::{Definitions, Invalid};
 pub use ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
 pub use lifecycle::{ProcessState, Trigger};
 pub use messages::*;
 pub use reply_to::{QueueId, ReplyToError, ReplyToRules};
 pub use task::*;
-pub use workflow::{Action, Step, StepEffect, StepKind, Workflow, Workflows};
+pub use workflow::{Action, OnGiveUp, Step, StepEffect, StepKind, Workflow, Workflows};

@@ -308,7 +308,7 @@ impl TaskRecord {
         } else {
             self.moved(Trigger::Claimed, now, cause)?
         };
-        let complete_by = now.plus_ms(policy.step_timeout_ms);
+        let complete_by = now.plus_ms(wf.timeout_ms(self.step, policy.step_timeout_ms));
         next.locked_by = Some(lease);
         next.complete_by = Some(complete_by);
         // The deadline is the due index's key: moving it costs the index a delete and a
@@ -1415,6 +1415,18 @@ mod tests {
         assert_eq!(d.next.failure_count, 5, "a has a budget of five");
     }
 
+    #[test]
+    fn a_step_with_its_own_timeout_gets_that_complete_by_and_a_deadline_to_match() {
+        let slow = Step { timeout_ms: Some(7_000), ..Step::pivot("slow", "a") };
+        let wf = Workflow::new("timed", vec![Step::pivot("fast", "a"), slow]);
+        let first = claim(&new_task(&wf), &wf, 1, T0);
+        assert_eq!(first.complete_by, Some(T0.plus_ms(policy().step_timeout_ms)));
+        let waiting = reply(&first, &wf, ok(), T0).next;
+        let second = claim(&waiting, &wf, 2, T0);
+        assert_eq!(second.complete_by, Some(T0.plus_ms(7_000)));
+        assert_eq!(second.deadline, Some(T0.plus_ms(7_000 + policy().reply_grace_ms)));
+    }
+
     /// Every row of the transition table is made by some decision of this module.
     #[test]
     fn every_row_of_the_table_is_a_decision() {
@@ -1476,16 +1488,16 @@ mod tests {
 
     /// A workflow with steps that have no compensation in the middle and at the end.
     fn mixed() -> Workflow {
-        Workflow {
-            name: "mixed".into(),
-            steps: vec![
+        Workflow::new(
+            "mixed",
+            vec![
                 Step::compensable("a", "a", "undo-a").with_max_failures(5),
                 Step::read_only("r", "a"),
                 Step::pivot("b", "a"),
                 Step::compensable("c", "a", "undo-c").with_max_failures(1),
                 Step::pivot("d", "a"),
             ],
-        }
+        )
     }
 
     #[derive(Debug, Clone, Copy)]

@@ -25,6 +25,7 @@ impl Action {
 }
 
 /// Whether a step's forward action changes anything at the remote side.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepEffect {
@@ -53,7 +54,9 @@ pub enum StepKind {
     ReadOnly,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Step {
     /// The step's name, e.g. `charge-payment`.
     pub name: String,
@@ -61,6 +64,7 @@ pub struct Step {
     pub agent: String,
     /// The compensating action's name, e.g. `refund-payment`; `None` when the step
     /// has nothing to undo (read-only) or cannot be undone (a pivot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensation: Option<String>,
     #[serde(default, skip_serializing_if = "StepEffect::is_writes")]
     pub effect: StepEffect,
@@ -68,6 +72,10 @@ pub struct Step {
     /// gives up; the deployment's failure threshold when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_failures: Option<u32>,
+    /// Complete-by of one attempt of this step (and of its compensation), after its
+    /// claim; the deployment's step timeout when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 impl Step {
@@ -79,6 +87,7 @@ impl Step {
             compensation: Some(compensation.into()),
             effect: StepEffect::Writes,
             max_failures: None,
+            timeout_ms: None,
         }
     }
     /// A step that changes something and cannot be undone.
@@ -89,6 +98,7 @@ impl Step {
             compensation: None,
             effect: StepEffect::Writes,
             max_failures: None,
+            timeout_ms: None,
         }
     }
     /// A step that only reads.
@@ -111,13 +121,49 @@ impl Step {
     }
 }
 
+/// What giving up means for a workflow whose steps can be undone.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnGiveUp {
+    /// Undo what may have taken effect, newest first (pivots permitting): Compensated.
+    #[default]
+    Compensate,
+    /// Stop in Error with an alert and undo nothing: an operator decides.
+    Fail,
+}
+
+impl OnGiveUp {
+    fn is_compensate(&self) -> bool {
+        *self == OnGiveUp::Compensate
+    }
+}
+
+fn first_version() -> u32 {
+    1
+}
+
+fn is_first_version(v: &u32) -> bool {
+    *v == 1
+}
+
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Workflow {
     pub name: String,
+    #[serde(default = "first_version", skip_serializing_if = "is_first_version")]
+    pub version: u32,
+    #[serde(default, skip_serializing_if = "OnGiveUp::is_compensate")]
+    pub on_give_up: OnGiveUp,
     pub steps: Vec<Step>,
 }
 
 impl Workflow {
+    /// Version 1, compensating on give-up.
+    pub fn new(name: &str, steps: Vec<Step>) -> Workflow {
+        Workflow { name: name.into(), version: 1, on_give_up: OnGiveUp::Compensate, steps }
+    }
     pub fn len(&self) -> u32 {
         self.steps.len() as u32
     }
@@ -129,7 +175,7 @@ impl Workflow {
     }
     /// Whether giving up on this workflow means undoing rather than stopping for an operator.
     pub fn compensates(&self) -> bool {
-        self.steps.iter().any(|s| s.compensation.is_some())
+        self.on_give_up == OnGiveUp::Compensate && self.steps.iter().any(|s| s.compensation.is_some())
     }
     /// The highest step at or below `from` that has a compensation: where undoing starts,
     /// and (with `from = done - 1`) where it goes next. Reverse order by construction.
@@ -148,25 +194,23 @@ impl Workflow {
     pub fn max_failures(&self, index: u32, default: u32) -> u32 {
         self.step(index).and_then(|s| s.max_failures).unwrap_or(default)
     }
-
-    /// The single-step order flow: one agent processes the whole order.
-    pub fn single_step() -> Workflow {
-        Workflow { name: "single-step".into(), steps: vec![Step::pivot("process-order", "orders")] }
+    /// How long one attempt of step `index` (or its compensation) has after its claim.
+    pub fn timeout_ms(&self, index: u32, default: u64) -> u64 {
+        self.step(index).and_then(|s| s.timeout_ms).unwrap_or(default)
     }
 
-    /// Reserve, charge, ship; a failure before shipping undoes what was done, newest
-    /// first. Shipping is the pivot: once goods may have left, nothing is undone for you.
+    /// The example definition file's single-step workflow (`Workflows::builtin`).
+    pub fn single_step() -> Workflow {
+        Workflows::builtin().get("single-step").expect("the example file defines single-step").clone()
+    }
+
+    /// The example definition file's three-step workflow: reserve, charge, then the pivot
+    /// ship (`Workflows::builtin`).
     pub fn three_step() -> Workflow {
-        Workflow {
-            name: "three-step".into(),
-            steps: vec![
-                Step::compensable("reserve-inventory", "inventory", "release-inventory"),
-                Step::compensable("charge-payment", "payment", "refund-payment"),
-                Step::pivot("ship-order", "shipping"),
-            ],
-        }
+        Workflows::builtin().get("three-step").expect("the example file defines three-step").clone()
     }
 }
+
 /// The workflows a deployment knows, by name; the first is the default for orders
 /// that name none.
 #[derive(Debug, Clone)]
@@ -180,8 +224,10 @@ impl Workflows {
         assert!(all.iter().all(|w| !w.is_empty()), "workflows need steps");
         Workflows { all }
     }
+    /// The example definition file's workflows (`examples/workflows.json`), the default
+    /// when a deployment names no file of its own.
     pub fn builtin() -> Workflows {
-        Workflows::new(vec![Workflow::single_step(), Workflow::three_step()])
+        super::definitions::Definitions::example().workflows
     }
     pub fn default_workflow(&self) -> &Workflow {
         &self.all[0]
@@ -229,15 +275,15 @@ mod tests {
 
     #[test]
     fn the_last_pivot_before_a_step_is_found_and_reads_are_not_pivots() {
-        let w = Workflow {
-            name: "w".into(),
-            steps: vec![
+        let w = Workflow::new(
+            "w",
+            vec![
                 Step::read_only("check", "a"),
                 Step::pivot("ship", "a"),
                 Step::compensable("invoice", "a", "void"),
                 Step::pivot("notify", "a"),
             ],
-        };
+        );
         assert_eq!(w.pivot_before(0), None);
         assert_eq!(w.pivot_before(1), None, "the check before it only read");
         assert_eq!(w.pivot_before(2), Some(1));
@@ -249,10 +295,7 @@ mod tests {
 
     #[test]
     fn each_step_has_its_own_failure_budget_defaulting_to_the_deployments() {
-        let w = Workflow {
-            name: "w".into(),
-            steps: vec![Step::pivot("a", "a").with_max_failures(7), Step::pivot("b", "a")],
-        };
+        let w = Workflow::new("w", vec![Step::pivot("a", "a").with_max_failures(7), Step::pivot("b", "a")]);
         assert_eq!((w.max_failures(0, 3), w.max_failures(1, 3), w.max_failures(9, 3)), (7, 3, 3));
     }
 
@@ -266,9 +309,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s, Step::read_only("check", "a").with_max_failures(2));
-        assert_eq!(
-            serde_json::to_string(&Step::pivot("p", "a")).unwrap(),
-            r#"{"name":"p","agent":"a","compensation":null}"#
-        );
+        assert_eq!(serde_json::to_string(&Step::pivot("p", "a")).unwrap(), r#"{"name":"p","agent":"a"}"#);
     }
 }

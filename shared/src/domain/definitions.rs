@@ -1,0 +1,423 @@
+//! A deployment's definition file: the agents (remote services) its steps call and the
+//! workflows its orders run, as a team writes them (JSON; its schema is
+//! `docs/workflows.schema.json`, generated from these types). `examples/workflows.json`
+//! holds the built-in workflows and is the default when a deployment names no file.
+//!
+//! Parsing is strict (unknown keys are errors, so a typo is not a silent default), and
+//! [`DefinitionFile::check`] finds every problem at once, each naming the workflow, step
+//! and field, so `sasctl workflows validate` and a function's cold start can both say
+//! exactly what is wrong.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::breaker::BreakerPolicy;
+use super::retry::Backoff;
+use super::workflow::{StepEffect, StepKind, Workflow, Workflows};
+
+/// The shortest and longest complete-by a step may have, as for the deployment's own
+/// `STEP_TIMEOUT_MS`: Lambda's 15-minute limit is far off, but a step's attempt must end
+/// well inside the agent function's timeout.
+pub const MIN_STEP_TIMEOUT_MS: u64 = 1_000;
+pub const MAX_STEP_TIMEOUT_MS: u64 = 50_000;
+/// Steps per workflow: every step's key and status fit in one task item many times over.
+pub const MAX_STEPS: usize = 20;
+pub const MAX_FAILURES: u32 = 100;
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The file as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DefinitionFile {
+    /// For editors: the path or URL of the JSON Schema.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// The remote services, by name.
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentDef>,
+    /// The first is the default for orders that name none.
+    pub workflows: Vec<Workflow>,
+}
+
+/// One remote service. Every field is optional: an empty object is the deployment's
+/// `REMOTE_SERVICE_URL` with the agent's name appended, and the deployment's timing.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AgentDef {
+    /// Base URL: a step is `POST {url}/{step name}`. https (plain http only to a
+    /// loopback host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// One call's timeout (each call is also bounded by the step's complete-by).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Backoff between the calls of one attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryDef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerDef>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RetryDef {
+    pub base_ms: u64,
+    pub cap_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BreakerDef {
+    /// Consecutive transient failures that open the circuit.
+    pub failures: u32,
+    /// How long it stays open before one probe call.
+    pub open_ms: u64,
+}
+
+impl RetryDef {
+    pub fn backoff(self) -> Backoff {
+        Backoff { base_ms: self.base_ms, cap_ms: self.cap_ms }
+    }
+}
+
+impl BreakerDef {
+    pub fn policy(self) -> BreakerPolicy {
+        BreakerPolicy { failure_threshold: self.failures, open_ms: self.open_ms }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One thing wrong with a file, located as precisely as the file allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub severity: Severity,
+    /// `workflow NAME v1, step NAME, field` or `agent NAME, field` or the JSON position.
+    pub at: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{level}: {}: {}", self.at, self.message)
+    }
+}
+
+/// The problems of a file that cannot be used (at least one error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct Invalid(pub Vec<Problem>);
+
+/// A checked file, ready to run.
+#[derive(Debug, Clone)]
+pub struct Definitions {
+    pub agents: BTreeMap<String, AgentDef>,
+    pub workflows: Workflows,
+    /// What `check` warned about: the file runs, but probably not as meant.
+    pub warnings: Vec<Problem>,
+}
+
+impl Definitions {
+    /// Parses and checks a file; every error is returned at once.
+    pub fn parse(text: &str) -> Result<Definitions, Invalid> {
+        let file = DefinitionFile::parse(text).map_err(|p| Invalid(vec![p]))?;
+        let problems = file.check();
+        let (errors, warnings): (Vec<Problem>, Vec<Problem>) =
+            problems.into_iter().partition(|p| p.severity == Severity::Error);
+        if !errors.is_empty() {
+            return Err(Invalid(errors));
+        }
+        Ok(Definitions { agents: file.agents, workflows: Workflows::new(file.workflows), warnings })
+    }
+
+    /// `examples/workflows.json`: the built-in workflows.
+    pub fn example() -> Definitions {
+        Definitions::parse(EXAMPLE).expect("examples/workflows.json is valid (tested)")
+    }
+}
+
+/// The example file, compiled in: the default definitions.
+pub const EXAMPLE: &str = include_str!("../../../examples/workflows.json");
+
+fn name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_NAME_LEN
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// The remote service gets the order: https only, so it cannot be read or altered on the
+/// way, except to a loopback host (local runs, `sasctl dev`'s simulated service).
+pub fn remote_url_allowed(value: &str) -> bool {
+    url::Url::parse(value).is_ok_and(|u| match u.scheme() {
+        "https" => u.has_host(),
+        "http" => match u.host() {
+            Some(url::Host::Domain(d)) => d == "localhost",
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        },
+        _ => false,
+    })
+}
+
+impl DefinitionFile {
+    /// The JSON as typed, or the first place it does not fit (serde's own message, cut:
+    /// it may echo a long key).
+    pub fn parse(text: &str) -> Result<DefinitionFile, Problem> {
+        serde_json::from_str(text).map_err(|e| Problem {
+            severity: Severity::Error,
+            at: format!("line {}, column {}", e.line(), e.column()),
+            message: super::messages::cut_reason(e.to_string()),
+        })
+    }
+
+    /// Every problem of the file, errors and warnings, in file order.
+    pub fn check(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        let mut error = |at: String, message: String| {
+            out.push(Problem { severity: Severity::Error, at, message });
+        };
+        for (name, agent) in &self.agents {
+            let at = |field: &str| format!("agent {name}, {field}");
+            if !name_ok(name) {
+                error(at("name"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
+            }
+            if let Some(url) = &agent.url
+                && !remote_url_allowed(url)
+            {
+                error(at("url"), "must be an https URL (plain http only to a loopback host)".into());
+            }
+            if let Some(t) = agent.timeout_ms
+                && !(100..=MAX_STEP_TIMEOUT_MS).contains(&t)
+            {
+                error(at("timeout_ms"), format!("{t} is out of range: 100 to {MAX_STEP_TIMEOUT_MS}"));
+            }
+            if let Some(r) = agent.retry
+                && (r.base_ms == 0 || r.cap_ms < r.base_ms || r.cap_ms > MAX_STEP_TIMEOUT_MS)
+            {
+                error(
+                    at("retry"),
+                    format!("base_ms must be at least 1 and cap_ms from base_ms to {MAX_STEP_TIMEOUT_MS}"),
+                );
+            }
+            if let Some(b) = agent.breaker
+                && (b.failures == 0 || b.open_ms == 0 || b.open_ms > MAX_STEP_TIMEOUT_MS)
+            {
+                error(
+                    at("breaker"),
+                    format!("failures and open_ms must be at least 1, open_ms at most {MAX_STEP_TIMEOUT_MS}"),
+                );
+            }
+        }
+        if self.workflows.is_empty() {
+            error("workflows".into(), "at least one workflow is needed".into());
+        }
+        let mut seen_workflows = BTreeSet::new();
+        let mut used_agents = BTreeSet::new();
+        let mut warnings = Vec::new();
+        for wf in &self.workflows {
+            let wat = format!("workflow {} v{}", wf.name, wf.version);
+            if !name_ok(&wf.name) {
+                error(format!("{wat}, name"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
+            }
+            if !seen_workflows.insert(wf.name.as_str()) {
+                error(format!("{wat}, name"), "is defined twice".into());
+            }
+            if wf.version == 0 {
+                error(format!("{wat}, version"), "must be at least 1".into());
+            }
+            if wf.steps.is_empty() || wf.steps.len() > MAX_STEPS {
+                error(
+                    format!("{wat}, steps"),
+                    format!("must hold 1 to {MAX_STEPS} steps, not {}", wf.steps.len()),
+                );
+            }
+            let mut names = BTreeSet::new();
+            let mut pivot_before: Option<&str> = None;
+            for step in &wf.steps {
+                let at = |field: &str| format!("{wat}, step {}, {field}", step.name);
+                if !name_ok(&step.name) {
+                    error(at("name"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
+                }
+                if !names.insert(step.name.as_str()) {
+                    error(at("name"), "is used by two steps".into());
+                }
+                if !self.agents.contains_key(&step.agent) {
+                    let known: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+                    error(
+                        at("agent"),
+                        format!("unknown agent {:?}; the file defines: {}", step.agent, known.join(", ")),
+                    );
+                }
+                used_agents.insert(step.agent.as_str());
+                if let Some(c) = &step.compensation {
+                    if !name_ok(c) {
+                        error(at("compensation"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
+                    }
+                    if wf.steps.iter().any(|s| &s.name == c && s.agent == step.agent) {
+                        error(
+                            at("compensation"),
+                            format!(
+                                "{c:?} is also a step of agent {}: the two calls would share a URL",
+                                step.agent
+                            ),
+                        );
+                    }
+                    if step.effect == StepEffect::None {
+                        error(at("effect"), "a step with no effect has nothing to compensate".into());
+                    }
+                    if let Some(pivot) = pivot_before {
+                        warnings.push(Problem {
+                            severity: Severity::Warning,
+                            at: at("compensation"),
+                            message: format!(
+                                "never runs: once pivot step {pivot} took effect, giving up undoes nothing"
+                            ),
+                        });
+                    }
+                }
+                if let Some(t) = step.timeout_ms
+                    && !(MIN_STEP_TIMEOUT_MS..=MAX_STEP_TIMEOUT_MS).contains(&t)
+                {
+                    error(
+                        at("timeout_ms"),
+                        format!("{t} is out of range: {MIN_STEP_TIMEOUT_MS} to {MAX_STEP_TIMEOUT_MS}"),
+                    );
+                }
+                if let Some(n) = step.max_failures
+                    && !(1..=MAX_FAILURES).contains(&n)
+                {
+                    error(at("max_failures"), format!("{n} is out of range: 1 to {MAX_FAILURES}"));
+                }
+                if step.kind() == StepKind::Pivot && pivot_before.is_none() {
+                    pivot_before = Some(&step.name);
+                }
+            }
+        }
+        for name in self.agents.keys().filter(|a| !used_agents.contains(a.as_str())) {
+            warnings.push(Problem {
+                severity: Severity::Warning,
+                at: format!("agent {name}"),
+                message: "no step uses it".into(),
+            });
+        }
+        out.extend(warnings);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(text: &str) -> Vec<String> {
+        match DefinitionFile::parse(text) {
+            Ok(file) => file.check().iter().map(ToString::to_string).collect(),
+            Err(p) => vec![p.to_string()],
+        }
+    }
+
+    #[test]
+    fn the_example_file_is_valid_and_holds_the_built_in_workflows() {
+        let d = Definitions::example();
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        assert_eq!(d.workflows.names(), ["single-step", "three-step"]);
+        assert_eq!(d.workflows.default_workflow().name, "single-step");
+        let three = d.workflows.get("three-step").unwrap();
+        let kinds: Vec<StepKind> = three.steps.iter().map(|s| s.kind()).collect();
+        assert_eq!(kinds, [StepKind::Compensable, StepKind::Compensable, StepKind::Pivot]);
+    }
+
+    #[test]
+    fn the_issues_own_example_is_valid() {
+        let text = r#"{"agents": {
+            "inventory": {"url": "https://inventory.internal/sas", "timeout_ms": 2000,
+                          "retry": {"base_ms": 100, "cap_ms": 2000},
+                          "breaker": {"failures": 5, "open_ms": 1000}},
+            "payment":   {"url": "https://pay.internal/sas"}},
+          "workflows": [
+            {"name": "fulfil", "version": 1, "on_give_up": "compensate",
+             "steps": [
+               {"name": "reserve", "agent": "inventory", "compensation": "release", "timeout_ms": 30000, "max_failures": 5},
+               {"name": "charge", "agent": "payment", "compensation": "refund"},
+               {"name": "ship", "agent": "inventory"}]}]}"#;
+        let d = Definitions::parse(text).unwrap();
+        let wf = d.workflows.get("fulfil").unwrap();
+        assert_eq!((wf.timeout_ms(0, 9), wf.max_failures(0, 9), wf.timeout_ms(1, 9)), (30_000, 5, 9));
+        assert_eq!(d.agents["inventory"].breaker.unwrap().policy().failure_threshold, 5);
+    }
+
+    #[test]
+    fn every_problem_is_named_with_its_workflow_step_and_field() {
+        let text = r#"{"agents": {"a": {"url": "http://example.com"}, "unused": {}},
+          "workflows": [
+            {"name": "w", "steps": [
+               {"name": "s", "agent": "nope"},
+               {"name": "s", "agent": "a", "timeout_ms": 10},
+               {"name": "t", "agent": "a", "max_failures": 0, "compensation": "t"},
+               {"name": "r", "agent": "a", "effect": "none", "compensation": "undo-r"}]},
+            {"name": "w", "steps": []}]}"#;
+        let got = problems(text);
+        let want = [
+            "error: agent a, url: must be an https URL (plain http only to a loopback host)",
+            r#"error: workflow w v1, step s, agent: unknown agent "nope"; the file defines: a, unused"#,
+            "error: workflow w v1, step s, name: is used by two steps",
+            "error: workflow w v1, step s, timeout_ms: 10 is out of range: 1000 to 50000",
+            r#"error: workflow w v1, step t, compensation: "t" is also a step of agent a: the two calls would share a URL"#,
+            "error: workflow w v1, step t, max_failures: 0 is out of range: 1 to 100",
+            "error: workflow w v1, step r, effect: a step with no effect has nothing to compensate",
+            "error: workflow w v1, name: is defined twice",
+            "error: workflow w v1, steps: must hold 1 to 20 steps, not 0",
+            "warning: workflow w v1, step t, compensation: never runs: once pivot step s took effect, giving up undoes nothing",
+            "warning: workflow w v1, step r, compensation: never runs: once pivot step s took effect, giving up undoes nothing",
+            "warning: agent unused: no step uses it",
+        ];
+        for w in want {
+            assert!(got.iter().any(|g| g == w), "missing {w:?} in {got:#?}");
+        }
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        assert!(Definitions::parse(text).is_err());
+    }
+
+    #[test]
+    fn a_compensable_step_after_a_pivot_is_a_warning_not_an_error() {
+        let text = r#"{"agents": {"a": {}}, "workflows": [{"name": "w", "steps": [
+            {"name": "ship", "agent": "a"}, {"name": "invoice", "agent": "a", "compensation": "void"}]}]}"#;
+        let d = Definitions::parse(text).unwrap();
+        assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_json_are_one_located_error() {
+        let got = problems(
+            r#"{"agents": {}, "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a", "compensate": "x"}]}]}"#,
+        );
+        assert_eq!(got.len(), 1);
+        assert!(got[0].starts_with("error: line 1, column "), "{got:?}");
+        assert!(got[0].contains("unknown field `compensate`"), "{got:?}");
+        let got = problems("{");
+        assert!(got[0].contains("EOF"), "{got:?}");
+    }
+
+    #[test]
+    fn on_give_up_fail_never_compensates() {
+        let text = r#"{"agents": {"a": {}}, "workflows": [{"name": "w", "on_give_up": "fail", "steps": [
+            {"name": "s", "agent": "a", "compensation": "undo-s"}]}]}"#;
+        let d = Definitions::parse(text).unwrap();
+        assert!(!d.workflows.get("w").unwrap().compensates());
+    }
+}
