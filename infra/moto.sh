@@ -2,7 +2,7 @@
 # moto server for local runs and tests: installed into a project venv, listening on
 # loopback, serving one request at a time (see moto_server.py for why).
 #
-#   infra/moto.sh install   create infra/.venv and pip install moto (pinned)
+#   infra/moto.sh install   create infra/.venv from requirements-moto.txt (hash-pinned)
 #   infra/moto.sh start     install if needed, start, print the endpoint
 #   infra/moto.sh stop      stop the server this state dir started
 #   infra/moto.sh status    endpoint and pid, or "not running" (exit 1)
@@ -16,24 +16,35 @@ set -euo pipefail
 INFRA="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${SAS_MOTO_VENV:-$INFRA/.venv}"
 STATE="${SAS_MOTO_STATE:-$INFRA/.moto}"
-MOTO_VERSION="5.2.5"
+# moto[server] (pinned in requirements-moto.in) and its whole dependency closure, pinned
+# by version and sha256 hash; regenerate with pip-compile as the file's header says.
+REQS="$INFRA/requirements-moto.txt"
+STAMP="$VENV/.sas-reqs" # copy of the lock file the venv was built from
 HOST=127.0.0.1
 PY="$VENV/bin/python"
 
 installed() {
-    [[ -x "$PY" ]] && "$PY" - "$MOTO_VERSION" <<'PY' 2>/dev/null
-import sys, importlib.metadata as m
-sys.exit(0 if m.version("moto") == sys.argv[1] and m.version("flask") else 1)
-PY
+    [[ -x "$PY" && -f "$STAMP" ]] && cmp -s "$REQS" "$STAMP"
 }
 
+# (Re)build the venv when the lock file changed: a fresh venv when it is ours (the
+# default infra/.venv, or one this script built; a venv of your own named by
+# SAS_MOTO_VENV is installed into, never cleared), every package from the lock file
+# (--no-deps, it holds the closure; wheels only, so nothing is built with unpinned build
+# tools), then `pip check` for a complete, consistent closure.
 install() {
     if installed; then return 0; fi
-    echo "moto: installing moto[server]==$MOTO_VERSION into $VENV" >&2
-    if [[ ! -x "$PY" ]]; then
-        "${PYTHON:-python3}" -m venv "$VENV"
+    echo "moto: installing ${REQS#"$INFRA"/} into $VENV" >&2
+    local clear="" out
+    if [[ -f "$VENV/pyvenv.cfg" ]] && [[ -f "$STAMP" || "$VENV" == "$INFRA/.venv" ]]; then
+        clear=--clear
     fi
-    "$PY" -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+    # shellcheck disable=SC2086
+    "${PYTHON:-python3}" -m venv $clear "$VENV"
+    "$PY" -m pip install --quiet --disable-pip-version-check \
+        --require-hashes --no-deps --only-binary :all: -r "$REQS" >&2
+    out=$("$PY" -m pip check --disable-pip-version-check 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
+    cp "$REQS" "$STAMP"
 }
 
 pid() { [[ -f "$STATE/pid" ]] && cat "$STATE/pid"; }

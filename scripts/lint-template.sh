@@ -11,7 +11,12 @@
 #
 # The tools live in project venvs under .venv-tools/ (gitignored), installed from PyPI on
 # first run (about 1 min cold, two venvs installed in parallel because checkov and
-# aws-sam-cli pin conflicting boto3/packaging versions) and reused afterwards.
+# aws-sam-cli pin conflicting boto3/packaging versions) and reused afterwards. Each venv
+# installs a lock file next to this script that pins its whole dependency closure with
+# == and sha256 hashes (pip --require-hashes, wheels only): requirements-cfn-sam.txt
+# (requirements-cfn.txt with SAS_LINT_SAM=0) and requirements-checkov.txt. A venv is
+# rebuilt when its lock file changed. To bump a tool, edit the matching .in file and
+# regenerate the .txt with pip-compile as its header says.
 #
 # Usage: scripts/lint-template.sh [template]   (default: template.yaml at the repo root)
 #
@@ -30,10 +35,11 @@ VENV_ROOT=${SAS_TOOLS_VENV:-$ROOT/.venv-tools}
 PYTHON=${PYTHON:-python3}
 WITH_SAM=${SAS_LINT_SAM:-1}
 
-# Pinned so CI and laptops judge the template with the same rules. Bump deliberately.
-CFN_REQS="cfn-lint==1.58.0 aws-sam-translator==1.115.0"
-SAM_REQS="aws-sam-cli==1.170.0"
-CHECKOV_REQS="checkov==3.3.30"
+# Pinned so CI and laptops judge the template with the same rules. Bump deliberately:
+# top-level pins in scripts/requirements-*.in, hash-pinned closures in the .txt files.
+CFN_REQS="$ROOT/scripts/requirements-cfn.txt"         # cfn-lint, aws-sam-translator
+CFN_SAM_REQS="$ROOT/scripts/requirements-cfn-sam.txt" # the same plus aws-sam-cli
+CHECKOV_REQS="$ROOT/scripts/requirements-checkov.txt"
 
 # Transform and lint need a region; nothing talks to AWS.
 export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1}
@@ -43,20 +49,23 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-# ensure_venv <dir> <requirements...>: create/refresh a venv only when its pins changed.
+# ensure_venv <dir> <lock file>: create/refresh a venv only when its lock file changed
+# (the venv keeps a copy of the file it was built from). Every package comes from the
+# lock file, pinned by version and sha256 hash; --no-deps because the file already holds
+# the whole closure (pip-compile), wheels only so nothing is built with unpinned build
+# tools; `pip check` then proves the closure is complete and consistent.
 ensure_venv() {
-    local dir=$1
-    shift
-    local want="$*" stamp="$dir/.sas-lint-reqs"
-    if [[ -x "$dir/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    local dir=$1 reqs=$2
+    local stamp="$dir/.sas-lint-reqs" out
+    if [[ -x "$dir/bin/python" && -f "$stamp" ]] && cmp -s "$reqs" "$stamp"; then
         return 0
     fi
-    log "installing into ${dir#"$ROOT"/}: $want"
+    log "installing into ${dir#"$ROOT"/}: ${reqs#"$ROOT"/}"
     rm -rf "$dir"
     "$PYTHON" -m venv "$dir"
-    # shellcheck disable=SC2086
-    "$dir/bin/pip" install --quiet $want
-    printf '%s' "$want" >"$stamp"
+    "$dir/bin/pip" install --quiet --require-hashes --no-deps --only-binary :all: -r "$reqs"
+    out=$("$dir/bin/pip" check 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
+    cp "$reqs" "$stamp"
 }
 
 START=$(date +%s)
@@ -64,13 +73,13 @@ mkdir -p "$VENV_ROOT"
 CFN_VENV="$VENV_ROOT/cfn"
 CHECKOV_VENV="$VENV_ROOT/checkov"
 cfn_reqs=$CFN_REQS
-[[ $WITH_SAM == 1 ]] && cfn_reqs="$CFN_REQS $SAM_REQS"
+[[ $WITH_SAM == 1 ]] && cfn_reqs=$CFN_SAM_REQS
 
 # Install both venvs in parallel (pip is mostly network and unpacking).
 pids=()
-ensure_venv "$CFN_VENV" $cfn_reqs &
+ensure_venv "$CFN_VENV" "$cfn_reqs" &
 pids+=($!)
-ensure_venv "$CHECKOV_VENV" $CHECKOV_REQS &
+ensure_venv "$CHECKOV_VENV" "$CHECKOV_REQS" &
 pids+=($!)
 for pid in "${pids[@]}"; do
     wait "$pid" || { log "tool installation failed"; exit 2; }

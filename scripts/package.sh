@@ -36,8 +36,11 @@ LAMBDA_DIR="$CARGO_TARGET_DIR/lambda-arm64"
 DIST=${DIST:-$ROOT/dist}
 PYTHON=${PYTHON:-python3}
 TARGET=aarch64-unknown-linux-gnu
-# cargo-lambda ships zig for the cross link; pinned for reproducible builds.
-PKG_REQS="cargo-lambda==1.9.2 pyyaml==6.0.3"
+# cargo-lambda ships zig for the cross link; pinned for reproducible builds. The venv
+# installs scripts/requirements-package.txt: cargo-lambda, ziglang and pyyaml pinned by
+# version and sha256 hash (top-level pins in requirements-package.in, regenerate the .txt
+# with pip-compile as its header says).
+PKG_REQS="$ROOT/scripts/requirements-package.txt"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -46,15 +49,18 @@ for f in "${FUNCTIONS[@]}"; do
 done
 
 # ---- tools ---------------------------------------------------------------------------
+# Rebuilt only when the lock file changed (the venv keeps a copy of the one it was built
+# from). Hash-pinned closure: --no-deps, wheels only, then `pip check`.
 stamp="$VENV/.sas-reqs"
-if [[ ! -x "$VENV/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$PKG_REQS" ]]; then
-    log "installing into ${VENV#"$ROOT"/}: $PKG_REQS"
+if [[ ! -x "$VENV/bin/python" || ! -f "$stamp" ]] || ! cmp -s "$PKG_REQS" "$stamp"; then
+    log "installing into ${VENV#"$ROOT"/}: ${PKG_REQS#"$ROOT"/}"
     rm -rf "$VENV"
     mkdir -p "$VENV_ROOT"
     "$PYTHON" -m venv "$VENV"
-    # shellcheck disable=SC2086
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check $PKG_REQS
-    printf '%s' "$PKG_REQS" >"$stamp"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+        --require-hashes --no-deps --only-binary :all: -r "$PKG_REQS"
+    out=$("$VENV/bin/pip" check --disable-pip-version-check 2>&1) || { printf '%s\n' "$out" >&2; exit 2; }
+    cp "$PKG_REQS" "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
 command -v cargo-lambda >/dev/null || { log "cargo-lambda not found"; exit 2; }

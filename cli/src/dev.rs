@@ -32,6 +32,9 @@ pub use sas::adapters::embedded::queue_names::{self, *};
 #[derive(Debug, Clone)]
 pub struct DevOptions {
     pub orders: usize,
+    /// The definition file's workflows (the built-in ones by default); every agent calls
+    /// the simulated remote service.
+    pub workflows: Workflows,
     pub workflow: String,
     pub faults: RemoteFaults,
     /// Share of orders submitted a second time, byte for byte.
@@ -57,6 +60,7 @@ impl Default for DevOptions {
     fn default() -> Self {
         DevOptions {
             orders: 1_000,
+            workflows: Workflows::builtin(),
             workflow: "single-step".into(),
             faults: RemoteFaults {
                 transient: 0.1,
@@ -407,7 +411,7 @@ pub async fn run_on(
         random: random.clone(),
         metrics: metrics.clone(),
     };
-    let workflows = Workflows::builtin();
+    let workflows = options.workflows.clone();
     let settings = Settings {
         policy: options.policy(),
         workflows: workflows.clone(),

@@ -7,3 +7,4 @@ pub mod endpoint;
 pub mod invariants;
 pub mod remote_sim;
 pub mod report;
+pub mod workflows;

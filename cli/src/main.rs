@@ -25,6 +25,24 @@ enum Command {
     Dev(DevArgs),
     /// Benchmarks: throughput, supervisor sweep cost, recovery latency, cost per order.
     Bench(sasctl::bench::BenchArgs),
+    /// Workflow definition files: check one, or print their JSON Schema.
+    #[command(subcommand)]
+    Workflows(WorkflowsCommand),
+}
+
+#[derive(Subcommand)]
+enum WorkflowsCommand {
+    /// Check a definition file: exit 0 when it can run (warnings are printed), 1 with one
+    /// line per problem (naming the workflow, step and field) when it cannot.
+    Validate {
+        /// The definition file (JSON), e.g. examples/workflows.json.
+        file: std::path::PathBuf,
+        /// One JSON object per problem, then a summary object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the definition file's JSON Schema (docs/workflows.schema.json is this output).
+    Schema,
 }
 
 #[derive(Args)]
@@ -32,9 +50,13 @@ struct DevArgs {
     /// Orders to send.
     #[arg(long, default_value_t = 1_000)]
     orders: usize,
-    /// Workflow every order runs: single-step or three-step.
+    /// Workflow every order runs (a name from the definition file).
     #[arg(long, default_value = "single-step")]
     workflow: String,
+    /// Definition file of the workflows and agents (default: the built-in
+    /// examples/workflows.json). Every agent calls the simulated remote service.
+    #[arg(long, value_name = "FILE")]
+    workflows: Option<std::path::PathBuf>,
     /// Probability a remote call fails transiently (503).
     #[arg(long, default_value_t = 0.1)]
     failure_rate: f64,
@@ -102,14 +124,31 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
     if args.failure_rate + args.permanent_rate + args.hang_rate >= 1.0 {
         return Err("--failure-rate + --permanent-rate + --hang-rate must stay below 1".into());
     }
-    if sas::domain::Workflows::builtin().get(&args.workflow).is_none() {
-        return Err(format!("unknown workflow {:?}: use single-step or three-step", args.workflow));
+    let workflows = match &args.workflows {
+        None => sas::domain::Workflows::builtin(),
+        Some(file) => {
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            sas::domain::Definitions::parse(&text)
+                .map_err(|e| {
+                    format!("{} is not valid (sasctl workflows validate shows why): {e}", file.display())
+                })?
+                .workflows
+        }
+    };
+    if workflows.get(&args.workflow).is_none() {
+        return Err(format!(
+            "unknown workflow {:?}: the file defines {}",
+            args.workflow,
+            workflows.names().join(", ")
+        ));
     }
     if args.step_timeout_ms < 50 || args.concurrency == 0 || args.failure_threshold == 0 {
         return Err("--step-timeout-ms must be >= 50, --concurrency and --failure-threshold >= 1".into());
     }
     let options = DevOptions {
         orders: args.orders,
+        workflows,
         workflow: args.workflow,
         faults: RemoteFaults {
             transient: args.failure_rate,
@@ -160,6 +199,12 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Die quietly when the reader of stdout goes away (`sasctl workflows schema | head`),
+    // as command-line tools do, instead of panicking on a broken pipe.
+    // SAFETY: called before any other thread could be writing to stdout.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SAS_LOG").unwrap_or_else(|_| "off".into()),
@@ -170,6 +215,13 @@ async fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Dev(args) => run_dev(args).await,
         Command::Bench(args) => sasctl::bench::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Workflows(WorkflowsCommand::Validate { file, json }) => {
+            sasctl::workflows::validate(&file, json)
+        }
+        Command::Workflows(WorkflowsCommand::Schema) => {
+            println!("{}", sasctl::workflows::schema());
+            Ok(ExitCode::SUCCESS)
+        }
     };
     result.unwrap_or_else(|e| {
         eprintln!("sasctl: {e}");

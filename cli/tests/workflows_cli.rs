@@ -1,0 +1,60 @@
+//! `sasctl workflows`: the committed schema is the generated one, and `validate` exits
+//! 0 for the example file, 1 with one line per problem for a bad one, 2 when unreadable.
+
+use std::process::Command;
+
+fn sasctl(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sasctl")).args(args).output().expect("sasctl runs")
+}
+
+fn repo(path: &str) -> String {
+    format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn the_committed_schema_is_the_generated_one() {
+    let committed =
+        std::fs::read_to_string(repo("docs/workflows.schema.json")).expect("docs/workflows.schema.json");
+    assert_eq!(
+        committed.trim_end(),
+        sasctl::workflows::schema(),
+        "docs/workflows.schema.json is stale: run `sasctl workflows schema > docs/workflows.schema.json`"
+    );
+}
+
+#[test]
+fn validate_exits_by_what_it_found() {
+    let ok = sasctl(&["workflows", "validate", &repo("examples/workflows.json")]);
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("valid (0 warnings)"));
+
+    let dir = std::env::temp_dir().join(format!("sasctl-workflows-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"agents": {"a": {}}, "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "b"}, {"name": "s", "agent": "a"}]}]}"#,
+    )
+    .unwrap();
+    let out = sasctl(&["workflows", "validate", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let errors: Vec<&str> = stdout.lines().filter(|l| l.contains(": error: ")).collect();
+    assert_eq!(errors.len(), 2, "{stdout}");
+    assert!(
+        errors[0].ends_with(r#"workflow w v1, step s, agent: unknown agent "b"; the file defines: a"#),
+        "{stdout}"
+    );
+
+    let json = sasctl(&["workflows", "validate", bad.to_str().unwrap(), "--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.last().unwrap()["valid"], false);
+    assert_eq!(lines.last().unwrap()["errors"], 2);
+
+    let missing = sasctl(&["workflows", "validate", dir.join("none.json").to_str().unwrap()]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).starts_with("sasctl: cannot read "));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
