@@ -330,6 +330,17 @@ async fn agent_requests_that_do_not_match_their_workflow_are_kept_uncalled() {
             "names step_name \"charge-payment\"; the workflow has \"refund-payment\"",
         ),
         (
+            "an undo of a pivot, which has no compensation",
+            Box::new(|v| {
+                v["step"] = 2.into();
+                v["agent"] = "shipping".into();
+                v["step_name"] = "ship-order".into();
+                v["action"] = "undo".into();
+                v["idempotency_key"] = "o-1:2:undo".into();
+            }),
+            "agent request undoes step 2 of three-step, which has no compensation",
+        ),
+        (
             "a forged idempotency key",
             Box::new(|v| v["idempotency_key"] = "o-2:1:do".into()),
             "agent request's idempotency_key does not match",

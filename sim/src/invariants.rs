@@ -29,6 +29,7 @@ pub enum Invariant {
     Failures,
     Compensation,
     NothingStands,
+    PivotGoesForward,
     Idempotency,
     RemoteAgrees,
     Liveness,
@@ -41,7 +42,7 @@ pub enum Invariant {
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 19] = [
+    pub const ALL: [Invariant; 20] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -52,6 +53,7 @@ impl Invariant {
         Invariant::Failures,
         Invariant::Compensation,
         Invariant::NothingStands,
+        Invariant::PivotGoesForward,
         Invariant::Idempotency,
         Invariant::RemoteAgrees,
         Invariant::Liveness,
@@ -82,6 +84,7 @@ impl Invariant {
             Invariant::NothingStands => {
                 "a Compensated task left no effect standing at the remote side (no pivot, nothing un-undone)"
             }
+            Invariant::PivotGoesForward => "once a pivot took effect, nothing of its task is undone",
             Invariant::Idempotency => "one idempotency key per step, its remote effect applied at most once",
             Invariant::RemoteAgrees => "the remote side agrees with the final state",
             Invariant::Liveness => "every order is terminal within a bound after the faults stop",
@@ -426,6 +429,16 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
                 );
             }
         }
+        if task.state == ProcessState::Compensated {
+            for step in done.iter().filter(|s| workflow.step(**s).is_some_and(|d| d.compensation.is_some())) {
+                if !undone.contains(step) {
+                    add(
+                        Invariant::Compensation,
+                        format!("order {id} Compensated but step {step} was done and never undone"),
+                    );
+                }
+            }
+        }
         if task.state == ProcessState::Processed
             && (done.len() as u32 != workflow.len() || !undone.is_empty())
         {
@@ -458,6 +471,19 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
                     format!("order {id}: step {step} took effect after it was undone"),
                 );
             }
+        }
+
+        // Once a pivot's effect was applied, the task only goes forward: no compensation
+        // may be applied for it at all, whatever state it ends in.
+        let pivot_applied = (0..workflow.len())
+            .find(|&s| workflow.step(s).is_some_and(|d| d.is_pivot()) && applied(id, s, Action::Do));
+        if let Some(pivot) = pivot_applied
+            && let Some((step, _)) = effects.iter().find(|(_, a)| *a == Action::Undo)
+        {
+            add(
+                Invariant::PivotGoesForward,
+                format!("order {id}: pivot step {pivot} took effect, yet step {step} was undone"),
+            );
         }
 
         // The remote side's ledger against the final state.

@@ -71,6 +71,10 @@ fn compensating_past_a_pivot_is_caught() {
         broken.contains(&Invariant::NothingStands),
         "seed {seed} broke {broken:?} but not nothing-stands"
     );
+    assert!(
+        broken.contains(&Invariant::PivotGoesForward),
+        "seed {seed} broke {broken:?} but not forward-only"
+    );
 }
 
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.

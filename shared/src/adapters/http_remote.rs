@@ -139,14 +139,20 @@ impl RemoteService for HttpRemote {
         }
         let text = body_prefix(&mut response, MAX_ERROR_BODY_BYTES).await;
         let class = status_class(status);
-        if status.is_server_error() || status.as_u16() == 408 || status.as_u16() == 429 {
+        // A refusal tells the scheduler the step had no effect and never will (the
+        // remote's contract, README): only a 4xx that says so is one. A redirect may come
+        // after the work was done (303) and a 409 is an idempotency key still in use by a
+        // concurrent call: both are retried like outages.
+        if status.is_redirection() {
+            tracing::warn!(url = %redacted(&url), %status, "remote service redirected; not followed");
+            Err(RemoteError::Transient(format!("the remote service redirected (HTTP {class}, not followed)")))
+        } else if status.is_server_error() || matches!(status.as_u16(), 408 | 409 | 429) {
             tracing::info!(url = %redacted(&url), %status, body = %text, "remote service answered an error");
             Err(RemoteError::Transient(format!("the remote service is unavailable (HTTP {class})")))
         } else {
             tracing::warn!(url = %redacted(&url), %status, body = %text, "remote service refused");
-            let what = if status.is_redirection() { "redirected (not followed)" } else { "refused" };
             Err(RemoteError::Permanent {
-                reason: format!("the remote service {what} (HTTP {class})"),
+                reason: format!("the remote service refused (HTTP {class})"),
                 detail: Some(cut_reason(format!("{} answered {status}: {text}", redacted(&url)))),
             })
         }

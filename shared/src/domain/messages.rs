@@ -241,6 +241,8 @@ pub enum RequestMismatch {
     NoSuchStep { workflow: String, step: u32 },
     #[error("agent request for step {step} of {workflow} names {field} {got:?}; the workflow has {want:?}")]
     Field { workflow: String, step: u32, field: &'static str, got: String, want: String },
+    #[error("agent request undoes step {step} of {workflow}, which has no compensation")]
+    NoCompensation { workflow: String, step: u32 },
     #[error("agent request's {0} does not match its order id, step and action")]
     Inconsistent(&'static str),
 }
@@ -260,10 +262,17 @@ impl AgentRequest {
             workflow: workflow.name.clone(),
             step: self.step,
         })?;
-        // A step without a compensation is undone under its own name (handlers::dispatch).
-        let name = match self.action {
-            super::workflow::Action::Do => &step.name,
-            super::workflow::Action::Undo => step.compensation.as_ref().unwrap_or(&step.name),
+        // Only a step with a compensation is ever undone: an undo of a pivot would call
+        // the pivot's own action again under a new key.
+        let name = match (self.action, &step.compensation) {
+            (super::workflow::Action::Do, _) => &step.name,
+            (super::workflow::Action::Undo, Some(compensation)) => compensation,
+            (super::workflow::Action::Undo, None) => {
+                return Err(RequestMismatch::NoCompensation {
+                    workflow: workflow.name.clone(),
+                    step: self.step,
+                });
+            }
         };
         for (field, got, want) in [("agent", &self.agent, &step.agent), ("step_name", &self.step_name, name)]
         {

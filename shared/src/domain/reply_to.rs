@@ -168,6 +168,11 @@ fn parse_sqs_url(raw: &str, region: &str, endpoint: Option<&Url>) -> Result<Queu
         return Err(ReplyToError::Arn);
     }
     let url = Url::parse(raw).map_err(|_| ReplyToError::NotQueueUrl)?;
+    // What is checked is what is sent: a URL that parsing would rewrite (dot segments,
+    // a host in capitals, escapes) is not in its one written form.
+    if url.as_str() != raw {
+        return Err(ReplyToError::NotQueueUrl);
+    }
     // A queue URL has none of these; userinfo in particular would be a way to smuggle
     // credentials through our logs.
     if !url.username().is_empty()
@@ -252,7 +257,6 @@ mod tests {
             "https://us-east-1.queue.amazonaws.com/123456789012/sas-status",
             "https://queue.amazonaws.com/123456789012/sas-status",
             "https://sqs-fips.us-east-1.amazonaws.com/123456789012/sas-status",
-            "https://SQS.us-east-1.amazonaws.com:443/123456789012/sas-status",
             "http://127.0.0.1:5000/123456789012/sas-status",
         ] {
             assert_eq!(r.check(url), Ok(want.clone()), "{url}");
@@ -287,6 +291,9 @@ mod tests {
             ("https://sqs.us-east-1.amazonaws.com/1234/sas-status", ReplyToError::NotQueueUrl),
             ("https://sqs.us-east-1.amazonaws.com/123456789012/sas status", ReplyToError::NotQueueUrl),
             ("http://127.0.0.1:5001/123456789012/sas-status", ReplyToError::NotQueueUrl),
+            // Only the one written form: what is checked must be what is sent.
+            ("https://SQS.us-east-1.amazonaws.com:443/123456789012/sas-status", ReplyToError::NotQueueUrl),
+            ("https://sqs.us-east-1.amazonaws.com/x/../123456789012/sas-status", ReplyToError::NotQueueUrl),
             ("https://sqs.us-east-1.amazonaws.com/123456789012/sas-scheduler", ReplyToError::OwnQueue),
             ("https://sqs.eu-west-1.amazonaws.com/123456789012/sas-orders-dlq", ReplyToError::OwnQueue),
             ("http://127.0.0.1:5000/123456789012/sas-scheduler", ReplyToError::OwnQueue),

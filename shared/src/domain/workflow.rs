@@ -222,6 +222,10 @@ impl Workflows {
     pub fn new(all: Vec<Workflow>) -> Workflows {
         assert!(!all.is_empty(), "at least one workflow");
         assert!(all.iter().all(|w| !w.is_empty()), "workflows need steps");
+        assert!(
+            all.iter().flat_map(|w| &w.steps).all(|s| s.max_failures != Some(0)),
+            "a step's failure budget is at least one"
+        );
         Workflows { all }
     }
     /// The example definition file's workflows (`examples/workflows.json`), the default
