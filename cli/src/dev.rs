@@ -17,8 +17,9 @@ use sas::adapters::embedded::{
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
 use sas::domain::breaker::BreakerPolicy;
+use sas::domain::definitions::AgentDef;
 use sas::domain::retry::Backoff;
-use sas::domain::{OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
+use sas::domain::{Definitions, OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
     Submission, Supervisor, run_batch,
@@ -32,9 +33,9 @@ pub use sas::adapters::embedded::queue_names::{self, *};
 #[derive(Debug, Clone)]
 pub struct DevOptions {
     pub orders: usize,
-    /// The definition file's workflows (the built-in ones by default); every agent calls
-    /// the simulated remote service.
-    pub workflows: Workflows,
+    /// The definition file (the built-in one by default): its workflows, and its agents'
+    /// timeouts, retries and breakers; every agent calls the simulated remote service.
+    pub definitions: Definitions,
     pub workflow: String,
     pub faults: RemoteFaults,
     /// Share of orders submitted a second time, byte for byte.
@@ -60,7 +61,7 @@ impl Default for DevOptions {
     fn default() -> Self {
         DevOptions {
             orders: 1_000,
-            workflows: Workflows::builtin(),
+            definitions: Definitions::example(),
             workflow: "single-step".into(),
             faults: RemoteFaults {
                 transient: 0.1,
@@ -398,7 +399,14 @@ pub async fn run_on(
     let metrics = Arc::new(CountingMetrics::default());
     let random = Arc::new(FastRandom::seeded(options.seed));
     let remote = SimRemote::start(options.faults, options.seed).await?;
-    let http = HttpRemote::new(remote.base_url());
+    // Every agent at the simulated service, each with its own call timeout.
+    let at_the_simulated_service: std::collections::BTreeMap<_, _> = options
+        .definitions
+        .agents
+        .iter()
+        .map(|(name, def)| (name.clone(), AgentDef { url: None, ..def.clone() }))
+        .collect();
+    let http = HttpRemote::new(remote.base_url()).with_agents(&at_the_simulated_service);
 
     // As the Lambda functions send: each invocation's sends coalesced into one request per queue.
     let sends: Arc<dyn Queues> =
@@ -411,7 +419,7 @@ pub async fn run_on(
         random: random.clone(),
         metrics: metrics.clone(),
     };
-    let workflows = options.workflows.clone();
+    let workflows = options.definitions.workflows.clone();
     let settings = Settings {
         policy: options.policy(),
         workflows: workflows.clone(),
@@ -434,7 +442,8 @@ pub async fn run_on(
             breaker: BreakerPolicy { failure_threshold: 20, open_ms: options.step_timeout_ms / 10 },
         },
         workflows.clone(),
-    );
+    )
+    .with_agents(&options.definitions.agents);
     let supervisor = Supervisor::new(deps.clone(), settings.clone());
 
     let stop = Arc::new(AtomicBool::new(false));

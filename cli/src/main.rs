@@ -124,18 +124,17 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
     if args.failure_rate + args.permanent_rate + args.hang_rate >= 1.0 {
         return Err("--failure-rate + --permanent-rate + --hang-rate must stay below 1".into());
     }
-    let workflows = match &args.workflows {
-        None => sas::domain::Workflows::builtin(),
+    let definitions = match &args.workflows {
+        None => sas::domain::Definitions::example(),
         Some(file) => {
             let text =
                 std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-            sas::domain::Definitions::parse(&text)
-                .map_err(|e| {
-                    format!("{} is not valid (sasctl workflows validate shows why): {e}", file.display())
-                })?
-                .workflows
+            sas::domain::Definitions::parse(&text).map_err(|e| {
+                format!("{} is not valid (sasctl workflows validate shows why): {e}", file.display())
+            })?
         }
     };
+    let workflows = &definitions.workflows;
     if workflows.get(&args.workflow).is_none() {
         return Err(format!(
             "unknown workflow {:?}: the file defines {}",
@@ -148,7 +147,7 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
     }
     let options = DevOptions {
         orders: args.orders,
-        workflows,
+        definitions,
         workflow: args.workflow,
         faults: RemoteFaults {
             transient: args.failure_rate,

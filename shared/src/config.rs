@@ -20,12 +20,13 @@
 //! | `SEND_MAX_HOLD_MS` | all four: how long an invocation's send may wait to be batched with its other handlers' (`handlers::coalesce`) | 20 |
 //! | `STATUS_QUEUE_ARN` | submission, scheduler, supervisor: the status queue, always on the `reply_to` allow-list | required |
 //! | `REPLY_TO_EXTRA_QUEUE_ARNS` | submission, scheduler, supervisor: more queue ARNs `reply_to` may name (comma-separated, no wildcards) | none |
+//! | `WORKFLOWS_FILE` | all four: the definition file of the agents and workflows (a path in the function's package or a layer), read and checked once at cold start | the built-in `examples/workflows.json` |
 //! | `AWS_REGION` (or `AWS_DEFAULT_REGION`), `AWS_ENDPOINT_URL_SQS` (or `AWS_ENDPOINT_URL`) | submission, scheduler, supervisor: the region of a `reply_to` in the endpoint's form (local runs), and that form | the status queue's region; AWS's forms only |
 
 use std::str::FromStr;
 
 use crate::domain::retry::Backoff;
-use crate::domain::{Policy, QueueId, ReplyToRules, Workflows};
+use crate::domain::{Definitions, Invalid, Policy, QueueId, ReplyToRules};
 use crate::handlers::{Settings, Topology};
 use crate::ports::QueueUrl;
 
@@ -175,6 +176,28 @@ impl Env<'_> {
         }
     }
 
+    /// The definition file named by `WORKFLOWS_FILE`, or the built-in one. Every
+    /// problem of the file is reported, as one line naming the variable.
+    fn definitions(&mut self) -> Definitions {
+        let Some(path) = self.optional("WORKFLOWS_FILE") else {
+            return Definitions::example();
+        };
+        let parsed =
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot be read: {e}")).and_then(|text| {
+                Definitions::parse(&text).map_err(|Invalid(problems)| {
+                    let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                    format!("is not valid: {}", all.join("; "))
+                })
+            });
+        match parsed {
+            Ok(definitions) => definitions,
+            Err(why) => {
+                self.problems.push(format!("WORKFLOWS_FILE={path:?} {why}"));
+                Definitions::example()
+            }
+        }
+    }
+
     fn tables(&mut self) -> TableNames {
         let state = self.table("STATE_TABLE");
         let due_index = match self.optional("DUE_INDEX") {
@@ -299,13 +322,14 @@ fn process_env(name: &str) -> Option<String> {
 
 fn settings(
     policy: Policy,
+    definitions: &Definitions,
     reply_to: &ReplyToRules,
     scheduler_queue: &QueueUrl,
     agent_queue: Option<&QueueUrl>,
 ) -> Settings {
     Settings {
         policy,
-        workflows: Workflows::builtin(),
+        workflows: definitions.workflows.clone(),
         reply_to: reply_to.clone(),
         topology: Topology {
             scheduler_queue: scheduler_queue.clone(),
@@ -317,6 +341,8 @@ fn settings(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubmissionConfig {
     pub tables: TableNames,
+    /// The agents and workflows (`WORKFLOWS_FILE`).
+    pub definitions: Definitions,
     /// Where orders may ask for status.
     pub reply_to: ReplyToRules,
     pub orders_queue: QueueUrl,
@@ -336,6 +362,7 @@ impl SubmissionConfig {
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SubmissionConfig, ConfigError> {
         read(lookup, |env| SubmissionConfig {
             tables: env.tables(),
+            definitions: env.definitions(),
             orders_queue: env.queue("ORDERS_QUEUE_URL"),
             orders_dlq: env.queue("ORDERS_DLQ_URL"),
             scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
@@ -347,13 +374,21 @@ impl SubmissionConfig {
         })
     }
     pub fn settings(&self) -> Settings {
-        settings(self.policy, &self.reply_to, &self.scheduler_queue, self.agent_queue.as_ref())
+        settings(
+            self.policy,
+            &self.definitions,
+            &self.reply_to,
+            &self.scheduler_queue,
+            self.agent_queue.as_ref(),
+        )
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerConfig {
     pub tables: TableNames,
+    /// The agents and workflows (`WORKFLOWS_FILE`).
+    pub definitions: Definitions,
     /// Where orders may ask for status.
     pub reply_to: ReplyToRules,
     pub scheduler_queue: QueueUrl,
@@ -373,6 +408,7 @@ impl SchedulerConfig {
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SchedulerConfig, ConfigError> {
         read(lookup, |env| SchedulerConfig {
             tables: env.tables(),
+            definitions: env.definitions(),
             scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
             scheduler_dlq: env.queue("SCHEDULER_DLQ_URL"),
             agent_queue: env.queue("AGENT_QUEUE_URL"),
@@ -384,12 +420,21 @@ impl SchedulerConfig {
         })
     }
     pub fn settings(&self) -> Settings {
-        settings(self.policy, &self.reply_to, &self.scheduler_queue, Some(&self.agent_queue))
+        settings(
+            self.policy,
+            &self.definitions,
+            &self.reply_to,
+            &self.scheduler_queue,
+            Some(&self.agent_queue),
+        )
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentConfig {
+    /// The agents and workflows (`WORKFLOWS_FILE`): each agent's URL, timeout, retry and
+    /// breaker, and the workflows requests are checked against.
+    pub definitions: Definitions,
     pub agent_queue: QueueUrl,
     pub agent_dlq: QueueUrl,
     pub scheduler_queue: QueueUrl,
@@ -407,6 +452,7 @@ impl AgentConfig {
         read(lookup, |env| {
             let remote = env.required("REMOTE_SERVICE_URL");
             AgentConfig {
+                definitions: env.definitions(),
                 agent_queue: env.queue("AGENT_QUEUE_URL"),
                 agent_dlq: env.queue("AGENT_DLQ_URL"),
                 scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
@@ -425,6 +471,8 @@ impl AgentConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SupervisorConfig {
     pub tables: TableNames,
+    /// The agents and workflows (`WORKFLOWS_FILE`).
+    pub definitions: Definitions,
     /// Where orders may ask for status.
     pub reply_to: ReplyToRules,
     pub scheduler_queue: QueueUrl,
@@ -443,6 +491,7 @@ impl SupervisorConfig {
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SupervisorConfig, ConfigError> {
         read(lookup, |env| SupervisorConfig {
             tables: env.tables(),
+            definitions: env.definitions(),
             scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
             agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
             alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
@@ -453,7 +502,13 @@ impl SupervisorConfig {
         })
     }
     pub fn settings(&self) -> Settings {
-        settings(self.policy, &self.reply_to, &self.scheduler_queue, self.agent_queue.as_ref())
+        settings(
+            self.policy,
+            &self.definitions,
+            &self.reply_to,
+            &self.scheduler_queue,
+            self.agent_queue.as_ref(),
+        )
     }
 }
 
@@ -567,6 +622,46 @@ mod tests {
             ("SCHEDULER_QUEUE_URL", Q),
             ("REMOTE_SERVICE_URL", remote),
         ]))
+    }
+
+    #[test]
+    fn workflows_file_names_the_definitions_and_every_problem_stops_the_cold_start() {
+        let dir = std::env::temp_dir().join(format!("sas-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let agent_with = |path: &std::path::Path| {
+            let path = path.to_str().unwrap().to_owned();
+            AgentConfig::from_lookup(&lookup(&[
+                ("AGENT_QUEUE_URL", Q),
+                ("AGENT_DLQ_URL", Q),
+                ("SCHEDULER_QUEUE_URL", Q),
+                ("REMOTE_SERVICE_URL", "http://127.0.0.1:9/"),
+                ("WORKFLOWS_FILE", &path),
+            ]))
+        };
+        let good = dir.join("good.json");
+        std::fs::write(&good, r#"{"agents": {"pay": {"url": "https://pay.example/sas"}}, "workflows": [{"name": "buy", "steps": [{"name": "charge", "agent": "pay"}]}]}"#).unwrap();
+        let config = agent_with(&good).unwrap();
+        assert_eq!(config.definitions.workflows.names(), ["buy"]);
+        assert!(config.definitions.agents.contains_key("pay"));
+
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, r#"{"agents": {}, "workflows": [{"name": "buy", "steps": [{"name": "charge", "agent": "pay"}]}]}"#).unwrap();
+        let err = agent_with(&bad).unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err:?}");
+        assert!(
+            err.problems[0].starts_with(&format!(
+                "WORKFLOWS_FILE={:?} is not valid: error: workflow buy v1, step charge, agent: unknown agent",
+                bad.to_str().unwrap()
+            )),
+            "{err:?}"
+        );
+
+        let err = agent_with(&dir.join("missing.json")).unwrap_err();
+        assert!(err.problems[0].contains("cannot be read"), "{err:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // Unset: the built-in definitions.
+        assert_eq!(agent_with_remote("http://127.0.0.1:9/").unwrap().definitions, Definitions::example());
     }
 
     #[test]

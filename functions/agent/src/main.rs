@@ -6,7 +6,6 @@ use std::time::Duration;
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
 use sas::config::AgentConfig;
-use sas::domain::Workflows;
 use sas::handlers::{Agent, AgentDeps, AgentSettings, DeadLetters};
 use sas::lambda::{self, Aws, Error};
 
@@ -22,12 +21,15 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         random: Arc::new(FastRandom::from_entropy()),
         metrics: metrics.clone(),
-        remote: Arc::new(HttpRemote::new(config.remote_service_url.clone())),
+        remote: Arc::new(
+            HttpRemote::new(config.remote_service_url.clone()).with_agents(&config.definitions.agents),
+        ),
         scheduler_queue: config.scheduler_queue.clone(),
     };
     let dead_letters =
         DeadLetters { queues, source: config.agent_queue, dead_letter_queue: config.agent_dlq, metrics };
-    let handler = Agent::new(deps, AgentSettings::default(), Workflows::builtin());
+    let handler = Agent::new(deps, AgentSettings::default(), config.definitions.workflows.clone())
+        .with_agents(&config.definitions.agents);
     lambda::serve_sqs_until(dead_letters, |message, deadline| handler.handle_until(message, Some(deadline)))
         .await
 }

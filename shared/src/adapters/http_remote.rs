@@ -1,13 +1,15 @@
-//! The remote service over HTTP: `POST {base}/{agent}/{action-name}` with the order as
-//! JSON and the idempotency key in the `Idempotency-Key` header. 2xx is success, 408,
-//! 429 and 5xx are transient, any other 4xx is a permanent refusal, and so is a 3xx:
-//! redirects are not followed.
+//! The remote services over HTTP: `POST {agent's url}/{action-name}` (by default
+//! `{REMOTE_SERVICE_URL}/{agent}/{action-name}`) with the order as JSON and the
+//! idempotency key in the `Idempotency-Key` header. 2xx is success; 3xx (not followed),
+//! 408, 409, 429 and 5xx are transient; any other 4xx is a refusal.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::domain::cut_reason;
+use crate::domain::definitions::AgentDef;
 use crate::ports::{RemoteCall, RemoteError, RemoteService};
 
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
@@ -28,11 +30,36 @@ pub struct HttpRemote {
     client: tokio::sync::OnceCell<reqwest::Client>,
     /// `None` when the configured URL does not parse (config refuses that at cold start).
     base_url: Option<url::Url>,
+    /// Per agent, from the definition file: its own base URL and call timeout.
+    agents: BTreeMap<String, Endpoint>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Endpoint {
+    /// `None`: the default base with the agent's name appended.
+    base: Option<url::Url>,
+    timeout_ms: Option<u64>,
 }
 
 impl HttpRemote {
     pub fn new(base_url: impl Into<String>) -> HttpRemote {
-        HttpRemote { client: tokio::sync::OnceCell::new(), base_url: url::Url::parse(&base_url.into()).ok() }
+        HttpRemote {
+            client: tokio::sync::OnceCell::new(),
+            base_url: url::Url::parse(&base_url.into()).ok(),
+            agents: BTreeMap::new(),
+        }
+    }
+
+    /// Each agent's own URL and call timeout, as its definition gives them.
+    pub fn with_agents(mut self, agents: &BTreeMap<String, AgentDef>) -> HttpRemote {
+        self.agents = agents
+            .iter()
+            .map(|(name, def)| {
+                let base = def.url.as_deref().and_then(|u| url::Url::parse(u).ok());
+                (name.clone(), Endpoint { base, timeout_ms: def.timeout_ms })
+            })
+            .collect();
+        self
     }
 
     /// reqwest is built without a crypto provider (`rustls-no-provider`: its `rustls`
@@ -61,9 +88,20 @@ impl HttpRemote {
     /// `{base}/{agent}/{step_name}`, each name one percent-encoded path segment: a name
     /// with `/`, `?` or `..` cannot reach another path of the remote service.
     pub fn url(&self, agent: &str, step_name: &str) -> Option<url::Url> {
+        if let Some(base) = self.agents.get(agent).and_then(|e| e.base.as_ref()) {
+            let mut url = base.clone();
+            url.path_segments_mut().ok()?.pop_if_empty().push(step_name);
+            return Some(url);
+        }
         let mut url = self.base_url.clone()?;
         url.path_segments_mut().ok()?.pop_if_empty().push(agent).push(step_name);
         Some(url)
+    }
+
+    /// A call's timeout: what is left of complete-by, or the agent's own if shorter.
+    fn timeout_ms(&self, agent: &str, left_ms: u64) -> u64 {
+        let own = self.agents.get(agent).and_then(|e| e.timeout_ms).unwrap_or(u64::MAX);
+        own.min(left_ms).max(1)
     }
 }
 
@@ -123,7 +161,7 @@ impl RemoteService for HttpRemote {
             .await?
             .post(url.clone())
             .header(IDEMPOTENCY_HEADER, &call.idempotency_key.0)
-            .timeout(Duration::from_millis(timeout_ms.max(1)))
+            .timeout(Duration::from_millis(self.timeout_ms(call.agent, timeout_ms)))
             .json(&body)
             .send()
             .await
@@ -162,6 +200,22 @@ impl RemoteService for HttpRemote {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_with_its_own_url_and_timeout_uses_them() {
+        let text = r#"{"agents": {"payment": {"url": "https://pay.internal/sas/", "timeout_ms": 700}, "inventory": {}},
+            "workflows": [{"name": "w", "steps": [{"name": "charge", "agent": "payment"}, {"name": "reserve", "agent": "inventory"}]}]}"#;
+        let d = crate::domain::Definitions::parse(text).unwrap();
+        let remote = HttpRemote::new("https://default.example/api").with_agents(&d.agents);
+        assert_eq!(remote.url("payment", "charge").unwrap().as_str(), "https://pay.internal/sas/charge");
+        assert_eq!(
+            remote.url("inventory", "reserve").unwrap().as_str(),
+            "https://default.example/api/inventory/reserve"
+        );
+        assert_eq!(remote.timeout_ms("payment", 5_000), 700);
+        assert_eq!(remote.timeout_ms("payment", 300), 300, "complete-by still bounds the call");
+        assert_eq!(remote.timeout_ms("inventory", 5_000), 5_000);
+    }
 
     #[test]
     fn path_segments_are_encoded_and_urls_logged_without_secrets() {

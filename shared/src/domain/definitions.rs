@@ -123,7 +123,7 @@ impl fmt::Display for Problem {
 pub struct Invalid(pub Vec<Problem>);
 
 /// A checked file, ready to run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Definitions {
     pub agents: BTreeMap<String, AgentDef>,
     pub workflows: Workflows,

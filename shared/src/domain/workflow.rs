@@ -213,7 +213,7 @@ impl Workflow {
 
 /// The workflows a deployment knows, by name; the first is the default for orders
 /// that name none.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workflows {
     all: Vec<Workflow>,
 }

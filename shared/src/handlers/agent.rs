@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use super::{HandlerError, Inbound};
 use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
+use crate::domain::definitions::AgentDef;
 use crate::domain::retry::Backoff;
 use crate::domain::{AgentRequest, ReplyOutcome, SchedulerMessage, Timestamp, Workflows, cut_reason};
 use crate::ports::{
@@ -54,6 +55,8 @@ pub struct Agent {
     pub agent_settings: AgentSettings,
     /// What a request is checked against before anything is called.
     workflows: Workflows,
+    /// Retry and breaker of the agents whose definition sets their own.
+    per_agent: HashMap<String, AgentSettings>,
     /// One breaker per remote service, kept for the life of the process (a warm Lambda).
     breakers: Arc<Mutex<HashMap<String, Breaker>>>,
 }
@@ -71,7 +74,28 @@ pub enum AgentOutcome {
 impl Agent {
     /// `workflows`: what each request is checked against before anything is called.
     pub fn new(deps: AgentDeps, agent_settings: AgentSettings, workflows: Workflows) -> Agent {
-        Agent { deps, agent_settings, workflows, breakers: Arc::default() }
+        Agent { deps, agent_settings, workflows, per_agent: HashMap::new(), breakers: Arc::default() }
+    }
+
+    /// Each agent's retry and breaker as its definition gives them (the rest keep
+    /// `agent_settings`), so one slow service's policy is not every service's.
+    pub fn with_agents(mut self, agents: &std::collections::BTreeMap<String, AgentDef>) -> Agent {
+        let defaults = self.agent_settings;
+        self.per_agent = agents
+            .iter()
+            .map(|(name, def)| {
+                let settings = AgentSettings {
+                    retry: def.retry.map_or(defaults.retry, |r| r.backoff()),
+                    breaker: def.breaker.map_or(defaults.breaker, |b| b.policy()),
+                };
+                (name.clone(), settings)
+            })
+            .collect();
+        self
+    }
+
+    fn settings_of(&self, agent: &str) -> AgentSettings {
+        self.per_agent.get(agent).copied().unwrap_or(self.agent_settings)
     }
 
     /// One message, with no deadline of its own (an in-process run).
@@ -121,14 +145,14 @@ impl Agent {
         let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
         breakers
             .entry(agent.to_owned())
-            .or_insert_with(|| Breaker::new(self.agent_settings.breaker))
+            .or_insert_with(|| Breaker::new(self.settings_of(agent).breaker))
             .permit(now.0)
     }
 
     fn report(&self, agent: &str, now: Timestamp, result: &Result<(), RemoteError>) {
         let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
         let breaker =
-            breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.agent_settings.breaker));
+            breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.settings_of(agent).breaker));
         match result {
             Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
             Ok(()) | Err(RemoteError::Permanent { .. }) => breaker.on_success(),
@@ -176,7 +200,8 @@ impl Agent {
                     return AgentOutcome::Replied(ReplyOutcome::Failed { reason, detail });
                 }
                 Err(RemoteError::Transient(reason)) => {
-                    let delay = self.agent_settings.retry.delay_ms(failures, self.deps.random.jitter());
+                    let delay =
+                        self.settings_of(&request.agent).retry.delay_ms(failures, self.deps.random.jitter());
                     failures += 1;
                     let retry_at = now.plus_ms(delay);
                     if retry_at >= complete_by {
