@@ -61,10 +61,10 @@ pub fn policy() -> Policy {
     }
 }
 
-/// The built-in workflows, and a saga with a read-only first step, a pivot in the middle,
-/// a compensable step after it and budgets of their own: giving up after the pivot must
-/// go forward only, and a read in doubt is no pivot.
-pub fn workflows() -> Workflows {
+/// The built-in workflows; a saga with a read-only first step, a pivot in the middle, a
+/// compensable step after it and budgets of their own (giving up after the pivot must go
+/// forward only, and a read in doubt is no pivot); and the seed's random workflow.
+pub fn workflows(swarm: &Swarm) -> Workflows {
     let saga = Workflow::new(
         "saga",
         vec![
@@ -74,7 +74,7 @@ pub fn workflows() -> Workflows {
             Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
         ],
     );
-    Workflows::new(vec![Workflow::single_step(), Workflow::three_step(), saga])
+    Workflows::new(vec![Workflow::single_step(), Workflow::three_step(), saga, swarm.generated.clone()])
 }
 
 pub fn agent_settings() -> AgentSettings {
@@ -96,7 +96,14 @@ pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows
         .flat_map(|w| (0..w.len()).map(|i| w.max_failures(i, policy.failure_threshold)))
         .max()
         .unwrap_or(policy.failure_threshold);
-    let cycle = policy.step_timeout_ms
+    let step_timeout = workflows
+        .names()
+        .into_iter()
+        .filter_map(|n| workflows.get(n))
+        .flat_map(|w| (0..w.len()).map(|i| w.timeout_ms(i, policy.step_timeout_ms)))
+        .max()
+        .unwrap_or(policy.step_timeout_ms);
+    let cycle = step_timeout
         + policy.reply_grace_ms
         + policy.pending_timeout_ms
         + policy.retry_backoff.cap_ms
@@ -293,7 +300,7 @@ impl Sim {
         };
         let settings = Settings {
             policy: policy(),
-            workflows: workflows(),
+            workflows: workflows(&swarm),
             topology: queue_names::topology(),
             reply_to: queue_names::reply_to_rules(),
         };
@@ -849,7 +856,7 @@ impl Sim {
         Outcome {
             seed: self.seed,
             policy: policy(),
-            workflows: workflows(),
+            workflows: workflows(&self.swarm),
             arrivals: self.arrivals.clone(),
             tasks,
             orders,
@@ -859,7 +866,7 @@ impl Sim {
             alerts: self.alerts.all(),
             ledger: std::mem::take(&mut w.ledger),
             quiet_at: self.quiet_at,
-            bound_ms: liveness_bound_ms(&policy(), &self.swarm.faults, &workflows()),
+            bound_ms: liveness_bound_ms(&policy(), &self.swarm.faults, &workflows(&self.swarm)),
             ended_at: w.now,
             steps: self.steps,
             invocations: self.invocations,

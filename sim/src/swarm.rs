@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use sas::domain::{OnGiveUp, Step, Workflow};
+
 use crate::ledger::RemoteFaults;
 use crate::world::Function;
 
@@ -86,8 +88,10 @@ pub struct Swarm {
     pub faults: Faults,
     /// Valid orders submitted.
     pub orders: usize,
-    /// The workflows orders are drawn from, uniformly (`run::workflows()`).
+    /// The workflows orders are drawn from, uniformly (`run::workflows`).
     pub workflows: &'static [&'static str],
+    /// This seed's own random workflow, named `generated` (`generated_workflow`).
+    pub generated: Workflow,
     /// Orders sent a second time, byte for byte.
     pub resends: usize,
     /// Orders sent again under an existing id with a different payload.
@@ -108,8 +112,40 @@ pub struct Swarm {
 }
 
 /// Each seed runs one workflow alone, or all of them together.
-const WORKFLOW_MIXES: [&[&str]; 4] =
-    [&["single-step"], &["three-step"], &["saga"], &["single-step", "three-step", "saga"]];
+const WORKFLOW_MIXES: [&[&str]; 6] = [
+    &["single-step"],
+    &["three-step"],
+    &["saga"],
+    &["generated"],
+    &["generated"],
+    &["single-step", "three-step", "saga", "generated"],
+];
+
+/// A random workflow as a team might define one: 1 to 5 steps, each compensable, a pivot
+/// or read-only, on one of three agents, some with their own failure budget and timeout,
+/// giving up by compensating or (one in four) by failing.
+pub fn generated_workflow(rng: &mut fastrand::Rng) -> Workflow {
+    let steps = (0..rng.usize(1..=5))
+        .map(|i| {
+            let name = format!("g{i}");
+            let agent = ["a", "b", "c"][rng.usize(..3)];
+            let step = match rng.u8(..3) {
+                0 => Step::compensable(&name, agent, &format!("undo-g{i}")),
+                1 => Step::pivot(&name, agent),
+                _ => Step::read_only(&name, agent),
+            };
+            let max_failures = (rng.u8(..3) == 0).then(|| rng.u32(1..=4));
+            let timeout_ms = (rng.u8(..3) == 0).then(|| rng.u64(1_000..=2_500));
+            Step { max_failures, timeout_ms, ..step }
+        })
+        .collect();
+    let mut workflow = Workflow::new("generated", steps);
+    workflow.version = rng.u32(1..=3);
+    if rng.u8(..4) == 0 {
+        workflow.on_give_up = OnGiveUp::Fail;
+    }
+    workflow
+}
 
 fn pick(rng: &mut fastrand::Rng, lo: f64, hi: f64) -> f64 {
     lo + rng.f64() * (hi - lo)
@@ -171,6 +207,7 @@ impl Swarm {
             faults,
             orders,
             workflows: WORKFLOW_MIXES[rng.usize(..WORKFLOW_MIXES.len())],
+            generated: generated_workflow(rng),
             resends: rng.usize(0..=2),
             conflicts: rng.usize(0..=1),
             bad_inputs: rng.usize(0..=3),
