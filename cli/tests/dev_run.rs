@@ -64,6 +64,27 @@ async fn three_step_with_faults_upholds_every_invariant_and_compensates() {
     );
 }
 
+/// A team's own definition file: a read, two compensable steps with their own budget and
+/// timeout, a pivot and a read after it; its agents' retries and timeouts apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_file_of_ones_own_upholds_every_invariant() {
+    let definitions = sas::domain::Definitions::parse(
+        r#"{"agents": {"inventory": {"retry": {"base_ms": 5, "cap_ms": 50}}, "payment": {"timeout_ms": 300},
+                       "shipping": {"breaker": {"failures": 3, "open_ms": 40}}, "mail": {}},
+            "workflows": [{"name": "fulfil", "steps": [
+              {"name": "check", "agent": "inventory", "effect": "none", "max_failures": 2},
+              {"name": "reserve", "agent": "inventory", "compensation": "release"},
+              {"name": "charge", "agent": "payment", "compensation": "refund", "max_failures": 4, "timeout_ms": 1000},
+              {"name": "ship", "agent": "shipping"},
+              {"name": "notify", "agent": "mail", "effect": "none"}]}]}"#,
+    )
+    .expect("a valid file");
+    let run =
+        dev::run(DevOptions { definitions, ..options("fulfil", 200, 14) }, |_| {}).await.expect("starts");
+    assert_clean(&run);
+    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
+}
+
 fn caught(violations: &[Violation], invariant: Invariant) -> bool {
     violations.iter().any(|v| v.invariant == invariant)
 }
