@@ -1411,6 +1411,9 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
                 workflow: "single-step".into(),
             };
+            // A request the scheduler could have sent: the agent checks it against its
+            // workflows (key included) before calling anything.
+            let idempotency_key = sas::domain::idempotency_key(&order_id, 0, sas::domain::Action::Do);
             let request = sas::domain::AgentRequest {
                 order_id,
                 workflow: "single-step".into(),
@@ -1421,7 +1424,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 attempt: 1,
                 lease: sas::domain::LeaseToken(uuid::Uuid::new_v4()),
                 complete_by: SystemClock.now().plus_ms(60_000),
-                idempotency_key: sas::domain::IdempotencyKey("bench-order-1/0/do".into()),
+                idempotency_key,
                 order,
             };
             ColdStartCase {
