@@ -286,7 +286,7 @@ impl AgentRequest {
                 });
             }
         }
-        if self.idempotency_key != super::task::idempotency_key(&self.order_id, self.step, self.action) {
+        if !super::task::is_idempotency_key(&self.idempotency_key, &self.order_id, self.step, self.action) {
             return Err(RequestMismatch::Inconsistent("idempotency_key"));
         }
         if self.order.order_id != self.order_id || self.order.workflow != self.workflow {

@@ -153,6 +153,22 @@ pub fn idempotency_key(order_id: &OrderId, step: u32, action: Action) -> Idempot
     IdempotencyKey(format!("{order_id}:{step}:{}", action.as_str()))
 }
 
+/// Whether `key` is exactly `idempotency_key(order_id, step, action)`, without building it:
+/// the agent asks this of every request it handles.
+pub fn is_idempotency_key(key: &IdempotencyKey, order_id: &OrderId, step: u32, action: Action) -> bool {
+    let Some((n, a)) = key
+        .0
+        .strip_prefix(order_id.as_str())
+        .and_then(|r| r.strip_prefix(':'))
+        .and_then(|r| r.split_once(':'))
+    else {
+        return false;
+    };
+    let canonical =
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    canonical && n.parse::<u32>() == Ok(step) && a == action.as_str()
+}
+
 impl TaskRecord {
     pub fn new(order: &Order, reply_to: Option<String>, now: Timestamp, policy: &Policy) -> TaskRecord {
         TaskRecord {
@@ -748,6 +764,30 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_key_is_recognised_exactly_as_it_is_made() {
+        let id = OrderId::parse("o-1").unwrap();
+        for (step, action) in [(0, Action::Do), (7, Action::Undo), (19, Action::Do), (u32::MAX, Action::Undo)]
+        {
+            assert!(is_idempotency_key(&idempotency_key(&id, step, action), &id, step, action));
+        }
+        let key = |s: &str| IdempotencyKey(s.into());
+        for wrong in [
+            "o-1:1:do",
+            "o-1:0:undo",
+            "o-1:00:do",
+            "o-1:+0:do",
+            "o-1::do",
+            "o-10:0:do",
+            "o-1:0:do:",
+            "o-1:0",
+            "o-1-0-do",
+            "",
+        ] {
+            assert!(!is_idempotency_key(&key(wrong), &id, 0, Action::Do), "{wrong:?}");
+        }
     }
 
     // ---- claim ----

@@ -278,7 +278,7 @@ pub(crate) async fn send_status(
     };
     // Checked again at every send, not only at submission: a record written before the
     // rules changed (a queue taken off the allow-list) must not keep its way in.
-    if let Err(refusal) = rules.check(reply_to) {
+    if let Err(refusal) = rules.allows(reply_to) {
         tracing::warn!(order_id = order_id.map(|o| o.as_str()), %refusal, "status update not sent");
         return Ok(());
     }

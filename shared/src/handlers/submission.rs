@@ -28,7 +28,7 @@ impl Submission {
                 Err(e) => return self.reject(&message.body, e).await,
             };
         if let Some(r) = &reply_to
-            && let Err(refusal) = self.settings.reply_to.check(r)
+            && let Err(refusal) = self.settings.reply_to.allows(r)
         {
             return self.reject(&message.body, MessageError::Invalid(refusal.to_string())).await;
         }
