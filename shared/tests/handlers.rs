@@ -1,4 +1,4 @@
-//! The four handlers on the embedded backend, one script per failure path of DESIGN.md.
+//! The four handlers on the embedded backend, one script per failure path of README.md's flow.
 //! Time is a manual clock and every message moves only when a test pumps it.
 
 mod common;
