@@ -824,8 +824,8 @@ impl Sim {
 
     /// When the last of a group of overlapping supervisor runs ends, and none of them met a
     /// fault: every task due when any of them started has been acted on (by them or by
-    /// anyone else). README.md's "a task past its deadline is acted on by the next
-    /// supervisor run", allowing concurrent runs to share the work.
+    /// anyone else). `Invariant::Supervised` ("a task past its deadline is acted on by the
+    /// next supervisor run"), allowing concurrent runs to share the work.
     fn end_of_sweep(&mut self) {
         if self.invs.values().any(|i| i.function == Function::Supervisor) {
             return;
