@@ -26,7 +26,7 @@ use sas::handlers::{
 };
 use sas::ports::{Alerts, Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 
-use crate::remote_sim::{Ledger, RemoteFaults, SimRemote};
+use crate::remote_sim::{Ledger, RemoteFaults, LoopbackRemote};
 
 pub use sas::adapters::embedded::queue_names::{self, *};
 
@@ -398,7 +398,7 @@ pub async fn run_on(
     let started = Instant::now();
     let metrics = Arc::new(CountingMetrics::default());
     let random = Arc::new(FastRandom::seeded(options.seed));
-    let remote = SimRemote::start(options.faults, options.seed).await?;
+    let remote = LoopbackRemote::start(options.faults, options.seed).await?;
     // Every agent at the simulated service, each with its own call timeout.
     let at_the_simulated_service: std::collections::BTreeMap<_, _> = options
         .definitions

@@ -73,14 +73,14 @@ async fn call(
 }
 
 /// A running simulated service; dropped or `stop`ped, it stops serving.
-pub struct SimRemote {
+pub struct LoopbackRemote {
     pub addr: SocketAddr,
     service: Arc<Service>,
     server: tokio::task::JoinHandle<()>,
 }
 
-impl SimRemote {
-    pub async fn start(faults: RemoteFaults, seed: u64) -> std::io::Result<SimRemote> {
+impl LoopbackRemote {
+    pub async fn start(faults: RemoteFaults, seed: u64) -> std::io::Result<LoopbackRemote> {
         let service = Arc::new(Service {
             faults,
             started: Instant::now(),
@@ -94,7 +94,7 @@ impl SimRemote {
                 tracing::error!(error = %e, "simulated remote service stopped");
             }
         });
-        Ok(SimRemote { addr, service, server })
+        Ok(LoopbackRemote { addr, service, server })
     }
 
     pub fn base_url(&self) -> String {
@@ -111,7 +111,7 @@ impl SimRemote {
     }
 }
 
-impl Drop for SimRemote {
+impl Drop for LoopbackRemote {
     fn drop(&mut self) {
         self.server.abort();
     }
