@@ -26,7 +26,7 @@ use sas::handlers::{
 };
 use sas::ports::{Alerts, Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 
-use crate::remote_sim::{Ledger, RemoteFaults, LoopbackRemote};
+use crate::remote_sim::{Ledger, LoopbackRemote, RemoteFaults};
 
 pub use sas::adapters::embedded::queue_names::{self, *};
 
