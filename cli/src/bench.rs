@@ -1417,6 +1417,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
             let request = sas::domain::AgentRequest {
                 order_id,
                 workflow: "single-step".into(),
+                workflow_version: 1,
                 step: 0,
                 step_name: "process-order".into(),
                 agent: "orders".into(),

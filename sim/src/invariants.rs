@@ -171,7 +171,11 @@ pub fn coverage(writes: &[WriteRecord], workflows: &Workflows) -> BTreeMap<(Proc
     let mut seen = BTreeMap::new();
     for w in writes {
         if let Some(before) = &w.before
-            && let Some(trigger) = infer_trigger(before, &w.after, workflows.get(&w.after.workflow))
+            && let Some(trigger) = infer_trigger(
+                before,
+                &w.after,
+                workflows.get_version(&w.after.workflow, w.after.workflow_version),
+            )
         {
             *seen.entry((before.state, trigger)).or_default() += 1;
         }
@@ -195,7 +199,9 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
     let mut add = |invariant: Invariant, detail: String| found.push(Violation::new(invariant, detail));
     let threshold = r.policy.failure_threshold;
     let budget = |t: &TaskRecord| {
-        r.workflows.get(&t.workflow).map_or(threshold, |wf| wf.max_failures(t.step, threshold))
+        r.workflows
+            .get_version(&t.workflow, t.workflow_version)
+            .map_or(threshold, |wf| wf.max_failures(t.step, threshold))
     };
 
     // ---- every write ----
@@ -232,7 +238,7 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
                 format!("order {id}: revision {} -> {}", before.revision, after.revision),
             );
         }
-        match infer_trigger(before, after, r.workflows.get(&after.workflow)) {
+        match infer_trigger(before, after, r.workflows.get_version(&after.workflow, after.workflow_version)) {
             Some(t) if lifecycle::next(before.state, t) == Some(after.state) => {}
             t => add(
                 Invariant::Lifecycle,
@@ -355,8 +361,11 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
         |id: &OrderId, step: u32, action: Action| r.ledger.is_applied(&idempotency_key(id, step, action).0);
     for task in r.tasks {
         let id = &task.order_id;
-        let Some(workflow) = r.workflows.get(&task.workflow) else {
-            add(Invariant::Shape, format!("order {id}: unknown workflow {}", task.workflow));
+        let Some(workflow) = r.workflows.get_version(&task.workflow, task.workflow_version) else {
+            add(
+                Invariant::Shape,
+                format!("order {id}: unknown workflow {} v{}", task.workflow, task.workflow_version),
+            );
             continue;
         };
         if task.order.order_id != task.order_id || task.order.workflow != task.workflow {

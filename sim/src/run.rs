@@ -90,16 +90,15 @@ pub fn agent_settings() -> AgentSettings {
 /// clocks' skew; plus one visibility timeout and one message delay still in flight, and
 /// some slack.
 pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows) -> u64 {
-    let all = workflows.names().into_iter().filter_map(|n| workflows.get(n));
+    let all = workflows.all().iter();
     let longest = all.clone().map(|w| w.len()).max().unwrap_or(1);
     let budget = all
         .flat_map(|w| (0..w.len()).map(|i| w.max_failures(i, policy.failure_threshold)))
         .max()
         .unwrap_or(policy.failure_threshold);
     let step_timeout = workflows
-        .names()
-        .into_iter()
-        .filter_map(|n| workflows.get(n))
+        .all()
+        .iter()
         .flat_map(|w| (0..w.len()).map(|i| w.timeout_ms(i, policy.step_timeout_ms)))
         .max()
         .unwrap_or(policy.step_timeout_ms);

@@ -226,7 +226,7 @@ impl DefinitionFile {
         if self.workflows.is_empty() {
             error("workflows".into(), "at least one workflow is needed".into());
         }
-        let mut seen_workflows = BTreeSet::new();
+        let mut latest: BTreeMap<&str, u32> = BTreeMap::new();
         let mut used_agents = BTreeSet::new();
         let mut warnings = Vec::new();
         for wf in &self.workflows {
@@ -234,11 +234,19 @@ impl DefinitionFile {
             if !name_ok(&wf.name) {
                 error(format!("{wat}, name"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
             }
-            if !seen_workflows.insert(wf.name.as_str()) {
-                error(format!("{wat}, name"), "is defined twice".into());
-            }
             if wf.version == 0 {
                 error(format!("{wat}, version"), "must be at least 1".into());
+            }
+            // Versions of one workflow come in increasing order: a task runs the version
+            // it was accepted under, new orders the last one.
+            match latest.insert(wf.name.as_str(), wf.version) {
+                Some(before) if before == wf.version => {
+                    error(format!("{wat}, version"), "is defined twice".into())
+                }
+                Some(before) if before > wf.version => {
+                    error(format!("{wat}, version"), format!("must be above v{before}, defined before it"))
+                }
+                _ => {}
             }
             if wf.steps.is_empty() || wf.steps.len() > MAX_STEPS {
                 error(
@@ -380,7 +388,7 @@ mod tests {
             r#"error: workflow w v1, step t, compensation: "t" is also a step of agent a: the two calls would share a URL"#,
             "error: workflow w v1, step t, max_failures: 0 is out of range: 1 to 100",
             "error: workflow w v1, step r, effect: a step with no effect has nothing to compensate",
-            "error: workflow w v1, name: is defined twice",
+            "error: workflow w v1, version: is defined twice",
             "error: workflow w v1, steps: must hold 1 to 20 steps, not 0",
             "warning: workflow w v1, step t, compensation: never runs: once pivot step s took effect, giving up undoes nothing",
             "warning: workflow w v1, step r, compensation: never runs: once pivot step s took effect, giving up undoes nothing",
@@ -411,6 +419,29 @@ mod tests {
         assert!(got[0].contains("unknown field `compensate`"), "{got:?}");
         let got = problems("{");
         assert!(got[0].contains("EOF"), "{got:?}");
+    }
+
+    #[test]
+    fn versions_of_a_workflow_increase_and_new_orders_get_the_latest() {
+        let text = r#"{"agents": {"a": {}}, "workflows": [
+            {"name": "w", "version": 1, "steps": [{"name": "s", "agent": "a"}]},
+            {"name": "other", "steps": [{"name": "s", "agent": "a"}]},
+            {"name": "w", "version": 2, "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "a"}]}]}"#;
+        let d = Definitions::parse(text).unwrap();
+        assert_eq!(d.workflows.names(), ["w", "other"]);
+        assert_eq!(d.workflows.default_workflow().version, 2);
+        assert_eq!(d.workflows.get("w").unwrap().len(), 2);
+        assert_eq!(d.workflows.get_version("w", 1).unwrap().len(), 1);
+        assert!(d.workflows.get_version("w", 3).is_none());
+
+        let backwards =
+            text.replace(r#""version": 2"#, r#""version": 0"#).replace(r#""version": 1"#, r#""version": 3"#);
+        let got = problems(&backwards);
+        assert!(got.iter().any(|p| p == "error: workflow w v0, version: must be at least 1"), "{got:?}");
+        assert!(
+            got.iter().any(|p| p == "error: workflow w v0, version: must be above v3, defined before it"),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -218,6 +218,9 @@ impl SchedulerMessage {
 pub struct AgentRequest {
     pub order_id: OrderId,
     pub workflow: String,
+    /// The version the task is pinned to.
+    #[serde(default = "super::workflow::first_version")]
+    pub workflow_version: u32,
     pub step: u32,
     /// The step's name (forward) or its compensation's name (undo).
     pub step_name: String,
@@ -235,8 +238,8 @@ pub struct AgentRequest {
 /// checks: a request naming another agent or step would reach another endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestMismatch {
-    #[error("agent request names unknown workflow {0:?}")]
-    UnknownWorkflow(String),
+    #[error("agent request names unknown workflow {0:?} v{1}")]
+    UnknownWorkflow(String, u32),
     #[error("agent request names step {step}, which workflow {workflow} does not have")]
     NoSuchStep { workflow: String, step: u32 },
     #[error("agent request for step {step} of {workflow} names {field} {got:?}; the workflow has {want:?}")]
@@ -256,8 +259,8 @@ impl AgentRequest {
     /// agent and step name are the workflow's, its key and order are its own.
     pub fn check(&self, workflows: &Workflows) -> Result<(), RequestMismatch> {
         let workflow = workflows
-            .get(&self.workflow)
-            .ok_or_else(|| RequestMismatch::UnknownWorkflow(self.workflow.clone()))?;
+            .get_version(&self.workflow, self.workflow_version)
+            .ok_or_else(|| RequestMismatch::UnknownWorkflow(self.workflow.clone(), self.workflow_version))?;
         let step = workflow.step(self.step).ok_or_else(|| RequestMismatch::NoSuchStep {
             workflow: workflow.name.clone(),
             step: self.step,

@@ -61,6 +61,10 @@ pub enum Cause {
 pub struct TaskRecord {
     pub order_id: OrderId,
     pub workflow: String,
+    /// The version of `workflow` the task was accepted under, and runs to its end
+    /// whatever is published after.
+    #[serde(default = "super::workflow::first_version")]
+    pub workflow_version: u32,
     /// The validated order as accepted; never changes. Shared, because records are
     /// copied at every decision and the order is the largest part of them.
     pub order: Arc<Order>,
@@ -174,6 +178,7 @@ impl TaskRecord {
         TaskRecord {
             order_id: order.order_id.clone(),
             workflow: order.workflow.clone(),
+            workflow_version: 1,
             order: Arc::new(order.clone()),
             state: ProcessState::Pending,
             step: 0,
@@ -269,13 +274,22 @@ impl TaskRecord {
     }
 
     fn check_workflow(&self, wf: &Workflow) -> Result<(), Refusal> {
-        if wf.name != self.workflow || wf.step(self.step).is_none() {
+        if wf.name != self.workflow || wf.version != self.workflow_version || wf.step(self.step).is_none() {
             return Err(Refusal::Corrupt {
                 workflow: self.workflow.clone(),
-                why: format!("workflow {:?} has no step {}", wf.name, self.step),
+                why: format!(
+                    "workflow {:?} v{} has no step {} of a task pinned to v{}",
+                    wf.name, wf.version, self.step, self.workflow_version
+                ),
             });
         }
         Ok(())
+    }
+
+    /// Pinned to the version `wf` is (the latest, when an order is accepted).
+    pub fn pinned_to(mut self, wf: &Workflow) -> TaskRecord {
+        self.workflow_version = wf.version;
+        self
     }
 
     /// `action` names what gave up, which the record after the move may no longer show
@@ -1465,6 +1479,19 @@ mod tests {
         let second = claim(&waiting, &wf, 2, T0);
         assert_eq!(second.complete_by, Some(T0.plus_ms(7_000)));
         assert_eq!(second.deadline, Some(T0.plus_ms(7_000 + policy().reply_grace_ms)));
+    }
+
+    #[test]
+    fn a_task_runs_the_version_it_was_accepted_under() {
+        let v1 = Workflow::new("w", vec![Step::pivot("s", "a")]);
+        let v2 =
+            Workflow { version: 2, ..Workflow::new("w", vec![Step::pivot("s", "a"), Step::pivot("t", "a")]) };
+        let task = new_task(&v1).pinned_to(&v1);
+        assert_eq!(task.workflow_version, 1);
+        assert!(task.claim(lease(1), T0, &v1, &policy()).is_ok());
+        // Given the newer version by mistake (a lookup by name), nothing is written.
+        assert!(matches!(task.claim(lease(1), T0, &v2, &policy()), Err(Refusal::Corrupt { .. })));
+        assert_eq!(new_task(&v2).pinned_to(&v2).workflow_version, 2);
     }
 
     /// Every row of the transition table is made by some decision of this module.

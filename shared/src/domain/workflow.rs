@@ -139,7 +139,7 @@ impl OnGiveUp {
     }
 }
 
-fn first_version() -> u32 {
+pub(crate) fn first_version() -> u32 {
     1
 }
 
@@ -233,14 +233,31 @@ impl Workflows {
     pub fn builtin() -> Workflows {
         super::definitions::Definitions::example().workflows
     }
+    /// The latest version of the first workflow named.
     pub fn default_workflow(&self) -> &Workflow {
-        &self.all[0]
+        self.get(&self.all[0].name).expect("the first workflow exists")
     }
+    /// The latest version of `name`: what a new order runs.
     pub fn get(&self, name: &str) -> Option<&Workflow> {
-        self.all.iter().find(|w| w.name == name)
+        self.all.iter().filter(|w| w.name == name).max_by_key(|w| w.version)
     }
+    /// The version a task was accepted under: what it runs to the end.
+    pub fn get_version(&self, name: &str, version: u32) -> Option<&Workflow> {
+        self.all.iter().find(|w| w.name == name && w.version == version)
+    }
+    /// Each name once, in the order first defined.
     pub fn names(&self) -> Vec<&str> {
-        self.all.iter().map(|w| w.name.as_str()).collect()
+        let mut names: Vec<&str> = Vec::new();
+        for w in &self.all {
+            if !names.contains(&w.name.as_str()) {
+                names.push(&w.name);
+            }
+        }
+        names
+    }
+    /// Every version of every workflow.
+    pub fn all(&self) -> &[Workflow] {
+        &self.all
     }
 }
 

@@ -80,10 +80,10 @@ pub struct Settings {
 
 impl Settings {
     fn workflow(&self, task: &TaskRecord) -> Result<&Workflow, HandlerError> {
-        self.workflows.get(&task.workflow).ok_or_else(|| {
+        self.workflows.get_version(&task.workflow, task.workflow_version).ok_or_else(|| {
             HandlerError::Reject(format!(
-                "order {} names unknown workflow {:?}",
-                task.order_id, task.workflow
+                "order {} runs workflow {:?} v{}, which the definitions no longer hold",
+                task.order_id, task.workflow, task.workflow_version
             ))
         })
     }
@@ -237,6 +237,7 @@ async fn dispatch(
     let request = AgentRequest {
         order_id: task.order_id.clone(),
         workflow: task.workflow.clone(),
+        workflow_version: task.workflow_version,
         step,
         step_name,
         agent: step_def.agent.clone(),

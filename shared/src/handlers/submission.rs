@@ -34,7 +34,11 @@ impl Submission {
         }
         let span = tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
         async {
-            let task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
+            // validate resolved the name, so its latest version exists.
+            let mut task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
+            if let Some(latest) = self.settings.workflows.get(&order.workflow) {
+                task = task.pinned_to(latest);
+            }
             match self.deps.store.insert(&task).await? {
                 Inserted::New => {
                     tracing::info!("order accepted");
