@@ -648,6 +648,21 @@ async fn repeated_timeouts_reach_the_threshold_then_error_with_one_alert() {
     h.finish();
 }
 
+/// Lets the supervisor lapse `id`'s hung attempts until it gives up (the task leaves
+/// Pending and does not come back), retrying in between; never more than `threshold` lapses.
+async fn lapse_until_given_up(h: &Harness, id: &str, threshold: u32) {
+    for round in 1.. {
+        assert!(round <= threshold, "still retrying after {threshold} lapses: a poison loop");
+        h.to_deadline(id);
+        h.sweep().await;
+        if h.task(id).state != ProcessState::Pending {
+            return;
+        }
+        h.advance(h.retry_delay(id));
+        h.run_until_quiet().await;
+    }
+}
+
 #[tokio::test]
 async fn threshold_reached_mid_workflow_compensates_the_in_flight_step_too() {
     let h = Harness::new();
@@ -656,16 +671,7 @@ async fn threshold_reached_mid_workflow_compensates_the_in_flight_step_too() {
     h.remote.then((0..threshold).map(|_| Script::Hang));
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
-    for round in 1.. {
-        assert!(round <= threshold, "still retrying after {threshold} lapses: a poison loop");
-        h.to_deadline("o-1");
-        h.sweep().await;
-        if h.task("o-1").state != ProcessState::Pending {
-            break;
-        }
-        h.advance(h.retry_delay("o-1"));
-        h.run_until_quiet().await;
-    }
+    lapse_until_given_up(&h, "o-1", threshold).await;
     let gave_up = h.task("o-1");
     assert_eq!((gave_up.state, gave_up.step), (ProcessState::Compensating, 1));
     assert_eq!(h.alerts.all().len(), 1);
@@ -692,16 +698,7 @@ async fn a_pivot_that_never_answers_in_time_ends_error_with_nothing_undone() {
     h.remote.then((0..threshold).map(|_| Script::Hang));
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
-    for round in 1.. {
-        assert!(round <= threshold, "still retrying after {threshold} lapses: a poison loop");
-        h.to_deadline("o-1");
-        h.sweep().await;
-        if h.task("o-1").state.is_terminal() {
-            break;
-        }
-        h.advance(h.retry_delay("o-1"));
-        h.run_until_quiet().await;
-    }
+    lapse_until_given_up(&h, "o-1", threshold).await;
     h.run_until_quiet().await;
     let task = h.task("o-1");
     assert_eq!((task.state, task.step, task.failure_count), (ProcessState::Error, 2, threshold));
