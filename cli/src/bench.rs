@@ -106,10 +106,10 @@ impl InstantRemote {
 
 #[async_trait]
 impl RemoteService for InstantRemote {
-    async fn call(&self, _call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<(), RemoteError> {
+    async fn call(&self, _call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if self.transient_rate == 0.0 && self.permanent_rate == 0.0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let r = self.rng.lock().unwrap_or_else(|p| p.into_inner()).f64();
         if r < self.permanent_rate {
@@ -117,7 +117,7 @@ impl RemoteService for InstantRemote {
         } else if r < self.permanent_rate + self.transient_rate {
             Err(RemoteError::Transient("injected: 503".into()))
         } else {
-            Ok(())
+            Ok(Vec::new())
         }
     }
 }
@@ -755,6 +755,7 @@ fn bench_order(id: &str) -> Order {
         customer_id: "cust-1".into(),
         items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
         workflow: "single-step".into(),
+        workflow_version: None,
     }
 }
 
@@ -1388,6 +1389,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 customer_id: "bench-customer".into(),
                 items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
                 workflow: None,
+                workflow_version: None,
                 reply_to: None,
             };
             ColdStartCase {
@@ -1410,6 +1412,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 customer_id: "bench-customer".into(),
                 items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
                 workflow: "single-step".into(),
+                workflow_version: None,
             };
             // A request the scheduler could have sent: the agent checks it against its
             // workflows (key included) before calling anything.
@@ -1427,6 +1430,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 complete_by: SystemClock.now().plus_ms(60_000),
                 idempotency_key,
                 order,
+                outputs: Default::default(),
             };
             ColdStartCase {
                 function: Some("agent"),

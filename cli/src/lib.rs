@@ -1,5 +1,6 @@
 //! `sasctl`: the local `dev` run of the whole pipeline, its invariant checker and report.
 
+pub mod agent_fault;
 pub mod aws_stub;
 pub mod bench;
 pub mod dev;
