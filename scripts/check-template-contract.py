@@ -196,6 +196,7 @@ if not any(r["Properties"].get("ScheduleExpression") == {"Ref": "SupervisorSched
 # ---------------------------------------------------------------- IAM
 S = "StatusQueue"
 EXTRA = '{"Ref": "ExtraReplyToQueueArns"}'
+QUEUE_AGENTS = '{"Ref": "AgentQueueArns"}'
 # What the SQS event source mapping polls with (Lambda docs); the code itself never
 # receives, deletes or changes visibility in Lambda, so ChangeMessageVisibility is not granted.
 SQS_CONSUME = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
@@ -220,6 +221,7 @@ EXPECTED = {
         ("sqs:SendMessage", "AgentQueue"), ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "SchedulerDlq"),
         ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA), ("sns:Publish", "AlertTopic"),
         ("kms:GenerateDataKey", "AlertTopicKey"), ("kms:Decrypt", "AlertTopicKey"),
+        ("sqs:SendMessage", QUEUE_AGENTS),
     },
     "agent": logs("AgentLogGroup") | consume("AgentQueue") | {
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "AgentDlq"),
@@ -268,6 +270,9 @@ for short, k in fid.items():
                 resources = st["Resource"]
                 if resources == {"Ref": "ExtraReplyToQueueArns"}:
                     grants.add((action, EXTRA))
+                    continue
+                if resources == {"Ref": "AgentQueueArns"}:
+                    grants.add((action, QUEUE_AGENTS))
                     continue
                 for res in as_list(resources):
                     if res == "*" or (isinstance(res, str) and "*" in res):

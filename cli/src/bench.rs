@@ -1431,6 +1431,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 idempotency_key,
                 order,
                 outputs: Default::default(),
+                reply_queue: None,
             };
             ColdStartCase {
                 function: Some("agent"),

@@ -30,6 +30,12 @@ use crate::remote_sim::{Ledger, LoopbackRemote, RemoteFaults};
 
 pub use sas::adapters::embedded::queue_names::{self, *};
 
+/// Where every `queue` agent's requests go in a dev run, and where its worker takes them
+/// from. The worker is the agent function's own code, as a team's worker would do the
+/// same: call the service, reply on the scheduler's queue with the lease and attempt.
+pub const WORKER: &str = "worker";
+pub const WORKER_DLQ: &str = "worker-dlq";
+
 #[derive(Debug, Clone)]
 pub struct DevOptions {
     pub orders: usize,
@@ -90,6 +96,11 @@ impl Default for DevOptions {
 }
 
 impl DevOptions {
+    /// The definitions' `queue` agents: a dev run serves them with its own worker.
+    pub fn queue_agents(&self) -> Vec<&str> {
+        self.definitions.agents.iter().filter(|(_, d)| d.queue().is_some()).map(|(n, _)| n.as_str()).collect()
+    }
+
     pub fn policy(&self) -> Policy {
         Policy {
             step_timeout_ms: self.step_timeout_ms,
@@ -302,12 +313,13 @@ impl Embedded {
     pub fn new(options: &DevOptions, clock: Arc<dyn Clock>) -> Embedded {
         let queues = Arc::new(EmbeddedQueues::new(clock, options.seed));
         let dup = options.queue_duplicate_rate;
-        for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS] {
+        for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, STATUS] {
             queues.create(dlq, QueueSettings::default());
         }
         queues.create(ORDERS, queue_settings(5_000, Some(ORDERS_DLQ), dup));
         queues.create(SCHEDULER, queue_settings(5_000, Some(SCHEDULER_DLQ), dup));
         queues.create(AGENT, queue_settings(options.step_timeout_ms * 6, Some(AGENT_DLQ), dup));
+        queues.create(WORKER, queue_settings(options.step_timeout_ms * 6, Some(WORKER_DLQ), dup));
         Embedded {
             store: Arc::new(EmbeddedStore::new()),
             queues,
@@ -424,11 +436,15 @@ pub async fn run_on(
         metrics: metrics.clone(),
     };
     let workflows = options.definitions.workflows.clone();
+    let mut topology = queue_names::topology();
+    for name in options.queue_agents() {
+        topology.queue_agents.insert(name.to_owned(), QueueUrl(WORKER.into()));
+    }
     let settings = Settings {
         policy: options.policy(),
         workflows: workflows.clone(),
-        topology: queue_names::topology(),
-        reply_to: queue_names::reply_to_rules(),
+        topology,
+        reply_to: queue_names::reply_to_rules().own_queue(String::new(), WORKER.into()),
     };
     let submission = Submission::new(deps.clone(), settings.clone());
     let scheduler = Scheduler::new(deps.clone(), settings.clone());
@@ -451,7 +467,7 @@ pub async fn run_on(
     let supervisor = Supervisor::new(deps.clone(), settings.clone());
 
     let stop = Arc::new(AtomicBool::new(false));
-    let (s, c, a) = (submission.clone(), scheduler.clone(), agent.clone());
+    let (s, c, a, w) = (submission.clone(), scheduler.clone(), agent.clone(), agent.clone());
     let mut workers = vec![
         spawn_pump(
             backend,
@@ -493,6 +509,21 @@ pub async fn run_on(
             },
         ),
     ];
+    if !options.queue_agents().is_empty() {
+        workers.push(spawn_pump(
+            backend,
+            sends.clone(),
+            WORKER,
+            WORKER_DLQ,
+            &options,
+            metrics.clone(),
+            stop.clone(),
+            move |m| {
+                let w = w.clone();
+                async move { w.handle(m).await }
+            },
+        ));
+    }
     let supervisor_runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     {
         let (stop, runs, period) = (stop.clone(), supervisor_runs.clone(), options.supervisor_period_ms);
@@ -544,6 +575,9 @@ pub async fn run_on(
 
     let mut internal_dead_letters = backend.drain(SCHEDULER_DLQ).await?;
     internal_dead_letters.extend(backend.drain(AGENT_DLQ).await?);
+    if !options.queue_agents().is_empty() {
+        internal_dead_letters.extend(backend.drain(WORKER_DLQ).await?);
+    }
     Ok(DevOutcome {
         sent,
         tasks: backend.final_tasks().await?,

@@ -37,10 +37,17 @@ enum WorkflowsCommand {
     Validate {
         /// The definition file (JSON), e.g. examples/workflows.json.
         file: std::path::PathBuf,
+        /// The file published before it: versions it holds must not change, new versions
+        /// must come after its last.
+        #[arg(long, value_name = "FILE")]
+        previous: Option<std::path::PathBuf>,
         /// One JSON object per problem, then a summary object.
         #[arg(long)]
         json: bool,
     },
+    /// Check a definition file (against --previous) and publish it as a new version of a
+    /// Lambda layer; then point the stack's WorkflowsLayerArn at it (no rebuild).
+    Publish(sasctl::workflows::PublishArgs),
     /// Print the definition file's JSON Schema (docs/workflows.schema.json is this output).
     Schema,
 }
@@ -194,6 +201,12 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
         let states: Vec<String> = p.by_state.iter().map(|(s, n)| format!("{} {n}", s.as_str())).collect();
         bar.set_message(states.join(" "));
     };
+    if args.endpoint_url.is_some() && !options.queue_agents().is_empty() {
+        return Err(format!(
+            "queue agents ({}) run in `sasctl dev` on the embedded backend only: drop --endpoint-url, or run their workers yourself",
+            options.queue_agents().join(", ")
+        ));
+    }
     let outcome = match &args.endpoint_url {
         None => dev::run(options, progress).await.map_err(|e| format!("dev run failed to start: {e}"))?,
         Some(url) => sasctl::endpoint::run(options, url, progress)
@@ -229,9 +242,10 @@ async fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Dev(args) => run_dev(args).await,
         Command::Bench(args) => sasctl::bench::run(args).await.map(|()| ExitCode::SUCCESS),
-        Command::Workflows(WorkflowsCommand::Validate { file, json }) => {
-            sasctl::workflows::validate(&file, json)
+        Command::Workflows(WorkflowsCommand::Validate { file, previous, json }) => {
+            sasctl::workflows::validate(&file, previous.as_deref(), json)
         }
+        Command::Workflows(WorkflowsCommand::Publish(args)) => sasctl::workflows::publish(&args).await,
         Command::Workflows(WorkflowsCommand::Schema) => {
             println!("{}", sasctl::workflows::schema());
             Ok(ExitCode::SUCCESS)

@@ -205,3 +205,24 @@ fn clone(run: &DevOutcome) -> DevOutcome {
         workflows: run.workflows.clone(),
     }
 }
+
+/// The example file of a team's own process (examples/fulfil.json): two versions, step
+/// outputs, a `queue` agent served by a worker, and one agent's service failing more than
+/// the rest. Every step is handed the outputs before it, and the queue agent's requests
+/// reach its service only through the worker's queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fulfil_example_with_a_queue_agent_and_a_failing_payment_service() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/fulfil.json")).unwrap();
+    let definitions = sas::domain::Definitions::parse(&text).unwrap();
+    let mut options = DevOptions { definitions, workflow: "fulfil".into(), ..options("fulfil", 200, 21) };
+    let payment: sasctl::agent_fault::AgentFault = "payment=fail:0.4,refuse:0.05".parse().unwrap();
+    options.agent_faults = sasctl::agent_fault::per_agent(&[payment], options.faults, &["payment"]).unwrap();
+    let run = dev::run(options, |_| {}).await.expect("dev run starts");
+    assert_clean(&run);
+    let called: std::collections::BTreeSet<&str> =
+        run.ledger.called_as.values().flatten().map(|(agent, _)| agent.as_str()).collect();
+    assert!(called.contains("mailer"), "the queue agent's worker called its service: {called:?}");
+    assert!(run.tasks.iter().all(|t| t.workflow_version == 2), "new orders run the latest version");
+    assert!(run.ledger.handed.values().flatten().any(|h| h.contains("reserve")), "outputs were handed on");
+}

@@ -327,14 +327,23 @@ fn settings(
     scheduler_queue: &QueueUrl,
     agent_queue: Option<&QueueUrl>,
 ) -> Settings {
+    // A queue agent's queue is the deployment's too: status must never land among its
+    // requests.
+    let mut reply_to = reply_to.clone();
+    for queue in definitions.agents.values().filter_map(|a| a.queue()) {
+        if let Some((account, name)) = QueueId::account_and_name(queue) {
+            reply_to = reply_to.own_queue(account, name);
+        }
+    }
     Settings {
         policy,
         workflows: definitions.workflows.clone(),
-        reply_to: reply_to.clone(),
-        topology: Topology {
-            scheduler_queue: scheduler_queue.clone(),
-            agent_queue: agent_queue.cloned().unwrap_or_else(|| QueueUrl(UNUSED_AGENT_QUEUE.to_owned())),
-        },
+        reply_to,
+        topology: Topology::new(
+            scheduler_queue.clone(),
+            agent_queue.cloned().unwrap_or_else(|| QueueUrl(UNUSED_AGENT_QUEUE.to_owned())),
+        )
+        .with_queue_agents(&definitions.agents),
     }
 }
 

@@ -1073,3 +1073,70 @@ async fn an_order_may_name_its_workflow_version() {
     let reason = &kept[0].attributes[REASON_ATTRIBUTE];
     assert!(reason.contains(r#"workflow "three-step" has no version 2; known: v1"#), "{reason}");
 }
+
+/// A `queue` agent: the scheduler puts the request on the worker's queue, and a worker
+/// that knows only the documented JSON (docs/WORKERS.md) replies on the scheduler's
+/// queue. A reply without the live lease is dropped; the fenced one moves the task on,
+/// and its output reaches the next step.
+#[tokio::test]
+async fn a_queue_agents_worker_replies_with_the_fenced_contract() {
+    const WORKER_QUEUE: &str = "payment-requests";
+    let h = Harness::new();
+    h.queues.create(WORKER_QUEUE, sas::adapters::embedded::QueueSettings::default());
+    let mut settings = h.settings.clone();
+    settings.topology.queue_agents.insert("payment".into(), sas::ports::QueueUrl(WORKER_QUEUE.into()));
+    let scheduler = sas::handlers::Scheduler::new(h.deps.clone(), settings);
+    let pump = || async {
+        for _ in 0..20 {
+            let moved = h.pump_orders().await.len()
+                + h.pump_with(SCHEDULER, |m| scheduler.handle(m)).await.len()
+                + h.pump_agent().await.len();
+            if moved == 0 {
+                return;
+            }
+        }
+    };
+    h.remote.then([Script::Answer(r#"{"reservation":"r-1"}"#.into())]);
+    h.submit("o-1", THREE).await;
+    pump().await;
+
+    // The worker's side: plain JSON, no sas types.
+    let requests = h.intercept(WORKER_QUEUE);
+    assert_eq!(requests.len(), 1);
+    let request: serde_json::Value = serde_json::from_str(&requests[0]).unwrap();
+    assert_eq!(request["step_name"], "charge-payment");
+    assert_eq!(request["idempotency_key"], "o-1:1:do");
+    assert_eq!(request["reply_queue"], SCHEDULER);
+    assert_eq!(request["outputs"]["reserve-inventory"]["reservation"], "r-1");
+    let reply = |lease: &serde_json::Value| {
+        serde_json::json!({
+            "type": "reply",
+            "order_id": request["order_id"],
+            "step": request["step"],
+            "action": request["action"],
+            "attempt": request["attempt"],
+            "lease": lease,
+            "outcome": {"status": "succeeded", "output": {"charge_id": "ch-1"}},
+        })
+        .to_string()
+    };
+    h.send(SCHEDULER, reply(&"00000000-0000-0000-0000-000000000009".into())).await;
+    pump().await;
+    assert_eq!(
+        h.task("o-1").state,
+        ProcessState::Processing,
+        "a reply without the live lease changes nothing"
+    );
+    assert_eq!(h.count(Metric::StaleReply), 1);
+
+    h.send(SCHEDULER, reply(&request["lease"])).await;
+    pump().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    let ship = h.remote.calls().into_iter().find(|c| c.step == 2).unwrap();
+    assert!(ship.outputs.contains(r#""charge-payment":{"charge_id":"ch-1"}"#), "{}", ship.outputs);
+    assert_eq!(
+        h.remote.steps(),
+        vec![(0, Action::Do), (2, Action::Do)],
+        "the agent function never called payment"
+    );
+}

@@ -15,7 +15,7 @@ use sas::ports::{
 use crate::world::{Io, Shared, WriteCtx};
 
 /// Queues whose messages the duplicate and delay faults touch: the pipeline's own.
-pub const INTERNAL: [&str; 2] = [crate::run::SCHEDULER, crate::run::AGENT];
+pub const INTERNAL: [&str; 3] = [crate::run::SCHEDULER, crate::run::AGENT, crate::run::WORKER];
 
 pub struct SimStore {
     pub inner: Arc<EmbeddedStore>,

@@ -37,11 +37,20 @@ use crate::world::{Function, InvId, InvMeta, Shared, WriteCtx};
 
 pub use sas::adapters::embedded::queue_names::{self, *};
 
+/// The queue of the `queue` agent `c` (`Swarm::queue_agent`), and its dead letters. Its
+/// worker, outside the pipeline in a real deployment, is modelled by the agent's own code:
+/// it takes a request, calls the remote service, and replies on the scheduler's queue.
+pub const WORKER: &str = "worker-c";
+pub const WORKER_DLQ: &str = "worker-c-dlq";
+/// The agent that is a queue agent in the seeds that have one.
+pub const QUEUE_AGENT: &str = "c";
+
 /// The work queues, their dead-letter queues, visibility timeouts and consumers.
-const WORK: [(&str, &str, u64, Function); 3] = [
+const WORK: [(&str, &str, u64, Function); 4] = [
     (ORDERS, ORDERS_DLQ, 3_000, Function::Submission),
     (SCHEDULER, SCHEDULER_DLQ, 3_000, Function::Scheduler),
     (AGENT, AGENT_DLQ, 6_000, Function::Agent),
+    (WORKER, WORKER_DLQ, 6_000, Function::Agent),
 ];
 pub const MAX_RECEIVES: u32 = 5;
 pub const SUPERVISOR_PERIOD_MS: u64 = 1_000;
@@ -276,7 +285,7 @@ impl Sim {
         let store = Arc::new(EmbeddedStore::new());
         let queues =
             Arc::new(EmbeddedQueues::new(Arc::new(TrueClock { shared: shared.clone() }), rng.u64(..)));
-        for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS] {
+        for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, STATUS] {
             queues.create(q, QueueSettings::default());
         }
         for (q, dlq, visibility_timeout_ms, _) in WORK {
@@ -305,11 +314,15 @@ impl Sim {
             random: Arc::new(FastRandom::seeded(rng.u64(..))),
             metrics: metrics.clone(),
         };
+        let mut topology = queue_names::topology();
+        if swarm.queue_agent {
+            topology.queue_agents.insert(QUEUE_AGENT.to_owned(), QueueUrl(WORKER.into()));
+        }
         let settings = Settings {
             policy: policy(),
             workflows: workflows(&swarm),
-            topology: queue_names::topology(),
-            reply_to: queue_names::reply_to_rules(),
+            topology,
+            reply_to: queue_names::reply_to_rules().own_queue(String::new(), WORKER.into()),
         };
         let before = Settings { workflows: workflows_before_publish(&swarm), ..settings.clone() };
         let generations = [&before, &settings];
@@ -880,8 +893,10 @@ impl Sim {
     fn outcome(self) -> Outcome {
         let tasks = self.store.tasks();
         let orders = tasks.iter().map(|t| (t.order_id.clone(), t.order.clone())).collect();
-        let dead_letters =
-            [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ].into_iter().map(|q| (q, self.queues.drain(q))).collect();
+        let dead_letters = [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ]
+            .into_iter()
+            .map(|q| (q, self.queues.drain(q)))
+            .collect();
         let mut w = self.shared.w();
         Outcome {
             seed: self.seed,

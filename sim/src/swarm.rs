@@ -96,6 +96,9 @@ pub struct Swarm {
     pub generated: Workflow,
     /// A newer version of `generated`, published mid-run (half the seeds).
     pub publish: Option<Publish>,
+    /// Agent `c` of the generated workflows is a `queue` agent (half the seeds): its
+    /// requests go to a worker's queue (`run::WORKER`), and the worker replies.
+    pub queue_agent: bool,
     /// Orders sent a second time, byte for byte.
     pub resends: usize,
     /// Orders sent again under an existing id with a different payload.
@@ -237,6 +240,7 @@ impl Swarm {
             workflows: WORKFLOW_MIXES[rng.usize(..WORKFLOW_MIXES.len())],
             generated,
             publish,
+            queue_agent: rng.bool(),
             resends: rng.usize(0..=2),
             conflicts: rng.usize(0..=1),
             bad_inputs: rng.usize(0..=3),

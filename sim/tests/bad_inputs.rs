@@ -89,10 +89,7 @@ impl World {
         let settings = Settings {
             policy: sas::domain::Policy::default(),
             workflows: Workflows::builtin(),
-            topology: Topology {
-                scheduler_queue: QueueUrl("scheduler".into()),
-                agent_queue: QueueUrl("agent".into()),
-            },
+            topology: Topology::new(QueueUrl("scheduler".into()), QueueUrl("agent".into())),
             reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
         };
         let agent = Agent::new(

@@ -111,10 +111,10 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     let settings = sas::handlers::Settings {
         policy: sas::domain::Policy::default(),
         workflows: sas::domain::Workflows::builtin(),
-        topology: sas::handlers::Topology {
-            scheduler_queue: QueueUrl(resources.scheduler_queue.clone()),
-            agent_queue: QueueUrl(resources.agent_queue.clone()),
-        },
+        topology: sas::handlers::Topology::new(
+            QueueUrl(resources.scheduler_queue.clone()),
+            QueueUrl(resources.agent_queue.clone()),
+        ),
         reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
     };
 

@@ -82,10 +82,7 @@ async fn each_line_names_its_own_order_when_a_batch_interleaves() {
     let settings = Settings {
         policy: Policy::default(),
         workflows: Workflows::builtin(),
-        topology: Topology {
-            scheduler_queue: QueueUrl("scheduler".into()),
-            agent_queue: QueueUrl("agent".into()),
-        },
+        topology: Topology::new(QueueUrl("scheduler".into()), QueueUrl("agent".into())),
         reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
     };
     let submission = Submission::new(deps, settings);

@@ -42,12 +42,32 @@ pub struct DefinitionFile {
     pub workflows: Vec<Workflow>,
 }
 
+/// How a step reaches its remote service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    /// The agent function calls `POST {url}/{step name}` with retries and a breaker.
+    #[default]
+    Http,
+    /// The scheduler puts the agent request on `queue_url`; a worker of the team's own
+    /// (any language) does the step and sends the fenced reply to the scheduler's queue
+    /// (docs/WORKERS.md).
+    Queue,
+}
+
 /// One remote service. Every field is optional: an empty object is the deployment's
 /// `REMOTE_SERVICE_URL` with the agent's name appended, and the deployment's timing.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AgentDef {
+    /// `http` (the default) or `queue`.
+    #[serde(default, skip_serializing_if = "is_http")]
+    pub kind: AgentKind,
+    /// A `queue` agent's SQS queue URL, where its worker takes requests from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_url: Option<String>,
     /// Base URL: a step is `POST {url}/{step name}`. https (plain http only to a
     /// loopback host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +80,20 @@ pub struct AgentDef {
     pub retry: Option<RetryDef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<BreakerDef>,
+}
+
+fn is_http(kind: &AgentKind) -> bool {
+    *kind == AgentKind::Http
+}
+
+impl AgentDef {
+    /// The queue a `queue` agent's requests go to.
+    pub fn queue(&self) -> Option<&str> {
+        match self.kind {
+            AgentKind::Queue => self.queue_url.as_deref(),
+            AgentKind::Http => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,6 +208,15 @@ pub fn remote_url_allowed(value: &str) -> bool {
     })
 }
 
+/// A queue URL in a form SQS (or a local endpoint) answers: scheme, host, and a path of
+/// exactly `/<account>/<name>`.
+fn queue_url_ok(value: &str) -> bool {
+    let Ok(url) = url::Url::parse(value) else { return false };
+    let path_ok = super::reply_to::QueueId::account_and_name(value).is_some();
+    let scheme_ok = url.scheme() == "https" || remote_url_allowed(value);
+    path_ok && scheme_ok && url.query().is_none() && url.username().is_empty()
+}
+
 impl DefinitionFile {
     /// The JSON as typed, or the first place it does not fit (serde's own message, cut:
     /// it may echo a long key).
@@ -195,6 +238,37 @@ impl DefinitionFile {
             let at = |field: &str| format!("agent {name}, {field}");
             if !name_ok(name) {
                 error(at("name"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
+            }
+            match (agent.kind, &agent.queue_url) {
+                (AgentKind::Queue, None) => error(at("queue_url"), "a queue agent needs its queue's URL".into()),
+                (AgentKind::Queue, Some(q)) if !queue_url_ok(q) => error(
+                    at("queue_url"),
+                    "must be an SQS queue URL: https://sqs.<region>.amazonaws.com/<account>/<name> (or an endpoint's, for local runs)".into(),
+                ),
+                (AgentKind::Http, Some(_)) => {
+                    error(at("queue_url"), "only a queue agent has one (set \"kind\": \"queue\")".into())
+                }
+                _ => {}
+            }
+            if agent.kind == AgentKind::Queue {
+                let set: Vec<&str> = [
+                    ("url", agent.url.is_some()),
+                    ("timeout_ms", agent.timeout_ms.is_some()),
+                    ("retry", agent.retry.is_some()),
+                    ("breaker", agent.breaker.is_some()),
+                ]
+                .into_iter()
+                .filter_map(|(f, set)| set.then_some(f))
+                .collect();
+                if !set.is_empty() {
+                    error(
+                        at("kind"),
+                        format!(
+                            "a queue agent's worker makes its own calls: {} do not apply",
+                            set.join(", ")
+                        ),
+                    );
+                }
             }
             if let Some(url) = &agent.url
                 && !remote_url_allowed(url)
@@ -328,6 +402,54 @@ impl DefinitionFile {
     }
 }
 
+impl DefinitionFile {
+    /// What publishing this file in place of `previous` (the file published last) would
+    /// break: a version published before must never change (tasks are pinned to it), new
+    /// versions come after the last published one, and a version removed stops the tasks
+    /// still pinned to it (a warning: removing one nobody runs any more is how old
+    /// versions go).
+    pub fn against_previous(&self, previous: &DefinitionFile) -> Vec<Problem> {
+        let mut out = Vec::new();
+        let mut last: BTreeMap<&str, u32> = BTreeMap::new();
+        for old in &previous.workflows {
+            let at = format!("workflow {} v{}", old.name, old.version);
+            let entry = last.entry(old.name.as_str()).or_default();
+            *entry = (*entry).max(old.version);
+            match self.workflows.iter().find(|w| w.name == old.name && w.version == old.version) {
+                None => out.push(Problem {
+                    severity: Severity::Warning,
+                    at,
+                    message: "published before and removed: tasks still pinned to it stop (their messages are kept in the DLQ)".into(),
+                }),
+                Some(new) if new != old => out.push(Problem {
+                    severity: Severity::Error,
+                    at: format!("{at}, steps"),
+                    message: format!(
+                        "changed since it was published: tasks are pinned to it; publish the change as v{}",
+                        previous.workflows.iter().filter(|w| w.name == old.name).map(|w| w.version).max().unwrap_or(0)
+                            + 1
+                    ),
+                }),
+                Some(_) => {}
+            }
+        }
+        for new in &self.workflows {
+            let published = previous.workflows.iter().any(|w| w.name == new.name && w.version == new.version);
+            if let Some(&before) = last.get(new.name.as_str())
+                && !published
+                && new.version <= before
+            {
+                out.push(Problem {
+                    severity: Severity::Error,
+                    at: format!("workflow {} v{}, version", new.name, new.version),
+                    message: format!("not increasing: v{before} was published before"),
+                });
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,6 +564,71 @@ mod tests {
             got.iter().any(|p| p == "error: workflow w v0, version: must be above v3, defined before it"),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn a_queue_agent_names_its_queue_and_nothing_the_agent_function_would_use() {
+        let ok = r#"{"agents": {"mail": {"kind": "queue", "queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/mail"}},
+            "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "mail"}]}]}"#;
+        let d = Definitions::parse(ok).unwrap();
+        assert_eq!(d.agents["mail"].queue(), Some("https://sqs.eu-west-1.amazonaws.com/123456789012/mail"));
+        let got = problems(
+            r#"{"agents": {"a": {"kind": "queue"}, "b": {"kind": "queue", "queue_url": "https://example.com/x", "timeout_ms": 500},
+                           "c": {"queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/c"}},
+                "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "b"}, {"name": "u", "agent": "c"}]}]}"#,
+        );
+        let want = [
+            "error: agent a, queue_url: a queue agent needs its queue's URL",
+            "error: agent b, queue_url: must be an SQS queue URL: https://sqs.<region>.amazonaws.com/<account>/<name> (or an endpoint's, for local runs)",
+            "error: agent b, kind: a queue agent's worker makes its own calls: timeout_ms do not apply",
+            r#"error: agent c, queue_url: only a queue agent has one (set "kind": "queue")"#,
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_new_file_keeps_what_was_published_and_adds_only_newer_versions() {
+        let previous = DefinitionFile::parse(
+            r#"{"agents": {"a": {}}, "workflows": [
+                {"name": "w", "version": 1, "steps": [{"name": "s", "agent": "a"}]},
+                {"name": "w", "version": 2, "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "a"}]},
+                {"name": "old", "steps": [{"name": "s", "agent": "a"}]}]}"#,
+        )
+        .unwrap();
+        let next = DefinitionFile::parse(
+            r#"{"agents": {"a": {}}, "workflows": [
+                {"name": "w", "version": 1, "steps": [{"name": "s", "agent": "a"}]},
+                {"name": "w", "version": 2, "steps": [{"name": "s", "agent": "a"}, {"name": "u", "agent": "a"}]},
+                {"name": "new", "version": 7, "steps": [{"name": "s", "agent": "a"}]}]}"#,
+        )
+        .unwrap();
+        let got: Vec<String> = next.against_previous(&previous).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "error: workflow w v2, steps: changed since it was published: tasks are pinned to it; publish the change as v3",
+                "warning: workflow old v1: published before and removed: tasks still pinned to it stop (their messages are kept in the DLQ)",
+            ]
+        );
+        let backwards = DefinitionFile::parse(
+            r#"{"agents": {"a": {}}, "workflows": [
+                {"name": "w", "version": 1, "steps": [{"name": "s", "agent": "a"}]},
+                {"name": "w", "version": 2, "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "a"}]}]}"#,
+        )
+        .unwrap();
+        let older_only = DefinitionFile::parse(
+            r#"{"agents": {"a": {}}, "workflows": [{"name": "w", "version": 2, "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "a"}]}]}"#,
+        )
+        .unwrap();
+        assert!(backwards.against_previous(&backwards).is_empty(), "the same file again is fine");
+        let re_added = DefinitionFile::parse(
+            r#"{"agents": {"a": {}}, "workflows": [{"name": "w", "version": 1, "steps": [{"name": "x", "agent": "a"}]},
+                {"name": "w", "version": 2, "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "a"}]}]}"#,
+        )
+        .unwrap();
+        let got: Vec<String> =
+            re_added.against_previous(&older_only).iter().map(ToString::to_string).collect();
+        assert_eq!(got, ["error: workflow w v1, version: not increasing: v2 was published before"]);
     }
 
     #[test]

@@ -255,6 +255,9 @@ pub struct AgentRequest {
     /// earlier step's for a forward step, and the undone step's own for a compensation.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs: BTreeMap<String, serde_json::Value>,
+    /// For a `queue` agent's worker: the scheduler's queue, where its reply goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_queue: Option<String>,
 }
 
 /// How an agent request disagrees with the workflow it names. The agent's queue is

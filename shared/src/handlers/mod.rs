@@ -67,6 +67,27 @@ pub struct Deps {
 pub struct Topology {
     pub scheduler_queue: QueueUrl,
     pub agent_queue: QueueUrl,
+    /// The `queue` agents' queues, by agent: their requests go there, not to the agent
+    /// function's queue.
+    pub queue_agents: std::collections::BTreeMap<String, QueueUrl>,
+}
+
+impl Topology {
+    pub fn new(scheduler_queue: QueueUrl, agent_queue: QueueUrl) -> Topology {
+        Topology { scheduler_queue, agent_queue, queue_agents: Default::default() }
+    }
+
+    /// The queue agents of a definition file.
+    pub fn with_queue_agents(
+        mut self,
+        agents: &std::collections::BTreeMap<String, crate::domain::definitions::AgentDef>,
+    ) -> Topology {
+        self.queue_agents = agents
+            .iter()
+            .filter_map(|(name, def)| def.queue().map(|q| (name.clone(), QueueUrl(q.to_owned()))))
+            .collect();
+        self
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -263,8 +284,18 @@ async fn dispatch(
         idempotency_key: idempotency_key(&task.order_id, step, action),
         order: (*task.order).clone(),
         outputs: outputs_for(task, workflow, step, action),
+        reply_queue: None,
     };
-    deps.queues.send(&settings.topology.agent_queue, Outgoing::new(request.to_body())).await?;
+    // A queue agent's worker is outside: it gets the request on its own queue, with where
+    // to reply; the agent function knows that already.
+    let (queue, request) = match settings.topology.queue_agents.get(&step_def.agent) {
+        Some(queue) => (
+            queue,
+            AgentRequest { reply_queue: Some(settings.topology.scheduler_queue.0.clone()), ..request },
+        ),
+        None => (&settings.topology.agent_queue, request),
+    };
+    deps.queues.send(queue, Outgoing::new(request.to_body())).await?;
     Ok(())
 }
 

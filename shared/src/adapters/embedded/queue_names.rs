@@ -15,7 +15,7 @@ pub const STATUS: &str = "status";
 
 /// Where the handlers send, by these names.
 pub fn topology() -> Topology {
-    Topology { scheduler_queue: QueueUrl(SCHEDULER.into()), agent_queue: QueueUrl(AGENT.into()) }
+    Topology::new(QueueUrl(SCHEDULER.into()), QueueUrl(AGENT.into()))
 }
 
 /// The `reply_to` rules of an in-process run: status to the `status` queue only, never to
