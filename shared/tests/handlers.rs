@@ -1140,3 +1140,44 @@ async fn a_queue_agents_worker_replies_with_the_fenced_contract() {
         "the agent function never called payment"
     );
 }
+
+/// Once a service's circuit is open, its requests fail fast: no call, no reply, no
+/// waiting for the circuit to close (which would hold the invocation, and the other
+/// agents' requests queued behind it, for a service known to be down). The supervisor
+/// retries the task at its deadline.
+#[tokio::test]
+async fn an_open_circuit_fails_fast_without_holding_the_invocation() {
+    let mut h = Harness::new();
+    h.agent = sas::handlers::Agent::new(
+        h.agent.deps.clone(),
+        sas::handlers::AgentSettings {
+            retry: sas::domain::retry::Backoff { base_ms: 10, cap_ms: 10 },
+            breaker: sas::domain::breaker::BreakerPolicy { failure_threshold: 2, open_ms: 60_000 },
+        },
+        h.settings.workflows.clone(),
+    );
+    h.remote.by_default(Script::Transient);
+    h.submit("o-1", SINGLE).await;
+    h.pump_orders().await;
+    h.pump_scheduler().await;
+    let before = h.now();
+    h.pump_agent().await;
+    // Two calls open the circuit; the attempt then stops at once, 10 ms of backoff later.
+    assert_eq!(h.remote.calls().len(), 2);
+    assert!(
+        h.now().millis_since(before) < 100,
+        "did not wait for the circuit: {} ms",
+        h.now().millis_since(before)
+    );
+    assert_eq!(h.count(Metric::CircuitOpen), 1);
+    assert_eq!(h.depth(SCHEDULER), 0, "no reply");
+
+    // The next attempt of another order is refused without a call.
+    h.submit("o-2", SINGLE).await;
+    h.pump_orders().await;
+    h.pump_scheduler().await;
+    h.pump_agent().await;
+    assert_eq!(h.remote.calls().len(), 2);
+    assert_eq!(h.count(Metric::CircuitOpen), 2);
+    assert_eq!(h.task("o-2").state, ProcessState::Processing, "left for the supervisor");
+}

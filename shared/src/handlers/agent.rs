@@ -1,6 +1,7 @@
 //! agent: performs one step against its remote service with retries (backoff and
-//! jitter) and a circuit breaker, all bounded by complete-by. Past complete-by it
-//! replies nothing: the supervisor owns the task from then on.
+//! jitter) and a circuit breaker per service, all bounded by complete-by. Past
+//! complete-by, or with the service's circuit open, it replies nothing: the supervisor
+//! owns the task from then on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -189,13 +190,14 @@ impl Agent {
             if now >= complete_by {
                 return AgentOutcome::GaveUp { calls };
             }
+            // An open circuit fails fast: waiting for it to close would hold this
+            // invocation (and the requests of every other agent behind it in the queue)
+            // for a service known to be down. The task lapses and the supervisor retries
+            // it with backoff, against the step's failure budget.
             if let Permit::Refused { retry_at_ms } = self.permit(&request.agent, now) {
                 self.deps.metrics.record(Metric::CircuitOpen, 1);
-                if Timestamp(retry_at_ms) >= complete_by {
-                    return AgentOutcome::GaveUp { calls };
-                }
-                clock.sleep_until(Timestamp(retry_at_ms)).await;
-                continue;
+                tracing::info!(agent = %request.agent, retry_at_ms, "circuit open; not calling, no reply");
+                return AgentOutcome::GaveUp { calls };
             }
             calls += 1;
             let result = self.deps.remote.call(&call, complete_by.millis_since(now)).await;
