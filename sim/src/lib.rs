@@ -5,6 +5,8 @@
 //! `SIM_SEED=<n>`. See docs/SIMULATION.md.
 
 pub mod check;
+pub mod deployment;
+mod executor;
 pub mod invariants;
 pub mod ledger;
 pub mod ports;

@@ -6,8 +6,8 @@ use std::fmt;
 
 use sas::domain::{OnGiveUp, Step, Workflow};
 
+use crate::deployment::Function;
 use crate::ledger::RemoteFaults;
-use crate::world::Function;
 
 /// Probabilities and bounds of every fault. All zero: a fault-free world.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -88,7 +88,7 @@ pub struct Swarm {
     pub faults: Faults,
     /// Valid orders submitted.
     pub orders: usize,
-    /// The workflows orders are drawn from, uniformly (`run::workflows`).
+    /// The workflows orders are drawn from, uniformly (`deployment::workflows`).
     pub workflows: &'static [&'static str],
     /// This seed's own random workflow, named `generated` (`generated_workflow`).
     pub generated: Workflow,
