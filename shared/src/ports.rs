@@ -240,3 +240,19 @@ pub trait QueueConsumer: Send + Sync {
     async fn receive(&self, queue: &QueueUrl, max: usize, wait_ms: u64) -> Result<Vec<Delivery>, QueueError>;
     async fn delete(&self, queue: &QueueUrl, receipt: &str) -> Result<(), QueueError>;
 }
+
+/// Where the pipeline's own messages go: the handlers send there, and every backend's
+/// wiring (the functions' configuration, an embedded run's queue names) builds one.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub scheduler_queue: QueueUrl,
+    pub agent_queue: QueueUrl,
+}
+
+/// One received message, independent of how it arrived (Lambda event or embedded pump).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inbound {
+    pub message_id: String,
+    pub body: String,
+    pub receive_count: u32,
+}
