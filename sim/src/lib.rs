@@ -7,9 +7,9 @@
 pub mod check;
 pub mod deployment;
 mod executor;
+pub mod faults;
 pub mod invariants;
 pub mod ledger;
-pub mod ports;
 pub mod remote;
 pub mod run;
 pub mod swarm;

@@ -28,9 +28,9 @@ use crate::deployment::{
     Function, MAX_RECEIVES, SEND_MAX_HOLD_MS, SUPERVISOR_PERIOD_MS, WORK, agent_settings, policy, workflows,
 };
 use crate::executor::{Flag, poll_caught, with_msg};
+use crate::faults::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
 use crate::invariants::{Invariant, Violation};
 use crate::ledger::Ledger;
-use crate::ports::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
 use crate::remote::SimRemote;
 use crate::swarm::{Faults, Swarm};
 use crate::workload::{self, Arrival};
