@@ -38,6 +38,8 @@ pub struct DevOptions {
     pub definitions: Definitions,
     pub workflow: String,
     pub faults: RemoteFaults,
+    /// Agents whose simulated service fails differently from `faults`.
+    pub agent_faults: std::collections::BTreeMap<String, RemoteFaults>,
     /// Share of orders submitted a second time, byte for byte.
     pub duplicate_rate: f64,
     /// Bad messages sent alongside the orders (malformed, invalid, conflicting).
@@ -69,7 +71,9 @@ impl Default for DevOptions {
                 undo_permanent: 0.0,
                 hang: 0.02,
                 latency_max_ms: 2,
+                bad_output: 0.0,
             },
+            agent_faults: Default::default(),
             duplicate_rate: 0.05,
             malformed: 10,
             queue_duplicate_rate: 0.01,
@@ -398,7 +402,7 @@ pub async fn run_on(
     let started = Instant::now();
     let metrics = Arc::new(CountingMetrics::default());
     let random = Arc::new(FastRandom::seeded(options.seed));
-    let remote = LoopbackRemote::start(options.faults, options.seed).await?;
+    let remote = LoopbackRemote::start(options.faults, options.agent_faults.clone(), options.seed).await?;
     // Every agent at the simulated service, each with its own call timeout.
     let at_the_simulated_service: std::collections::BTreeMap<_, _> = options
         .definitions

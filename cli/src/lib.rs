@@ -2,6 +2,7 @@
 //! report; `bench`, the benchmarks of docs/BENCHMARKS.md; `workflows`, checking a
 //! definition file.
 
+pub mod agent_fault;
 pub mod aws_stub;
 pub mod bench;
 pub mod dev;

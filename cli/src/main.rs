@@ -69,6 +69,15 @@ struct DevArgs {
     /// Remote service time per answered call: uniform up to this, in ms.
     #[arg(long, default_value_t = 2)]
     latency_ms: u64,
+    /// Probability a forward step's success answers an output too large to keep (the
+    /// task gives up on that step, its outcome in doubt).
+    #[arg(long, default_value_t = 0.0)]
+    bad_output_rate: f64,
+    /// One agent's service fails differently from the rest: NAME=KIND:RATE[,KIND:RATE],
+    /// kinds fail, refuse, undo-refuse, hang, bad-output (0 to 1) and latency (ms), e.g.
+    /// `--agent-fault payment=fail:0.3`. Repeatable.
+    #[arg(long, value_name = "NAME=KIND:RATE")]
+    agent_fault: Vec<sasctl::agent_fault::AgentFault>,
     /// Share of orders sent twice.
     #[arg(long, default_value_t = 0.05)]
     duplicate_rate: f64,
@@ -118,6 +127,7 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
         ("hang-rate", args.hang_rate),
         ("duplicate-rate", args.duplicate_rate),
         ("queue-duplicate-rate", args.queue_duplicate_rate),
+        ("bad-output-rate", args.bad_output_rate),
     ] {
         check_rate(name, v)?;
     }
@@ -145,17 +155,22 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
     if args.step_timeout_ms < 50 || args.concurrency == 0 || args.failure_threshold == 0 {
         return Err("--step-timeout-ms must be >= 50, --concurrency and --failure-threshold >= 1".into());
     }
+    let faults = RemoteFaults {
+        transient: args.failure_rate,
+        permanent: args.permanent_rate,
+        undo_permanent: 0.0,
+        hang: args.hang_rate,
+        latency_max_ms: args.latency_ms,
+        bad_output: args.bad_output_rate,
+    };
+    let agents: Vec<&str> = definitions.agents.keys().map(String::as_str).collect();
+    let agent_faults = sasctl::agent_fault::per_agent(&args.agent_fault, faults, &agents)?;
     let options = DevOptions {
         orders: args.orders,
         definitions,
         workflow: args.workflow,
-        faults: RemoteFaults {
-            transient: args.failure_rate,
-            permanent: args.permanent_rate,
-            undo_permanent: 0.0,
-            hang: args.hang_rate,
-            latency_max_ms: args.latency_ms,
-        },
+        faults,
+        agent_faults,
         duplicate_rate: args.duplicate_rate,
         malformed: args.malformed,
         queue_duplicate_rate: args.queue_duplicate_rate,

@@ -3,6 +3,7 @@
 //! refusals and hangs, deduplication by idempotency key, a ledger of every call and
 //! every applied effect) served over real HTTP in real time.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +19,8 @@ pub use sas_sim::ledger::{Ledger, RemoteFaults};
 
 struct Service {
     faults: RemoteFaults,
+    /// Agents whose service fails differently from the rest (`--agent-fault`).
+    agent_faults: BTreeMap<String, RemoteFaults>,
     started: Instant,
     /// The generator and the ledger behind one lock: a key is settled under it once.
     state: Mutex<(fastrand::Rng, Ledger)>,
@@ -28,6 +31,8 @@ struct CallBody {
     order_id: String,
     step: u32,
     action: Action,
+    #[serde(default)]
+    outputs: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// No answer can take longer than this; the agent's own timeout ends the call first.
@@ -35,14 +40,15 @@ const HANG: Duration = Duration::from_secs(3_600);
 
 async fn call(
     State(service): State<Arc<Service>>,
-    Path((_agent, _action_name)): Path<(String, String)>,
+    Path((agent, action_name)): Path<(String, String)>,
     headers: HeaderMap,
     body: axum::Json<CallBody>,
-) -> (StatusCode, &'static str) {
+) -> (StatusCode, String) {
     let Some(key) = headers.get(IDEMPOTENCY_HEADER).and_then(|v| v.to_str().ok()) else {
-        return (StatusCode::BAD_REQUEST, "missing Idempotency-Key");
+        return (StatusCode::BAD_REQUEST, "missing Idempotency-Key".into());
     };
-    let verdict = {
+    let handed = serde_json::to_string(&body.outputs).unwrap_or_default();
+    let (verdict, answer) = {
         let mut state = service.state.lock().unwrap_or_else(|p| p.into_inner());
         let (rng, ledger) = &mut *state;
         let at = service.started.elapsed().as_millis() as u64;
@@ -52,22 +58,27 @@ async fn call(
             step: body.step,
             action: body.action,
             timeout_ms: HANG.as_millis() as u64,
+            agent: &agent,
+            name: &action_name,
+            handed: &handed,
         };
-        ledger.call(&service.faults, rng, at, call)
+        let faults = service.agent_faults.get(&agent).unwrap_or(&service.faults);
+        let verdict = ledger.call(faults, rng, at, call);
+        (verdict, ledger.answer(key).to_owned())
     };
     match verdict {
         Verdict::Answer { latency_ms } => {
             if latency_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(latency_ms)).await;
             }
-            (StatusCode::OK, "done")
+            (StatusCode::OK, answer)
         }
-        Verdict::Transient => (StatusCode::SERVICE_UNAVAILABLE, "try again"),
-        Verdict::Refused => (StatusCode::UNPROCESSABLE_ENTITY, "declined"),
+        Verdict::Transient => (StatusCode::SERVICE_UNAVAILABLE, "try again".into()),
+        Verdict::Refused => (StatusCode::UNPROCESSABLE_ENTITY, "declined".into()),
         Verdict::Hang => {
             // The caller's timeout ends this call; the server never answers it.
             tokio::time::sleep(HANG).await;
-            (StatusCode::GATEWAY_TIMEOUT, "hung")
+            (StatusCode::GATEWAY_TIMEOUT, "hung".into())
         }
     }
 }
@@ -80,9 +91,14 @@ pub struct LoopbackRemote {
 }
 
 impl LoopbackRemote {
-    pub async fn start(faults: RemoteFaults, seed: u64) -> std::io::Result<LoopbackRemote> {
+    pub async fn start(
+        faults: RemoteFaults,
+        agent_faults: BTreeMap<String, RemoteFaults>,
+        seed: u64,
+    ) -> std::io::Result<LoopbackRemote> {
         let service = Arc::new(Service {
             faults,
+            agent_faults,
             started: Instant::now(),
             state: Mutex::new((fastrand::Rng::with_seed(seed), Ledger::default())),
         });

@@ -18,6 +18,7 @@ fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
             undo_permanent: 0.0,
             hang: 0.05,
             latency_max_ms: 1,
+            bad_output: 0.03,
         },
         duplicate_rate: 0.1,
         malformed: 13,

@@ -10,6 +10,6 @@ fuzz_target!(|data: &[u8]| {
     let Ok(request) = AgentRequest::parse(&body) else { return };
     let again = AgentRequest::parse(&request.to_body()).expect("a parsed request round-trips");
     assert_eq!(again, request);
-    let reply = SchedulerMessage::Reply(request.reply(ReplyOutcome::Succeeded));
+    let reply = SchedulerMessage::Reply(request.reply(ReplyOutcome::DONE));
     SchedulerMessage::parse(&reply.to_body()).expect("its reply parses");
 });

@@ -10,6 +10,8 @@ mod switches {
     static DISABLE_FENCING: AtomicBool = AtomicBool::new(false);
     static UNCONDITIONAL_CLAIM: AtomicBool = AtomicBool::new(false);
     static COMPENSATE_PAST_PIVOT: AtomicBool = AtomicBool::new(false);
+    static FORGET_OUTPUTS: AtomicBool = AtomicBool::new(false);
+    static NEWEST_VERSION: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -23,6 +25,12 @@ mod switches {
         /// Giving up ignores pivots: it compensates whatever can be undone and may end
         /// Compensated while a pivot's effect stands (the behaviour before pivots).
         CompensatePastPivot,
+        /// A forward step is handed only the output of the step just before it.
+        ForgetOutputs,
+        /// A task runs on the newest version of its workflow its handler knows, not the
+        /// version it is pinned to: the handlers look it up so, and neither the record's
+        /// own check nor the agent's refuses the other version.
+        NewestVersion,
     }
 
     impl Mutation {
@@ -31,6 +39,8 @@ mod switches {
                 Mutation::DisableFencing => &DISABLE_FENCING,
                 Mutation::UnconditionalClaim => &UNCONDITIONAL_CLAIM,
                 Mutation::CompensatePastPivot => &COMPENSATE_PAST_PIVOT,
+                Mutation::ForgetOutputs => &FORGET_OUTPUTS,
+                Mutation::NewestVersion => &NEWEST_VERSION,
             }
         }
         pub fn set(self, on: bool) {
@@ -49,6 +59,12 @@ mod switches {
     }
     pub fn compensate_past_pivot() -> bool {
         Mutation::CompensatePastPivot.is_on()
+    }
+    pub fn forget_outputs() -> bool {
+        Mutation::ForgetOutputs.is_on()
+    }
+    pub fn newest_version() -> bool {
+        Mutation::NewestVersion.is_on()
     }
 }
 
@@ -70,5 +86,17 @@ pub(crate) const fn claim_unconditional() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn compensate_past_pivot() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn forget_outputs() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn newest_version() -> bool {
     false
 }

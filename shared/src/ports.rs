@@ -134,6 +134,8 @@ pub struct RemoteCall<'a> {
     pub step_name: &'a str,
     pub idempotency_key: &'a IdempotencyKey,
     pub order: &'a Order,
+    /// The outputs of earlier steps (of the undone step, for a compensation), by name.
+    pub outputs: &'a std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -158,7 +160,10 @@ impl RemoteError {
 /// The remote service an agent fronts.
 #[async_trait]
 pub trait RemoteService: Send + Sync {
-    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<(), RemoteError>;
+    /// Success answers with the body the service sent (the step's output, if any): at
+    /// most [`crate::domain::MAX_OUTPUT_BYTES`] + 1 bytes of it are read, enough to tell
+    /// that it is too large.
+    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<Vec<u8>, RemoteError>;
 }
 
 /// What the pipeline counts; CloudWatch EMF in Lambda, counters in `dev`.

@@ -994,3 +994,82 @@ async fn concurrent_supervisors_recover_a_task_once() {
     assert_eq!(h.depth(SCHEDULER), 1, "one retry Schedule");
     h.finish();
 }
+
+/// A step's answer is kept with the task and handed on: the charge gets the reservation's
+/// output, the refund the charge's own, the release the reservation's.
+#[tokio::test]
+async fn step_outputs_reach_later_steps_and_compensations() {
+    let h = Harness::new();
+    h.remote.then([
+        Script::Answer(r#"{"reservation": "r-1"}"#.into()),
+        Script::Answer(r#" {"charge_id": "ch-9", "amount": 12} "#.into()),
+        Script::Permanent("address rejected"),
+        Script::Answer("ignored: a compensation's answer is not kept".into()),
+        Script::Ok,
+    ]);
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+
+    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    let handed: Vec<(u32, Action, String)> =
+        h.remote.calls().into_iter().map(|c| (c.step, c.action, c.outputs)).collect();
+    let r = r#""reserve-inventory":{"reservation":"r-1"}"#;
+    let c = r#""charge-payment":{"amount":12,"charge_id":"ch-9"}"#;
+    assert_eq!(
+        handed,
+        vec![
+            (0, Action::Do, "{}".into()),
+            (1, Action::Do, format!("{{{r}}}")),
+            (2, Action::Do, format!("{{{c},{r}}}")),
+            (1, Action::Undo, format!("{{{c},{r}}}")),
+            (0, Action::Undo, format!("{{{r}}}")),
+        ]
+    );
+    assert_eq!(h.task("o-1").outputs.len(), 2);
+}
+
+/// A success whose output cannot be kept: the step took effect, later steps cannot have
+/// its answer, so the task gives up at once with that step in doubt and undoes it too.
+#[tokio::test]
+async fn an_output_too_large_gives_up_with_the_step_in_doubt() {
+    let h = Harness::new();
+    let big = format!("{{\"blob\": \"{}\"}}", "x".repeat(sas::domain::MAX_OUTPUT_BYTES));
+    h.remote.then([Script::Ok, Script::Answer(big)]);
+    h.submit("o-1", THREE).await;
+    h.run_until_quiet().await;
+
+    let task = h.task("o-1");
+    assert_eq!(task.state, ProcessState::Compensated);
+    assert_eq!(
+        h.remote.steps(),
+        vec![(0, Action::Do), (1, Action::Do), (1, Action::Undo), (0, Action::Undo)],
+        "no retry of the step (the same key answers the same), and the step itself undone"
+    );
+    assert!(task.last_error.unwrap().contains("output cannot be kept"));
+    assert_eq!(h.alerts.all().len(), 1, "an operator hears of it");
+    let failed = h.statuses().into_iter().find(|s| s.status == OrderStatus::Compensating).unwrap();
+    assert!(failed.reason.unwrap().contains("at most 4096"), "the sender is told why");
+}
+
+/// An order may name the version it runs; one that names a version the definitions do
+/// not hold is refused with the versions they do.
+#[tokio::test]
+async fn an_order_may_name_its_workflow_version() {
+    let h = Harness::new();
+    let body = Harness::order_body("o-1", THREE)
+        .replace(r#""workflow":"three-step""#, r#""workflow":"three-step","workflow_version":1"#);
+    assert!(body.contains("workflow_version"), "{body}");
+    h.send(ORDERS, body).await;
+    h.run_until_quiet().await;
+    let bad = Harness::order_body("o-2", THREE)
+        .replace(r#""workflow":"three-step""#, r#""workflow":"three-step","workflow_version":2"#);
+    h.send(ORDERS, bad).await;
+    let report = h.batch(ORDERS, ORDERS_DLQ, |m| h.submission.handle(m)).await;
+    assert_eq!(report.kept, 1);
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").workflow_version, 1);
+    let kept = h.drain(ORDERS_DLQ);
+    assert_eq!(kept.len(), 1);
+    let reason = &kept[0].attributes[REASON_ATTRIBUTE];
+    assert!(reason.contains(r#"workflow "three-step" has no version 2; known: v1"#), "{reason}");
+}

@@ -37,12 +37,15 @@ fn order() -> Order {
         customer_id: "c-1".into(),
         items: vec![],
         workflow: "single-step".into(),
+        workflow_version: None,
     }
 }
 
-async fn call(base: &str) -> Result<(), RemoteError> {
+async fn call(base: &str) -> Result<Vec<u8>, RemoteError> {
     let order = order();
     let key = IdempotencyKey("o-1:0:do".into());
+    let outputs =
+        std::collections::BTreeMap::from([("reserve".to_owned(), serde_json::json!({"id": "r-1"}))]);
     let call = RemoteCall {
         agent: "orders",
         action: Action::Do,
@@ -50,8 +53,26 @@ async fn call(base: &str) -> Result<(), RemoteError> {
         step_name: "process-order",
         idempotency_key: &key,
         order: &order,
+        outputs: &outputs,
     };
     HttpRemote::new(base).call(&call, 5_000).await
+}
+
+#[tokio::test]
+async fn a_success_answers_its_body_read_only_as_far_as_the_output_limit() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"charge\":\"c1\"}".to_vec();
+    let (base, _) = serve(answer).await;
+    assert_eq!(call(&base).await.unwrap(), br#"{"charge":"c1"}"#.to_vec());
+
+    let body = "x".repeat(1_000_000);
+    let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    let (base, _) = serve(answer.into_bytes()).await;
+    let got = call(&base).await.unwrap();
+    assert_eq!(got.len(), sas::domain::MAX_OUTPUT_BYTES + 1, "enough to tell it is too large, no more");
+    assert!(matches!(
+        sas::domain::StepOutput::from_body(&got),
+        Err(sas::domain::OutputError::TooLarge { .. })
+    ));
 }
 
 #[tokio::test]

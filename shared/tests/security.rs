@@ -32,9 +32,9 @@ struct CountingRemote(Mutex<u32>);
 
 #[async_trait]
 impl RemoteService for CountingRemote {
-    async fn call(&self, _: &RemoteCall<'_>, _: u64) -> Result<(), RemoteError> {
+    async fn call(&self, _: &RemoteCall<'_>, _: u64) -> Result<Vec<u8>, RemoteError> {
         *self.0.lock().unwrap() += 1;
-        Ok(())
+        Ok(Vec::new())
     }
 }
 

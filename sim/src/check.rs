@@ -166,7 +166,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     && before.step == reply.step
                     && before.action() == reply.action
                     && (*step, *action) == (reply.step, reply.action)
-                    && succeeded == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded)
+                    && succeeded == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded { .. })
                     && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
                 if !live {
                     add(

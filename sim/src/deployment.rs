@@ -42,8 +42,9 @@ pub fn policy() -> Policy {
 /// The built-in workflows; a saga with a read-only first step, a pivot in the middle, a
 /// compensable step after it and budgets of their own (giving up after the pivot must go
 /// forward only, and a read in doubt is no pivot); and the seed's random workflow
-/// (`Swarm::generated`).
-pub fn workflows(generated: &Workflow) -> Workflows {
+/// (`Swarm::generated`): what handlers know before the seed's new version is published
+/// (`Swarm::publish`, added by `run::workflows`).
+pub fn workflows_before_publish(generated: &Workflow) -> Workflows {
     let saga = Workflow::new(
         "saga",
         vec![

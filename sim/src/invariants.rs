@@ -30,6 +30,8 @@ pub enum Invariant {
     Compensation,
     NothingStands,
     PivotGoesForward,
+    Outputs,
+    Pinned,
     Idempotency,
     RemoteAgrees,
     Liveness,
@@ -42,7 +44,7 @@ pub enum Invariant {
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 20] = [
+    pub const ALL: [Invariant; 22] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -54,6 +56,8 @@ impl Invariant {
         Invariant::Compensation,
         Invariant::NothingStands,
         Invariant::PivotGoesForward,
+        Invariant::Outputs,
+        Invariant::Pinned,
         Invariant::Idempotency,
         Invariant::RemoteAgrees,
         Invariant::Liveness,
@@ -85,6 +89,10 @@ impl Invariant {
                 "a Compensated task left no effect standing at the remote side (no pivot, nothing un-undone)"
             }
             Invariant::PivotGoesForward => "once a pivot took effect, nothing of its task is undone",
+            Invariant::Outputs => {
+                "each step is handed the outputs of the steps before it, each compensation also the output of the step it undoes"
+            }
+            Invariant::Pinned => "a task runs only the steps of the workflow version it was accepted under",
             Invariant::Idempotency => "one idempotency key per step, its remote effect applied at most once",
             Invariant::RemoteAgrees => "the remote side agrees with the final state",
             Invariant::Liveness => "every order is terminal within a bound after the faults stop",
@@ -495,6 +503,17 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             );
         }
 
+        if task.order.workflow_version.is_some_and(|v| v != task.workflow_version) {
+            add(
+                Invariant::Pinned,
+                format!(
+                    "order {id} asked for v{:?} and runs v{}",
+                    task.order.workflow_version, task.workflow_version
+                ),
+            );
+        }
+        check_outputs_and_pins(r.ledger, id, workflow, &mut add);
+
         // The remote side's ledger against the final state.
         for (step, def) in (0..workflow.len()).zip(&workflow.steps) {
             let done = applied(id, step, Action::Do);
@@ -547,4 +566,92 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
         }
     }
     found
+}
+
+/// What the remote side was handed and called as, against the task's pinned version:
+/// every call of step `s` carries exactly the outputs the steps before it answered (a
+/// compensation also its own step's, once the task went past it), and names that
+/// version's agent and step (or compensation).
+fn check_outputs_and_pins(
+    ledger: &Ledger,
+    id: &OrderId,
+    workflow: &Workflow,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let kept = |step: u32| -> Option<&str> {
+        let answer = ledger.answer(&idempotency_key(id, step, Action::Do).0);
+        (!answer.is_empty() && answer.len() <= sas::domain::MAX_OUTPUT_BYTES).then_some(answer)
+    };
+    let called =
+        |step: u32, action: Action| ledger.keys.contains_key(&(id.as_str().to_owned(), step, action));
+    for step in 0..=workflow.len() {
+        for action in [Action::Do, Action::Undo] {
+            let key = idempotency_key(id, step, action).0;
+            let Some(names) = ledger.called_as.get(&key) else { continue };
+            let Some(def) = workflow.step(step) else {
+                add(
+                    Invariant::Pinned,
+                    format!("order {id}: step {step} called, beyond v{}", workflow.version),
+                );
+                continue;
+            };
+            let want = match action {
+                Action::Do => Some(def.name.as_str()),
+                Action::Undo => def.compensation.as_deref(),
+            };
+            for (agent, name) in names {
+                if agent != &def.agent || Some(name.as_str()) != want {
+                    add(
+                        Invariant::Pinned,
+                        format!(
+                            "order {id} (v{}): step {step} {action:?} called as {agent}/{name}, not {}/{}",
+                            workflow.version,
+                            def.agent,
+                            want.unwrap_or("-")
+                        ),
+                    );
+                }
+            }
+            let upto = match action {
+                Action::Do => step,
+                Action::Undo => step + 1,
+            };
+            for handed in ledger.handed.get(&key).into_iter().flatten() {
+                let got: BTreeMap<String, serde_json::Value> =
+                    serde_json::from_str(handed).unwrap_or_default();
+                for name in got.keys() {
+                    let position = workflow.steps.iter().position(|s| &s.name == name);
+                    if position.is_none_or(|p| p as u32 >= upto) {
+                        add(
+                            Invariant::Outputs,
+                            format!("order {id}: step {step} {action:?} handed {name:?}'s output"),
+                        );
+                    }
+                }
+                for below in 0..upto {
+                    let name = &workflow.steps[below as usize].name;
+                    // Every step below was answered for good before this one ran; the
+                    // undone step's own answer is known once the task went past it.
+                    let must = below < step || called(step + 1, Action::Do);
+                    match (got.get(name).map(|v| v.to_string()), kept(below)) {
+                        (Some(g), Some(w)) if g != w => add(
+                            Invariant::Outputs,
+                            format!("order {id}: step {step} {action:?} handed {name}'s output {g}, not {w}"),
+                        ),
+                        (Some(g), None) => add(
+                            Invariant::Outputs,
+                            format!(
+                                "order {id}: step {step} {action:?} handed {name}'s output {g}, which it never gave"
+                            ),
+                        ),
+                        (None, Some(w)) if must => add(
+                            Invariant::Outputs,
+                            format!("order {id}: step {step} {action:?} not handed {name}'s output {w}"),
+                        ),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
 }

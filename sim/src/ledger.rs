@@ -22,6 +22,8 @@ pub struct RemoteFaults {
     pub hang: f64,
     /// Service time of an answered call: uniform up to this.
     pub latency_max_ms: u64,
+    /// A forward step's effect is applied but its answer is an output too large to keep.
+    pub bad_output: f64,
 }
 
 /// How an idempotency key was settled.
@@ -52,7 +54,17 @@ pub struct Ledger {
     pub keys: BTreeMap<(String, u32, Action), BTreeSet<String>>,
     /// Applied effects in the order they happened: (time, order id, step, action).
     pub effects: Vec<(u64, String, u32, Action)>,
+    /// What each applied forward key answers with, every time it is asked (its output),
+    /// when it answers anything.
+    pub answers: BTreeMap<String, String>,
+    /// Per key: every set of earlier outputs its calls were handed, as compact JSON.
+    pub handed: BTreeMap<String, BTreeSet<String>>,
+    /// Per key: every (agent, action name) it was called as.
+    pub called_as: BTreeMap<String, BTreeSet<(String, String)>>,
 }
+
+/// The longest answer the model gives when it gives one too large to keep.
+const TOO_LARGE: usize = sas::domain::MAX_OUTPUT_BYTES + 100;
 
 /// The randomness a call's verdict draws on. `roll` is a fault of `kind` with
 /// probability `p` (the simulation counts them by kind).
@@ -97,6 +109,11 @@ pub struct Call<'a> {
     pub action: Action,
     /// The caller's timeout: an answer slower than this is a hang to the caller.
     pub timeout_ms: u64,
+    pub agent: &'a str,
+    /// The step's or compensation's name, as the call addressed it.
+    pub name: &'a str,
+    /// The outputs the call was handed, as compact JSON (`{}` for none).
+    pub handed: &'a str,
 }
 
 impl Ledger {
@@ -109,6 +126,11 @@ impl Ledger {
             .entry((call.order_id.to_owned(), call.step, call.action))
             .or_default()
             .insert(call.key.to_owned());
+        self.handed.entry(call.key.to_owned()).or_default().insert(call.handed.to_owned());
+        self.called_as
+            .entry(call.key.to_owned())
+            .or_default()
+            .insert((call.agent.to_owned(), call.name.to_owned()));
         let settled = self.settled.get(call.key).copied();
         let (permanent_kind, permanent) = match call.action {
             Action::Do => ("remote_permanent", faults.permanent),
@@ -117,7 +139,7 @@ impl Ledger {
         if dice.roll("remote_hang", faults.hang) {
             self.hangs += 1;
             if dice.coin() {
-                self.apply(settled, at, call);
+                self.apply(faults, dice, settled, at, call);
             }
             Verdict::Hang
         } else if dice.roll("remote_transient", faults.transient) {
@@ -130,7 +152,7 @@ impl Ledger {
             self.settled.insert(call.key.to_owned(), Settled::Refused);
             Verdict::Refused
         } else {
-            self.apply(settled, at, call);
+            self.apply(faults, dice, settled, at, call);
             let latency_ms = if faults.latency_max_ms > 0 { dice.upto(faults.latency_max_ms) } else { 0 };
             if latency_ms >= call.timeout_ms {
                 // Answered too late: the caller's timeout fired first.
@@ -142,12 +164,39 @@ impl Ledger {
         }
     }
 
-    fn apply(&mut self, settled: Option<Settled>, at: u64, call: Call<'_>) {
+    /// Applies a key's effect once, and settles what it answers: a forward step answers
+    /// an output half the time (naming the key, so a checker can tell whose it is), and
+    /// now and then one too large to keep.
+    fn apply(
+        &mut self,
+        faults: &RemoteFaults,
+        dice: &mut impl Dice,
+        settled: Option<Settled>,
+        at: u64,
+        call: Call<'_>,
+    ) {
         if settled.is_none() {
             self.settled.insert(call.key.to_owned(), Settled::Applied { at });
             *self.applied.entry(call.key.to_owned()).or_default() += 1;
             self.effects.push((at, call.order_id.to_owned(), call.step, call.action));
+            if call.action == Action::Do {
+                let answer = if dice.roll("remote_bad_output", faults.bad_output) {
+                    Some(format!(r#"{{"ref":"{}","pad":"{}"}}"#, call.key, "x".repeat(TOO_LARGE)))
+                } else if dice.coin() {
+                    Some(format!(r#"{{"ref":"{}"}}"#, call.key))
+                } else {
+                    None
+                };
+                if let Some(answer) = answer {
+                    self.answers.insert(call.key.to_owned(), answer);
+                }
+            }
         }
+    }
+
+    /// The body a success under `key` carries: its settled answer, or nothing.
+    pub fn answer(&self, key: &str) -> &str {
+        self.answers.get(key).map_or("", String::as_str)
     }
 
     /// Whether the effect under `key` was applied.
@@ -176,7 +225,16 @@ mod tests {
     }
 
     fn call(action: Action) -> Call<'static> {
-        Call { key: "o:0:do", order_id: "o", step: 0, action, timeout_ms: 100 }
+        Call {
+            key: "o:0:do",
+            order_id: "o",
+            step: 0,
+            action,
+            timeout_ms: 100,
+            agent: "a",
+            name: "s",
+            handed: "{}",
+        }
     }
 
     #[test]
@@ -184,7 +242,11 @@ mod tests {
         let mut l = Ledger::default();
         let f = RemoteFaults::default();
         // hang with the effect applied, then answered: applied once, success on the retry.
-        assert_eq!(l.call(&f, &mut Scripted(vec![true, true]), 1, call(Action::Do)), Verdict::Hang);
+        // (the last two: no output too large, and an output)
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![true, true, false, true]), 1, call(Action::Do)),
+            Verdict::Hang
+        );
         assert_eq!(
             l.call(&f, &mut Scripted(vec![false, false, true]), 2, call(Action::Do)),
             Verdict::Answer { latency_ms: 0 },
@@ -193,6 +255,7 @@ mod tests {
         assert_eq!(l.applied["o:0:do"], 1);
         assert_eq!(l.effects.len(), 1);
         assert_eq!(l.settled["o:0:do"], Settled::Applied { at: 1 });
+        assert_eq!(l.answer("o:0:do"), r#"{"ref":"o:0:do"}"#, "the same answer every time");
 
         let mut l = Ledger::default();
         assert_eq!(

@@ -31,10 +31,11 @@ impl Dice for WorldDice<'_> {
 
 #[async_trait]
 impl RemoteService for SimRemote {
-    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<(), RemoteError> {
+    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
         let key = call.idempotency_key.0.as_str();
+        let handed = serde_json::to_string(call.outputs).expect("outputs serialize");
         self.shared.gate(Io::Remote(key.to_owned())).await;
-        let (verdict, now, hang_until) = {
+        let (verdict, now, hang_until, body) = {
             let mut w = self.shared.w();
             let w = &mut *w;
             let now = w.now;
@@ -51,8 +52,12 @@ impl RemoteService for SimRemote {
                     step: call.step,
                     action: call.action,
                     timeout_ms,
+                    agent: call.agent,
+                    name: call.step_name,
+                    handed: &handed,
                 },
             );
+            let body = ledger.answer(key).as_bytes().to_vec();
             w.ledger = ledger;
             // The caller's timeout may fire late (a hang past complete-by).
             let overshoot = w.faults.overshoot_max_ms;
@@ -64,14 +69,14 @@ impl RemoteService for SimRemote {
                 Verdict::Hang => format!("remote {key} hangs until {hang_until}"),
             };
             w.trace.note(now, || line);
-            (verdict, now, hang_until)
+            (verdict, now, hang_until, body)
         };
         match verdict {
             Verdict::Answer { latency_ms } => {
                 if latency_ms > 0 {
                     self.shared.sleep_until(now + latency_ms).await;
                 }
-                Ok(())
+                Ok(body)
             }
             Verdict::Transient => Err(RemoteError::Transient("503 service unavailable".into())),
             Verdict::Refused => Err(RemoteError::Permanent {

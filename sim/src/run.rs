@@ -25,7 +25,8 @@ use sas::handlers::{
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
 use crate::deployment::{
-    Function, MAX_RECEIVES, SEND_MAX_HOLD_MS, SUPERVISOR_PERIOD_MS, WORK, agent_settings, policy, workflows,
+    Function, MAX_RECEIVES, SEND_MAX_HOLD_MS, SUPERVISOR_PERIOD_MS, WORK, agent_settings, policy,
+    workflows_before_publish,
 };
 use crate::executor::{Flag, poll_caught, with_msg};
 use crate::faults::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
@@ -38,6 +39,14 @@ use crate::world::{InvId, InvMeta, Shared, WriteCtx};
 
 /// Largest step of time the loop takes between two I/O calls.
 const TICK_MAX_MS: u64 = 25;
+
+/// The seed's workflows once its new version is published: the deployment's
+/// (`deployment::workflows_before_publish`) and the published one (`Swarm::publish`).
+pub fn workflows(swarm: &Swarm) -> Workflows {
+    let mut all = workflows_before_publish(&swarm.generated).all().to_vec();
+    all.extend(swarm.publish.as_ref().map(|p| p.workflow.clone()));
+    Workflows::new(all)
+}
 
 /// How long after the faults stop every order must have ended: the worst case of every
 /// step, forward and then undone, using its whole failure budget, each failure costing a
@@ -138,10 +147,11 @@ struct Sim {
     sends: Arc<dyn Queues>,
     alerts: Arc<RecordingAlerts>,
     metrics: Arc<CountingMetrics>,
-    submission: Submission,
-    scheduler: Scheduler,
-    supervisor: Supervisor,
-    agents: Vec<(Agent, bool)>,
+    /// Each handler twice: on a container from before the seed's publish (0) and after (1).
+    submission: [Submission; 2],
+    scheduler: [Scheduler; 2],
+    supervisor: [Supervisor; 2],
+    agents: Vec<([Agent; 2], bool)>,
     invs: BTreeMap<InvId, Inv>,
     next_inv: InvId,
     arrivals: Vec<Arrival>,
@@ -213,10 +223,12 @@ impl Sim {
         };
         let settings = Settings {
             policy: policy(),
-            workflows: workflows(&swarm.generated),
+            workflows: workflows(&swarm),
             topology: queue_names::topology(),
             reply_to: queue_names::reply_to_rules(),
         };
+        let before = Settings { workflows: workflows_before_publish(&swarm.generated), ..settings.clone() };
+        let generations = [&before, &settings];
         let remote = Arc::new(SimRemote { shared: shared.clone() });
         let agents = (0..swarm.agent_concurrency)
             .map(|_| {
@@ -228,11 +240,14 @@ impl Sim {
                     remote: remote.clone(),
                     scheduler_queue: QueueUrl(SCHEDULER.into()),
                 };
-                (Agent::new(deps, agent_settings(), settings.workflows.clone()), false)
+                (generations.map(|g| Agent::new(deps.clone(), agent_settings(), g.workflows.clone())), false)
             })
             .collect();
-        let mut supervisor = Supervisor::new(deps.clone(), settings.clone());
-        supervisor.page_size = swarm.page_size;
+        let supervisor = generations.map(|g| {
+            let mut supervisor = Supervisor::new(deps.clone(), g.clone());
+            supervisor.page_size = swarm.page_size;
+            supervisor
+        });
         let quiet_at = swarm.fault_window_ms;
         let deadline = quiet_at + liveness_bound_ms(&settings.policy, &swarm.faults, &settings.workflows);
         Sim {
@@ -243,8 +258,8 @@ impl Sim {
             sends,
             alerts,
             metrics,
-            submission: Submission::new(deps.clone(), settings.clone()),
-            scheduler: Scheduler::new(deps.clone(), settings.clone()),
+            submission: generations.map(|g| Submission::new(deps.clone(), g.clone())),
+            scheduler: generations.map(|g| Scheduler::new(deps.clone(), g.clone())),
             supervisor,
             agents,
             invs: BTreeMap::new(),
@@ -430,6 +445,23 @@ impl Sim {
         }
     }
 
+    /// Which definitions a starting invocation's container holds: before the seed's new
+    /// version is published, the old; during its rollout, the new with a probability
+    /// growing to one; after, the new.
+    fn generation(&self) -> usize {
+        let Some(publish) = &self.swarm.publish else { return 0 };
+        let now = self.now();
+        if now < publish.at_ms {
+            return 0;
+        }
+        let share = match publish.rollout_ms {
+            0 => 1.0,
+            r => ((now - publish.at_ms) as f64 / r as f64).min(1.0),
+        };
+        // Drawn from the world's generator, but not a fault: not counted as one.
+        usize::from(self.shared.w().rng.f64() < share)
+    }
+
     /// A fault decided by the loop itself, outside any invocation.
     fn roll_outside(&self, kind: &'static str, p: f64) -> bool {
         self.shared.w().roll(kind, p)
@@ -490,6 +522,7 @@ impl Sim {
             return;
         }
         let (id, crash_at) = self.new_inv(function);
+        let generation = self.generation();
         self.note(|| {
             let ids: Vec<&str> = received.iter().map(|r| r.message.message_id.as_str()).collect();
             format!("inv {id} receives {queue} {ids:?}")
@@ -505,7 +538,7 @@ impl Sim {
         let mut agent_slot = None;
         let fut: Pin<Box<dyn Future<Output = InvOut>>> = match function {
             Function::Submission => {
-                let h = self.submission.clone();
+                let h = self.submission[generation].clone();
                 Box::pin(async move {
                     InvOut::Batch(
                         run_batch(messages, &dead_letters, |m| {
@@ -517,7 +550,7 @@ impl Sim {
                 })
             }
             Function::Scheduler => {
-                let h = self.scheduler.clone();
+                let h = self.scheduler[generation].clone();
                 Box::pin(async move {
                     InvOut::Batch(
                         run_batch(messages, &dead_letters, |m| {
@@ -532,7 +565,7 @@ impl Sim {
                 let slot = self.agents.iter().position(|(_, busy)| !busy).expect("a free agent");
                 self.agents[slot].1 = true;
                 agent_slot = Some(slot);
-                let h = self.agents[slot].0.clone();
+                let h = self.agents[slot].0[generation].clone();
                 Box::pin(async move {
                     InvOut::Batch(
                         run_batch(messages, &dead_letters, |m| {
@@ -577,7 +610,7 @@ impl Sim {
             .filter_map(|id| self.store.peek(&id))
             .map(|t| (t.order_id, t.revision))
             .collect();
-        let h = self.supervisor.clone();
+        let h = self.supervisor[self.generation()].clone();
         let inv = Inv {
             function: Function::Supervisor,
             fut: Box::pin(async move { InvOut::Sweep(h.sweep().await) }),
@@ -756,7 +789,7 @@ impl Sim {
         Outcome {
             seed: self.seed,
             policy: policy(),
-            workflows: workflows(&self.swarm.generated),
+            workflows: workflows(&self.swarm),
             arrivals: self.arrivals.clone(),
             tasks,
             orders,
@@ -766,7 +799,7 @@ impl Sim {
             alerts: self.alerts.all(),
             ledger: std::mem::take(&mut w.ledger),
             quiet_at: self.quiet_at,
-            bound_ms: liveness_bound_ms(&policy(), &self.swarm.faults, &workflows(&self.swarm.generated)),
+            bound_ms: liveness_bound_ms(&policy(), &self.swarm.faults, &workflows(&self.swarm)),
             ended_at: w.now,
             steps: self.steps,
             invocations: self.invocations,

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use sas::domain::definitions::MAX_STEPS;
 use sas::domain::{OnGiveUp, Step, Workflow};
 
 use crate::deployment::Function;
@@ -73,6 +74,7 @@ impl Faults {
             ("remote_permanent", self.remote.permanent),
             ("remote_undo_permanent", self.remote.undo_permanent),
             ("remote_hang", self.remote.hang),
+            ("remote_bad_output", self.remote.bad_output),
             ("skew", self.skew_max_ms as f64),
             ("time_jump", self.time_jump),
             ("double_supervisor", self.double_supervisor),
@@ -88,10 +90,12 @@ pub struct Swarm {
     pub faults: Faults,
     /// Valid orders submitted.
     pub orders: usize,
-    /// The workflows orders are drawn from, uniformly (`deployment::workflows`).
+    /// The workflows orders are drawn from, uniformly (`deployment::workflows_before_publish`).
     pub workflows: &'static [&'static str],
     /// This seed's own random workflow, named `generated` (`generated_workflow`).
     pub generated: Workflow,
+    /// A newer version of `generated`, published mid-run (half the seeds).
+    pub publish: Option<Publish>,
     /// Orders sent a second time, byte for byte.
     pub resends: usize,
     /// Orders sent again under an existing id with a different payload.
@@ -111,6 +115,17 @@ pub struct Swarm {
     pub page_size: usize,
 }
 
+/// A new version of a workflow published during the run, as a deploy rolls it out: from
+/// `at_ms`, each invocation runs on a container that has it with a probability growing
+/// to one over `rollout_ms`; before, and on the other containers, handlers know only the
+/// versions before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Publish {
+    pub at_ms: u64,
+    pub rollout_ms: u64,
+    pub workflow: Workflow,
+}
+
 /// Each seed runs one workflow alone, or all of them together.
 const WORKFLOW_MIXES: [&[&str]; 6] = [
     &["single-step"],
@@ -121,16 +136,18 @@ const WORKFLOW_MIXES: [&[&str]; 6] = [
     &["single-step", "three-step", "saga", "generated"],
 ];
 
-/// A random workflow as a team might define one: 1 to 5 steps, each compensable, a pivot
-/// or read-only, on one of three agents, some with their own failure budget and timeout,
-/// giving up by compensating or (one in four) by failing.
-pub fn generated_workflow(rng: &mut fastrand::Rng) -> Workflow {
-    let steps = (0..rng.usize(1..=5))
+/// A random workflow as a team might define one: 1 to 5 steps (one in eight up to the
+/// most a workflow may have), each compensable, a pivot or read-only, on one of three
+/// agents, some with their own failure budget and timeout, giving up by compensating or
+/// (one in four) by failing. Its steps' names start with `prefix`.
+pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
+    let len = if rng.u8(..8) == 0 { rng.usize(6..=MAX_STEPS) } else { rng.usize(1..=5) };
+    let steps = (0..len)
         .map(|i| {
-            let name = format!("g{i}");
+            let name = format!("{prefix}{i}");
             let agent = ["a", "b", "c"][rng.usize(..3)];
             let step = match rng.u8(..3) {
-                0 => Step::compensable(&name, agent, &format!("undo-g{i}")),
+                0 => Step::compensable(&name, agent, &format!("undo-{prefix}{i}")),
                 1 => Step::pivot(&name, agent),
                 _ => Step::read_only(&name, agent),
             };
@@ -168,6 +185,7 @@ impl Swarm {
         let remote_permanent = on(rng, 0.02, 0.2);
         let remote_undo_permanent = if rng.u8(..4) == 0 { pick(rng, 0.02, 0.2) } else { 0.0 };
         let remote_hang = on(rng, 0.02, 0.3);
+        let remote_bad_output = if rng.u8(..4) == 0 { pick(rng, 0.02, 0.2) } else { 0.0 };
         let skew = rng.bool();
         let time_jump = on(rng, 0.001, 0.01);
         let double_supervisor = on(rng, 0.1, 0.5);
@@ -194,6 +212,7 @@ impl Swarm {
                 undo_permanent: remote_undo_permanent,
                 hang: remote_hang,
                 latency_max_ms: rng.u64(0..=200),
+                bad_output: remote_bad_output,
             },
             skew_max_ms: if skew { rng.u64(1..=200) } else { 0 },
             skew_jump: if skew { pick(rng, 0.0, 0.05) } else { 0.0 },
@@ -203,16 +222,26 @@ impl Swarm {
             outage,
         };
         let orders = rng.usize(1..=8);
+        let generated = generated_workflow(rng, "g");
+        let fault_window_ms = rng.u64(2_000..=20_000);
+        let publish = rng.bool().then(|| {
+            let mut workflow = generated_workflow(rng, "n");
+            workflow.version = generated.version + rng.u32(1..=2);
+            // Rolled out within the fault window: the quiet tail runs on one version set.
+            let at_ms = rng.u64(0..=fault_window_ms / 2);
+            Publish { at_ms, rollout_ms: rng.u64(0..=fault_window_ms / 2), workflow }
+        });
         Swarm {
             faults,
             orders,
             workflows: WORKFLOW_MIXES[rng.usize(..WORKFLOW_MIXES.len())],
-            generated: generated_workflow(rng),
+            generated,
+            publish,
             resends: rng.usize(0..=2),
             conflicts: rng.usize(0..=1),
             bad_inputs: rng.usize(0..=3),
             arrival_window_ms: rng.u64(0..=3_000),
-            fault_window_ms: rng.u64(2_000..=20_000),
+            fault_window_ms,
             submission_concurrency: rng.usize(1..=2),
             scheduler_concurrency: rng.usize(1..=3),
             agent_concurrency: rng.usize(1..=3),

@@ -37,6 +37,11 @@ const BAD: &[(&str, &str, &str)] = &[
         r#"{"order_id":"x-3","customer_id":"c","items":[{"sku":"A","quantity":1}],"workflow":"nope"}"#,
         "unknown workflow",
     ),
+    (
+        ORDERS,
+        r#"{"order_id":"x-4","customer_id":"c","items":[{"sku":"A","quantity":1}],"workflow":"single-step","workflow_version":9}"#,
+        "has no version 9",
+    ),
     (SCHEDULER, r#"{"type":"launch","order_id":"o-1"}"#, "unknown variant"),
     (SCHEDULER, r#"{"type":"schedule","order_id":"ghost"}"#, "unknown order"),
     (
@@ -56,7 +61,12 @@ pub fn generate(rng: &mut fastrand::Rng, swarm: &crate::swarm::Swarm) -> Vec<Arr
     for i in 0..swarm.orders {
         let id = format!("o-{i}");
         let workflow = swarm.workflows[rng.usize(..swarm.workflows.len())];
-        let body = order_body(&id, "c-1", 1 + i as u32, workflow, rng.bool());
+        let mut body = order_body(&id, "c-1", 1 + i as u32, workflow, rng.bool());
+        // Some orders name the version they want: the one from before any publish.
+        if workflow == "generated" && rng.u8(..3) == 0 {
+            let named = format!(r#""workflow":"generated","workflow_version":{}"#, swarm.generated.version);
+            body = body.replace(r#""workflow":"generated""#, &named);
+        }
         valid.push((id.clone(), body.clone(), workflow));
         out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
     }

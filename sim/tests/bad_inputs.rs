@@ -35,8 +35,8 @@ struct AlwaysOk;
 
 #[async_trait]
 impl RemoteService for AlwaysOk {
-    async fn call(&self, _: &RemoteCall<'_>, _: u64) -> Result<(), RemoteError> {
-        Ok(())
+    async fn call(&self, _: &RemoteCall<'_>, _: u64) -> Result<Vec<u8>, RemoteError> {
+        Ok(Vec::new())
     }
 }
 

@@ -82,14 +82,36 @@ fn compensating_past_a_pivot_is_caught() {
     assert!(found.contains_key(&Invariant::PivotGoesForward), "forward-only never found broken: {found:?}");
 }
 
+/// A forward step handed only the output of the step just before it: the remote side
+/// sees a step called without an earlier step's output.
+#[test]
+fn forgetting_outputs_is_caught() {
+    let found = caught(Mutation::ForgetOutputs);
+    assert!(found.contains_key(&Invariant::Outputs), "outputs were never found missing: {found:?}");
+}
+
+/// Running a task on the newest version its handler knows instead of the one it was
+/// accepted under: once the seed's new version is out, old tasks call the new steps.
+#[test]
+fn running_the_newest_version_instead_of_the_pinned_one_is_caught() {
+    let found = caught(Mutation::NewestVersion);
+    assert!(found.contains_key(&Invariant::Pinned), "pinning was never found broken: {found:?}");
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
     let _serial = PLANTED.lock().unwrap_or_else(|p| p.into_inner());
     assert!(
-        [Mutation::DisableFencing, Mutation::UnconditionalClaim, Mutation::CompensatePastPivot]
-            .iter()
-            .all(|m| !m.is_on())
+        [
+            Mutation::DisableFencing,
+            Mutation::UnconditionalClaim,
+            Mutation::CompensatePastPivot,
+            Mutation::ForgetOutputs,
+            Mutation::NewestVersion
+        ]
+        .iter()
+        .all(|m| !m.is_on())
     );
     let summary = run_seeds(0..WITHIN, threads(), None);
     assert!(summary.failures.is_empty(), "{:?}", summary.failures.first());

@@ -95,6 +95,7 @@ fn the_fault_layer_injects_every_fault() {
         "skew_jump",
         "time_jump",
         "double_supervisor",
+        "remote_bad_output",
     ] {
         assert!(
             summary.faults.get(kind).is_some_and(|n| *n > 0),

@@ -25,6 +25,7 @@ fn order(id: &str, customer: &str) -> Order {
         customer_id: customer.into(),
         items: vec![LineItem { sku: "sku-1".into(), quantity: 2 }],
         workflow: "single-step".into(),
+        workflow_version: None,
     }
 }
 
@@ -167,7 +168,7 @@ pub async fn fenced_reply_after_expiry_is_rejected(b: &Backend) {
         action: Action::Do,
         attempt: claimed.attempt,
         lease: lease(1),
-        outcome: ReplyOutcome::Succeeded,
+        outcome: ReplyOutcome::DONE,
     };
 
     let late = complete_by.plus_ms(1);
@@ -225,7 +226,7 @@ pub async fn due_returns_exactly_the_due_tasks(b: &Backend) {
             action: Action::Do,
             attempt: c.attempt,
             lease: lease(100 + i as u128),
-            outcome: ReplyOutcome::Succeeded,
+            outcome: ReplyOutcome::DONE,
         };
         let done = c.apply_reply(&reply, T0.plus_ms(20_001), &wf, &policy).unwrap();
         assert_eq!(done.next.state, ProcessState::Processed);

@@ -24,6 +24,7 @@ fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
             undo_permanent: 0.0,
             hang: 0.08,
             latency_max_ms: 1,
+            bad_output: 0.02,
         },
         duplicate_rate: 0.2,
         malformed: 13,

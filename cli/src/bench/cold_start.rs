@@ -113,6 +113,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 customer_id: "bench-customer".into(),
                 items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
                 workflow: None,
+                workflow_version: None,
                 reply_to: None,
             };
             ColdStartCase {
@@ -135,6 +136,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 customer_id: "bench-customer".into(),
                 items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
                 workflow: "single-step".into(),
+                workflow_version: None,
             };
             // A request the scheduler could have sent: the agent checks it against its
             // workflows (key included) before calling anything.
@@ -152,6 +154,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 complete_by: SystemClock.now().plus_ms(60_000),
                 idempotency_key,
                 order,
+                outputs: Default::default(),
             };
             ColdStartCase {
                 function: Some("agent"),

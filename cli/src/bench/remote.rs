@@ -29,10 +29,10 @@ impl InstantRemote {
 
 #[async_trait]
 impl RemoteService for InstantRemote {
-    async fn call(&self, _call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<(), RemoteError> {
+    async fn call(&self, _call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if self.transient_rate == 0.0 && self.permanent_rate == 0.0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let r = self.rng.lock().unwrap_or_else(|p| p.into_inner()).f64();
         if r < self.permanent_rate {
@@ -40,7 +40,7 @@ impl RemoteService for InstantRemote {
         } else if r < self.permanent_rate + self.transient_rate {
             Err(RemoteError::Transient("injected: 503".into()))
         } else {
-            Ok(())
+            Ok(Vec::new())
         }
     }
 }

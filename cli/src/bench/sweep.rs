@@ -36,6 +36,7 @@ fn bench_order(id: &str) -> Order {
         customer_id: "cust-1".into(),
         items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
         workflow: "single-step".into(),
+        workflow_version: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The remote services over HTTP: `POST {agent's url}/{action-name}` (by default
 //! `{REMOTE_SERVICE_URL}/{agent}/{action-name}`) with the order as JSON and the
-//! idempotency key in the `Idempotency-Key` header. 2xx is success; 3xx (not followed),
+//! idempotency key in the `Idempotency-Key` header, and the outputs of earlier steps.
+//! 2xx is success, its body the step's output; 3xx (not followed),
 //! 408, 409, 429 and 5xx are transient; any other 4xx is a refusal.
 
 use std::collections::BTreeMap;
@@ -8,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::cut_reason;
 use crate::domain::definitions::AgentDef;
+use crate::domain::{MAX_OUTPUT_BYTES, cut_reason};
 use crate::ports::{RemoteCall, RemoteError, RemoteService};
 
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
@@ -116,15 +117,15 @@ pub fn redacted(url: &url::Url) -> String {
 }
 
 /// At most `max` bytes of the body; the rest is left unread.
-async fn body_prefix(response: &mut reqwest::Response, max: usize) -> String {
+async fn body_bytes(response: &mut reqwest::Response, max: usize) -> Result<Vec<u8>, reqwest::Error> {
     let mut bytes = Vec::new();
     while bytes.len() < max {
-        match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk[..chunk.len().min(max - bytes.len())]),
-            Ok(None) | Err(_) => break,
+        match response.chunk().await? {
+            Some(chunk) => bytes.extend_from_slice(&chunk[..chunk.len().min(max - bytes.len())]),
+            None => break,
         }
     }
-    String::from_utf8_lossy(&bytes).into_owned()
+    Ok(bytes)
 }
 
 fn status_class(status: reqwest::StatusCode) -> &'static str {
@@ -142,11 +143,13 @@ struct CallBody<'a> {
     step: u32,
     action: crate::domain::Action,
     order: &'a crate::domain::Order,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    outputs: &'a BTreeMap<String, serde_json::Value>,
 }
 
 #[async_trait]
 impl RemoteService for HttpRemote {
-    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<(), RemoteError> {
+    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
         let Some(url) = self.url(call.agent, call.step_name) else {
             return Err(RemoteError::permanent("the remote service URL is not usable"));
         };
@@ -155,6 +158,7 @@ impl RemoteService for HttpRemote {
             step: call.step,
             action: call.action,
             order: call.order,
+            outputs: call.outputs,
         };
         let mut response = self
             .client()
@@ -173,9 +177,16 @@ impl RemoteService for HttpRemote {
             })?;
         let status = response.status();
         if status.is_success() {
-            return Ok(());
+            // An answer cut off on the way is asked for again: the key brings the same one.
+            return body_bytes(&mut response, MAX_OUTPUT_BYTES + 1).await.map_err(|e| {
+                tracing::info!(url = %redacted(&url), error = %e.without_url(), "success answer cut off");
+                RemoteError::Transient("the remote service's answer was cut off".into())
+            });
         }
-        let text = body_prefix(&mut response, MAX_ERROR_BODY_BYTES).await;
+        let text = match body_bytes(&mut response, MAX_ERROR_BODY_BYTES).await {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(_) => String::new(),
+        };
         let class = status_class(status);
         // A refusal tells the scheduler the step had no effect and never will (the
         // remote's contract, README): only a 4xx that says so is one. A redirect may come

@@ -1,6 +1,8 @@
 //! Every message that crosses a queue or topic, and the parsers that turn a body into
 //! one. A parser never panics: bad input is a [`MessageError`] that names what is wrong.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::ids::{LeaseToken, OrderId, Timestamp};
@@ -76,6 +78,9 @@ pub struct OrderRequest {
     /// Workflow name; the deployment's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
+    /// The workflow's version to run; the latest when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_version: Option<u32>,
     /// Queue URL that receives status updates for this order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
@@ -89,6 +94,9 @@ pub struct Order {
     pub customer_id: String,
     pub items: Vec<LineItem>,
     pub workflow: String,
+    /// The version the order asked for, if it named one (else it runs the latest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_version: Option<u32>,
 }
 
 impl Order {
@@ -159,6 +167,17 @@ impl OrderRequest {
                 )))
             })?,
         };
+        if let Some(version) = self.workflow_version
+            && workflows.get_version(&workflow.name, version).is_none()
+        {
+            let known: Vec<String> =
+                workflows.versions(&workflow.name).iter().map(|v| format!("v{v}")).collect();
+            return Err(MessageError::Invalid(cut_reason(format!(
+                "workflow {:?} has no version {version}; known: {}",
+                workflow.name,
+                known.join(", ")
+            ))));
+        }
         if let Some(r) = &self.reply_to
             && (r.trim().is_empty() || r.len() > MAX_REPLY_TO_LEN || r.chars().any(char::is_control))
         {
@@ -169,6 +188,7 @@ impl OrderRequest {
             customer_id: self.customer_id,
             items: self.items,
             workflow: workflow.name.clone(),
+            workflow_version: self.workflow_version,
         };
         Ok((order, self.reply_to))
     }
@@ -231,6 +251,10 @@ pub struct AgentRequest {
     pub complete_by: Timestamp,
     pub idempotency_key: super::ids::IdempotencyKey,
     pub order: Order,
+    /// The outputs of the task's steps that succeeded so far, by step name: every
+    /// earlier step's for a forward step, and the undone step's own for a compensation.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, serde_json::Value>,
 }
 
 /// How an agent request disagrees with the workflow it names. The agent's queue is
@@ -258,8 +282,12 @@ impl AgentRequest {
     /// Whether the request is one the scheduler could have sent for `workflows`: its
     /// agent and step name are the workflow's, its key and order are its own.
     pub fn check(&self, workflows: &Workflows) -> Result<(), RequestMismatch> {
-        let workflow = workflows
-            .get_version(&self.workflow, self.workflow_version)
+        let workflow = if crate::mutations::newest_version() {
+            workflows.get(&self.workflow)
+        } else {
+            workflows.get_version(&self.workflow, self.workflow_version)
+        };
+        let workflow = workflow
             .ok_or_else(|| RequestMismatch::UnknownWorkflow(self.workflow.clone(), self.workflow_version))?;
         let step = workflow.step(self.step).ok_or_else(|| RequestMismatch::NoSuchStep {
             workflow: workflow.name.clone(),
@@ -327,7 +355,12 @@ pub struct AgentReply {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ReplyOutcome {
-    Succeeded,
+    /// The step took effect; `output` is the service's answer, kept for later steps
+    /// (a compensation's answer is not kept).
+    Succeeded {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<serde_json::Value>,
+    },
     /// The remote service refused for good (e.g. a 4xx): retrying cannot help.
     Failed {
         /// What failed and its status class: this reaches the order's submitter.
@@ -336,6 +369,19 @@ pub enum ReplyOutcome {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// The service answered success, but with an output that cannot be kept (not JSON,
+    /// or over the size limit): the step took effect and later steps cannot have what it
+    /// returned, so the task gives up with the step's outcome in doubt.
+    BadOutput {
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+}
+
+impl ReplyOutcome {
+    /// Success with nothing to keep.
+    pub const DONE: ReplyOutcome = ReplyOutcome::Succeeded { output: None };
 }
 
 /// What `reply_to` receives as an order moves.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
 use super::lifecycle::{self, ProcessState, Trigger};
 use super::messages::{AgentReply, OperatorAlert, Order, OrderStatus, ReplyOutcome};
+use super::output::{Outputs, StepOutput};
 use super::retry::Backoff;
 use super::workflow::{Action, Workflow};
 
@@ -89,6 +90,9 @@ pub struct TaskRecord {
     #[serde(default)]
     pub step_failures: u32,
     pub reply_to: Option<String>,
+    /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
+    #[serde(default, skip_serializing_if = "Outputs::is_empty")]
+    pub outputs: Outputs,
     pub last_cause: Cause,
     pub last_error: Option<String>,
     /// Bumped by every write; every write is conditional on the revision it read.
@@ -190,6 +194,7 @@ impl TaskRecord {
             failure_count: 0,
             step_failures: 0,
             reply_to,
+            outputs: Outputs::new(),
             last_cause: Cause::Submitted,
             last_error: None,
             revision: 1,
@@ -274,7 +279,8 @@ impl TaskRecord {
     }
 
     fn check_workflow(&self, wf: &Workflow) -> Result<(), Refusal> {
-        if wf.name != self.workflow || wf.version != self.workflow_version || wf.step(self.step).is_none() {
+        let other_version = wf.version != self.workflow_version && !crate::mutations::newest_version();
+        if wf.name != self.workflow || other_version || wf.step(self.step).is_none() {
             return Err(Refusal::Corrupt {
                 workflow: self.workflow.clone(),
                 why: format!(
@@ -402,10 +408,21 @@ impl TaskRecord {
         let (step, action) = (self.step, reply.action);
         let name = self.step_name(wf, step, action);
         match (&reply.outcome, action) {
-            (ReplyOutcome::Succeeded, Action::Do) => {
+            (ReplyOutcome::Succeeded { output }, Action::Do) => {
+                let kept = match output.as_ref().map(StepOutput::from_value).transpose() {
+                    Ok(kept) => kept,
+                    Err(e) => {
+                        let reason = format!("step {name} succeeded, but its output cannot be kept: {e}");
+                        return self.bad_output(now, wf, policy, &reason, None);
+                    }
+                };
                 let cause = Cause::Succeeded { step, action };
+                let mut done = self.clone();
+                if let Some(kept) = kept {
+                    done.outputs.insert(name.clone(), kept);
+                }
                 if step + 1 < wf.len() {
-                    let mut next = self.moved(Trigger::Advanced, now, cause)?.waiting(now, 0, policy);
+                    let mut next = done.moved(Trigger::Advanced, now, cause)?.waiting(now, 0, policy);
                     next.step += 1;
                     next.step_attempts = 0;
                     next.step_failures = 0;
@@ -422,7 +439,7 @@ impl TaskRecord {
                         ],
                     })
                 } else {
-                    let next = self.moved(Trigger::Finished, now, cause)?.unlocked();
+                    let next = done.moved(Trigger::Finished, now, cause)?.unlocked();
                     Ok(Decision {
                         trigger: Trigger::Finished,
                         next,
@@ -434,7 +451,8 @@ impl TaskRecord {
                     })
                 }
             }
-            (ReplyOutcome::Succeeded, Action::Undo) => {
+            // A compensation's answer is not kept: nothing runs after it that could use it.
+            (ReplyOutcome::Succeeded { .. } | ReplyOutcome::BadOutput { .. }, Action::Undo) => {
                 let cause = Cause::Succeeded { step, action };
                 match wf.compensable_at_or_below(step.checked_sub(1)) {
                     Some(below) => {
@@ -476,12 +494,32 @@ impl TaskRecord {
                 let why = Why { told: reason, detail: detail.as_deref() };
                 self.give_up(now, wf, policy, cause, why, false, false)
             }
+            (ReplyOutcome::BadOutput { reason, detail }, Action::Do) => {
+                let reason = format!("step {name} succeeded, but its output cannot be kept: {reason}");
+                self.bad_output(now, wf, policy, &reason, detail.as_deref())
+            }
             (ReplyOutcome::Failed { reason, detail }, Action::Undo) => {
                 let cause = Cause::Failed { step, action, reason: reason.clone() };
                 let told = format!("compensation {name} failed: {reason}");
                 self.fail(now, wf, cause, Why { told: &told, detail: detail.as_deref() })
             }
         }
+    }
+
+    /// The step answered success with an output later steps cannot have: it took effect,
+    /// and asking again returns the same answer (the key is the same), so the task gives
+    /// up at once with the step in doubt: its compensation runs if it has one, and a
+    /// pivot leaves the task in Error naming its key.
+    fn bad_output(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        reason: &str,
+        detail: Option<&str>,
+    ) -> Result<Decision, Refusal> {
+        let cause = Cause::Failed { step: self.step, action: Action::Do, reason: reason.to_owned() };
+        self.give_up(now, wf, policy, cause, Why { told: reason, detail }, true, true)
     }
 
     /// Supervisor: the deadline passed with nothing else moving the task.
@@ -699,6 +737,7 @@ mod tests {
             customer_id: "c-1".into(),
             items: vec![LineItem { sku: "A".into(), quantity: 1 }],
             workflow: wf.name.clone(),
+            workflow_version: None,
         };
         let task = TaskRecord::new(&order, Some("status".into()), T0, &policy());
         assert_eq!(task.shape_violation(), None);
@@ -733,7 +772,7 @@ mod tests {
     }
 
     fn ok() -> ReplyOutcome {
-        ReplyOutcome::Succeeded
+        ReplyOutcome::DONE
     }
 
     fn failed(reason: &str) -> ReplyOutcome {
@@ -1687,7 +1726,7 @@ mod tests {
                                 }
                             }
                         }
-                        let outcome = if ok { ReplyOutcome::Succeeded } else { ReplyOutcome::Failed { reason: "no".into(), detail: None } };
+                        let outcome = if ok { ReplyOutcome::DONE } else { ReplyOutcome::Failed { reason: "no".into(), detail: None } };
                         let reply = AgentReply {
                             order_id: task.order_id.clone(),
                             step: from.step,

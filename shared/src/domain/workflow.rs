@@ -245,6 +245,22 @@ impl Workflows {
     pub fn get_version(&self, name: &str, version: u32) -> Option<&Workflow> {
         self.all.iter().find(|w| w.name == name && w.version == version)
     }
+    /// The versions defined of `name`, in increasing order.
+    pub fn versions(&self, name: &str) -> Vec<u32> {
+        self.all.iter().filter(|w| w.name == name).map(|w| w.version).collect()
+    }
+    /// Whether `version` of `name` is newer than any held: published after these
+    /// definitions were loaded, as opposed to one removed or never defined.
+    pub fn is_newer(&self, name: &str, version: u32) -> bool {
+        self.get(name).is_some_and(|latest| version > latest.version)
+    }
+    /// What an order is accepted under: the version it names, else the latest.
+    pub fn for_order(&self, name: &str, version: Option<u32>) -> Option<&Workflow> {
+        match version {
+            Some(v) => self.get_version(name, v),
+            None => self.get(name),
+        }
+    }
     /// Each name once, in the order first defined.
     pub fn names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();

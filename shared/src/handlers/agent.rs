@@ -11,7 +11,10 @@ use super::{HandlerError, Inbound};
 use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
 use crate::domain::definitions::AgentDef;
 use crate::domain::retry::Backoff;
-use crate::domain::{AgentRequest, ReplyOutcome, SchedulerMessage, Timestamp, Workflows, cut_reason};
+use crate::domain::{
+    Action, AgentRequest, ReplyOutcome, RequestMismatch, SchedulerMessage, StepOutput, Timestamp, Workflows,
+    cut_reason,
+};
 use crate::ports::{
     Clock, Metric, Metrics, Outgoing, QueueUrl, Queues, Random, RemoteCall, RemoteError, RemoteService,
 };
@@ -113,7 +116,14 @@ impl Agent {
     ) -> Result<(), HandlerError> {
         let mut request =
             AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
-        request.check(&self.workflows).map_err(|e| HandlerError::Reject(cut_reason(e.to_string())))?;
+        request.check(&self.workflows).map_err(|e| match e {
+            // A version published after this container loaded its definitions: a newer
+            // container takes it on redelivery (see `Settings::workflow`).
+            RequestMismatch::UnknownWorkflow(ref name, version) if self.workflows.is_newer(name, version) => {
+                HandlerError::Retry(e.to_string())
+            }
+            _ => HandlerError::Reject(cut_reason(e.to_string())),
+        })?;
         if let Some(deadline) = deadline {
             let limit = Timestamp(deadline.0.saturating_sub(REPLY_MARGIN_MS));
             if request.complete_by > limit {
@@ -149,13 +159,13 @@ impl Agent {
             .permit(now.0)
     }
 
-    fn report(&self, agent: &str, now: Timestamp, result: &Result<(), RemoteError>) {
+    fn report(&self, agent: &str, now: Timestamp, result: &Result<Vec<u8>, RemoteError>) {
         let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
         let breaker =
             breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.settings_of(agent).breaker));
         match result {
             Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
-            Ok(()) | Err(RemoteError::Permanent { .. }) => breaker.on_success(),
+            Ok(_) | Err(RemoteError::Permanent { .. }) => breaker.on_success(),
         }
     }
 
@@ -170,6 +180,7 @@ impl Agent {
             step_name: &request.step_name,
             idempotency_key: &request.idempotency_key,
             order: &request.order,
+            outputs: &request.outputs,
         };
         let mut calls = 0u32;
         let mut failures = 0u32;
@@ -191,7 +202,7 @@ impl Agent {
             let now = clock.now();
             self.report(&request.agent, now, &result);
             match result {
-                Ok(()) => return AgentOutcome::Replied(ReplyOutcome::Succeeded),
+                Ok(body) => return AgentOutcome::Replied(answered(request, &body)),
                 Err(RemoteError::Permanent { reason, detail }) => {
                     // The reason reaches the order's reply_to (whose status update names the
                     // step): the adapter keeps it generic (what failed, the status class)
@@ -212,6 +223,22 @@ impl Agent {
                     clock.sleep_until(retry_at).await;
                 }
             }
+        }
+    }
+}
+
+/// A success as the reply carries it. A forward step's body is its output (nothing, or
+/// JSON within the limit); one that cannot be kept is said so, for the scheduler to give
+/// up on the step in doubt. A compensation's body is not kept.
+fn answered(request: &AgentRequest, body: &[u8]) -> ReplyOutcome {
+    if request.action == Action::Undo {
+        return ReplyOutcome::DONE;
+    }
+    match StepOutput::from_body(body) {
+        Ok(output) => ReplyOutcome::Succeeded { output },
+        Err(e) => {
+            tracing::warn!(error = %e, bytes = body.len(), "remote service answered an output that cannot be kept");
+            ReplyOutcome::BadOutput { reason: e.to_string(), detail: None }
         }
     }
 }

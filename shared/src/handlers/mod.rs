@@ -74,12 +74,27 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The version the task is pinned to. One newer than this process holds is left for
+    /// later, not refused: while a new version rolls out, a task accepted under it by a
+    /// new container can reach one still running the old definitions, and redelivery
+    /// finds a newer container. One removed from the definitions is refused (kept with
+    /// the reason; the supervisor's alert and the DLQ alarm tell the operator).
     fn workflow(&self, task: &TaskRecord) -> Result<&Workflow, HandlerError> {
-        self.workflows.get_version(&task.workflow, task.workflow_version).ok_or_else(|| {
-            HandlerError::Reject(format!(
-                "order {} runs workflow {:?} v{}, which the definitions no longer hold",
-                task.order_id, task.workflow, task.workflow_version
-            ))
+        if crate::mutations::newest_version()
+            && let Some(newest) = self.workflows.get(&task.workflow)
+        {
+            return Ok(newest);
+        }
+        let (name, version) = (&task.workflow, task.workflow_version);
+        self.workflows.get_version(name, version).ok_or_else(|| {
+            let why = format!("order {} runs workflow {name:?} v{version}", task.order_id);
+            if self.workflows.is_newer(name, version) {
+                HandlerError::Retry(format!(
+                    "{why}, newer than these definitions: left for a newer container"
+                ))
+            } else {
+                HandlerError::Reject(format!("{why}, which the definitions no longer hold"))
+            }
         })
     }
 }
@@ -242,9 +257,33 @@ async fn dispatch(
         complete_by,
         idempotency_key: idempotency_key(&task.order_id, step, action),
         order: (*task.order).clone(),
+        outputs: outputs_for(task, workflow, step, action),
     };
     deps.queues.send(&settings.topology.agent_queue, Outgoing::new(request.to_body())).await?;
     Ok(())
+}
+
+/// What a step is handed: the outputs of the steps before it, and for a compensation
+/// also the output of the step it undoes (every output kept belongs to a step that
+/// succeeded, and a compensation runs only after the steps above it were undone).
+fn outputs_for(
+    task: &TaskRecord,
+    workflow: &Workflow,
+    step: u32,
+    action: crate::domain::Action,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let upto = match action {
+        crate::domain::Action::Do => step,
+        crate::domain::Action::Undo => step + 1,
+    };
+    let mut names: Vec<&str> = workflow.steps.iter().take(upto as usize).map(|s| s.name.as_str()).collect();
+    if crate::mutations::forget_outputs() && action == crate::domain::Action::Do {
+        names = names.split_off(names.len().saturating_sub(1));
+    }
+    names
+        .into_iter()
+        .filter_map(|name| task.outputs.get(name).map(|o| (name.to_owned(), o.to_value())))
+        .collect()
 }
 
 pub(crate) async fn schedule(

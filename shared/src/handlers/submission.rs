@@ -34,10 +34,10 @@ impl Submission {
         }
         let span = tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
         async {
-            // validate resolved the name, so its latest version exists.
+            // validate resolved the name and the version asked for, so this is found.
             let mut task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
-            if let Some(latest) = self.settings.workflows.get(&order.workflow) {
-                task = task.pinned_to(latest);
+            if let Some(wf) = self.settings.workflows.for_order(&order.workflow, order.workflow_version) {
+                task = task.pinned_to(wf);
             }
             match self.deps.store.insert(&task).await? {
                 Inserted::New => {

@@ -41,6 +41,8 @@ pub enum Script {
     Ok,
     Transient,
     Permanent(&'static str),
+    /// Success with this body (the step's output).
+    Answer(String),
     /// Never answers in time: the clock moves past the call's timeout, then the call
     /// fails as a timed-out HTTP call would.
     Hang,
@@ -57,6 +59,8 @@ pub struct Call {
     pub order_id: OrderId,
     pub at: Timestamp,
     pub outcome: Script,
+    /// The outputs the call was handed, as compact JSON.
+    pub outputs: String,
 }
 
 /// A remote service that plays a script, then the default, and records every call.
@@ -85,7 +89,7 @@ impl ScriptedRemote {
 
 #[async_trait]
 impl RemoteService for ScriptedRemote {
-    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<(), RemoteError> {
+    async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
         let next = self.script.lock().unwrap().pop_front();
         let outcome = next.unwrap_or_else(|| self.default.lock().unwrap().clone());
         self.calls.lock().unwrap().push(Call {
@@ -97,9 +101,11 @@ impl RemoteService for ScriptedRemote {
             order_id: call.order.order_id.clone(),
             at: sas::ports::Clock::now(&*self.clock),
             outcome: outcome.clone(),
+            outputs: serde_json::to_string(call.outputs).unwrap(),
         });
         match outcome {
-            Script::Ok => Ok(()),
+            Script::Ok => Ok(Vec::new()),
+            Script::Answer(body) => Ok(body.into_bytes()),
             Script::Transient => Err(RemoteError::Transient("503 service unavailable".into())),
             Script::Permanent(reason) => Err(RemoteError::permanent(reason)),
             Script::Hang => {

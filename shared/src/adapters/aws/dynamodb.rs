@@ -252,6 +252,7 @@ mod tests {
             customer_id: "c".into(),
             items: vec![crate::domain::LineItem { sku: "A".into(), quantity: 1 }],
             workflow: "single-step".into(),
+            workflow_version: None,
         };
         TaskRecord::new(&order, None, Timestamp(1_000), &Policy::default())
     }
