@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates the sas tables (with the due index), queues with their dead-letter queues,
+# Creates the sas state table (with the due index), queues with their dead-letter queues,
 # the status queue and the alerts topic, against AWS_ENDPOINT_URL (moto, LocalStack)
 # or AWS itself; prints the functions' configuration as NAME=value lines.
 #

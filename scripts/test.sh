@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it (README: "Run the tests"). On a fresh machine it
+# The whole test suite, as CI runs it (README.md, "What the test command runs"). On a fresh machine it
 # installs what it needs (moto server, template linters) into project-local venvs.
 #   SAS_DEV_ORDERS   orders per `sasctl dev` run (default 1000)
 set -euo pipefail
@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 orders=${SAS_DEV_ORDERS:-1000}
+
+step "citations: every file the docs and comments cite is in the repository"
+scripts/check-citations.sh
 
 step "build (workspace, all targets)"
 cargo build --locked --workspace --all-targets

@@ -3,7 +3,7 @@
 //! The handlers, the pumps, the simulated remote service and the invariant checker
 //! are the embedded run's; only the backend differs.
 //!
-//! Each run creates its own tables, queues and topic under a fresh `dev-xxxxxxxx`
+//! Each run creates its own state table, queues and topic under a fresh `dev-xxxxxxxx`
 //! prefix, so runs never see each other's messages. Meant for emulators: pointed at
 //! real AWS it would create (and leave) real resources.
 

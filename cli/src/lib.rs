@@ -1,4 +1,6 @@
-//! `sasctl`: the local `dev` run of the whole pipeline, its invariant checker and report.
+//! `sasctl`: `dev`, the whole pipeline in one process with its invariant checker and
+//! report; `bench`, the benchmarks of docs/BENCHMARKS.md; `workflows`, checking a
+//! definition file.
 
 pub mod agent_fault;
 pub mod aws_stub;

@@ -215,8 +215,8 @@ async fn the_fulfil_example_with_a_queue_agent_and_a_failing_payment_service() {
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/fulfil.json")).unwrap();
     let definitions = sas::domain::Definitions::parse(&text).unwrap();
-    let mut options = DevOptions { definitions, workflow: "fulfil".into(), ..options("fulfil", 200, 21) };
-    let payment: sasctl::agent_fault::AgentFault = "payment=fail:0.4,refuse:0.05".parse().unwrap();
+    let mut options = DevOptions { definitions, workflow: "fulfil".into(), ..options("fulfil", 100, 21) };
+    let payment: sasctl::agent_fault::AgentFault = "payment=fail:0.3,refuse:0.05".parse().unwrap();
     options.agent_faults = sasctl::agent_fault::per_agent(&[payment], options.faults, &["payment"]).unwrap();
     let run = dev::run(options, |_| {}).await.expect("dev run starts");
     assert_clean(&run);

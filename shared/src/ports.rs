@@ -245,3 +245,40 @@ pub trait QueueConsumer: Send + Sync {
     async fn receive(&self, queue: &QueueUrl, max: usize, wait_ms: u64) -> Result<Vec<Delivery>, QueueError>;
     async fn delete(&self, queue: &QueueUrl, receipt: &str) -> Result<(), QueueError>;
 }
+
+/// Where the pipeline's own messages go: the handlers send there, and every backend's
+/// wiring (the functions' configuration, an embedded run's queue names) builds one.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub scheduler_queue: QueueUrl,
+    pub agent_queue: QueueUrl,
+    /// The `queue` agents' queues, by agent: their requests go there, not to the agent
+    /// function's queue.
+    pub queue_agents: std::collections::BTreeMap<String, QueueUrl>,
+}
+
+impl Topology {
+    pub fn new(scheduler_queue: QueueUrl, agent_queue: QueueUrl) -> Topology {
+        Topology { scheduler_queue, agent_queue, queue_agents: Default::default() }
+    }
+
+    /// The queue agents of a definition file.
+    pub fn with_queue_agents(
+        mut self,
+        agents: &std::collections::BTreeMap<String, crate::domain::definitions::AgentDef>,
+    ) -> Topology {
+        self.queue_agents = agents
+            .iter()
+            .filter_map(|(name, def)| def.queue().map(|q| (name.clone(), QueueUrl(q.to_owned()))))
+            .collect();
+        self
+    }
+}
+
+/// One received message, independent of how it arrived (Lambda event or embedded pump).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inbound {
+    pub message_id: String,
+    pub body: String,
+    pub receive_count: u32,
+}

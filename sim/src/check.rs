@@ -5,14 +5,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ};
 use sas::domain::{Cause, MessageError, OrderRequest, ProcessState, SchedulerMessage, Trigger};
 use sas::handlers::REASON_ATTRIBUTE;
 
+use crate::deployment::{Function, MAX_RECEIVES};
 pub use crate::invariants::{Invariant, Violation};
 use crate::invariants::{Records, check_records};
-use crate::run::{AGENT, AGENT_DLQ, MAX_RECEIVES, ORDERS, ORDERS_DLQ, Outcome, SCHEDULER, SCHEDULER_DLQ};
+use crate::run::Outcome;
 use crate::workload::Sent;
-use crate::world::Function;
 
 /// (state, trigger) of every landed transition of the run.
 pub fn coverage(run: &Outcome) -> BTreeMap<(ProcessState, Trigger), u64> {

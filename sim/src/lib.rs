@@ -5,9 +5,11 @@
 //! `SIM_SEED=<n>`. See docs/SIMULATION.md.
 
 pub mod check;
+pub mod deployment;
+mod executor;
+pub mod faults;
 pub mod invariants;
 pub mod ledger;
-pub mod ports;
 pub mod remote;
 pub mod run;
 pub mod swarm;

@@ -6,98 +6,46 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::Poll;
 
 use futures::FutureExt;
+use sas::adapters::embedded::queue_names::{self, AGENT_DLQ, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ, STATUS};
 use sas::adapters::embedded::{
     CountingMetrics, EmbeddedQueues, EmbeddedStore, QueueSettings, Received, RecordingAlerts, StoredMessage,
     WriteRecord,
 };
 use sas::adapters::system::FastRandom;
-use sas::domain::breaker::BreakerPolicy;
-use sas::domain::retry::Backoff;
-use sas::domain::{OperatorAlert, Order, OrderId, Policy, Step, TaskRecord, Timestamp, Workflow, Workflows};
+use sas::domain::{OperatorAlert, Order, OrderId, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler,
-    SendCoalescer, Settings, Submission, Supervisor, SweepReport, run_batch,
+    Agent, AgentDeps, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler, SendCoalescer,
+    Settings, Submission, Supervisor, SweepReport, run_batch,
 };
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
-use crate::check::Violation;
+use crate::deployment::{
+    Function, MAX_RECEIVES, QUEUE_AGENT, SEND_MAX_HOLD_MS, SUPERVISOR_PERIOD_MS, WORK, WORKER, WORKER_DLQ,
+    agent_settings, policy, workflows_before_publish,
+};
+use crate::executor::{Flag, poll_caught, with_msg};
+use crate::faults::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
+use crate::invariants::{Invariant, Violation};
 use crate::ledger::Ledger;
-use crate::ports::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
 use crate::remote::SimRemote;
 use crate::swarm::{Faults, Swarm};
 use crate::workload::{self, Arrival};
-use crate::world::{Function, InvId, InvMeta, Shared, WriteCtx};
+use crate::world::{InvId, InvMeta, Shared, WriteCtx};
 
-pub use sas::adapters::embedded::queue_names::{self, *};
-
-/// The queue of the `queue` agent `c` (`Swarm::queue_agent`), and its dead letters. Its
-/// worker, outside the pipeline in a real deployment, is modelled by the agent's own code:
-/// it takes a request, calls the remote service, and replies on the scheduler's queue.
-pub const WORKER: &str = "worker-c";
-pub const WORKER_DLQ: &str = "worker-c-dlq";
-/// The agent that is a queue agent in the seeds that have one.
-pub const QUEUE_AGENT: &str = "c";
-
-/// The work queues, their dead-letter queues, visibility timeouts and consumers.
-const WORK: [(&str, &str, u64, Function); 4] = [
-    (ORDERS, ORDERS_DLQ, 3_000, Function::Submission),
-    (SCHEDULER, SCHEDULER_DLQ, 3_000, Function::Scheduler),
-    (AGENT, AGENT_DLQ, 6_000, Function::Agent),
-    (WORKER, WORKER_DLQ, 6_000, Function::Agent),
-];
-pub const MAX_RECEIVES: u32 = 5;
-pub const SUPERVISOR_PERIOD_MS: u64 = 1_000;
-/// The longest a send waits for the rest of its invocation's, as deployed.
-pub const SEND_MAX_HOLD_MS: u64 = sas::config::DEFAULT_SEND_MAX_HOLD_MS;
 /// Largest step of time the loop takes between two I/O calls.
 const TICK_MAX_MS: u64 = 25;
 
-/// The timing the simulated deployment runs with: a scaled-down production config.
-pub fn policy() -> Policy {
-    Policy {
-        step_timeout_ms: 1_000,
-        reply_grace_ms: 500,
-        pending_timeout_ms: 2_000,
-        failure_threshold: 3,
-        retry_backoff: Backoff { base_ms: 200, cap_ms: 2_000 },
-    }
-}
-
-/// The built-in workflows; a saga with a read-only first step, a pivot in the middle, a
-/// compensable step after it and budgets of their own (giving up after the pivot must go
-/// forward only, and a read in doubt is no pivot); and the seed's random workflow.
+/// The seed's workflows once its new version is published: the deployment's
+/// (`deployment::workflows_before_publish`) and the published one (`Swarm::publish`).
 pub fn workflows(swarm: &Swarm) -> Workflows {
-    let mut all = workflows_before_publish(swarm).all().to_vec();
+    let mut all = workflows_before_publish(&swarm.generated).all().to_vec();
     all.extend(swarm.publish.as_ref().map(|p| p.workflow.clone()));
     Workflows::new(all)
-}
-
-/// What handlers know before the seed's new version is published (`Swarm::publish`).
-pub fn workflows_before_publish(swarm: &Swarm) -> Workflows {
-    let saga = Workflow::new(
-        "saga",
-        vec![
-            Step::read_only("check-stock", "inventory").with_max_failures(2),
-            Step::compensable("reserve-inventory", "inventory", "release-inventory"),
-            Step::pivot("ship-order", "shipping"),
-            Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
-        ],
-    );
-    Workflows::new(vec![Workflow::single_step(), Workflow::three_step(), saga, swarm.generated.clone()])
-}
-
-pub fn agent_settings() -> AgentSettings {
-    AgentSettings {
-        retry: Backoff { base_ms: 50, cap_ms: 400 },
-        breaker: BreakerPolicy { failure_threshold: 5, open_ms: 300 },
-    }
 }
 
 /// How long after the faults stop every order must have ended: the worst case of every
@@ -174,17 +122,6 @@ enum InvOut {
     Sweep(Result<SweepReport, HandlerError>),
 }
 
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 struct Inv {
     function: Function,
     fut: Pin<Box<dyn Future<Output = InvOut>>>,
@@ -198,36 +135,6 @@ struct Inv {
     /// Supervisor: the tasks due when it started, by revision, for the "acted on by the
     /// next run" check.
     due_at_start: Vec<(OrderId, u64)>,
-}
-
-/// Sets the message being handled while a handler's future runs, so a store write can
-/// record what it was made for.
-struct WithMsg<F> {
-    shared: Arc<Shared>,
-    msg: Arc<str>,
-    inner: Pin<Box<F>>,
-}
-
-struct Restore<'a>(&'a Shared, Option<Arc<str>>);
-
-impl Drop for Restore<'_> {
-    fn drop(&mut self) {
-        self.0.w().current_msg = self.1.take();
-    }
-}
-
-impl<F: Future> Future for WithMsg<F> {
-    type Output = F::Output;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let prev = self.shared.w().current_msg.replace(self.msg.clone());
-        let shared = self.shared.clone();
-        let _restore = Restore(&shared, prev);
-        self.inner.as_mut().poll(cx)
-    }
-}
-
-fn with_msg<F: Future>(shared: &Arc<Shared>, body: &str, inner: F) -> WithMsg<F> {
-    WithMsg { shared: shared.clone(), msg: body.into(), inner: Box::pin(inner) }
 }
 
 struct Sim {
@@ -324,7 +231,7 @@ impl Sim {
             topology,
             reply_to: queue_names::reply_to_rules().own_queue(String::new(), WORKER.into()),
         };
-        let before = Settings { workflows: workflows_before_publish(&swarm), ..settings.clone() };
+        let before = Settings { workflows: workflows_before_publish(&swarm.generated), ..settings.clone() };
         let generations = [&before, &settings];
         let remote = Arc::new(SimRemote { shared: shared.clone() });
         let agents = (0..swarm.agent_concurrency)
@@ -392,10 +299,8 @@ impl Sim {
         loop {
             self.steps += 1;
             if self.steps > MAX_STEPS {
-                self.runtime.push(Violation::new(
-                    crate::invariants::Invariant::Liveness,
-                    format!("no end after {MAX_STEPS} steps"),
-                ));
+                self.runtime
+                    .push(Violation::new(Invariant::Liveness, format!("no end after {MAX_STEPS} steps")));
                 return;
             }
             self.run_ready();
@@ -421,7 +326,7 @@ impl Sim {
             }
             if now > self.deadline {
                 self.runtime.push(Violation::new(
-                    crate::invariants::Invariant::Liveness,
+                    Invariant::Liveness,
                     format!(
                         "still running at {now}ms, {}ms after the faults stopped (bound {}ms): {:?}",
                         now - self.quiet_at,
@@ -680,7 +585,7 @@ impl Sim {
         let inv = Inv {
             function,
             fut,
-            flag: Arc::new(Flag(AtomicBool::new(true))),
+            flag: Flag::woken(),
             queue: Some(queue),
             received,
             crash_at,
@@ -713,7 +618,7 @@ impl Sim {
         let inv = Inv {
             function: Function::Supervisor,
             fut: Box::pin(async move { InvOut::Sweep(h.sweep().await) }),
-            flag: Arc::new(Flag(AtomicBool::new(true))),
+            flag: Flag::woken(),
             queue: None,
             received: Vec::new(),
             crash_at,
@@ -728,12 +633,8 @@ impl Sim {
     /// Polls every woken invocation until none is woken.
     fn run_ready(&mut self) {
         loop {
-            let woken: Vec<InvId> = self
-                .invs
-                .iter()
-                .filter(|(_, i)| i.flag.0.swap(false, Ordering::SeqCst))
-                .map(|(id, _)| *id)
-                .collect();
+            let woken: Vec<InvId> =
+                self.invs.iter().filter(|(_, i)| i.flag.take()).map(|(id, _)| *id).collect();
             if woken.is_empty() {
                 return;
             }
@@ -745,14 +646,12 @@ impl Sim {
 
     fn poll(&mut self, id: InvId) {
         let Some(inv) = self.invs.get_mut(&id) else { return };
-        let waker = Waker::from(inv.flag.clone());
-        let mut cx = Context::from_waker(&waker);
         {
             let mut w = self.shared.w();
             w.current_inv = Some(id);
             w.current_msg = None;
         }
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| inv.fut.as_mut().poll(&mut cx)));
+        let result = poll_caught(inv.fut.as_mut(), &inv.flag);
         {
             let mut w = self.shared.w();
             w.current_inv = None;
@@ -761,15 +660,10 @@ impl Sim {
         match result {
             Ok(Poll::Pending) => {}
             Ok(Poll::Ready(out)) => self.finish(id, out),
-            Err(panic) => {
-                let text = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+            Err(text) => {
                 let function = inv.function;
                 self.runtime.push(Violation::new(
-                    crate::invariants::Invariant::NoPanic,
+                    Invariant::NoPanic,
                     format!("{function:?} invocation {id} panicked: {text}"),
                 ));
                 self.crash(id, "panicked");
@@ -882,7 +776,7 @@ impl Sim {
                 let now = self.store.task(&order_id).now_or_never().expect("at once").expect("no fault");
                 if now.is_some_and(|t| t.revision == revision) {
                     self.runtime.push(Violation::new(
-                        crate::invariants::Invariant::Supervised,
+                        Invariant::Supervised,
                         format!("supervisor run {id} (and any overlapping) left order {order_id}, due at its start, untouched"),
                     ));
                 }

@@ -7,8 +7,8 @@ use std::fmt;
 use sas::domain::definitions::MAX_STEPS;
 use sas::domain::{OnGiveUp, Step, Workflow};
 
+use crate::deployment::Function;
 use crate::ledger::RemoteFaults;
-use crate::world::Function;
 
 /// Probabilities and bounds of every fault. All zero: a fault-free world.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -90,14 +90,14 @@ pub struct Swarm {
     pub faults: Faults,
     /// Valid orders submitted.
     pub orders: usize,
-    /// The workflows orders are drawn from, uniformly (`run::workflows`).
+    /// The workflows orders are drawn from, uniformly (`deployment::workflows_before_publish`).
     pub workflows: &'static [&'static str],
     /// This seed's own random workflow, named `generated` (`generated_workflow`).
     pub generated: Workflow,
     /// A newer version of `generated`, published mid-run (half the seeds).
     pub publish: Option<Publish>,
     /// Agent `c` of the generated workflows is a `queue` agent (half the seeds): its
-    /// requests go to a worker's queue (`run::WORKER`), and the worker replies.
+    /// requests go to a worker's queue (`deployment::WORKER`), and the worker replies.
     pub queue_agent: bool,
     /// Orders sent a second time, byte for byte.
     pub resends: usize,

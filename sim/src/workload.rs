@@ -1,7 +1,7 @@
 //! What the application sends in one run: valid orders of both workflows, byte-for-byte
 //! resends, conflicting payloads under an existing id, and bad messages to every queue.
 
-use crate::run::{AGENT, ORDERS, SCHEDULER, STATUS};
+use sas::adapters::embedded::queue_names::{AGENT, ORDERS, SCHEDULER, STATUS};
 
 /// A message the outside world sends, and when.
 #[derive(Debug, Clone, PartialEq, Eq)]

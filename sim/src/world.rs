@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use crate::deployment::Function;
 use crate::ledger::Ledger;
 use crate::swarm::Faults;
 
@@ -39,14 +40,6 @@ pub struct WriteCtx {
     pub message: Option<Arc<str>>,
     /// True time of the write.
     pub at: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Function {
-    Submission,
-    Scheduler,
-    Agent,
-    Supervisor,
 }
 
 /// What the ports need to know about a running invocation.

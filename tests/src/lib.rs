@@ -113,7 +113,7 @@ impl Backend {
         }
     }
 
-    /// Fresh tables and queues on the test endpoint, or `None` when there is none.
+    /// A fresh state table and queues on the test endpoint, or `None` when there is none.
     pub async fn aws(test: &str) -> Option<Backend> {
         let endpoint = endpoint(test)?;
         let sdk = sdk_config(&endpoint).await;

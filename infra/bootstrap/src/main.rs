@@ -12,9 +12,9 @@ use clap::Parser;
 use sas::adapters::aws::provision::{Layout, provision};
 
 #[derive(Parser)]
-#[command(name = "sas-bootstrap", version, about = "Create the sas tables, queues and topic")]
+#[command(name = "sas-bootstrap", version, about = "Create the sas state table, queues and topic")]
 struct Args {
-    /// Name prefix: tables PREFIX-orders and PREFIX-state, queues PREFIX-orders, ...
+    /// Name prefix: table PREFIX-state, queues PREFIX-orders, ...
     #[arg(long, default_value = "sas")]
     prefix: String,
     /// The AWS endpoint, e.g. http://127.0.0.1:4566 (default: AWS_ENDPOINT_URL, else AWS).

@@ -11,20 +11,12 @@ use futures::FutureExt;
 
 use super::HandlerError;
 use super::coalesce::join_round;
-use crate::ports::{Metric, Metrics, Outgoing, QueueUrl, Queues};
+use crate::ports::{Inbound, Metric, Metrics, Outgoing, QueueUrl, Queues};
 
 /// The message attribute that carries a kept message's reason.
 pub const REASON_ATTRIBUTE: &str = "sas-reason";
 /// The message attribute naming the queue a kept message came from.
 pub const SOURCE_ATTRIBUTE: &str = "sas-source";
-
-/// One received message, independent of how it arrived (Lambda event or embedded pump).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inbound {
-    pub message_id: String,
-    pub body: String,
-    pub receive_count: u32,
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchReport {

@@ -19,11 +19,13 @@ use crate::ports::{
 };
 
 pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
-pub use batch::{BatchReport, DeadLetters, Inbound, REASON_ATTRIBUTE, run_batch};
+pub use batch::{BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch};
 pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
 pub use scheduler::Scheduler;
 pub use submission::Submission;
 pub use supervisor::{Supervisor, SweepReport};
+// Defined with the ports, so the adapters that build them need not import the handlers.
+pub use crate::ports::{Inbound, Topology};
 
 /// How a message's handling failed, by what should happen to the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,34 +62,6 @@ pub struct Deps {
     pub clock: Arc<dyn Clock>,
     pub random: Arc<dyn Random>,
     pub metrics: Arc<dyn Metrics>,
-}
-
-/// Where the pipeline's own messages go.
-#[derive(Debug, Clone)]
-pub struct Topology {
-    pub scheduler_queue: QueueUrl,
-    pub agent_queue: QueueUrl,
-    /// The `queue` agents' queues, by agent: their requests go there, not to the agent
-    /// function's queue.
-    pub queue_agents: std::collections::BTreeMap<String, QueueUrl>,
-}
-
-impl Topology {
-    pub fn new(scheduler_queue: QueueUrl, agent_queue: QueueUrl) -> Topology {
-        Topology { scheduler_queue, agent_queue, queue_agents: Default::default() }
-    }
-
-    /// The queue agents of a definition file.
-    pub fn with_queue_agents(
-        mut self,
-        agents: &std::collections::BTreeMap<String, crate::domain::definitions::AgentDef>,
-    ) -> Topology {
-        self.queue_agents = agents
-            .iter()
-            .filter_map(|(name, def)| def.queue().map(|q| (name.clone(), QueueUrl(q.to_owned()))))
-            .collect();
-        self
-    }
 }
 
 #[derive(Debug, Clone)]

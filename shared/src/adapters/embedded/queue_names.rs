@@ -2,8 +2,7 @@
 //! the handler tests): one set, so every in-process run wires the same topology.
 
 use crate::domain::ReplyToRules;
-use crate::handlers::Topology;
-use crate::ports::QueueUrl;
+use crate::ports::{QueueUrl, Topology};
 
 pub const ORDERS: &str = "orders";
 pub const ORDERS_DLQ: &str = "orders-dlq";

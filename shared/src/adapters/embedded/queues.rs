@@ -40,8 +40,8 @@ pub struct StoredMessage {
 
 impl StoredMessage {
     /// The message as a handler receives it.
-    pub fn inbound(&self) -> crate::handlers::Inbound {
-        crate::handlers::Inbound {
+    pub fn inbound(&self) -> crate::ports::Inbound {
+        crate::ports::Inbound {
             message_id: self.message_id.clone(),
             body: self.body.clone(),
             receive_count: self.receive_count,

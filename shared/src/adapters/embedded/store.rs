@@ -21,8 +21,6 @@ struct Tables {
     log: Vec<WriteRecord>,
     /// Index entries read by `due`, as a sweep-cost measure.
     due_items_read: u64,
-    /// Make the next N calls fail as if the service were throttling.
-    unavailable_next: u32,
 }
 
 /// The state table and its due index behind one lock, so every conditional write is atomic
@@ -36,17 +34,6 @@ impl EmbeddedStore {
     }
     fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn check_available(t: &mut Tables) -> Result<(), StoreError> {
-        if t.unavailable_next > 0 {
-            t.unavailable_next -= 1;
-            return Err(StoreError::Unavailable("injected: throttled".into()));
-        }
-        Ok(())
-    }
-    /// Fault injection: the next `n` calls fail with `Unavailable`.
-    pub fn fail_next(&self, n: u32) {
-        self.tables().unavailable_next = n;
     }
     /// Every landed task write so far, in order.
     pub fn writes(&self) -> Vec<WriteRecord> {
@@ -93,7 +80,6 @@ impl EmbeddedStore {
 impl StateStore for EmbeddedStore {
     async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
         let mut t = self.tables();
-        Self::check_available(&mut t)?;
         if let Some(existing) = t.tasks.get(&task.order_id) {
             return Ok(Inserted::Exists(Box::new(existing.clone())));
         }
@@ -104,14 +90,11 @@ impl StateStore for EmbeddedStore {
     }
 
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
-        let mut t = self.tables();
-        Self::check_available(&mut t)?;
-        Ok(t.tasks.get(id).cloned())
+        Ok(self.tables().tasks.get(id).cloned())
     }
 
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
         let mut t = self.tables();
-        Self::check_available(&mut t)?;
         let before = match t.tasks.get(&next.order_id) {
             Some(current) if current.revision == expected_revision => current.clone(),
             // The planted bug of `Mutation::UnconditionalClaim`: claims skip the condition.
@@ -131,7 +114,6 @@ impl StateStore for EmbeddedStore {
 
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         let mut t = self.tables();
-        Self::check_available(&mut t)?;
         let ids: Vec<OrderId> =
             t.due.iter().take_while(|(d, _)| *d <= now).take(limit).map(|(_, id)| id.clone()).collect();
         t.due_items_read += ids.len() as u64;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use sas::adapters::embedded::queue_names::{AGENT, SCHEDULER};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
 use sas::ports::{
@@ -15,7 +16,7 @@ use sas::ports::{
 use crate::world::{Io, Shared, WriteCtx};
 
 /// Queues whose messages the duplicate and delay faults touch: the pipeline's own.
-pub const INTERNAL: [&str; 3] = [crate::run::SCHEDULER, crate::run::AGENT, crate::run::WORKER];
+pub const INTERNAL: [&str; 3] = [SCHEDULER, AGENT, crate::deployment::WORKER];
 
 pub struct SimStore {
     pub inner: Arc<EmbeddedStore>,

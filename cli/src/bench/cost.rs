@@ -1,0 +1,176 @@
+//! `bench cost`: AWS requests and billed units per order, counted around the ports and
+//! priced, beside what Step Functions would charge for the same work.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use sas::domain::{Policy, ProcessState};
+
+use super::rig::{Rig, RigOptions};
+
+/// Published us-east-1 prices (November 2026 list prices; see docs/BENCHMARKS.md).
+pub mod prices {
+    pub const DDB_PER_MILLION_WRU: f64 = 0.625;
+    pub const DDB_PER_MILLION_RRU: f64 = 0.125;
+    pub const SQS_PER_MILLION_REQUESTS: f64 = 0.40;
+    pub const SNS_PER_MILLION_PUBLISHES: f64 = 0.50;
+    pub const LAMBDA_PER_MILLION_REQUESTS: f64 = 0.20;
+    pub const LAMBDA_ARM_PER_GB_SECOND: f64 = 0.000_013_333_4;
+    pub const SFN_STANDARD_PER_TRANSITION: f64 = 0.025 / 1_000.0;
+    pub const SFN_EXPRESS_PER_MILLION_REQUESTS: f64 = 1.00;
+    pub const SFN_EXPRESS_PER_GB_SECOND: f64 = 0.000_016_67;
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CostRow {
+    pub workflow: String,
+    pub failures: bool,
+    pub orders: usize,
+    pub processed: usize,
+    pub compensated: usize,
+    pub failed: usize,
+    pub remote_calls_per_order: f64,
+    pub per_order: BTreeMap<String, f64>,
+    /// Dollars per million orders, by service, and the total.
+    pub dollars_per_million: BTreeMap<String, f64>,
+    pub sas_total: f64,
+    pub step_functions_standard: f64,
+    pub step_functions_express: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct CostAssumptions {
+    pub memory_mb: u64,
+    /// Billed duration of one invocation (a batch of up to 10 messages handled concurrently).
+    pub invocation_ms: u64,
+    /// Duration of one remote call, for Express's duration charge and its Lambda task.
+    pub remote_call_ms: u64,
+}
+
+impl Default for CostAssumptions {
+    fn default() -> Self {
+        CostAssumptions { memory_mb: 256, invocation_ms: 50, remote_call_ms: 50 }
+    }
+}
+
+pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumptions) -> CostRow {
+    let policy = Policy::default();
+    let (transient, permanent, crash) = if failures { (0.10, 0.01, 0.02) } else { (0.0, 0.0, 0.0) };
+    let rig = Rig::new(
+        RigOptions {
+            workflow: workflow.into(),
+            transient_rate: transient,
+            permanent_rate: permanent,
+            crash_rate: crash,
+            policy,
+            supervisor_period_ms: 60_000,
+            seed: 7,
+            count: true,
+            reply_to: true,
+        },
+        true,
+    );
+    rig.send_orders(0, orders).await;
+    let first_tick = rig.clock.now().plus_ms(60_000);
+    rig.run_simulated(orders, first_tick).await;
+    let counts = rig.store.state_counts();
+    let u = rig.usage.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let n = orders.max(1) as f64;
+    let calls = rig.remote.calls.load(Ordering::Relaxed) as f64;
+    // Function invocations the pipeline made (the supervisor's runs are on a schedule,
+    // not per order: a fixed 43,200 a month at rate(1 minute), left out here).
+    let invocations: u64 =
+        u.invocations.iter().filter(|(k, _)| k.as_str() != "supervisor").map(|(_, v)| v).sum();
+    let gb_s = invocations as f64 * (a.memory_mb as f64 / 1024.0) * (a.invocation_ms as f64 / 1000.0);
+    // The application's own SendMessage of each order, as in Step Functions' intake below.
+    let order_sends = n;
+    let sqs_requests = order_sends + (u.sqs_sends + u.sqs_receives + u.sqs_deletes) as f64;
+    let per_order: BTreeMap<String, f64> = [
+        ("ddb_wru", u.wru / n),
+        ("ddb_rru", u.rru / n),
+        ("ddb_requests", (u.ddb_gets + u.ddb_puts) as f64 / n),
+        ("sqs_order_sends", order_sends / n),
+        ("sqs_sends", u.sqs_sends as f64 / n),
+        ("sqs_receives", u.sqs_receives as f64 / n),
+        ("sqs_deletes", u.sqs_deletes as f64 / n),
+        ("sns_publishes", u.sns_publishes as f64 / n),
+        ("lambda_invocations", invocations as f64 / n),
+        ("lambda_gb_seconds", gb_s / n),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    use prices::*;
+    let m = 1e6 / n;
+    let dollars: BTreeMap<String, f64> = [
+        ("dynamodb", (u.wru * DDB_PER_MILLION_WRU + u.rru * DDB_PER_MILLION_RRU) / 1e6 * m),
+        ("sqs", sqs_requests * SQS_PER_MILLION_REQUESTS / 1e6 * m),
+        ("sns", u.sns_publishes as f64 * SNS_PER_MILLION_PUBLISHES / 1e6 * m),
+        ("lambda_requests", invocations as f64 * LAMBDA_PER_MILLION_REQUESTS / 1e6 * m),
+        ("lambda_duration", gb_s * LAMBDA_ARM_PER_GB_SECOND * m),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let sas_total = dollars.values().sum();
+    // Step Functions doing the scheduler's and supervisor's work: one Task state per
+    // remote call (a Retry is a transition too), one terminal state per order; each Task
+    // invokes the agent Lambda once, unbatched. Intake (orders queue -> StartExecution)
+    // costs one SQS send + receive/delete at batch 10 + one Lambda invocation per 10.
+    let transitions = calls + n;
+    let agent_lambda = calls
+        * (LAMBDA_PER_MILLION_REQUESTS / 1e6
+            + (a.memory_mb as f64 / 1024.0) * (a.remote_call_ms as f64 / 1000.0) * LAMBDA_ARM_PER_GB_SECOND);
+    let intake = n * (1.2 * SQS_PER_MILLION_REQUESTS / 1e6 + 0.1 * LAMBDA_PER_MILLION_REQUESTS / 1e6);
+    let standard = (transitions * SFN_STANDARD_PER_TRANSITION + agent_lambda + intake) * m;
+    // Express: per execution, billed in 100 ms steps at 64 MB (the minimum).
+    let express_ms = (calls / n * a.remote_call_ms as f64 / 100.0).ceil() * 100.0;
+    let express = (n
+        * (SFN_EXPRESS_PER_MILLION_REQUESTS / 1e6
+            + 0.0625 * express_ms / 1000.0 * SFN_EXPRESS_PER_GB_SECOND)
+        + agent_lambda
+        + intake)
+        * m;
+    CostRow {
+        workflow: workflow.into(),
+        failures,
+        orders,
+        processed: counts.get(&ProcessState::Processed).copied().unwrap_or(0),
+        compensated: counts.get(&ProcessState::Compensated).copied().unwrap_or(0),
+        failed: counts.get(&ProcessState::Error).copied().unwrap_or(0),
+        remote_calls_per_order: calls / n,
+        per_order,
+        dollars_per_million: dollars,
+        sas_total,
+        step_functions_standard: standard,
+        step_functions_express: express,
+    }
+}
+
+impl fmt::Display for CostRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} {} ({} orders: {} processed, {} compensated, {} error; {:.3} remote calls/order)",
+            self.workflow,
+            if self.failures { "with failures" } else { "no failures" },
+            self.orders,
+            self.processed,
+            self.compensated,
+            self.failed,
+            self.remote_calls_per_order
+        )?;
+        let per: Vec<String> = self.per_order.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+        writeln!(f, "  per order: {}", per.join(", "))?;
+        let d: Vec<String> = self.dollars_per_million.iter().map(|(k, v)| format!("{k} ${v:.2}")).collect();
+        writeln!(f, "  $/million orders: {}", d.join(", "))?;
+        writeln!(
+            f,
+            "  sas ${:.2}  |  Step Functions Standard ${:.2}  Express ${:.2}",
+            self.sas_total, self.step_functions_standard, self.step_functions_express
+        )
+    }
+}

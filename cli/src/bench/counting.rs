@@ -1,0 +1,157 @@
+//! Ports that count the AWS requests and billed units a real deployment would pay for,
+//! wrapped around the embedded backend (the `cost` benchmark's meter).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
+use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
+use sas::ports::{
+    AlertError, Alerts, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError, Written,
+};
+
+/// AWS requests and billed units, counted around the ports (see `cost`).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct AwsUsage {
+    pub ddb_gets: u64,
+    pub ddb_puts: u64,
+    pub ddb_queries: u64,
+    /// Write request units, including the due index's writes.
+    pub wru: f64,
+    /// Read request units: strongly consistent gets, eventually consistent index queries.
+    pub rru: f64,
+    /// SendMessage / SendMessageBatch requests (one per 10 messages of one call).
+    pub sqs_sends: u64,
+    pub sqs_messages_sent: u64,
+    /// ReceiveMessage requests the event source mapping makes that return messages.
+    pub sqs_receives: u64,
+    /// DeleteMessageBatch requests for the successfully handled messages.
+    pub sqs_deletes: u64,
+    pub sns_publishes: u64,
+    /// Function invocations, by function.
+    pub invocations: BTreeMap<String, u64>,
+}
+
+/// Size of a record as DynamoDB would bill it, approximated by its JSON length (attribute
+/// names plus values; JSON's quotes and braces make it a slight over-estimate).
+fn item_bytes<T: Serialize>(value: &T) -> usize {
+    serde_json::to_string(value).map_or(0, |s| s.len())
+}
+
+fn kb_units(bytes: usize, unit: usize) -> f64 {
+    bytes.div_ceil(unit).max(1) as f64
+}
+
+pub struct CountingStore {
+    pub(super) inner: Arc<EmbeddedStore>,
+    pub(super) usage: Arc<Mutex<AwsUsage>>,
+    /// Queries per `due` call (the DynamoDB adapter queries each due shard).
+    pub(super) due_shards: u32,
+}
+
+impl CountingStore {
+    fn with(&self, f: impl FnOnce(&mut AwsUsage)) {
+        f(&mut self.usage.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+}
+
+/// The due index's key of a record: it has an index entry exactly while it has a deadline.
+fn index_key(task: Option<&TaskRecord>) -> Option<Timestamp> {
+    task.and_then(|t| t.deadline)
+}
+
+/// Writes a table write costs the KEYS_ONLY due index: an entry put when the key appears,
+/// deleted when it goes, both when it changes; a write that keeps it costs nothing.
+fn index_writes(before: Option<Timestamp>, after: Option<Timestamp>) -> f64 {
+    match (before, after) {
+        (Some(a), Some(b)) if a == b => 0.0,
+        (Some(_), Some(_)) => 2.0,
+        (None, Some(_)) | (Some(_), None) => 1.0,
+        (None, None) => 0.0,
+    }
+}
+
+#[async_trait]
+impl StateStore for CountingStore {
+    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
+        let inserted = self.inner.insert(task).await?;
+        // A conditional PutItem; a failed condition (duplicate) bills the write too.
+        let size = match &inserted {
+            Inserted::New => item_bytes(task),
+            Inserted::Exists(existing) => item_bytes(task).max(item_bytes(existing)),
+        };
+        let index = if inserted == Inserted::New { index_writes(None, index_key(Some(task))) } else { 0.0 };
+        self.with(|u| {
+            u.ddb_puts += 1;
+            u.wru += kb_units(size, 1024) + index;
+        });
+        Ok(inserted)
+    }
+    async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
+        let r = self.inner.task(id).await?;
+        let bytes = r.as_ref().map_or(0, item_bytes);
+        self.with(|u| {
+            u.ddb_gets += 1;
+            u.rru += kb_units(bytes, 4096);
+        });
+        Ok(r)
+    }
+    async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
+        // Billed on the larger of the old and new item; a failed condition bills too.
+        let before = self.inner.task(&next.order_id).await?;
+        let size = item_bytes(next).max(before.as_ref().map_or(0, item_bytes));
+        let written = self.inner.replace(next, expected_revision).await?;
+        let index = match written {
+            Written::RevisionMoved => 0.0,
+            Written::Applied => index_writes(index_key(before.as_ref()), index_key(Some(next))),
+        };
+        self.with(|u| {
+            u.ddb_puts += 1;
+            u.wru += kb_units(size, 1024) + index;
+        });
+        Ok(written)
+    }
+    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
+        let r = self.inner.due(now, limit).await?;
+        // A KEYS_ONLY entry: shard, deadline and the table key, well under 100 bytes.
+        let bytes: usize = r.iter().map(|id| id.as_str().len() + 40).sum();
+        let shards = self.due_shards.max(1) as f64;
+        self.with(|u| {
+            u.ddb_queries += self.due_shards.max(1) as u64;
+            // Eventually consistent: half a unit per 4 KB, at least half a unit per query.
+            u.rru += (0.5 * bytes.div_ceil(4096) as f64).max(0.5 * shards);
+        });
+        Ok(r)
+    }
+}
+
+pub struct CountingQueues {
+    pub(super) inner: Arc<EmbeddedQueues>,
+    pub(super) usage: Arc<Mutex<AwsUsage>>,
+}
+
+#[async_trait]
+impl Queues for CountingQueues {
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
+        let n = messages.len() as u64;
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).sqs_sends += n.div_ceil(10).max(1);
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).sqs_messages_sent += n;
+        self.inner.send_batch(queue, messages).await
+    }
+}
+
+pub struct CountingAlerts {
+    pub(super) inner: RecordingAlerts,
+    pub(super) usage: Arc<Mutex<AwsUsage>>,
+}
+
+#[async_trait]
+impl Alerts for CountingAlerts {
+    async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).sns_publishes += 1;
+        self.inner.raise(alert).await
+    }
+}

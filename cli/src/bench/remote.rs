@@ -1,0 +1,46 @@
+//! The remote service answered in-process, so the benchmarks measure sas and not a
+//! network.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+
+use sas::ports::{RemoteCall, RemoteError, RemoteService};
+
+/// The remote service answered in-process: no I/O, optional injected failures.
+pub struct InstantRemote {
+    transient_rate: f64,
+    permanent_rate: f64,
+    rng: Mutex<fastrand::Rng>,
+    pub calls: AtomicU64,
+}
+
+impl InstantRemote {
+    pub fn new(transient_rate: f64, permanent_rate: f64, seed: u64) -> InstantRemote {
+        InstantRemote {
+            transient_rate,
+            permanent_rate,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            calls: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl RemoteService for InstantRemote {
+    async fn call(&self, _call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.transient_rate == 0.0 && self.permanent_rate == 0.0 {
+            return Ok(Vec::new());
+        }
+        let r = self.rng.lock().unwrap_or_else(|p| p.into_inner()).f64();
+        if r < self.permanent_rate {
+            Err(RemoteError::permanent("injected: 422"))
+        } else if r < self.permanent_rate + self.transient_rate {
+            Err(RemoteError::Transient("injected: 503".into()))
+        } else {
+            Ok(Vec::new())
+        }
+    }
+}

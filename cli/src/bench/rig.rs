@@ -1,0 +1,416 @@
+//! The rig: the whole pipeline in-process on the embedded backend, invoked the way
+//! Lambda's event source mappings invoke it, on the system clock or a manual one.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use sas::adapters::embedded::queue_names::{self, *};
+use sas::adapters::embedded::{
+    CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
+};
+use sas::adapters::system::{FastRandom, SystemClock};
+use sas::domain::breaker::BreakerPolicy;
+use sas::domain::retry::Backoff;
+use sas::domain::{OrderId, Policy, Timestamp, Workflows};
+use sas::handlers::{
+    Agent, AgentDeps, AgentSettings, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
+    Settings, Submission, Supervisor, run_batch,
+};
+use sas::ports::{Alerts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
+
+use super::counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore};
+use super::remote::InstantRemote;
+
+/// Messages per receive, as the event source mappings' batch size.
+const BATCH: usize = 10;
+
+/// The agent's view of a manual clock: it reads the shared time, but its retry sleeps
+/// take no simulated time. On one shared manual clock an agent's backoff sleep would jump
+/// every other order's time forward, and thousands of orders in flight at once would
+/// then miss their complete-by for no reason of their own.
+struct NoSleepClock(Arc<ManualClock>);
+
+#[async_trait]
+impl Clock for NoSleepClock {
+    fn now(&self) -> Timestamp {
+        self.0.now()
+    }
+    async fn sleep_until(&self, _until: Timestamp) {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RigOptions {
+    pub workflow: String,
+    pub transient_rate: f64,
+    pub permanent_rate: f64,
+    /// Probability an agent invocation crashes: its message is neither handled nor deleted.
+    pub crash_rate: f64,
+    pub policy: Policy,
+    pub supervisor_period_ms: u64,
+    pub seed: u64,
+    /// Count AWS usage around the ports.
+    pub count: bool,
+    /// Orders carry `reply_to` (status updates are sent).
+    pub reply_to: bool,
+}
+
+impl Default for RigOptions {
+    fn default() -> Self {
+        RigOptions {
+            workflow: "single-step".into(),
+            transient_rate: 0.0,
+            permanent_rate: 0.0,
+            crash_rate: 0.0,
+            policy: Policy::default(),
+            supervisor_period_ms: 60_000,
+            seed: 1,
+            count: false,
+            reply_to: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Function {
+    Submission,
+    Scheduler,
+    Agent,
+}
+
+impl Function {
+    fn name(self) -> &'static str {
+        match self {
+            Function::Submission => "submission",
+            Function::Scheduler => "scheduler",
+            Function::Agent => "agent",
+        }
+    }
+}
+
+/// Time spent and messages handled per function.
+#[derive(Debug, Default)]
+struct HandlerTimes {
+    nanos: [AtomicU64; 3],
+    messages: [AtomicU64; 3],
+    batches: [AtomicU64; 3],
+}
+
+/// The pipeline in-process: all four handlers over the embedded backend, driven by
+/// `drain` (no pump threads, no polling) instead of `sasctl dev`'s pumps.
+pub struct Rig {
+    pub options: RigOptions,
+    pub store: Arc<EmbeddedStore>,
+    pub queues: Arc<EmbeddedQueues>,
+    pub clock: Arc<dyn Clock>,
+    pub manual: Option<Arc<ManualClock>>,
+    pub usage: Arc<Mutex<AwsUsage>>,
+    pub remote: Arc<InstantRemote>,
+    send: Arc<dyn Queues>,
+    submission: Submission,
+    scheduler: Scheduler,
+    agent: Agent,
+    pub supervisor: Supervisor,
+    dead_letters: [DeadLetters; 3],
+    times: HandlerTimes,
+    crash_rng: Mutex<fastrand::Rng>,
+    pub crashes: Mutex<Vec<(OrderId, Timestamp)>>,
+}
+
+impl Rig {
+    /// `manual`: a ManualClock starting at 1,000,000 ms (discrete-event runs); else the
+    /// system clock.
+    pub fn new(options: RigOptions, manual: bool) -> Rig {
+        let manual = manual.then(|| Arc::new(ManualClock::at(1_000_000)));
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(m) => m.clone(),
+            None => Arc::new(SystemClock),
+        };
+        let usage = Arc::new(Mutex::new(AwsUsage::default()));
+        let store = Arc::new(EmbeddedStore::new());
+        let queues = Arc::new(EmbeddedQueues::new(clock.clone(), options.seed));
+        for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS] {
+            queues.create(q, QueueSettings::default());
+        }
+        let step = options.policy.step_timeout_ms;
+        let qs = |vis: u64, dlq: &str| QueueSettings {
+            visibility_timeout_ms: vis,
+            max_receives: 5,
+            dead_letter: Some(dlq.into()),
+            duplicate_rate: 0.0,
+        };
+        queues.create(ORDERS, qs(60_000, ORDERS_DLQ));
+        queues.create(SCHEDULER, qs(90_000, SCHEDULER_DLQ));
+        queues.create(AGENT, qs(step * 6, AGENT_DLQ));
+        let (state, send, alerts): (Arc<dyn StateStore>, Arc<dyn Queues>, Arc<dyn Alerts>) = if options.count
+        {
+            (
+                Arc::new(CountingStore { inner: store.clone(), usage: usage.clone(), due_shards: 4 }),
+                Arc::new(CountingQueues { inner: queues.clone(), usage: usage.clone() }),
+                Arc::new(CountingAlerts { inner: RecordingAlerts::default(), usage: usage.clone() }),
+            )
+        } else {
+            (store.clone(), queues.clone(), Arc::new(RecordingAlerts::default()))
+        };
+        // As the Lambda functions send: each invocation's sends coalesced, the counting
+        // wrapper inside so it counts the requests that would reach SQS.
+        let send: Arc<dyn Queues> = Arc::new(SendCoalescer::new(send, DEFAULT_MAX_HOLD));
+        let metrics: Arc<dyn Metrics> = Arc::new(CountingMetrics::default());
+        let random = Arc::new(FastRandom::seeded(options.seed));
+        let remote =
+            Arc::new(InstantRemote::new(options.transient_rate, options.permanent_rate, options.seed));
+        let deps = Deps {
+            store: state,
+            queues: send.clone(),
+            alerts,
+            clock: clock.clone(),
+            random: random.clone(),
+            metrics: metrics.clone(),
+        };
+        let settings = Settings {
+            policy: options.policy,
+            workflows: Workflows::builtin(),
+            topology: queue_names::topology(),
+            reply_to: queue_names::reply_to_rules(),
+        };
+        let agent_clock: Arc<dyn Clock> = match &manual {
+            Some(m) => Arc::new(NoSleepClock(m.clone())),
+            None => clock.clone(),
+        };
+        let agent = Agent::new(
+            AgentDeps {
+                queues: send.clone(),
+                clock: agent_clock,
+                random,
+                metrics: metrics.clone(),
+                remote: remote.clone(),
+                scheduler_queue: QueueUrl(SCHEDULER.into()),
+            },
+            AgentSettings {
+                retry: Backoff { base_ms: 100, cap_ms: step / 4 },
+                breaker: BreakerPolicy { failure_threshold: 1_000_000, open_ms: 1 },
+            },
+            settings.workflows.clone(),
+        );
+        let dl = |source: &str, dlq: &str| DeadLetters {
+            queues: send.clone(),
+            source: QueueUrl(source.into()),
+            dead_letter_queue: QueueUrl(dlq.into()),
+            metrics: metrics.clone(),
+        };
+        Rig {
+            submission: Submission::new(deps.clone(), settings.clone()),
+            scheduler: Scheduler::new(deps.clone(), settings.clone()),
+            agent,
+            supervisor: Supervisor::new(deps, settings),
+            dead_letters: [dl(ORDERS, ORDERS_DLQ), dl(SCHEDULER, SCHEDULER_DLQ), dl(AGENT, AGENT_DLQ)],
+            crash_rng: Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0xc7a5)),
+            crashes: Mutex::default(),
+            options,
+            store,
+            queues,
+            clock,
+            manual,
+            usage,
+            remote,
+            send,
+            times: HandlerTimes::default(),
+        }
+    }
+
+    pub fn order_body(&self, i: usize) -> String {
+        let reply = if self.options.reply_to { format!(r#","reply_to":"{STATUS}""#) } else { String::new() };
+        format!(
+            r#"{{"order_id":"order-{i:08}","customer_id":"cust-{}","items":[{{"sku":"sku-{}","quantity":{}}}],"workflow":"{}"{reply}}}"#,
+            i % 97,
+            i % 1013,
+            1 + i % 4,
+            self.options.workflow
+        )
+    }
+
+    /// Puts `orders` orders on the orders queue, ids `first..first + orders`.
+    pub async fn send_orders(&self, first: usize, orders: usize) {
+        let url = QueueUrl(ORDERS.into());
+        let bodies: Vec<String> = (first..first + orders).map(|i| self.order_body(i)).collect();
+        for chunk in bodies.chunks(BATCH) {
+            self.queues
+                .send_batch(&url, chunk.iter().cloned().map(Outgoing::new).collect())
+                .await
+                .expect("orders queue exists");
+        }
+    }
+
+    /// One invocation of `function` on up to 10 messages of its queue, as Lambda's event
+    /// source mapping makes it; false if the queue had nothing visible.
+    pub async fn invoke(&self, function: Function) -> bool {
+        let queue = match function {
+            Function::Submission => ORDERS,
+            Function::Scheduler => SCHEDULER,
+            Function::Agent => AGENT,
+        };
+        let started = Instant::now();
+        let batch = self.queues.receive(queue, BATCH).expect("queue exists");
+        if batch.is_empty() {
+            return false;
+        }
+        let mut crashed = Vec::new();
+        let receipts: Vec<String> = batch.iter().map(|r| r.receipt.clone()).collect();
+        let inbound: Vec<Inbound> = batch
+            .into_iter()
+            .filter(|r| {
+                let crash = function == Function::Agent
+                    && self.options.crash_rate > 0.0
+                    && self.crash_rng.lock().unwrap_or_else(|p| p.into_inner()).f64()
+                        < self.options.crash_rate;
+                if crash {
+                    crashed.push(r.receipt.clone());
+                    if let Ok(req) = sas::domain::AgentRequest::parse(&r.message.body) {
+                        self.crashes
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((req.order_id, self.clock.now()));
+                    }
+                }
+                !crash
+            })
+            .map(|r| Inbound {
+                message_id: r.receipt,
+                body: r.message.body,
+                receive_count: r.message.receive_count,
+            })
+            .collect();
+        let handled = inbound.len() as u64;
+        let dl = &self.dead_letters[function as usize];
+        let report = match function {
+            Function::Submission => run_batch(inbound, dl, |m| self.submission.handle(m)).await,
+            Function::Scheduler => run_batch(inbound, dl, |m| self.scheduler.handle(m)).await,
+            Function::Agent => run_batch(inbound, dl, |m| self.agent.handle(m)).await,
+        };
+        let mut deleted = 0;
+        for receipt in &receipts {
+            if !report.failures.contains(receipt) && !crashed.contains(receipt) {
+                self.queues.delete(queue, receipt);
+                deleted += 1;
+            }
+        }
+        if self.options.count {
+            let mut u = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            u.sqs_receives += 1;
+            if deleted > 0 {
+                u.sqs_deletes += 1;
+            }
+            *u.invocations.entry(function.name().into()).or_default() += 1;
+        }
+        let i = function as usize;
+        self.times.nanos[i].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.times.messages[i].fetch_add(handled, Ordering::Relaxed);
+        self.times.batches[i].fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Invokes the functions round-robin until no queue has a visible message.
+    pub async fn drain(&self) {
+        loop {
+            let mut any = false;
+            for f in [Function::Submission, Function::Scheduler, Function::Agent] {
+                // Several batches of one function before moving on, like parallel pollers.
+                for _ in 0..4 {
+                    if !self.invoke(f).await {
+                        break;
+                    }
+                    any = true;
+                }
+            }
+            if !any {
+                return;
+            }
+        }
+    }
+
+    pub fn terminal(&self) -> (usize, usize) {
+        let counts = self.store.state_counts();
+        let all = counts.values().sum();
+        let terminal = counts.iter().filter(|(s, _)| s.is_terminal()).map(|(_, n)| n).sum();
+        (terminal, all)
+    }
+
+    /// Discrete-event run on the manual clock: drain, then jump to the next event (a
+    /// message becoming visible or the next supervisor tick) until `expected` orders are
+    /// terminal. Returns the simulated time taken.
+    pub async fn run_simulated(&self, expected: usize, first_tick: Timestamp) -> u64 {
+        let manual = self.manual.clone().expect("manual clock");
+        let start = manual.now();
+        let mut next_tick = first_tick;
+        let mut supervisor_runs = 0u64;
+        loop {
+            self.drain().await;
+            let (terminal, all) = self.terminal();
+            if all >= expected && terminal == all && self.queues.depth(ORDERS) == 0 {
+                break;
+            }
+            let next_msg =
+                [ORDERS, SCHEDULER, AGENT].iter().filter_map(|q| self.queues.next_visible(q)).min();
+            match next_msg {
+                Some(at) if at < next_tick => manual.set(at),
+                _ => {
+                    manual.set(next_tick);
+                    let _ = self.supervisor.sweep().await;
+                    supervisor_runs += 1;
+                    if self.options.count {
+                        *self
+                            .usage
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .invocations
+                            .entry("supervisor".into())
+                            .or_default() += 1;
+                    }
+                    next_tick = next_tick.plus_ms(self.options.supervisor_period_ms);
+                }
+            }
+            if supervisor_runs > 100_000 {
+                break;
+            }
+        }
+        manual.now().millis_since(start)
+    }
+
+    /// Microseconds per message and messages per invocation, per function.
+    pub fn handler_times(&self) -> BTreeMap<String, HandlerTime> {
+        [Function::Submission, Function::Scheduler, Function::Agent]
+            .iter()
+            .map(|&f| {
+                let i = f as usize;
+                let nanos = self.times.nanos[i].load(Ordering::Relaxed) as f64;
+                let messages = self.times.messages[i].load(Ordering::Relaxed);
+                let batches = self.times.batches[i].load(Ordering::Relaxed);
+                (
+                    f.name().to_owned(),
+                    HandlerTime {
+                        messages,
+                        batches,
+                        us_per_message: if messages == 0 { 0.0 } else { nanos / 1_000.0 / messages as f64 },
+                    },
+                )
+            })
+            .collect()
+    }
+
+    pub fn sender(&self) -> Arc<dyn Queues> {
+        self.send.clone()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HandlerTime {
+    pub messages: u64,
+    pub batches: u64,
+    pub us_per_message: f64,
+}

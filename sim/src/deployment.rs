@@ -1,0 +1,74 @@
+//! The simulated deployment: its four functions, the queues that feed them and their
+//! settings, its timing (a scaled-down production config), its workflows and the agents'
+//! retry policy. Queue names are the library's (`sas::adapters::embedded::queue_names`).
+
+use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ};
+use sas::domain::breaker::BreakerPolicy;
+use sas::domain::retry::Backoff;
+use sas::domain::{Policy, Step, Workflow, Workflows};
+use sas::handlers::AgentSettings;
+
+/// The deployment's four functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Function {
+    Submission,
+    Scheduler,
+    Agent,
+    Supervisor,
+}
+
+/// The queue of the `queue` agent `c` (`Swarm::queue_agent`), and its dead letters. Its
+/// worker, outside the pipeline in a real deployment, is modelled by the agent's own code:
+/// it takes a request, calls the remote service, and replies on the scheduler's queue.
+pub const WORKER: &str = "worker-c";
+pub const WORKER_DLQ: &str = "worker-c-dlq";
+/// The agent that is a queue agent in the seeds that have one.
+pub const QUEUE_AGENT: &str = "c";
+
+/// The work queues, their dead-letter queues, visibility timeouts and consumers.
+pub const WORK: [(&str, &str, u64, Function); 4] = [
+    (ORDERS, ORDERS_DLQ, 3_000, Function::Submission),
+    (SCHEDULER, SCHEDULER_DLQ, 3_000, Function::Scheduler),
+    (AGENT, AGENT_DLQ, 6_000, Function::Agent),
+    (WORKER, WORKER_DLQ, 6_000, Function::Agent),
+];
+pub const MAX_RECEIVES: u32 = 5;
+pub const SUPERVISOR_PERIOD_MS: u64 = 1_000;
+/// The longest a send waits for the rest of its invocation's, as deployed.
+pub const SEND_MAX_HOLD_MS: u64 = sas::config::DEFAULT_SEND_MAX_HOLD_MS;
+
+/// The timing the simulated deployment runs with: a scaled-down production config.
+pub fn policy() -> Policy {
+    Policy {
+        step_timeout_ms: 1_000,
+        reply_grace_ms: 500,
+        pending_timeout_ms: 2_000,
+        failure_threshold: 3,
+        retry_backoff: Backoff { base_ms: 200, cap_ms: 2_000 },
+    }
+}
+
+/// The built-in workflows; a saga with a read-only first step, a pivot in the middle, a
+/// compensable step after it and budgets of their own (giving up after the pivot must go
+/// forward only, and a read in doubt is no pivot); and the seed's random workflow
+/// (`Swarm::generated`): what handlers know before the seed's new version is published
+/// (`Swarm::publish`, added by `run::workflows`).
+pub fn workflows_before_publish(generated: &Workflow) -> Workflows {
+    let saga = Workflow::new(
+        "saga",
+        vec![
+            Step::read_only("check-stock", "inventory").with_max_failures(2),
+            Step::compensable("reserve-inventory", "inventory", "release-inventory"),
+            Step::pivot("ship-order", "shipping"),
+            Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
+        ],
+    );
+    Workflows::new(vec![Workflow::single_step(), Workflow::three_step(), saga, generated.clone()])
+}
+
+pub fn agent_settings() -> AgentSettings {
+    AgentSettings {
+        retry: Backoff { base_ms: 50, cap_ms: 400 },
+        breaker: BreakerPolicy { failure_threshold: 5, open_ms: 300 },
+    }
+}
