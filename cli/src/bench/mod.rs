@@ -11,6 +11,8 @@
 //! - `cost`: AWS requests and billed units per order, counted around the ports, priced.
 //! - `cold_start`: function binaries launched against a stub Runtime API and an HTTPS
 //!   stub of AWS (`aws_stub`): init, first invocation with its TLS connection, peak RSS.
+//! - `starvation`: one agent's service hangs every call; the latency of a healthy
+//!   agent's steps against a run where both are healthy (`sasctl dev`'s pipeline).
 //!
 //! What they share:
 //!
@@ -29,6 +31,7 @@ mod measure;
 mod recovery;
 mod remote;
 mod rig;
+mod starvation;
 mod sweep;
 mod throughput;
 
@@ -46,6 +49,7 @@ pub use measure::{cpu_time, median, peak_rss_kib};
 pub use recovery::{RecoveryReport, recovery};
 pub use remote::InstantRemote;
 pub use rig::{Function, HandlerTime, Rig, RigOptions};
+pub use starvation::{Latencies, StarvationOptions, StarvationReport, starvation};
 pub use sweep::{SweepReport, SweepRow, sweep_once};
 pub use throughput::{ThroughputReport, ThroughputRun, throughput, throughput_once};
 
@@ -122,6 +126,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 7)]
         repeats: usize,
     },
+    /// One agent's service hangs every call: a healthy agent's step latency (p50, p99)
+    /// against a run where both are healthy.
+    Starvation {
+        #[arg(long, default_value_t = 1_000)]
+        orders: usize,
+        /// Concurrent agent invocations (batches of 10), as AgentMaxConcurrency caps them.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 1_000)]
+        step_timeout_ms: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 fn workflows(arg: &str) -> Vec<&'static str> {
@@ -186,6 +203,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 reports.push(cold_start(b, repeats).await.map_err(|e| format!("{}: {e}", b.display()))?);
             }
             emit(args.json, &ColdStartTable(reports), ToString::to_string);
+        }
+        BenchCommand::Starvation { orders, concurrency, step_timeout_ms, seed } => {
+            let o = StarvationOptions { orders, concurrency, step_timeout_ms, seed };
+            emit(args.json, &starvation(&o).await?, ToString::to_string);
         }
     }
     Ok(())
