@@ -1,6 +1,7 @@
 //! `sasctl`: the local `dev` run of the whole pipeline, its invariant checker and report.
 
 pub mod agent_fault;
+pub mod args;
 pub mod aws_stub;
 pub mod bench;
 pub mod dev;
