@@ -9,4 +9,5 @@ pub mod endpoint;
 pub mod invariants;
 pub mod remote_sim;
 pub mod report;
+pub mod resources;
 pub mod workflows;

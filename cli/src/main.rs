@@ -136,12 +136,20 @@ struct DevArgs {
     #[arg(long)]
     json: bool,
     /// Run on the real adapters (DynamoDB, SQS, SNS) against this AWS endpoint, e.g.
-    /// moto or LocalStack at http://127.0.0.1:4566, in fresh resources of its own.
+    /// moto or LocalStack at http://127.0.0.1:4566. The run creates a table, seven
+    /// queues and a topic under a fresh dev-xxxxxxxx prefix, lists them at the end and
+    /// removes them (even on Ctrl-C), unless --keep.
     #[arg(long, value_name = "URL")]
     endpoint_url: Option<String>,
+    /// With --endpoint-url: leave the run's resources in place (the report names them).
+    #[arg(long, requires = "endpoint_url")]
+    keep: bool,
 }
 
 async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
+    if let Some(url) = &args.endpoint_url {
+        sasctl::endpoint::check_url(url).map_err(|e| e.to_string())?;
+    }
     let sum = args.failure_rate + args.permanent_rate + args.hang_rate;
     if sum >= 1.0 {
         return Err(format!(
@@ -211,15 +219,34 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
             options.queue_agents().join(", ")
         ));
     }
-    let outcome = match &args.endpoint_url {
-        None => dev::run(options, progress).await.map_err(|e| format!("dev run failed to start: {e}"))?,
-        Some(url) => sasctl::endpoint::run(options, url, progress)
-            .await
-            .map_err(|e| format!("dev run against {url} failed: {e}"))?,
+    let (outcome, resources) = match &args.endpoint_url {
+        None => (
+            dev::run(options, progress).await.map_err(|e| (format!("dev run failed to start: {e}"), 2)),
+            None,
+        ),
+        Some(url) => {
+            let run = sasctl::endpoint::run_and_clean_up(options, url, args.keep, progress).await;
+            let outcome = run.outcome.map_err(|e| {
+                let code =
+                    if matches!(e, sasctl::endpoint::EndpointError::Interrupted { .. }) { 130 } else { 2 };
+                (e.to_string(), code)
+            });
+            (outcome, run.resources)
+        }
     };
     bar.finish_and_clear();
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err((e, code)) => {
+            eprintln!("sasctl: {e}");
+            if let Some(r) = &resources {
+                eprint!("{}", sasctl::report::render_resources(r));
+            }
+            return Ok(ExitCode::from(code));
+        }
+    };
     let violations = sasctl::invariants::check(&outcome);
-    let report = Report::new(&outcome, &violations);
+    let report = Report::new(&outcome, &violations).with_resources(resources);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
     } else {
