@@ -11,9 +11,14 @@ fn sasctl(args: &[&str]) -> Output {
 /// Exit 2, nothing on stdout, and exactly one line on stderr, which it returns.
 fn one_line_and_exit_2(args: &[&str]) -> String {
     let out = sasctl(args);
+    assert!(out.stdout.is_empty(), "sasctl {args:?} printed to stdout: {:?}", out.stdout);
+    one_error_line(args, &out)
+}
+
+/// Exit 2 and exactly one line on stderr, free of debug dumps; returns it.
+fn one_error_line(args: &[&str], out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "sasctl {args:?}: {stderr}");
-    assert!(out.stdout.is_empty(), "sasctl {args:?} printed to stdout: {:?}", out.stdout);
     assert_eq!(stderr.lines().count(), 1, "sasctl {args:?}: not one line: {stderr}");
     for noise in ["SdkError", "DispatchFailure", "ConnectorError", "Request {", "Usage:", "panicked"] {
         assert!(!stderr.contains(noise), "sasctl {args:?}: {noise:?} in {stderr}");
@@ -80,6 +85,23 @@ fn an_unreachable_endpoint_is_named_with_what_to_do() {
     assert!(line.starts_with(&format!("sasctl: cannot reach the AWS endpoint {url} (")), "{line}");
     assert!(line.contains("start moto (infra/moto.sh start) or LocalStack, or check the URL"), "{line}");
     assert!(line.len() < 200, "{line}");
+}
+
+/// `workflows publish` takes an endpoint too.
+#[test]
+fn publish_names_a_bad_or_unreachable_endpoint_in_one_line() {
+    let file = format!("{}/../examples/workflows.json", env!("CARGO_MANIFEST_DIR"));
+    let line = one_line_and_exit_2(&["workflows", "publish", &file, "--endpoint-url", "notaurl"]);
+    assert_eq!(
+        line,
+        "sasctl: --endpoint-url \"notaurl\" is not an http(s) URL such as http://127.0.0.1:4566"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let args = ["workflows", "publish", &file, "--endpoint-url", &url];
+    let line = one_error_line(&args, &sasctl(&args));
+    assert!(line.contains(&url) && line.contains("could not be reached"), "{line}");
 }
 
 #[test]
