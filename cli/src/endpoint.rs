@@ -4,8 +4,9 @@
 //! are the embedded run's; only the backend differs.
 //!
 //! Each run creates its own state table, queues and topic under a fresh `dev-xxxxxxxx`
-//! prefix, so runs never see each other's messages. Meant for emulators: pointed at
-//! real AWS it would create (and leave) real resources.
+//! prefix, so runs never see each other's messages, and removes them at the end
+//! (unless kept), only those it made (`resources`). Meant for emulators: pointed at
+//! real AWS it would create real resources for the length of the run.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -28,12 +29,101 @@ use crate::dev::{
     SCHEDULER, SCHEDULER_DLQ, STATUS,
 };
 
+/// What to do when no endpoint answers.
+pub const START_ONE: &str = "start moto (infra/moto.sh start) or LocalStack, or check the URL";
+
+/// Why a run against an endpoint did not give a report. Each displays as one line that
+/// names the endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
-    #[error(transparent)]
-    Provision(#[from] provision::ProvisionError),
-    #[error(transparent)]
-    Run(#[from] DevError),
+    #[error("--endpoint-url {url:?} is not an http(s) URL such as http://127.0.0.1:4566")]
+    NotAUrl { url: String },
+    #[error("cannot reach the AWS endpoint {url} ({cause}): {START_ONE}")]
+    Unreachable { url: String, cause: String },
+    #[error("{url} did not answer as an AWS endpoint ({cause}): is it moto or LocalStack? {START_ONE}")]
+    NotAws { url: String, cause: String },
+    #[error("{url} refused SQS ListQueues ({cause}): check the URL, region and credentials")]
+    Refused { url: String, cause: String },
+    #[error("dev run against {url} failed: {reason}")]
+    Failed { url: String, reason: String },
+    #[error("dev run against {url} interrupted")]
+    Interrupted { url: String },
+}
+
+impl EndpointError {
+    fn failed(url: &str, err: impl std::fmt::Display) -> EndpointError {
+        EndpointError::Failed { url: url.to_owned(), reason: one_line(&err.to_string()) }
+    }
+}
+
+/// An adapter's error text in one short line: the SDK's context display ends with a
+/// debug dump of the error (`(DispatchFailure(DispatchFailure { ... }))`), which says
+/// nothing more to a reader of a terminal.
+pub fn one_line(text: &str) -> String {
+    const DUMPS: [&str; 5] = [
+        " (DispatchFailure(",
+        " (ServiceError(",
+        " (ResponseError(",
+        " (TimeoutError(",
+        " (ConstructionFailure(",
+    ];
+    let cut = DUMPS.iter().filter_map(|d| text.find(d)).min().unwrap_or(text.len());
+    let line: String = text[..cut].split_whitespace().collect::<Vec<_>>().join(" ");
+    const MAX: usize = 300;
+    match line.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}...", &line[..at]),
+        None => line,
+    }
+}
+
+/// `url` if it is an http(s) URL with a host: the SDK's own error for anything else
+/// is a dump of the request it could not send.
+pub fn check_url(url: &str) -> Result<(), EndpointError> {
+    let not = || EndpointError::NotAUrl { url: url.to_owned() };
+    let uri: axum::http::Uri = url.parse().map_err(|_| not())?;
+    let http = matches!(uri.scheme_str(), Some("http" | "https"));
+    if !http || uri.host().is_none_or(str::is_empty) {
+        return Err(not());
+    }
+    Ok(())
+}
+
+/// One cheap request (SQS ListQueues) with no retries, to tell "nothing listens there"
+/// and "something answers, but not as AWS does" from a real failure later.
+pub async fn probe(sdk: &SdkConfig, url: &str) -> Result<(), EndpointError> {
+    use aws_config::retry::RetryConfig;
+    use aws_config::timeout::TimeoutConfig;
+    use aws_sdk_sqs::error::SdkError;
+    let config = aws_sdk_sqs::config::Builder::from(sdk)
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(std::time::Duration::from_secs(3))
+                .operation_timeout(std::time::Duration::from_secs(10))
+                .build(),
+        )
+        .build();
+    let client = aws_sdk_sqs::Client::from_conf(config);
+    let Err(e) = client.list_queues().queue_name_prefix("sasctl-probe-").send().await else {
+        return Ok(());
+    };
+    let url = url.to_owned();
+    Err(match &e {
+        SdkError::DispatchFailure(d) if d.is_timeout() => {
+            EndpointError::Unreachable { url, cause: "no connection within 3 s".into() }
+        }
+        SdkError::TimeoutError(_) => {
+            EndpointError::Unreachable { url, cause: "no answer within 10 s".into() }
+        }
+        SdkError::DispatchFailure(_) => {
+            EndpointError::Unreachable { url, cause: crate::resources::innermost(&e) }
+        }
+        SdkError::ResponseError(_) => {
+            EndpointError::NotAws { url, cause: "its answer is not an SQS response".into() }
+        }
+        SdkError::ServiceError(_) => EndpointError::Refused { url, cause: crate::resources::sdk_reason(&e) },
+        _ => EndpointError::Unreachable { url, cause: crate::resources::innermost(&e) },
+    })
 }
 
 /// SDK configuration for `endpoint`. Region and credentials come from the usual
@@ -298,19 +388,123 @@ impl Backend for Aws {
     }
 }
 
+/// What became of the resources a run made.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fate {
+    /// Left in place (`--keep`).
+    Kept,
+    /// Removed at the end of the run (or found already gone).
+    Removed,
+    /// Some could not be removed: these, each with why.
+    NotRemoved(Vec<(String, String)>),
+    /// Which were made could not be told (the endpoint stopped answering): nothing was
+    /// removed; everything the run made is named `{prefix}-...`.
+    Unknown(String),
+}
+
+/// The resources of one run at an endpoint.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Resources {
+    pub endpoint: String,
+    /// Every name starts with it: `{prefix}-state`, `{prefix}-orders`, ...
+    pub prefix: String,
+    /// What this run created (not what was there before it).
+    pub made: Vec<crate::resources::Resource>,
+    pub fate: Fate,
+}
+
+/// A run against an endpoint: its outcome, and its resources once any were made.
+pub struct EndpointRun {
+    pub outcome: Result<DevOutcome, EndpointError>,
+    pub resources: Option<Resources>,
+}
+
 /// Runs the pipeline against `endpoint` until every accepted order is terminal (or
-/// `max_runtime` passes). `queue_duplicate_rate` does not apply: SQS's own
-/// at-least-once delivery is what there is.
+/// `max_runtime` passes), then removes the resources it made (unless `keep`).
+/// `queue_duplicate_rate` does not apply: SQS's own at-least-once delivery is what
+/// there is. Ctrl-C stops the run and still removes them; a second Ctrl-C leaves at once.
+pub async fn run_and_clean_up(
+    options: DevOptions,
+    endpoint: &str,
+    keep: bool,
+    on_progress: impl Fn(&Progress),
+) -> EndpointRun {
+    if let Err(e) = check_url(endpoint) {
+        return EndpointRun { outcome: Err(e), resources: None };
+    }
+    let sdk = sdk_config(endpoint).await;
+    if let Err(e) = probe(&sdk, endpoint).await {
+        return EndpointRun { outcome: Err(e), resources: None };
+    }
+    let clients = Clients::new(&sdk);
+    let prefix = format!("dev-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let layout = layout(&prefix, &options);
+    let before = match crate::resources::existing(&clients, &layout).await {
+        Ok(before) => before,
+        Err(e) => return EndpointRun { outcome: Err(EndpointError::failed(endpoint, e)), resources: None },
+    };
+    let run = run_in(&sdk, &clients, &layout, options, endpoint, on_progress);
+    let outcome = tokio::select! {
+        outcome = run => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!(
+                "sasctl: interrupted; removing the resources this run made at {endpoint} \
+                 (Ctrl-C again to leave them)"
+            );
+            tokio::spawn(async {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            });
+            Err(EndpointError::Interrupted { url: endpoint.to_owned() })
+        }
+    };
+    let (made, fate) = match crate::resources::existing(&clients, &layout).await {
+        Err(e) => (Vec::new(), Fate::Unknown(one_line(&e))),
+        Ok(now) => {
+            let made = crate::resources::made(&before, now);
+            let fate = if keep {
+                Fate::Kept
+            } else {
+                let failed = crate::resources::remove(&clients, &made).await;
+                if failed.is_empty() {
+                    Fate::Removed
+                } else {
+                    Fate::NotRemoved(failed.into_iter().map(|(r, why)| (r.name, one_line(&why))).collect())
+                }
+            };
+            (made, fate)
+        }
+    };
+    EndpointRun { outcome, resources: Some(Resources { endpoint: endpoint.to_owned(), prefix, made, fate }) }
+}
+
+/// [`run_and_clean_up`], the resources removed, for callers that only want the outcome.
 pub async fn run(
     options: DevOptions,
     endpoint: &str,
     on_progress: impl Fn(&Progress),
 ) -> Result<DevOutcome, EndpointError> {
-    let sdk = sdk_config(endpoint).await;
-    let clients = Clients::new(&sdk);
-    let prefix = format!("dev-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let resources = provision::provision(&sdk, &layout(&prefix, &options)).await?;
-    tracing::info!(endpoint, prefix, "resources created");
+    let run = run_and_clean_up(options, endpoint, false, on_progress).await;
+    if let Some(Resources { fate: fate @ (Fate::NotRemoved(_) | Fate::Unknown(_)), .. }) = &run.resources {
+        tracing::warn!(endpoint, ?fate, "resources of the dev run left in place");
+    }
+    run.outcome
+}
+
+/// Provisions `layout` and runs the pipeline on it.
+async fn run_in(
+    sdk: &SdkConfig,
+    clients: &Clients,
+    layout: &Layout,
+    options: DevOptions,
+    endpoint: &str,
+    on_progress: impl Fn(&Progress),
+) -> Result<DevOutcome, EndpointError> {
+    let resources =
+        provision::provision(sdk, layout).await.map_err(|e| EndpointError::failed(endpoint, e))?;
+    tracing::info!(endpoint, prefix = %layout.orders.name, "resources created");
     let backend = Aws {
         store: Arc::new(RecordingStore::new(DynamoStore::new(
             clients.dynamodb.clone(),
@@ -322,5 +516,42 @@ pub async fn run(
             kept: Arc::new(RecordingAlerts::default()),
         }),
     };
-    Ok(dev::run_on(&backend, Arc::new(SystemClock), options, 200, on_progress).await?)
+    dev::run_on(&backend, Arc::new(SystemClock), options, 200, on_progress)
+        .await
+        .map_err(|e| EndpointError::failed(endpoint, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_http_urls_with_a_host_are_endpoints() {
+        for good in ["http://127.0.0.1:4566", "https://localhost.localstack.cloud:4566/", "http://moto:5000"]
+        {
+            assert!(check_url(good).is_ok(), "{good}");
+        }
+        for bad in
+            ["notaurl", "localhost:4566", "http://", "ftp://127.0.0.1", "127.0.0.1:5000", "", "http:// x"]
+        {
+            let e = check_url(bad).expect_err(bad).to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_sdk_error_text_loses_its_debug_dump_and_newlines() {
+        let text = "provisioning dev-1-state: dispatch failure: io error: client error (Connect): \
+                    tcp connect error: Connection refused (os error 111) (DispatchFailure(DispatchFailure { \
+                    source: ConnectorError { kind: Io } }))";
+        assert_eq!(
+            one_line(text),
+            "provisioning dev-1-state: dispatch failure: io error: client error (Connect): \
+             tcp connect error: Connection refused (os error 111)"
+        );
+        assert_eq!(one_line("two\nlines"), "two lines");
+        let long = one_line(&"x".repeat(1_000));
+        assert_eq!(long.len(), 303);
+        assert!(long.ends_with("..."));
+    }
 }

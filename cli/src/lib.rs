@@ -3,6 +3,7 @@
 //! definition file.
 
 pub mod agent_fault;
+pub mod args;
 pub mod aws_stub;
 pub mod bench;
 pub mod dev;
@@ -10,4 +11,5 @@ pub mod endpoint;
 pub mod invariants;
 pub mod remote_sim;
 pub mod report;
+pub mod resources;
 pub mod workflows;

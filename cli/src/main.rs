@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use sasctl::args::{rate, whole};
 use sasctl::dev::{self, DevOptions};
 use sasctl::remote_sim::RemoteFaults;
 use sasctl::report::Report;
@@ -53,9 +54,10 @@ enum WorkflowsCommand {
 }
 
 #[derive(Args)]
+#[command(allow_negative_numbers = true)]
 struct DevArgs {
-    /// Orders to send.
-    #[arg(long, default_value_t = 1_000)]
+    /// Orders to send (1 to 10,000,000).
+    #[arg(long, default_value_t = 1_000, value_parser = whole::<usize>("--orders", 1, 10_000_000))]
     orders: usize,
     /// Workflow every order runs (a name from the definition file).
     #[arg(long, default_value = "single-step")]
@@ -64,82 +66,95 @@ struct DevArgs {
     /// examples/workflows.json). Every agent calls the simulated remote service.
     #[arg(long, value_name = "FILE")]
     workflows: Option<std::path::PathBuf>,
-    /// Probability a remote call fails transiently (503).
-    #[arg(long, default_value_t = 0.1)]
+    /// Probability a remote call fails transiently (503), 0 to 1.
+    #[arg(long, default_value_t = 0.1, value_parser = rate("--failure-rate"))]
     failure_rate: f64,
-    /// Probability a remote call is refused for good (422).
-    #[arg(long, default_value_t = 0.01)]
+    /// Probability a remote call is refused for good (422), 0 to 1.
+    #[arg(long, default_value_t = 0.01, value_parser = rate("--permanent-rate"))]
     permanent_rate: f64,
-    /// Probability a remote call never answers.
-    #[arg(long, default_value_t = 0.02)]
+    /// Probability a remote call never answers, 0 to 1. The three rates must add up to
+    /// less than 1.
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--hang-rate"))]
     hang_rate: f64,
-    /// Remote service time per answered call: uniform up to this, in ms.
-    #[arg(long, default_value_t = 2)]
+    /// Remote service time per answered call: uniform up to this, in ms (at most 60000).
+    #[arg(long, default_value_t = 2, value_parser = whole::<u64>("--latency-ms", 0, 60_000))]
     latency_ms: u64,
     /// Probability a forward step's success answers an output too large to keep (the
     /// task gives up on that step, its outcome in doubt).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = rate("--bad-output-rate"))]
     bad_output_rate: f64,
     /// One agent's service fails differently from the rest: NAME=KIND:RATE[,KIND:RATE],
     /// kinds fail, refuse, undo-refuse, hang, bad-output (0 to 1) and latency (ms), e.g.
     /// `--agent-fault payment=fail:0.3`. Repeatable.
     #[arg(long, value_name = "NAME=KIND:RATE")]
     agent_fault: Vec<sasctl::agent_fault::AgentFault>,
-    /// Share of orders sent twice.
-    #[arg(long, default_value_t = 0.05)]
+    /// Share of orders sent twice, 0 to 1.
+    #[arg(long, default_value_t = 0.05, value_parser = rate("--duplicate-rate"))]
     duplicate_rate: f64,
-    /// Bad messages to send (malformed, invalid, conflicting).
-    #[arg(long, default_value_t = 12)]
+    /// Bad messages to send (malformed, invalid, conflicting), 0 to 1000.
+    #[arg(long, default_value_t = 12, value_parser = whole::<usize>("--malformed", 0, 1_000))]
     malformed: usize,
-    /// Probability an internal queue delivers a message twice.
-    #[arg(long, default_value_t = 0.01)]
+    /// Probability an internal queue delivers a message twice, 0 to 1.
+    #[arg(long, default_value_t = 0.01, value_parser = rate("--queue-duplicate-rate"))]
     queue_duplicate_rate: f64,
-    /// A claim's complete-by is this far after the claim, in ms.
-    #[arg(long, default_value_t = 1_000)]
+    /// A claim's complete-by is this far after the claim, in ms (50 to 50000).
+    #[arg(long, default_value_t = 1_000,
+          value_parser = whole::<u64>("--step-timeout-ms", 50, sas::config::MAX_STEP_TIMEOUT_MS.into()))]
     step_timeout_ms: u64,
-    /// How often the supervisor runs, in ms.
-    #[arg(long, default_value_t = 250)]
+    /// How often the supervisor runs, in ms (1 to 60000).
+    #[arg(long, default_value_t = 250, value_parser = whole::<u64>("--supervisor-period-ms", 1, 60_000))]
     supervisor_period_ms: u64,
-    /// Failures before a task is given up on.
-    #[arg(long, default_value_t = 5)]
+    /// Failures of a step before its task is given up on (1 to 1000).
+    #[arg(long, default_value_t = 5, value_parser = whole::<u32>("--failure-threshold", 1, 1_000))]
     failure_threshold: u32,
-    /// Concurrent batches (invocations) per function.
-    #[arg(long, default_value_t = 64)]
+    /// Concurrent batches (invocations) per function (1 to 10000).
+    #[arg(long, default_value_t = 64, value_parser = whole::<usize>("--concurrency", 1, 10_000))]
     concurrency: usize,
-    /// The longest a send waits to go out in one request with its invocation's others, in ms.
-    #[arg(long, default_value_t = sas::config::DEFAULT_SEND_MAX_HOLD_MS)]
+    /// The longest a send waits to go out in one request with its invocation's others,
+    /// in ms (0 to 1000).
+    #[arg(long, default_value_t = sas::config::DEFAULT_SEND_MAX_HOLD_MS,
+          value_parser = whole::<u64>("--send-max-hold-ms", 0, sas::config::MAX_SEND_MAX_HOLD_MS.into()))]
     send_max_hold_ms: u64,
-    #[arg(long, default_value_t = 1)]
+    /// Seed: the same seed sends the same orders and gives each remote call the same
+    /// answer; timing still varies (--help says what that changes).
+    ///
+    /// The seed fixes the orders sent (bodies, which are sent twice, the bad messages)
+    /// and the simulated remote service's answer to each call, chosen by the call's
+    /// idempotency key and how many calls that key had before: the same orders are
+    /// refused, and the same calls fail, hang or succeed. It cannot fix timing: how many
+    /// calls fit before a step's deadline, retry jitter, which internal message is
+    /// delivered twice. So supervisor recoveries, stale replies, lost claims, retries,
+    /// the hangs counted and latencies vary from run to run; final states repeat unless
+    /// supervisor give-ups decide them (a high --hang-rate, a low --failure-threshold).
+    /// For replays exact to every write, see docs/SIMULATION.md.
+    #[arg(long, default_value_t = 1, value_parser = whole::<u64>("--seed", 0, u64::MAX.into()))]
     seed: u64,
-    /// Stop waiting after this many seconds.
-    #[arg(long, default_value_t = 300)]
+    /// Stop waiting after this many seconds (1 to 86400).
+    #[arg(long, default_value_t = 300, value_parser = whole::<u64>("--max-seconds", 1, 86_400))]
     max_seconds: u64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
     /// Run on the real adapters (DynamoDB, SQS, SNS) against this AWS endpoint, e.g.
-    /// moto or LocalStack at http://127.0.0.1:4566, in fresh resources of its own.
+    /// moto or LocalStack at http://127.0.0.1:4566. The run creates a table, seven
+    /// queues and a topic under a fresh dev-xxxxxxxx prefix, lists them at the end and
+    /// removes them (even on Ctrl-C), unless --keep.
     #[arg(long, value_name = "URL")]
     endpoint_url: Option<String>,
-}
-
-fn check_rate(name: &str, v: f64) -> Result<(), String> {
-    if (0.0..=1.0).contains(&v) { Ok(()) } else { Err(format!("--{name} must be between 0 and 1, got {v}")) }
+    /// With --endpoint-url: leave the run's resources in place (the report names them).
+    #[arg(long, requires = "endpoint_url")]
+    keep: bool,
 }
 
 async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
-    for (name, v) in [
-        ("failure-rate", args.failure_rate),
-        ("permanent-rate", args.permanent_rate),
-        ("hang-rate", args.hang_rate),
-        ("duplicate-rate", args.duplicate_rate),
-        ("queue-duplicate-rate", args.queue_duplicate_rate),
-        ("bad-output-rate", args.bad_output_rate),
-    ] {
-        check_rate(name, v)?;
+    if let Some(url) = &args.endpoint_url {
+        sasctl::endpoint::check_url(url).map_err(|e| e.to_string())?;
     }
-    if args.failure_rate + args.permanent_rate + args.hang_rate >= 1.0 {
-        return Err("--failure-rate + --permanent-rate + --hang-rate must stay below 1".into());
+    let sum = args.failure_rate + args.permanent_rate + args.hang_rate;
+    if sum >= 1.0 {
+        return Err(format!(
+            "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got {sum})"
+        ));
     }
     let definitions = match &args.workflows {
         None => sas::domain::Definitions::example(),
@@ -158,9 +173,6 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
             args.workflow,
             workflows.names().join(", ")
         ));
-    }
-    if args.step_timeout_ms < 50 || args.concurrency == 0 || args.failure_threshold == 0 {
-        return Err("--step-timeout-ms must be >= 50, --concurrency and --failure-threshold >= 1".into());
     }
     let faults = RemoteFaults {
         transient: args.failure_rate,
@@ -207,15 +219,34 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
             options.queue_agents().join(", ")
         ));
     }
-    let outcome = match &args.endpoint_url {
-        None => dev::run(options, progress).await.map_err(|e| format!("dev run failed to start: {e}"))?,
-        Some(url) => sasctl::endpoint::run(options, url, progress)
-            .await
-            .map_err(|e| format!("dev run against {url} failed: {e}"))?,
+    let (outcome, resources) = match &args.endpoint_url {
+        None => (
+            dev::run(options, progress).await.map_err(|e| (format!("dev run failed to start: {e}"), 2)),
+            None,
+        ),
+        Some(url) => {
+            let run = sasctl::endpoint::run_and_clean_up(options, url, args.keep, progress).await;
+            let outcome = run.outcome.map_err(|e| {
+                let code =
+                    if matches!(e, sasctl::endpoint::EndpointError::Interrupted { .. }) { 130 } else { 2 };
+                (e.to_string(), code)
+            });
+            (outcome, run.resources)
+        }
     };
     bar.finish_and_clear();
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err((e, code)) => {
+            eprintln!("sasctl: {e}");
+            if let Some(r) = &resources {
+                eprint!("{}", sasctl::report::render_resources(r));
+            }
+            return Ok(ExitCode::from(code));
+        }
+    };
     let violations = sasctl::invariants::check(&outcome);
-    let report = Report::new(&outcome, &violations);
+    let report = Report::new(&outcome, &violations).with_resources(resources);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
     } else {
@@ -239,7 +270,17 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .json()
         .init();
-    let result = match Cli::parse().command {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match sasctl::args::validation_message(&e) {
+            Some(line) => {
+                eprintln!("sasctl: {line}");
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
+    let result = match cli.command {
         Command::Dev(args) => run_dev(args).await,
         Command::Bench(args) => sasctl::bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Workflows(WorkflowsCommand::Validate { file, previous, json }) => {

@@ -3,7 +3,7 @@
 //! refusals and hangs, deduplication by idempotency key, a ledger of every call and
 //! every applied effect) served over real HTTP in real time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,9 +21,24 @@ struct Service {
     faults: RemoteFaults,
     /// Agents whose service fails differently from the rest (`--agent-fault`).
     agent_faults: BTreeMap<String, RemoteFaults>,
+    seed: u64,
     started: Instant,
-    /// The generator and the ledger behind one lock: a key is settled under it once.
-    state: Mutex<(fastrand::Rng, Ledger)>,
+    /// The ledger, and how many calls each idempotency key has had, behind one lock: a
+    /// key is settled under it once.
+    state: Mutex<(HashMap<String, u64>, Ledger)>,
+}
+
+/// The dice for the `nth` call under `key`: drawn from the seed, the key and `nth`
+/// alone, so a call's fate does not depend on which other calls happened to arrive
+/// before it (one shared generator would hand out its numbers in arrival order, which
+/// the scheduling of threads decides).
+fn dice(seed: u64, key: &str, nth: u64) -> fastrand::Rng {
+    // FNV-1a over the key; fastrand's generator mixes the rest.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes().chain(nth.to_le_bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    fastrand::Rng::with_seed(seed ^ h)
 }
 
 #[derive(serde::Deserialize)]
@@ -50,7 +65,10 @@ async fn call(
     let handed = serde_json::to_string(&body.outputs).unwrap_or_default();
     let (verdict, answer) = {
         let mut state = service.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (rng, ledger) = &mut *state;
+        let (calls, ledger) = &mut *state;
+        let nth = calls.entry(key.to_owned()).or_default();
+        *nth += 1;
+        let mut rng = dice(service.seed, key, *nth);
         let at = service.started.elapsed().as_millis() as u64;
         let call = Call {
             key,
@@ -63,7 +81,7 @@ async fn call(
             handed: &handed,
         };
         let faults = service.agent_faults.get(&agent).unwrap_or(&service.faults);
-        let verdict = ledger.call(faults, rng, at, call);
+        let verdict = ledger.call(faults, &mut rng, at, call);
         (verdict, ledger.answer(key).to_owned())
     };
     match verdict {
@@ -99,8 +117,9 @@ impl LoopbackRemote {
         let service = Arc::new(Service {
             faults,
             agent_faults,
+            seed,
             started: Instant::now(),
-            state: Mutex::new((fastrand::Rng::with_seed(seed), Ledger::default())),
+            state: Mutex::new((HashMap::new(), Ledger::default())),
         });
         let router = Router::new().route("/{agent}/{action}", post(call)).with_state(service.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -1,16 +1,21 @@
 //! The summary a `dev` run ends with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 
-use sas::domain::ProcessState;
+use sas::domain::{OrderId, ProcessState};
 use sas::ports::Metric;
 
 use crate::dev::DevOutcome;
+use crate::endpoint::{Fate, Resources};
 use crate::invariants::Violation;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
+    /// The run's `--seed`: running again with it sends the same orders and gives each
+    /// remote call the same answer (timing still varies: `sasctl dev --help`).
+    pub seed: u64,
+    pub workflow: String,
     pub orders_sent: usize,
     pub duplicates_sent: usize,
     pub bad_messages_sent: usize,
@@ -20,11 +25,23 @@ pub struct Report {
     pub agent_retries: u64,
     pub supervisor_recoveries: u64,
     pub supervisor_runs: u64,
+    pub supervisor_period_ms: u64,
     pub stale_replies_dropped: u64,
     pub claims_lost: u64,
     pub compensations_started: u64,
     pub compensation_steps: u64,
+    /// Every operator alert raised: the four below add up to it.
     pub alerts: usize,
+    /// First alerts for an order that ended Error (every move to Error raises one).
+    pub alerts_for_error: usize,
+    /// First alerts for an order that ended Compensated: raised when the supervisor
+    /// gave up on a step whose failure budget was spent and undoing began.
+    pub alerts_for_compensated: usize,
+    /// First alerts for an order not terminal when the run stopped.
+    pub alerts_for_unfinished: usize,
+    /// An alert raised again for the same order, step and state (alerts are at least
+    /// once: one raised before a write that then lost a race is raised again).
+    pub alerts_repeated: usize,
     pub remote_calls: u64,
     pub remote_hangs: u64,
     pub remote_transient_failures: u64,
@@ -34,6 +51,9 @@ pub struct Report {
     pub elapsed_s: f64,
     pub orders_per_second: f64,
     pub violations: Vec<(String, String)>,
+    /// The resources of a run against an endpoint (`--endpoint-url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -59,7 +79,25 @@ impl Report {
             *final_states.entry(t.state.as_str().to_owned()).or_default() += 1;
         }
         let elapsed_s = run.elapsed.as_secs_f64();
+        let ended: HashMap<&OrderId, ProcessState> =
+            run.tasks.iter().map(|t| (&t.order_id, t.state)).collect();
+        let (mut alerts_for_error, mut alerts_for_compensated, mut alerts_for_unfinished) = (0, 0, 0);
+        let mut alerts_repeated = 0;
+        let mut seen = HashSet::new();
+        for a in &run.alerts {
+            if !seen.insert((&a.order_id, a.step, a.state)) {
+                alerts_repeated += 1;
+                continue;
+            }
+            match ended.get(&a.order_id) {
+                Some(ProcessState::Error) => alerts_for_error += 1,
+                Some(ProcessState::Compensated) => alerts_for_compensated += 1,
+                _ => alerts_for_unfinished += 1,
+            }
+        }
         Report {
+            seed: run.options.seed,
+            workflow: run.options.workflow.clone(),
             orders_sent: run.sent.orders.len(),
             duplicates_sent: run.sent.duplicates,
             bad_messages_sent: run.sent.bad.len(),
@@ -69,11 +107,16 @@ impl Report {
             agent_retries: m.count(Metric::AgentRetry),
             supervisor_recoveries: m.count(Metric::Recovered),
             supervisor_runs: run.supervisor_runs,
+            supervisor_period_ms: run.options.supervisor_period_ms,
             stale_replies_dropped: m.count(Metric::StaleReply),
             claims_lost: m.count(Metric::ClaimLost),
             compensations_started: m.count(Metric::CompensationStarted),
             compensation_steps: m.count(Metric::CompensationStep),
             alerts: run.alerts.len(),
+            alerts_for_error,
+            alerts_for_compensated,
+            alerts_for_unfinished,
+            alerts_repeated,
             remote_calls: run.ledger.calls,
             remote_hangs: run.ledger.hangs,
             remote_transient_failures: run.ledger.transient,
@@ -86,71 +129,151 @@ impl Report {
                 .iter()
                 .map(|v| (v.invariant.statement().to_owned(), v.detail.clone()))
                 .collect(),
+            resources: None,
         }
     }
 
+    /// With the resources of a run against an endpoint.
+    pub fn with_resources(mut self, resources: Option<Resources>) -> Report {
+        self.resources = resources;
+        self
+    }
+
+    /// The report as text: one figure a line, each with what it counts; fits 80 columns.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let w = &mut out;
+        let _ = writeln!(
+            w,
+            "\nsas dev run: {} {} orders, seed {}: {:.1} s, {:.0} orders/s",
+            self.orders_sent, self.workflow, self.seed, self.elapsed_s, self.orders_per_second
+        );
+        let _ = writeln!(w, "(the same --seed sends the same orders and remote answers; timing varies)");
+        let line = |w: &mut String, n: &dyn std::fmt::Display, meaning: &str| {
+            let _ = writeln!(w, "{n:>7}  {meaning}");
+        };
+
+        let _ = writeln!(w, "\norders");
+        line(w, &self.orders_sent, "sent: valid orders, each under its own id");
+        line(w, &self.duplicates_sent, "of them sent a second time, byte for byte");
+        line(w, &self.bad_messages_sent, "bad messages sent (malformed, invalid, conflicting)");
+        line(w, &self.accepted, "accepted: a task was created (a duplicate is not a second)");
+        line(w, &self.rejected_kept, "rejected and kept in the orders DLQ with the reason");
+
+        let _ = writeln!(w, "\nfinal state of the accepted orders");
+        let state = |s: ProcessState| self.final_states.get(s.as_str()).copied().unwrap_or(0);
+        line(w, &state(ProcessState::Processed), "Processed: every step took effect");
+        line(w, &state(ProcessState::Compensated), "Compensated: given up on; what took effect was undone");
+        line(w, &state(ProcessState::Error), "Error: given up on, left for an operator (alerted)");
+        let moving: usize = ProcessState::ALL.iter().filter(|s| !s.is_terminal()).map(|s| state(*s)).sum();
+        line(w, &moving, "still moving when the run stopped (it timed out)");
+
+        let _ = writeln!(w, "\nrecovery");
+        line(w, &self.agent_retries, "agent retries: a remote call repeated after a 503");
+        line(w, &self.supervisor_recoveries, "supervisor recoveries: a task past its deadline retried");
+        let runs = format!("supervisor runs, one every {} ms", self.supervisor_period_ms);
+        line(w, &self.supervisor_runs, &runs);
+        line(w, &self.stale_replies_dropped, "stale replies dropped: from an attempt no longer current");
+        line(w, &self.claims_lost, "lost claims: a schedule found its task already claimed");
+        line(w, &self.compensations_started, "compensations started: orders that began undoing steps");
+        line(w, &self.compensation_steps, "compensating steps run: undo calls that succeeded");
+
+        let _ = writeln!(w, "\noperator alerts ({} in all)", self.alerts);
+        line(
+            w,
+            &self.alerts_for_error,
+            "for orders that ended Error: one as each reached Error, plus one from\n         \
+             when undoing began if the supervisor had given up on a step first",
+        );
+        line(
+            w,
+            &self.alerts_for_compensated,
+            "for orders that ended Compensated: raised when the supervisor gave up\n         \
+             on a step left unanswered past its failure budget (its effect unknown)\n         \
+             and began undoing; the undo succeeded, so nothing was left standing",
+        );
+        if self.alerts_for_unfinished > 0 {
+            line(w, &self.alerts_for_unfinished, "for orders still moving when the run stopped");
+        }
+        line(w, &self.alerts_repeated, "repeats: same order, step and state (alerts are at least once)");
+
+        let _ = writeln!(w, "\nremote service (from its own ledger)");
+        line(w, &self.remote_calls, "calls");
+        line(w, &self.remote_hangs, "hung: never answered; the agent's timeout ended them");
+        line(w, &self.remote_transient_failures, "failed transiently (503)");
+        line(w, &self.remote_refusals, "refused for good (422): the step had no effect");
+
         let opt = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
-        let _ = writeln!(w, "\nsas dev run: {:.1} s, {:.0} orders/s", self.elapsed_s, self.orders_per_second);
-        let _ = writeln!(
-            w,
-            "  sent        {} orders, {} exact duplicates, {} bad messages",
-            self.orders_sent, self.duplicates_sent, self.bad_messages_sent
-        );
-        let _ = writeln!(
-            w,
-            "  accepted    {}   rejected and kept with a reason: {}",
-            self.accepted, self.rejected_kept
-        );
-        let states: Vec<String> = self.final_states.iter().map(|(s, n)| format!("{s} {n}")).collect();
-        let _ = writeln!(w, "  final state {}", states.join(", "));
-        let _ = writeln!(
-            w,
-            "  retries     {} agent retries, {} supervisor recoveries in {} runs",
-            self.agent_retries, self.supervisor_recoveries, self.supervisor_runs
-        );
-        let _ = writeln!(
-            w,
-            "  fencing     {} stale replies dropped, {} lost claims (duplicate schedules)",
-            self.stale_replies_dropped, self.claims_lost
-        );
-        let _ = writeln!(
-            w,
-            "  compensation {} started, {} compensating steps run; {} operator alerts",
-            self.compensations_started, self.compensation_steps, self.alerts
-        );
-        let _ = writeln!(
-            w,
-            "  remote      {} calls: {} hung, {} failed transiently, {} refused",
-            self.remote_calls, self.remote_hangs, self.remote_transient_failures, self.remote_refusals
-        );
-        for (name, p) in [("order", &self.order_latency_ms), ("step", &self.step_latency_ms)] {
+        let _ = writeln!(w, "\n{:<36}{:>8}{:>8}{:>8}{:>8}", "latency in ms", "p50", "p90", "p99", "max");
+        for (name, p) in [
+            ("order: accepted to Processed", &self.order_latency_ms),
+            ("step: claimed to reply applied", &self.step_latency_ms),
+        ] {
             let _ = writeln!(
                 w,
-                "  {name:<5} latency p50 {} ms, p90 {} ms, p99 {} ms, max {} ms",
+                "  {name:<34}{:>8}{:>8}{:>8}{:>8}",
                 opt(p.p50),
                 opt(p.p90),
                 opt(p.p99),
                 opt(p.max)
             );
         }
+
+        let _ = writeln!(w);
         if self.violations.is_empty() {
-            let _ = writeln!(w, "  invariants  all held");
+            let _ = writeln!(w, "invariants  all held");
         } else {
             let mut by: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
             for (inv, detail) in &self.violations {
                 by.entry(inv).or_default().push(detail);
             }
-            let _ = writeln!(w, "  invariants  {} VIOLATIONS", self.violations.len());
+            let _ = writeln!(w, "invariants  {} VIOLATIONS", self.violations.len());
             for (inv, details) in by {
-                let _ = writeln!(w, "    {inv}: {} times, e.g.", details.len());
+                let _ = writeln!(w, "  {inv}: {} times, e.g.", details.len());
                 for d in details.iter().take(5) {
-                    let _ = writeln!(w, "      - {d}");
+                    let _ = writeln!(w, "    - {d}");
                 }
             }
         }
+        if let Some(r) = &self.resources {
+            let _ = write!(w, "\n{}", render_resources(r));
+        }
         out
     }
+}
+
+/// What a run against an endpoint made there, and whether it is still there.
+pub fn render_resources(r: &Resources) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    if let Fate::Unknown(why) = &r.fate {
+        let _ = writeln!(w, "resources at {}: which this run made is unknown ({why});", r.endpoint);
+        let _ = writeln!(w, "nothing removed; every one it made is named {}-...", r.prefix);
+        return out;
+    }
+    if r.made.is_empty() {
+        let _ = writeln!(w, "resources: none made at {}", r.endpoint);
+        return out;
+    }
+    let fate = match &r.fate {
+        Fate::Kept => "kept (--keep)",
+        Fate::Removed => "removed at the end (--keep keeps them)",
+        _ => "NOT all removed",
+    };
+    let _ = writeln!(w, "resources made at {}: {}, {fate}", r.endpoint, r.made.len());
+    for m in &r.made {
+        let failed = match &r.fate {
+            Fate::NotRemoved(failed) => failed.iter().find(|(name, _)| *name == m.name).map(|(_, why)| why),
+            _ => None,
+        };
+        match failed {
+            Some(why) => {
+                let _ = writeln!(w, "  {} {}: still there: {why}", m.kind.as_str(), m.name);
+            }
+            None => {
+                let _ = writeln!(w, "  {} {}", m.kind.as_str(), m.name);
+            }
+        }
+    }
+    out
 }

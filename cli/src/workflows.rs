@@ -105,6 +105,9 @@ pub fn layer_zip(text: &str) -> Result<Vec<u8>, String> {
 /// Checks the file (and against `--previous`), then adds it as a new version of the layer
 /// and says how to point the stack at it. Exit 1 on a problem, publishing nothing.
 pub async fn publish(args: &PublishArgs) -> Result<ExitCode, String> {
+    if let Some(url) = &args.endpoint_url {
+        crate::endpoint::check_url(url).map_err(|e| e.to_string())?;
+    }
     let (text, problems) = problems_of(&args.file, args.previous.as_deref())?;
     if report(&args.file, &problems, args.json) != ExitCode::SUCCESS {
         return Ok(ExitCode::FAILURE);

@@ -65,6 +65,36 @@ async fn three_step_with_faults_upholds_every_invariant_and_compensates() {
     );
 }
 
+/// The seed fixes each remote call's answer by its idempotency key and call number, so
+/// where no deadline decides anything (no hangs, a step timeout no retry chain uses up)
+/// two runs with one seed end every order the same way, refusals and all: with one
+/// generator drawn in arrival order, which calls were refused depended on timing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_seed_ends_each_order_the_same_way() {
+    let opts = || DevOptions {
+        faults: RemoteFaults {
+            transient: 0.2,
+            permanent: 0.05,
+            undo_permanent: 0.0,
+            hang: 0.0,
+            latency_max_ms: 1,
+            bad_output: 0.0,
+        },
+        step_timeout_ms: 5_000,
+        ..options("three-step", 150, 21)
+    };
+    let ended = |run: &DevOutcome| -> std::collections::BTreeMap<String, ProcessState> {
+        run.tasks.iter().map(|t| (t.order_id.to_string(), t.state)).collect()
+    };
+    let first = dev::run(opts(), |_| {}).await.expect("starts");
+    let second = dev::run(opts(), |_| {}).await.expect("starts");
+    assert_clean(&first);
+    assert_clean(&second);
+    assert!(first.tasks.iter().any(|t| t.state == ProcessState::Compensated), "some orders were refused");
+    assert_eq!(ended(&first), ended(&second));
+    assert_eq!(first.ledger.refusals, second.ledger.refusals);
+}
+
 /// A team's own definition file: a read, two compensable steps with their own budget and
 /// timeout, a pivot and a read after it; its agents' retries and timeouts apply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
