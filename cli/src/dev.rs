@@ -63,6 +63,8 @@ pub struct DevOptions {
     pub seed: u64,
     /// Give up waiting for every order to end after this long.
     pub max_runtime: Duration,
+    /// Orders per second, sent in tenth-of-a-second slices; `None`: all at once.
+    pub arrival_per_s: Option<u32>,
 }
 
 impl Default for DevOptions {
@@ -91,6 +93,7 @@ impl Default for DevOptions {
             send_max_hold_ms: sas::config::DEFAULT_SEND_MAX_HOLD_MS,
             seed: 1,
             max_runtime: Duration::from_secs(300),
+            arrival_per_s: None,
         }
     }
 }
@@ -601,7 +604,9 @@ pub async fn send_orders(options: &DevOptions, queues: &dyn Queues) -> Result<Se
     let orders: Vec<(String, String)> = (0..options.orders)
         .map(|i| {
             let id = format!("order-{i:07}");
-            let body = order_body(&id, &options.workflow, &mut rng);
+            // `--workflow a,b`: the orders take the workflows in turn.
+            let names: Vec<&str> = options.workflow.split(',').collect();
+            let body = order_body(&id, names[i % names.len()], &mut rng);
             (id, body)
         })
         .collect();
@@ -617,7 +622,18 @@ pub async fn send_orders(options: &DevOptions, queues: &dyn Queues) -> Result<Se
     let bad: Vec<(String, &'static str)> =
         (0..options.malformed).map(|i| kinds[i % kinds.len()].clone()).collect();
     rng.shuffle(&mut bodies);
-    send_bodies(queues, bodies).await?;
+    match options.arrival_per_s {
+        None => send_bodies(queues, bodies).await?,
+        Some(rate) => {
+            // A steady trickle: a tenth of a second's orders every tenth of a second.
+            let slice = (rate as usize).div_ceil(10).max(1);
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            for chunk in bodies.chunks(slice) {
+                tick.tick().await;
+                send_bodies(queues, chunk.to_vec()).await?;
+            }
+        }
+    }
     Ok(Sent { orders, duplicates, bad })
 }
 

@@ -59,13 +59,17 @@ struct DevArgs {
     /// Orders to send (1 to 10,000,000).
     #[arg(long, default_value_t = 1_000, value_parser = whole::<usize>("--orders", 1, 10_000_000))]
     orders: usize,
-    /// Workflow every order runs (a name from the definition file).
+    /// Workflow every order runs (a name from the definition file); several, comma
+    /// separated, are taken in turn.
     #[arg(long, default_value = "single-step")]
     workflow: String,
     /// Definition file of the workflows and agents (default: the built-in
     /// examples/workflows.json). Every agent calls the simulated remote service.
     #[arg(long, value_name = "FILE")]
     workflows: Option<std::path::PathBuf>,
+    /// Orders per second, sent as a steady trickle (default: all at once).
+    #[arg(long, value_name = "N", value_parser = whole::<u32>("--rate", 1, 100_000))]
+    rate: Option<u32>,
     /// Probability a remote call fails transiently (503), 0 to 1.
     #[arg(long, default_value_t = 0.1, value_parser = rate("--failure-rate"))]
     failure_rate: f64,
@@ -167,12 +171,13 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
         }
     };
     let workflows = &definitions.workflows;
-    if workflows.get(&args.workflow).is_none() {
-        return Err(format!(
-            "unknown workflow {:?}: the file defines {}",
-            args.workflow,
-            workflows.names().join(", ")
-        ));
+    for name in args.workflow.split(',') {
+        if workflows.get(name).is_none() {
+            return Err(format!(
+                "unknown workflow {name:?}: the file defines {}",
+                workflows.names().join(", ")
+            ));
+        }
     }
     let faults = RemoteFaults {
         transient: args.failure_rate,
@@ -201,6 +206,7 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
         send_max_hold_ms: args.send_max_hold_ms,
         seed: args.seed,
         max_runtime: Duration::from_secs(args.max_seconds),
+        arrival_per_s: args.rate,
     };
     let bar = ProgressBar::new(options.orders as u64);
     bar.set_style(

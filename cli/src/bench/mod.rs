@@ -129,10 +129,14 @@ pub enum BenchCommand {
     /// One agent's service hangs every call: a healthy agent's step latency (p50, p99)
     /// against a run where both are healthy.
     Starvation {
-        #[arg(long, default_value_t = 1_000)]
+        #[arg(long, default_value_t = 4_000)]
         orders: usize,
-        /// Concurrent agent invocations (batches of 10), as AgentMaxConcurrency caps them.
-        #[arg(long, default_value_t = 4)]
+        /// Orders per second (a steady trickle).
+        #[arg(long, default_value_t = 200)]
+        rate: u32,
+        /// Concurrent agent invocations (batches of 10), as AgentMaxConcurrency caps them
+        /// (its default is 10).
+        #[arg(long, default_value_t = 10)]
         concurrency: usize,
         #[arg(long, default_value_t = 1_000)]
         step_timeout_ms: u64,
@@ -204,8 +208,8 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             }
             emit(args.json, &ColdStartTable(reports), ToString::to_string);
         }
-        BenchCommand::Starvation { orders, concurrency, step_timeout_ms, seed } => {
-            let o = StarvationOptions { orders, concurrency, step_timeout_ms, seed };
+        BenchCommand::Starvation { orders, rate, concurrency, step_timeout_ms, seed } => {
+            let o = StarvationOptions { orders, rate, concurrency, step_timeout_ms, seed };
             emit(args.json, &starvation(&o).await?, ToString::to_string);
         }
     }

@@ -1,11 +1,12 @@
 //! `sasctl bench starvation`: one agent's service hangs; does it starve the others?
 //!
-//! Every order runs a workflow of two read-only steps: `steady` (agent `steady`, a healthy
-//! service) then `stuck` (agent `slow`). The same pipeline (`sasctl dev`'s, embedded
-//! backend, real HTTP to the simulated service, the agent function's concurrency capped
-//! as a deployment caps it) runs twice: once with `slow` healthy (the baseline), once with
-//! every call to it hanging. The figure is the `steady` step's latency, from its first
-//! claim to its success, per order: what a hanging neighbour costs a healthy agent.
+//! Orders arrive as a steady trickle and take two one-step workflows in turn: `via-steady`
+//! (agent `steady`, a healthy service) and `via-slow` (agent `slow`). The same pipeline
+//! (`sasctl dev`'s: embedded backend, real HTTP to the simulated service, the agent
+//! function's concurrency capped as a deployment caps it) runs twice: once with `slow`
+//! healthy (the baseline), once with every call to it hanging. The figure is the `steady`
+//! step's latency, from its first claim to its success: what a hanging neighbour costs a
+//! healthy agent's orders.
 
 use std::fmt;
 use std::time::Duration;
@@ -17,14 +18,25 @@ use serde::Serialize;
 
 use crate::dev::{self, DevOptions, DevOutcome};
 
-const DEFINITIONS: &str = r#"{"agents": {"steady": {}, "slow": {}},
-  "workflows": [{"name": "pair", "steps": [
-    {"name": "steady", "agent": "steady", "effect": "none"},
-    {"name": "stuck", "agent": "slow", "effect": "none"}]}]}"#;
+/// Both agents as a team would declare services that answer in milliseconds: a call
+/// timeout of 250 ms, and the deployment's default breaker (5 failures, open 1 s).
+const DEFINITIONS: &str = r#"{"agents": {
+    "steady": {"timeout_ms": 250, "breaker": {"failures": 5, "open_ms": 1000}},
+    "slow": {"timeout_ms": 250, "breaker": {"failures": 5, "open_ms": 1000}}},
+  "workflows": [
+    {"name": "via-steady", "steps": [{"name": "steady", "agent": "steady", "effect": "none"}]},
+    {"name": "via-slow", "steps": [{"name": "stuck", "agent": "slow", "effect": "none"}]}]}"#;
+
+/// A healthy service answers in 0 to this many ms (uniform): a service on the network,
+/// not one on loopback. The hold a hung neighbour can add to a reply is the send
+/// coalescer's (20 ms, `SEND_MAX_HOLD_MS`), which this puts in proportion.
+pub const SERVICE_TIME_MS: u64 = 50;
 
 #[derive(Debug, Clone, Copy)]
 pub struct StarvationOptions {
     pub orders: usize,
+    /// Orders per second.
+    pub rate: u32,
     /// Concurrent agent invocations (batches of 10), as `AgentMaxConcurrency` caps them.
     pub concurrency: usize,
     pub step_timeout_ms: u64,
@@ -43,6 +55,7 @@ pub struct Latencies {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StarvationReport {
     pub options_orders: usize,
+    pub rate: u32,
     pub concurrency: usize,
     pub baseline: Latencies,
     pub hanging: Latencies,
@@ -61,8 +74,8 @@ impl fmt::Display for StarvationReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "starvation: {} orders, agent concurrency {} (batches of 10); step `steady` latency, first claim to success",
-            self.options_orders, self.concurrency
+            "starvation: {} orders at {}/s, agent concurrency {} (batches of 10); step `steady` latency, first claim to success",
+            self.options_orders, self.rate, self.concurrency
         )?;
         for (name, l) in
             [("baseline (slow healthy)", &self.baseline), ("slow hangs every call", &self.hanging)]
@@ -84,11 +97,11 @@ impl fmt::Display for StarvationReport {
 }
 
 fn options(o: &StarvationOptions, slow: RemoteFaults) -> DevOptions {
-    let healthy = RemoteFaults { latency_max_ms: 2, ..RemoteFaults::default() };
+    let healthy = RemoteFaults { latency_max_ms: SERVICE_TIME_MS, ..RemoteFaults::default() };
     DevOptions {
         orders: o.orders,
         definitions: Definitions::parse(DEFINITIONS).expect("the benchmark's definitions are valid"),
-        workflow: "pair".into(),
+        workflow: "via-steady,via-slow".into(),
         faults: healthy,
         agent_faults: [("slow".to_owned(), slow)].into(),
         duplicate_rate: 0.0,
@@ -98,15 +111,16 @@ fn options(o: &StarvationOptions, slow: RemoteFaults) -> DevOptions {
         concurrency: o.concurrency,
         seed: o.seed,
         max_runtime: Duration::from_secs(600),
+        arrival_per_s: Some(o.rate),
         ..DevOptions::default()
     }
 }
 
-/// First claim of step 0 to its success, per order, in ms.
+/// First claim of the `steady` step to its success, per order, in ms.
 fn steady_latencies(run: &DevOutcome) -> Latencies {
     let mut claimed = std::collections::HashMap::new();
     let mut samples = Vec::new();
-    for w in &run.writes {
+    for w in run.writes.iter().filter(|w| w.after.workflow == "via-steady") {
         let t = &w.after;
         match t.last_cause {
             Cause::Claimed { step: 0, action: Action::Do } => {
@@ -132,10 +146,12 @@ fn steady_latencies(run: &DevOutcome) -> Latencies {
 }
 
 pub async fn starvation(o: &StarvationOptions) -> Result<StarvationReport, String> {
-    let baseline =
-        dev::run(options(o, RemoteFaults { latency_max_ms: 2, ..RemoteFaults::default() }), |_| {})
-            .await
-            .map_err(|e| format!("baseline run failed to start: {e}"))?;
+    let baseline = dev::run(
+        options(o, RemoteFaults { latency_max_ms: SERVICE_TIME_MS, ..RemoteFaults::default() }),
+        |_| {},
+    )
+    .await
+    .map_err(|e| format!("baseline run failed to start: {e}"))?;
     let hanging = dev::run(options(o, RemoteFaults { hang: 1.0, ..RemoteFaults::default() }), |_| {})
         .await
         .map_err(|e| format!("hanging run failed to start: {e}"))?;
@@ -157,6 +173,7 @@ pub async fn starvation(o: &StarvationOptions) -> Result<StarvationReport, Strin
         .count();
     Ok(StarvationReport {
         options_orders: o.orders,
+        rate: o.rate,
         concurrency: o.concurrency,
         baseline: steady_latencies(&baseline),
         hanging: steady_latencies(&hanging),
