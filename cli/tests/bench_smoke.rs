@@ -58,3 +58,17 @@ async fn cost_counts_requests() {
     assert_eq!(faulty.processed + faulty.compensated + faulty.failed, 100);
     assert!(faulty.remote_calls_per_order >= 3.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starvation_measures_the_healthy_agent_in_both_runs() {
+    let o = sasctl::bench::StarvationOptions {
+        orders: 60,
+        rate: 200,
+        concurrency: 4,
+        step_timeout_ms: 1_000,
+        seed: 3,
+    };
+    let r = sasctl::bench::starvation(&o).await.expect("both runs hold every invariant");
+    assert_eq!((r.baseline.samples, r.hanging.samples), (30, 30), "every via-steady order measured: {r:?}");
+    assert!(r.hanging_keys > 0, "the slow service was called");
+}
