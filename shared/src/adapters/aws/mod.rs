@@ -1,14 +1,17 @@
 //! The real services through the AWS SDK for Rust: DynamoDB for the state store, SQS
-//! for the queues, SNS for operator alerts. Endpoints and credentials come from the
+//! for the queues, SNS for operator alerts, Parameter Store and Secrets Manager for
+//! agents' auth values. Endpoints and credentials come from the
 //! `SdkConfig` (so `AWS_ENDPOINT_URL` points the lot at moto or LocalStack); nothing
 //! here names an endpoint.
 
 pub mod dynamodb;
 pub mod provision;
+pub mod secrets;
 pub mod sns;
 pub mod sqs;
 
 pub use dynamodb::{DynamoStore, TableNames};
+pub use secrets::AwsSecrets;
 pub use sns::SnsAlerts;
 pub use sqs::SqsQueues;
 
