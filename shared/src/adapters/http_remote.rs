@@ -177,24 +177,9 @@ impl HttpRemote {
         Ok(Some((&auth.name, value)))
     }
 
-    /// reqwest is built without a crypto provider (`rustls-no-provider`: its `rustls`
-    /// feature would link aws-lc-rs), so ring is installed as the process's default first,
-    /// unless something already installed one. Roots: the platform's, through
-    /// rustls-platform-verifier (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set).
-    ///
-    /// No redirects: a 307/308 would re-send the order, idempotency key and all, to
-    /// whatever host the answer names.
-    fn build_client() -> Result<reqwest::Client, reqwest::Error> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-    }
-
     /// The client, built by the first caller; a failed build is retried by the next call.
     async fn client(&self) -> Result<&reqwest::Client, RemoteError> {
-        self.client.get_or_try_init(|| async { Self::build_client() }).await.map_err(|e| {
+        self.client.get_or_try_init(|| async { build_client() }).await.map_err(|e| {
             tracing::warn!(error = %e, "building the HTTP client failed");
             RemoteError::Transient("the HTTP client could not be built".into())
         })
@@ -220,6 +205,22 @@ impl HttpRemote {
     }
 }
 
+/// The agent's HTTP client (the remote services; Parameter Store and Secrets Manager).
+/// reqwest is built without a crypto provider (`rustls-no-provider`: its `rustls` feature
+/// would link aws-lc-rs), so ring is installed as the process's default first, unless
+/// something already installed one. Roots: the platform's, through
+/// rustls-platform-verifier (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set).
+///
+/// No redirects: a 307/308 would re-send the order, idempotency key and all, to whatever
+/// host the answer names.
+pub(crate) fn build_client() -> Result<reqwest::Client, reqwest::Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
 /// A URL as it may be logged: no userinfo, query or fragment (where tokens live).
 pub fn redacted(url: &url::Url) -> String {
     let mut shown = url.clone();
@@ -231,7 +232,10 @@ pub fn redacted(url: &url::Url) -> String {
 }
 
 /// At most `max` bytes of the body; the rest is left unread.
-async fn body_bytes(response: &mut reqwest::Response, max: usize) -> Result<Vec<u8>, reqwest::Error> {
+pub(crate) async fn body_bytes(
+    response: &mut reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, reqwest::Error> {
     let mut bytes = Vec::new();
     while bytes.len() < max {
         match response.chunk().await? {
