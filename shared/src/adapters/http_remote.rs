@@ -135,46 +135,40 @@ impl HttpRemote {
         let Some(auth) = self.agents.get(agent).and_then(|e| e.auth.as_deref()) else {
             return Ok(None);
         };
-        let failed = || RemoteError::Transient(format!("the auth secret of agent {agent} could not be read"));
         let value = auth
             .value
             .get_or_try_init(|| async {
-                let Some(secrets) = &self.secrets else {
-                    tracing::error!(agent, source = %auth.source, "agent has auth but no secret store is configured");
-                    return Err(failed());
-                };
-                let read = tokio::time::timeout(Duration::from_millis(timeout_ms), secrets.get(&auth.source));
-                let secret = match read.await {
-                    Ok(Ok(secret)) => secret,
-                    Ok(Err(e)) => {
-                        tracing::warn!(agent, error = %e, "reading the agent's auth secret failed");
-                        return Err(failed());
+                match self.read_header(auth, timeout_ms).await {
+                    Ok(value) => {
+                        tracing::info!(agent, source = %auth.source, "read the agent's auth secret; kept for this container");
+                        Ok(value)
                     }
-                    Err(_) => {
-                        tracing::warn!(agent, source = %auth.source, timeout_ms, "reading the agent's auth secret timed out");
-                        return Err(failed());
+                    Err(why) => {
+                        tracing::warn!(agent, source = %auth.source, why, "reading the agent's auth secret failed");
+                        Err(RemoteError::Transient(format!("the auth secret of agent {agent} could not be read")))
                     }
-                };
-                // An empty value or one with a line break or control character is a
-                // mistake in the store: said (without the value) and read again next call.
-                let mut value = match secret.expose() {
-                    "" => None,
-                    v => HeaderValue::from_str(&format!("{}{v}", auth.prefix)).ok(),
                 }
-                .ok_or_else(|| {
-                    tracing::warn!(
-                        agent,
-                        source = %auth.source,
-                        "the agent's auth secret is empty or not a valid header value (line break or control character?)"
-                    );
-                    failed()
-                })?;
-                value.set_sensitive(true);
-                tracing::info!(agent, source = %auth.source, "read the agent's auth secret; kept for this container");
-                Ok(value)
             })
             .await?;
         Ok(Some((&auth.name, value)))
+    }
+
+    /// `prefix + value`, marked sensitive, or why not (never the value).
+    async fn read_header(&self, auth: &AuthHeader, timeout_ms: u64) -> Result<HeaderValue, String> {
+        let secrets = self.secrets.as_ref().ok_or("no secret store is configured")?;
+        let secret = tokio::time::timeout(Duration::from_millis(timeout_ms), secrets.get(&auth.source))
+            .await
+            .map_err(|_| format!("timed out after {timeout_ms} ms"))?
+            .map_err(|e| e.to_string())?;
+        // An empty value, or one with a line break or control character, is a mistake in
+        // the store: said (without the value) and read again by the next call.
+        let mut value = match secret.expose() {
+            "" => None,
+            v => HeaderValue::from_str(&format!("{}{v}", auth.prefix)).ok(),
+        }
+        .ok_or("the value is empty or not a valid header value (line break or control character?)")?;
+        value.set_sensitive(true);
+        Ok(value)
     }
 
     /// The client, built by the first caller; a failed build is retried by the next call.
@@ -278,10 +272,11 @@ impl RemoteService for HttpRemote {
             order: call.order,
             outputs: call.outputs,
         };
-        // The secret's first read comes out of the same time as the call: complete-by
-        // bounds both together.
+        // The secret's first read comes out of the time left until complete-by, not the
+        // agent's own call timeout (which is about the remote service); the call gets
+        // what is left after it.
         let started = tokio::time::Instant::now();
-        let auth = self.auth(call.agent, self.timeout_ms(call.agent, timeout_ms)).await?;
+        let auth = self.auth(call.agent, timeout_ms).await?;
         let left_ms = timeout_ms.saturating_sub(started.elapsed().as_millis() as u64);
         let mut request = self
             .client()

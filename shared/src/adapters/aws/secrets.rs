@@ -3,12 +3,12 @@
 //! with the `SdkConfig`'s credentials and region, sent over the agent's own HTTP client.
 //!
 //! Not through `aws-sdk-ssm` and `aws-sdk-secretsmanager`: linked into the agent at
-//! opt-level "s" they took its zip from 3,976,185 to 4,301,582 bytes (binary +1.26 MB),
+//! opt-level "s" they took its zip from 3,976,185 to 4,302,688 bytes (binary +1.26 MB),
 //! past the 4 MB ceiling (docs/BENCHMARKS.md, Package sizes). Every operation of those
 //! crates links its service's whole error registry, and SSM models some 200 errors. The
 //! signing (`aws-sigv4`), the credentials chain and the HTTP client here are already in
 //! the agent for SQS and the remote services; this file adds two requests and their
-//! answers.
+//! answers, parsed as `serde_json::Value` (whose parser the agent has for step outputs).
 //!
 //! Endpoint: `AWS_ENDPOINT_URL_SSM` / `AWS_ENDPOINT_URL_SECRETS_MANAGER`, else the
 //! configuration's `AWS_ENDPOINT_URL` (moto, LocalStack), else the region's own endpoint
@@ -23,7 +23,6 @@ use aws_credential_types::provider::ProvideCredentials;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
-use serde::Deserialize;
 
 use crate::domain::{SecretSource, SecretValue};
 use crate::ports::{SecretError, Secrets};
@@ -73,32 +72,21 @@ impl Service {
         .to_string()
     }
 
-    /// The value in a 2xx answer. No `Debug` on these types: they hold the value.
+    /// The value in a 2xx answer. Read as a `serde_json::Value`, whose parser the agent
+    /// links already (step outputs): typed answers would add their own.
     fn value(self, body: &[u8]) -> Result<Option<String>, String> {
-        #[derive(Deserialize)]
-        struct GetParameter {
-            #[serde(rename = "Parameter")]
-            parameter: Option<Parameter>,
-        }
-        #[derive(Deserialize)]
-        struct Parameter {
-            #[serde(rename = "Value")]
-            value: Option<String>,
-        }
-        #[derive(Deserialize)]
-        struct GetSecretValue {
-            #[serde(rename = "SecretString")]
-            secret_string: Option<String>,
-        }
         // serde's message could quote a piece of the answer: not passed on.
-        let unexpected = |_| "the answer is not the JSON the service documents".to_owned();
-        match self {
-            Service::Ssm => serde_json::from_slice::<GetParameter>(body)
-                .map(|a| a.parameter.and_then(|p| p.value))
-                .map_err(unexpected),
-            Service::SecretsManager => {
-                serde_json::from_slice::<GetSecretValue>(body).map(|a| a.secret_string).map_err(unexpected)
-            }
+        let unexpected = || "the answer is not the JSON the service documents".to_owned();
+        let mut answer: serde_json::Value = serde_json::from_slice(body).map_err(|_| unexpected())?;
+        let at = match self {
+            Service::Ssm => "/Parameter/Value",
+            // A binary-only secret has SecretBinary instead.
+            Service::SecretsManager => "/SecretString",
+        };
+        match answer.pointer_mut(at).map(serde_json::Value::take) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(value)) => Ok(Some(value)),
+            Some(_) => Err(unexpected()),
         }
     }
 }
@@ -113,17 +101,10 @@ fn regional_endpoint(service: Service, region: &str) -> String {
 /// An error answer's code and message (`{"__type": "...#ParameterNotFound", "message":
 /// "..."}`): they name the parameter or secret, never a value.
 fn error_text(status: reqwest::StatusCode, body: &[u8]) -> String {
-    #[derive(Deserialize)]
-    struct Error {
-        #[serde(rename = "__type")]
-        kind: Option<String>,
-        #[serde(alias = "Message")]
-        message: Option<String>,
-    }
-    let parsed = serde_json::from_slice::<Error>(body).ok();
-    let kind = parsed.as_ref().and_then(|e| e.kind.as_deref()).map(|k| k.rsplit('#').next().unwrap_or(k));
-    let message = parsed.as_ref().and_then(|e| e.message.as_deref());
-    let said = match (kind, message) {
+    let parsed: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let text = |key: &str| parsed.get(key).and_then(serde_json::Value::as_str);
+    let kind = text("__type").map(|k| k.rsplit('#').next().unwrap_or(k));
+    let said = match (kind, text("message").or_else(|| text("Message"))) {
         (Some(k), Some(m)) => format!("{k}: {m}"),
         (Some(k), None) => k.to_owned(),
         (None, Some(m)) => m.to_owned(),
@@ -250,8 +231,10 @@ mod tests {
         assert_eq!(Service::SecretsManager.value(sm), Ok(Some("v2".into())));
         assert_eq!(Service::SecretsManager.value(br#"{"SecretBinary": "AAEC"}"#), Ok(None));
         // A malformed answer says so without quoting it.
-        let err = Service::Ssm.value(br#"{"Parameter": "s3cr3t"}"#).unwrap_err();
-        assert!(!err.contains("s3cr3t"), "{err}");
+        for bad in [&br#"{"SecretString": ["s3cr3t"]}"#[..], br#"{"SecretString": "s3cr3t""#] {
+            let err = Service::SecretsManager.value(bad).unwrap_err();
+            assert!(!err.contains("s3cr3t"), "{err}");
+        }
     }
 
     #[test]
