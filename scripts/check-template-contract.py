@@ -10,7 +10,8 @@ infra/ bootstrap expect. This checks that contract:
 - the four functions: provided.al2023, arm64, JSON logs, the environment the code reads;
 - IAM: one role per function, no managed policies, no wildcard action or resource
   (except the log-stream part of the function's own log group), and exactly the
-  (action, resource) pairs each function needs -- no more, no less;
+  (action, resource) pairs each function needs -- no more, no less (the agent's secrets
+  only on the deployer's AgentSecretArns, kms:Decrypt only via SSM or Secrets Manager);
 - alarms: OrdersFailed, depth on every DLQ, Errors and Throttles per function, supervisor
   not running (missing data breaching), StaleReplies; all notify the operator topic;
 - the dashboard body is valid JSON once substituted and shows every alarm;
@@ -197,6 +198,7 @@ if not any(r["Properties"].get("ScheduleExpression") == {"Ref": "SupervisorSched
 S = "StatusQueue"
 EXTRA = '{"Ref": "ExtraReplyToQueueArns"}'
 QUEUE_AGENTS = '{"Ref": "AgentQueueArns"}'
+SECRETS = '{"Ref": "AgentSecretArns"}'
 # What the SQS event source mapping polls with (Lambda docs); the code itself never
 # receives, deletes or changes visibility in Lambda, so ChangeMessageVisibility is not granted.
 SQS_CONSUME = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
@@ -225,6 +227,7 @@ EXPECTED = {
     },
     "agent": logs("AgentLogGroup") | consume("AgentQueue") | {
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "AgentDlq"),
+        ("ssm:GetParameter", SECRETS), ("secretsmanager:GetSecretValue", SECRETS), ("kms:Decrypt", SECRETS),
     },
     "supervisor": logs("SupervisorLogGroup") | {
         ("dynamodb:Query", "StateTable/index/due-index"), ("dynamodb:GetItem", "StateTable"),
@@ -273,6 +276,12 @@ for short, k in fid.items():
                     continue
                 if resources == {"Ref": "AgentQueueArns"}:
                     grants.add((action, QUEUE_AGENTS))
+                    continue
+                if resources == {"Ref": "AgentSecretArns"}:
+                    # The deployer's keys decrypt only what SSM or Secrets Manager hands over.
+                    if action == "kms:Decrypt" and "kms:ViaService" not in st.get("Condition", {}).get("StringEquals", {}):
+                        err(f"{short}: kms:Decrypt on AgentSecretArns without a kms:ViaService condition")
+                    grants.add((action, SECRETS))
                     continue
                 for res in as_list(resources):
                     if res == "*" or (isinstance(res, str) and "*" in res):

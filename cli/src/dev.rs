@@ -418,12 +418,13 @@ pub async fn run_on(
     let metrics = Arc::new(CountingMetrics::default());
     let random = Arc::new(FastRandom::seeded(options.seed));
     let remote = LoopbackRemote::start(options.faults, options.agent_faults.clone(), options.seed).await?;
-    // Every agent at the simulated service, each with its own call timeout.
+    // Every agent at the simulated service, each with its own call timeout; without its
+    // auth, which the simulated service does not ask for (and no secret store is read).
     let at_the_simulated_service: std::collections::BTreeMap<_, _> = options
         .definitions
         .agents
         .iter()
-        .map(|(name, def)| (name.clone(), AgentDef { url: None, ..def.clone() }))
+        .map(|(name, def)| (name.clone(), AgentDef { url: None, auth: None, ..def.clone() }))
         .collect();
     let http = HttpRemote::new(remote.base_url()).with_agents(&at_the_simulated_service);
 

@@ -22,6 +22,7 @@
 //! | `REPLY_TO_EXTRA_QUEUE_ARNS` | submission, scheduler, supervisor: more queue ARNs `reply_to` may name (comma-separated, no wildcards) | none |
 //! | `WORKFLOWS_FILE` | all four: the definition file of the agents and workflows (a path in the function's package or a layer), read and checked once at cold start | the built-in `examples/workflows.json` |
 //! | `AWS_REGION` (or `AWS_DEFAULT_REGION`), `AWS_ENDPOINT_URL_SQS` (or `AWS_ENDPOINT_URL`) | submission, scheduler, supervisor: the region of a `reply_to` in the endpoint's form (local runs), and that form | the status queue's region; AWS's forms only |
+//! | `AWS_ENDPOINT_URL_SSM`, `AWS_ENDPOINT_URL_SECRETS_MANAGER` (or `AWS_ENDPOINT_URL`) | agent, on an agent's first call with `auth`: where its value is read (`adapters::aws::secrets`) | the region's endpoint |
 
 use std::str::FromStr;
 

@@ -11,7 +11,7 @@ use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::{LambdaEvent, service_fn};
 
-use crate::adapters::aws::{DynamoStore, SnsAlerts, SqsQueues};
+use crate::adapters::aws::{AwsSecrets, DynamoStore, SnsAlerts, SqsQueues};
 use crate::adapters::emf::EmfMetrics;
 use crate::adapters::system::{FastRandom, SystemClock};
 use crate::config::{ConfigError, TableNames};
@@ -148,6 +148,12 @@ impl Aws {
     /// queue, none held longer than `send_max_hold` (`handlers::coalesce`).
     pub fn queues(&self, send_max_hold: Duration) -> Arc<dyn Queues> {
         Arc::new(SendCoalescer::new(Arc::new(self.sqs()), send_max_hold))
+    }
+
+    /// Parameter Store and Secrets Manager, for agents' auth headers (the agent only). No
+    /// client is built until the first read.
+    pub fn secrets(&self) -> Arc<AwsSecrets> {
+        Arc::new(AwsSecrets::new(&self.sdk))
     }
 
     pub fn metrics(function: &str, namespace: &str) -> Arc<EmfMetrics> {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use crate::domain::{
-    Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, TaskRecord, Timestamp,
+    Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, SecretSource, SecretValue, TaskRecord,
+    Timestamp,
 };
 
 /// Failures of infrastructure, each with its retry class.
@@ -164,6 +165,23 @@ pub trait RemoteService: Send + Sync {
     /// most [`crate::domain::MAX_OUTPUT_BYTES`] + 1 bytes of it are read, enough to tell
     /// that it is too large.
     async fn call(&self, call: &RemoteCall<'_>, timeout_ms: u64) -> Result<Vec<u8>, RemoteError>;
+}
+
+/// A secret could not be read. The text says why (not found, access denied, throttled,
+/// unreachable, not text) and never holds a value: it is logged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("reading {source_name}: {reason}")]
+pub struct SecretError {
+    /// The source as the definition file names it (`ssm:...`, `secretsmanager:...`).
+    pub source_name: String,
+    pub reason: String,
+}
+
+/// Where agents' auth header values live: Parameter Store and Secrets Manager on AWS.
+#[async_trait]
+pub trait Secrets: Send + Sync {
+    /// The current value, read from the store every time: caching is the caller's choice.
+    async fn get(&self, source: &SecretSource) -> Result<SecretValue, SecretError>;
 }
 
 /// What the pipeline counts; CloudWatch EMF in Lambda, counters in `dev`.

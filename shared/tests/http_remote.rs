@@ -120,3 +120,149 @@ async fn an_unreachable_service_is_transient_and_its_url_is_not_in_the_reason() 
     let err = call(&base).await.unwrap_err();
     assert_eq!(err, RemoteError::Transient("the remote service could not be reached".into()));
 }
+
+/// Answers 200 to every request and keeps each request's head (request line and
+/// headers); returns its base URL.
+async fn serve_recording() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request);
+                kept.lock().unwrap().push(text.split("\r\n\r\n").next().unwrap_or_default().to_owned());
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (base, heads)
+}
+
+/// A secret store holding values by source, counting reads; a source not (yet) held
+/// fails as the real store does for a missing parameter.
+#[derive(Default)]
+struct CountingSecrets {
+    values: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+    reads: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl sas::ports::Secrets for CountingSecrets {
+    async fn get(
+        &self,
+        source: &sas::domain::SecretSource,
+    ) -> Result<sas::domain::SecretValue, sas::ports::SecretError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        // Suspend as a network read does, so concurrent first calls overlap.
+        tokio::task::yield_now().await;
+        match self.values.lock().unwrap().get(&source.to_string()) {
+            Some(v) => Ok(sas::domain::SecretValue::new(v.clone())),
+            None => Err(sas::ports::SecretError {
+                source_name: source.to_string(),
+                reason: "ParameterNotFound".into(),
+            }),
+        }
+    }
+}
+
+fn agents_at(base: &str) -> std::collections::BTreeMap<String, sas::domain::definitions::AgentDef> {
+    let text = format!(
+        r#"{{"agents": {{
+            "payment": {{"url": "{base}/pay", "auth": {{"header": "Authorization", "secret": "ssm:/sas/pay", "prefix": "Bearer "}}}},
+            "plain": {{"url": "{base}/plain"}}}},
+          "workflows": [{{"name": "w", "steps": [{{"name": "charge", "agent": "payment"}}, {{"name": "read", "agent": "plain"}}]}}]}}"#
+    );
+    sas::domain::Definitions::parse(&text).unwrap().agents
+}
+
+async fn call_agent(remote: &HttpRemote, agent: &str) -> Result<Vec<u8>, RemoteError> {
+    let order = order();
+    let key = IdempotencyKey("o-1:0:do".into());
+    let outputs = std::collections::BTreeMap::new();
+    let call = RemoteCall {
+        agent,
+        action: Action::Do,
+        step: 0,
+        step_name: "charge",
+        idempotency_key: &key,
+        order: &order,
+        outputs: &outputs,
+    };
+    remote.call(&call, 5_000).await
+}
+
+#[tokio::test]
+async fn an_agents_auth_header_is_read_once_and_sent_on_every_call() {
+    let (base, heads) = serve_recording().await;
+    let secrets = Arc::new(CountingSecrets::default());
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "t0ken-abc".into());
+    let remote = HttpRemote::new(&base).with_agents(&agents_at(&base)).with_secrets(secrets.clone());
+
+    // Ten calls at once, as a batch makes them, then ten more: one read between them.
+    let calls: Vec<_> = (0..10).map(|_| call_agent(&remote, "payment")).collect();
+    for result in futures::future::join_all(calls).await {
+        result.unwrap();
+    }
+    for _ in 0..10 {
+        call_agent(&remote, "payment").await.unwrap();
+    }
+    call_agent(&remote, "plain").await.unwrap();
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 1, "read once for the life of the remote");
+
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 21);
+    let (pay, plain): (Vec<&String>, Vec<&String>) = heads.iter().partition(|h| h.starts_with("POST /pay/"));
+    assert_eq!(pay.len(), 20);
+    for head in pay {
+        assert!(head.to_ascii_lowercase().contains("\r\nauthorization: bearer t0ken-abc"), "{head}");
+    }
+    assert!(!plain[0].to_ascii_lowercase().contains("authorization"), "{}", plain[0]);
+    assert!(!format!("{remote:?}").contains("t0ken"), "{remote:?}");
+}
+
+#[tokio::test]
+async fn a_failed_read_fails_that_call_as_transient_and_the_next_call_reads_again() {
+    let (base, heads) = serve_recording().await;
+    let secrets = Arc::new(CountingSecrets::default());
+    let remote = HttpRemote::new(&base).with_agents(&agents_at(&base)).with_secrets(secrets.clone());
+
+    let err = call_agent(&remote, "payment").await.unwrap_err();
+    assert_eq!(err, RemoteError::Transient("the auth secret of agent payment could not be read".into()));
+    assert!(heads.lock().unwrap().is_empty(), "nothing is sent without the header");
+
+    // An empty value and one that cannot be a header value are mistakes in the store: the
+    // call fails the same way, and neither the value nor its start reaches the reason.
+    for bad in ["", "t0ken\r\nX-Evil: 1"] {
+        secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), bad.into());
+        let err = call_agent(&remote, "payment").await.unwrap_err();
+        assert_eq!(err, RemoteError::Transient("the auth secret of agent payment could not be read".into()));
+    }
+    assert!(heads.lock().unwrap().is_empty());
+
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "t0ken-late".into());
+    call_agent(&remote, "payment").await.unwrap();
+    call_agent(&remote, "payment").await.unwrap();
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 4, "three failed reads, then one that is kept");
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2);
+    assert!(heads.iter().all(|h| h.to_ascii_lowercase().contains("\r\nauthorization: bearer t0ken-late")));
+
+    // Without a store the header is never sent half-formed: the call fails.
+    let remote = HttpRemote::new(&base).with_agents(&agents_at(&base));
+    assert!(matches!(call_agent(&remote, "payment").await, Err(RemoteError::Transient(_))));
+    assert_eq!(call_agent(&remote, "plain").await, Ok(Vec::new()));
+}

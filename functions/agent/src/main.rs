@@ -22,7 +22,9 @@ async fn main() -> Result<(), Error> {
         random: Arc::new(FastRandom::from_entropy()),
         metrics: metrics.clone(),
         remote: Arc::new(
-            HttpRemote::new(config.remote_service_url.clone()).with_agents(&config.definitions.agents),
+            HttpRemote::new(config.remote_service_url.clone())
+                .with_agents(&config.definitions.agents)
+                .with_secrets(aws.secrets()),
         ),
         scheduler_queue: config.scheduler_queue.clone(),
     };

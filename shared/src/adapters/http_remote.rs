@@ -5,13 +5,16 @@
 //! 408, 409, 429 and 5xx are transient; any other 4xx is a refusal.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::domain::definitions::AgentDef;
-use crate::domain::{MAX_OUTPUT_BYTES, cut_reason};
-use crate::ports::{RemoteCall, RemoteError, RemoteService};
+use crate::domain::{MAX_OUTPUT_BYTES, SecretSource, cut_reason};
+use crate::ports::{RemoteCall, RemoteError, RemoteService, Secrets};
 
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
@@ -26,13 +29,30 @@ pub const MAX_ERROR_BODY_BYTES: usize = 1_024;
 /// What a call's error says is generic (what failed and the status class): it becomes the
 /// reply's reason, which reaches the order's `reply_to`. The details (URL without userinfo
 /// or query, status, the start of the body) go to this function's log only.
-#[derive(Debug, Clone)]
+///
+/// An agent with `auth` sends its header on every call. The value is read through the
+/// [`Secrets`] port on that agent's first call (not at cold start: most invocations never
+/// need it before their first call anyway) and kept for the life of the process; a failed
+/// read fails that call as transient and is tried again by the next one.
+#[derive(Clone)]
 pub struct HttpRemote {
     client: tokio::sync::OnceCell<reqwest::Client>,
     /// `None` when the configured URL does not parse (config refuses that at cold start).
     base_url: Option<url::Url>,
-    /// Per agent, from the definition file: its own base URL and call timeout.
+    /// Per agent, from the definition file: its own base URL, call timeout and auth.
     agents: BTreeMap<String, Endpoint>,
+    /// Where auth values are read; `None` until [`HttpRemote::with_secrets`].
+    secrets: Option<Arc<dyn Secrets>>,
+}
+
+impl fmt::Debug for HttpRemote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpRemote")
+            .field("base_url", &self.base_url.as_ref().map(redacted))
+            .field("agents", &self.agents)
+            .field("secrets", &self.secrets.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -40,6 +60,29 @@ struct Endpoint {
     /// `None`: the default base with the agent's name appended.
     base: Option<url::Url>,
     timeout_ms: Option<u64>,
+    /// Shared by clones, so every clone reads the secret once between them.
+    auth: Option<Arc<AuthHeader>>,
+}
+
+/// One agent's auth header: its name, and its value once read.
+struct AuthHeader {
+    name: HeaderName,
+    prefix: String,
+    source: SecretSource,
+    /// `prefix + value`, marked sensitive (reqwest and hyper then keep it out of their own
+    /// debug output). Set by the first read that succeeds, never again.
+    value: tokio::sync::OnceCell<HeaderValue>,
+}
+
+impl fmt::Debug for AuthHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value = if self.value.initialized() { "***" } else { "(not read yet)" };
+        f.debug_struct("AuthHeader")
+            .field("name", &self.name)
+            .field("source", &self.source.to_string())
+            .field("value", &value)
+            .finish()
+    }
 }
 
 impl HttpRemote {
@@ -48,39 +91,89 @@ impl HttpRemote {
             client: tokio::sync::OnceCell::new(),
             base_url: url::Url::parse(&base_url.into()).ok(),
             agents: BTreeMap::new(),
+            secrets: None,
         }
     }
 
-    /// Each agent's own URL and call timeout, as its definition gives them.
+    /// Each agent's own URL, call timeout and auth header, as its definition gives them.
+    /// The definitions were checked (`DefinitionFile::check`); an auth whose header or
+    /// source would not parse is left out here, never sent half-formed.
     pub fn with_agents(mut self, agents: &BTreeMap<String, AgentDef>) -> HttpRemote {
         self.agents = agents
             .iter()
             .map(|(name, def)| {
                 let base = def.url.as_deref().and_then(|u| url::Url::parse(u).ok());
-                (name.clone(), Endpoint { base, timeout_ms: def.timeout_ms })
+                let auth = def.auth.as_ref().and_then(|a| {
+                    Some(Arc::new(AuthHeader {
+                        name: HeaderName::from_bytes(a.header.as_bytes()).ok()?,
+                        prefix: a.prefix.clone().unwrap_or_default(),
+                        source: a.source()?,
+                        value: tokio::sync::OnceCell::new(),
+                    }))
+                });
+                (name.clone(), Endpoint { base, timeout_ms: def.timeout_ms, auth })
             })
             .collect();
         self
     }
 
-    /// reqwest is built without a crypto provider (`rustls-no-provider`: its `rustls`
-    /// feature would link aws-lc-rs), so ring is installed as the process's default first,
-    /// unless something already installed one. Roots: the platform's, through
-    /// rustls-platform-verifier (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set).
-    ///
-    /// No redirects: a 307/308 would re-send the order, idempotency key and all, to
-    /// whatever host the answer names.
-    fn build_client() -> Result<reqwest::Client, reqwest::Error> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
+    /// The store auth values are read from. Without one, a call of an agent with `auth`
+    /// fails as transient (and says so in the log), rather than go out without its header.
+    pub fn with_secrets(mut self, secrets: Arc<dyn Secrets>) -> HttpRemote {
+        self.secrets = Some(secrets);
+        self
+    }
+
+    /// The agent's auth header, read on its first call (within `timeout_ms`), or `None`
+    /// for an agent without auth. The error names the agent only: it becomes the reply's
+    /// reason; what went wrong is logged here, without the value.
+    async fn auth(
+        &self,
+        agent: &str,
+        timeout_ms: u64,
+    ) -> Result<Option<(&HeaderName, &HeaderValue)>, RemoteError> {
+        let Some(auth) = self.agents.get(agent).and_then(|e| e.auth.as_deref()) else {
+            return Ok(None);
+        };
+        let value = auth
+            .value
+            .get_or_try_init(|| async {
+                match self.read_header(auth, timeout_ms).await {
+                    Ok(value) => {
+                        tracing::info!(agent, source = %auth.source, "read the agent's auth secret; kept for this container");
+                        Ok(value)
+                    }
+                    Err(why) => {
+                        tracing::warn!(agent, source = %auth.source, why, "reading the agent's auth secret failed");
+                        Err(RemoteError::Transient(format!("the auth secret of agent {agent} could not be read")))
+                    }
+                }
+            })
+            .await?;
+        Ok(Some((&auth.name, value)))
+    }
+
+    /// `prefix + value`, marked sensitive, or why not (never the value).
+    async fn read_header(&self, auth: &AuthHeader, timeout_ms: u64) -> Result<HeaderValue, String> {
+        let secrets = self.secrets.as_ref().ok_or("no secret store is configured")?;
+        let secret = tokio::time::timeout(Duration::from_millis(timeout_ms), secrets.get(&auth.source))
+            .await
+            .map_err(|_| format!("timed out after {timeout_ms} ms"))?
+            .map_err(|e| e.to_string())?;
+        // An empty value, or one with a line break or control character, is a mistake in
+        // the store: said (without the value) and read again by the next call.
+        let mut value = match secret.expose() {
+            "" => None,
+            v => HeaderValue::from_str(&format!("{}{v}", auth.prefix)).ok(),
+        }
+        .ok_or("the value is empty or not a valid header value (line break or control character?)")?;
+        value.set_sensitive(true);
+        Ok(value)
     }
 
     /// The client, built by the first caller; a failed build is retried by the next call.
     async fn client(&self) -> Result<&reqwest::Client, RemoteError> {
-        self.client.get_or_try_init(|| async { Self::build_client() }).await.map_err(|e| {
+        self.client.get_or_try_init(|| async { build_client() }).await.map_err(|e| {
             tracing::warn!(error = %e, "building the HTTP client failed");
             RemoteError::Transient("the HTTP client could not be built".into())
         })
@@ -106,6 +199,22 @@ impl HttpRemote {
     }
 }
 
+/// The agent's HTTP client (the remote services; Parameter Store and Secrets Manager).
+/// reqwest is built without a crypto provider (`rustls-no-provider`: its `rustls` feature
+/// would link aws-lc-rs), so ring is installed as the process's default first, unless
+/// something already installed one. Roots: the platform's, through
+/// rustls-platform-verifier (`SSL_CERT_FILE` / `SSL_CERT_DIR` when set).
+///
+/// No redirects: a 307/308 would re-send the order, idempotency key and all, to whatever
+/// host the answer names.
+pub(crate) fn build_client() -> Result<reqwest::Client, reqwest::Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
 /// A URL as it may be logged: no userinfo, query or fragment (where tokens live).
 pub fn redacted(url: &url::Url) -> String {
     let mut shown = url.clone();
@@ -117,7 +226,10 @@ pub fn redacted(url: &url::Url) -> String {
 }
 
 /// At most `max` bytes of the body; the rest is left unread.
-async fn body_bytes(response: &mut reqwest::Response, max: usize) -> Result<Vec<u8>, reqwest::Error> {
+pub(crate) async fn body_bytes(
+    response: &mut reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, reqwest::Error> {
     let mut bytes = Vec::new();
     while bytes.len() < max {
         match response.chunk().await? {
@@ -160,21 +272,27 @@ impl RemoteService for HttpRemote {
             order: call.order,
             outputs: call.outputs,
         };
-        let mut response = self
+        // The secret's first read comes out of the time left until complete-by, not the
+        // agent's own call timeout (which is about the remote service); the call gets
+        // what is left after it.
+        let started = tokio::time::Instant::now();
+        let auth = self.auth(call.agent, timeout_ms).await?;
+        let left_ms = timeout_ms.saturating_sub(started.elapsed().as_millis() as u64);
+        let mut request = self
             .client()
             .await?
             .post(url.clone())
             .header(IDEMPOTENCY_HEADER, &call.idempotency_key.0)
-            .timeout(Duration::from_millis(self.timeout_ms(call.agent, timeout_ms)))
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| {
-                // reqwest's error text carries the full URL: logged without it.
-                let what = if e.is_timeout() { "timed out" } else { "could not be reached" };
-                tracing::info!(url = %redacted(&url), error = %e.without_url(), "remote service call failed");
-                RemoteError::Transient(format!("the remote service {what}"))
-            })?;
+            .timeout(Duration::from_millis(self.timeout_ms(call.agent, left_ms)));
+        if let Some((name, value)) = auth {
+            request = request.header(name, value);
+        }
+        let mut response = request.json(&body).send().await.map_err(|e| {
+            // reqwest's error text carries the full URL: logged without it.
+            let what = if e.is_timeout() { "timed out" } else { "could not be reached" };
+            tracing::info!(url = %redacted(&url), error = %e.without_url(), "remote service call failed");
+            RemoteError::Transient(format!("the remote service {what}"))
+        })?;
         let status = response.status();
         if status.is_success() {
             // An answer cut off on the way is asked for again: the key brings the same one.

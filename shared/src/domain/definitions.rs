@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::breaker::BreakerPolicy;
 use super::retry::Backoff;
+use super::secrets::{self, SecretSource};
 use super::workflow::{StepEffect, StepKind, Workflow, Workflows};
 
 /// The shortest and longest complete-by a step may have, as for the deployment's own
@@ -80,6 +81,37 @@ pub struct AgentDef {
     pub retry: Option<RetryDef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<BreakerDef>,
+    /// A header sent on every call, its value read from Parameter Store or Secrets
+    /// Manager once per container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthDef>,
+}
+
+/// `{"header": "Authorization", "secret": "ssm:/sas/payment/token", "prefix": "Bearer "}`:
+/// every call of the agent carries `header: prefix + value`, the value read from where
+/// `secret` says. The file names the secret, never holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AuthDef {
+    /// The header's name, e.g. `Authorization` or `X-Api-Key`; not one sas sets itself
+    /// (`Idempotency-Key`, `Content-Type`, `Content-Length`, `Host`, `Transfer-Encoding`,
+    /// `Connection`).
+    pub header: String,
+    /// `ssm:NAME` (a Parameter Store parameter by name or ARN; a SecureString is read
+    /// decrypted) or `secretsmanager:NAME-or-ARN` (a Secrets Manager secret's
+    /// SecretString).
+    pub secret: String,
+    /// Put before the value, e.g. `Bearer ` (with its space); none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}
+
+impl AuthDef {
+    /// Where the value lives; `None` when `secret` does not parse (`check` reports it).
+    pub fn source(&self) -> Option<SecretSource> {
+        SecretSource::parse(&self.secret).ok()
+    }
 }
 
 fn is_http(kind: &AgentKind) -> bool {
@@ -256,6 +288,7 @@ impl DefinitionFile {
                     ("timeout_ms", agent.timeout_ms.is_some()),
                     ("retry", agent.retry.is_some()),
                     ("breaker", agent.breaker.is_some()),
+                    ("auth", agent.auth.is_some()),
                 ]
                 .into_iter()
                 .filter_map(|(f, set)| set.then_some(f))
@@ -295,6 +328,33 @@ impl DefinitionFile {
                     at("breaker"),
                     format!("failures and open_ms must be at least 1, open_ms at most {MAX_STEP_TIMEOUT_MS}"),
                 );
+            }
+            if let Some(auth) = &agent.auth {
+                if !secrets::header_name_ok(&auth.header) {
+                    error(
+                        at("auth.header"),
+                        format!(
+                            "must be an HTTP header name: 1 to {} of A-Z a-z 0-9 !#$%&'*+-.^_`|~",
+                            secrets::MAX_HEADER_NAME_LEN
+                        ),
+                    );
+                } else if secrets::header_reserved(&auth.header) {
+                    error(at("auth.header"), format!("{} is set by sas itself", auth.header));
+                }
+                if let Err(e) = SecretSource::parse(&auth.secret) {
+                    error(at("auth.secret"), e.to_string());
+                }
+                if let Some(prefix) = &auth.prefix
+                    && !secrets::prefix_ok(prefix)
+                {
+                    error(
+                        at("auth.prefix"),
+                        format!(
+                            "must be at most {} printable characters or spaces (no line breaks)",
+                            secrets::MAX_PREFIX_LEN
+                        ),
+                    );
+                }
             }
         }
         if self.workflows.is_empty() {
@@ -629,6 +689,47 @@ mod tests {
         let got: Vec<String> =
             re_added.against_previous(&older_only).iter().map(ToString::to_string).collect();
         assert_eq!(got, ["error: workflow w v1, version: not increasing: v2 was published before"]);
+    }
+
+    #[test]
+    fn an_agents_auth_names_a_header_and_where_its_value_lives() {
+        let text = r#"{"agents": {
+            "payment": {"url": "https://pay.internal/sas",
+                        "auth": {"header": "Authorization", "secret": "ssm:/sas/payment/token", "prefix": "Bearer "}},
+            "inventory": {"auth": {"header": "X-Api-Key", "secret": "secretsmanager:inventory-key"}}},
+          "workflows": [{"name": "w", "steps": [{"name": "charge", "agent": "payment"}, {"name": "reserve", "agent": "inventory"}]}]}"#;
+        let d = Definitions::parse(text).unwrap();
+        let auth = d.agents["payment"].auth.as_ref().unwrap();
+        assert_eq!(auth.source(), Some(SecretSource::Ssm("/sas/payment/token".into())));
+        assert_eq!(auth.prefix.as_deref(), Some("Bearer "));
+        let auth = d.agents["inventory"].auth.as_ref().unwrap();
+        assert_eq!(auth.source(), Some(SecretSource::SecretsManager("inventory-key".into())));
+        assert_eq!(auth.prefix, None);
+    }
+
+    #[test]
+    fn a_bad_auth_is_one_located_error_per_field() {
+        let text = r#"{"agents": {
+            "a": {"auth": {"header": "X Api Key", "secret": "vault:kv/token", "prefix": "Bearer\r\n"}},
+            "b": {"auth": {"header": "idempotency-key", "secret": "ssm:"}},
+            "c": {"auth": {"header": "Authorization", "secret": "secretsmanager:has space"}}},
+          "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "b"}, {"name": "u", "agent": "c"}]}]}"#;
+        let got = problems(text);
+        let want = [
+            "error: agent a, auth.header: must be an HTTP header name: 1 to 128 of A-Z a-z 0-9 !#$%&'*+-.^_`|~",
+            "error: agent a, auth.secret: must be ssm:NAME (Parameter Store) or secretsmanager:NAME-or-ARN (Secrets Manager)",
+            "error: agent a, auth.prefix: must be at most 64 printable characters or spaces (no line breaks)",
+            "error: agent b, auth.header: idempotency-key is set by sas itself",
+            "error: agent b, auth.secret: the name after the store must be 1 to 2048 printable characters, no spaces",
+            "error: agent c, auth.secret: the name after the store must be 1 to 2048 printable characters, no spaces",
+        ];
+        assert_eq!(got, want, "{got:#?}");
+        // The value has no place in the file: an unknown key is refused, not ignored.
+        let got = problems(
+            r#"{"agents": {"a": {"auth": {"header": "Authorization", "secret": "ssm:/t", "value": "s3cr3t"}}},
+                "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a"}]}]}"#,
+        );
+        assert!(got.len() == 1 && got[0].contains("unknown field `value`"), "{got:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod messages;
 pub mod output;
 pub mod reply_to;
 pub mod retry;
+pub mod secrets;
 pub mod task;
 pub mod workflow;
 
@@ -18,5 +19,6 @@ pub use lifecycle::{ProcessState, Trigger};
 pub use messages::*;
 pub use output::{MAX_OUTPUT_BYTES, OutputError, Outputs, StepOutput};
 pub use reply_to::{QueueId, ReplyToError, ReplyToRules};
+pub use secrets::{SecretSource, SecretValue};
 pub use task::*;
 pub use workflow::{Action, OnGiveUp, Step, StepEffect, StepKind, Workflow, Workflows};

@@ -1,14 +1,18 @@
 //! The real services through the AWS SDK for Rust: DynamoDB for the state store, SQS
-//! for the queues, SNS for operator alerts. Endpoints and credentials come from the
-//! `SdkConfig` (so `AWS_ENDPOINT_URL` points the lot at moto or LocalStack); nothing
-//! here names an endpoint.
+//! for the queues, SNS for operator alerts; and Parameter Store and Secrets Manager for
+//! agents' auth values, with the SDK's signing and credentials but not its clients
+//! (`secrets` says why). Endpoints and credentials come from the `SdkConfig` (so
+//! `AWS_ENDPOINT_URL` points the lot at moto or LocalStack); the only endpoints named
+//! here are `secrets`' regional defaults, which the SDK clients would otherwise resolve.
 
 pub mod dynamodb;
 pub mod provision;
+pub mod secrets;
 pub mod sns;
 pub mod sqs;
 
 pub use dynamodb::{DynamoStore, TableNames};
+pub use secrets::AwsSecrets;
 pub use sns::SnsAlerts;
 pub use sqs::SqsQueues;
 
