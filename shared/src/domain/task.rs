@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
 use super::lifecycle::{self, ProcessState, Trigger};
-use super::messages::{AgentReply, OperatorAlert, Order, OrderStatus, ReplyOutcome};
+use super::messages::{AgentReply, OperatorAlert, Order, OrderStatus, ReplyOutcome, cut_reason};
 use super::output::{Outputs, StepOutput};
 use super::retry::Backoff;
 use super::workflow::{Action, Workflow};
@@ -488,6 +488,8 @@ impl TaskRecord {
                 }
             }
             (ReplyOutcome::Failed { reason, detail }, Action::Do) => {
+                // A queue worker's words are bounded here as the agent's are at the source.
+                let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
                 let cause = Cause::Failed { step, action, reason: reason.clone() };
                 // A refusal is definitive: this step had no effect, so only the ones
                 // before it can stand.
@@ -495,10 +497,12 @@ impl TaskRecord {
                 self.give_up(now, wf, policy, cause, why, false, false)
             }
             (ReplyOutcome::BadOutput { reason, detail }, Action::Do) => {
-                let reason = format!("step {name} succeeded, but its output cannot be kept: {reason}");
-                self.bad_output(now, wf, policy, &reason, detail.as_deref())
+                let reason =
+                    cut_reason(format!("step {name} succeeded, but its output cannot be kept: {reason}"));
+                self.bad_output(now, wf, policy, &reason, detail.clone().map(cut_reason).as_deref())
             }
             (ReplyOutcome::Failed { reason, detail }, Action::Undo) => {
+                let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
                 let cause = Cause::Failed { step, action, reason: reason.clone() };
                 let told = format!("compensation {name} failed: {reason}");
                 self.fail(now, wf, cause, Why { told: &told, detail: detail.as_deref() })
@@ -875,6 +879,25 @@ mod tests {
             assert_eq!(d.next.deadline, Some(deadline), "claimed {after_ms} ms after submission");
             assert!(d.next.deadline >= d.next.complete_by.map(|c| c.plus_ms(500)));
         }
+    }
+
+    /// A queue worker's reply did not come through an agent that bounds its words: a
+    /// reason of any length is cut before it reaches the record, the alert or reply_to.
+    #[test]
+    fn a_long_reason_from_a_reply_is_cut() {
+        let wf = Workflow::three_step();
+        let task = claim(&pending_at(&wf, 1), &wf, 1, T0);
+        let long = "x".repeat(200_000);
+        let outcome = ReplyOutcome::Failed { reason: long.clone(), detail: Some(long.clone()) };
+        let d = reply(&task, &wf, outcome, T0);
+        let last_error = d.next.last_error.clone().unwrap();
+        assert!(last_error.len() <= 3 * crate::domain::MAX_REASON_BYTES, "{} bytes", last_error.len());
+        assert!(
+            matches!(&d.next.last_cause, Cause::Failed { reason, .. } if reason.len() <= crate::domain::MAX_REASON_BYTES)
+        );
+        let bad = ReplyOutcome::BadOutput { reason: long.clone(), detail: None };
+        let d = reply(&task, &wf, bad, T0);
+        assert!(d.next.last_error.unwrap().len() <= 2 * crate::domain::MAX_REASON_BYTES);
     }
 
     #[test]

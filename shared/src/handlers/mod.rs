@@ -78,7 +78,7 @@ impl Settings {
     /// later, not refused: while a new version rolls out, a task accepted under it by a
     /// new container can reach one still running the old definitions, and redelivery
     /// finds a newer container. One removed from the definitions is refused (kept with
-    /// the reason; the supervisor's alert and the DLQ alarm tell the operator).
+    /// the reason; the DLQ alarm tells the operator, and every supervisor run logs it).
     fn workflow(&self, task: &TaskRecord) -> Result<&Workflow, HandlerError> {
         if crate::mutations::newest_version()
             && let Some(newest) = self.workflows.get(&task.workflow)
@@ -88,7 +88,9 @@ impl Settings {
         let (name, version) = (&task.workflow, task.workflow_version);
         self.workflows.get_version(name, version).ok_or_else(|| {
             let why = format!("order {} runs workflow {name:?} v{version}", task.order_id);
-            if self.workflows.is_newer(name, version) {
+            // A name these definitions do not hold at all is a workflow published after
+            // them: the task exists, so a newer container accepted it.
+            if self.workflows.get(name).is_none() || self.workflows.is_newer(name, version) {
                 HandlerError::Retry(format!(
                     "{why}, newer than these definitions: left for a newer container"
                 ))
