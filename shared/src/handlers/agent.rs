@@ -53,10 +53,6 @@ pub struct AgentDeps {
 /// be held up to `SEND_MAX_HOLD_MS` (at most 1 s, `config`) and then takes a request.
 pub const REPLY_MARGIN_MS: u64 = 2_000;
 
-/// The longest a request waits on its service's circuit: the breaker answers a caller
-/// that meets a probe in flight with a retry this soon (`domain::breaker`).
-const VERDICT_WAIT_MS: u64 = 100;
-
 #[derive(Clone)]
 pub struct Agent {
     pub deps: AgentDeps,
@@ -194,21 +190,17 @@ impl Agent {
             if now >= complete_by {
                 return AgentOutcome::GaveUp { calls };
             }
-            // An open circuit fails fast: waiting for it to close would hold this
-            // invocation (and the requests of every other agent behind it in the queue)
-            // for a service known to be down. The task lapses and the supervisor retries
-            // it with backoff, against the step's failure budget. A verdict due within
-            // moments (a probe in flight) is waited for: failing then would spend a
-            // failure of a step that was never tried.
+            // An open circuit fails fast, and so does one with its probe in flight:
+            // waiting would hold this invocation (and the requests of every other agent
+            // behind it in the queue) for a service known to be down; waiting even for a
+            // probe's verdict measured a healthy neighbour's p99 at 5.9x its baseline
+            // (docs/BENCHMARKS.md 6). The task lapses and the supervisor retries it with
+            // backoff, against the step's failure budget, so a service that stays down
+            // spends the budget of steps it never saw: they give up as in doubt.
             if let Permit::Refused { retry_at_ms } = self.permit(&request.agent, now) {
                 self.deps.metrics.record(Metric::CircuitOpen, 1);
-                let retry_at = Timestamp(retry_at_ms);
-                if retry_at >= complete_by || retry_at.millis_since(now) > VERDICT_WAIT_MS {
-                    tracing::info!(agent = %request.agent, retry_at_ms, "circuit open; not calling, no reply");
-                    return AgentOutcome::GaveUp { calls };
-                }
-                clock.sleep_until(retry_at).await;
-                continue;
+                tracing::info!(agent = %request.agent, retry_at_ms, "circuit open; not calling, no reply");
+                return AgentOutcome::GaveUp { calls };
             }
             calls += 1;
             let result = self.deps.remote.call(&call, complete_by.millis_since(now)).await;
