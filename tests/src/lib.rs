@@ -169,3 +169,17 @@ impl Backend {
         }
     }
 }
+
+/// Log output captured in memory: a `tracing_subscriber` writer the log tests read back.
+#[derive(Clone, Default)]
+pub struct Lines(pub Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -4,8 +4,9 @@
 //! still be its own order's, or the functions' JSON logs point operators at the wrong
 //! order.
 
+use sas_tests::Lines;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sas::adapters::embedded::{
@@ -36,19 +37,6 @@ impl StateStore for Suspending {
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         tokio::task::yield_now().await;
         self.0.due(now, limit).await
-    }
-}
-
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

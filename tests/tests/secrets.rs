@@ -4,6 +4,7 @@
 //! appears late is read on the next call, and no log line (at TRACE, SDK included) holds
 //! a value.
 
+use sas_tests::Lines;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -57,19 +58,6 @@ async fn serve_recording() -> (String, Arc<Mutex<Vec<String>>>) {
         }
     });
     (base, heads)
-}
-
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// This thread's log lines, in the functions' format at the most verbose level a
