@@ -12,6 +12,8 @@ mod switches {
     static COMPENSATE_PAST_PIVOT: AtomicBool = AtomicBool::new(false);
     static FORGET_OUTPUTS: AtomicBool = AtomicBool::new(false);
     static NEWEST_VERSION: AtomicBool = AtomicBool::new(false);
+    static OPERATOR_BLIND_WRITE: AtomicBool = AtomicBool::new(false);
+    static RESUBMIT_AFTER_UNDO: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -31,6 +33,12 @@ mod switches {
         /// version it is pinned to: the handlers look it up so, and neither the record's
         /// own check nor the agent's refuses the other version.
         NewestVersion,
+        /// The embedded store writes an operator's action whatever the stored revision:
+        /// two operators acting at once both land, the second on a task the first moved.
+        OperatorBlindWrite,
+        /// Resubmit accepts a task that stopped while undoing (a cancelled task whose
+        /// compensation failed): it goes forward again after being cancelled.
+        ResubmitAfterUndo,
     }
 
     impl Mutation {
@@ -41,6 +49,8 @@ mod switches {
                 Mutation::CompensatePastPivot => &COMPENSATE_PAST_PIVOT,
                 Mutation::ForgetOutputs => &FORGET_OUTPUTS,
                 Mutation::NewestVersion => &NEWEST_VERSION,
+                Mutation::OperatorBlindWrite => &OPERATOR_BLIND_WRITE,
+                Mutation::ResubmitAfterUndo => &RESUBMIT_AFTER_UNDO,
             }
         }
         pub fn set(self, on: bool) {
@@ -65,6 +75,12 @@ mod switches {
     }
     pub fn newest_version() -> bool {
         Mutation::NewestVersion.is_on()
+    }
+    pub fn operator_blind_write() -> bool {
+        Mutation::OperatorBlindWrite.is_on()
+    }
+    pub fn resubmit_after_undo() -> bool {
+        Mutation::ResubmitAfterUndo.is_on()
     }
 }
 
@@ -98,5 +114,17 @@ pub(crate) const fn forget_outputs() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn newest_version() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn operator_blind_write() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn resubmit_after_undo() -> bool {
     false
 }

@@ -206,6 +206,8 @@ pub enum Metric {
     CircuitOpen,
     StepLatencyMs,
     OrderLatencyMs,
+    /// An operator's resubmit, compensate or cancel (an app's cancel included) landed.
+    OperatorAction,
 }
 
 impl Metric {
@@ -230,6 +232,7 @@ impl Metric {
             Metric::CircuitOpen => "CircuitOpen",
             Metric::StepLatencyMs => "StepLatency",
             Metric::OrderLatencyMs => "OrderLatency",
+            Metric::OperatorAction => "OperatorActions",
         }
     }
     pub fn is_latency(self) -> bool {

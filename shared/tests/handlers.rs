@@ -1181,3 +1181,109 @@ async fn an_open_circuit_fails_fast_without_holding_the_invocation() {
     assert_eq!(h.count(Metric::CircuitOpen), 2);
     assert_eq!(h.task("o-2").state, ProcessState::Processing, "left for the supervisor");
 }
+
+// ---- operator actions ----
+
+const OPS: sas::domain::Actor<'static> =
+    sas::domain::Actor { by: "arn:aws:iam::123456789012:user/ops", why: "payment service fixed" };
+
+async fn operate(h: &Harness, id: &str, act: sas::domain::Act) -> sas::handlers::Operated {
+    sas::handlers::operate(&h.deps, &h.settings, &Harness::id(id), act, OPS).await.unwrap()
+}
+
+#[tokio::test]
+async fn an_operator_resubmits_an_error_task_and_it_runs_to_processed() {
+    use sas::domain::{Act, Trigger};
+    use sas::handlers::Operated;
+    let h = Harness::new();
+    h.remote.then([Script::Permanent("card declined")]);
+    h.submit("o-1", SINGLE).await;
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Error);
+
+    let resubmit = Act::Resubmit { from_step: None };
+    let Operated::Applied { before, trigger, task } = operate(&h, "o-1", resubmit).await else {
+        panic!("resubmit refused")
+    };
+    assert_eq!(
+        (before, trigger, task.state),
+        (ProcessState::Error, Trigger::Resubmit, ProcessState::Pending)
+    );
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!(task.state, ProcessState::Processed);
+    assert_eq!(h.remote.calls().len(), 2);
+    let entry = task.timeline.iter().find(|e| e.by.is_some()).expect("the action is in the timeline");
+    assert_eq!((entry.by.as_deref(), entry.note.as_deref()), (Some(OPS.by), Some(OPS.why)));
+    assert_eq!(h.status_kinds().last(), Some(&OrderStatus::Processed));
+    assert!(h.status_kinds().contains(&OrderStatus::Resubmitted));
+    assert_eq!(h.count(Metric::OperatorAction), 1);
+
+    // Processed now: a second resubmit is refused and changes nothing.
+    let revision = h.task("o-1").revision;
+    assert!(matches!(operate(&h, "o-1", resubmit).await, Operated::Refused(_)));
+    assert_eq!(h.task("o-1").revision, revision);
+    assert_eq!(operate(&h, "nope", resubmit).await, Operated::NoSuchTask);
+    h.finish();
+}
+
+#[tokio::test]
+async fn two_operators_compensating_at_once_undo_once() {
+    use sas::domain::{Act, OnGiveUp, Workflow, Workflows};
+    use sas::handlers::Operated;
+    let mut h = Harness::new();
+    // Three-step that stops in Error instead of undoing, so an operator decides.
+    let failing =
+        Workflow { name: "three-step-manual".into(), on_give_up: OnGiveUp::Fail, ..Workflow::three_step() };
+    let mut all = h.settings.workflows.all().to_vec();
+    all.push(failing);
+    h.settings.workflows = Workflows::new(all);
+    h.scheduler = sas::handlers::Scheduler::new(h.deps.clone(), h.settings.clone());
+    h.submission = sas::handlers::Submission::new(h.deps.clone(), h.settings.clone());
+    h.supervisor = sas::handlers::Supervisor::new(h.deps.clone(), h.settings.clone());
+    h.agent = sas::handlers::Agent::new(
+        h.agent.deps.clone(),
+        sas::handlers::AgentSettings::default(),
+        h.settings.workflows.clone(),
+    );
+    h.remote.then([Script::Ok, Script::Ok, Script::Permanent("address rejected")]);
+    h.submit("o-1", "three-step-manual").await;
+    h.run_until_quiet().await;
+    assert_eq!((h.task("o-1").state, h.task("o-1").step), (ProcessState::Error, 2));
+
+    let (a, b) = tokio::join!(operate(&h, "o-1", Act::Compensate), operate(&h, "o-1", Act::Compensate));
+    let applied = [&a, &b].iter().filter(|o| matches!(o, Operated::Applied { .. })).count();
+    assert_eq!(applied, 1, "{a:?} {b:?}");
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    let undos: Vec<_> = h.remote.steps().into_iter().filter(|(_, a)| *a == Action::Undo).collect();
+    assert_eq!(
+        undos,
+        vec![(1, Action::Undo), (0, Action::Undo)],
+        "each completed step undone once, newest first"
+    );
+    h.finish();
+}
+
+#[tokio::test]
+async fn cancel_fences_off_the_attempt_in_flight() {
+    use sas::domain::{Act, Trigger};
+    use sas::handlers::Operated;
+    let h = Harness::new();
+    h.submit("o-1", THREE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1); // reserve claimed and dispatched
+    assert_eq!(h.task("o-1").state, ProcessState::Processing);
+
+    let Operated::Applied { trigger, .. } = operate(&h, "o-1", Act::Cancel).await else { panic!("refused") };
+    assert_eq!(trigger, Trigger::Cancel);
+    // The agent still runs the reserve it was sent; its reply is stale, and the undo
+    // that follows releases what it may have reserved.
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!(task.state, ProcessState::Compensated);
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do), (0, Action::Undo)]);
+    assert_eq!(h.count(Metric::StaleReply), 1);
+    assert!(h.status_kinds().contains(&OrderStatus::Cancelled));
+    h.finish();
+}

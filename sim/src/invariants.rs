@@ -162,6 +162,12 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
         Cause::Succeeded { action: Action::Do, .. } => Trigger::Advanced,
         Cause::Succeeded { action: Action::Undo, .. } if after.state == Compensated => Trigger::Undone,
         Cause::Succeeded { action: Action::Undo, .. } => Trigger::UndoAdvanced,
+        Cause::Operator { act, .. } => match (act, after.state) {
+            (sas::domain::Act::Resubmit { .. }, _) => Trigger::Resubmit,
+            (sas::domain::Act::Compensate, _) => Trigger::OperatorUndo,
+            (sas::domain::Act::Cancel, Compensated) => Trigger::CancelUndone,
+            (sas::domain::Act::Cancel, _) => Trigger::Cancel,
+        },
         Cause::Failed { .. } | Cause::DeadlinePassed { .. } => match (before.state, after.state) {
             (_, Error) if wf.is_some_and(|wf| forward_only(before, after, wf)) => Trigger::ForwardOnly,
             (_, Error) => Trigger::Fail,

@@ -88,8 +88,12 @@ pub async fn replace_is_conditional_and_faithful(b: &Backend) {
     next.deadline = Some(T0.plus_ms(40_000));
     next.failure_count = 3;
     next.step_failures = 2;
-    next.last_cause =
-        Cause::Failed { step: 1, action: Action::Undo, reason: "remote said \"no\" ✗".into() };
+    next.last_cause = Cause::Failed {
+        step: 1,
+        action: Action::Undo,
+        reason: "remote said \"no\" ✗".into(),
+        in_doubt: false,
+    };
     next.last_error = Some("multi\nline".into());
     next.revision = task.revision + 1;
     next.updated_at = T0.plus_ms(1);

@@ -72,10 +72,20 @@ pub enum Trigger {
     UndoAdvanced,
     /// Nothing (more) to undo.
     Undone,
+    /// Operator: an Error task runs forward again from its failed step (or an earlier
+    /// one), with a fresh failure budget.
+    Resubmit,
+    /// Operator: undo the completed steps of an Error task, or resume an undo that failed.
+    OperatorUndo,
+    /// Operator or app: stop a live task and undo what it may have done; the attempt in
+    /// flight is fenced off (its lease is dropped).
+    Cancel,
+    /// Cancel, where nothing the task did needs undoing.
+    CancelUndone,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 9] = [
+    pub const ALL: [Trigger; 13] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
@@ -85,13 +95,46 @@ impl Trigger {
         Trigger::Undo,
         Trigger::UndoAdvanced,
         Trigger::Undone,
+        Trigger::Resubmit,
+        Trigger::OperatorUndo,
+        Trigger::Cancel,
+        Trigger::CancelUndone,
     ];
+
+    /// Triggers only an operator (or an app's cancel) pulls: the only moves out of a
+    /// terminal state are theirs.
+    pub fn is_operator(self) -> bool {
+        matches!(self, Trigger::Resubmit | Trigger::OperatorUndo | Trigger::Cancel | Trigger::CancelUndone)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Claimed => "Claimed",
+            Trigger::Advanced => "Advanced",
+            Trigger::Finished => "Finished",
+            Trigger::Retry => "Retry",
+            Trigger::Fail => "Fail",
+            Trigger::ForwardOnly => "ForwardOnly",
+            Trigger::Undo => "Undo",
+            Trigger::UndoAdvanced => "UndoAdvanced",
+            Trigger::Undone => "Undone",
+            Trigger::Resubmit => "Resubmit",
+            Trigger::OperatorUndo => "OperatorUndo",
+            Trigger::Cancel => "Cancel",
+            Trigger::CancelUndone => "CancelUndone",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Trigger> {
+        Trigger::ALL.into_iter().find(|t| t.as_str() == name)
+    }
 }
 
 use ProcessState::*;
 use Trigger::*;
 
-/// (from, trigger, to). Terminal states have no rows: they absorb every trigger.
+/// (from, trigger, to). Terminal states absorb every trigger of the pipeline; only an
+/// operator's triggers leave one, and only Error.
 pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Pending, Claimed, Processing),
     (Pending, Retry, Pending),
@@ -111,6 +154,12 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Compensating, Undone, Compensated),
     (Compensating, Retry, Compensating),
     (Compensating, Fail, Error),
+    (Error, Resubmit, Pending),
+    (Error, OperatorUndo, Compensating),
+    (Pending, Cancel, Compensating),
+    (Processing, Cancel, Compensating),
+    (Pending, CancelUndone, Compensated),
+    (Processing, CancelUndone, Compensated),
 ];
 
 /// The next state, or `None` when the table has no such move.
@@ -139,11 +188,29 @@ mod tests {
     }
 
     #[test]
-    fn terminal_states_absorb_every_trigger() {
+    fn terminal_states_absorb_every_trigger_of_the_pipeline() {
         for state in ProcessState::ALL.into_iter().filter(|s| s.is_terminal()) {
-            for trigger in Trigger::ALL {
+            for trigger in Trigger::ALL.into_iter().filter(|t| !t.is_operator()) {
                 assert_eq!(next(state, trigger), None, "{state:?} moved on {trigger:?}");
             }
+        }
+        // An operator moves only Error; Processed and Compensated stay as they are.
+        for trigger in Trigger::ALL {
+            assert_eq!(next(Processed, trigger), None);
+            assert_eq!(next(Compensated, trigger), None);
+        }
+        // Cancelling is for live tasks; one that is undoing already is left to it.
+        for state in [Error, Compensating] {
+            assert_eq!(next(state, Cancel), None);
+            assert_eq!(next(state, CancelUndone), None);
+        }
+    }
+
+    #[test]
+    fn trigger_names_round_trip() {
+        for trigger in Trigger::ALL {
+            assert_eq!(Trigger::parse(trigger.as_str()), Some(trigger));
+            assert_eq!(serde_json::to_string(&trigger).unwrap(), format!("\"{}\"", trigger.as_str()));
         }
     }
 

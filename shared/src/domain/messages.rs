@@ -416,6 +416,13 @@ pub enum OrderStatus {
     Processed,
     Compensated,
     Failed,
+    /// An operator sent an Error task forward again.
+    Resubmitted,
+    /// The task was cancelled; undoing what it did follows (`step_undone`, then
+    /// `compensated`).
+    Cancelled,
+    /// A cancel message could not be applied (the reason says why); nothing changed.
+    CancelRefused,
 }
 
 /// What the operators' topic receives when a task needs a human.

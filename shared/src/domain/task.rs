@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 use super::ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
 use super::lifecycle::{self, ProcessState, Trigger};
 use super::messages::{AgentReply, OperatorAlert, Order, OrderStatus, ReplyOutcome, cut_reason};
+use super::operator::Act;
 use super::output::{Outputs, StepOutput};
 use super::retry::Backoff;
+use super::timeline::{self, Entry, Happened};
 use super::workflow::{Action, Workflow};
 
 /// Timing and limits that decisions need; read once from configuration.
@@ -50,10 +52,32 @@ impl Default for Policy {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Cause {
     Submitted,
-    Claimed { step: u32, action: Action },
-    Succeeded { step: u32, action: Action },
-    Failed { step: u32, action: Action, reason: String },
-    DeadlinePassed { step: u32, state: ProcessState },
+    Claimed {
+        step: u32,
+        action: Action,
+    },
+    Succeeded {
+        step: u32,
+        action: Action,
+    },
+    Failed {
+        step: u32,
+        action: Action,
+        reason: String,
+        /// The step answered, but its answer leaves its effect in doubt (an output that
+        /// cannot be kept): a refusal has this false, and the step had no effect.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        in_doubt: bool,
+    },
+    DeadlinePassed {
+        step: u32,
+        state: ProcessState,
+    },
+    /// An operator (or an app's cancel message) acted on the task at `step`.
+    Operator {
+        step: u32,
+        act: Act,
+    },
 }
 
 /// The state table's row. It carries the order it runs, so accepting an order is one
@@ -95,6 +119,12 @@ pub struct TaskRecord {
     pub outputs: Outputs,
     pub last_cause: Cause,
     pub last_error: Option<String>,
+    /// The newest moves and operator actions, oldest first (`timeline.rs`).
+    #[serde(default)]
+    pub timeline: Vec<Entry>,
+    /// Older entries let go to keep the record small.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timeline_dropped: u32,
     /// Bumped by every write; every write is conditional on the revision it read.
     pub revision: u64,
     pub created_at: Timestamp,
@@ -140,6 +170,13 @@ pub enum Refusal {
     NotDue { deadline: Option<Timestamp>, now: Timestamp },
     #[error("task record does not fit workflow {workflow:?}: {why}")]
     Corrupt { workflow: String, why: String },
+    /// An operator's action that does not apply to the task as it is: nothing changed.
+    #[error("cannot {act} a task that is {state}: {why}")]
+    NotAllowed { act: &'static str, state: &'static str, why: String },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -197,6 +234,15 @@ impl TaskRecord {
             outputs: Outputs::new(),
             last_cause: Cause::Submitted,
             last_error: None,
+            timeline: vec![Entry {
+                at: now,
+                what: Happened::Submitted,
+                step: 0,
+                attempt: 0,
+                note: None,
+                by: None,
+            }],
+            timeline_dropped: 0,
             revision: 1,
             created_at: now,
             updated_at: now,
@@ -230,7 +276,12 @@ impl TaskRecord {
         None
     }
 
-    fn moved(&self, trigger: Trigger, now: Timestamp, cause: Cause) -> Result<TaskRecord, Refusal> {
+    pub(super) fn moved(
+        &self,
+        trigger: Trigger,
+        now: Timestamp,
+        cause: Cause,
+    ) -> Result<TaskRecord, Refusal> {
         let state = lifecycle::next(self.state, trigger).ok_or_else(|| Refusal::Corrupt {
             workflow: self.workflow.clone(),
             why: format!("no transition {:?} --{trigger:?}-->", self.state),
@@ -259,18 +310,18 @@ impl TaskRecord {
         next
     }
 
-    fn unlocked(mut self) -> TaskRecord {
+    pub(super) fn unlocked(mut self) -> TaskRecord {
         self.locked_by = None;
         self.complete_by = None;
         self
     }
 
-    fn waiting(mut self, now: Timestamp, delay_ms: u64, policy: &Policy) -> TaskRecord {
+    pub(super) fn waiting(mut self, now: Timestamp, delay_ms: u64, policy: &Policy) -> TaskRecord {
         self.deadline = Some(now.plus_ms(delay_ms).plus_ms(policy.pending_timeout_ms));
         self.unlocked()
     }
 
-    fn step_name(&self, wf: &Workflow, step: u32, action: Action) -> String {
+    pub(super) fn step_name(&self, wf: &Workflow, step: u32, action: Action) -> String {
         match (wf.step(step), action) {
             (Some(s), Action::Do) => s.name.clone(),
             (Some(s), Action::Undo) => s.compensation.clone().unwrap_or_else(|| s.name.clone()),
@@ -278,7 +329,7 @@ impl TaskRecord {
         }
     }
 
-    fn check_workflow(&self, wf: &Workflow) -> Result<(), Refusal> {
+    pub(super) fn check_workflow(&self, wf: &Workflow) -> Result<(), Refusal> {
         let other_version = wf.version != self.workflow_version && !crate::mutations::newest_version();
         if wf.name != self.workflow || other_version || wf.step(self.step).is_none() {
             return Err(Refusal::Corrupt {
@@ -300,7 +351,7 @@ impl TaskRecord {
 
     /// `action` names what gave up, which the record after the move may no longer show
     /// (a failed compensation leaves the task in Error, a forward state).
-    fn alert(
+    pub(super) fn alert(
         &self,
         wf: &Workflow,
         action: Action,
@@ -323,6 +374,45 @@ impl TaskRecord {
 
     /// Scheduler: take the task for its current step (Pending, or Compensating and unlocked).
     pub fn claim(
+        &self,
+        lease: LeaseToken,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        self.logged(now, self.decide_claim(lease, now, wf, policy), None)
+    }
+
+    /// Every decision's record gets its timeline entry here, so no move goes unrecorded.
+    /// `by`: who acted and why, for an operator's action.
+    pub(super) fn logged(
+        &self,
+        now: Timestamp,
+        decided: Result<Decision, Refusal>,
+        by: Option<(&str, &str)>,
+    ) -> Result<Decision, Refusal> {
+        let mut d = decided?;
+        let note = match by {
+            Some((_, why)) => Some(why.to_owned()),
+            None if d.next.last_error != self.last_error => d.next.last_error.clone(),
+            None => match &d.next.last_cause {
+                Cause::Failed { reason, .. } => Some(reason.clone()),
+                _ => None,
+            },
+        };
+        let entry = Entry {
+            at: now,
+            what: Happened::Moved(d.trigger),
+            step: self.step,
+            attempt: d.next.attempt,
+            note,
+            by: by.map(|(who, _)| who.to_owned()),
+        };
+        timeline::push(&mut d.next.timeline, &mut d.next.timeline_dropped, entry);
+        Ok(d)
+    }
+
+    fn decide_claim(
         &self,
         lease: LeaseToken,
         now: Timestamp,
@@ -397,6 +487,16 @@ impl TaskRecord {
 
     /// Scheduler: apply an agent's reply, if it passes the fence.
     pub fn apply_reply(
+        &self,
+        reply: &AgentReply,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        self.logged(now, self.decide_reply(reply, now, wf, policy), None)
+    }
+
+    fn decide_reply(
         &self,
         reply: &AgentReply,
         now: Timestamp,
@@ -490,7 +590,7 @@ impl TaskRecord {
             (ReplyOutcome::Failed { reason, detail }, Action::Do) => {
                 // A queue worker's words are bounded here as the agent's are at the source.
                 let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
-                let cause = Cause::Failed { step, action, reason: reason.clone() };
+                let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt: false };
                 // A refusal is definitive: this step had no effect, so only the ones
                 // before it can stand.
                 let why = Why { told: reason, detail: detail.as_deref() };
@@ -503,7 +603,7 @@ impl TaskRecord {
             }
             (ReplyOutcome::Failed { reason, detail }, Action::Undo) => {
                 let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
-                let cause = Cause::Failed { step, action, reason: reason.clone() };
+                let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt: false };
                 let told = format!("compensation {name} failed: {reason}");
                 self.fail(now, wf, cause, Why { told: &told, detail: detail.as_deref() })
             }
@@ -522,12 +622,23 @@ impl TaskRecord {
         reason: &str,
         detail: Option<&str>,
     ) -> Result<Decision, Refusal> {
-        let cause = Cause::Failed { step: self.step, action: Action::Do, reason: reason.to_owned() };
+        let cause =
+            Cause::Failed { step: self.step, action: Action::Do, reason: reason.to_owned(), in_doubt: true };
         self.give_up(now, wf, policy, cause, Why { told: reason, detail }, true, true)
     }
 
     /// Supervisor: the deadline passed with nothing else moving the task.
     pub fn lapse(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        jitter: u64,
+    ) -> Result<Decision, Refusal> {
+        self.logged(now, self.decide_lapse(now, wf, policy, jitter), None)
+    }
+
+    fn decide_lapse(
         &self,
         now: Timestamp,
         wf: &Workflow,
@@ -603,7 +714,7 @@ impl TaskRecord {
     /// Why giving up must not undo anything, if it must not: undoing would leave a
     /// pivot's effect standing under a `Compensated` that says nothing stands.
     /// `in_doubt`: the current step was dispatched without a definitive answer.
-    fn forward_only(
+    pub(super) fn forward_only(
         &self,
         wf: &Workflow,
         reason: &str,
@@ -714,6 +825,7 @@ impl<'a> Why<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Actor;
     use crate::domain::messages::LineItem;
     use crate::domain::workflow::{Step, StepKind};
     use proptest::prelude::*;
@@ -1162,7 +1274,8 @@ mod tests {
             Cause::Failed {
                 step: 0,
                 action: Action::Do,
-                reason: "the remote service refused (HTTP 4xx)".into()
+                reason: "the remote service refused (HTTP 4xx)".into(),
+                in_doubt: false
             }
         );
     }
@@ -1556,6 +1669,235 @@ mod tests {
         assert_eq!(new_task(&v2).pinned_to(&v2).workflow_version, 2);
     }
 
+    // ---- operator actions ----
+
+    const OPS: Actor<'static> = Actor { by: "arn:aws:iam::123456789012:user/ops", why: "remote fixed" };
+
+    fn act(task: &TaskRecord, wf: &Workflow, act: Act) -> Decision {
+        checked(task, task.act(act, OPS, T0.plus_ms(50_000), wf, &policy()))
+    }
+
+    fn refused(task: &TaskRecord, wf: &Workflow, act: Act) -> String {
+        match task.act(act, OPS, T0.plus_ms(50_000), wf, &policy()) {
+            Err(r @ Refusal::NotAllowed { .. }) => r.to_string(),
+            other => panic!("{act:?} on {:?} was not refused: {other:?}", task.state),
+        }
+    }
+
+    fn output(json: &str) -> ReplyOutcome {
+        ReplyOutcome::Succeeded { output: Some(serde_json::from_str(json).unwrap()) }
+    }
+
+    /// Three-step, but giving up stops in Error instead of undoing.
+    fn three_step_failing() -> Workflow {
+        Workflow { on_give_up: crate::domain::OnGiveUp::Fail, ..Workflow::three_step() }
+    }
+
+    /// Reserve and charge succeeded (with outputs), ship refused: Error at step 2.
+    fn error_at_ship(wf: &Workflow) -> TaskRecord {
+        let t = claim(&new_task(wf), wf, 1, T0);
+        let t = reply(&t, wf, output(r#"{"reservation":"r-1"}"#), T0).next;
+        let t = claim(&t, wf, 2, T0);
+        let t = reply(&t, wf, output(r#"{"charge":"c-1"}"#), T0).next;
+        let t = claim(&t, wf, 3, T0);
+        let d = reply(&t, wf, failed("address rejected"), T0);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Error, 2));
+        d.next
+    }
+
+    /// Three-step, charge refused, then the refund refused too: Error while undoing.
+    fn error_while_undoing() -> TaskRecord {
+        let wf = Workflow::three_step();
+        let t = claim(&pending_at(&wf, 2), &wf, 1, T0);
+        let t = reply(&t, &wf, failed("address rejected"), T0).next;
+        let t = claim(&t, &wf, 2, T0);
+        let d = reply(&t, &wf, failed("refund refused"), T0);
+        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Fail, ProcessState::Error, 1));
+        d.next
+    }
+
+    #[test]
+    fn resubmit_runs_an_error_task_again_from_its_failed_step_with_a_fresh_budget() {
+        let wf = Workflow::single_step();
+        let mut task = claim(&new_task(&wf), &wf, 1, T0);
+        task.step_failures = 2;
+        let error = reply(&task, &wf, failed("card declined"), T0).next;
+        let d = act(&error, &wf, Act::Resubmit { from_step: None });
+        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Resubmit, ProcessState::Pending, 0));
+        assert_eq!((d.next.step_attempts, d.next.step_failures), (0, 0));
+        assert_eq!(d.next.failure_count, error.failure_count, "the count only grows");
+        assert_eq!(d.next.last_error, None);
+        assert_eq!(d.next.last_cause, Cause::Operator { step: 0, act: Act::Resubmit { from_step: None } });
+        assert!(d.next.deadline.is_some());
+        assert_eq!(
+            d.effects,
+            vec![
+                Effect::Schedule { delay_ms: 0 },
+                Effect::Status {
+                    status: OrderStatus::Resubmitted,
+                    step: Some("process-order".into()),
+                    reason: None
+                },
+            ]
+        );
+        let entry = d.next.timeline.last().unwrap();
+        assert_eq!(entry.what, Happened::Moved(Trigger::Resubmit));
+        assert_eq!((entry.note.as_deref(), entry.by.as_deref()), (Some(OPS.why), Some(OPS.by)));
+        // It runs as any task does, to the end.
+        let again = claim(&d.next, &wf, 2, T0.plus_ms(50_000));
+        let done = reply(&again, &wf, ok(), T0.plus_ms(50_000)).next;
+        assert_eq!(done.state, ProcessState::Processed);
+    }
+
+    #[test]
+    fn resubmit_from_an_earlier_step_keeps_only_the_outputs_before_it() {
+        let wf = three_step_failing();
+        let error = error_at_ship(&wf);
+        assert_eq!(error.outputs.len(), 2);
+        let from_ship = act(&error, &wf, Act::Resubmit { from_step: None }).next;
+        assert_eq!((from_ship.step, from_ship.outputs.len()), (2, 2));
+        let from_charge = act(&error, &wf, Act::Resubmit { from_step: Some(1) }).next;
+        assert_eq!(from_charge.step, 1);
+        assert_eq!(from_charge.outputs.keys().collect::<Vec<_>>(), vec!["reserve-inventory"]);
+    }
+
+    #[test]
+    fn resubmit_is_refused_unless_the_task_is_in_error_going_forward() {
+        let wf = Workflow::three_step();
+        for task in [new_task(&wf), claim(&new_task(&wf), &wf, 1, T0)] {
+            assert!(refused(&task, &wf, Act::Resubmit { from_step: None }).contains("only a task in Error"));
+        }
+        let failing = three_step_failing();
+        let why = refused(&error_at_ship(&failing), &failing, Act::Resubmit { from_step: Some(3) });
+        assert!(why.contains("never skips a step"), "{why}");
+        let why = refused(&error_while_undoing(), &wf, Act::Resubmit { from_step: None });
+        assert!(why.contains("stopped while undoing"), "{why}");
+    }
+
+    #[test]
+    fn compensate_undoes_the_completed_steps_of_an_error_task_newest_first() {
+        let wf = three_step_failing();
+        let error = error_at_ship(&wf);
+        let d = act(&error, &wf, Act::Compensate);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.step),
+            (Trigger::OperatorUndo, ProcessState::Compensating, 1),
+            "ship was refused, so undoing starts at charge"
+        );
+        assert_eq!(d.next.locked_by, None);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
+        // Then the pipeline undoes charge, then reserve, and ends Compensated.
+        let t = claim(&d.next, &wf, 7, T0);
+        let t = reply(&t, &wf, ok(), T0).next;
+        assert_eq!((t.state, t.step), (ProcessState::Compensating, 0));
+        let t = claim(&t, &wf, 8, T0);
+        assert_eq!(reply(&t, &wf, ok(), T0).next.state, ProcessState::Compensated);
+        // Twice, from two terminals: the second decides on what the first wrote.
+        assert!(refused(&d.next, &wf, Act::Compensate).contains("only a task in Error"));
+    }
+
+    #[test]
+    fn compensate_resumes_an_undo_whose_compensation_failed() {
+        let wf = Workflow::three_step();
+        let error = error_while_undoing();
+        let d = act(&error, &wf, Act::Compensate);
+        assert_eq!((d.next.state, d.next.step, d.next.step_failures), (ProcessState::Compensating, 1, 0));
+        let d = checked(&d.next, d.next.claim(lease(9), T0, &wf, &policy()));
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 1, action: Action::Undo }]);
+    }
+
+    #[test]
+    fn compensate_is_refused_past_a_pivot_and_with_nothing_to_undo() {
+        let mixed = mixed();
+        // b (a pivot) succeeded, c refused: only forward is left.
+        let error = reply(&claim(&at_step(&mixed, 3), &mixed, 1, T0), &mixed, failed("no"), T0).next;
+        assert_eq!(error.state, ProcessState::Error);
+        let why = refused(&error, &mixed, Act::Compensate);
+        assert!(why.contains("pivot step b took effect"), "{why}");
+        // Single-step: its one step was refused and has no compensation.
+        let single = Workflow::single_step();
+        let error = reply(&claim(&new_task(&single), &single, 1, T0), &single, failed("no"), T0).next;
+        assert!(refused(&error, &single, Act::Compensate).contains("nothing to undo"));
+        // Or the pivot may have taken effect: it answered nothing, attempt after attempt.
+        let error = lapse_to_threshold(claim(&new_task(&single), &single, 1, T0), &single, true).next;
+        assert_eq!(error.state, ProcessState::Error);
+        assert!(refused(&error, &single, Act::Compensate).contains("may have taken effect"));
+    }
+
+    #[test]
+    fn cancel_of_a_task_that_did_nothing_yet_is_compensated_at_once() {
+        let wf = Workflow::three_step();
+        let d = act(&new_task(&wf), &wf, Act::Cancel);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.deadline),
+            (Trigger::CancelUndone, ProcessState::Compensated, None)
+        );
+        assert_eq!(statuses(&d), vec![OrderStatus::Cancelled, OrderStatus::Compensated]);
+        assert!(alerts(&d).is_empty());
+    }
+
+    #[test]
+    fn cancel_fences_off_the_attempt_in_flight_and_undoes_it_too() {
+        let wf = Workflow::three_step();
+        let charging = claim(&at_step(&wf, 1), &wf, 5, T0);
+        let d = act(&charging, &wf, Act::Cancel);
+        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Cancel, ProcessState::Compensating, 1));
+        assert_eq!((d.next.locked_by, d.next.complete_by), (None, None), "the lease is gone");
+        assert_eq!(statuses(&d), vec![OrderStatus::Cancelled]);
+        // The charge's own reply, however good, no longer lands.
+        let late = reply_for(&charging, ok());
+        assert!(matches!(d.next.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
+        let undoing = claim(&d.next, &wf, 6, T0.plus_ms(50_000));
+        assert!(matches!(undoing.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
+        // A task waiting for its next step undoes the ones before it.
+        let d = act(&at_step(&wf, 2), &wf, Act::Cancel);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+    }
+
+    #[test]
+    fn cancel_is_refused_where_it_cannot_undo_or_the_task_is_not_live() {
+        let single = Workflow::single_step();
+        let in_flight = claim(&new_task(&single), &single, 1, T0);
+        assert!(refused(&in_flight, &single, Act::Cancel).contains("pivot step process-order may have"));
+        let mixed = mixed();
+        assert!(refused(&at_step(&mixed, 3), &mixed, Act::Cancel).contains("pivot step b took effect"));
+        let wf = Workflow::three_step();
+        let compensating = reply(&claim(&at_step(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
+        assert!(refused(&compensating, &wf, Act::Cancel).contains("undoing its steps already"));
+        assert!(refused(&error_while_undoing(), &wf, Act::Cancel).contains("`compensate`"));
+        let processed = reply(&claim(&new_task(&single), &single, 1, T0), &single, ok(), T0).next;
+        assert!(refused(&processed, &single, Act::Cancel).contains("ended"));
+        for act in [Act::Compensate, Act::Resubmit { from_step: None }] {
+            refused(&processed, &single, act);
+        }
+    }
+
+    #[test]
+    fn every_move_is_in_the_timeline_and_the_timeline_stays_bounded() {
+        let wf = Workflow::three_step();
+        let t = new_task(&wf);
+        assert_eq!(t.timeline.iter().map(|e| e.what).collect::<Vec<_>>(), vec![Happened::Submitted]);
+        let claimed = claim(&t, &wf, 1, T0.plus_ms(3));
+        let last = claimed.timeline.last().unwrap();
+        assert_eq!(
+            (last.what, last.at, last.step, last.attempt),
+            (Happened::Moved(Trigger::Claimed), T0.plus_ms(3), 0, 1)
+        );
+        let refused = reply(&claimed, &wf, failed("out of stock"), T0).next;
+        assert_eq!(refused.timeline.last().unwrap().note.as_deref(), Some("out of stock"));
+        // A task that retries forever keeps only the newest entries, and counts the rest.
+        let mut t = claim(&new_task(&wf), &wf, 1, T0);
+        let mut moves = 2;
+        for n in 0..40u128 {
+            t.step_failures = 0;
+            t = lapse(&t, &wf, 0).next;
+            t = claim(&t, &wf, 10 + n, t.deadline.unwrap());
+            moves += 2;
+        }
+        assert_eq!(t.timeline.len(), timeline::TIMELINE_LEN);
+        assert_eq!(t.timeline_dropped as usize + t.timeline.len(), moves);
+    }
+
     /// Every row of the transition table is made by some decision of this module.
     #[test]
     fn every_row_of_the_table_is_a_decision() {
@@ -1606,6 +1948,23 @@ mod tests {
             (&undoing, lapse(&undoing, &three, 0)),
             (&undoing, reply(&undoing, &three, failed("no"), T0)),
         ];
+        let failing = three_step_failing();
+        let error_at_ship = error_at_ship(&failing);
+        let cancel_pending = at_step(&three, 2);
+        let single_new = new_task(&single);
+        let reads_first =
+            Workflow::new("reads-first", vec![Step::read_only("look", "a"), Step::pivot("buy", "a")]);
+        let looking = claim(&new_task(&reads_first), &reads_first, 8, T0);
+        let operator_cases: Vec<(&TaskRecord, Decision)> = vec![
+            (&error_at_ship, act(&error_at_ship, &failing, Act::Resubmit { from_step: None })),
+            (&error_at_ship, act(&error_at_ship, &failing, Act::Compensate)),
+            (&cancel_pending, act(&cancel_pending, &three, Act::Cancel)),
+            (&charging, act(&charging, &three, Act::Cancel)),
+            (&single_new, act(&single_new, &single, Act::Cancel)),
+            (&processing, act(&processing, &three, Act::Cancel)),
+            (&looking, act(&looking, &reads_first, Act::Cancel)),
+        ];
+        let cases: Vec<_> = cases.into_iter().chain(operator_cases).collect();
         for (before, d) in &cases {
             note(before, d);
         }
@@ -1652,6 +2011,7 @@ mod tests {
         Lapse {
             jitter: u64,
         },
+        Operate(Act),
     }
 
     fn event() -> impl Strategy<Value = Event> {
@@ -1669,6 +2029,12 @@ mod tests {
             5 => (prop::option::weighted(0.3, any::<usize>()), tamper, prop::bool::weighted(0.8))
                 .prop_map(|(pick, tamper, ok)| Event::Reply { pick, tamper, ok }),
             2 => any::<u64>().prop_map(|jitter| Event::Lapse { jitter }),
+            1 => prop_oneof![
+                Just(Act::Cancel),
+                Just(Act::Compensate),
+                Just(Act::Resubmit { from_step: None }),
+                (0u32..6).prop_map(|n| Act::Resubmit { from_step: Some(n) }),
+            ].prop_map(Event::Operate),
         ]
     }
 
@@ -1701,6 +2067,7 @@ mod tests {
             // Forward steps a definitive refusal settled: they had no effect.
             let mut refused: BTreeSet<u32> = BTreeSet::new();
             let mut undone: Vec<u32> = Vec::new();
+            let mut cancelled = false;
 
             for ev in events {
                 let before = task.clone();
@@ -1726,6 +2093,7 @@ mod tests {
                             });
                             if action == Action::Do {
                                 forward_claimed.insert(d.next.step);
+                                prop_assert!(!cancelled, "step {} claimed after the task was cancelled", d.next.step);
                             }
                             // Attempts identify claims: no two dispatches share one.
                             prop_assert_eq!(d.next.attempt as usize, dispatched.len());
@@ -1776,13 +2144,39 @@ mod tests {
                         prop_assert_eq!(r.is_ok(), due, "{:?}", r);
                         r
                     }
+                    Event::Operate(act) => {
+                        let actor = Actor { by: "op", why: "test" };
+                        let r = task.act(act, actor, now, &wf, &policy);
+                        let allowed = match act {
+                            Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing),
+                            Act::Compensate | Act::Resubmit { .. } => task.state == ProcessState::Error,
+                        };
+                        if !allowed {
+                            prop_assert!(matches!(r, Err(Refusal::NotAllowed { .. })), "{:?} on {:?}: {:?}", act, task.state, r);
+                        }
+                        if let Ok(d) = &r {
+                            prop_assert_eq!(d.next.failure_count, task.failure_count);
+                            match d.trigger {
+                                Trigger::Cancel | Trigger::CancelUndone => cancelled = true,
+                                Trigger::Resubmit => {
+                                    prop_assert!(!cancelled, "a cancelled task went forward again");
+                                    forward_done.truncate(d.next.step as usize);
+                                }
+                                _ => {}
+                            }
+                        }
+                        r
+                    }
                 };
                 let Ok(d) = result else {
                     prop_assert_eq!(&task, &before);
                     continue;
                 };
 
-                prop_assert!(!before.state.is_terminal(), "terminal {:?} moved", before.state);
+                prop_assert!(
+                    !before.state.is_terminal() || (d.trigger.is_operator() && before.state == ProcessState::Error),
+                    "terminal {:?} moved", before.state
+                );
                 prop_assert!(
                     lifecycle::TRANSITIONS.contains(&(before.state, d.trigger, d.next.state)),
                     "{:?} --{:?}--> {:?}", before.state, d.trigger, d.next.state
@@ -1816,6 +2210,10 @@ mod tests {
                 }
                 if let Cause::Failed { step, action: Action::Do, .. } = d.next.last_cause {
                     refused.insert(step);
+                }
+                if let Cause::Succeeded { step, action: Action::Do } = d.next.last_cause {
+                    // Run again after a resubmit: a refusal before it no longer says it had no effect.
+                    refused.remove(&step);
                 }
                 if d.next.state == ProcessState::Compensated {
                     // Nothing stands: every step that was dispatched and not refused

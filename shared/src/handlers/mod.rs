@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod batch;
 pub mod coalesce;
+pub mod operator;
 pub mod scheduler;
 pub mod submission;
 pub mod supervisor;
@@ -21,6 +22,7 @@ use crate::ports::{
 pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
 pub use batch::{BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch};
 pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
+pub use operator::{Operated, operate};
 pub use scheduler::Scheduler;
 pub use submission::Submission;
 pub use supervisor::{Supervisor, SweepReport};
@@ -217,6 +219,11 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
             if task.last_cause_is_success() {
                 m.record(Metric::CompensationStep, 1);
             }
+            m.record(Metric::Compensated, 1);
+        }
+        Resubmit | OperatorUndo | Cancel => m.record(Metric::OperatorAction, 1),
+        CancelUndone => {
+            m.record(Metric::OperatorAction, 1);
             m.record(Metric::Compensated, 1);
         }
     }

@@ -104,6 +104,13 @@ impl StateStore for EmbeddedStore {
             {
                 current.clone()
             }
+            // The planted bug of `Mutation::OperatorBlindWrite`: operators' writes too.
+            Some(current)
+                if crate::mutations::operator_blind_write()
+                    && matches!(next.last_cause, crate::domain::Cause::Operator { .. }) =>
+            {
+                current.clone()
+            }
             _ => return Ok(Written::RevisionMoved),
         };
         t.tasks.insert(next.order_id.clone(), next.clone());

@@ -1,0 +1,184 @@
+//! A task's history, kept in its record: every move with its time, step, attempt and
+//! reason, and every operator action with who and why. Bounded, because the record is
+//! one DynamoDB item billed per started KB on every write: the newest
+//! [`TIMELINE_LEN`] entries stay, and a count says how many older ones were let go.
+//!
+//! An entry is stored as a short list (`[at, what, step, attempt]`, then `note` and `by`
+//! when there are any) rather than a map: attribute names repeated in every entry would
+//! take a single-step order's record over 1 KB, and its writes to two units each.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::ids::Timestamp;
+use super::lifecycle::Trigger;
+
+/// Entries kept per task.
+pub const TIMELINE_LEN: usize = 16;
+/// A note longer than this is cut; the record's `last_error` keeps the whole reason.
+pub const MAX_NOTE_BYTES: usize = 160;
+
+/// What happened: the task was accepted, or a trigger of the transition table moved it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Happened {
+    Submitted,
+    Moved(Trigger),
+}
+
+impl Happened {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Happened::Submitted => "Submitted",
+            Happened::Moved(trigger) => trigger.as_str(),
+        }
+    }
+}
+
+impl std::fmt::Display for Happened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Happened {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Happened {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Happened, D::Error> {
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "Submitted" => Ok(Happened::Submitted),
+            other => Trigger::parse(other)
+                .map(Happened::Moved)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown timeline entry {other:?}"))),
+        }
+    }
+}
+
+/// One line of a task's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Stored", into = "Stored")]
+pub struct Entry {
+    pub at: Timestamp,
+    pub what: Happened,
+    /// The step acted on (for a claim, the step claimed).
+    pub step: u32,
+    /// The task's attempt after the move: a claim's entry carries the attempt it started.
+    pub attempt: u32,
+    /// Why: the reason a step failed or the task gave up, or an operator's `--reason`.
+    pub note: Option<String>,
+    /// Who acted, for an operator's action (the caller's identity).
+    pub by: Option<String>,
+}
+
+/// The stored shape of an entry: a list as short as its content allows.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    By(Timestamp, Happened, u32, u32, Option<String>, String),
+    Noted(Timestamp, Happened, u32, u32, String),
+    Plain(Timestamp, Happened, u32, u32),
+}
+
+impl From<Entry> for Stored {
+    fn from(e: Entry) -> Stored {
+        match (e.note, e.by) {
+            (note, Some(by)) => Stored::By(e.at, e.what, e.step, e.attempt, note, by),
+            (Some(note), None) => Stored::Noted(e.at, e.what, e.step, e.attempt, note),
+            (None, None) => Stored::Plain(e.at, e.what, e.step, e.attempt),
+        }
+    }
+}
+
+impl From<Stored> for Entry {
+    fn from(s: Stored) -> Entry {
+        let (at, what, step, attempt, note, by) = match s {
+            Stored::By(at, what, step, attempt, note, by) => (at, what, step, attempt, note, Some(by)),
+            Stored::Noted(at, what, step, attempt, note) => (at, what, step, attempt, Some(note), None),
+            Stored::Plain(at, what, step, attempt) => (at, what, step, attempt, None, None),
+        };
+        Entry { at, what, step, attempt, note, by }
+    }
+}
+
+/// `text` cut to [`MAX_NOTE_BYTES`] on a character boundary, marked with `…` when cut.
+pub fn cut_note(text: &str) -> String {
+    if text.len() <= MAX_NOTE_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_NOTE_BYTES - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Appends `entry` to `entries`, letting the oldest go past [`TIMELINE_LEN`] and counting
+/// them in `dropped`.
+pub fn push(entries: &mut Vec<Entry>, dropped: &mut u32, mut entry: Entry) {
+    entry.note = entry.note.as_deref().map(cut_note);
+    entry.by = entry.by.as_deref().map(cut_note);
+    entries.push(entry);
+    if entries.len() > TIMELINE_LEN {
+        let over = entries.len() - TIMELINE_LEN;
+        entries.drain(..over);
+        *dropped = dropped.saturating_add(over as u32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(at: u64, note: Option<&str>, by: Option<&str>) -> Entry {
+        Entry {
+            at: Timestamp(at),
+            what: Happened::Moved(Trigger::Claimed),
+            step: 2,
+            attempt: 3,
+            note: note.map(str::to_owned),
+            by: by.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn entries_are_stored_as_short_lists_and_read_back() {
+        for (e, json) in [
+            (entry(5, None, None), r#"[5,"Claimed",2,3]"#),
+            (entry(5, Some("no"), None), r#"[5,"Claimed",2,3,"no"]"#),
+            (entry(5, Some("why"), Some("arn:me")), r#"[5,"Claimed",2,3,"why","arn:me"]"#),
+            (entry(5, None, Some("arn:me")), r#"[5,"Claimed",2,3,null,"arn:me"]"#),
+        ] {
+            assert_eq!(serde_json::to_string(&e).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Entry>(json).unwrap(), e);
+        }
+        let submitted = Entry { what: Happened::Submitted, ..entry(1, None, None) };
+        let json = serde_json::to_string(&submitted).unwrap();
+        assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), submitted);
+        assert!(serde_json::from_str::<Entry>(r#"[5,"Exploded",2,3]"#).is_err());
+    }
+
+    #[test]
+    fn the_timeline_keeps_the_newest_entries_and_counts_the_rest() {
+        let (mut entries, mut dropped) = (Vec::new(), 0);
+        for at in 0..(TIMELINE_LEN as u64 + 5) {
+            push(&mut entries, &mut dropped, entry(at, None, None));
+        }
+        assert_eq!(entries.len(), TIMELINE_LEN);
+        assert_eq!(dropped, 5);
+        assert_eq!(entries[0].at, Timestamp(5));
+        assert_eq!(entries.last().unwrap().at, Timestamp(TIMELINE_LEN as u64 + 4));
+    }
+
+    #[test]
+    fn notes_are_bounded() {
+        let (mut entries, mut dropped) = (Vec::new(), 0);
+        let long = "é".repeat(1_000);
+        push(&mut entries, &mut dropped, entry(1, Some(&long), Some(&long)));
+        assert!(entries[0].note.as_ref().unwrap().len() <= MAX_NOTE_BYTES);
+        assert!(entries[0].by.as_ref().unwrap().len() <= MAX_NOTE_BYTES);
+        assert!(entries[0].note.as_ref().unwrap().ends_with('…'));
+    }
+}

@@ -1,0 +1,52 @@
+//! An operator's action on one task (`sasctl tasks`, an app's cancel message): the
+//! domain's decision on a fresh read, one conditional write, then its effects (the
+//! scheduler is told to go on, `reply_to` hears the new status), exactly as the
+//! pipeline's own moves are made. A write that loses to a concurrent one is decided
+//! again on what won, so acting twice, from two terminals or twice from one, changes
+//! the task at most once.
+
+use super::{Deps, HandlerError, Settings, Transition, perform, transition};
+use crate::domain::{Act, Actor, OrderId, ProcessState, Refusal, TaskRecord, Trigger};
+
+/// What an operator's action came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operated {
+    /// The action landed: the task was `before` and moved by `trigger`.
+    Applied {
+        before: ProcessState,
+        trigger: Trigger,
+        task: Box<TaskRecord>,
+    },
+    /// The action does not apply to the task as it is; nothing changed.
+    Refused(Refusal),
+    NoSuchTask,
+}
+
+/// Carries out `act` on the task `order_id` on behalf of `actor`.
+pub async fn operate(
+    deps: &Deps,
+    settings: &Settings,
+    order_id: &OrderId,
+    act: Act,
+    actor: Actor<'_>,
+) -> Result<Operated, HandlerError> {
+    let policy = settings.policy;
+    let outcome =
+        transition(deps, settings, order_id, |task, wf, now| task.act(act, actor, now, wf, &policy)).await?;
+    match outcome {
+        Transition::Applied { before, decision } => {
+            tracing::info!(
+                order_id = %order_id, act = act.as_str(), by = actor.by, why = actor.why,
+                from = ?before.state, trigger = ?decision.trigger, "operator action"
+            );
+            perform(deps, settings, &decision).await?;
+            Ok(Operated::Applied {
+                before: before.state,
+                trigger: decision.trigger,
+                task: Box::new(decision.next),
+            })
+        }
+        Transition::Refused(refusal) => Ok(Operated::Refused(refusal)),
+        Transition::NoSuchTask => Ok(Operated::NoSuchTask),
+    }
+}
