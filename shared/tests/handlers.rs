@@ -1287,3 +1287,51 @@ async fn cancel_fences_off_the_attempt_in_flight() {
     assert!(h.status_kinds().contains(&OrderStatus::Cancelled));
     h.finish();
 }
+
+#[tokio::test]
+async fn an_app_cancels_an_order_with_a_message_on_the_orders_queue() {
+    let h = Harness::new();
+    h.submit("o-1", THREE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_agent().await, 1); // reserve done, its reply waits for the scheduler
+    h.send(ORDERS, r#"{"cancel":"o-1","reason":"customer changed their mind","requested_by":"crm"}"#).await;
+    all_ok(h.pump_orders().await, 1);
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!(task.state, ProcessState::Compensated);
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do), (0, Action::Undo)]);
+    let entry = task.timeline.iter().find(|e| e.by.is_some()).unwrap();
+    assert_eq!(entry.by.as_deref(), Some("app:crm"));
+    assert_eq!(entry.note.as_deref(), Some("customer changed their mind"));
+    let kinds = h.status_kinds();
+    assert!(kinds.contains(&OrderStatus::Cancelled), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&OrderStatus::Compensated));
+
+    // Too late now: the app hears why, and nothing changes.
+    h.send(ORDERS, r#"{"cancel":"o-1","reason":"again"}"#).await;
+    all_ok(h.pump_orders().await, 1);
+    let refused = h.statuses().into_iter().last().unwrap();
+    assert_eq!(refused.status, OrderStatus::CancelRefused);
+    assert!(refused.reason.unwrap().contains("ended"));
+    assert_eq!(h.task("o-1").revision, task.revision);
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_cancel_for_an_order_that_never_comes_is_kept_with_its_reason() {
+    let h = Harness::new();
+    let body = r#"{"cancel":"o-404","reason":"typo"}"#;
+    h.send(ORDERS, body).await;
+    for _ in 1..sas::handlers::submission::CANCEL_WAITS_FOR_ORDER {
+        let report = h.batch(ORDERS, ORDERS_DLQ, |m| h.submission.handle(m)).await;
+        assert_eq!((report.failures.len(), report.kept), (1, 0), "waits for its order");
+        h.advance(10 * 60_000);
+    }
+    let report = h.batch(ORDERS, ORDERS_DLQ, |m| h.submission.handle(m)).await;
+    assert_eq!((report.failures.len(), report.kept), (0, 1));
+    let kept = h.drain(ORDERS_DLQ);
+    assert_eq!(kept[0].body, body);
+    assert!(kept[0].attributes[REASON_ATTRIBUTE].contains("no order o-404 to cancel"));
+    h.finish();
+}

@@ -86,6 +86,61 @@ pub struct OrderRequest {
     pub reply_to: Option<String>,
 }
 
+/// What an application sends to the `orders` queue to cancel an order it sent: the
+/// task stops and what it did is undone, as `sasctl tasks cancel` does. The outcome goes
+/// to the order's `reply_to`: `cancelled` (then `step_undone` and `compensated`), or
+/// `cancel_refused` with the reason when it cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    /// The order to cancel.
+    pub cancel: OrderId,
+    /// Why, recorded in the task's timeline.
+    pub reason: String,
+    /// Who asked (a user or service name), recorded with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+}
+
+impl CancelRequest {
+    pub fn validate(self) -> Result<CancelRequest, MessageError> {
+        check_text("reason", &self.reason)?;
+        if let Some(by) = &self.requested_by {
+            check_text("requested_by", by)?;
+        }
+        Ok(self)
+    }
+
+    /// Who the timeline names: the app, through the orders queue.
+    pub fn actor_name(&self) -> String {
+        match &self.requested_by {
+            Some(by) => format!("app:{by}"),
+            None => "app".to_owned(),
+        }
+    }
+}
+
+/// A message on the `orders` queue: an order, or a cancel of one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Intake {
+    Order(OrderRequest),
+    Cancel(CancelRequest),
+}
+
+impl Intake {
+    /// A JSON object with a `cancel` field is a cancel; anything else is read as an order.
+    pub fn parse(body: &str) -> Result<Intake, MessageError> {
+        let is_cancel = body.len() <= MAX_BODY_BYTES
+            && serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(body)
+                .is_ok_and(|m| m.contains_key("cancel"));
+        if is_cancel {
+            parse_json::<CancelRequest>(body).and_then(CancelRequest::validate).map(Intake::Cancel)
+        } else {
+            OrderRequest::parse(body).map(Intake::Order)
+        }
+    }
+}
+
 /// A validated order: what is stored and what agents see. Its JSON is the payload
 /// that decides whether a second submission under the same id is a duplicate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -451,6 +506,25 @@ impl OperatorAlert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancel_on_the_orders_queue_is_told_from_an_order() {
+        let cancel = Intake::parse(r#"{"cancel":"o-1","reason":"customer changed their mind"}"#).unwrap();
+        let Intake::Cancel(c) = cancel else { panic!("not a cancel") };
+        assert_eq!((c.cancel.as_str(), c.actor_name().as_str()), ("o-1", "app"));
+        let c = Intake::parse(r#"{"cancel":"o-1","reason":"r","requested_by":"crm"}"#).unwrap();
+        assert!(matches!(c, Intake::Cancel(c) if c.actor_name() == "app:crm"));
+        assert!(matches!(Intake::parse(&order_json("")), Ok(Intake::Order(_))));
+        for bad in [
+            r#"{"cancel":"o-1"}"#,
+            r#"{"cancel":"o-1","reason":""}"#,
+            r#"{"cancel":"o 1","reason":"r"}"#,
+            r#"{"cancel":"o-1","reason":"r","items":[]}"#,
+            r#"{"cancel":"o-1","reason":"a\u0000b"}"#,
+        ] {
+            assert!(Intake::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     fn order_json(extra: &str) -> String {
         format!(r#"{{"order_id":"o-1","customer_id":"c-1","items":[{{"sku":"A","quantity":2}}]{extra}}}"#)

@@ -5,9 +5,13 @@ use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, schedule, send_status};
 use crate::domain::{
-    MessageError, OrderRequest, OrderStatus, ProcessState, TaskRecord, sniff_order_id, sniff_reply_to,
+    Act, Actor, CancelRequest, Intake, MessageError, OrderRequest, OrderStatus, ProcessState, TaskRecord,
+    sniff_order_id, sniff_reply_to,
 };
 use crate::ports::{Inserted, Metric};
+
+/// Deliveries of a cancel that finds no order before it is kept as bad input.
+pub const CANCEL_WAITS_FOR_ORDER: u32 = 3;
 
 #[derive(Clone)]
 pub struct Submission {
@@ -21,12 +25,63 @@ impl Submission {
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
+        match Intake::parse(&message.body) {
+            Ok(Intake::Order(request)) => self.submit(&message, request).await,
+            Ok(Intake::Cancel(cancel)) => self.cancel(&message, cancel).await,
+            Err(e) => self.reject(&message.body, e).await,
+        }
+    }
+
+    /// An app's cancel: the same action as an operator's, named as the app's.
+    async fn cancel(&self, message: &Inbound, request: CancelRequest) -> Result<(), HandlerError> {
+        let span = tracing::info_span!("cancel", order_id = %request.cancel);
+        async {
+            let by = request.actor_name();
+            let actor = Actor { by: &by, why: &request.reason };
+            match super::operate(&self.deps, &self.settings, &request.cancel, Act::Cancel, actor).await? {
+                super::Operated::Applied { .. } => Ok(()),
+                super::Operated::Refused(refusal) => {
+                    tracing::info!(%refusal, "cancel refused");
+                    let task = self.deps.store.task(&request.cancel).await?;
+                    let reply_to = task.as_ref().and_then(|t| t.reply_to.as_deref());
+                    let now = self.deps.clock.now();
+                    send_status(
+                        &self.deps,
+                        &self.settings.reply_to,
+                        reply_to,
+                        Some(&request.cancel),
+                        OrderStatus::CancelRefused,
+                        None,
+                        Some(refusal.to_string()),
+                        now,
+                    )
+                    .await
+                }
+                // The order and its cancel travel on one queue that does not keep their
+                // order: a cancel read first waits for its order through redelivery,
+                // and is kept with its reason when the order never comes.
+                super::Operated::NoSuchTask if message.receive_count < CANCEL_WAITS_FOR_ORDER => Err(
+                    HandlerError::Retry(format!("no order {} yet to cancel; trying again", request.cancel)),
+                ),
+                super::Operated::NoSuchTask => {
+                    let reason = format!(
+                        "no order {} to cancel (looked {} times)",
+                        request.cancel, message.receive_count
+                    );
+                    self.reject(&message.body, MessageError::Invalid(reason)).await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn submit(&self, message: &Inbound, request: OrderRequest) -> Result<(), HandlerError> {
         let now = self.deps.clock.now();
-        let (order, reply_to) =
-            match OrderRequest::parse(&message.body).and_then(|r| r.validate(&self.settings.workflows)) {
-                Ok(valid) => valid,
-                Err(e) => return self.reject(&message.body, e).await,
-            };
+        let (order, reply_to) = match request.validate(&self.settings.workflows) {
+            Ok(valid) => valid,
+            Err(e) => return self.reject(&message.body, e).await,
+        };
         if let Some(r) = &reply_to
             && let Err(refusal) = self.settings.reply_to.allows(r)
         {
