@@ -225,14 +225,24 @@ impl TaskRecord {
         let cancelled = Effect::Status { status: OrderStatus::Cancelled, step: None, reason: None };
         match wf.compensable_at_or_below(undo_from) {
             Some(first) => {
-                let mut next = self.moved(Trigger::Cancel, now, cause)?.waiting(now, 0, policy);
+                // An attempt in flight may still reach its service until its complete-by:
+                // the undo waits for it, as a retry of a lapsed attempt does.
+                let hold = match (self.state, self.complete_by) {
+                    (ProcessState::Processing, Some(complete_by)) => {
+                        Some(complete_by.plus_ms(policy.reply_grace_ms)).filter(|h| *h > now)
+                    }
+                    _ => None,
+                };
+                let delay_ms = hold.map_or(0, |h| h.millis_since(now));
+                let mut next = self.moved(Trigger::Cancel, now, cause)?.waiting(now, delay_ms, policy);
                 next.step = first;
                 next.step_attempts = 0;
                 next.step_failures = 0;
+                next.hold_until = hold;
                 Ok(Decision {
                     trigger: Trigger::Cancel,
                     next,
-                    effects: vec![Effect::Schedule { delay_ms: 0 }, cancelled],
+                    effects: vec![Effect::Schedule { delay_ms }, cancelled],
                 })
             }
             None => {

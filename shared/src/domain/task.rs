@@ -104,6 +104,11 @@ pub struct TaskRecord {
     pub locked_by: Option<LeaseToken>,
     /// The live lease's complete-by.
     pub complete_by: Option<Timestamp>,
+    /// No claim before this: the task was cancelled with an attempt in flight, whose agent
+    /// may call its service until that lease's complete-by (plus the reply grace). Its
+    /// undo waits, so the undo never reaches the service before the effect it undoes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<Timestamp>,
     /// When the supervisor acts if nothing else has. `None` exactly when terminal,
     /// which keeps finished tasks out of the sparse due index.
     pub deadline: Option<Timestamp>,
@@ -166,6 +171,9 @@ pub enum Refusal {
     ClaimLost { state: ProcessState, locked: bool },
     #[error("stale reply: {0}")]
     StaleReply(StaleReason),
+    /// Not claimable yet: held after a cancel until the cancelled attempt is over.
+    #[error("held until {until}: the cancelled attempt may still be running")]
+    Held { until: Timestamp },
     #[error("not due: deadline {deadline:?} is after {now}")]
     NotDue { deadline: Option<Timestamp>, now: Timestamp },
     #[error("task record does not fit workflow {workflow:?}: {why}")]
@@ -227,6 +235,7 @@ impl TaskRecord {
             attempt: 0,
             locked_by: None,
             complete_by: None,
+            hold_until: None,
             deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
             failure_count: 0,
             step_failures: 0,
@@ -273,6 +282,9 @@ impl TaskRecord {
         if !matches!(s, ProcessState::Processing | ProcessState::Compensating) && self.locked_by.is_some() {
             return Some(format!("{s:?} holding a lease"));
         }
+        if self.hold_until.is_some() && (s != ProcessState::Compensating || self.locked_by.is_some()) {
+            return Some(format!("{s:?} held for a cancelled attempt"));
+        }
         None
     }
 
@@ -288,6 +300,9 @@ impl TaskRecord {
         })?;
         let mut next = self.clone();
         next.state = state;
+        if state != ProcessState::Compensating {
+            next.hold_until = None;
+        }
         next.revision += 1;
         next.updated_at = now;
         next.last_cause = cause;
@@ -426,6 +441,12 @@ impl TaskRecord {
         {
             return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
         }
+        if let Some(until) = self.hold_until
+            && now < until
+            && !unconditional
+        {
+            return Err(Refusal::Held { until });
+        }
         self.check_workflow(wf)?;
         let action = self.action();
         let cause = Cause::Claimed { step: self.step, action };
@@ -437,6 +458,7 @@ impl TaskRecord {
         let complete_by = now.plus_ms(wf.timeout_ms(self.step, policy.step_timeout_ms));
         next.locked_by = Some(lease);
         next.complete_by = Some(complete_by);
+        next.hold_until = None;
         // The deadline is the due index's key: moving it costs the index a delete and a
         // put. A waiting task's deadline usually covers the attempt already (the claim
         // comes milliseconds after the wait began, and the pending timeout is longer
@@ -1847,7 +1869,19 @@ mod tests {
         // The charge's own reply, however good, no longer lands.
         let late = reply_for(&charging, ok());
         assert!(matches!(d.next.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
-        let undoing = claim(&d.next, &wf, 6, T0.plus_ms(50_000));
+        // Its agent may call the service until complete-by: the undo waits for that.
+        let hold = charging.complete_by.unwrap().plus_ms(policy().reply_grace_ms);
+        assert_eq!(d.next.hold_until, None, "cancelled after that attempt's time was up: no wait");
+        let cancelled_at = T0.plus_ms(100);
+        let early = checked(&charging, charging.act(Act::Cancel, OPS, cancelled_at, &wf, &policy()));
+        assert_eq!(early.effects[0], Effect::Schedule { delay_ms: hold.millis_since(cancelled_at) });
+        assert!(early.next.deadline.unwrap() > hold);
+        assert_eq!(
+            early.next.claim(lease(6), Timestamp(hold.0 - 1), &wf, &policy()),
+            Err(Refusal::Held { until: hold })
+        );
+        let undoing = claim(&early.next, &wf, 6, hold);
+        assert_eq!(undoing.hold_until, None);
         assert!(matches!(undoing.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
         // A task waiting for its next step undoes the ones before it.
         let d = act(&at_step(&wf, 2), &wf, Act::Cancel);
@@ -2080,7 +2114,8 @@ mod tests {
                         leases += 1;
                         let r = task.claim(lease(leases), now, &wf, &policy);
                         let claimable = task.locked_by.is_none()
-                            && matches!(task.state, ProcessState::Pending | ProcessState::Compensating);
+                            && matches!(task.state, ProcessState::Pending | ProcessState::Compensating)
+                            && task.hold_until.is_none_or(|h| now >= h);
                         prop_assert_eq!(r.is_ok(), claimable, "{:?}", r);
                         if let Ok(d) = &r {
                             let action = d.next.action();

@@ -39,7 +39,8 @@ impl Scheduler {
                     tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %lease, "claimed");
                     perform(&self.deps, &self.settings, &decision).await
                 }
-                Transition::Refused(refusal @ Refusal::ClaimLost { .. }) => {
+                // Held: the cancel's own delayed Schedule (or the supervisor) claims it later.
+                Transition::Refused(refusal @ (Refusal::ClaimLost { .. } | Refusal::Held { .. })) => {
                     tracing::info!(%refusal, "schedule ignored");
                     self.deps.metrics.record(Metric::ClaimLost, 1);
                     Ok(())
