@@ -64,8 +64,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         OrderRequest::parse(body).and_then(|r| r.validate(&run.workflows)).map(|(o, _)| o.payload()).ok()
     };
     let mut bad_bodies: BTreeSet<&str> = BTreeSet::new();
+    let mut cancel_bodies: BTreeSet<&str> = BTreeSet::new();
     for a in &run.arrivals {
         match &a.kind {
+            // A cancel lands (the write names its reason: `OperatorOnce`), is refused (its
+            // order ended or is undoing), or is kept when its order never came (below).
+            Sent::Cancel { .. } => {
+                cancel_bodies.insert(&a.body);
+            }
             Sent::Order { id } => {
                 let stored = run.orders.iter().find(|(k, _)| k.as_str() == id).map(|(_, o)| o.payload());
                 let mine = payload(&a.body);
@@ -117,7 +123,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 continue;
             }
             if *dlq == ORDERS_DLQ {
-                if !r.contains("different payload") {
+                let cancel_without_order = cancel_bodies.contains(m.body.as_str()) && r.contains("to cancel");
+                if !r.contains("different payload") && !cancel_without_order {
                     add(
                         Invariant::AcceptedOrRejected,
                         format!("valid order rejected: {r}: {}", short(&m.body)),
@@ -144,6 +151,15 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         match &after.last_cause {
             Cause::DeadlinePassed { .. } if ctx.function != Some(Function::Supervisor) => {
                 add(Invariant::Lifecycle, format!("order {id}: a lapse written by {:?}", ctx.function));
+            }
+            // Operators act through `sasctl tasks`; apps cancel through the orders queue.
+            Cause::Operator { .. }
+                if !matches!(ctx.function, Some(Function::Operator | Function::Submission)) =>
+            {
+                add(
+                    Invariant::Lifecycle,
+                    format!("order {id}: an operator's action written by {:?}", ctx.function),
+                );
             }
             Cause::Claimed { .. } if !is_schedule_of(&message, id) => {
                 add(Invariant::Lifecycle, format!("order {id}: claimed while handling {:?}", ctx.message));

@@ -15,6 +15,8 @@ pub enum Function {
     Scheduler,
     Agent,
     Supervisor,
+    /// An operator's `sasctl tasks` command: resubmit, compensate or cancel one task.
+    Operator,
 }
 
 /// The queue of the `queue` agent `c` (`Swarm::queue_agent`), and its dead letters. Its

@@ -10,8 +10,8 @@ use std::fmt;
 
 use sas::adapters::embedded::WriteRecord;
 use sas::domain::{
-    Action, Cause, OperatorAlert, OrderId, Policy, ProcessState, StepKind, TaskRecord, Trigger, Workflow,
-    Workflows, idempotency_key, lifecycle,
+    Act, Action, Cause, OperatorAlert, OrderId, Policy, ProcessState, StepKind, TaskRecord, Trigger,
+    Workflow, Workflows, idempotency_key, lifecycle,
 };
 
 use crate::ledger::Ledger;
@@ -41,10 +41,12 @@ pub enum Invariant {
     NoInternalReject,
     Alerted,
     Status,
+    OperatorOnce,
+    CancelledStaysOut,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 22] = [
+    pub const ALL: [Invariant; 24] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -67,6 +69,8 @@ impl Invariant {
         Invariant::NoInternalReject,
         Invariant::Alerted,
         Invariant::Status,
+        Invariant::OperatorOnce,
+        Invariant::CancelledStaysOut,
     ];
 
     /// The invariant in words, as the README states it.
@@ -75,8 +79,10 @@ impl Invariant {
             Invariant::AcceptedOrRejected => {
                 "every order sent is accepted or rejected with a reason, never lost"
             }
-            Invariant::TerminalOnce => "every accepted order reaches exactly one terminal state",
-            Invariant::Absorbing => "terminal states never change",
+            Invariant::TerminalOnce => {
+                "every accepted order reaches exactly one terminal state (again only after an operator reopened it)"
+            }
+            Invariant::Absorbing => "terminal states never change, except Error by an operator's action",
             Invariant::Lifecycle => "every write is a move of the transition table on the latest revision",
             Invariant::Shape => "every record is well-formed (lease, deadline)",
             Invariant::OneLease => "at most one live lease per task",
@@ -102,6 +108,10 @@ impl Invariant {
             Invariant::NoInternalReject => "no message the pipeline made itself is rejected or lost",
             Invariant::Alerted => "every give-up (Error, or a spent failure budget) raises an operator alert",
             Invariant::Status => "reply_to receives each order's final status",
+            Invariant::OperatorOnce => {
+                "an operator's action lands at most once, however often it is sent, and only where it applies"
+            }
+            Invariant::CancelledStaysOut => "a cancelled task never runs a step forward again",
         }
     }
 }
@@ -147,8 +157,10 @@ pub struct Records<'a> {
 /// checker can tell `ForwardOnly` from `Fail`.
 fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool {
     let in_doubt = matches!(after.last_cause, Cause::DeadlinePassed { .. }) && before.step_attempts > 0;
+    let redoing = before.redo_until.is_some_and(|u| before.step <= u);
     before.action() == Action::Do
-        && (wf.pivot_before(before.step).is_some()
+        && (redoing
+            || wf.pivot_before(before.step).is_some()
             || (in_doubt && wf.step(before.step).is_some_and(|s| s.kind() == StepKind::Pivot)))
 }
 
@@ -240,7 +252,8 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             add(Invariant::Lifecycle, format!("order {id}: a write did not start from the latest revision"));
         }
         latest.insert(id, after);
-        if before.state.is_terminal() {
+        let operator = matches!(after.last_cause, Cause::Operator { .. });
+        if before.state.is_terminal() && !(operator && before.state == ProcessState::Error) {
             add(
                 Invariant::Absorbing,
                 format!("order {id} left {:?} for {:?} ({:?})", before.state, after.state, after.last_cause),
@@ -328,7 +341,8 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             _ if after.failure_count != before.failure_count => {
                 add(Invariant::Failures, format!("order {id}: {:?} changed FailureCount", after.last_cause));
             }
-            _ if same_step && after.step_failures != before.step_failures => {
+            // An operator's action gives the step a fresh budget.
+            _ if same_step && after.step_failures != before.step_failures && !operator => {
                 add(
                     Invariant::Failures,
                     format!("order {id}: {:?} changed the step's failures", after.last_cause),
@@ -396,7 +410,20 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
         let mut done = BTreeSet::new();
         let mut undone: Vec<u32> = Vec::new();
         let mut terminal_entries = 0;
+        let mut reopened = 0;
+        let mut cancelled = false;
         for w in history {
+            match &w.after.last_cause {
+                Cause::Claimed { step, action: Action::Do } if cancelled => add(
+                    Invariant::CancelledStaysOut,
+                    format!("order {id}: step {step} claimed to run forward after the task was cancelled"),
+                ),
+                Cause::Operator { act: Act::Cancel, .. } => cancelled = true,
+                Cause::Operator { .. } if w.before.as_ref().is_some_and(|b| b.state.is_terminal()) => {
+                    reopened += 1;
+                }
+                _ => {}
+            }
             match &w.after.last_cause {
                 Cause::Claimed { step, action: Action::Do } => {
                     claimed_do.insert(*step);
@@ -413,10 +440,12 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
         }
         if !task.state.is_terminal() {
             add(Invariant::TerminalOnce, format!("order {id} ended {:?} at step {}", task.state, task.step));
-        } else if terminal_entries != 1 {
+        } else if terminal_entries != 1 + reopened {
             add(
                 Invariant::TerminalOnce,
-                format!("order {id} entered a terminal state {terminal_entries} times"),
+                format!(
+                    "order {id} entered a terminal state {terminal_entries} times, reopened by operators {reopened} times"
+                ),
             );
         }
 
@@ -553,6 +582,28 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
                 }
                 _ => {}
             }
+        }
+    }
+
+    // ---- operators: each action (who and why) lands at most once ----
+    let mut actions: BTreeMap<(&str, Option<&str>, Option<&str>), usize> = BTreeMap::new();
+    for w in r.writes {
+        if matches!(w.after.last_cause, Cause::Operator { .. }) {
+            let entry = w.after.timeline.last();
+            let key = (
+                w.after.order_id.as_str(),
+                entry.and_then(|e| e.by.as_deref()),
+                entry.and_then(|e| e.note.as_deref()),
+            );
+            *actions.entry(key).or_default() += 1;
+        }
+    }
+    for ((order, by, why), n) in actions {
+        if n > 1 {
+            add(
+                Invariant::OperatorOnce,
+                format!("order {order}: the action of {by:?} ({why:?}) landed {n} times"),
+            );
         }
     }
 

@@ -17,10 +17,12 @@ use sas::adapters::embedded::{
     WriteRecord,
 };
 use sas::adapters::system::FastRandom;
-use sas::domain::{OperatorAlert, Order, OrderId, Policy, TaskRecord, Timestamp, Workflows};
+use sas::domain::{
+    Act, Actor, OperatorAlert, Order, OrderId, Policy, ProcessState, TaskRecord, Timestamp, Workflows,
+};
 use sas::handlers::{
-    Agent, AgentDeps, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Scheduler, SendCoalescer,
-    Settings, Submission, Supervisor, SweepReport, run_batch,
+    Agent, AgentDeps, BatchReport, DeadLetters, Deps, HandlerError, Inbound, Operated, Scheduler,
+    SendCoalescer, Settings, Submission, Supervisor, SweepReport, run_batch,
 };
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
@@ -120,7 +122,11 @@ pub struct Outcome {
 enum InvOut {
     Batch(BatchReport),
     Sweep(Result<SweepReport, HandlerError>),
+    Operator(Result<Operated, HandlerError>),
 }
+
+/// Who the simulated operator's actions name.
+pub const OPERATOR: &str = "sim-operator";
 
 struct Inv {
     function: Function,
@@ -156,6 +162,10 @@ struct Sim {
     next_inv: InvId,
     arrivals: Vec<Arrival>,
     next_arrival: usize,
+    /// When the operator acts (`Swarm::operator_actions`), and how many actions so far.
+    operator_times: Vec<u64>,
+    next_operator: usize,
+    operator_actions: usize,
     next_sweep: u64,
     quiet_at: u64,
     quiet: bool,
@@ -254,6 +264,10 @@ impl Sim {
         });
         let quiet_at = swarm.fault_window_ms;
         let deadline = quiet_at + liveness_bound_ms(&settings.policy, &swarm.faults, &settings.workflows);
+        // Within the fault window, so that the quiet tail's liveness bound holds.
+        let mut operator_times: Vec<u64> =
+            (0..swarm.operator_actions).map(|_| rng.u64(0..=quiet_at)).collect();
+        operator_times.sort_unstable();
         Sim {
             seed,
             shared,
@@ -270,6 +284,9 @@ impl Sim {
             next_inv: 0,
             arrivals,
             next_arrival: 0,
+            operator_times,
+            next_operator: 0,
+            operator_actions: 0,
             next_sweep: SUPERVISOR_PERIOD_MS,
             quiet_at,
             quiet: false,
@@ -306,6 +323,7 @@ impl Sim {
             self.run_ready();
             let now = self.now();
             self.deliver_arrivals(now);
+            self.start_operator_actions(now);
             if !self.quiet && now >= self.quiet_at {
                 self.quiet = true;
                 let mut w = self.shared.w();
@@ -385,7 +403,7 @@ impl Sim {
             Function::Submission => self.swarm.submission_concurrency,
             Function::Scheduler => self.swarm.scheduler_concurrency,
             Function::Agent => self.swarm.agent_concurrency,
-            Function::Supervisor => 0,
+            Function::Supervisor | Function::Operator => 0,
         }
     }
 
@@ -428,6 +446,9 @@ impl Sim {
         }
         if let Some(a) = self.arrivals.get(self.next_arrival) {
             next = next.min(a.at);
+        }
+        if let Some(t) = self.operator_times.get(self.next_operator) {
+            next = next.min(*t);
         }
         if !self.quiet {
             next = next.min(self.quiet_at);
@@ -491,6 +512,7 @@ impl Sim {
 
     fn finished(&self) -> bool {
         self.next_arrival == self.arrivals.len()
+            && self.next_operator == self.operator_times.len()
             && self.invs.is_empty()
             && !self.shared.w().has_timers()
             && WORK.iter().all(|(q, ..)| self.queues.depth(q) == 0)
@@ -580,7 +602,7 @@ impl Sim {
                     )
                 })
             }
-            Function::Supervisor => unreachable!("the supervisor is not fed by a queue"),
+            Function::Supervisor | Function::Operator => unreachable!("{function:?} is not fed by a queue"),
         };
         let inv = Inv {
             function,
@@ -594,6 +616,75 @@ impl Sim {
             due_at_start: Vec::new(),
         };
         self.invs.insert(id, inv);
+        self.run_ready();
+    }
+
+    fn start_operator_actions(&mut self, now: u64) {
+        while let Some(&t) = self.operator_times.get(self.next_operator) {
+            if t > now {
+                break;
+            }
+            self.next_operator += 1;
+            self.start_operator_action();
+        }
+    }
+
+    /// An operator acts on a task picked at random, with what its state calls for (or,
+    /// now and then, what it does not: that must be refused). One in three is sent twice
+    /// at once, as from two terminals: the two must land at most once between them.
+    fn start_operator_action(&mut self) {
+        let tasks = self.store.tasks();
+        if tasks.is_empty() {
+            return;
+        }
+        let (task, act, twins) = {
+            let mut w = self.shared.w();
+            // Mostly a task in Error, when there is one: that is what operators act on.
+            let errors: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == ProcessState::Error).collect();
+            let task = if !errors.is_empty() && w.rng.u8(..3) > 0 {
+                errors[w.rng.usize(..errors.len())].clone()
+            } else {
+                tasks[w.rng.usize(..tasks.len())].clone()
+            };
+            let resubmit = |w: &mut crate::world::World| Act::Resubmit {
+                from_step: (w.rng.u8(..3) == 0).then(|| w.rng.u32(0..=task.step + 1)),
+            };
+            let act = match task.state {
+                ProcessState::Error if w.rng.bool() => Act::Compensate,
+                ProcessState::Error => resubmit(&mut w),
+                ProcessState::Pending | ProcessState::Processing if w.rng.u8(..4) > 0 => Act::Cancel,
+                _ => match w.rng.u8(..3) {
+                    0 => Act::Cancel,
+                    1 => Act::Compensate,
+                    _ => resubmit(&mut w),
+                },
+            };
+            (task, act, w.rng.u8(..3) == 0)
+        };
+        self.operator_actions += 1;
+        let why = format!("op-{}", self.operator_actions);
+        for _ in 0..1 + usize::from(twins) {
+            let (id, crash_at) = self.new_inv(Function::Operator);
+            let h = self.submission[self.generation()].clone();
+            let (order_id, why) = (task.order_id.clone(), why.clone());
+            self.note(|| format!("inv {id} operator {act:?} on {order_id} ({why})"));
+            let fut: Pin<Box<dyn Future<Output = InvOut>>> = Box::pin(async move {
+                let actor = Actor { by: OPERATOR, why: &why };
+                InvOut::Operator(sas::handlers::operate(&h.deps, &h.settings, &order_id, act, actor).await)
+            });
+            let inv = Inv {
+                function: Function::Operator,
+                fut,
+                flag: Flag::woken(),
+                queue: None,
+                received: Vec::new(),
+                crash_at,
+                granted: 0,
+                agent_slot: None,
+                due_at_start: Vec::new(),
+            };
+            self.invs.insert(id, inv);
+        }
         self.run_ready();
     }
 
@@ -746,6 +837,9 @@ impl Sim {
                     }
                 }
                 self.note(|| format!("finish inv {id} failures {:?} kept {}", report.failures, report.kept));
+            }
+            InvOut::Operator(result) => {
+                self.note(|| format!("finish inv {id} operator {result:?}"));
             }
             InvOut::Sweep(result) => {
                 let faulted = self.shared.w().invs.get(&id).is_some_and(|m| m.faulted);

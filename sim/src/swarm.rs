@@ -116,6 +116,11 @@ pub struct Swarm {
     pub batch_size: usize,
     /// Supervisor index page size (small pages exercise paging).
     pub page_size: usize,
+    /// Operator actions (resubmit, compensate, cancel) taken on tasks during the fault
+    /// window, racing the pipeline; some sent twice at once, as from two terminals.
+    pub operator_actions: usize,
+    /// Apps' cancel messages on the orders queue.
+    pub app_cancels: usize,
 }
 
 /// A new version of a workflow published during the run, as a deploy rolls it out: from
@@ -251,6 +256,8 @@ impl Swarm {
             agent_concurrency: rng.usize(1..=3),
             batch_size: rng.usize(1..=10),
             page_size: [1, 2, 100][rng.usize(..3)],
+            operator_actions: if rng.bool() { rng.usize(1..=6) } else { 0 },
+            app_cancels: if rng.u8(..4) == 0 { rng.usize(1..=2) } else { 0 },
         }
     }
 }
@@ -259,12 +266,14 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} orders ({}), {} resent, {} conflicting, {} bad; concurrency {}/{}/{}, batch {}, page {}; faults: {}",
+            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}",
             self.orders,
             self.workflows.join("/"),
             self.resends,
             self.conflicts,
             self.bad_inputs,
+            self.operator_actions,
+            self.app_cancels,
             self.submission_concurrency,
             self.scheduler_concurrency,
             self.agent_concurrency,

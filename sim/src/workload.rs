@@ -18,6 +18,14 @@ pub enum Sent {
     Order { id: String },
     /// Bad input, and a phrase the reason it is kept with must contain.
     Bad { expect: &'static str },
+    /// An app's cancel of order `id` (which may not be accepted yet, or ever).
+    Cancel { id: String },
+}
+
+/// The reason an app's cancel number `n` gives: unique, so the checker can tell which
+/// cancel a write carried out.
+pub fn cancel_reason(n: usize) -> String {
+    format!("app cancel {n}")
 }
 
 pub fn order_body(id: &str, customer: &str, quantity: u32, workflow: &str, reply_to: bool) -> String {
@@ -78,6 +86,11 @@ pub fn generate(rng: &mut fastrand::Rng, swarm: &crate::swarm::Swarm) -> Vec<Arr
         let (id, _, workflow) = valid[rng.usize(..valid.len())].clone();
         let body = order_body(&id, "c-other", 99, workflow, true);
         out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
+    }
+    for n in 0..swarm.app_cancels {
+        let (id, _, _) = valid[rng.usize(..valid.len())].clone();
+        let body = format!(r#"{{"cancel":"{id}","reason":"{}"}}"#, cancel_reason(n));
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Cancel { id } });
     }
     for _ in 0..swarm.bad_inputs {
         let (queue, body, expect) = BAD[rng.usize(..BAD.len())];

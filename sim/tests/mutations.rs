@@ -98,6 +98,25 @@ fn running_the_newest_version_instead_of_the_pinned_one_is_caught() {
     assert!(found.contains_key(&Invariant::Pinned), "pinning was never found broken: {found:?}");
 }
 
+/// An operator's write made whatever the stored revision: the same action sent from two
+/// terminals lands twice.
+#[test]
+fn an_operator_action_written_blind_is_caught() {
+    let found = caught(Mutation::OperatorBlindWrite);
+    assert!(found.contains_key(&Invariant::OperatorOnce), "at-most-once was never found broken: {found:?}");
+}
+
+/// Resubmit that takes a task which stopped while undoing: a cancelled task whose undo
+/// failed runs forward again.
+#[test]
+fn resubmitting_a_cancelled_task_is_caught() {
+    let found = caught(Mutation::ResubmitAfterUndo);
+    assert!(
+        found.contains_key(&Invariant::CancelledStaysOut),
+        "a cancelled task was never found going forward: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -108,7 +127,9 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::UnconditionalClaim,
             Mutation::CompensatePastPivot,
             Mutation::ForgetOutputs,
-            Mutation::NewestVersion
+            Mutation::NewestVersion,
+            Mutation::OperatorBlindWrite,
+            Mutation::ResubmitAfterUndo
         ]
         .iter()
         .all(|m| !m.is_on())

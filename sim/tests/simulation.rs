@@ -117,6 +117,9 @@ fn without_faults_every_order_is_processed() {
     for seed in 0..20 {
         let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut rng);
         swarm.faults = sas_sim::swarm::Faults::default();
+        // Nobody cancels or acts on a task either: every order runs to its end.
+        swarm.operator_actions = 0;
+        swarm.app_cancels = 0;
         let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
         assert_eq!(v.outcome.crashes, 0);

@@ -96,6 +96,9 @@ impl TaskRecord {
     /// Why undoing is impossible: a pivot before the current step took effect, or the
     /// current step is a pivot that may have.
     fn pivot_stands(&self, wf: &Workflow, in_doubt: bool) -> Option<String> {
+        if let Some(why) = self.redoing() {
+            return Some(why);
+        }
         if let Some(pivot) = wf.pivot_before(self.step).and_then(|p| wf.step(p)) {
             return Some(format!(
                 "pivot step {} took effect and has no compensation, so the task only goes forward",
@@ -143,10 +146,17 @@ impl TaskRecord {
                 format!("step {from} comes after the failed step {}; a task never skips a step", self.step),
             ));
         }
+        // Whether the step it starts at may have taken effect already must survive the
+        // fresh budget: a later give-up or cancel decides on it (a pivot in doubt is
+        // never undone). An earlier step succeeded; the failed one may be in doubt.
+        let may_have_taken_effect = from < self.step || self.current_in_doubt();
         let mut next = self.moved(Trigger::Resubmit, now, self.operator_cause(act))?.waiting(now, 0, policy);
         next.step = from;
-        next.step_attempts = 0;
+        next.step_attempts = if may_have_taken_effect { self.step_attempts.max(1) } else { 0 };
         next.step_failures = 0;
+        if from < self.step {
+            next.redo_until = Some(self.redo_until.unwrap_or(0).max(self.step));
+        }
         next.last_error = None;
         // The steps that run again answer again: later steps must be handed only the
         // outputs of the steps before them.

@@ -109,6 +109,11 @@ pub struct TaskRecord {
     /// undo waits, so the undo never reaches the service before the effect it undoes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<Timestamp>,
+    /// Resubmitted from an earlier step than the one it failed at: the steps up to this
+    /// one took effect (or may have) on the first way through. Until the task is past it,
+    /// nothing is undone: a give-up stops in Error and a cancel is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redo_until: Option<u32>,
     /// When the supervisor acts if nothing else has. `None` exactly when terminal,
     /// which keeps finished tasks out of the sparse due index.
     pub deadline: Option<Timestamp>,
@@ -236,6 +241,7 @@ impl TaskRecord {
             locked_by: None,
             complete_by: None,
             hold_until: None,
+            redo_until: None,
             deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
             failure_count: 0,
             step_failures: 0,
@@ -407,6 +413,10 @@ impl TaskRecord {
         by: Option<(&str, &str)>,
     ) -> Result<Decision, Refusal> {
         let mut d = decided?;
+        let past_redo = d.next.redo_until.is_some_and(|u| d.next.step > u);
+        if past_redo || matches!(d.next.state, ProcessState::Processed | ProcessState::Compensated) {
+            d.next.redo_until = None;
+        }
         let note = match by {
             Some((_, why)) => Some(why.to_owned()),
             None if d.next.last_error != self.last_error => d.next.last_error.clone(),
@@ -746,6 +756,9 @@ impl TaskRecord {
             return None;
         }
         let key = in_doubt.then(|| idempotency_key(&self.order_id, self.step, Action::Do));
+        if let Some(why) = self.redoing() {
+            return Some((format!("{reason}; nothing undone: {why}"), key));
+        }
         let current = wf.step(self.step)?;
         if let Some(pivot) = wf.pivot_before(self.step) {
             let pivot = &wf.step(pivot)?.name;
@@ -770,6 +783,15 @@ impl TaskRecord {
             )),
             _ => None,
         }
+    }
+
+    /// Why the task only goes forward while it re-runs steps that took effect already.
+    pub(super) fn redoing(&self) -> Option<String> {
+        self.redo_until.filter(|u| self.step <= *u).map(|u| {
+            format!(
+                "it was resubmitted from an earlier step, and steps up to {u} took effect (or may have) before, so it only goes forward until it is past step {u}"
+            )
+        })
     }
 
     /// Stop going forward. A pivot that took effect, or may have (`in_doubt`: the current
@@ -1769,6 +1791,42 @@ mod tests {
         let again = claim(&d.next, &wf, 2, T0.plus_ms(50_000));
         let done = reply(&again, &wf, ok(), T0.plus_ms(50_000)).next;
         assert_eq!(done.state, ProcessState::Processed);
+    }
+
+    /// Found by the simulation: a resubmitted pivot whose first attempt may have taken
+    /// effect must stay in doubt, or a cancel (or a later give-up) would undo around it.
+    #[test]
+    fn a_resubmitted_step_that_may_have_taken_effect_stays_in_doubt() {
+        let single = Workflow::single_step();
+        let error = lapse_to_threshold(claim(&new_task(&single), &single, 1, T0), &single, true).next;
+        let again = act(&error, &single, Act::Resubmit { from_step: None }).next;
+        assert!(again.step_attempts > 0);
+        assert!(refused(&again, &single, Act::Cancel).contains("may have taken effect"));
+        let wf = three_step_failing();
+        let from_charge = act(&error_at_ship(&wf), &wf, Act::Resubmit { from_step: Some(1) }).next;
+        assert!(from_charge.step_attempts > 0, "charge succeeded before: its effect stands");
+    }
+
+    /// Also found by the simulation: resubmitted from an earlier step, the task re-runs
+    /// steps whose effects (a pivot's among them) stand from the first way through, so
+    /// until it is past the step it failed at, it only goes forward.
+    #[test]
+    fn a_task_resubmitted_from_an_earlier_step_only_goes_forward_until_past_where_it_failed() {
+        let wf = three_step_failing();
+        let again = act(&error_at_ship(&wf), &wf, Act::Resubmit { from_step: Some(0) }).next;
+        assert_eq!((again.step, again.redo_until), (0, Some(2)));
+        assert!(refused(&again, &wf, Act::Cancel).contains("resubmitted from an earlier step"));
+        let d = lapse_to_threshold(again.clone(), &wf, true);
+        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        assert!(refused(&d.next, &wf, Act::Compensate).contains("resubmitted from an earlier step"));
+        // Through every step again: past the one it failed at, the mark is gone.
+        let mut t = again;
+        for (n, step) in (0..3u32).enumerate() {
+            assert_eq!(t.step, step);
+            t = claim(&t, &wf, 40 + n as u128, T0);
+            t = reply(&t, &wf, ok(), T0).next;
+        }
+        assert_eq!((t.state, t.redo_until), (ProcessState::Processed, None));
     }
 
     #[test]
