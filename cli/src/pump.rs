@@ -76,7 +76,8 @@ pub async fn pump<F, Fut>(
             () = stopped(&mut stop) => break,
         };
         while in_flight.try_join_next().is_some() {}
-        let batch: Vec<Delivery> = match consumer.receive(&queue, settings.batch_size, settings.wait_ms).await {
+        let batch: Vec<Delivery> = match consumer.receive(&queue, settings.batch_size, settings.wait_ms).await
+        {
             Ok(b) if !b.is_empty() => {
                 failures = 0;
                 b
@@ -102,7 +103,8 @@ pub async fn pump<F, Fut>(
         let (consumer, queue, dead_letters, handle, events) =
             (consumer.clone(), queue.clone(), dead_letters.clone(), handle.clone(), events.clone());
         in_flight.spawn(async move {
-            let (report, failed_deletes) = invoke(consumer.as_ref(), &queue, batch, &dead_letters, handle).await;
+            let (report, failed_deletes) =
+                invoke(consumer.as_ref(), &queue, batch, &dead_letters, handle).await;
             events.batch_done(&queue, &report, failed_deletes);
             drop(slot);
         });
@@ -126,7 +128,11 @@ where
     // Receipts stand in for message ids so two deliveries of one message stay distinct.
     let inbound: Vec<Inbound> = batch
         .iter()
-        .map(|d| Inbound { message_id: d.receipt.clone(), body: d.body.clone(), receive_count: d.receive_count })
+        .map(|d| Inbound {
+            message_id: d.receipt.clone(),
+            body: d.body.clone(),
+            receive_count: d.receive_count,
+        })
         .collect();
     let report = run_batch(inbound, dead_letters, handle).await;
     let mut failed_deletes = 0;

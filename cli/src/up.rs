@@ -115,7 +115,9 @@ fn agent_targets(definitions: &Definitions, remote: Option<&str>) -> (Vec<String
     let mut without_url = Vec::new();
     for (name, def) in &definitions.agents {
         if let Some(queue) = def.queue() {
-            lines.push(format!("{name}: requests go to {queue}; a worker of yours serves them (docs/WORKERS.md)"));
+            lines.push(format!(
+                "{name}: requests go to {queue}; a worker of yours serves them (docs/WORKERS.md)"
+            ));
             continue;
         }
         match (&def.url, remote) {
@@ -185,11 +187,14 @@ pub fn send_example(endpoint: &str, orders_queue: &str, workflow: &str) -> Strin
         "o-{}",
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_secs())
     );
-    let body = serde_json::json!({
-        "order_id": id, "customer_id": "c-1",
-        "items": [{"sku": "A-1", "quantity": 1}], "workflow": workflow,
-    });
-    format!("aws --endpoint-url {endpoint} sqs send-message --queue-url {orders_queue} --message-body '{body}'")
+    // Written out rather than serialised, to keep the contract's field order.
+    let body = format!(
+        r#"{{"order_id":"{id}","customer_id":"c-1","items":[{{"sku":"A-1","quantity":1}}],"workflow":{}}}"#,
+        serde_json::Value::from(workflow)
+    );
+    format!(
+        "aws --endpoint-url {endpoint} sqs send-message --queue-url {orders_queue} --message-body '{body}'"
+    )
 }
 
 /// What `up` found and made, for the startup block.
@@ -207,8 +212,12 @@ impl Startup<'_> {
         let p = self.provisioned;
         let o = self.options;
         let workflows = self.definitions.workflows.names();
-        let example = send_example(&o.endpoint, &p.orders_queue, workflows.first().copied().unwrap_or("single-step"));
-        let file = o.workflows.as_ref().map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let example =
+            send_example(&o.endpoint, &p.orders_queue, workflows.first().copied().unwrap_or("single-step"));
+        let file = o
+            .workflows
+            .as_ref()
+            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
         let every = o.supervisor_period.as_millis() as u64;
         if o.json {
             board.tell(
@@ -280,12 +289,13 @@ impl Stopped {
     /// The closing lines: the counts, and what became of the resources.
     pub fn render(&self) -> String {
         format!(
-            "stopped: {}\nthe resources stay at {} under the prefix {}: `sasctl up --prefix {}` carries on with \
-             them. No sasctl command removes them; stopping moto or LocalStack discards them, or delete the \
-             table, queues and topic named {}-*\n",
+            "stopped: {}\nthe resources stay at {} under the prefix {}: `sasctl up --endpoint-url {} --prefix {}` \
+             carries on with them. No sasctl command removes them: stopping moto or LocalStack discards them, \
+             or delete the table, queues and topic named {}-*\n",
             self.summary.line(),
             self.endpoint,
             self.prefix,
+            self.endpoint,
             self.prefix,
             self.prefix
         )
@@ -303,7 +313,10 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     let definitions = crate::workflows::load(options.workflows.as_deref()).map_err(UpError::Definitions)?;
     let (targets, without_url) = agent_targets(&definitions, options.remote_service_url.as_deref());
     if options.remote_service_url.is_none() && !without_url.is_empty() {
-        let file = options.workflows.as_ref().map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let file = options
+            .workflows
+            .as_ref()
+            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
         return Err(UpError::NoRemote { agents: without_url.join(", "), file });
     }
     let remote = options.remote_service_url.clone().unwrap_or_else(|| UNUSED_REMOTE.to_owned());
@@ -312,9 +325,11 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     probe(&sdk, &options.endpoint).await?;
     let clients = Clients::new(&sdk);
     let layout = Layout::standard(&options.prefix);
-    let provision_failed = |reason: String| UpError::Provision { url: options.endpoint.clone(), reason: one_line(&reason) };
+    let provision_failed =
+        |reason: String| UpError::Provision { url: options.endpoint.clone(), reason: one_line(&reason) };
     let before = crate::resources::existing(&clients, &layout).await.map_err(provision_failed)?;
-    let provisioned = provision::provision(&sdk, &layout).await.map_err(|e| provision_failed(e.to_string()))?;
+    let provisioned =
+        provision::provision(&sdk, &layout).await.map_err(|e| provision_failed(e.to_string()))?;
     let created = crate::resources::names(&layout).len() - before.len();
     let region = sdk.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
     let configs = configs(&provisioned, &options, &region, &remote)?;
@@ -444,7 +459,12 @@ struct Pumps {
 }
 
 impl Pumps {
-    fn spawn<F, Fut>(&self, queue: &QueueUrl, dead_letter_queue: &QueueUrl, handle: F) -> tokio::task::JoinHandle<()>
+    fn spawn<F, Fut>(
+        &self,
+        queue: &QueueUrl,
+        dead_letter_queue: &QueueUrl,
+        handle: F,
+    ) -> tokio::task::JoinHandle<()>
     where
         F: Fn(Inbound) -> Fut + Clone + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<(), sas::handlers::HandlerError>> + Send + 'static,
@@ -469,7 +489,12 @@ impl Pumps {
 
 /// The supervisor on a timer: at once (a restarted `up` recovers what is overdue right
 /// away), then every `period`. A run under way when the stop comes finishes first.
-async fn supervise(supervisor: Supervisor, period: Duration, board: Arc<Board>, mut stop: watch::Receiver<bool>) {
+async fn supervise(
+    supervisor: Supervisor,
+    period: Duration,
+    board: Arc<Board>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -152,7 +152,11 @@ impl Up {
             }
             if Instant::now() >= deadline {
                 let _ = self.child.kill();
-                panic!("sasctl up still running {within:?} after SIGINT.\nstdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr());
+                panic!(
+                    "sasctl up still running {within:?} after SIGINT.\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout(),
+                    self.stderr()
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -171,9 +175,20 @@ impl Aws {
     async fn new(endpoint: &str, prefix: &str) -> Aws {
         let sdk = sasctl::endpoint::sdk_config(endpoint).await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let orders_queue =
-            sqs.get_queue_url().queue_name(format!("{prefix}-orders")).send().await.unwrap().queue_url.unwrap();
-        Aws { dynamodb: aws_sdk_dynamodb::Client::new(&sdk), sqs, orders_queue, table: format!("{prefix}-state") }
+        let orders_queue = sqs
+            .get_queue_url()
+            .queue_name(format!("{prefix}-orders"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        Aws {
+            dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+            sqs,
+            orders_queue,
+            table: format!("{prefix}-state"),
+        }
     }
 
     async fn send_order(&self, order_id: &str) {
@@ -181,7 +196,13 @@ impl Aws {
             "order_id": order_id, "customer_id": "c-1",
             "items": [{"sku": "A-1", "quantity": 2}], "workflow": "one",
         });
-        self.sqs.send_message().queue_url(&self.orders_queue).message_body(body.to_string()).send().await.unwrap();
+        self.sqs
+            .send_message()
+            .queue_url(&self.orders_queue)
+            .message_body(body.to_string())
+            .send()
+            .await
+            .unwrap();
     }
 
     /// The task's state as the table holds it, if there is a task.
@@ -235,7 +256,10 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
     let startup = up.stdout();
     assert!(startup.contains(&format!("prefix {prefix} (all 9 created)")), "{startup}");
     assert!(startup.contains(&format!("svc: POST {url}/<step>")), "{startup}");
-    assert!(startup.contains(&format!("aws --endpoint-url {endpoint} sqs send-message --queue-url ")), "{startup}");
+    assert!(
+        startup.contains(&format!("aws --endpoint-url {endpoint} sqs send-message --queue-url ")),
+        "{startup}"
+    );
 
     let aws = Aws::new(&endpoint, &prefix).await;
     let orders = ["ok-1", "ok-2", "ok-3", "refuse-1"];
@@ -251,14 +275,20 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
     let (status, stdout, stderr) = up.finish(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
-        stdout.contains("stopped: 4 accepted, 3 processed, 1 error, 0 compensated, 0 in flight; 0 rejected, 1 alerts"),
+        stdout.contains(
+            "stopped: 4 accepted, 3 processed, 1 error, 0 compensated, 0 in flight; 0 rejected, 1 alerts"
+        ),
         "{stdout}"
     );
-    assert!(stdout.contains(&format!("the resources stay at {endpoint} under the prefix {prefix}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("the resources stay at {endpoint} under the prefix {prefix}")),
+        "{stdout}"
+    );
     let seen: Vec<(String, String, String)> = calls.lock().unwrap().clone();
     for id in orders {
         assert!(
-            seen.iter().any(|(step, order, key)| step == "do-it" && order == id && *key == format!("{id}:0:do")),
+            seen.iter()
+                .any(|(step, order, key)| step == "do-it" && order == id && *key == format!("{id}:0:do")),
             "{id} not called as expected: {seen:?}"
         );
     }

@@ -92,7 +92,8 @@ impl Board {
     /// One event: `what` (a word), `text` for people, `fields` for `--json`.
     pub fn tell(&self, what: &str, text: &str, fields: serde_json::Value) {
         let line = if self.json {
-            let mut object = serde_json::json!({ "event": what, "at_ms": self.started.elapsed().as_millis() as u64 });
+            let mut object =
+                serde_json::json!({ "event": what, "at_ms": self.started.elapsed().as_millis() as u64 });
             if let (Some(o), serde_json::Value::Object(extra)) = (object.as_object_mut(), fields) {
                 o.extend(extra);
             }
@@ -129,7 +130,11 @@ impl Board {
 
     pub fn sweep_failed(&self, error: &str) {
         self.counts().summary.supervisor_runs += 1;
-        self.tell("trouble", &format!("supervisor run failed: {error}"), serde_json::json!({ "error": error }));
+        self.tell(
+            "trouble",
+            &format!("supervisor run failed: {error}"),
+            serde_json::json!({ "error": error }),
+        );
     }
 
     fn ended(&self, task: &TaskRecord) {
