@@ -275,7 +275,7 @@ impl Startup<'_> {
 
 fn fmt_period(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1_000 == 0 { format!("{} s", ms / 1_000) } else { format!("{ms} ms") }
+    if ms.is_multiple_of(1_000) { format!("{} s", ms / 1_000) } else { format!("{ms} ms") }
 }
 
 /// What a finished `up` leaves: its counts and where its resources stay.
