@@ -27,9 +27,9 @@ enum Command {
     /// Run the four functions continuously against an AWS endpoint (moto, LocalStack)
     /// until Ctrl-C: orders sent to its queue run for real.
     ///
-    /// The state table, queues (each with its dead-letter queue, redrive after 5
-    /// receives) and alerts topic are created under --prefix if missing, and found if
-    /// not: a second `up` with the same prefix carries on with them, and `up` never
+    /// The state table, the orders, scheduler and agent queues (each with its
+    /// dead-letter queue, redrive after 5 receives), the status queue and the alerts
+    /// topic are created under --prefix if missing, and found if not: a second `up` with the same prefix carries on with them, and `up` never
     /// removes them. Each function is configured as its Lambda binary is (the functions'
     /// tuning variables, e.g. STEP_TIMEOUT_MS and FAILURE_THRESHOLD, are read from the
     /// environment as the functions read them). The orders, scheduler and agent queues
