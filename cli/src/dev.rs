@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sas::adapters::embedded::{
@@ -22,10 +22,12 @@ use sas::domain::retry::Backoff;
 use sas::domain::{Definitions, OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
-    Submission, Supervisor, run_batch,
+    Submission, Supervisor,
 };
-use sas::ports::{Alerts, Clock, Delivery, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
+use sas::ports::{Alerts, Clock, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
+use tokio::sync::watch;
 
+use crate::pump::{PumpSettings, Quiet, pump};
 use crate::remote_sim::{Ledger, LoopbackRemote, RemoteFaults};
 
 pub use sas::adapters::embedded::queue_names::{self, *};
@@ -218,57 +220,6 @@ fn order_body(id: &str, workflow: &str, rng: &mut fastrand::Rng) -> String {
     )
 }
 
-/// Pumps one function's queue until `stop`, as Lambda's SQS event source mapping does:
-/// each received batch is its own invocation, up to `concurrency` at once; what a batch
-/// reports as failed is left for redelivery after the visibility timeout.
-pub async fn pump<F, Fut>(
-    consumer: Arc<dyn QueueConsumer>,
-    queue: &'static str,
-    batch_size: usize,
-    concurrency: usize,
-    dead_letters: DeadLetters,
-    stop: Arc<AtomicBool>,
-    handle: F,
-) where
-    F: Fn(Inbound) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(), sas::handlers::HandlerError>> + Send + 'static,
-{
-    let url = QueueUrl(queue.to_owned());
-    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let batch: Vec<Delivery> = match consumer.receive(&url, batch_size, 20).await {
-            Ok(b) if !b.is_empty() => b,
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::error!(queue, error = %e, "receive failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let (consumer, url, dead_letters, handle) =
-            (consumer.clone(), url.clone(), dead_letters.clone(), handle.clone());
-        tokio::spawn(async move {
-            // Receipts stand in for message ids so two deliveries of one message stay distinct.
-            let inbound: Vec<Inbound> = batch
-                .iter()
-                .map(|d| Inbound {
-                    message_id: d.receipt.clone(),
-                    body: d.body.clone(),
-                    receive_count: d.receive_count,
-                })
-                .collect();
-            let report = run_batch(inbound, &dead_letters, handle).await;
-            for d in &batch {
-                if !report.failures.contains(&d.receipt) {
-                    let _ = consumer.delete(&url, &d.receipt).await;
-                }
-            }
-            drop(slot);
-        });
-    }
-}
-
 /// What a dev run needs from its backend beyond the ports: where to look at the end
 /// of the run, and how to see progress while it goes.
 #[async_trait::async_trait]
@@ -381,7 +332,7 @@ fn spawn_pump<H, Fut>(
     dead_letter_queue: &'static str,
     options: &DevOptions,
     metrics: Arc<CountingMetrics>,
-    stop: Arc<AtomicBool>,
+    stop: watch::Receiver<bool>,
     handle: H,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -394,13 +345,15 @@ where
         dead_letter_queue: QueueUrl(dead_letter_queue.into()),
         metrics,
     };
+    let settings =
+        PumpSettings { batch_size: options.batch_size, concurrency: options.concurrency, wait_ms: 20 };
     tokio::spawn(pump(
         backend.consumer(),
-        queue,
-        options.batch_size,
-        options.concurrency,
+        QueueUrl(queue.into()),
+        settings,
         dead_letters,
         stop,
+        Arc::new(Quiet),
         handle,
     ))
 }
@@ -470,7 +423,7 @@ pub async fn run_on(
     .with_agents(&options.definitions.agents);
     let supervisor = Supervisor::new(deps.clone(), settings.clone());
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let (stop_all, stop) = watch::channel(false);
     let (s, c, a, w) = (submission.clone(), scheduler.clone(), agent.clone(), agent.clone());
     let mut workers = vec![
         spawn_pump(
@@ -533,7 +486,7 @@ pub async fn run_on(
         let (stop, runs, period) = (stop.clone(), supervisor_runs.clone(), options.supervisor_period_ms);
         workers.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(period));
-            while !stop.load(Ordering::Relaxed) {
+            while !*stop.borrow() {
                 tick.tick().await;
                 if let Err(e) = supervisor.sweep().await {
                     tracing::error!(error = %e, "supervisor run failed");
@@ -570,7 +523,7 @@ pub async fn run_on(
             break;
         }
     }
-    stop.store(true, Ordering::Relaxed);
+    let _ = stop_all.send(true);
     for w in workers {
         w.abort();
         let _ = w.await;

@@ -19,15 +19,13 @@ use sas::adapters::embedded::{RecordingAlerts, StoredMessage, WriteRecord};
 use sas::adapters::system::SystemClock;
 use sas::domain::messages::MAX_BODY_BYTES;
 use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
-use sas::ports::{
-    AlertError, Alerts, Delivery, Inserted, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues,
-    StateStore, StoreError, Written,
-};
+use sas::ports::{Alerts, Delivery, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues, StateStore};
 
 use crate::dev::{
     self, AGENT, AGENT_DLQ, Backend, DevError, DevOptions, DevOutcome, ORDERS, ORDERS_DLQ, Progress,
     SCHEDULER, SCHEDULER_DLQ, STATUS,
 };
+use crate::tap::{Landed, Tap, TapStore, TeeAlerts};
 
 /// What to do when no endpoint answers.
 pub const START_ONE: &str = "start moto (infra/moto.sh start) or LocalStack, or check the URL";
@@ -245,14 +243,12 @@ impl QueueConsumer for NamedQueues {
     }
 }
 
-/// A state store that keeps a log of its landed task writes, for the invariant
-/// checker. Exact as long as every writer goes through it (all four handlers run in
-/// this process): then the record a conditional write replaced is the last one
-/// written for that order.
-pub struct RecordingStore<S> {
-    inner: S,
-    log: Mutex<Log>,
-}
+/// A log of the landed task writes, for the invariant checker (through a [`TapStore`]).
+#[derive(Default)]
+pub struct WriteLog(Mutex<Log>);
+
+/// A state store that keeps a log of its landed task writes.
+pub type RecordingStore<S> = TapStore<S, WriteLog>;
 
 #[derive(Default)]
 struct Log {
@@ -260,17 +256,9 @@ struct Log {
     latest: HashMap<OrderId, TaskRecord>,
 }
 
-impl<S> RecordingStore<S> {
-    pub fn new(inner: S) -> RecordingStore<S> {
-        RecordingStore { inner, log: Mutex::default() }
-    }
+impl WriteLog {
     fn log(&self) -> std::sync::MutexGuard<'_, Log> {
-        self.log.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn landed(&self, after: &TaskRecord) {
-        let mut log = self.log();
-        let before = log.latest.insert(after.order_id.clone(), after.clone());
-        log.writes.push(WriteRecord { before, after: after.clone() });
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
     pub fn writes(&self) -> Vec<WriteRecord> {
         self.log().writes.clone()
@@ -289,41 +277,11 @@ impl<S> RecordingStore<S> {
     }
 }
 
-#[async_trait]
-impl<S: StateStore> StateStore for RecordingStore<S> {
-    async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
-        let inserted = self.inner.insert(task).await?;
-        if inserted == Inserted::New {
-            self.landed(task);
-        }
-        Ok(inserted)
-    }
-    async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
-        self.inner.task(id).await
-    }
-    async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
-        let written = self.inner.replace(next, expected_revision).await?;
-        if written == Written::Applied {
-            self.landed(next);
-        }
-        Ok(written)
-    }
-    async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
-        self.inner.due(now, limit).await
-    }
-}
-
-/// Alerts published to the SNS topic and kept for the checker.
-struct TeeAlerts {
-    sns: SnsAlerts,
-    kept: Arc<RecordingAlerts>,
-}
-
-#[async_trait]
-impl Alerts for TeeAlerts {
-    async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
-        self.sns.raise(alert).await?;
-        self.kept.raise(alert).await
+impl Tap for WriteLog {
+    fn landed(&self, after: &TaskRecord, _: Landed) {
+        let mut log = self.log();
+        let before = log.latest.insert(after.order_id.clone(), after.clone());
+        log.writes.push(WriteRecord { before, after: after.clone() });
     }
 }
 
@@ -342,6 +300,7 @@ struct Aws {
     store: Arc<RecordingStore<DynamoStore>>,
     queues: Arc<NamedQueues>,
     alerts: Arc<TeeAlerts>,
+    kept_alerts: Arc<RecordingAlerts>,
 }
 
 #[async_trait]
@@ -359,13 +318,13 @@ impl Backend for Aws {
         self.alerts.clone()
     }
     fn state_counts(&self) -> BTreeMap<ProcessState, usize> {
-        self.store.state_counts()
+        self.store.tap().state_counts()
     }
     fn writes(&self) -> Vec<WriteRecord> {
-        self.store.writes()
+        self.store.tap().writes()
     }
     fn raised_alerts(&self) -> Vec<OperatorAlert> {
-        self.alerts.kept.all()
+        self.kept_alerts.all()
     }
     async fn depth(&self, queue: &str) -> Result<usize, DevError> {
         Ok(self.queues.depth(queue).await?)
@@ -376,7 +335,7 @@ impl Backend for Aws {
     /// The final records as DynamoDB holds them (not as the log remembers them).
     async fn final_tasks(&self) -> Result<Vec<TaskRecord>, DevError> {
         let mut tasks = Vec::new();
-        for id in self.store.ids() {
+        for id in self.store.tap().ids() {
             tasks.extend(self.store.task(&id).await?);
         }
         Ok(tasks)
@@ -505,16 +464,18 @@ async fn run_in(
     let resources =
         provision::provision(sdk, layout).await.map_err(|e| EndpointError::failed(endpoint, e))?;
     tracing::info!(endpoint, prefix = %layout.orders.name, "resources created");
+    let kept_alerts = Arc::new(RecordingAlerts::default());
     let backend = Aws {
-        store: Arc::new(RecordingStore::new(DynamoStore::new(
-            clients.dynamodb.clone(),
-            resources.tables.clone(),
-        ))),
+        store: Arc::new(RecordingStore::new(
+            DynamoStore::new(clients.dynamodb.clone(), resources.tables.clone()),
+            WriteLog::default(),
+        )),
         queues: Arc::new(NamedQueues::new(SqsQueues::new(clients.sqs.clone()), &resources)),
         alerts: Arc::new(TeeAlerts {
-            sns: SnsAlerts::new(clients.sns.clone(), resources.alert_topic_arn.clone()),
-            kept: Arc::new(RecordingAlerts::default()),
+            first: Arc::new(SnsAlerts::new(clients.sns.clone(), resources.alert_topic_arn.clone())),
+            then: kept_alerts.clone(),
         }),
+        kept_alerts,
     };
     dev::run_on(&backend, Arc::new(SystemClock), options, 200, on_progress)
         .await

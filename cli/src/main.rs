@@ -24,6 +24,25 @@ enum Command {
     /// Run the whole pipeline in-process on the embedded backend against a simulated
     /// remote service with injected faults; exit non-zero if any invariant is violated.
     Dev(DevArgs),
+    /// Run the four functions continuously against an AWS endpoint (moto, LocalStack)
+    /// until Ctrl-C: orders sent to its queue run for real.
+    ///
+    /// The state table, the orders, scheduler and agent queues (each with its
+    /// dead-letter queue, redrive after 5 receives), the status queue and the alerts
+    /// topic are created under --prefix if missing, and found if not: a second `up` with the same prefix carries on with them, and `up` never
+    /// removes them. Each function is configured as its Lambda binary is (the functions'
+    /// tuning variables, e.g. STEP_TIMEOUT_MS and FAILURE_THRESHOLD, are read from the
+    /// environment as the functions read them). The orders, scheduler and agent queues
+    /// are pumped as Lambda's SQS event source mapping does it: receives of up to 10,
+    /// each batch to its handler, the messages it did not report as failed deleted, the
+    /// failed ones left to come back after the visibility timeout. The supervisor fires
+    /// on a timer. HTTP agents call their URLs for real; `queue` agents' requests go to
+    /// their queues, for a worker of yours to serve (docs/WORKERS.md): `up` does not.
+    ///
+    /// Ctrl-C or SIGTERM stops receiving, lets the batches in flight finish (their
+    /// deletes included), prints a summary and exits 0; a second Ctrl-C quits at once,
+    /// and what was in flight comes back after its queue's visibility timeout.
+    Up(UpArgs),
     /// Benchmarks: throughput, supervisor sweep cost, recovery latency, cost per order.
     Bench(sasctl::bench::BenchArgs),
     /// Workflow definition files: check one, or print their JSON Schema.
@@ -150,6 +169,61 @@ struct DevArgs {
     keep: bool,
 }
 
+#[derive(Args)]
+struct UpArgs {
+    /// The AWS endpoint: moto (infra/moto.sh start prints it) or LocalStack at
+    /// http://127.0.0.1:4566.
+    #[arg(long, value_name = "URL")]
+    endpoint_url: String,
+    /// Names the table PREFIX-state, the queues PREFIX-orders, ... and the topic
+    /// PREFIX-alerts (1 to 40 of [A-Za-z0-9_-]). `infra/bootstrap.sh --prefix P` makes
+    /// the same ones.
+    #[arg(long, default_value = sasctl::up::DEFAULT_PREFIX)]
+    prefix: String,
+    /// Definition file of the workflows and agents (default: the built-in
+    /// examples/workflows.json, whose agents have no url and so need
+    /// --remote-service-url).
+    #[arg(long, value_name = "FILE")]
+    workflows: Option<std::path::PathBuf>,
+    /// Where agents without a url of their own send their calls: POST
+    /// URL/<agent>/<step> (https, or http to a loopback host).
+    #[arg(long, value_name = "URL", env = "REMOTE_SERVICE_URL")]
+    remote_service_url: Option<String>,
+    /// How often the supervisor runs, in ms (100 to 3600000). The deployed one runs on
+    /// its EventBridge schedule, rate(1 minute) by default.
+    #[arg(long, default_value_t = 10_000,
+          value_parser = whole::<u64>("--supervisor-period-ms", 100, 3_600_000))]
+    supervisor_period_ms: u64,
+    /// Batches in flight at once per function (1 to 1000), like Lambda's concurrency.
+    #[arg(long, default_value_t = 8, value_parser = whole::<usize>("--concurrency", 1, 1_000))]
+    concurrency: usize,
+    /// One JSON object per line (the startup block, each event, the summary).
+    #[arg(long)]
+    json: bool,
+}
+
+async fn run_up(args: UpArgs) -> Result<ExitCode, String> {
+    let json = args.json;
+    let options = sasctl::up::UpOptions {
+        endpoint: args.endpoint_url,
+        prefix: args.prefix,
+        workflows: args.workflows,
+        remote_service_url: args.remote_service_url,
+        supervisor_period: Duration::from_millis(args.supervisor_period_ms),
+        concurrency: args.concurrency,
+        json,
+    };
+    let stopped = sasctl::up::run(options).await.map_err(|e| e.to_string())?;
+    if json {
+        let summary = serde_json::json!({"event": "stopped", "summary": stopped.summary,
+                                         "endpoint": stopped.endpoint, "prefix": stopped.prefix});
+        println!("{summary}");
+    } else {
+        print!("{}", stopped.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
     if let Some(url) = &args.endpoint_url {
         sasctl::endpoint::check_url(url).map_err(|e| e.to_string())?;
@@ -160,16 +234,7 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
             "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got {sum})"
         ));
     }
-    let definitions = match &args.workflows {
-        None => sas::domain::Definitions::example(),
-        Some(file) => {
-            let text =
-                std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-            sas::domain::Definitions::parse(&text).map_err(|e| {
-                format!("{} is not valid (sasctl workflows validate shows why): {e}", file.display())
-            })?
-        }
-    };
+    let definitions = sasctl::workflows::load(args.workflows.as_deref())?;
     let workflows = &definitions.workflows;
     for name in args.workflow.split(',') {
         if workflows.get(name).is_none() {
@@ -288,6 +353,7 @@ async fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Dev(args) => run_dev(args).await,
+        Command::Up(args) => run_up(args).await,
         Command::Bench(args) => sasctl::bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Workflows(WorkflowsCommand::Validate { file, previous, json }) => {
             sasctl::workflows::validate(&file, previous.as_deref(), json)

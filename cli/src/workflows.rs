@@ -37,6 +37,13 @@ fn read(file: &Path) -> Result<String, String> {
     std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))
 }
 
+/// The definitions a run uses: `file`'s, or the built-in examples/workflows.json.
+pub fn load(file: Option<&Path>) -> Result<sas::domain::Definitions, String> {
+    let Some(file) = file else { return Ok(sas::domain::Definitions::example()) };
+    sas::domain::Definitions::parse(&read(file)?)
+        .map_err(|e| format!("{} is not valid (sasctl workflows validate shows why): {e}", file.display()))
+}
+
 /// Prints every problem of `file` (and of publishing it after `previous`), one line each
 /// (or one JSON object each); exit 0 when it has no error, 1 when it has, and an `Err`
 /// (exit 2) when it cannot be read.

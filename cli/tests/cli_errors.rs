@@ -87,6 +87,47 @@ fn an_unreachable_endpoint_is_named_with_what_to_do() {
     assert!(line.len() < 200, "{line}");
 }
 
+/// `up` names a bad endpoint, prefix, option or definition file in one line, before
+/// it creates anything.
+#[test]
+fn up_names_its_bad_input_in_one_line() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let remote = ["--remote-service-url", "http://127.0.0.1:9"];
+    let line = one_line_and_exit_2(&[&["up", "--endpoint-url", &url][..], &remote].concat());
+    assert!(line.starts_with(&format!("sasctl: cannot reach the AWS endpoint {url} (")), "{line}");
+    assert!(line.contains("start moto (infra/moto.sh start) or LocalStack, or check the URL"), "{line}");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["up", "--endpoint-url", "notaurl"],
+            "sasctl: --endpoint-url \"notaurl\" is not an http(s) URL such as http://127.0.0.1:4566",
+        ),
+        (
+            &["up", "--endpoint-url", &url, "--prefix", "a/b"],
+            "sasctl: --prefix \"a/b\" must be 1 to 40 of [A-Za-z0-9_-] (it names the table, queues and topic)",
+        ),
+        (
+            &["up", "--endpoint-url", &url, "--supervisor-period-ms", "5"],
+            "sasctl: --supervisor-period-ms must be at least 100 (got 5)",
+        ),
+        (
+            &["up", "--endpoint-url", &url, "--concurrency", "0"],
+            "sasctl: --concurrency must be at least 1 (got 0)",
+        ),
+        (
+            &["up", "--endpoint-url", &url],
+            "sasctl: agents inventory, orders, payment, shipping of the built-in examples/workflows.json have \
+             no url of their own: give --remote-service-url URL (they then call URL/<agent>/<step>), or a \
+             --workflows file whose agents each name their url",
+        ),
+    ];
+    for (args, want) in cases {
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_sasctl")).args(*args).env_remove("REMOTE_SERVICE_URL").output();
+        assert_eq!(one_error_line(args, &out.expect("sasctl runs")), *want, "sasctl {args:?}");
+    }
+}
+
 /// `workflows publish` takes an endpoint too.
 #[test]
 fn publish_names_a_bad_or_unreachable_endpoint_in_one_line() {

@@ -1,8 +1,8 @@
 //! `sasctl dev --endpoint-url` and its resources, against moto (infra/with-moto.sh sets
 //! SAS_TEST_ENDPOINT): a run names what it made and removes it unless `--keep`, and
 //! never removes a resource it did not make. Without an endpoint these tests print a
-//! loud SKIPPED line and pass, except under CI=true, where that is a failure (the rule
-//! of tests/src/lib.rs, which this crate cannot depend on: it depends on this one).
+//! loud SKIPPED line and pass, except under CI=true, where that is a failure
+//! (`support::endpoint`).
 
 use std::process::Command;
 
@@ -10,24 +10,8 @@ use sas::adapters::aws::Clients;
 use sas::adapters::aws::provision::{self, Layout};
 use sasctl::resources::{self, Kind, Resource};
 
-const ENDPOINT_VAR: &str = "SAS_TEST_ENDPOINT";
-
-fn endpoint(test: &str) -> Option<String> {
-    if let Some(e) = std::env::var(ENDPOINT_VAR).ok().filter(|e| !e.trim().is_empty()) {
-        return Some(e);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    assert!(
-        !ci,
-        "{test}: CI=true but {ENDPOINT_VAR} is not set. Emulator-backed tests must run in CI: \
-         run them under infra/with-moto.sh (it installs and starts moto and sets {ENDPOINT_VAR})."
-    );
-    let line = format!(
-        "*** SKIPPED: moto not running: {test} needs {ENDPOINT_VAR} (run under infra/with-moto.sh) ***\n"
-    );
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-    None
-}
+mod support;
+use support::endpoint;
 
 /// A short run against `endpoint`; returns stdout (the report) after checking it passed.
 fn dev_run(endpoint: &str, extra: &[&str]) -> String {

@@ -1,0 +1,148 @@
+//! Pumping one function's queue the way Lambda's SQS event source mapping does: each
+//! received batch is its own invocation, up to `concurrency` at once; the messages a
+//! batch does not report as failed are deleted, the failed ones are left to come back
+//! after the visibility timeout (and to the dead-letter queue after the maximum
+//! receives, as the queue's redrive policy says). `sasctl dev` and `sasctl up` both
+//! run their functions through it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sas::handlers::{BatchReport, DeadLetters, HandlerError, Inbound, run_batch};
+use sas::ports::{Delivery, QueueConsumer, QueueError, QueueUrl};
+use tokio::sync::watch;
+
+/// How one queue is pumped.
+#[derive(Debug, Clone, Copy)]
+pub struct PumpSettings {
+    /// Messages per receive (SQS allows 1 to 10).
+    pub batch_size: usize,
+    /// Batches (invocations) in flight at once.
+    pub concurrency: usize,
+    /// How long one receive waits for messages (SQS counts whole seconds).
+    pub wait_ms: u64,
+}
+
+/// What the pump tells its owner besides doing the work.
+pub trait PumpEvents: Send + Sync + 'static {
+    /// A receive failed; the pump tries again after `retry_in`.
+    fn receive_failed(&self, _queue: &QueueUrl, _error: &QueueError, _retry_in: Duration) {}
+    /// A batch finished: what it reported, and the deletes that failed (those messages
+    /// come back after the visibility timeout, which the handlers tolerate).
+    fn batch_done(&self, _queue: &QueueUrl, _report: &BatchReport, _failed_deletes: usize) {}
+}
+
+/// Events nobody listens to.
+pub struct Quiet;
+impl PumpEvents for Quiet {}
+
+/// Whether `stop` says stop (a dropped sender counts as stop).
+fn stopping(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow() || stop.has_changed().is_err()
+}
+
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Pumps `queue` until `stop` turns true, then returns once every batch in flight has
+/// finished, its deletes included.
+///
+/// A receive already waiting when the stop comes is allowed to finish and its messages
+/// are handled: cancelled half way, it could take messages off the queue that nobody
+/// then handles (SQS, or moto's emulated long poll, completes it without us), and they
+/// would be hidden for a whole visibility timeout. So stopping takes up to `wait_ms`.
+pub async fn pump<F, Fut>(
+    consumer: Arc<dyn QueueConsumer>,
+    queue: QueueUrl,
+    settings: PumpSettings,
+    dead_letters: DeadLetters,
+    mut stop: watch::Receiver<bool>,
+    events: Arc<dyn PumpEvents>,
+    handle: F,
+) where
+    F: Fn(Inbound) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(settings.concurrency));
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut failures = 0u32;
+    while !stopping(&stop) {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = stopped(&mut stop) => break,
+        };
+        while in_flight.try_join_next().is_some() {}
+        let batch: Vec<Delivery> = match consumer.receive(&queue, settings.batch_size, settings.wait_ms).await
+        {
+            Ok(b) if !b.is_empty() => {
+                failures = 0;
+                b
+            }
+            Ok(_) => {
+                failures = 0;
+                continue;
+            }
+            Err(e) => {
+                // Back off while the endpoint is down, up to 5 s, so a stopped emulator
+                // costs neither a busy loop nor a flood of lines.
+                failures = failures.saturating_add(1);
+                let retry_in = Duration::from_millis((50u64 << failures.min(7)).min(5_000));
+                tracing::error!(queue = %queue, error = %e, "receive failed");
+                events.receive_failed(&queue, &e, retry_in);
+                tokio::select! {
+                    () = tokio::time::sleep(retry_in) => {}
+                    () = stopped(&mut stop) => {}
+                }
+                continue;
+            }
+        };
+        let (consumer, queue, dead_letters, handle, events) =
+            (consumer.clone(), queue.clone(), dead_letters.clone(), handle.clone(), events.clone());
+        in_flight.spawn(async move {
+            let (report, failed_deletes) =
+                invoke(consumer.as_ref(), &queue, batch, &dead_letters, handle).await;
+            events.batch_done(&queue, &report, failed_deletes);
+            drop(slot);
+        });
+    }
+    while in_flight.join_next().await.is_some() {}
+}
+
+/// One invocation: the batch through the batch driver, then the deletes of every
+/// message it did not report as failed. Returns the report and how many deletes failed.
+pub async fn invoke<F, Fut>(
+    consumer: &dyn QueueConsumer,
+    queue: &QueueUrl,
+    batch: Vec<Delivery>,
+    dead_letters: &DeadLetters,
+    handle: F,
+) -> (BatchReport, usize)
+where
+    F: Fn(Inbound) -> Fut,
+    Fut: std::future::Future<Output = Result<(), HandlerError>>,
+{
+    // Receipts stand in for message ids so two deliveries of one message stay distinct.
+    let inbound: Vec<Inbound> = batch
+        .iter()
+        .map(|d| Inbound {
+            message_id: d.receipt.clone(),
+            body: d.body.clone(),
+            receive_count: d.receive_count,
+        })
+        .collect();
+    let report = run_batch(inbound, dead_letters, handle).await;
+    let mut failed_deletes = 0;
+    for d in &batch {
+        if !report.failures.contains(&d.receipt)
+            && let Err(e) = consumer.delete(queue, &d.receipt).await
+        {
+            tracing::warn!(queue = %queue, error = %e, "delete failed; the message will come back");
+            failed_deletes += 1;
+        }
+    }
+    (report, failed_deletes)
+}

@@ -1,0 +1,510 @@
+//! `sasctl up --endpoint-url URL`: the four functions running continuously against an
+//! AWS endpoint (moto, LocalStack or AWS itself) until Ctrl-C, each wired from its own
+//! configuration exactly as its Lambda binary is, with the real adapters and the real
+//! HTTP remote adapter: what a deployment does, on one machine.
+//!
+//! The resources are created under a prefix when missing and found when not, so a
+//! second `up` with the same prefix carries on where the first stopped; `up` never
+//! removes them. Each queue is pumped as Lambda's event source mapping does it
+//! (`pump`), the supervisor fires on a timer instead of EventBridge.
+
+mod events;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sas::adapters::aws::provision::{self, Layout, Provisioned};
+use sas::adapters::aws::{AwsSecrets, Clients, DynamoStore, SnsAlerts, SqsQueues};
+use sas::adapters::embedded::CountingMetrics;
+use sas::adapters::http_remote::HttpRemote;
+use sas::adapters::system::{FastRandom, SystemClock};
+use sas::config::{AgentConfig, SchedulerConfig, SubmissionConfig, SupervisorConfig};
+use sas::domain::{Definitions, QueueId};
+use sas::handlers::{
+    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Submission,
+    Supervisor,
+};
+use sas::ports::{QueueConsumer, QueueUrl, Queues};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+pub use events::{Board, Summary};
+
+use crate::endpoint::{EndpointError, check_url, one_line, probe, sdk_config};
+use crate::pump::{PumpEvents, PumpSettings, pump};
+use crate::tap::{TapStore, TeeAlerts};
+
+/// The prefix when none is given: the same every time, so a restarted `up` finds the
+/// resources (and the orders in them) of the last one.
+pub const DEFAULT_PREFIX: &str = "sas-local";
+
+/// How long one receive waits. Lambda's pollers wait 20 s; a stop waits for the
+/// receives under way (`pump` says why), so shorter waits make Ctrl-C quick, at one
+/// request per queue every 2 s when idle.
+pub const RECEIVE_WAIT_MS: u64 = 2_000;
+
+/// The deployed supervisor's schedule (template.yaml's `SupervisorSchedule` default).
+pub const DEPLOYED_SCHEDULE: &str = "rate(1 minute)";
+
+/// The functions' tuning variables `up` takes from its environment, as the functions
+/// take them from theirs; everything else in their configuration comes from the
+/// resources and the options.
+const TUNING: [&str; 8] = [
+    "STEP_TIMEOUT_MS",
+    "REPLY_GRACE_MS",
+    "PENDING_TIMEOUT_MS",
+    "FAILURE_THRESHOLD",
+    "RETRY_BASE_MS",
+    "RETRY_CAP_MS",
+    "SEND_MAX_HOLD_MS",
+    "REPLY_TO_EXTRA_QUEUE_ARNS",
+];
+
+/// Stands in for `REMOTE_SERVICE_URL` when every HTTP agent names its own `url`: the
+/// agent's configuration requires one, and no call ever goes to it (port 9, discard).
+const UNUSED_REMOTE: &str = "http://127.0.0.1:9";
+
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    pub endpoint: String,
+    pub prefix: String,
+    /// The definition file; the built-in examples/workflows.json when `None`.
+    pub workflows: Option<PathBuf>,
+    /// `REMOTE_SERVICE_URL`: where agents without a `url` of their own send their calls.
+    pub remote_service_url: Option<String>,
+    pub supervisor_period: Duration,
+    /// Batches in flight per function.
+    pub concurrency: usize,
+    pub json: bool,
+}
+
+/// Why `up` could not start. Each displays as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum UpError {
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    #[error("--prefix {0:?} must be 1 to 40 of [A-Za-z0-9_-] (it names the table, queues and topic)")]
+    Prefix(String),
+    #[error("{0}")]
+    Definitions(String),
+    #[error(
+        "agents {agents} of {file} have no url of their own: give --remote-service-url URL (they then call \
+         URL/<agent>/<step>), or a --workflows file whose agents each name their url"
+    )]
+    NoRemote { agents: String, file: String },
+    #[error("cannot create the resources at {url}: {reason}")]
+    Provision { url: String, reason: String },
+    #[error("the functions' configuration is not valid: {0}")]
+    Config(String),
+    #[error("cannot listen for signals: {0}")]
+    Signals(String),
+}
+
+fn valid_prefix(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && prefix.len() <= 40
+        && prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Where each HTTP agent's calls go, as a line each; and the agents with no `url` of
+/// their own (they go to `REMOTE_SERVICE_URL`).
+fn agent_targets(definitions: &Definitions, remote: Option<&str>) -> (Vec<String>, Vec<String>) {
+    let mut lines = Vec::new();
+    let mut without_url = Vec::new();
+    for (name, def) in &definitions.agents {
+        if let Some(queue) = def.queue() {
+            lines.push(format!(
+                "{name}: requests go to {queue}; a worker of yours serves them (docs/WORKERS.md)"
+            ));
+            continue;
+        }
+        match (&def.url, remote) {
+            (Some(url), _) => lines.push(format!("{name}: POST {}/<step>", url.trim_end_matches('/'))),
+            (None, Some(base)) => {
+                lines.push(format!("{name}: POST {}/{name}/<step>", base.trim_end_matches('/')));
+                without_url.push(name.clone());
+            }
+            (None, None) => without_url.push(name.clone()),
+        }
+    }
+    (lines, without_url)
+}
+
+/// The status queue's ARN, from its URL and the region: the `reply_to` allow-list
+/// names queues by ARN.
+fn status_arn(provisioned: &Provisioned, region: &str) -> Result<String, UpError> {
+    let (account, name) = QueueId::account_and_name(&provisioned.status_queue).ok_or_else(|| {
+        UpError::Config(format!("the status queue URL {} has no /<account>/<name>", provisioned.status_queue))
+    })?;
+    Ok(format!("arn:aws:sqs:{region}:{account}:{name}"))
+}
+
+/// The four functions' configurations, read by their own code from the variables a
+/// deployment would set (the resources' names and URLs) plus `TUNING` from ours.
+struct Configs {
+    submission: SubmissionConfig,
+    scheduler: SchedulerConfig,
+    agent: AgentConfig,
+    supervisor: SupervisorConfig,
+}
+
+fn configs(
+    provisioned: &Provisioned,
+    options: &UpOptions,
+    region: &str,
+    remote: &str,
+) -> Result<Configs, UpError> {
+    let mut vars: BTreeMap<&str, String> = provisioned.env();
+    vars.insert("STATUS_QUEUE_ARN", status_arn(provisioned, region)?);
+    vars.insert("AWS_ENDPOINT_URL", options.endpoint.clone());
+    vars.insert("AWS_REGION", region.to_owned());
+    vars.insert("REMOTE_SERVICE_URL", remote.to_owned());
+    if let Some(file) = &options.workflows {
+        let path = file.to_str().ok_or_else(|| {
+            UpError::Definitions(format!("--workflows {}: the path is not UTF-8", file.display()))
+        })?;
+        vars.insert("WORKFLOWS_FILE", path.to_owned());
+    }
+    let lookup = |name: &str| match vars.get(name) {
+        Some(v) => Some(v.clone()),
+        None if TUNING.contains(&name) => std::env::var(name).ok(),
+        None => None,
+    };
+    let config = |e: sas::config::ConfigError| UpError::Config(e.problems.join("; "));
+    Ok(Configs {
+        submission: SubmissionConfig::from_lookup(&lookup).map_err(config)?,
+        scheduler: SchedulerConfig::from_lookup(&lookup).map_err(config)?,
+        agent: AgentConfig::from_lookup(&lookup).map_err(config)?,
+        supervisor: SupervisorConfig::from_lookup(&lookup).map_err(config)?,
+    })
+}
+
+/// A ready-to-paste `aws sqs send-message` of a valid order for `workflow`.
+pub fn send_example(endpoint: &str, orders_queue: &str, workflow: &str) -> String {
+    let id = format!(
+        "o-{}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_secs())
+    );
+    // Written out rather than serialised, to keep the contract's field order.
+    let body = format!(
+        r#"{{"order_id":"{id}","customer_id":"c-1","items":[{{"sku":"A-1","quantity":1}}],"workflow":{}}}"#,
+        serde_json::Value::from(workflow)
+    );
+    format!(
+        "aws --endpoint-url {endpoint} sqs send-message --queue-url {orders_queue} --message-body '{body}'"
+    )
+}
+
+/// What `up` found and made, for the startup block.
+struct Startup<'a> {
+    options: &'a UpOptions,
+    provisioned: &'a Provisioned,
+    created: usize,
+    definitions: &'a Definitions,
+    targets: &'a [String],
+    step_timeout_ms: u64,
+}
+
+impl Startup<'_> {
+    fn print(&self, board: &Board) {
+        let p = self.provisioned;
+        let o = self.options;
+        let workflows = self.definitions.workflows.names();
+        let example =
+            send_example(&o.endpoint, &p.orders_queue, workflows.first().copied().unwrap_or("single-step"));
+        let file = o
+            .workflows
+            .as_ref()
+            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let every = o.supervisor_period.as_millis() as u64;
+        if o.json {
+            board.tell(
+                "ready",
+                "",
+                serde_json::json!({
+                    "endpoint": o.endpoint, "prefix": o.prefix, "created": self.created,
+                    "queues": {
+                        "orders": p.orders_queue, "orders_dlq": p.orders_dlq,
+                        "scheduler": p.scheduler_queue, "scheduler_dlq": p.scheduler_dlq,
+                        "agent": p.agent_queue, "agent_dlq": p.agent_dlq, "status": p.status_queue,
+                    },
+                    "table": p.tables.state, "topic": p.alert_topic_arn,
+                    "workflows_file": file, "workflows": workflows, "agents": self.targets,
+                    "supervisor_period_ms": every, "step_timeout_ms": self.step_timeout_ms,
+                    "send_example": example,
+                }),
+            );
+            return;
+        }
+        let total = crate::resources::names(&Layout::standard(&o.prefix)).len();
+        let made = match self.created {
+            0 => format!("all {total} found and reused"),
+            n if n == total => format!("all {total} created"),
+            n => format!("{n} of {total} created, the rest reused"),
+        };
+        let mut lines = vec![
+            format!("sasctl up: the four functions against {}, prefix {} ({made})", o.endpoint, o.prefix),
+            format!("  orders queue     {}  (rejected orders: {})", p.orders_queue, p.orders_dlq),
+            format!("  scheduler queue  {}", p.scheduler_queue),
+            format!("  agent queue      {}", p.agent_queue),
+            format!("  status queue     {}  (an order's reply_to may name it)", p.status_queue),
+            format!("  state table      {}", p.tables.state),
+            format!("  alerts topic     {}", p.alert_topic_arn),
+            format!("  workflows        {} from {file}", workflows.join(", ")),
+        ];
+        for (i, target) in self.targets.iter().enumerate() {
+            lines.push(format!("  {:<16} {target}", if i == 0 { "agents" } else { "" }));
+        }
+        lines.push(format!(
+            "  supervisor       every {} (deployed: {DEPLOYED_SCHEDULE}); step timeout {} ms",
+            fmt_period(o.supervisor_period),
+            self.step_timeout_ms
+        ));
+        lines.push("send an order:".to_owned());
+        lines.push(format!("  {example}"));
+        lines.push("running; Ctrl-C stops (the resources stay)".to_owned());
+        let mut out = std::io::stdout().lock();
+        for line in lines {
+            let _ = std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes());
+        }
+        let _ = std::io::Write::flush(&mut out);
+    }
+}
+
+fn fmt_period(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1_000) { format!("{} s", ms / 1_000) } else { format!("{ms} ms") }
+}
+
+/// What a finished `up` leaves: its counts and where its resources stay.
+pub struct Stopped {
+    pub summary: Summary,
+    pub endpoint: String,
+    pub prefix: String,
+}
+
+impl Stopped {
+    /// The closing lines: the counts, and what became of the resources.
+    pub fn render(&self) -> String {
+        format!(
+            "stopped: {}\nthe resources stay at {} under the prefix {}: `sasctl up --endpoint-url {} --prefix {}` \
+             carries on with them. No sasctl command removes them: stopping moto or LocalStack discards them, \
+             or delete the table, queues and topic named {}-*\n",
+            self.summary.line(),
+            self.endpoint,
+            self.prefix,
+            self.endpoint,
+            self.prefix,
+            self.prefix
+        )
+    }
+}
+
+/// Runs until SIGINT or SIGTERM, then stops receiving, lets every batch in flight finish
+/// (its deletes included) and returns the counts. A second signal exits at once (130):
+/// what was in flight then comes back after its queue's visibility timeout.
+pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
+    check_url(&options.endpoint)?;
+    if !valid_prefix(&options.prefix) {
+        return Err(UpError::Prefix(options.prefix.clone()));
+    }
+    let definitions = crate::workflows::load(options.workflows.as_deref()).map_err(UpError::Definitions)?;
+    let (targets, without_url) = agent_targets(&definitions, options.remote_service_url.as_deref());
+    if options.remote_service_url.is_none() && !without_url.is_empty() {
+        let file = options
+            .workflows
+            .as_ref()
+            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        return Err(UpError::NoRemote { agents: without_url.join(", "), file });
+    }
+    let remote = options.remote_service_url.clone().unwrap_or_else(|| UNUSED_REMOTE.to_owned());
+
+    let sdk = sdk_config(&options.endpoint).await;
+    probe(&sdk, &options.endpoint).await?;
+    let clients = Clients::new(&sdk);
+    let layout = Layout::standard(&options.prefix);
+    let provision_failed =
+        |reason: String| UpError::Provision { url: options.endpoint.clone(), reason: one_line(&reason) };
+    let before = crate::resources::existing(&clients, &layout).await.map_err(provision_failed)?;
+    let provisioned =
+        provision::provision(&sdk, &layout).await.map_err(|e| provision_failed(e.to_string()))?;
+    let created = crate::resources::names(&layout).len() - before.len();
+    let region = sdk.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
+    let configs = configs(&provisioned, &options, &region, &remote)?;
+
+    // Signals are caught from here on: a Ctrl-C after the startup block always stops cleanly.
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| UpError::Signals(e.to_string()))?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| UpError::Signals(e.to_string()))?;
+
+    let board = Arc::new(Board::new(options.json));
+    Startup {
+        options: &options,
+        provisioned: &provisioned,
+        created,
+        definitions: &definitions,
+        targets: &targets,
+        step_timeout_ms: configs.scheduler.policy.step_timeout_ms,
+    }
+    .print(&board);
+
+    let (stop_all, stop) = watch::channel(false);
+    let workers = start(&sdk, &clients, &configs, &options, board.clone(), stop);
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    let _ = stop_all.send(true);
+    eprintln!("sasctl up: stopping: finishing the batches in flight (Ctrl-C again quits at once)");
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        std::process::exit(130);
+    });
+    for worker in workers {
+        let _ = worker.await;
+    }
+    Ok(Stopped { summary: board.summary(), endpoint: options.endpoint, prefix: options.prefix })
+}
+
+/// The four functions, wired as their Lambda binaries wire them, with the board watching
+/// the store, the alerts and the dead-letter queues; their pumps and the supervisor's
+/// timer, each stopping when `stop` says so.
+fn start(
+    sdk: &aws_config::SdkConfig,
+    clients: &Clients,
+    configs: &Configs,
+    options: &UpOptions,
+    board: Arc<Board>,
+    stop: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let sqs = Arc::new(SqsQueues::new(clients.sqs.clone()));
+    let hold = Duration::from_millis(configs.scheduler.send_max_hold_ms);
+    let sends: Arc<dyn Queues> = Arc::new(SendCoalescer::new(sqs.clone(), hold));
+    let metrics = Arc::new(CountingMetrics::default());
+    let deps = Deps {
+        store: Arc::new(TapStore::new(
+            DynamoStore::new(clients.dynamodb.clone(), configs.scheduler.tables.clone()),
+            board.clone(),
+        )),
+        queues: sends.clone(),
+        alerts: Arc::new(TeeAlerts {
+            first: Arc::new(SnsAlerts::new(clients.sns.clone(), configs.scheduler.alert_topic_arn.clone())),
+            then: board.clone(),
+        }),
+        clock: Arc::new(SystemClock),
+        random: Arc::new(FastRandom::from_entropy()),
+        metrics: metrics.clone(),
+    };
+    let agent_config = &configs.agent;
+    let agent = Agent::new(
+        AgentDeps {
+            queues: sends.clone(),
+            clock: deps.clock.clone(),
+            random: deps.random.clone(),
+            metrics: metrics.clone(),
+            remote: Arc::new(
+                HttpRemote::new(agent_config.remote_service_url.clone())
+                    .with_agents(&agent_config.definitions.agents)
+                    .with_secrets(Arc::new(AwsSecrets::new(sdk))),
+            ),
+            scheduler_queue: agent_config.scheduler_queue.clone(),
+        },
+        AgentSettings::default(),
+        agent_config.definitions.workflows.clone(),
+    )
+    .with_agents(&agent_config.definitions.agents);
+    let submission = Submission::new(deps.clone(), configs.submission.settings());
+    let scheduler = Scheduler::new(deps.clone(), configs.scheduler.settings());
+    let supervisor = Supervisor::new(deps.clone(), configs.supervisor.settings());
+
+    let pumps = Pumps {
+        consumer: sqs,
+        kept: Arc::new(events::KeptQueues { inner: sends, board: board.clone() }),
+        metrics,
+        settings: PumpSettings { batch_size: 10, concurrency: options.concurrency, wait_ms: RECEIVE_WAIT_MS },
+        stop: stop.clone(),
+        events: board.clone(),
+    };
+    let (orders, scheduler_queue) = (&configs.submission, &configs.scheduler);
+    vec![
+        pumps.spawn(&orders.orders_queue, &orders.orders_dlq, move |m| {
+            let s = submission.clone();
+            async move { s.handle(m).await }
+        }),
+        pumps.spawn(&scheduler_queue.scheduler_queue, &scheduler_queue.scheduler_dlq, move |m| {
+            let s = scheduler.clone();
+            async move { s.handle(m).await }
+        }),
+        pumps.spawn(&agent_config.agent_queue, &agent_config.agent_dlq, move |m| {
+            let a = agent.clone();
+            async move { a.handle(m).await }
+        }),
+        tokio::spawn(supervise(supervisor, options.supervisor_period, board, stop)),
+    ]
+}
+
+/// What every function's pump shares.
+struct Pumps {
+    consumer: Arc<dyn QueueConsumer>,
+    /// The sends that keep rejected messages, watched by the board.
+    kept: Arc<dyn Queues>,
+    metrics: Arc<CountingMetrics>,
+    settings: PumpSettings,
+    stop: watch::Receiver<bool>,
+    events: Arc<dyn PumpEvents>,
+}
+
+impl Pumps {
+    fn spawn<F, Fut>(
+        &self,
+        queue: &QueueUrl,
+        dead_letter_queue: &QueueUrl,
+        handle: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn(Inbound) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), sas::handlers::HandlerError>> + Send + 'static,
+    {
+        let dead_letters = DeadLetters {
+            queues: self.kept.clone(),
+            source: queue.clone(),
+            dead_letter_queue: dead_letter_queue.clone(),
+            metrics: self.metrics.clone(),
+        };
+        tokio::spawn(pump(
+            self.consumer.clone(),
+            queue.clone(),
+            self.settings,
+            dead_letters,
+            self.stop.clone(),
+            self.events.clone(),
+            handle,
+        ))
+    }
+}
+
+/// The supervisor on a timer: at once (a restarted `up` recovers what is overdue right
+/// away), then every `period`. A run under way when the stop comes finishes first.
+async fn supervise(
+    supervisor: Supervisor,
+    period: Duration,
+    board: Arc<Board>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        match supervisor.sweep().await {
+            Ok(report) => board.swept(&report),
+            Err(e) => board.sweep_failed(&one_line(&e.to_string())),
+        }
+    }
+}

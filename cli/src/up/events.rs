@@ -1,0 +1,270 @@
+//! What `sasctl up` tells its user while it runs: one line per notable event (an order
+//! accepted, rejected or ended, an alert, trouble with the endpoint), or one JSON
+//! object per line with `--json`, and the counts behind the final summary.
+//!
+//! The board learns of orders by watching the ports (`tap`): the landed writes of the
+//! state store, the alerts raised, the messages kept in a dead-letter queue.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord};
+use sas::handlers::{BatchReport, REASON_ATTRIBUTE, SweepReport};
+use sas::ports::{AlertError, Alerts, Outgoing, QueueError, QueueUrl, Queues};
+use serde::Serialize;
+
+use crate::pump::PumpEvents;
+use crate::tap::{Landed, Tap};
+
+/// The counts of one `up` run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Orders accepted (their task created) by this run.
+    pub accepted: usize,
+    /// Tasks this run ended, by final state.
+    pub processed: usize,
+    pub error: usize,
+    pub compensated: usize,
+    /// Tasks this run accepted or moved that have not ended yet.
+    pub in_flight: usize,
+    /// Messages kept in a dead-letter queue with a reason (bad orders, mostly).
+    pub rejected: usize,
+    /// Operator alerts published.
+    pub alerts: usize,
+    pub supervisor_runs: u64,
+    /// Tasks the supervisor put back for another attempt after their deadline passed.
+    pub supervisor_retries: usize,
+}
+
+impl Summary {
+    pub fn line(&self) -> String {
+        format!(
+            "{} accepted, {} processed, {} error, {} compensated, {} in flight; {} rejected, {} alerts, \
+             {} supervisor runs ({} retries)",
+            self.accepted,
+            self.processed,
+            self.error,
+            self.compensated,
+            self.in_flight,
+            self.rejected,
+            self.alerts,
+            self.supervisor_runs,
+            self.supervisor_retries
+        )
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    summary: Summary,
+    in_flight: HashSet<OrderId>,
+}
+
+/// Where events are told, and the counts kept.
+pub struct Board {
+    started: Instant,
+    json: bool,
+    counts: Mutex<Counts>,
+}
+
+/// The last part of a queue URL: its name.
+fn queue_name(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}
+
+impl Board {
+    pub fn new(json: bool) -> Board {
+        Board { started: Instant::now(), json, counts: Mutex::default() }
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn summary(&self) -> Summary {
+        let counts = self.counts();
+        Summary { in_flight: counts.in_flight.len(), ..counts.summary.clone() }
+    }
+
+    /// One event: `what` (a word), `text` for people, `fields` for `--json`.
+    pub fn tell(&self, what: &str, text: &str, fields: serde_json::Value) {
+        let line = if self.json {
+            let mut object =
+                serde_json::json!({ "event": what, "at_ms": self.started.elapsed().as_millis() as u64 });
+            if let (Some(o), serde_json::Value::Object(extra)) = (object.as_object_mut(), fields) {
+                o.extend(extra);
+            }
+            object.to_string()
+        } else {
+            format!("[{:>8.1}s] {what:<11} {text}", self.started.elapsed().as_secs_f64())
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+
+    /// A supervisor run finished.
+    pub fn swept(&self, report: &SweepReport) {
+        {
+            let mut counts = self.counts();
+            counts.summary.supervisor_runs += 1;
+            counts.summary.supervisor_retries += report.retried;
+        }
+        if report.retried + report.gave_up + report.errors > 0 {
+            self.tell(
+                "supervisor",
+                &format!(
+                    "{} overdue: {} retried, {} given up, {} errors",
+                    report.examined, report.retried, report.gave_up, report.errors
+                ),
+                serde_json::json!({
+                    "examined": report.examined, "retried": report.retried,
+                    "gave_up": report.gave_up, "errors": report.errors,
+                }),
+            );
+        }
+    }
+
+    pub fn sweep_failed(&self, error: &str) {
+        self.counts().summary.supervisor_runs += 1;
+        self.tell(
+            "trouble",
+            &format!("supervisor run failed: {error}"),
+            serde_json::json!({ "error": error }),
+        );
+    }
+
+    fn ended(&self, task: &TaskRecord) {
+        let state = task.state.as_str();
+        let why = task.last_error.as_deref().filter(|_| task.state != ProcessState::Processed);
+        let text = match why {
+            Some(why) => format!("{} ({} v{}): {why}", task.order_id, task.workflow, task.workflow_version),
+            None => format!("{} ({} v{})", task.order_id, task.workflow, task.workflow_version),
+        };
+        self.tell(
+            state,
+            &text,
+            serde_json::json!({ "order_id": task.order_id.as_str(), "state": state, "reason": why }),
+        );
+    }
+}
+
+impl Tap for Board {
+    fn landed(&self, task: &TaskRecord, how: Landed) {
+        let terminal = task.state.is_terminal();
+        {
+            let mut counts = self.counts();
+            if how == Landed::Inserted {
+                counts.summary.accepted += 1;
+            }
+            match task.state {
+                ProcessState::Processed => counts.summary.processed += 1,
+                ProcessState::Error => counts.summary.error += 1,
+                ProcessState::Compensated => counts.summary.compensated += 1,
+                _ => {}
+            }
+            if terminal {
+                counts.in_flight.remove(&task.order_id);
+            } else {
+                counts.in_flight.insert(task.order_id.clone());
+            }
+        }
+        if how == Landed::Inserted {
+            self.tell(
+                "accepted",
+                &format!("{} ({} v{})", task.order_id, task.workflow, task.workflow_version),
+                serde_json::json!({
+                    "order_id": task.order_id.as_str(), "workflow": task.workflow,
+                    "workflow_version": task.workflow_version,
+                }),
+            );
+        } else if terminal {
+            self.ended(task);
+        }
+    }
+}
+
+#[async_trait]
+impl Alerts for Board {
+    async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
+        self.counts().summary.alerts += 1;
+        self.tell(
+            "alert",
+            &format!("{}: {}", alert.order_id, alert.reason),
+            serde_json::json!({ "order_id": alert.order_id.as_str(), "reason": alert.reason }),
+        );
+        Ok(())
+    }
+}
+
+impl PumpEvents for Board {
+    fn receive_failed(&self, queue: &QueueUrl, error: &QueueError, retry_in: Duration) {
+        let error = crate::endpoint::one_line(&error.to_string());
+        self.tell(
+            "trouble",
+            &format!("receive from {} failed, again in {retry_in:?}: {error}", queue_name(&queue.0)),
+            serde_json::json!({ "queue": queue.0, "error": error }),
+        );
+    }
+
+    fn batch_done(&self, queue: &QueueUrl, _report: &BatchReport, failed_deletes: usize) {
+        if failed_deletes > 0 {
+            self.tell(
+                "trouble",
+                &format!(
+                    "{failed_deletes} handled messages of {} not deleted: they come back after the visibility timeout",
+                    queue_name(&queue.0)
+                ),
+                serde_json::json!({ "queue": queue.0, "failed_deletes": failed_deletes }),
+            );
+        }
+    }
+}
+
+/// The queues the handlers keep rejected messages through, telling the board of each
+/// one kept (with its reason) once it is in its dead-letter queue.
+pub struct KeptQueues {
+    pub inner: Arc<dyn Queues>,
+    pub board: Arc<Board>,
+}
+
+impl KeptQueues {
+    fn kept(&self, queue: &QueueUrl, message: &Outgoing) {
+        let Some(reason) = message.attributes.get(REASON_ATTRIBUTE) else { return };
+        self.board.counts().summary.rejected += 1;
+        self.board.tell(
+            "rejected",
+            &format!("kept in {}: {reason}", queue_name(&queue.0)),
+            serde_json::json!({ "queue": queue.0, "reason": reason, "body": message.body }),
+        );
+    }
+}
+
+#[async_trait]
+impl Queues for KeptQueues {
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
+        let told = messages.clone();
+        self.inner.send_batch(queue, messages).await?;
+        told.iter().for_each(|m| self.kept(queue, m));
+        Ok(())
+    }
+    async fn send(&self, queue: &QueueUrl, message: Outgoing) -> Result<(), QueueError> {
+        let told = message.clone();
+        self.inner.send(queue, message).await?;
+        self.kept(queue, &told);
+        Ok(())
+    }
+    async fn send_each(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Vec<Result<(), QueueError>> {
+        let told = messages.clone();
+        let results = self.inner.send_each(queue, messages).await;
+        for (m, r) in told.iter().zip(&results) {
+            if r.is_ok() {
+                self.kept(queue, m);
+            }
+        }
+        results
+    }
+}

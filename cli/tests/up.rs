@@ -1,0 +1,310 @@
+//! `sasctl up` against moto (infra/with-moto.sh sets SAS_TEST_ENDPOINT), as a user runs
+//! it: the built binary as a child process, a definition file whose one agent calls a
+//! small HTTP service run by the test, orders sent with the plain SDK, the state table
+//! read with the plain SDK, then SIGINT. Without an endpoint the test prints a loud
+//! SKIPPED line and passes, except under CI=true (`support::endpoint`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use axum::Router;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+
+mod support;
+
+/// The order ids the test's service refuses (HTTP 422) start with this.
+const REFUSED: &str = "refuse-";
+
+/// What the test's service was asked: step name, order id and idempotency key.
+type Calls = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// The remote service of the test's one agent: it refuses orders whose id starts with
+/// [`REFUSED`] and does every other step, answering a small JSON output.
+async fn serve_remote() -> (String, Calls) {
+    async fn step(
+        State(calls): State<Calls>,
+        UrlPath(step): UrlPath<String>,
+        headers: HeaderMap,
+        body: axum::Json<serde_json::Value>,
+    ) -> (StatusCode, String) {
+        let order_id = body["order_id"].as_str().unwrap_or_default().to_owned();
+        let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        calls.lock().unwrap().push((step, order_id.clone(), key));
+        if order_id.starts_with(REFUSED) {
+            (StatusCode::UNPROCESSABLE_ENTITY, r#"{"error":"no such customer"}"#.into())
+        } else {
+            (StatusCode::OK, r#"{"done":true}"#.into())
+        }
+    }
+    let calls = Calls::default();
+    let app = Router::new().route("/svc/{step}", post(step)).with_state(calls.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/svc", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, calls)
+}
+
+/// A definition file in a fresh directory: workflow `one`, one step on agent `svc` at
+/// `url`, nothing to undo with (a refusal ends the task Error).
+fn definitions_file(url: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sasctl-up-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("workflows.json");
+    let text = serde_json::json!({
+        "agents": {"svc": {"url": url, "timeout_ms": 2000}},
+        "workflows": [{"name": "one", "steps": [{"name": "do-it", "agent": "svc"}]}],
+    });
+    std::fs::write(&path, text.to_string()).unwrap();
+    path
+}
+
+/// A running `sasctl up`, its output collected as it comes. Start one with
+/// [`Up::start`], wait for what it prints, stop it with [`Up::interrupt`] and
+/// [`Up::finish`]. Tests that run other commands against the same resources while
+/// it runs (or between two runs) take the prefix and endpoint from here.
+pub struct Up {
+    child: Child,
+    pub endpoint: String,
+    pub prefix: String,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let kept = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+impl Up {
+    /// Starts `sasctl up` on `prefix` with `workflows`, and waits (bounded) until it says
+    /// it is running.
+    pub async fn start(endpoint: &str, prefix: &str, workflows: &Path) -> Up {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+            .args(["up", "--endpoint-url", endpoint, "--prefix", prefix, "--supervisor-period-ms", "1000"])
+            .arg("--workflows")
+            .arg(workflows)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sasctl runs");
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        let up = Up { child, endpoint: endpoint.to_owned(), prefix: prefix.to_owned(), stdout, stderr };
+        up.wait_for_line(|l| l.starts_with("running; Ctrl-C stops"), Duration::from_secs(90)).await;
+        up
+    }
+
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().join("\n")
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// The first line of stdout that `matches`, waiting for it up to `within`.
+    pub async fn wait_for_line(&self, matches: impl Fn(&str) -> bool, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(line) = self.stdout.lock().unwrap().iter().find(|l| matches(l)) {
+                return line.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no such line within {within:?}.\nstdout:\n{}\nstderr:\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sends SIGINT, as Ctrl-C does.
+    pub fn interrupt(&self) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: a plain kill(2) of our own child, which has not been reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0, "SIGINT sent");
+    }
+
+    /// Waits (bounded) for the process to exit; its status, stdout and stderr.
+    pub async fn finish(mut self, within: Duration) -> (ExitStatus, String, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // The reader threads see end of file once the process is gone.
+                let drained = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < drained && !self.stdout().contains("\nstopped: ") {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                return (status, self.stdout(), self.stderr());
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "sasctl up still running {within:?} after SIGINT.\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The plain SDK's view of the test's resources.
+struct Aws {
+    sqs: aws_sdk_sqs::Client,
+    dynamodb: aws_sdk_dynamodb::Client,
+    orders_queue: String,
+    table: String,
+}
+
+impl Aws {
+    async fn new(endpoint: &str, prefix: &str) -> Aws {
+        let sdk = sasctl::endpoint::sdk_config(endpoint).await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let orders_queue = sqs
+            .get_queue_url()
+            .queue_name(format!("{prefix}-orders"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        Aws {
+            dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+            sqs,
+            orders_queue,
+            table: format!("{prefix}-state"),
+        }
+    }
+
+    async fn send_order(&self, order_id: &str) {
+        let body = serde_json::json!({
+            "order_id": order_id, "customer_id": "c-1",
+            "items": [{"sku": "A-1", "quantity": 2}], "workflow": "one",
+        });
+        self.sqs
+            .send_message()
+            .queue_url(&self.orders_queue)
+            .message_body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// The task's state as the table holds it, if there is a task.
+    async fn state(&self, order_id: &str) -> Option<String> {
+        let item = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .key("order_id", AttributeValue::S(order_id.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item?;
+        item.get("state").and_then(|s| s.as_s().ok()).cloned()
+    }
+
+    /// Waits (bounded) until every order has ended; their final states.
+    async fn wait_until_ended(&self, order_ids: &[&str], within: Duration) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut states = Vec::new();
+            for id in order_ids {
+                states.push(self.state(id).await.unwrap_or_else(|| "(none)".into()));
+            }
+            if states.iter().all(|s| ["Processed", "Error", "Compensated"].contains(&s.as_str())) {
+                return states;
+            }
+            assert!(Instant::now() < deadline, "not all ended within {within:?}: {order_ids:?} {states:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+async fn remove_resources(endpoint: &str, prefix: &str) {
+    let clients = sas::adapters::aws::Clients::new(&sasctl::endpoint::sdk_config(endpoint).await);
+    let layout = sas::adapters::aws::provision::Layout::standard(prefix);
+    let all = sasctl::resources::existing(&clients, &layout).await.expect("listed");
+    assert!(sasctl::resources::remove(&clients, &all).await.is_empty(), "tidied up after the test");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carries_on() {
+    let test = "orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carries_on";
+    let Some(endpoint) = support::endpoint(test) else { return };
+    let (url, calls) = serve_remote().await;
+    let workflows = definitions_file(&url);
+    let prefix = format!("t-up-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+
+    let up = Up::start(&endpoint, &prefix, &workflows).await;
+    let startup = up.stdout();
+    assert!(startup.contains(&format!("prefix {prefix} (all 9 created)")), "{startup}");
+    assert!(startup.contains(&format!("svc: POST {url}/<step>")), "{startup}");
+    assert!(
+        startup.contains(&format!("aws --endpoint-url {endpoint} sqs send-message --queue-url ")),
+        "{startup}"
+    );
+
+    let aws = Aws::new(&endpoint, &prefix).await;
+    let orders = ["ok-1", "ok-2", "ok-3", "refuse-1"];
+    for id in orders {
+        aws.send_order(id).await;
+    }
+    let states = aws.wait_until_ended(&orders, Duration::from_secs(90)).await;
+    assert_eq!(states, ["Processed", "Processed", "Processed", "Error"]);
+    // The last event lines may trail the table by a moment.
+    up.wait_for_line(|l| l.contains("Error") && l.contains("refuse-1"), Duration::from_secs(10)).await;
+
+    up.interrupt();
+    let (status, stdout, stderr) = up.finish(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains(
+            "stopped: 4 accepted, 3 processed, 1 error, 0 compensated, 0 in flight; 0 rejected, 1 alerts"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("the resources stay at {endpoint} under the prefix {prefix}")),
+        "{stdout}"
+    );
+    let seen: Vec<(String, String, String)> = calls.lock().unwrap().clone();
+    for id in orders {
+        assert!(
+            seen.iter()
+                .any(|(step, order, key)| step == "do-it" && order == id && *key == format!("{id}:0:do")),
+            "{id} not called as expected: {seen:?}"
+        );
+    }
+
+    // Sent while nothing runs: the next `up` on the same prefix finds the resources and
+    // the order waiting in them.
+    aws.send_order("ok-4").await;
+    let up = Up::start(&endpoint, &prefix, &workflows).await;
+    assert!(up.stdout().contains("(all 9 found and reused)"), "{}", up.stdout());
+    assert_eq!(aws.wait_until_ended(&["ok-4"], Duration::from_secs(90)).await, ["Processed"]);
+    up.wait_for_line(|l| l.contains("Processed") && l.contains("ok-4"), Duration::from_secs(10)).await;
+    up.interrupt();
+    let (status, stdout, stderr) = up.finish(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("stopped: 1 accepted, 1 processed, 0 error"), "{stdout}");
+
+    remove_resources(&endpoint, &prefix).await;
+    let _ = std::fs::remove_dir_all(workflows.parent().unwrap());
+}
