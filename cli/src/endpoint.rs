@@ -14,13 +14,14 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use sas::adapters::aws::provision::{self, Layout, Provisioned};
+use sas::adapters::aws::sns::Deployment;
 use sas::adapters::aws::{Clients, DynamoStore, SnsAlerts, SqsQueues};
 use sas::adapters::embedded::{RecordingAlerts, StoredMessage, WriteRecord};
 use sas::adapters::system::SystemClock;
 use sas::domain::messages::MAX_BODY_BYTES;
 use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Delivery, Inserted, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues,
+    AlertError, Alerts, Delivery, Inserted, Listing, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues,
     StateStore, StoreError, Written,
 };
 
@@ -311,6 +312,9 @@ impl<S: StateStore> StateStore for RecordingStore<S> {
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         self.inner.due(now, limit).await
     }
+    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        self.inner.list(listing, limit).await
+    }
 }
 
 /// Alerts published to the SNS topic and kept for the checker.
@@ -512,7 +516,11 @@ async fn run_in(
         ))),
         queues: Arc::new(NamedQueues::new(SqsQueues::new(clients.sqs.clone()), &resources)),
         alerts: Arc::new(TeeAlerts {
-            sns: SnsAlerts::new(clients.sns.clone(), resources.alert_topic_arn.clone()),
+            sns: SnsAlerts::new(
+                clients.sns.clone(),
+                resources.alert_topic_arn.clone(),
+                Deployment::infer(None, &resources.tables.state),
+            ),
             kept: Arc::new(RecordingAlerts::default()),
         }),
     };
