@@ -471,6 +471,7 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
         // them whole.
         let after = dynamo.listing_reads();
         assert_eq!(after.index_items - before.index_items, 3, "{}", b.name);
+        assert_eq!(after.index_count - before.index_count, 3, "{}", b.name);
         assert_eq!(after.index_scanned - before.index_scanned, 3, "{}", b.name);
         assert_eq!(after.task_reads, before.task_reads, "{}", b.name);
     }

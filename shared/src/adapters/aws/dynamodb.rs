@@ -131,10 +131,13 @@ fn key(id: &OrderId) -> Item {
 pub struct ListingReads {
     /// Query requests made.
     pub queries: u64,
-    /// Index entries the queries returned (the sum of DynamoDB's `Count`).
+    /// Index entries this adapter received from the queries.
     pub index_items: u64,
-    /// Index entries the queries examined (the sum of DynamoDB's `ScannedCount`): with
-    /// no filter expression, equal to `index_items` unless DynamoDB read more.
+    /// The same as DynamoDB reported it: the sum of the responses' `Count`.
+    pub index_count: u64,
+    /// Index entries DynamoDB examined: the sum of the responses' `ScannedCount`, what
+    /// the query was billed on (it has no filter, so equal to `index_count` unless
+    /// DynamoDB read entries it did not return).
     pub index_scanned: u64,
     /// Task items read from the table after a keys-only index (BatchGetItem).
     pub task_reads: u64,
@@ -146,6 +149,7 @@ pub struct ListingReads {
 struct ListingCounters {
     queries: AtomicU64,
     index_items: AtomicU64,
+    index_count: AtomicU64,
     index_scanned: AtomicU64,
     task_reads: AtomicU64,
     batch_gets: AtomicU64,
@@ -170,6 +174,7 @@ impl DynamoStore {
         ListingReads {
             queries: c.queries.load(Ordering::Relaxed),
             index_items: c.index_items.load(Ordering::Relaxed),
+            index_count: c.index_count.load(Ordering::Relaxed),
             index_scanned: c.index_scanned.load(Ordering::Relaxed),
             task_reads: c.task_reads.load(Ordering::Relaxed),
             batch_gets: c.batch_gets.load(Ordering::Relaxed),
@@ -250,7 +255,8 @@ impl DynamoStore {
             let page = query.send().await.map_err(|e| unavailable(&format!("querying {index}"), e))?;
             let c = &self.listing;
             c.queries.fetch_add(1, Ordering::Relaxed);
-            c.index_items.fetch_add(u64::try_from(page.count()).unwrap_or(0), Ordering::Relaxed);
+            c.index_items.fetch_add(page.items().len() as u64, Ordering::Relaxed);
+            c.index_count.fetch_add(u64::try_from(page.count()).unwrap_or(0), Ordering::Relaxed);
             c.index_scanned.fetch_add(u64::try_from(page.scanned_count()).unwrap_or(0), Ordering::Relaxed);
             items.extend(page.items().iter().cloned());
             match page.last_evaluated_key() {
