@@ -4,7 +4,8 @@
 cfn-lint and checkov know CloudFormation; they do not know what the sas code and the
 infra/ bootstrap expect. This checks that contract:
 
-- resource names (with Prefix = sas), keys and the sparse due-index GSI;
+- resource names (with Prefix = sas), keys, the sparse due-index and error-index GSIs and
+  TTL on expires_at;
 - every work queue redrives to its DLQ after 5 receives, with visibility >= 6x the
   timeout of the function consuming it; SQS event sources report batch item failures;
 - the four functions: provided.al2023, arm64, JSON logs, the environment the code reads;
@@ -111,6 +112,20 @@ if f"{PREFIX}-state" in tables:
         attrs = {a["AttributeName"]: a["AttributeType"] for a in p["AttributeDefinitions"]}
         if attrs.get("due_shard") != "S" or attrs.get("deadline") != "N":
             err("due-index: due_shard must be S and deadline N")
+    g = gsis.get("error-index")
+    if not g:
+        err("state table: GSI error-index missing")
+    else:
+        if g["KeySchema"] != [{"AttributeName": "error_shard", "KeyType": "HASH"}, {"AttributeName": "updated_at", "KeyType": "RANGE"}]:
+            err("error-index: keys must be error_shard (HASH), updated_at (RANGE)")
+        # Operators list Error tasks from the index alone, with no read per task.
+        if g.get("Projection", {}).get("ProjectionType") != "ALL":
+            err("error-index: projection must be ALL")
+        attrs = {a["AttributeName"]: a["AttributeType"] for a in p["AttributeDefinitions"]}
+        if attrs.get("error_shard") != "S" or attrs.get("updated_at") != "N":
+            err("error-index: error_shard must be S and updated_at N")
+    if p.get("TimeToLiveSpecification") != {"AttributeName": "expires_at", "Enabled": True}:
+        err("state table: TTL must be enabled on expires_at (the code writes it on finished tasks)")
 
 # ---------------------------------------------------------------- queues
 queues = {sub_name(v["Properties"].get("QueueName")): (k, v["Properties"]) for k, v in of_type("AWS::SQS::Queue").items()}
@@ -135,6 +150,7 @@ ENV_COMMON = {
     "SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL", "AGENT_QUEUE_URL", "AGENT_DLQ_URL", "ALERT_TOPIC_ARN",
     "STEP_TIMEOUT_MS", "REPLY_GRACE_MS", "PENDING_TIMEOUT_MS", "FAILURE_THRESHOLD", "RETRY_BASE_MS", "SEND_MAX_HOLD_MS",
     "RETRY_CAP_MS", "METRICS_NAMESPACE", "STATUS_QUEUE_ARN", "REPLY_TO_EXTRA_QUEUE_ARNS", "WORKFLOWS_FILE",
+    "RETENTION_DAYS", "STACK_NAME",
 }
 functions = {sub_name(v["Properties"].get("FunctionName")): (k, v["Properties"]) for k, v in of_type("AWS::Lambda::Function").items()}
 fid = {}

@@ -472,7 +472,11 @@ async fn run_in(
         )),
         queues: Arc::new(NamedQueues::new(SqsQueues::new(clients.sqs.clone()), &resources)),
         alerts: Arc::new(TeeAlerts {
-            first: Arc::new(SnsAlerts::new(clients.sns.clone(), resources.alert_topic_arn.clone())),
+            first: Arc::new(SnsAlerts::new(
+                clients.sns.clone(),
+                resources.alert_topic_arn.clone(),
+                sas::adapters::aws::sns::Deployment::infer(None, &resources.tables.state),
+            )),
             then: kept_alerts.clone(),
         }),
         kept_alerts,

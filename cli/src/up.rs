@@ -392,7 +392,11 @@ fn start(
         )),
         queues: sends.clone(),
         alerts: Arc::new(TeeAlerts {
-            first: Arc::new(SnsAlerts::new(clients.sns.clone(), configs.scheduler.alert_topic_arn.clone())),
+            first: Arc::new(SnsAlerts::new(
+                clients.sns.clone(),
+                configs.scheduler.alert_topic_arn.clone(),
+                sas::adapters::aws::sns::Deployment::Prefix(options.prefix.clone()),
+            )),
             then: board.clone(),
         }),
         clock: Arc::new(SystemClock),

@@ -1,7 +1,7 @@
 //! `sasctl bench` at tiny sizes: structure and sanity only, never timing.
 
 use sas::domain::Policy;
-use sasctl::bench::{CostAssumptions, cost, recovery, sweep_once, throughput};
+use sasctl::bench::{CostAssumptions, ListingOptions, cost, listing, recovery, sweep_once, throughput};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throughput_processes_every_order() {
@@ -71,4 +71,46 @@ async fn starvation_measures_the_healthy_agent_in_both_runs() {
     let r = sasctl::bench::starvation(&o).await.expect("both runs hold every invariant");
     assert_eq!((r.baseline.samples, r.hanging.samples), (30, 30), "every via-steady order measured: {r:?}");
     assert!(r.hanging_keys > 0, "the slow service was called");
+}
+
+/// `bench listing` at a small size against moto (SAS_TEST_ENDPOINT, set by
+/// infra/with-moto.sh): each listing returns what it asks for and reads only that, by
+/// the adapter's count and by DynamoDB's. Without an endpoint it prints a loud SKIPPED
+/// line and passes, except under CI=true, where that is a failure (the rule of
+/// tests/src/lib.rs, which this crate cannot depend on: it depends on this one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_reads_only_what_it_lists() {
+    const VAR: &str = "SAS_TEST_ENDPOINT";
+    let Some(endpoint) = std::env::var(VAR).ok().filter(|e| !e.trim().is_empty()) else {
+        let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+        assert!(
+            !ci,
+            "listing_reads_only_what_it_lists: CI=true but {VAR} is not set: run under infra/with-moto.sh"
+        );
+        let line = format!(
+            "*** SKIPPED: moto not running: listing_reads_only_what_it_lists needs {VAR} (run under infra/with-moto.sh) ***\n"
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        return;
+    };
+    let o = ListingOptions { endpoint, finished: 300, errors: 60, live: 7, progress: false };
+    let r = listing(&o).await.expect("bench runs");
+    let rows: Vec<(&str, usize, u64, u64, u64, u64)> = r
+        .rows
+        .iter()
+        .map(|r| (r.listing.as_str(), r.returned, r.index_items, r.count, r.scanned_count, r.task_reads))
+        .collect();
+    let since = format!("errors since {}", 1_700_000_000_000u64 + 1_000 + 50);
+    assert_eq!(
+        rows,
+        [
+            ("errors", 60, 60, 60, 60, 0),
+            ("errors, newest 50", 50, 50, 50, 50, 0),
+            (since.as_str(), 10, 10, 10, 10, 0),
+            // Four due shards, each read whole (7 entries in all), then each task.
+            ("live", 7, 7, 7, 7, 7),
+        ]
+    );
+    let text = r.to_string();
+    assert!(text.contains("300 finished, 60 in Error, 7 live (367 items"), "{text}");
 }

@@ -9,6 +9,8 @@
 //! | `STATE_TABLE` | submission, scheduler, supervisor | required |
 //! | `DUE_INDEX` | submission, scheduler, supervisor | `due-index` |
 //! | `DUE_SHARDS` | submission, scheduler, supervisor (all must agree: writers place tasks in shards, the supervisor queries them) | 4 |
+//! | `RETENTION_DAYS` | submission, scheduler, supervisor: days a finished task's record is kept (its `expires_at` TTL); 0 keeps it forever | 30 |
+//! | `STACK_NAME` | scheduler, supervisor: named in every alert's `show` command (`sasctl tasks show ID --stack NAME`); unset, the command names `--prefix` when `STATE_TABLE` is `{prefix}-state` | none |
 //! | `ORDERS_QUEUE_URL`, `ORDERS_DLQ_URL` | submission | required |
 //! | `SCHEDULER_QUEUE_URL` | all four | required |
 //! | `SCHEDULER_DLQ_URL` | scheduler | required |
@@ -32,6 +34,11 @@ use crate::handlers::{Settings, Topology};
 use crate::ports::QueueUrl;
 
 pub const DEFAULT_DUE_INDEX: &str = "due-index";
+pub const DEFAULT_ERROR_INDEX: &str = "error-index";
+/// How long a finished task's record is kept before DynamoDB's TTL deletes it.
+pub const DEFAULT_RETENTION_DAYS: u32 = 30;
+/// A century: beyond it "keep forever" (0) says what is meant.
+pub const MAX_RETENTION_DAYS: u32 = 36_500;
 pub const DEFAULT_DUE_SHARDS: u32 = 4;
 pub const MAX_DUE_SHARDS: u32 = 1_000;
 pub const DEFAULT_METRICS_NAMESPACE: &str = "sas";
@@ -74,6 +81,11 @@ pub struct TableNames {
     /// entries keep their lower shard numbers, which are still queried); lowering it
     /// hides the tasks in the dropped shards until they are rewritten.
     pub due_shards: u32,
+    /// The sparse index of the tasks in Error, newest first (`StateStore::list`).
+    pub error_index: String,
+    /// Days a finished (terminal) task's record is kept after its last write before
+    /// DynamoDB's TTL deletes it; 0 keeps records forever.
+    pub retention_days: u32,
 }
 
 impl TableNames {
@@ -82,6 +94,38 @@ impl TableNames {
             state: state.into(),
             due_index: DEFAULT_DUE_INDEX.to_owned(),
             due_shards: DEFAULT_DUE_SHARDS,
+            error_index: DEFAULT_ERROR_INDEX.to_owned(),
+            retention_days: DEFAULT_RETENTION_DAYS,
+        }
+    }
+
+    /// The same tables with another retention (0 = keep forever).
+    pub fn with_retention_days(mut self, days: u32) -> TableNames {
+        self.retention_days = days;
+        self
+    }
+}
+
+/// How operators name this deployment to `sasctl`: what every alert's `show` command
+/// passes beside the order id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deployment {
+    /// A CloudFormation stack (`STACK_NAME`, which template.yaml sets).
+    Stack(String),
+    /// Resources named `{prefix}-...` without a stack: a bootstrap or a dev run.
+    Prefix(String),
+    /// Neither is known: the command names the order only.
+    Unnamed,
+}
+
+impl Deployment {
+    /// `STACK_NAME`, else the prefix of a `{prefix}-state` table (the standard names
+    /// `sasctl --prefix` looks for), else nothing.
+    pub fn infer(stack_name: Option<&str>, state_table: &str) -> Deployment {
+        match (stack_name, state_table.strip_suffix("-state")) {
+            (Some(stack), _) if !stack.trim().is_empty() => Deployment::Stack(stack.trim().to_owned()),
+            (_, Some(prefix)) if !prefix.is_empty() => Deployment::Prefix(prefix.to_owned()),
+            _ => Deployment::Unnamed,
         }
     }
 }
@@ -206,7 +250,11 @@ impl Env<'_> {
             None => DEFAULT_DUE_INDEX.to_owned(),
         };
         let due_shards = self.number("DUE_SHARDS", DEFAULT_DUE_SHARDS, 1..=MAX_DUE_SHARDS);
-        TableNames { state, due_index, due_shards }
+        // No function queries the error index (operators' `sasctl` does): only writers
+        // need its key attribute, which `task_item` adds whatever the index is called.
+        let error_index = DEFAULT_ERROR_INDEX.to_owned();
+        let retention_days = self.number("RETENTION_DAYS", DEFAULT_RETENTION_DAYS, 0..=MAX_RETENTION_DAYS);
+        TableNames { state, due_index, due_shards, error_index, retention_days }
     }
 
     fn policy(&mut self) -> Policy {
@@ -293,6 +341,10 @@ impl Env<'_> {
             rules = rules.allow(queue);
         }
         rules
+    }
+
+    fn deployment(&mut self, tables: &TableNames) -> Deployment {
+        Deployment::infer(self.optional("STACK_NAME").as_deref(), &tables.state)
     }
 
     fn namespace(&mut self) -> String {
@@ -405,6 +457,8 @@ pub struct SchedulerConfig {
     pub scheduler_dlq: QueueUrl,
     pub agent_queue: QueueUrl,
     pub alert_topic_arn: String,
+    /// Named in every alert's `show` command.
+    pub deployment: Deployment,
     pub policy: Policy,
     pub metrics_namespace: String,
     /// The longest a send waits to go out in one request with the invocation's others.
@@ -416,17 +470,21 @@ impl SchedulerConfig {
         Self::from_lookup(&process_env)
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SchedulerConfig, ConfigError> {
-        read(lookup, |env| SchedulerConfig {
-            tables: env.tables(),
-            definitions: env.definitions(),
-            scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
-            scheduler_dlq: env.queue("SCHEDULER_DLQ_URL"),
-            agent_queue: env.queue("AGENT_QUEUE_URL"),
-            alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
-            policy: env.policy(),
-            metrics_namespace: env.namespace(),
-            send_max_hold_ms: env.send_max_hold(),
-            reply_to: env.reply_to(),
+        read(lookup, |env| {
+            let tables = env.tables();
+            SchedulerConfig {
+                deployment: env.deployment(&tables),
+                tables,
+                definitions: env.definitions(),
+                scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
+                scheduler_dlq: env.queue("SCHEDULER_DLQ_URL"),
+                agent_queue: env.queue("AGENT_QUEUE_URL"),
+                alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
+                policy: env.policy(),
+                metrics_namespace: env.namespace(),
+                send_max_hold_ms: env.send_max_hold(),
+                reply_to: env.reply_to(),
+            }
         })
     }
     pub fn settings(&self) -> Settings {
@@ -488,6 +546,8 @@ pub struct SupervisorConfig {
     pub scheduler_queue: QueueUrl,
     pub agent_queue: Option<QueueUrl>,
     pub alert_topic_arn: String,
+    /// Named in every alert's `show` command.
+    pub deployment: Deployment,
     pub policy: Policy,
     pub metrics_namespace: String,
     /// The longest a send waits to go out in one request with the invocation's others.
@@ -499,16 +559,20 @@ impl SupervisorConfig {
         Self::from_lookup(&process_env)
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SupervisorConfig, ConfigError> {
-        read(lookup, |env| SupervisorConfig {
-            tables: env.tables(),
-            definitions: env.definitions(),
-            scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
-            agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
-            alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
-            policy: env.policy(),
-            metrics_namespace: env.namespace(),
-            send_max_hold_ms: env.send_max_hold(),
-            reply_to: env.reply_to(),
+        read(lookup, |env| {
+            let tables = env.tables();
+            SupervisorConfig {
+                deployment: env.deployment(&tables),
+                tables,
+                definitions: env.definitions(),
+                scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
+                agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
+                alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
+                policy: env.policy(),
+                metrics_namespace: env.namespace(),
+                send_max_hold_ms: env.send_max_hold(),
+                reply_to: env.reply_to(),
+            }
         })
     }
     pub fn settings(&self) -> Settings {
@@ -577,6 +641,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.tables.due_index, "due-index");
         assert_eq!(c.tables.due_shards, 4);
+        assert_eq!(c.tables.error_index, "error-index");
+        assert_eq!(c.tables.retention_days, 30);
+        assert_eq!(c.deployment, Deployment::Prefix("sas".into()));
         assert_eq!(c.policy.step_timeout_ms, 5_000);
         assert_eq!(c.policy.failure_threshold, 5);
         assert_eq!(c.metrics_namespace, "sas");
@@ -585,6 +652,41 @@ mod tests {
         let s = c.settings();
         assert_eq!(s.topology.scheduler_queue.0, Q);
         assert_eq!(s.topology.agent_queue.0, UNUSED_AGENT_QUEUE);
+    }
+
+    fn supervisor(extra: &[(&str, &str)]) -> Result<SupervisorConfig, ConfigError> {
+        let mut vars = vec![
+            ("STATE_TABLE", "sas-state"),
+            ("SCHEDULER_QUEUE_URL", Q),
+            ("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:sas-alerts"),
+            ("STATUS_QUEUE_ARN", STATUS_ARN),
+        ];
+        vars.extend_from_slice(extra);
+        SupervisorConfig::from_lookup(&lookup(&vars))
+    }
+
+    #[test]
+    fn retention_is_whole_days_and_zero_keeps_forever() {
+        assert_eq!(supervisor(&[("RETENTION_DAYS", "0")]).unwrap().tables.retention_days, 0);
+        assert_eq!(supervisor(&[("RETENTION_DAYS", " 365 ")]).unwrap().tables.retention_days, 365);
+        for bad in ["-1", "30d", "1.5", "36501"] {
+            let err = supervisor(&[("RETENTION_DAYS", bad)]).unwrap_err();
+            assert_eq!(
+                err.problems,
+                [format!("RETENTION_DAYS={bad:?} is not a whole number from 0 to 36500")],
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn alerts_name_the_stack_else_the_prefix() {
+        let c = supervisor(&[("STACK_NAME", "shop-prod")]).unwrap();
+        assert_eq!(c.deployment, Deployment::Stack("shop-prod".into()));
+        assert_eq!(supervisor(&[]).unwrap().deployment, Deployment::Prefix("sas".into()));
+        let c = supervisor(&[("STATE_TABLE", "orders-table")]).unwrap();
+        assert_eq!(c.deployment, Deployment::Unnamed);
+        assert_eq!(Deployment::infer(None, "-state"), Deployment::Unnamed);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use crate::adapters::aws::{AwsSecrets, DynamoStore, SnsAlerts, SqsQueues};
 use crate::adapters::emf::EmfMetrics;
 use crate::adapters::system::{FastRandom, SystemClock};
-use crate::config::{ConfigError, TableNames};
+use crate::config::{ConfigError, Deployment, TableNames};
 use crate::domain::{OperatorAlert, Timestamp};
 use crate::handlers::{
     BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
@@ -160,17 +160,20 @@ impl Aws {
         Arc::new(EmfMetrics::new(namespace, function))
     }
 
-    /// The handlers' ports on AWS. `alert_topic` is `None` for a function that never
-    /// raises alerts (submission); an alert there would be a bug, so it fails loudly.
+    /// The handlers' ports on AWS. `alert_topic` (with the deployment each alert's
+    /// `show` command names) is `None` for a function that never raises alerts
+    /// (submission); an alert there would be a bug, so it fails loudly.
     pub fn deps(
         &self,
         tables: &TableNames,
-        alert_topic: Option<&str>,
+        alert_topic: Option<(&str, &Deployment)>,
         metrics: Arc<dyn Metrics>,
         send_max_hold: Duration,
     ) -> Deps {
         let alerts: Arc<dyn Alerts> = match alert_topic {
-            Some(arn) => Arc::new(SnsAlerts::new(aws_sdk_sns::Client::new(&self.sdk), arn)),
+            Some((arn, deployment)) => {
+                Arc::new(SnsAlerts::new(aws_sdk_sns::Client::new(&self.sdk), arn, deployment.clone()))
+            }
             None => Arc::new(NoAlertTopic),
         };
         Deps {

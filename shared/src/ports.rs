@@ -35,6 +35,15 @@ pub enum Written {
     RevisionMoved,
 }
 
+/// Which tasks `StateStore::list` reads: always through an index, never by scanning the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listing {
+    /// Tasks in Error updated at or after `since`, newest first: a sparse index holds exactly them.
+    Errors { since: Option<Timestamp> },
+    /// Every live (non-terminal) task, from the due index, oldest deadline first.
+    Live,
+}
+
 /// The state table: one item per order, holding the order and its task.
 #[async_trait]
 pub trait StateStore: Send + Sync {
@@ -48,6 +57,8 @@ pub trait StateStore: Send + Sync {
     /// from the sparse due index. The index holds keys only and may lag the table:
     /// re-read each task before acting on it.
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError>;
+    /// Up to `limit` tasks of `listing`. Index reads may lag the table: callers re-read a task before acting on it.
+    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError>;
 }
 
 /// A queue's address: an SQS queue URL, or the embedded backend's queue name.

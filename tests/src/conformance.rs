@@ -406,3 +406,100 @@ pub async fn send_each_answers_for_every_message(b: &Backend) {
         b.queues.send_each(&missing, vec![Outgoing::new("x".into()), Outgoing::new("y".into())]).await;
     assert_eq!(results, vec![Err(sas::ports::QueueError::NoSuchQueue(missing.0.clone())); 2], "{}", b.name);
 }
+
+/// Writes `task` as finished in `state` at `at`, as the domain leaves a finished task:
+/// no deadline, no lease.
+async fn finish(b: &Backend, task: &TaskRecord, state: ProcessState, at: Timestamp) -> TaskRecord {
+    let mut next = task.clone();
+    next.state = state;
+    next.deadline = None;
+    next.locked_by = None;
+    next.complete_by = None;
+    next.revision += 1;
+    next.updated_at = at;
+    write(b, &next, task).await;
+    next
+}
+
+fn ids(tasks: &[TaskRecord]) -> Vec<&str> {
+    tasks.iter().map(|t| t.order_id.as_str()).collect()
+}
+
+/// Listing reads the indexes, never the whole table: Error tasks newest first, from
+/// `since` on, whole; live tasks oldest deadline first; a finished task is never live,
+/// and one that leaves Error leaves the error listing. Every listing honours its limit.
+pub async fn listing_reads_the_indexes(b: &Backend) {
+    use sas::ports::Listing;
+    let mut errors = Vec::new();
+    for i in 0..5u64 {
+        let t = insert(b, &format!("lst-err-{i}"), T0).await;
+        errors.push(finish(b, &t, ProcessState::Error, T0.plus_ms(10_000 + i * 1_000)).await);
+    }
+    for (i, state) in
+        [ProcessState::Processed, ProcessState::Compensated, ProcessState::Processed].iter().enumerate()
+    {
+        let t = insert(b, &format!("lst-done-{i}"), T0).await;
+        finish(b, &t, *state, T0.plus_ms(20_000 + i as u64)).await;
+    }
+    let mut live = Vec::new();
+    for i in 0..4u64 {
+        live.push(insert(b, &format!("lst-live-{i}"), T0.plus_ms(i * 1_000)).await);
+    }
+    // In Error, then live again (as an operator's resubmission leaves it): it leaves the
+    // error listing and joins the live one.
+    let t = insert(b, "lst-back", T0).await;
+    let failed = finish(b, &t, ProcessState::Error, T0.plus_ms(30_000)).await;
+    let mut back = failed.clone();
+    back.state = ProcessState::Pending;
+    back.deadline = Some(T0.plus_ms(500));
+    back.revision += 1;
+    back.updated_at = T0.plus_ms(31_000);
+    write(b, &back, &failed).await;
+
+    let all_errors = b.store.list(&Listing::Errors { since: None }, 100).await.unwrap();
+    assert_eq!(
+        ids(&all_errors),
+        ["lst-err-4", "lst-err-3", "lst-err-2", "lst-err-1", "lst-err-0"],
+        "{}: Error tasks, newest first",
+        b.name
+    );
+    for (listed, stored) in all_errors.iter().zip(errors.iter().rev()) {
+        assert_eq!(listed, stored, "{}: listed whole, as stored", b.name);
+    }
+
+    let before = b.dynamo.as_ref().map(|d| d.listing_reads());
+    let since = b.store.list(&Listing::Errors { since: Some(T0.plus_ms(12_000)) }, 100).await.unwrap();
+    assert_eq!(ids(&since), ["lst-err-4", "lst-err-3", "lst-err-2"], "{}: since is inclusive", b.name);
+    if let (Some(dynamo), Some(before)) = (&b.dynamo, before) {
+        // Only the listed entries are read, and no task item besides: the index holds
+        // them whole.
+        let after = dynamo.listing_reads();
+        assert_eq!(after.index_items - before.index_items, 3, "{}", b.name);
+        assert_eq!(after.index_count - before.index_count, 3, "{}", b.name);
+        assert_eq!(after.index_scanned - before.index_scanned, 3, "{}", b.name);
+        assert_eq!(after.task_reads, before.task_reads, "{}", b.name);
+    }
+    let newest2 = b.store.list(&Listing::Errors { since: None }, 2).await.unwrap();
+    assert_eq!(ids(&newest2), ["lst-err-4", "lst-err-3"], "{}: limit", b.name);
+    let none = b.store.list(&Listing::Errors { since: Some(T0.plus_ms(99_000)) }, 100).await.unwrap();
+    assert!(none.is_empty(), "{}: nothing since", b.name);
+
+    let listed = b.store.list(&Listing::Live, 100).await.unwrap();
+    let mut expected: Vec<TaskRecord> = live.clone();
+    expected.push(back.clone());
+    expected.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
+    assert_eq!(listed, expected, "{}: the live tasks, oldest deadline first, as stored", b.name);
+    assert_eq!(ids(&listed)[0], "lst-back", "{}", b.name);
+    assert!(listed.iter().all(|t| !t.state.is_terminal()), "{}", b.name);
+
+    let first2 = b.store.list(&Listing::Live, 2).await.unwrap();
+    assert_eq!(first2, expected[..2], "{}: limit", b.name);
+    assert!(b.store.list(&Listing::Live, 0).await.unwrap().is_empty(), "{}", b.name);
+    assert!(b.store.list(&Listing::Errors { since: None }, 0).await.unwrap().is_empty(), "{}", b.name);
+
+    // A live task that finishes leaves the live listing, whichever way it ends.
+    let ended = finish(b, &live[0], ProcessState::Processed, T0.plus_ms(40_000)).await;
+    let listed = b.store.list(&Listing::Live, 100).await.unwrap();
+    assert!(!ids(&listed).contains(&ended.order_id.as_str()), "{}: a finished task is listed live", b.name);
+    assert_eq!(listed.len(), 4, "{}", b.name);
+}

@@ -1,10 +1,12 @@
 //! The SNS alert adapter against the test endpoint: an alert published to the topic
-//! reaches a subscribed queue with its JSON body, a valid subject, and the order id,
-//! step and failure count as message attributes operators can filter on.
+//! reaches a subscribed queue with its JSON body (the alert and the `sasctl` command
+//! that shows its task), a valid subject, and the order id, step and failure count as
+//! message attributes operators can filter on.
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use sas::adapters::aws::SnsAlerts;
 use sas::adapters::aws::provision::{QueueSpec, create_queue, create_topic};
+use sas::adapters::aws::sns::Deployment;
 use sas::domain::{OperatorAlert, OrderId, ProcessState, Timestamp};
 use sas::ports::{Alerts, QueueConsumer, QueueUrl};
 
@@ -49,19 +51,22 @@ async fn alerts_arrive_with_body_and_attributes() {
         idempotency_key: Some(sas::domain::IdempotencyKey("o-alert-1:2:do".into())),
         at: Timestamp(1_700_000_000_000),
     };
-    SnsAlerts::new(sns.clone(), topic.clone()).raise(&alert).await.expect("published");
+    let stack = Deployment::Stack("shop-prod".into());
+    SnsAlerts::new(sns.clone(), topic.clone(), stack.clone()).raise(&alert).await.expect("published");
 
     let consumer = sas::adapters::aws::SqsQueues::new(sqs);
     let got = consumer.receive(&QueueUrl(queue), 10, 2_000).await.expect("receive");
     assert_eq!(got.len(), 1, "one alert delivered");
     let body: OperatorAlert = serde_json::from_str(&got[0].body).expect("the alert as JSON");
     assert_eq!(body, alert);
+    let json: serde_json::Value = serde_json::from_str(&got[0].body).expect("JSON");
+    assert_eq!(json["show"], "sasctl tasks show o-alert-1 --stack shop-prod", "{json}");
     let attr = |k: &str| got[0].attributes.get(k).map(String::as_str);
     assert_eq!(
         (attr("order_id"), attr("step"), attr("failure_count")),
         (Some("o-alert-1"), Some("2"), Some("5"))
     );
 
-    let missing = SnsAlerts::new(sns, format!("{topic}-missing")).raise(&alert).await;
+    let missing = SnsAlerts::new(sns, format!("{topic}-missing"), stack).raise(&alert).await;
     assert!(missing.is_err(), "publishing to a topic that does not exist is an error");
 }

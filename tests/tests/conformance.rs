@@ -37,6 +37,7 @@ on_both_backends! {
     concurrent_claimers_exactly_one_wins => |b| c::concurrent_claimers_exactly_one_wins(b, 20, 16);
     fenced_reply_after_expiry_is_rejected => |b| c::fenced_reply_after_expiry_is_rejected(b);
     due_returns_exactly_the_due_tasks => |b| c::due_returns_exactly_the_due_tasks(b);
+    listing_reads_the_indexes => |b| c::listing_reads_the_indexes(b);
     redelivery_after_visibility_timeout => |b| c::redelivery_after_visibility_timeout(b);
     dead_letter_after_max_receives => |b| c::dead_letter_after_max_receives(b);
     batches_arrive_whole_and_delays_hold => |b| c::batches_arrive_whole_and_delays_hold(b);

@@ -140,7 +140,9 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
 
     // supervisor: a scheduled event after the task's deadline recovers it.
     let metrics = Aws::metrics("supervisor", "sas-test");
-    let mut deps = aws.deps(&resources.tables, Some(&resources.alert_topic_arn), metrics, DEFAULT_MAX_HOLD);
+    let deployment = sas::config::Deployment::Stack("glue".into());
+    let alerts = Some((resources.alert_topic_arn.as_str(), &deployment));
+    let mut deps = aws.deps(&resources.tables, alerts, metrics, DEFAULT_MAX_HOLD);
     let deadline = task.deadline.expect("pending tasks have a deadline");
     deps.clock = Arc::new(ManualClock::at(deadline.0 + 1));
     let supervisor = Supervisor::new(deps, settings);

@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
-use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
+use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError, Written,
+    AlertError, Alerts, Inserted, Listing, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
+    Written,
 };
 
 /// AWS requests and billed units, counted around the ports (see `cost`).
@@ -19,7 +20,7 @@ pub struct AwsUsage {
     pub ddb_gets: u64,
     pub ddb_puts: u64,
     pub ddb_queries: u64,
-    /// Write request units, including the due index's writes.
+    /// Write request units, including the due and error indexes' writes.
     pub wru: f64,
     /// Read request units: strongly consistent gets, eventually consistent index queries.
     pub rru: f64,
@@ -74,6 +75,26 @@ fn index_writes(before: Option<Timestamp>, after: Option<Timestamp>) -> f64 {
     }
 }
 
+/// The error index's key of a record: it has an entry exactly while it is in Error.
+fn error_key(task: Option<&TaskRecord>) -> Option<Timestamp> {
+    task.filter(|t| t.state == ProcessState::Error).map(|t| t.updated_at)
+}
+
+/// Write units a table write costs the error index, which projects whole items (ALL):
+/// an entry put or deleted costs the item's size in 1 KB units, a moved key both, and
+/// an entry whose item changes is rewritten. No happy-path record is in Error, so the
+/// happy path's writes cost it nothing.
+fn error_index_units(before: Option<&TaskRecord>, after: Option<&TaskRecord>) -> f64 {
+    let units = |t: Option<&TaskRecord>| t.map_or(0.0, |t| kb_units(item_bytes(t), 1024));
+    match (error_key(before), error_key(after)) {
+        (None, None) => 0.0,
+        (Some(_), None) => units(before),
+        (None, Some(_)) => units(after),
+        (Some(a), Some(b)) if a == b => units(before).max(units(after)),
+        (Some(_), Some(_)) => units(before) + units(after),
+    }
+}
+
 #[async_trait]
 impl StateStore for CountingStore {
     async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
@@ -83,7 +104,11 @@ impl StateStore for CountingStore {
             Inserted::New => item_bytes(task),
             Inserted::Exists(existing) => item_bytes(task).max(item_bytes(existing)),
         };
-        let index = if inserted == Inserted::New { index_writes(None, index_key(Some(task))) } else { 0.0 };
+        let index = if inserted == Inserted::New {
+            index_writes(None, index_key(Some(task))) + error_index_units(None, Some(task))
+        } else {
+            0.0
+        };
         self.with(|u| {
             u.ddb_puts += 1;
             u.wru += kb_units(size, 1024) + index;
@@ -106,7 +131,10 @@ impl StateStore for CountingStore {
         let written = self.inner.replace(next, expected_revision).await?;
         let index = match written {
             Written::RevisionMoved => 0.0,
-            Written::Applied => index_writes(index_key(before.as_ref()), index_key(Some(next))),
+            Written::Applied => {
+                index_writes(index_key(before.as_ref()), index_key(Some(next)))
+                    + error_index_units(before.as_ref(), Some(next))
+            }
         };
         self.with(|u| {
             u.ddb_puts += 1;
@@ -123,6 +151,26 @@ impl StateStore for CountingStore {
             u.ddb_queries += self.due_shards.max(1) as u64;
             // Eventually consistent: half a unit per 4 KB, at least half a unit per query.
             u.rru += (0.5 * bytes.div_ceil(4096) as f64).max(0.5 * shards);
+        });
+        Ok(r)
+    }
+    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        let r = self.inner.list(listing, limit).await?;
+        let bytes: usize = r.iter().map(item_bytes).sum();
+        self.with(|u| match listing {
+            // One query of the error index, whole items, eventually consistent.
+            Listing::Errors { .. } => {
+                u.ddb_queries += 1;
+                u.rru += 0.5 * bytes.div_ceil(4096).max(1) as f64;
+            }
+            // A keys-only query per due shard, then a consistent read of each task.
+            Listing::Live => {
+                let shards = self.due_shards.max(1);
+                u.ddb_queries += u64::from(shards);
+                u.rru += 0.5 * f64::from(shards);
+                u.ddb_gets += r.len() as u64;
+                u.rru += r.iter().map(|t| kb_units(item_bytes(t), 4096)).sum::<f64>();
+            }
         });
         Ok(r)
     }

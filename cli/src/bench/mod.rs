@@ -13,6 +13,8 @@
 //!   stub of AWS (`aws_stub`): init, first invocation with its TLS connection, peak RSS.
 //! - `starvation`: one agent's service hangs every call; the latency of a healthy
 //!   agent's steps against a run where both are healthy (`sasctl dev`'s pipeline).
+//! - `listing`: on DynamoDB at an endpoint, what listing Error and live tasks reads
+//!   among N finished ones (the sparse indexes keep it to what is listed).
 //!
 //! What they share:
 //!
@@ -27,6 +29,7 @@
 mod cold_start;
 mod cost;
 mod counting;
+mod listing;
 mod measure;
 mod recovery;
 mod remote;
@@ -45,6 +48,7 @@ pub use cold_start::{
 };
 pub use cost::{CostAssumptions, CostRow, cost, prices};
 pub use counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore};
+pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
 pub use recovery::{RecoveryReport, recovery};
 pub use remote::InstantRemote;
@@ -143,6 +147,22 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// On DynamoDB at an endpoint (moto, LocalStack, AWS): items read listing Error and
+    /// live tasks among N finished ones, counted by the adapter and by DynamoDB itself.
+    /// Makes a bench-listing-xxxxxxxx-state table and deletes it at the end.
+    Listing {
+        #[arg(long, value_name = "URL")]
+        endpoint_url: String,
+        /// Finished tasks (Processed and Compensated, half each).
+        #[arg(long, default_value_t = 100_000)]
+        finished: usize,
+        /// Tasks in Error.
+        #[arg(long, default_value_t = 1_000)]
+        errors: usize,
+        /// Live (Pending) tasks.
+        #[arg(long, default_value_t = 20)]
+        live: usize,
+    },
 }
 
 fn workflows(arg: &str) -> Vec<&'static str> {
@@ -211,6 +231,11 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Starvation { orders, rate, concurrency, step_timeout_ms, seed } => {
             let o = StarvationOptions { orders, rate, concurrency, step_timeout_ms, seed };
             emit(args.json, &starvation(&o).await?, ToString::to_string);
+        }
+        BenchCommand::Listing { endpoint_url, finished, errors, live } => {
+            let progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let o = ListingOptions { endpoint: endpoint_url, finished, errors, live, progress };
+            emit(args.json, &listing(&o).await?, ToString::to_string);
         }
     }
     Ok(())

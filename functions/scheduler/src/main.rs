@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
     let aws = Aws::load().await;
     let metrics = Aws::metrics("scheduler", &config.metrics_namespace);
     let hold = Duration::from_millis(config.send_max_hold_ms);
-    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics, hold);
+    let deps = aws.deps(&config.tables, Some((&config.alert_topic_arn, &config.deployment)), metrics, hold);
     let dead_letters = Aws::dead_letters(&deps, &config.scheduler_queue, &config.scheduler_dlq);
     let handler = Scheduler::new(deps, config.settings());
     lambda::serve_sqs(dead_letters, |message| handler.handle(message)).await

@@ -13,6 +13,6 @@ async fn main() -> Result<(), Error> {
     let aws = Aws::load().await;
     let metrics = Aws::metrics("supervisor", &config.metrics_namespace);
     let hold = Duration::from_millis(config.send_max_hold_ms);
-    let deps = aws.deps(&config.tables, Some(&config.alert_topic_arn), metrics, hold);
+    let deps = aws.deps(&config.tables, Some((&config.alert_topic_arn, &config.deployment)), metrics, hold);
     lambda::serve_schedule(Supervisor::new(deps, config.settings())).await
 }

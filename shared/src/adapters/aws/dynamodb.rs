@@ -4,6 +4,19 @@
 //! keys only (`KEYS_ONLY`): a write that leaves the deadline alone costs the index
 //! nothing, and the supervisor re-reads every task it acts on anyway.
 //!
+//! A second sparse index, the error index, holds exactly the tasks in Error, keyed by
+//! one constant partition and `updated_at`, whole items (`ALL`): operators list them
+//! newest first with no further reads, and since no happy-path item carries its key,
+//! the happy path never writes it. One partition, not shards like the due index: it
+//! takes about a thousand write units a second, hundreds of orders a second ending in
+//! Error, far past what operators can act on (the orders-failed alarm fires long
+//! before); and an unsharded newest-first query reads exactly the entries it returns.
+//!
+//! Finished tasks carry `expires_at` (epoch seconds), DynamoDB's TTL attribute: the
+//! table keeps each for the configured retention after its last write, then deletes it
+//! for free. A task that becomes live again loses the attribute with its next write,
+//! since every write puts the whole item.
+//!
 //! Accepting an order is one PutItem conditional on the id being new. Every later
 //! write puts the domain's whole next record, conditional on the revision the
 //! decision was made on. One condition on one attribute is what makes claims
@@ -20,14 +33,23 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 pub use crate::config::TableNames;
-use crate::domain::{OrderId, TaskRecord, Timestamp};
-use crate::ports::{Inserted, StateStore, StoreError, Written};
+use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
+use crate::ports::{Inserted, Listing, StateStore, StoreError, Written};
 
 /// Attribute names the adapter adds to or reads from items, beside the records' own.
 pub const KEY: &str = "order_id";
 pub const DUE_SHARD: &str = "due_shard";
 pub const DEADLINE: &str = "deadline";
 pub const REVISION: &str = "revision";
+pub const ERROR_SHARD: &str = "error_shard";
+pub const UPDATED_AT: &str = "updated_at";
+/// The table's TTL attribute, in epoch seconds as DynamoDB requires.
+pub const EXPIRES_AT: &str = "expires_at";
+/// The error index's one partition. A string, like `due_shard`, so the index could be
+/// sharded later without changing the attribute's type.
+pub const ERROR_PARTITION: &str = "0";
+/// Keys per BatchGetItem request, DynamoDB's maximum.
+const BATCH_GET_MAX: usize = 100;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -54,21 +76,35 @@ where
     StoreError::Unavailable(format!("{what}: {}", DisplayErrorContext(err)))
 }
 
+/// When a finished task's record expires, in epoch seconds: `retention_days` after its
+/// last write. `None` while the task is live, or when records are kept forever (0).
+pub fn expires_at(task: &TaskRecord, retention_days: u32) -> Option<u64> {
+    (task.state.is_terminal() && retention_days > 0)
+        .then(|| task.updated_at.0 / 1_000 + u64::from(retention_days) * 24 * 3_600)
+}
+
 /// The state table's item for a task: the record's own attributes, minus absent
-/// optionals, plus `due_shard` while the task is non-terminal.
+/// optionals, plus `due_shard` while the task is non-terminal, `error_shard` while it
+/// is in Error, and `expires_at` once it is finished (and retention is not forever).
 ///
 /// Absent must mean absent, not NULL: DynamoDB rejects a NULL in an index key
 /// attribute, and only an item lacking `deadline` and `due_shard` stays out of the
 /// sparse index. The domain sets `deadline` to `None` exactly when a task ends.
-pub fn task_item(task: &TaskRecord, due_shards: u32) -> Result<Item, StoreError> {
+pub fn task_item(task: &TaskRecord, tables: &TableNames) -> Result<Item, StoreError> {
     let mut item: Item = serde_dynamo::aws_sdk_dynamodb_1::to_item(task)
         .map_err(|e| corrupt(task.order_id.as_str(), format!("cannot encode task: {e}")))?;
     item.retain(|_, value| !matches!(value, AttributeValue::Null(_)));
     if task.deadline.is_some() {
         item.insert(
             DUE_SHARD.to_owned(),
-            AttributeValue::S(due_shard(&task.order_id, due_shards).to_string()),
+            AttributeValue::S(due_shard(&task.order_id, tables.due_shards).to_string()),
         );
+    }
+    if task.state == ProcessState::Error {
+        item.insert(ERROR_SHARD.to_owned(), AttributeValue::S(ERROR_PARTITION.to_owned()));
+    }
+    if let Some(at) = expires_at(task, tables.retention_days) {
+        item.insert(EXPIRES_AT.to_owned(), AttributeValue::N(at.to_string()));
     }
     Ok(item)
 }
@@ -89,16 +125,60 @@ fn key(id: &OrderId) -> Item {
     HashMap::from([(KEY.to_owned(), AttributeValue::S(id.as_str().to_owned()))])
 }
 
+/// What `list` has read so far, for benchmarks: the figures DynamoDB itself returned
+/// (`Count`, `ScannedCount`) beside the items this adapter handled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListingReads {
+    /// Query requests made.
+    pub queries: u64,
+    /// Index entries this adapter received from the queries.
+    pub index_items: u64,
+    /// The same as DynamoDB reported it: the sum of the responses' `Count`.
+    pub index_count: u64,
+    /// Index entries DynamoDB examined: the sum of the responses' `ScannedCount`, what
+    /// the query was billed on (it has no filter, so equal to `index_count` unless
+    /// DynamoDB read entries it did not return).
+    pub index_scanned: u64,
+    /// Task items read from the table after a keys-only index (BatchGetItem).
+    pub task_reads: u64,
+    /// BatchGetItem requests made, retries of unprocessed keys included.
+    pub batch_gets: u64,
+}
+
+#[derive(Default)]
+struct ListingCounters {
+    queries: AtomicU64,
+    index_items: AtomicU64,
+    index_count: AtomicU64,
+    index_scanned: AtomicU64,
+    task_reads: AtomicU64,
+    batch_gets: AtomicU64,
+}
+
 /// `StateStore` over DynamoDB.
 pub struct DynamoStore {
     client: Client,
     tables: TableNames,
     due_items_read: AtomicU64,
+    listing: ListingCounters,
 }
 
 impl DynamoStore {
     pub fn new(client: Client, tables: TableNames) -> DynamoStore {
-        DynamoStore { client, tables, due_items_read: AtomicU64::new(0) }
+        DynamoStore { client, tables, due_items_read: AtomicU64::new(0), listing: ListingCounters::default() }
+    }
+
+    /// What `list` has read so far: its cost, for benchmarks.
+    pub fn listing_reads(&self) -> ListingReads {
+        let c = &self.listing;
+        ListingReads {
+            queries: c.queries.load(Ordering::Relaxed),
+            index_items: c.index_items.load(Ordering::Relaxed),
+            index_count: c.index_count.load(Ordering::Relaxed),
+            index_scanned: c.index_scanned.load(Ordering::Relaxed),
+            task_reads: c.task_reads.load(Ordering::Relaxed),
+            batch_gets: c.batch_gets.load(Ordering::Relaxed),
+        }
     }
 
     pub fn tables(&self) -> &TableNames {
@@ -140,6 +220,135 @@ impl DynamoStore {
             }
         }
     }
+
+    /// Up to `limit` items of one index partition, in `forward` order of its range key,
+    /// following pages until `limit` or the end. `range` is an optional lower bound on
+    /// the range key.
+    async fn query_partition(
+        &self,
+        index: &str,
+        (hash, value): (&str, &str),
+        range: Option<(&str, u64)>,
+        forward: bool,
+        limit: usize,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        let condition = if range.is_some() { "#h = :h AND #r >= :r" } else { "#h = :h" };
+        while items.len() < limit {
+            let mut query = self
+                .client
+                .query()
+                .table_name(&self.tables.state)
+                .index_name(index)
+                .key_condition_expression(condition)
+                .expression_attribute_names("#h", hash)
+                .expression_attribute_values(":h", AttributeValue::S(value.to_owned()))
+                .scan_index_forward(forward)
+                .limit(i32::try_from(limit - items.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start.take());
+            if let Some((name, bound)) = range {
+                query = query
+                    .expression_attribute_names("#r", name)
+                    .expression_attribute_values(":r", AttributeValue::N(bound.to_string()));
+            }
+            let page = query.send().await.map_err(|e| unavailable(&format!("querying {index}"), e))?;
+            let c = &self.listing;
+            c.queries.fetch_add(1, Ordering::Relaxed);
+            c.index_items.fetch_add(page.items().len() as u64, Ordering::Relaxed);
+            c.index_count.fetch_add(u64::try_from(page.count()).unwrap_or(0), Ordering::Relaxed);
+            c.index_scanned.fetch_add(u64::try_from(page.scanned_count()).unwrap_or(0), Ordering::Relaxed);
+            items.extend(page.items().iter().cloned());
+            match page.last_evaluated_key() {
+                Some(next) => start = Some(next.clone()),
+                None => break,
+            }
+        }
+        items.truncate(limit);
+        Ok(items)
+    }
+
+    /// The tasks in Error, newest first, from the error index (whole items: no reads).
+    async fn list_errors(
+        &self,
+        since: Option<Timestamp>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let items = self
+            .query_partition(
+                &self.tables.error_index,
+                (ERROR_SHARD, ERROR_PARTITION),
+                since.map(|s| (UPDATED_AT, s.0)),
+                false,
+                limit,
+            )
+            .await?;
+        // An entry is the whole item as it was when it entered the index, which may lag
+        // the table by a moment (a task just resubmitted can still show as in Error).
+        items.into_iter().map(task_from_item).collect()
+    }
+
+    /// The live tasks, oldest deadline first: their keys from every due-index shard,
+    /// then the tasks themselves, read consistently; those finished since are dropped.
+    async fn list_live(&self, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        let shards = self.tables.due_shards.max(1);
+        let index = self.tables.due_index.as_str();
+        let pages = futures::future::try_join_all((0..shards).map(|shard| {
+            let shard = shard.to_string();
+            async move { self.query_partition(index, (DUE_SHARD, &shard), None, true, limit).await }
+        }))
+        .await?;
+        let mut entries = pages.into_iter().flatten().map(due_entry).collect::<Result<Vec<_>, _>>()?;
+        entries.sort();
+        entries.truncate(limit);
+        let ids: Vec<OrderId> = entries.into_iter().map(|(_, id)| id).collect();
+        let mut tasks = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(BATCH_GET_MAX) {
+            tasks.extend(self.batch_get(chunk).await?);
+        }
+        tasks.retain(|t| !t.state.is_terminal());
+        tasks.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
+        Ok(tasks)
+    }
+
+    /// Consistent reads of up to 100 tasks, retrying the keys DynamoDB leaves
+    /// unprocessed (it may under load); a task deleted meanwhile is simply absent.
+    async fn batch_get(&self, ids: &[OrderId]) -> Result<Vec<TaskRecord>, StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let keys = KeysAndAttributes::builder()
+            .set_keys(Some(ids.iter().map(key).collect()))
+            .consistent_read(true)
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("building a batch read: {e}")))?;
+        let mut pending = Some(HashMap::from([(self.tables.state.clone(), keys)]));
+        let mut tasks = Vec::with_capacity(ids.len());
+        let mut backoff_ms = 10;
+        while let Some(request) = pending.take().filter(|r| !r.is_empty()) {
+            let out = self
+                .client
+                .batch_get_item()
+                .set_request_items(Some(request))
+                .send()
+                .await
+                .map_err(|e| unavailable("reading tasks", e))?;
+            self.listing.batch_gets.fetch_add(1, Ordering::Relaxed);
+            if let Some(items) = out.responses().and_then(|r| r.get(&self.tables.state)) {
+                self.listing.task_reads.fetch_add(items.len() as u64, Ordering::Relaxed);
+                for item in items {
+                    tasks.push(task_from_item(item.clone())?);
+                }
+            }
+            pending = out.unprocessed_keys().cloned().filter(|u| !u.is_empty());
+            if pending.is_some() {
+                if backoff_ms > 5_000 {
+                    return Err(StoreError::Unavailable("reading tasks: keys left unprocessed".into()));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(backoff_ms)).await;
+                backoff_ms *= 2;
+            }
+        }
+        Ok(tasks)
+    }
 }
 
 #[async_trait]
@@ -149,7 +358,7 @@ impl StateStore for DynamoStore {
             .client
             .put_item()
             .table_name(&self.tables.state)
-            .set_item(Some(task_item(task, self.tables.due_shards)?))
+            .set_item(Some(task_item(task, &self.tables)?))
             .condition_expression("attribute_not_exists(#k)")
             .expression_attribute_names("#k", KEY)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -196,7 +405,7 @@ impl StateStore for DynamoStore {
             .client
             .put_item()
             .table_name(&self.tables.state)
-            .set_item(Some(task_item(next, self.tables.due_shards)?))
+            .set_item(Some(task_item(next, &self.tables)?))
             .condition_expression("#r = :expected")
             .expression_attribute_names("#r", REVISION)
             .expression_attribute_values(":expected", AttributeValue::N(expected_revision.to_string()))
@@ -224,6 +433,16 @@ impl StateStore for DynamoStore {
         due.sort();
         due.truncate(limit);
         Ok(due.into_iter().map(|(_, id)| id).collect())
+    }
+
+    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        match listing {
+            Listing::Errors { since } => self.list_errors(*since, limit).await,
+            Listing::Live => self.list_live(limit).await,
+        }
     }
 }
 
@@ -257,10 +476,14 @@ mod tests {
         TaskRecord::new(&order, None, Timestamp(1_000), &Policy::default())
     }
 
+    fn tables(retention_days: u32) -> TableNames {
+        TableNames::new("t").with_retention_days(retention_days)
+    }
+
     #[test]
     fn live_tasks_carry_index_keys_and_finished_ones_do_not() {
         let live = task("o-1");
-        let item = task_item(&live, 4).unwrap();
+        let item = task_item(&live, &tables(30)).unwrap();
         assert_eq!(item.get(DEADLINE), Some(&AttributeValue::N("61000".into())));
         assert!(matches!(item.get(DUE_SHARD), Some(AttributeValue::S(_))));
         assert!(item.values().all(|v| !matches!(v, AttributeValue::Null(_))), "{item:?}");
@@ -269,9 +492,56 @@ mod tests {
         let mut done = live.clone();
         done.state = ProcessState::Processed;
         done.deadline = None;
-        let item = task_item(&done, 4).unwrap();
+        let item = task_item(&done, &tables(30)).unwrap();
         assert!(!item.contains_key(DEADLINE) && !item.contains_key(DUE_SHARD));
         assert_eq!(task_from_item(item).unwrap(), done);
+    }
+
+    fn finished(state: ProcessState, updated_ms: u64) -> TaskRecord {
+        let mut t = task("o-3");
+        t.state = state;
+        t.deadline = None;
+        t.updated_at = Timestamp(updated_ms);
+        t
+    }
+
+    #[test]
+    fn only_tasks_in_error_carry_the_error_index_key() {
+        let error = task_item(&finished(ProcessState::Error, 5_000), &tables(30)).unwrap();
+        assert_eq!(error.get(ERROR_SHARD), Some(&AttributeValue::S(ERROR_PARTITION.into())));
+        // The index's range key is the record's own attribute, a number.
+        assert_eq!(error.get(UPDATED_AT), Some(&AttributeValue::N("5000".into())));
+        for state in [ProcessState::Processed, ProcessState::Compensated] {
+            assert!(!task_item(&finished(state, 5_000), &tables(30)).unwrap().contains_key(ERROR_SHARD));
+        }
+        for state in [ProcessState::Pending, ProcessState::Processing, ProcessState::Compensating] {
+            let mut live = task("o-4");
+            live.state = state;
+            assert!(!task_item(&live, &tables(30)).unwrap().contains_key(ERROR_SHARD), "{state:?}");
+        }
+    }
+
+    #[test]
+    fn finished_tasks_expire_after_the_retention_and_live_ones_never() {
+        let day = 24 * 3_600;
+        // 1_700_000_000_123 ms: the seconds are truncated, then 30 days added.
+        for state in [ProcessState::Processed, ProcessState::Error, ProcessState::Compensated] {
+            let item = task_item(&finished(state, 1_700_000_000_123), &tables(30)).unwrap();
+            let want = (1_700_000_000 + 30 * day).to_string();
+            assert_eq!(item.get(EXPIRES_AT), Some(&AttributeValue::N(want)), "{state:?}");
+            assert_eq!(task_from_item(item).unwrap().state, state, "the record reads back");
+        }
+        let one_day = task_item(&finished(ProcessState::Processed, 2_000), &tables(1)).unwrap();
+        assert_eq!(one_day.get(EXPIRES_AT), Some(&AttributeValue::N((2 + day).to_string())));
+        // 0 keeps records forever.
+        let kept = task_item(&finished(ProcessState::Error, 5_000), &tables(0)).unwrap();
+        assert!(!kept.contains_key(EXPIRES_AT));
+        // A live task has none: a resubmitted Error task, written whole, loses it.
+        for state in [ProcessState::Pending, ProcessState::Processing, ProcessState::Compensating] {
+            let mut live = task("o-5");
+            live.state = state;
+            assert!(!task_item(&live, &tables(30)).unwrap().contains_key(EXPIRES_AT), "{state:?}");
+        }
     }
 
     #[test]
@@ -289,7 +559,7 @@ mod tests {
 
     #[test]
     fn undecodable_items_are_corrupt_not_unavailable() {
-        let mut item = task_item(&task("o-2"), 4).unwrap();
+        let mut item = task_item(&task("o-2"), &tables(30)).unwrap();
         item.insert("state".into(), AttributeValue::S("Exploded".into()));
         match task_from_item(item) {
             Err(StoreError::Corrupt { order_id, .. }) => assert_eq!(order_id, "o-2"),

@@ -12,11 +12,11 @@ use aws_sdk_dynamodb::client::Waiters;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType,
+    ProjectionType, ScalarAttributeType, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use super::dynamodb::{DEADLINE, DUE_SHARD, KEY, TableNames};
+use super::dynamodb::{DEADLINE, DUE_SHARD, ERROR_SHARD, EXPIRES_AT, KEY, TableNames, UPDATED_AT};
 
 #[derive(Debug, thiserror::Error)]
 #[error("provisioning {resource}: {reason}")]
@@ -114,6 +114,7 @@ impl Provisioned {
             ("STATE_TABLE", self.tables.state.clone()),
             ("DUE_INDEX", self.tables.due_index.clone()),
             ("DUE_SHARDS", self.tables.due_shards.to_string()),
+            ("RETENTION_DAYS", self.tables.retention_days.to_string()),
             ("ORDERS_QUEUE_URL", self.orders_queue.clone()),
             ("ORDERS_DLQ_URL", self.orders_dlq.clone()),
             ("SCHEDULER_QUEUE_URL", self.scheduler_queue.clone()),
@@ -164,27 +165,35 @@ fn attribute(name: &str, kind: ScalarAttributeType) -> Result<AttributeDefinitio
         .map_err(|e| failed(name, e))
 }
 
-/// The state table (key `order_id`) with its sparse due index on `due_shard` +
-/// `deadline`, keys only: the supervisor re-reads each due task anyway, and a write
-/// that does not move the deadline then costs the index nothing.
+/// The state table (key `order_id`) with its two sparse indexes, and TTL on
+/// `expires_at`. The due index, on `due_shard` + `deadline`, keys only: the supervisor
+/// re-reads each due task anyway, and a write that does not move the deadline then
+/// costs the index nothing. The error index, on `error_shard` + `updated_at`, whole
+/// items: operators list Error tasks with no further reads, and only items in Error
+/// carry its key, so the happy path never writes it.
 pub async fn create_tables(
     client: &aws_sdk_dynamodb::Client,
     tables: &TableNames,
 ) -> Result<(), ProvisionError> {
-    let index = GlobalSecondaryIndex::builder()
-        .index_name(&tables.due_index)
-        .key_schema(key_schema(DUE_SHARD, KeyType::Hash)?)
-        .key_schema(key_schema(DEADLINE, KeyType::Range)?)
-        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
-        .build()
-        .map_err(|e| failed(&tables.due_index, e))?;
-    create_table(client, &tables.state, index).await
+    let index = |name: &str, hash: &str, range: &str, projection: ProjectionType| {
+        GlobalSecondaryIndex::builder()
+            .index_name(name)
+            .key_schema(key_schema(hash, KeyType::Hash)?)
+            .key_schema(key_schema(range, KeyType::Range)?)
+            .projection(Projection::builder().projection_type(projection).build())
+            .build()
+            .map_err(|e| failed(name, e))
+    };
+    let due = index(&tables.due_index, DUE_SHARD, DEADLINE, ProjectionType::KeysOnly)?;
+    let errors = index(&tables.error_index, ERROR_SHARD, UPDATED_AT, ProjectionType::All)?;
+    create_table(client, &tables.state, [due, errors]).await?;
+    enable_ttl(client, &tables.state).await
 }
 
 async fn create_table(
     client: &aws_sdk_dynamodb::Client,
     name: &str,
-    index: GlobalSecondaryIndex,
+    indexes: [GlobalSecondaryIndex; 2],
 ) -> Result<(), ProvisionError> {
     let request = client
         .create_table()
@@ -194,7 +203,9 @@ async fn create_table(
         .attribute_definitions(attribute(KEY, ScalarAttributeType::S)?)
         .attribute_definitions(attribute(DUE_SHARD, ScalarAttributeType::S)?)
         .attribute_definitions(attribute(DEADLINE, ScalarAttributeType::N)?)
-        .global_secondary_indexes(index);
+        .attribute_definitions(attribute(ERROR_SHARD, ScalarAttributeType::S)?)
+        .attribute_definitions(attribute(UPDATED_AT, ScalarAttributeType::N)?)
+        .set_global_secondary_indexes(Some(indexes.into()));
     match request.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
@@ -206,6 +217,33 @@ async fn create_table(
         .wait(Duration::from_secs(120))
         .await
         .map_err(|e| sdk_failed(name, e))?;
+    Ok(())
+}
+
+/// Turns on TTL on `expires_at`, once: DynamoDB refuses to enable it twice.
+async fn enable_ttl(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
+    let current =
+        client.describe_time_to_live().table_name(table).send().await.map_err(|e| sdk_failed(table, e))?;
+    let ttl = current.time_to_live_description();
+    let status = ttl.and_then(|d| d.time_to_live_status());
+    if matches!(status, Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)) {
+        return match ttl.and_then(|d| d.attribute_name()) {
+            Some(EXPIRES_AT) | None => Ok(()),
+            Some(other) => Err(failed(table, format!("TTL is on attribute {other}, not {EXPIRES_AT}"))),
+        };
+    }
+    let spec = TimeToLiveSpecification::builder()
+        .attribute_name(EXPIRES_AT)
+        .enabled(true)
+        .build()
+        .map_err(|e| failed(table, e))?;
+    client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(spec)
+        .send()
+        .await
+        .map_err(|e| sdk_failed(table, e))?;
     Ok(())
 }
 

@@ -3,8 +3,8 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::domain::{OrderId, TaskRecord, Timestamp};
-use crate::ports::{Inserted, StateStore, StoreError, Written};
+use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
+use crate::ports::{Inserted, Listing, StateStore, StoreError, Written};
 
 /// One landed write of a task record, for history and invariant checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,9 +18,13 @@ struct Tables {
     tasks: HashMap<OrderId, TaskRecord>,
     /// The sparse due index: (deadline, order id) of every task that has a deadline.
     due: BTreeSet<(Timestamp, OrderId)>,
+    /// The sparse error index: (updated_at, order id) of every task in Error.
+    errors: BTreeSet<(Timestamp, OrderId)>,
     log: Vec<WriteRecord>,
     /// Index entries read by `due`, as a sweep-cost measure.
     due_items_read: u64,
+    /// Index entries read by `list`, likewise.
+    list_items_read: u64,
 }
 
 /// The state table and its due index behind one lock, so every conditional write is atomic
@@ -63,15 +67,27 @@ impl EmbeddedStore {
     pub fn due_items_read(&self) -> u64 {
         self.tables().due_items_read
     }
+    /// Index entries read by `list` so far.
+    pub fn list_items_read(&self) -> u64 {
+        self.tables().list_items_read
+    }
     fn index(t: &mut Tables, before: Option<&TaskRecord>, after: &TaskRecord) {
+        let id = &after.order_id;
+        let error_key = |task: &TaskRecord| (task.state == ProcessState::Error).then_some(task.updated_at);
+        if let Some(updated) = before.and_then(error_key) {
+            t.errors.remove(&(updated, id.clone()));
+        }
+        if let Some(updated) = error_key(after) {
+            t.errors.insert((updated, id.clone()));
+        }
         if before.map(|b| b.deadline) == Some(after.deadline) {
             return;
         }
         if let Some(deadline) = before.and_then(|b| b.deadline) {
-            t.due.remove(&(deadline, after.order_id.clone()));
+            t.due.remove(&(deadline, id.clone()));
         }
         if let Some(deadline) = after.deadline {
-            t.due.insert((deadline, after.order_id.clone()));
+            t.due.insert((deadline, id.clone()));
         }
     }
 }
@@ -125,5 +141,22 @@ impl StateStore for EmbeddedStore {
             t.due.iter().take_while(|(d, _)| *d <= now).take(limit).map(|(_, id)| id.clone()).collect();
         t.due_items_read += ids.len() as u64;
         Ok(ids)
+    }
+
+    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut t = self.tables();
+        let keys: Vec<OrderId> = match listing {
+            Listing::Errors { since } => t
+                .errors
+                .iter()
+                .rev()
+                .take_while(|(updated, _)| since.is_none_or(|s| *updated >= s))
+                .take(limit)
+                .map(|(_, id)| id.clone())
+                .collect(),
+            Listing::Live => t.due.iter().take(limit).map(|(_, id)| id.clone()).collect(),
+        };
+        t.list_items_read += keys.len() as u64;
+        Ok(keys.iter().filter_map(|id| t.tasks.get(id).cloned()).collect())
     }
 }
