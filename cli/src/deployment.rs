@@ -39,13 +39,13 @@ pub const PREFIX_VAR: &str = "SAS_PREFIX";
 #[derive(Debug, Clone, Default, clap::Args)]
 #[command(next_help_heading = "Deployment")]
 pub struct DeploymentArgs {
-    /// The CloudFormation stack: its outputs name the table, queues and topic
-    /// [env: SAS_STACK].
+    /// The CloudFormation stack: its outputs name the table, queues and topic. Without
+    /// --stack or --prefix, SAS_STACK is read, then SAS_PREFIX; the flags below override
+    /// single resources.
     #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
     pub stack: Option<String>,
     /// The prefix of every resource name (P-state, P-orders, P-orders-dlq, ..., P-alerts):
-    /// the template's Prefix parameter, or a kept `sasctl dev` run's dev-xxxxxxxx
-    /// [env: SAS_PREFIX].
+    /// the template's Prefix parameter, or a kept `sasctl dev` run's dev-xxxxxxxx.
     #[arg(long, value_name = "P")]
     pub prefix: Option<String>,
     /// The state table's name (overrides the stack or prefix).
@@ -554,16 +554,32 @@ where
                 }
             }
         }
+        // The credentials chain fails inside dispatch too: not a network problem.
+        SdkError::DispatchFailure(_) if mentions_credentials(err) => format!(
+            "no AWS credentials ({}): set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any values for an emulator)",
+            crate::resources::innermost(err)
+        ),
         SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => format!(
-            "it could not be reached ({}): {}",
-            crate::resources::innermost(err),
-            crate::endpoint::START_ONE
+            "it could not be reached ({}): is it running? Check --endpoint-url or AWS_ENDPOINT_URL (moto: infra/moto.sh start), and the network",
+            crate::resources::innermost(err)
         ),
         SdkError::ResponseError(_) => "its answer could not be read (is it an AWS endpoint?)".into(),
         // Typically no region or no credentials: the innermost cause says which.
         _ => crate::resources::innermost(err),
     };
     crate::endpoint::one_line(&line)
+}
+
+/// Whether any error in `err`'s source chain is about credentials.
+fn mentions_credentials(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = next {
+        if e.to_string().to_lowercase().contains("credentials") {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 #[cfg(test)]

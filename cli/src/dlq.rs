@@ -696,7 +696,9 @@ async fn move_by_hand(
     let mut moved = 0u64;
     let mut not_deleted = 0u64;
     while moved < target.visible {
-        let wanted = (target.visible - moved).min(10) as usize;
+        // A batch no bigger than a second's worth, so a low rate is a trickle, not bursts.
+        let per_batch = rate.map_or(10, |r| u64::from(r).min(10));
+        let wanted = (target.visible - moved).min(per_batch) as usize;
         let batch = receive(target, wanted, MOVE_VISIBILITY_S).await?;
         if batch.is_empty() {
             break;

@@ -60,6 +60,28 @@ fn bad_or_unreachable_endpoints_are_one_line() {
     let line = one_line_and_exit_2(&["dlq", "redrive", "agent", "--stack", "sas", "--endpoint-url", &url]);
     assert!(line.starts_with(&format!("sasctl: reading stack sas (CloudFormation DescribeStacks) at {url} failed: it could not be reached (")), "{line}");
     assert!(line.contains("infra/moto.sh start"), "{line}");
+
+    // An endpoint from the environment, as the SDK reads it, but no credentials.
+    let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["dlq", "list", "orders", "--stack", "sas"])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+        .env("AWS_CONFIG_FILE", "/nonexistent")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL", &url)
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(&format!("at {url} failed: no AWS credentials (")), "{stderr}");
 }
 
 #[test]
