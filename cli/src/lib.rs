@@ -1,12 +1,15 @@
 //! `sasctl`: `dev`, the whole pipeline in one process with its invariant checker and
 //! report; `bench`, the benchmarks of docs/BENCHMARKS.md; `workflows`, checking a
-//! definition file.
+//! definition file; `dlq`, reading and redriving a deployment's dead-letter queues
+//! (finding the deployment: `deployment`).
 
 pub mod agent_fault;
 pub mod args;
 pub mod aws_stub;
 pub mod bench;
+pub mod deployment;
 pub mod dev;
+pub mod dlq;
 pub mod endpoint;
 pub mod invariants;
 pub mod pump;

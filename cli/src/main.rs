@@ -48,6 +48,29 @@ enum Command {
     /// Workflow definition files: check one, or print their JSON Schema.
     #[command(subcommand)]
     Workflows(WorkflowsCommand),
+    /// A deployment's dead-letter queues: list what they keep, move it back to its queue.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Show the messages a DLQ keeps (id, first seen, receives, sas-reason, body), leaving
+    /// them in it.
+    ///
+    /// Reading a queue means receiving: each message listed is hidden from other
+    /// consumers for a few seconds at most (it is made visible again as soon as the
+    /// listing ends) and its receive count goes up by one.
+    List(sasctl::dlq::ListArgs),
+    /// Move a DLQ's messages back to the queue they came from (after fixing the cause).
+    ///
+    /// Uses SQS's message move task where the endpoint has it, and otherwise (moto)
+    /// receives, sends to the source queue and deletes from the DLQ, 10 at a time: a
+    /// message is deleted only after its send succeeded. Messages kept with a sas-reason
+    /// (rejected input) are rejected again unless that cause was fixed; by hand the
+    /// sas-reason and sas-source attributes are dropped (a move task keeps every
+    /// attribute). Moves about as many messages as the DLQ holds when it starts.
+    Redrive(sasctl::dlq::RedriveArgs),
 }
 
 #[derive(Subcommand)]
@@ -359,6 +382,10 @@ async fn main() -> ExitCode {
             sasctl::workflows::validate(&file, previous.as_deref(), json)
         }
         Command::Workflows(WorkflowsCommand::Publish(args)) => sasctl::workflows::publish(&args).await,
+        Command::Dlq(DlqCommand::List(args)) => sasctl::dlq::list(&args).await.map_err(|e| e.to_string()),
+        Command::Dlq(DlqCommand::Redrive(args)) => {
+            sasctl::dlq::redrive(&args).await.map_err(|e| e.to_string())
+        }
         Command::Workflows(WorkflowsCommand::Schema) => {
             println!("{}", sasctl::workflows::schema());
             Ok(ExitCode::SUCCESS)
