@@ -42,6 +42,15 @@ fn item_bytes<T: Serialize>(value: &T) -> usize {
     serde_json::to_string(value).map_or(0, |s| s.len())
 }
 
+/// What a finished task's item adds for its TTL: `"expires_at":` and ten digits of epoch
+/// seconds (the DynamoDB adapter's `task_item`).
+const EXPIRES_AT_BYTES: usize = 23;
+
+/// Size of a task's item: the record, plus `expires_at` once it is finished.
+fn record_bytes(task: &TaskRecord) -> usize {
+    item_bytes(task) + if task.state.is_terminal() { EXPIRES_AT_BYTES } else { 0 }
+}
+
 fn kb_units(bytes: usize, unit: usize) -> f64 {
     bytes.div_ceil(unit).max(1) as f64
 }
@@ -85,7 +94,7 @@ fn error_key(task: Option<&TaskRecord>) -> Option<Timestamp> {
 /// an entry whose item changes is rewritten. No happy-path record is in Error, so the
 /// happy path's writes cost it nothing.
 fn error_index_units(before: Option<&TaskRecord>, after: Option<&TaskRecord>) -> f64 {
-    let units = |t: Option<&TaskRecord>| t.map_or(0.0, |t| kb_units(item_bytes(t), 1024));
+    let units = |t: Option<&TaskRecord>| t.map_or(0.0, |t| kb_units(record_bytes(t), 1024));
     match (error_key(before), error_key(after)) {
         (None, None) => 0.0,
         (Some(_), None) => units(before),
@@ -101,8 +110,8 @@ impl StateStore for CountingStore {
         let inserted = self.inner.insert(task).await?;
         // A conditional PutItem; a failed condition (duplicate) bills the write too.
         let size = match &inserted {
-            Inserted::New => item_bytes(task),
-            Inserted::Exists(existing) => item_bytes(task).max(item_bytes(existing)),
+            Inserted::New => record_bytes(task),
+            Inserted::Exists(existing) => record_bytes(task).max(record_bytes(existing)),
         };
         let index = if inserted == Inserted::New {
             index_writes(None, index_key(Some(task))) + error_index_units(None, Some(task))
@@ -117,7 +126,7 @@ impl StateStore for CountingStore {
     }
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
         let r = self.inner.task(id).await?;
-        let bytes = r.as_ref().map_or(0, item_bytes);
+        let bytes = r.as_ref().map_or(0, record_bytes);
         self.with(|u| {
             u.ddb_gets += 1;
             u.rru += kb_units(bytes, 4096);
@@ -127,7 +136,7 @@ impl StateStore for CountingStore {
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
         // Billed on the larger of the old and new item; a failed condition bills too.
         let before = self.inner.task(&next.order_id).await?;
-        let size = item_bytes(next).max(before.as_ref().map_or(0, item_bytes));
+        let size = record_bytes(next).max(before.as_ref().map_or(0, record_bytes));
         let written = self.inner.replace(next, expected_revision).await?;
         let index = match written {
             Written::RevisionMoved => 0.0,
@@ -156,7 +165,7 @@ impl StateStore for CountingStore {
     }
     async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
         let r = self.inner.list(listing, limit).await?;
-        let bytes: usize = r.iter().map(item_bytes).sum();
+        let bytes: usize = r.iter().map(record_bytes).sum();
         self.with(|u| match listing {
             // One query of the error index, whole items, eventually consistent.
             Listing::Errors { .. } => {
@@ -169,7 +178,7 @@ impl StateStore for CountingStore {
                 u.ddb_queries += u64::from(shards);
                 u.rru += 0.5 * f64::from(shards);
                 u.ddb_gets += r.len() as u64;
-                u.rru += r.iter().map(|t| kb_units(item_bytes(t), 4096)).sum::<f64>();
+                u.rru += r.iter().map(|t| kb_units(record_bytes(t), 4096)).sum::<f64>();
             }
         });
         Ok(r)
