@@ -78,7 +78,7 @@ fn task(i: usize, o: &ListingOptions, policy: &Policy) -> TaskRecord {
     let (id, state) = if i < o.errors {
         (format!("err-{i:08}"), ProcessState::Error)
     } else if i < o.errors + o.finished {
-        let state = if i % 2 == 0 { ProcessState::Processed } else { ProcessState::Compensated };
+        let state = if i.is_multiple_of(2) { ProcessState::Processed } else { ProcessState::Compensated };
         (format!("done-{i:08}"), state)
     } else {
         (format!("live-{i:08}"), ProcessState::Pending)
