@@ -247,6 +247,9 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
         }
         if json {
             println!("{}", outcome.json(id, act, &operator.by, &args.reason));
+        } else if bar.is_hidden() {
+            // Not a terminal (a pipe, a log): the bar draws nothing, the lines still count.
+            println!("{}", outcome.line(id, &operator.by, &args.reason));
         } else {
             bar.println(outcome.line(id, &operator.by, &args.reason));
         }
