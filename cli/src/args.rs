@@ -39,6 +39,44 @@ pub fn rate(flag: &'static str) -> impl Fn(&str) -> Result<f64, String> + Clone 
     }
 }
 
+/// A duration such as `90s`, `15m`, `2h` or `3d`: a whole number and one unit (s, m, h,
+/// d), at least a second and at most 3650 days.
+pub fn duration(
+    flag: &'static str,
+) -> impl Fn(&str) -> Result<std::time::Duration, String> + Clone + Send + Sync + 'static {
+    move |given: &str| {
+        let bad = || {
+            format!(
+                "{flag} must be a whole number and a unit s, m, h or d, e.g. 90s, 15m, 2h, 3d (got {given:?})"
+            )
+        };
+        let text = given.trim();
+        let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (digits, unit) = text.split_at(split);
+        let n: u64 = digits.parse().map_err(|_| bad())?;
+        let per: u64 = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
+            _ => return Err(bad()),
+        };
+        let secs = n.checked_mul(per).filter(|s| (1..=3_650 * 86_400).contains(s));
+        secs.map(std::time::Duration::from_secs)
+            .ok_or_else(|| format!("{flag} must be from 1s to 3650d (got {given})"))
+    }
+}
+
+/// Text that must say something: not empty, not only blanks.
+pub fn non_empty(
+    flag: &'static str,
+) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
+    move |given: &str| {
+        let text = given.trim();
+        if text.is_empty() { Err(format!("{flag} must not be empty")) } else { Ok(text.to_owned()) }
+    }
+}
+
 /// The one line to print for a clap error raised by one of the parsers above, or
 /// `None` for any other error (clap's own text, usage included, is right for those).
 pub fn validation_message(err: &clap::Error) -> Option<String> {
@@ -56,6 +94,30 @@ pub fn validation_message(err: &clap::Error) -> Option<String> {
             Some(format!("{}: {cause}", arg.split_whitespace().next().unwrap_or(arg)))
         }
         _ => Some(cause),
+    }
+}
+
+/// One line for an argument missing or given with one it excludes (`--reason` left out,
+/// an ID with `--state`), instead of clap's text with its usage block. `None` for any
+/// other error.
+pub fn usage_message(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let names = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        _ => Vec::new(),
+    };
+    match err.kind() {
+        ErrorKind::MissingRequiredArgument => {
+            let missing = names(ContextKind::InvalidArg);
+            Some(format!("missing {} (see --help)", missing.join(", ")))
+        }
+        ErrorKind::ArgumentConflict => {
+            let arg = names(ContextKind::InvalidArg).join(", ");
+            let prior = names(ContextKind::PriorArg).join(", ");
+            Some(format!("{arg} cannot be used with {prior} (see --help)"))
+        }
+        _ => None,
     }
 }
 
@@ -95,5 +157,28 @@ mod tests {
         for bad in ["-0.1", "1.01", "NaN", "inf", "lots", "20%"] {
             assert_eq!(r(bad).unwrap_err(), format!("--hang-rate must be a number from 0 to 1 (got {bad})"));
         }
+    }
+
+    #[test]
+    fn durations_take_one_unit() {
+        let d = duration("--since");
+        assert_eq!(d("90s"), Ok(std::time::Duration::from_secs(90)));
+        assert_eq!(d("15m"), Ok(std::time::Duration::from_secs(900)));
+        assert_eq!(d("2h"), Ok(std::time::Duration::from_secs(7_200)));
+        assert_eq!(d("3d"), Ok(std::time::Duration::from_secs(259_200)));
+        for bad in ["", "2", "h", "2 h", "2H", "-2h", "1.5h", "2hours", "2h30m"] {
+            let e = d(bad).unwrap_err();
+            assert!(e.starts_with("--since must be a whole number and a unit s, m, h or d"), "{bad}: {e}");
+        }
+        assert_eq!(d("0s").unwrap_err(), "--since must be from 1s to 3650d (got 0s)");
+        assert_eq!(d("3651d").unwrap_err(), "--since must be from 1s to 3650d (got 3651d)");
+        assert!(d("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn text_must_say_something() {
+        let r = non_empty("--reason");
+        assert_eq!(r(" remote fixed "), Ok("remote fixed".to_owned()));
+        assert_eq!(r("  ").unwrap_err(), "--reason must not be empty");
     }
 }

@@ -1,7 +1,8 @@
 //! `sasctl`: `dev`, the whole pipeline in one process with its invariant checker and
 //! report; `bench`, the benchmarks of docs/BENCHMARKS.md; `workflows`, checking a
 //! definition file; `dlq`, reading and redriving a deployment's dead-letter queues
-//! (finding the deployment: `deployment`).
+//! (finding the deployment: `deployment`); `tasks`, listing, showing and acting on a
+//! deployment's tasks.
 
 pub mod agent_fault;
 pub mod args;
@@ -17,5 +18,6 @@ pub mod remote_sim;
 pub mod report;
 pub mod resources;
 pub mod tap;
+pub mod tasks;
 pub mod up;
 pub mod workflows;

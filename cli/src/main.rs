@@ -51,6 +51,10 @@ enum Command {
     /// A deployment's dead-letter queues: list what they keep, move it back to its queue.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// A deployment's tasks: list them by state, show one with its timeline, resubmit,
+    /// compensate or cancel one or a listing's worth (who acts and why are recorded).
+    #[command(subcommand)]
+    Tasks(sasctl::tasks::TasksCommand),
 }
 
 #[derive(Subcommand)]
@@ -366,7 +370,7 @@ async fn main() -> ExitCode {
         .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => match sasctl::args::validation_message(&e) {
+        Err(e) => match sasctl::args::validation_message(&e).or_else(|| sasctl::args::usage_message(&e)) {
             Some(line) => {
                 eprintln!("sasctl: {line}");
                 return ExitCode::from(2);
@@ -386,6 +390,7 @@ async fn main() -> ExitCode {
         Command::Dlq(DlqCommand::Redrive(args)) => {
             sasctl::dlq::redrive(&args).await.map_err(|e| e.to_string())
         }
+        Command::Tasks(command) => sasctl::tasks::run(command).await.map_err(|e| e.to_string()),
         Command::Workflows(WorkflowsCommand::Schema) => {
             println!("{}", sasctl::workflows::schema());
             Ok(ExitCode::SUCCESS)

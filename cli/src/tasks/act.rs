@@ -1,0 +1,367 @@
+//! `sasctl tasks resubmit|compensate|cancel`: an operator's action on one task, or on
+//! each task of a listing, carried out by `sas::handlers::operate` on the AWS adapters,
+//! the deployment's own resources and the caller's identity. This module never writes
+//! the table itself: the handler decides on a fresh read and writes conditionally.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use indicatif::{ProgressBar, ProgressStyle};
+use sas::adapters::aws::{SnsAlerts, SqsQueues};
+use sas::adapters::embedded::CountingMetrics;
+use sas::adapters::system::{FastRandom, SystemClock};
+use sas::domain::{Act, Actor, OperatorAlert, Policy, ProcessState, ReplyToRules, TaskRecord};
+use sas::handlers::{Deps, Operated, Settings, Topology, operate};
+use sas::ports::{AlertError, Alerts, QueueUrl};
+use serde_json::{Value, json};
+
+use super::list::{now, select};
+use super::{ActArgs, Context, StateArg, TasksError, order_id, policy, render};
+use crate::deployment::WorkQueue;
+
+/// The ports and settings an action runs with, and who acts.
+struct Operator {
+    ctx: Context,
+    deps: Deps,
+    settings: Settings,
+    by: String,
+}
+
+/// Stands in for the alert topic when the deployment's cannot be found: no operator
+/// action raises an alert, so the topic is not worth failing the command over.
+struct NoTopic(String);
+
+#[async_trait]
+impl Alerts for NoTopic {
+    async fn raise(&self, _: &OperatorAlert) -> Result<(), AlertError> {
+        Err(AlertError(self.0.clone()))
+    }
+}
+
+impl Operator {
+    async fn new(ctx: Context, policy: Policy) -> Result<Operator, TasksError> {
+        let by = ctx.deployment.caller_identity().await?;
+        let d = &ctx.deployment;
+        let scheduler = QueueUrl(d.queue(WorkQueue::Scheduler)?.to_owned());
+        // Operator actions never dispatch to an agent; the queue is the deployment's when found.
+        let agent = QueueUrl(
+            d.queue(WorkQueue::Agent).map_or(sas::config::UNUSED_AGENT_QUEUE.to_owned(), str::to_owned),
+        );
+        let sdk = d.sdk_config();
+        let alerts: Arc<dyn Alerts> = match d.alert_topic_arn() {
+            Ok(arn) => {
+                let named = match d.origin() {
+                    crate::deployment::Origin::Stack(s) => sas::config::Deployment::Stack(s.clone()),
+                    crate::deployment::Origin::Prefix(p) => sas::config::Deployment::Prefix(p.clone()),
+                    crate::deployment::Origin::Flags => sas::config::Deployment::Unnamed,
+                };
+                Arc::new(SnsAlerts::new(aws_sdk_sns::Client::new(sdk), arn, named))
+            }
+            Err(e) => Arc::new(NoTopic(e.to_string())),
+        };
+        let deps = Deps {
+            store: ctx.store.clone(),
+            queues: Arc::new(SqsQueues::new(aws_sdk_sqs::Client::new(sdk))),
+            alerts,
+            clock: Arc::new(SystemClock),
+            random: Arc::new(FastRandom::from_entropy()),
+            metrics: Arc::new(CountingMetrics::default()),
+        };
+        let settings = Settings {
+            policy,
+            workflows: ctx.definitions.workflows.clone(),
+            topology: Topology::new(scheduler, agent).with_queue_agents(&ctx.definitions.agents),
+            reply_to: ReplyToRules::names(&[], &[]),
+        };
+        Ok(Operator { ctx, deps, settings, by })
+    }
+
+    /// Carries out `act` on task `id`: the outcome, or why it could not be tried.
+    async fn act(&self, id: &str, act: Act, why: &str) -> Result<Outcome, TasksError> {
+        let id = order_id(id)?;
+        let Some(task) = self.ctx.task(&id).await? else {
+            return Ok(Outcome::NoTask);
+        };
+        if render::workflow_of(&self.ctx.definitions, &task).is_none() {
+            return Err(TasksError::UnknownWorkflow {
+                id: id.to_string(),
+                workflow: task.workflow.clone(),
+                version: task.workflow_version,
+                file: self.ctx.definitions_from.clone(),
+            });
+        }
+        let mut settings = self.settings.clone();
+        // The order's reply_to was checked against the deployment's allow-list when it
+        // was accepted, and the order never changes: its stored value is accepted as it
+        // is (the deployment's allow-list is in its functions' configuration, which an
+        // operator's terminal does not have).
+        if let Some(reply_to) = task.reply_to.as_deref() {
+            settings.reply_to = ReplyToRules::names(&[reply_to], &[]);
+        }
+        let actor = Actor { by: &self.by, why };
+        match operate(&self.deps, &settings, &id, act, actor).await {
+            Ok(Operated::Applied { before, trigger, task }) => {
+                Ok(Outcome::Applied { before, after: task.state, trigger: trigger.as_str() })
+            }
+            Ok(Operated::Refused(r)) => Ok(Outcome::Refused(r.to_string())),
+            Ok(Operated::NoSuchTask) => Ok(Outcome::NoTask),
+            Err(e) => Ok(Outcome::Failed(crate::endpoint::one_line(&e.to_string()))),
+        }
+    }
+}
+
+/// What one action came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Applied { before: ProcessState, after: ProcessState, trigger: &'static str },
+    Refused(String),
+    NoTask,
+    Failed(String),
+}
+
+impl Outcome {
+    fn line(&self, id: &str, by: &str, why: &str) -> String {
+        match self {
+            Outcome::Applied { before, after, trigger } => format!(
+                "{id}: {} -> {} ({trigger}), by {by}, why {}",
+                before.as_str(),
+                after.as_str(),
+                render::one_line(why, 200)
+            ),
+            Outcome::Refused(why) => format!("{id}: refused: {why}"),
+            Outcome::NoTask => format!("no task {id}"),
+            Outcome::Failed(e) => format!("{id}: failed: {e}"),
+        }
+    }
+
+    fn json(&self, id: &str, act: Act, by: &str, why: &str) -> Value {
+        let mut v = json!({"id": id, "act": act.as_str(), "by": by, "why": why});
+        match self {
+            Outcome::Applied { before, after, trigger } => {
+                v["outcome"] = "applied".into();
+                v["from"] = before.as_str().into();
+                v["to"] = after.as_str().into();
+                v["trigger"] = (*trigger).into();
+            }
+            Outcome::Refused(r) => {
+                v["outcome"] = "refused".into();
+                v["reason"] = r.clone().into();
+            }
+            Outcome::NoTask => v["outcome"] = "no_task".into(),
+            Outcome::Failed(e) => {
+                v["outcome"] = "failed".into();
+                v["reason"] = e.clone().into();
+            }
+        }
+        v
+    }
+}
+
+/// `sasctl tasks resubmit|compensate|cancel`.
+pub async fn run(act: Act, args: &ActArgs) -> Result<ExitCode, TasksError> {
+    let policy = policy()?;
+    match (&args.id, args.state) {
+        (Some(_), _) if args.dry_run => {
+            Err(TasksError::Usage("--dry-run previews a bulk action: give --state instead of an ID".into()))
+        }
+        (Some(_), _) if args.filter.workflow.is_some() || args.filter.since.is_some() => {
+            Err(TasksError::Usage(
+                "--workflow and --since narrow a bulk action's --state listing: not with an ID".into(),
+            ))
+        }
+        (Some(id), _) => single(act, id, args, policy).await,
+        (None, Some(state)) => bulk(act, state, args, policy).await,
+        // clap requires one of them.
+        (None, None) => Err(TasksError::Usage("give a task's ID or --state".into())),
+    }
+}
+
+async fn single(act: Act, id: &str, args: &ActArgs, policy: Policy) -> Result<ExitCode, TasksError> {
+    order_id(id)?;
+    let ctx = Context::connect(&args.common).await?;
+    let operator = Operator::new(ctx, policy).await?;
+    let outcome = operator.act(id, act, &args.reason).await?;
+    let line = outcome.line(id, &operator.by, &args.reason);
+    if args.common.json {
+        println!("{}", outcome.json(id, act, &operator.by, &args.reason));
+    } else if matches!(outcome, Outcome::Applied { .. }) {
+        println!("{line}");
+    } else {
+        eprintln!("sasctl: {line}");
+    }
+    Ok(if matches!(outcome, Outcome::Applied { .. }) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The states an action applies to in bulk: selecting any other only collects refusals.
+fn check_state(act: Act, state: StateArg) -> Result<(), TasksError> {
+    let fits = match act {
+        Act::Resubmit { .. } | Act::Compensate => state == StateArg::Error,
+        Act::Cancel => state != StateArg::Error && state != StateArg::Compensating,
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(TasksError::Usage(match act {
+        Act::Cancel => format!(
+            "cancel applies to live tasks: --state pending, processing or stuck (not {})",
+            state.as_str()
+        ),
+        _ => {
+            format!("{} applies to tasks in Error only: --state error (not {})", act.as_str(), state.as_str())
+        }
+    }))
+}
+
+async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Result<ExitCode, TasksError> {
+    check_state(act, state)?;
+    let ctx = Context::connect(&args.common).await?;
+    let selection = select(&ctx, state, &args.filter).await?;
+    if let Some(window) = selection.window_full {
+        eprintln!("sasctl: only the first {window} tasks the index gives were read: run again for the rest");
+    }
+    if args.dry_run {
+        dry_run(&ctx, act, &selection.tasks, args, &policy);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let json = args.common.json;
+    let operator = Operator::new(ctx, policy).await?;
+    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(selection.tasks.len() as u64) };
+    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.rate)));
+    let (mut applied, mut refused, mut failed) = (0usize, 0usize, 0usize);
+    for task in &selection.tasks {
+        tick.tick().await;
+        let id = task.order_id.as_str();
+        let outcome = match operator.act(id, act, &args.reason).await {
+            Ok(o) => o,
+            Err(e) => Outcome::Failed(e.to_string()),
+        };
+        match outcome {
+            Outcome::Applied { .. } => applied += 1,
+            Outcome::Refused(_) | Outcome::NoTask => refused += 1,
+            Outcome::Failed(_) => failed += 1,
+        }
+        if json {
+            println!("{}", outcome.json(id, act, &operator.by, &args.reason));
+        } else if bar.is_hidden() {
+            // Not a terminal (a pipe, a log): the bar draws nothing, the lines still count.
+            println!("{}", outcome.line(id, &operator.by, &args.reason));
+        } else {
+            bar.println(outcome.line(id, &operator.by, &args.reason));
+        }
+        bar.inc(1);
+        bar.set_message(format!("{applied} applied, {refused} refused, {failed} failed"));
+    }
+    bar.finish_and_clear();
+    let selected = selection.tasks.len();
+    if json {
+        println!(
+            "{}",
+            json!({"act": act.as_str(), "state": state.as_str(), "selected": selected,
+                   "applied": applied, "refused": refused, "failed": failed})
+        );
+    } else {
+        println!(
+            "{}: {applied} applied, {refused} refused, {failed} failed ({selected} selected)",
+            act.as_str()
+        );
+    }
+    Ok(if refused + failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// What each selected task would come to, decided on the listed record (the index may
+/// lag the table by a moment; the real action decides on a fresh read).
+fn dry_run(ctx: &Context, act: Act, tasks: &[TaskRecord], args: &ActArgs, policy: &Policy) {
+    let now = now();
+    let actor = Actor { by: "(dry run)", why: &args.reason };
+    let (mut would, mut refused) = (0usize, 0usize);
+    for task in tasks {
+        let id = task.order_id.as_str();
+        let decided = match render::workflow_of(&ctx.definitions, task) {
+            None => Err(format!(
+                "{} does not define workflow {:?} v{}: pass --workflows FILE",
+                ctx.definitions_from, task.workflow, task.workflow_version
+            )),
+            Some(wf) => task.act(act, actor, now, wf, policy).map_err(|r| r.to_string()),
+        };
+        let (line, v) = match decided {
+            Ok(d) => {
+                would += 1;
+                (
+                    format!(
+                        "would {}: {id}: {} -> {} ({})",
+                        act.as_str(),
+                        task.state.as_str(),
+                        d.next.state.as_str(),
+                        d.trigger.as_str()
+                    ),
+                    json!({"id": id, "act": act.as_str(), "dry_run": true, "outcome": "would_apply",
+                           "from": task.state.as_str(), "to": d.next.state.as_str(), "trigger": d.trigger.as_str()}),
+                )
+            }
+            Err(why) => {
+                refused += 1;
+                (
+                    format!("would refuse: {id}: {why}"),
+                    json!({"id": id, "act": act.as_str(), "dry_run": true, "outcome": "would_refuse", "reason": why}),
+                )
+            }
+        };
+        if args.common.json {
+            println!("{v}");
+        } else {
+            println!("{line}");
+        }
+    }
+    if args.common.json {
+        println!(
+            "{}",
+            json!({"act": act.as_str(), "dry_run": true, "selected": tasks.len(), "would_apply": would, "would_refuse": refused})
+        );
+    } else {
+        println!(
+            "dry run: {} task(s) selected, {would} would change, {refused} would be refused; nothing changed",
+            tasks.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_actions_take_the_states_they_apply_to() {
+        assert!(check_state(Act::Resubmit { from_step: None }, StateArg::Error).is_ok());
+        assert_eq!(
+            check_state(Act::Compensate, StateArg::Stuck).unwrap_err().to_string(),
+            "compensate applies to tasks in Error only: --state error (not stuck)"
+        );
+        assert!(check_state(Act::Cancel, StateArg::Stuck).is_ok());
+        assert_eq!(
+            check_state(Act::Cancel, StateArg::Error).unwrap_err().to_string(),
+            "cancel applies to live tasks: --state pending, processing or stuck (not error)"
+        );
+    }
+
+    #[test]
+    fn outcomes_are_one_line_each() {
+        let applied = Outcome::Applied {
+            before: ProcessState::Error,
+            after: ProcessState::Pending,
+            trigger: "Resubmit",
+        };
+        assert_eq!(
+            applied.line("o-1", "arn:aws:sts::1:user/me", "remote fixed"),
+            "o-1: Error -> Pending (Resubmit), by arn:aws:sts::1:user/me, why remote fixed"
+        );
+        assert_eq!(Outcome::NoTask.line("o-1", "", ""), "no task o-1");
+        let v = applied.json("o-1", Act::Resubmit { from_step: None }, "me", "why");
+        assert_eq!(v["outcome"], "applied");
+        assert_eq!(v["to"], "Pending");
+    }
+}

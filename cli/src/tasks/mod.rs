@@ -1,0 +1,327 @@
+//! `sasctl tasks`: an operator's view of a deployment's tasks and the actions on them.
+//!
+//! - `list` selects tasks through the table's indexes, never a Scan (`list.rs`);
+//! - `show` prints one task's record and timeline, and what can be done with it (`show.rs`);
+//! - `resubmit`, `compensate` and `cancel` act on one task, or on a listing's tasks in
+//!   bulk (`act.rs`), each through the same handler the functions use
+//!   (`sas::handlers::operate`): a decision on a fresh read and one conditional write, so
+//!   an action that raced anything else changes the task at most once.
+//!
+//! Text and JSON output: `render.rs`.
+
+mod act;
+mod list;
+mod render;
+mod show;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sas::adapters::aws::DynamoStore;
+use sas::config::TableNames;
+use sas::domain::{Definitions, OrderId, Policy, ProcessState};
+
+use crate::args::{duration, non_empty, whole};
+use crate::deployment::{Deployment, DeploymentArgs, DeploymentError, aws_reason};
+
+pub use list::Selection;
+
+/// Read when --workflows is not given.
+pub const WORKFLOWS_VAR: &str = "SAS_WORKFLOWS";
+/// Read when --due-shards is not given.
+pub const DUE_SHARDS_VAR: &str = "SAS_DUE_SHARDS";
+
+/// `sasctl tasks ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TasksCommand {
+    /// List tasks in a state: a table, or one JSON object per task.
+    ///
+    /// Never scans the table. `--state error` (the default) is one Query of the sparse
+    /// error index, which holds only tasks in Error, newest first: it reads only what it
+    /// shows (with --workflow, up to 1000 to pick from). The live states (pending,
+    /// processing, compensating, stuck) are Queries of the due index (one per shard)
+    /// and one consistent read per live task (BatchGetItem, 100 a request), oldest
+    /// deadline first, of at most 1000 live tasks (or --limit, if larger); `stuck` is a
+    /// live task whose deadline has passed (the supervisor has not recovered it yet).
+    List(ListArgs),
+    /// Show one task: its state, step, lease and deadline, failures, outputs, last error,
+    /// its timeline (who did what, when and why) and the commands that apply to it.
+    Show(ShowArgs),
+    /// Send a task in Error forward again from its failed step (or an earlier one, with
+    /// --from-step), keeping what is done; or every task of a listing (--state error).
+    ///
+    /// Each action is a decision on a fresh read of the task and one conditional write,
+    /// then a Schedule message to the scheduler queue and a status to the order's
+    /// reply_to: exactly what the deployment's own functions do.
+    Resubmit(ResubmitArgs),
+    /// Undo the completed steps of a task in Error, newest first (or resume an undo that
+    /// stopped); or of every task of a listing (--state error).
+    Compensate(ActArgs),
+    /// Stop a live task and undo what it may have done; or every task of a listing (a
+    /// live --state). An attempt in flight loses its lease; the undo waits until it is over.
+    Cancel(ActArgs),
+}
+
+/// What every `tasks` command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// The definition file the deployment runs (step names, and the decisions of the
+    /// actions need the task's workflow). Default: the built-in examples/workflows.json.
+    #[arg(long, value_name = "FILE", env = WORKFLOWS_VAR)]
+    pub workflows: Option<PathBuf>,
+    /// Shards of the due index: the stack's DueShards parameter, which no stack output
+    /// tells (1 to 1000; default 4, the template's and the functions' default). Only the
+    /// live listings use it.
+    #[arg(long, value_name = "N", env = DUE_SHARDS_VAR, default_value_t = sas::config::DEFAULT_DUE_SHARDS,
+          value_parser = whole::<u32>("--due-shards", 1, sas::config::MAX_DUE_SHARDS.into()))]
+    pub due_shards: u32,
+    #[command(flatten)]
+    pub deployment: DeploymentArgs,
+}
+
+/// The states `--state` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StateArg {
+    Error,
+    Compensating,
+    Processing,
+    Pending,
+    /// Live, with its deadline passed.
+    Stuck,
+}
+
+impl StateArg {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateArg::Error => "error",
+            StateArg::Compensating => "compensating",
+            StateArg::Processing => "processing",
+            StateArg::Pending => "pending",
+            StateArg::Stuck => "stuck",
+        }
+    }
+
+    fn state(self) -> Option<ProcessState> {
+        match self {
+            StateArg::Error => Some(ProcessState::Error),
+            StateArg::Compensating => Some(ProcessState::Compensating),
+            StateArg::Processing => Some(ProcessState::Processing),
+            StateArg::Pending => Some(ProcessState::Pending),
+            StateArg::Stuck => None,
+        }
+    }
+}
+
+/// `sasctl tasks list`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ListArgs {
+    /// Which tasks.
+    #[arg(long, value_enum, default_value = "error")]
+    pub state: StateArg,
+    #[command(flatten)]
+    pub filter: Filter,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Narrowing a listing.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Filter {
+    /// Only tasks of this workflow.
+    #[arg(long, value_name = "NAME")]
+    pub workflow: Option<String>,
+    /// Only tasks changed this recently: 90s, 15m, 2h, 3d.
+    #[arg(long, value_name = "AGE", value_parser = duration("--since"))]
+    pub since: Option<Duration>,
+    /// Tasks at most (1 to 1000).
+    #[arg(long, default_value_t = 50, value_parser = whole::<usize>("--limit", 1, 1_000))]
+    pub limit: usize,
+}
+
+/// `sasctl tasks show`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShowArgs {
+    /// The task's id (its order's order_id).
+    pub id: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `sasctl tasks resubmit`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ResubmitArgs {
+    /// Start again at this step (0 is the first) instead of the failed one: the steps
+    /// from it on run again. Never after the failed step.
+    #[arg(long, value_name = "N", value_parser = whole::<u32>("--from-step", 0, 999))]
+    pub from_step: Option<u32>,
+    #[command(flatten)]
+    pub act: ActArgs,
+}
+
+/// One task by its id, or the tasks of a listing (`--state`), and why.
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["id", "state"])))]
+pub struct ActArgs {
+    /// The task's id (its order's order_id). Or give --state to act on a listing's tasks.
+    pub id: Option<String>,
+    /// Act on every task `tasks list --state STATE` selects (with --workflow, --since,
+    /// --limit), at most --rate a second, with a progress bar and a summary.
+    #[arg(long, value_enum, conflicts_with = "id")]
+    pub state: Option<StateArg>,
+    /// Why: recorded in each task's timeline with who acted (required).
+    #[arg(long, value_name = "TEXT", required = true, value_parser = non_empty("--reason"))]
+    pub reason: String,
+    /// With --state: change nothing, print what each task would come to, and the count.
+    #[arg(long, requires = "state")]
+    pub dry_run: bool,
+    /// With --state: tasks acted on per second at most (1 to 100).
+    #[arg(long, value_name = "N", default_value_t = 10, requires = "state",
+          value_parser = whole::<u32>("--rate", 1, 100))]
+    pub rate: u32,
+    #[command(flatten)]
+    pub filter: Filter,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Why a `tasks` command stopped. Each displays as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TasksError {
+    #[error(transparent)]
+    Deployment(#[from] DeploymentError),
+    #[error("{0}")]
+    Definitions(String),
+    #[error("ID {id:?}: {why}")]
+    BadId { id: String, why: String },
+    #[error("table {table} does not exist at {at}: check --stack or --prefix (or --table), and the region")]
+    NoTable { table: String, at: String },
+    #[error("{doing} at {at} failed: {reason}")]
+    Aws { doing: String, at: String, reason: String },
+    #[error("reading the state table {table}: {reason}")]
+    Store { table: String, reason: String },
+    #[error(
+        "task {id} runs workflow {workflow:?} v{version}, which {file} does not define: pass the definition file the deployment runs (--workflows FILE or {WORKFLOWS_VAR})"
+    )]
+    UnknownWorkflow { id: String, workflow: String, version: u32, file: String },
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A deployment's table, read through the store the functions use.
+pub struct Context {
+    pub deployment: Deployment,
+    pub store: Arc<DynamoStore>,
+    pub table: String,
+    pub definitions: Definitions,
+    /// Where the definitions came from, for messages.
+    pub definitions_from: String,
+    pub common: Common,
+}
+
+impl Context {
+    /// Finds the deployment and checks its table is there (one DescribeTable), so a
+    /// wrong name is one line naming it rather than a failed query.
+    pub async fn connect(common: &Common) -> Result<Context, TasksError> {
+        let definitions =
+            crate::workflows::load(common.workflows.as_deref()).map_err(TasksError::Definitions)?;
+        let definitions_from = common
+            .workflows
+            .as_ref()
+            .map_or_else(|| "the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let deployment = common.deployment.resolve().await?;
+        let table = deployment.table()?.to_owned();
+        let dynamodb = aws_sdk_dynamodb::Client::new(deployment.sdk_config());
+        if let Err(e) = dynamodb.describe_table().table_name(&table).send().await {
+            if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) {
+                return Err(TasksError::NoTable { table, at: deployment.at().to_owned() });
+            }
+            return Err(TasksError::Aws {
+                doing: format!("reading table {table} (DynamoDB DescribeTable)"),
+                at: deployment.at().to_owned(),
+                reason: aws_reason(&e),
+            });
+        }
+        // The index names are the template's (its DueIndexName and ErrorIndexName
+        // outputs say so too); the shard count is a parameter no output tells.
+        let mut tables = TableNames::new(table.clone());
+        tables.due_shards = common.due_shards;
+        let store = Arc::new(DynamoStore::new(dynamodb, tables));
+        Ok(Context { deployment, store, table, definitions, definitions_from, common: common.clone() })
+    }
+
+    pub fn store_error(&self, e: sas::ports::StoreError) -> TasksError {
+        TasksError::Store { table: self.table.clone(), reason: crate::endpoint::one_line(&e.to_string()) }
+    }
+
+    /// One task, read consistently.
+    pub async fn task(&self, id: &OrderId) -> Result<Option<sas::domain::TaskRecord>, TasksError> {
+        use sas::ports::StateStore as _;
+        self.store.task(id).await.map_err(|e| self.store_error(e))
+    }
+}
+
+/// An order id as typed.
+pub fn order_id(id: &str) -> Result<OrderId, TasksError> {
+    OrderId::parse(id).map_err(|e| TasksError::BadId { id: id.to_owned(), why: e.to_string() })
+}
+
+/// The policy the decisions are made with: the functions' defaults, or their tuning
+/// variables when set here as the deployment sets them (REPLY_GRACE_MS decides how long a
+/// cancelled attempt's undo waits; PENDING_TIMEOUT_MS when the supervisor looks again).
+pub fn policy() -> Result<Policy, TasksError> {
+    policy_from(&|name| std::env::var(name).ok())
+}
+
+fn policy_from(env: &dyn Fn(&str) -> Option<String>) -> Result<Policy, TasksError> {
+    let mut policy = Policy::default();
+    let day = 24 * 3600 * 1000;
+    for (name, field, min) in [
+        ("REPLY_GRACE_MS", &mut policy.reply_grace_ms, 0),
+        ("PENDING_TIMEOUT_MS", &mut policy.pending_timeout_ms, 1),
+    ] {
+        if let Some(raw) = env(name).filter(|v| !v.trim().is_empty()) {
+            *field = raw.trim().parse::<u64>().ok().filter(|v| (min..=day).contains(v)).ok_or_else(|| {
+                TasksError::Config(format!("{name}={raw:?} is not a whole number from {min} to {day}"))
+            })?;
+        }
+    }
+    Ok(policy)
+}
+
+/// Runs a `tasks` command.
+pub async fn run(command: TasksCommand) -> Result<ExitCode, TasksError> {
+    match command {
+        TasksCommand::List(args) => list::run(&args).await,
+        TasksCommand::Show(args) => show::run(&args).await,
+        TasksCommand::Resubmit(args) => {
+            act::run(sas::domain::Act::Resubmit { from_step: args.from_step }, &args.act).await
+        }
+        TasksCommand::Compensate(args) => act::run(sas::domain::Act::Compensate, &args).await,
+        TasksCommand::Cancel(args) => act::run(sas::domain::Act::Cancel, &args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_takes_the_functions_tuning_variables() {
+        let none = |_: &str| None;
+        assert_eq!(policy_from(&none).unwrap(), Policy::default());
+        let set = |name: &str| (name == "REPLY_GRACE_MS").then(|| "500".to_owned());
+        assert_eq!(policy_from(&set).unwrap().reply_grace_ms, 500);
+        let bad = |name: &str| (name == "PENDING_TIMEOUT_MS").then(|| "soon".to_owned());
+        assert_eq!(
+            policy_from(&bad).unwrap_err().to_string(),
+            "PENDING_TIMEOUT_MS=\"soon\" is not a whole number from 1 to 86400000"
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! How tasks are printed: a table row and a JSON object per listed task, a record with
+//! its timeline, and the command lines an operator can paste next.
+
+use sas::domain::{Act, Actor, Definitions, Entry, Policy, TaskRecord, Timestamp, Workflow};
+use serde_json::{Value, json};
+
+use crate::deployment::DeploymentArgs;
+
+/// ISO-8601, UTC, to the millisecond.
+pub fn iso(t: Timestamp) -> String {
+    let ms = i64::try_from(t.0).unwrap_or(i64::MAX);
+    aws_sdk_sqs::primitives::DateTime::from_millis(ms)
+        .fmt(aws_sdk_sqs::primitives::DateTimeFormat::DateTime)
+        .unwrap_or_else(|_| format!("{}ms", t.0))
+}
+
+/// `text` on one line of at most `max` characters (control characters as spaces).
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &flat[..at]),
+        None => flat,
+    }
+}
+
+/// The workflow version the task runs, if the definitions hold it.
+pub fn workflow_of<'a>(definitions: &'a Definitions, task: &TaskRecord) -> Option<&'a Workflow> {
+    definitions.workflows.get_version(&task.workflow, task.workflow_version)
+}
+
+/// The name of step `step`, if known.
+pub fn step_name(wf: Option<&Workflow>, step: u32) -> Option<String> {
+    wf.and_then(|w| w.step(step)).map(|s| s.name.clone())
+}
+
+/// A listed task as one JSON object.
+pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
+    json!({
+        "id": task.order_id.as_str(),
+        "state": task.state.as_str(),
+        "workflow": task.workflow,
+        "version": task.workflow_version,
+        "step": task.step,
+        "step_name": step_name(wf, task.step),
+        "failure_count": task.failure_count,
+        "updated_at": iso(task.updated_at),
+        "last_error": task.last_error,
+    })
+}
+
+/// The header and rows of a listing's table, columns padded.
+pub fn table(tasks: &[(&TaskRecord, Option<&Workflow>)]) -> String {
+    let mut rows = vec![[
+        "ID".to_owned(),
+        "STATE".to_owned(),
+        "WORKFLOW".to_owned(),
+        "STEP".to_owned(),
+        "FAILURES".to_owned(),
+        "UPDATED".to_owned(),
+        "LAST ERROR".to_owned(),
+    ]];
+    for (task, wf) in tasks {
+        let step = match step_name(*wf, task.step) {
+            Some(name) => format!("{} {name}", task.step),
+            None => task.step.to_string(),
+        };
+        rows.push([
+            task.order_id.to_string(),
+            task.state.as_str().to_owned(),
+            format!("{} v{}", task.workflow, task.workflow_version),
+            step,
+            task.failure_count.to_string(),
+            iso(task.updated_at),
+            task.last_error.as_deref().map_or_else(|| "-".to_owned(), |e| one_line(e, 80)),
+        ]);
+    }
+    let mut widths = [0usize; 7];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// One timeline entry as a line: time, what, step, attempt, why and who.
+pub fn entry_line(entry: &Entry, wf: Option<&Workflow>) -> String {
+    let step = match step_name(wf, entry.step) {
+        Some(name) => format!("step {} {name}", entry.step),
+        None => format!("step {}", entry.step),
+    };
+    let mut line =
+        format!("{}  {:<12}  {step}  attempt {}", iso(entry.at), entry.what.as_str(), entry.attempt);
+    if let Some(note) = &entry.note {
+        line.push_str(&format!("  {}", one_line(note, 160)));
+    }
+    if let Some(by) = &entry.by {
+        line.push_str(&format!("  by {by}"));
+    }
+    line
+}
+
+pub fn entry_json(entry: &Entry, wf: Option<&Workflow>) -> Value {
+    json!({
+        "at": iso(entry.at),
+        "what": entry.what.as_str(),
+        "step": entry.step,
+        "step_name": step_name(wf, entry.step),
+        "attempt": entry.attempt,
+        "note": entry.note,
+        "by": entry.by,
+    })
+}
+
+/// `value` as a shell word: as it is when it is plain, else single-quoted.
+pub fn shell_word(value: &str) -> String {
+    let plain =
+        !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c));
+    if plain { value.to_owned() } else { format!("'{}'", value.replace('\'', r"'\''")) }
+}
+
+/// The deployment flags as given, to repeat in a suggested command (the environment's
+/// SAS_STACK / SAS_PREFIX need no repeating: they still apply).
+pub fn deployment_flags(d: &DeploymentArgs, workflows: Option<&std::path::Path>) -> String {
+    let mut out = String::new();
+    let mut add = |flag: &str, value: Option<&str>| {
+        if let Some(v) = value {
+            out.push_str(&format!(" --{flag} {}", shell_word(v)));
+        }
+    };
+    add("stack", d.stack.as_deref());
+    add("prefix", d.prefix.as_deref());
+    add("table", d.table.as_deref());
+    add("orders-queue", d.orders_queue.as_deref());
+    add("scheduler-queue", d.scheduler_queue.as_deref());
+    add("agent-queue", d.agent_queue.as_deref());
+    add("alert-topic", d.alert_topic.as_deref());
+    add("endpoint-url", d.endpoint_url.as_deref());
+    add("workflows", workflows.and_then(|p| p.to_str()));
+    out
+}
+
+/// The actions that apply to the task as it is (asked of the same decisions the actions
+/// make), each as a command line to paste; without its workflow, by state alone.
+pub fn next_commands(
+    task: &TaskRecord,
+    wf: Option<&Workflow>,
+    policy: &Policy,
+    now: Timestamp,
+    flags: &str,
+) -> Vec<String> {
+    let id = task.order_id.as_str();
+    let acts = [Act::Resubmit { from_step: None }, Act::Compensate, Act::Cancel];
+    let applies = |act: Act| match wf {
+        Some(wf) => task.act(act, Actor { by: "-", why: "-" }, now, wf, policy).is_ok(),
+        None => match act {
+            Act::Resubmit { .. } | Act::Compensate => task.state == sas::domain::ProcessState::Error,
+            Act::Cancel => {
+                matches!(
+                    task.state,
+                    sas::domain::ProcessState::Pending | sas::domain::ProcessState::Processing
+                )
+            }
+        },
+    };
+    acts.into_iter()
+        .filter(|a| applies(*a))
+        .map(|a| format!("sasctl tasks {} {id} --reason TEXT{flags}", a.as_str()))
+        .collect()
+}
+
+/// The record as lines of text, its timeline last.
+pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next: &[String]) -> String {
+    let mut lines = Vec::new();
+    let version = format!("{} v{}", task.workflow, task.workflow_version);
+    lines.push(format!("task {}: {} (workflow {version})", task.order_id, task.state.as_str()));
+    let mut field = |name: &str, value: String| lines.push(format!("  {name:<14}{value}"));
+    let step = match step_name(wf, task.step) {
+        Some(name) => format!("{} {name}", task.step),
+        None => format!("{} (its name: pass --workflows FILE with workflow {version})", task.step),
+    };
+    field("step", format!("{step}, attempt {} of this step, {} in all", task.step_attempts, task.attempt));
+    field(
+        "failures",
+        format!("{} in all, {} of this step in this direction", task.failure_count, task.step_failures),
+    );
+    match (task.locked_by, task.complete_by) {
+        (Some(lease), Some(by)) => field("lease", format!("{lease}, complete by {}", iso(by))),
+        _ => field("lease", "none".to_owned()),
+    }
+    field(
+        "deadline",
+        match task.deadline {
+            Some(d) if d <= now => format!("{} (passed: the supervisor recovers it)", iso(d)),
+            Some(d) => iso(d),
+            None => "none (ended)".to_owned(),
+        },
+    );
+    if let Some(h) = task.hold_until {
+        field("hold until", format!("{} (a cancelled attempt may still run until then)", iso(h)));
+    }
+    if let Some(r) = task.redo_until {
+        field(
+            "redo until",
+            format!("step {r} (resubmitted from an earlier step: nothing is undone before it)"),
+        );
+    }
+    let outputs: Vec<&str> = task.outputs.keys().map(String::as_str).collect();
+    field("outputs", if outputs.is_empty() { "none".to_owned() } else { outputs.join(", ") });
+    field("last error", task.last_error.as_deref().map_or_else(|| "none".to_owned(), |e| one_line(e, 400)));
+    field("reply_to", task.reply_to.clone().unwrap_or_else(|| "none".to_owned()));
+    field("created", iso(task.created_at));
+    field("updated", format!("{} (revision {})", iso(task.updated_at), task.revision));
+    let dropped = if task.timeline_dropped > 0 {
+        format!(" ({} older entries not kept)", task.timeline_dropped)
+    } else {
+        String::new()
+    };
+    lines.push(format!("timeline, oldest first{dropped}:"));
+    for entry in &task.timeline {
+        lines.push(format!("  {}", entry_line(entry, wf)));
+    }
+    if next.is_empty() {
+        lines.push("next: nothing to do by hand".to_owned());
+    } else {
+        lines.push("next:".to_owned());
+        lines.extend(next.iter().map(|c| format!("  {c}")));
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The record as one JSON object: its fields (times in ISO-8601), the timeline's entries
+/// as objects, and the commands that apply.
+pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next: &[String]) -> Value {
+    let mut v = serde_json::to_value(task).unwrap_or_else(|_| json!({}));
+    let time = |t: Option<Timestamp>| t.map(iso);
+    v["id"] = json!(task.order_id.as_str());
+    v["step_name"] = json!(step_name(wf, task.step));
+    v["created_at"] = json!(iso(task.created_at));
+    v["updated_at"] = json!(iso(task.updated_at));
+    v["deadline"] = json!(time(task.deadline));
+    v["deadline_passed"] = json!(task.deadline.is_some_and(|d| d <= now));
+    v["complete_by"] = json!(time(task.complete_by));
+    v["hold_until"] = json!(time(task.hold_until));
+    v["redo_until"] = json!(task.redo_until);
+    v["outputs"] = json!(task.outputs.keys().collect::<Vec<_>>());
+    v["timeline"] = Value::Array(task.timeline.iter().map(|e| entry_json(e, wf)).collect());
+    v["timeline_dropped"] = json!(task.timeline_dropped);
+    v["next"] = json!(next);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sas::domain::{Happened, LineItem, Order, OrderId, ProcessState, Step, Trigger};
+
+    fn task(state: ProcessState) -> TaskRecord {
+        let order = Order {
+            order_id: OrderId::parse("o-1").unwrap(),
+            customer_id: "c".into(),
+            items: vec![LineItem { sku: "A".into(), quantity: 1 }],
+            workflow: "w".into(),
+            workflow_version: None,
+        };
+        let mut t = TaskRecord::new(&order, None, Timestamp(1_700_000_000_000), &Policy::default());
+        t.state = state;
+        t
+    }
+
+    fn wf() -> Workflow {
+        Workflow::new("w", vec![Step::compensable("reserve", "inv", "release"), Step::pivot("ship", "ship")])
+    }
+
+    #[test]
+    fn times_are_iso_8601_utc() {
+        assert_eq!(iso(Timestamp(1_700_000_000_123)), "2023-11-14T22:13:20.123Z");
+        assert_eq!(iso(Timestamp(0)), "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn timeline_entries_say_when_what_step_attempt_why_and_who() {
+        let e = Entry {
+            at: Timestamp(1_700_000_000_000),
+            what: Happened::Moved(Trigger::Resubmit),
+            step: 1,
+            attempt: 3,
+            note: Some("remote\nfixed".into()),
+            by: Some("arn:aws:sts::1:user/me".into()),
+        };
+        assert_eq!(
+            entry_line(&e, Some(&wf())),
+            "2023-11-14T22:13:20Z  Resubmit      step 1 ship  attempt 3  remote fixed  by arn:aws:sts::1:user/me"
+        );
+        assert_eq!(
+            entry_json(&e, None),
+            json!({"at": "2023-11-14T22:13:20Z", "what": "Resubmit", "step": 1, "step_name": null,
+                   "attempt": 3, "note": "remote\nfixed", "by": "arn:aws:sts::1:user/me"})
+        );
+    }
+
+    #[test]
+    fn the_next_commands_are_those_the_decisions_allow() {
+        let flags = deployment_flags(
+            &DeploymentArgs {
+                prefix: Some("sas".into()),
+                endpoint_url: Some("http://127.0.0.1:5000".into()),
+                ..Default::default()
+            },
+            Some(std::path::Path::new("my flows.json")),
+        );
+        assert_eq!(flags, " --prefix sas --endpoint-url http://127.0.0.1:5000 --workflows 'my flows.json'");
+        let now = Timestamp(1_700_000_001_000);
+        let policy = Policy::default();
+        let mut failed = task(ProcessState::Error);
+        failed.deadline = None;
+        // Failed at its first step, which was refused: resubmit applies, and so does
+        // compensate only if something may have taken effect.
+        let next = next_commands(&failed, Some(&wf()), &policy, now, &flags);
+        assert_eq!(
+            next,
+            [
+                "sasctl tasks resubmit o-1 --reason TEXT --prefix sas --endpoint-url http://127.0.0.1:5000 --workflows 'my flows.json'"
+            ]
+        );
+        failed.step = 1;
+        let next = next_commands(&failed, Some(&wf()), &policy, now, "");
+        assert_eq!(
+            next,
+            ["sasctl tasks resubmit o-1 --reason TEXT", "sasctl tasks compensate o-1 --reason TEXT"]
+        );
+        let pending = task(ProcessState::Pending);
+        assert_eq!(
+            next_commands(&pending, Some(&wf()), &policy, now, ""),
+            ["sasctl tasks cancel o-1 --reason TEXT"]
+        );
+        assert_eq!(
+            next_commands(&pending, None, &policy, now, ""),
+            ["sasctl tasks cancel o-1 --reason TEXT"]
+        );
+        let done = task(ProcessState::Processed);
+        assert!(next_commands(&done, Some(&wf()), &policy, now, "").is_empty());
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn show_says_how_many_entries_were_let_go_and_what_is_next() {
+        let mut t = task(ProcessState::Error);
+        t.deadline = None;
+        t.timeline_dropped = 3;
+        t.last_error = Some("do-it: 422\nno such customer".into());
+        let text =
+            show_text(&t, Some(&wf()), Timestamp(1_700_000_001_000), &["sasctl tasks resubmit o-1".into()]);
+        assert!(text.starts_with("task o-1: Error (workflow w v1)\n"), "{text}");
+        assert!(text.contains("  step          0 reserve, attempt 0 of this step, 0 in all\n"), "{text}");
+        assert!(text.contains("  deadline      none (ended)\n"), "{text}");
+        assert!(text.contains("  last error    do-it: 422 no such customer\n"), "{text}");
+        assert!(text.contains("timeline, oldest first (3 older entries not kept):\n"), "{text}");
+        assert!(text.contains("  2023-11-14T22:13:20Z  Submitted     step 0 reserve  attempt 0\n"), "{text}");
+        assert!(text.ends_with("next:\n  sasctl tasks resubmit o-1\n"), "{text}");
+        let v = show_json(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
+        assert_eq!(v["timeline"][0]["what"], "Submitted");
+        assert_eq!(v["timeline_dropped"], 3);
+        assert_eq!(v["deadline"], Value::Null);
+        assert_eq!(v["updated_at"], "2023-11-14T22:13:20Z");
+    }
+}
