@@ -187,9 +187,16 @@ pub struct Deployment {
     queues: [Found; 3],
     dlqs: [Found; 3],
     alert_topic: Found,
+    /// The stack's parameters, with `--stack` (what the functions were configured with).
+    parameters: std::collections::BTreeMap<String, String>,
 }
 
 impl Deployment {
+    /// A parameter the stack was deployed with (`--stack` only).
+    pub fn parameter(&self, key: &str) -> Option<&str> {
+        self.parameters.get(key).map(String::as_str)
+    }
+
     /// Where the names came from.
     pub fn origin(&self) -> &Origin {
         &self.origin
@@ -319,6 +326,7 @@ impl DeploymentArgs {
             queues: WorkQueue::ALL.map(|q| Err(unnamed(q.flag()))),
             dlqs: WorkQueue::ALL.map(|q| Err(unnamed(q.flag()))),
             alert_topic: Err(unnamed("--alert-topic")),
+            parameters: Default::default(),
             origin: origin.clone(),
             at,
             sdk,
@@ -386,6 +394,11 @@ async fn from_stack(d: &mut Deployment, stack: &str) -> Result<(), DeploymentErr
                 fix: format!("deploy the current template.yaml (sam deploy), or give {flag}"),
             })
     };
+    d.parameters = described
+        .parameters()
+        .iter()
+        .filter_map(|p| Some((p.parameter_key()?.to_owned(), p.parameter_value()?.to_owned())))
+        .collect();
     d.table = output("StateTableName", "--table");
     d.alert_topic = output("AlertTopicArn", "--alert-topic");
     for q in WorkQueue::ALL {

@@ -225,32 +225,36 @@ async fn attributes(
         .set_attribute_names(Some(names.to_vec()))
         .send()
         .await
-        .map_err(|e| match e.as_service_error() {
-            Some(s) if crate::deployment::queue_missing(s) => {
-                DlqError::NoSuchQueue { url: url.to_owned(), at: at.to_owned() }
-            }
-            _ => DlqError::Aws {
-                doing: format!("reading {url} (SQS GetQueueAttributes)"),
-                at: at.to_owned(),
-                reason: aws_reason(&e),
-            },
-        })?;
+        .map_err(|e| sqs_error(&e, url, at, || format!("reading {url} (SQS GetQueueAttributes)")))?;
     Ok(out.attributes.unwrap_or_default().into_iter().collect())
+}
+
+/// An SQS call on the queue at `url` failed: "no such queue" said so, anything else in one
+/// line naming what was being done.
+fn sqs_error<E, R>(
+    e: &aws_sdk_sqs::error::SdkError<E, R>,
+    url: &str,
+    at: &str,
+    doing: impl FnOnce() -> String,
+) -> DlqError
+where
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match e.as_service_error() {
+        Some(s) if crate::deployment::queue_missing(s) => {
+            DlqError::NoSuchQueue { url: url.to_owned(), at: at.to_owned() }
+        }
+        _ => DlqError::Aws { doing: doing(), at: at.to_owned(), reason: aws_reason(e) },
+    }
 }
 
 /// The one queue whose redrive policy names the DLQ at `url`.
 async fn source_of(sqs: &Client, at: &str, url: &str) -> Result<String, DlqError> {
     let out = sqs.list_dead_letter_source_queues().queue_url(url).send().await.map_err(|e| {
-        match e.as_service_error() {
-            Some(s) if crate::deployment::queue_missing(s) => {
-                DlqError::NoSuchQueue { url: url.to_owned(), at: at.to_owned() }
-            }
-            _ => DlqError::Aws {
-                doing: format!("finding the source queue of {url} (SQS ListDeadLetterSourceQueues)"),
-                at: at.to_owned(),
-                reason: aws_reason(&e),
-            },
-        }
+        sqs_error(&e, url, at, || {
+            format!("finding the source queue of {url} (SQS ListDeadLetterSourceQueues)")
+        })
     })?;
     match out.queue_urls() {
         [one] => Ok(one.clone()),

@@ -1286,7 +1286,8 @@ async fn cancel_fences_off_the_attempt_in_flight() {
     assert_eq!(trigger, Trigger::Cancel);
     // The agent still runs the reserve it was sent; its reply is stale. The undo that
     // releases what it may have reserved waits until that attempt's time is up.
-    let hold = h.task("o-1").hold_until.expect("held for the attempt in flight");
+    let hold =
+        h.task("o-1").hold_until.expect("held for the attempt in flight").plus_ms(policy().reply_grace_ms);
     h.run_until_quiet().await;
     assert_eq!(h.task("o-1").state, ProcessState::Compensating);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do)], "no undo before the attempt is over");
@@ -1310,7 +1311,7 @@ async fn an_app_cancels_an_order_with_a_message_on_the_orders_queue() {
     h.send(ORDERS, r#"{"cancel":"o-1","reason":"customer changed their mind","requested_by":"crm"}"#).await;
     all_ok(h.pump_orders().await, 1);
     h.run_until_quiet().await;
-    h.at(h.task("o-1").hold_until.expect("held for the attempt in flight"));
+    h.at(h.task("o-1").hold_until.expect("held for the attempt in flight").plus_ms(policy().reply_grace_ms));
     h.run_until_quiet().await;
     let task = h.task("o-1");
     assert_eq!(task.state, ProcessState::Compensated);

@@ -177,7 +177,7 @@ fn the_checker_rejects_a_planted_stale_write() {
 ///   already examined.
 #[test]
 fn regression_seeds() {
-    for seed in [2, 7, 16, 17, 20, 135, 1341, 1460] {
+    for seed in [2, 7, 16, 17, 20, 135, 1341, 1460, 332, 2816, 4895] {
         let v = run_seed(seed, &Options::default());
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
     }

@@ -218,8 +218,11 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
     check_state(act, state)?;
     let ctx = Context::connect(&args.common).await?;
     let selection = select(&ctx, state, &args.filter).await?;
-    if let Some(window) = selection.window_full {
-        eprintln!("sasctl: only the first {window} tasks the index gives were read: run again for the rest");
+    if selection.more {
+        eprintln!(
+            "sasctl: more tasks match than these {}: run again afterwards, or raise --limit",
+            selection.tasks.len()
+        );
     }
     if args.dry_run {
         dry_run(&ctx, act, &selection.tasks, args, &policy);
@@ -232,6 +235,8 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
         bar.set_style(style.progress_chars("=> "));
     }
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.rate)));
+    // After a slow action, wait a whole period again rather than catching up in a burst.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut applied, mut refused, mut failed) = (0usize, 0usize, 0usize);
     for task in &selection.tasks {
         tick.tick().await;

@@ -17,8 +17,8 @@ pub const LIVE_WINDOW: usize = 1_000;
 /// What a listing selected.
 pub struct Selection {
     pub tasks: Vec<TaskRecord>,
-    /// The window read was full: more tasks may match than were seen.
-    pub window_full: Option<usize>,
+    /// More tasks match (or may: the window read was full) than the `limit` selected.
+    pub more: bool,
 }
 
 pub fn now() -> Timestamp {
@@ -31,14 +31,18 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
     let now = now();
     let since = filter.since.map(|d| Timestamp(now.0.saturating_sub(d.as_millis() as u64)));
     let narrowed = filter.workflow.is_some() || (state != StateArg::Error && since.is_some());
-    let window =
-        if state == StateArg::Error && !narrowed { filter.limit } else { filter.limit.max(LIVE_WINDOW) };
+    // One more than asked for, to tell "that is all" from "more remain".
+    let window = if state == StateArg::Error && !narrowed {
+        filter.limit + 1
+    } else {
+        (filter.limit + 1).max(LIVE_WINDOW)
+    };
     let listing = match state {
         StateArg::Error => Listing::Errors { since },
         _ => Listing::Live,
     };
     let read = ctx.store.list(&listing, window).await.map_err(|e| ctx.store_error(e))?;
-    let window_full = (read.len() >= window && window > filter.limit).then_some(window);
+    let read_full = read.len() >= window;
     let mut tasks: Vec<TaskRecord> = read
         .into_iter()
         .filter(|t| match state.state() {
@@ -48,8 +52,9 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
         .filter(|t| filter.workflow.as_ref().is_none_or(|w| *w == t.workflow))
         .filter(|t| since.is_none_or(|s| t.updated_at >= s))
         .collect();
+    let more = tasks.len() > filter.limit || read_full;
     tasks.truncate(filter.limit);
-    Ok(Selection { tasks, window_full })
+    Ok(Selection { tasks, more })
 }
 
 /// `sasctl tasks list`.
@@ -68,10 +73,10 @@ pub async fn run(args: &ListArgs) -> Result<ExitCode, TasksError> {
         }
         println!("{} task(s) {}", with_wf.len(), args.state.as_str());
     }
-    if let Some(window) = selection.window_full {
+    if selection.more {
         eprintln!(
-            "sasctl: read the {window} {} tasks the index gives first: more may match (narrow with --since, or act on these first)",
-            if args.state == StateArg::Error { "newest Error" } else { "live" }
+            "sasctl: more tasks may match than these {}: raise --limit (up to 1000) or narrow with --since",
+            selection.tasks.len()
         );
     }
     Ok(ExitCode::SUCCESS)

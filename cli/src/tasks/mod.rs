@@ -43,7 +43,7 @@ pub enum TasksCommand {
     /// shows (with --workflow, up to 1000 to pick from). The live states (pending,
     /// processing, compensating, stuck) are Queries of the due index (one per shard)
     /// and one consistent read per live task (BatchGetItem, 100 a request), oldest
-    /// deadline first, of at most 1000 live tasks (or --limit, if larger); `stuck` is a
+    /// deadline first, of at most 1000 live tasks; `stuck` is a
     /// live task whose deadline has passed (the supervisor has not recovered it yet).
     List(ListArgs),
     /// Show one task: its state, step, lease and deadline, failures, outputs, last error,
@@ -250,7 +250,16 @@ impl Context {
         }
         // The index names are the template's (its DueIndexName and ErrorIndexName
         // outputs say so too); the shard count is a parameter no output tells.
-        let mut tables = TableNames::new(table.clone());
+        // A task an action ends (a cancel with nothing to undo) expires as the
+        // functions' own finished tasks do: the stack's RetentionDays, else
+        // SAS_RETENTION_DAYS, else the template's default.
+        let retention_days = deployment
+            .parameter("RetentionDays")
+            .map(str::to_owned)
+            .or_else(|| std::env::var("SAS_RETENTION_DAYS").ok())
+            .and_then(|d| d.trim().parse::<u32>().ok())
+            .unwrap_or(sas::config::DEFAULT_RETENTION_DAYS);
+        let mut tables = TableNames::new(table.clone()).with_retention_days(retention_days);
         tables.due_shards = common.due_shards;
         let store = Arc::new(DynamoStore::new(dynamodb, tables));
         Ok(Context { deployment, store, table, definitions, definitions_from, common: common.clone() })

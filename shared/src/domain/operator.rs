@@ -237,13 +237,13 @@ impl TaskRecord {
             Some(first) => {
                 // An attempt in flight may still reach its service until its complete-by:
                 // the undo waits for it, as a retry of a lapsed attempt does.
-                let hold = match (self.state, self.complete_by) {
-                    (ProcessState::Processing, Some(complete_by)) => {
-                        Some(complete_by.plus_ms(policy.reply_grace_ms)).filter(|h| *h > now)
-                    }
+                // Kept whatever this clock says: the scheduler that claims the undo judges
+                // the hold by its own clock and grace.
+                let hold = match self.state {
+                    ProcessState::Processing => self.complete_by,
                     _ => None,
                 };
-                let delay_ms = hold.map_or(0, |h| h.millis_since(now));
+                let delay_ms = hold.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now));
                 let mut next = self.moved(Trigger::Cancel, now, cause)?.waiting(now, delay_ms, policy);
                 next.step = first;
                 next.step_attempts = 0;

@@ -65,8 +65,11 @@ pub enum Cause {
         action: Action,
         reason: String,
         /// The step answered, but its answer leaves its effect in doubt (an output that
-        /// cannot be kept): a refusal has this false, and the step had no effect.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        /// cannot be kept): a refusal has this false, and the step had no effect. Stored
+        /// only when false: a record written before the field existed reads as in doubt,
+        /// since a refusal and an unusable output then looked alike, and only "in doubt"
+        /// can never undo around a pivot's effect.
+        #[serde(default = "in_doubt_unless_stored", skip_serializing_if = "Clone::clone")]
         in_doubt: bool,
     },
     DeadlinePassed {
@@ -104,9 +107,10 @@ pub struct TaskRecord {
     pub locked_by: Option<LeaseToken>,
     /// The live lease's complete-by.
     pub complete_by: Option<Timestamp>,
-    /// No claim before this: the task was cancelled with an attempt in flight, whose agent
-    /// may call its service until that lease's complete-by (plus the reply grace). Its
-    /// undo waits, so the undo never reaches the service before the effect it undoes.
+    /// The complete-by of the attempt in flight when the task was cancelled: its agent may
+    /// call the service until then, so no claim comes before it plus the reply grace (the
+    /// claiming scheduler's own grace, on its own clock). The undo never reaches the
+    /// service before the effect it undoes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<Timestamp>,
     /// Resubmitted from an earlier step than the one it failed at: the steps up to this
@@ -186,6 +190,10 @@ pub enum Refusal {
     /// An operator's action that does not apply to the task as it is: nothing changed.
     #[error("cannot {act} a task that is {state}: {why}")]
     NotAllowed { act: &'static str, state: &'static str, why: String },
+}
+
+fn in_doubt_unless_stored() -> bool {
+    true
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -451,7 +459,7 @@ impl TaskRecord {
         {
             return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
         }
-        if let Some(until) = self.hold_until
+        if let Some(until) = self.hold_until.map(|h| h.plus_ms(policy.reply_grace_ms))
             && now < until
             && !unconditional
         {
@@ -1713,6 +1721,21 @@ mod tests {
         assert_eq!(new_task(&v2).pinned_to(&v2).workflow_version, 2);
     }
 
+    /// A record written before `in_doubt` existed cannot tell a refusal from an unusable
+    /// output: it reads as in doubt, which never undoes around a pivot.
+    #[test]
+    fn a_failure_stored_without_in_doubt_reads_as_in_doubt() {
+        let old: Cause =
+            serde_json::from_str(r#"{"kind":"failed","step":2,"action":"do","reason":"x"}"#).unwrap();
+        assert!(matches!(old, Cause::Failed { in_doubt: true, .. }));
+        let refusal = Cause::Failed { step: 2, action: Action::Do, reason: "x".into(), in_doubt: false };
+        let json = serde_json::to_string(&refusal).unwrap();
+        assert!(json.contains(r#""in_doubt":false"#), "{json}");
+        assert_eq!(serde_json::from_str::<Cause>(&json).unwrap(), refusal);
+        let unusable = Cause::Failed { step: 2, action: Action::Do, reason: "x".into(), in_doubt: true };
+        assert!(!serde_json::to_string(&unusable).unwrap().contains("in_doubt"));
+    }
+
     // ---- operator actions ----
 
     const OPS: Actor<'static> = Actor { by: "arn:aws:iam::123456789012:user/ops", why: "remote fixed" };
@@ -1929,7 +1952,10 @@ mod tests {
         assert!(matches!(d.next.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
         // Its agent may call the service until complete-by: the undo waits for that.
         let hold = charging.complete_by.unwrap().plus_ms(policy().reply_grace_ms);
-        assert_eq!(d.next.hold_until, None, "cancelled after that attempt's time was up: no wait");
+        // Held even when the canceller's clock says that time is up already (an operator's
+        // laptop may run ahead): the claiming scheduler judges it on its own clock.
+        assert_eq!(d.next.hold_until, charging.complete_by);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
         let cancelled_at = T0.plus_ms(100);
         let early = checked(&charging, charging.act(Act::Cancel, OPS, cancelled_at, &wf, &policy()));
         assert_eq!(early.effects[0], Effect::Schedule { delay_ms: hold.millis_since(cancelled_at) });
@@ -2173,7 +2199,7 @@ mod tests {
                         let r = task.claim(lease(leases), now, &wf, &policy);
                         let claimable = task.locked_by.is_none()
                             && matches!(task.state, ProcessState::Pending | ProcessState::Compensating)
-                            && task.hold_until.is_none_or(|h| now >= h);
+                            && task.hold_until.is_none_or(|h| now >= h.plus_ms(policy.reply_grace_ms));
                         prop_assert_eq!(r.is_ok(), claimable, "{:?}", r);
                         if let Ok(d) = &r {
                             let action = d.next.action();

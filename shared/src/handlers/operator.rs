@@ -39,7 +39,12 @@ pub async fn operate(
                 order_id = %order_id, act = act.as_str(), by = actor.by, why = actor.why,
                 from = ?before.state, trigger = ?decision.trigger, "operator action"
             );
-            perform(deps, settings, &decision).await?;
+            // The write landed: the action is done whatever its effects do. A Schedule that
+            // fails to go out is made up for by the deadline just written (the supervisor
+            // acts on it), and a status is a courtesy.
+            if let Err(e) = perform(deps, settings, &decision).await {
+                tracing::warn!(order_id = %order_id, error = %e, "operator action landed; its effects are left to the supervisor");
+            }
             Ok(Operated::Applied {
                 before: before.state,
                 trigger: decision.trigger,
