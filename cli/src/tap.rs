@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
-use sas::ports::{AlertError, Alerts, Inserted, Listing, StateStore, StoreError, Written};
+use sas::ports::{AlertError, Alerts, Inserted, StateStore, StoreError, Written};
 
 /// How a write landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +62,6 @@ impl<S: StateStore, T: Tap> StateStore for TapStore<S, T> {
     }
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         self.inner.due(now, limit).await
-    }
-    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
-        self.inner.list(listing, limit).await
     }
 }
 

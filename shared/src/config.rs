@@ -81,7 +81,7 @@ pub struct TableNames {
     /// entries keep their lower shard numbers, which are still queried); lowering it
     /// hides the tasks in the dropped shards until they are rewritten.
     pub due_shards: u32,
-    /// The sparse index of the tasks in Error, newest first (`StateStore::list`).
+    /// The sparse index of the tasks in Error, newest first (`TaskListing::list`).
     pub error_index: String,
     /// Days a finished (terminal) task's record is kept after its last write before
     /// DynamoDB's TTL deletes it; 0 keeps records forever.

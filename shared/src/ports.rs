@@ -35,7 +35,7 @@ pub enum Written {
     RevisionMoved,
 }
 
-/// Which tasks `StateStore::list` reads: always through an index, never by scanning the table.
+/// Which tasks `TaskListing::list` reads: always through an index, never by scanning the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listing {
     /// Tasks in Error updated at or after `since`, newest first: a sparse index holds exactly them.
@@ -57,7 +57,16 @@ pub trait StateStore: Send + Sync {
     /// from the sparse due index. The index holds keys only and may lag the table:
     /// re-read each task before acting on it.
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError>;
-    /// Up to `limit` tasks of `listing`. Index reads may lag the table: callers re-read a task before acting on it.
+}
+
+/// Listing tasks for operators (`sasctl tasks list` and its bulk actions): a port of its
+/// own rather than a method of [`StateStore`], because the functions never list and a
+/// trait object links every method of its trait: the listing's queries would add to every
+/// function's package, which has a 4 MB ceiling (docs/BENCHMARKS.md, "Package sizes").
+#[async_trait]
+pub trait TaskListing: Send + Sync {
+    /// Up to `limit` tasks of `listing`. Index reads may lag the table: callers re-read a
+    /// task before acting on it.
     async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError>;
 }
 

@@ -829,13 +829,6 @@ impl StateStore for LaggingIndex {
         page.truncate(limit);
         Ok(page)
     }
-    async fn list(
-        &self,
-        listing: &sas::ports::Listing,
-        limit: usize,
-    ) -> Result<Vec<sas::domain::TaskRecord>, sas::ports::StoreError> {
-        self.inner.list(listing, limit).await
-    }
 }
 
 /// Regression (sim seed 1341): a page of nothing but skipped entries stopped the sweep,

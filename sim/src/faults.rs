@@ -9,8 +9,8 @@ use sas::adapters::embedded::queue_names::{AGENT, SCHEDULER};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Clock, Inserted, Listing, Outgoing, QueueError, QueueUrl, Queues, StateStore,
-    StoreError, Written,
+    AlertError, Alerts, Clock, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
+    Written,
 };
 
 use crate::world::{Io, Shared, WriteCtx};
@@ -86,11 +86,6 @@ impl StateStore for SimStore {
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         self.before(Io::Due).await?;
         self.inner.due(now, limit).await
-    }
-
-    /// Operators list tasks, no handler does: no simulated step to gate or fault.
-    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
-        self.inner.list(listing, limit).await
     }
 }
 

@@ -456,7 +456,7 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
     back.updated_at = T0.plus_ms(31_000);
     write(b, &back, &failed).await;
 
-    let all_errors = b.store.list(&Listing::Errors { since: None }, 100).await.unwrap();
+    let all_errors = b.lister.list(&Listing::Errors { since: None }, 100).await.unwrap();
     assert_eq!(
         ids(&all_errors),
         ["lst-err-4", "lst-err-3", "lst-err-2", "lst-err-1", "lst-err-0"],
@@ -468,7 +468,7 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
     }
 
     let before = b.dynamo.as_ref().map(|d| d.listing_reads());
-    let since = b.store.list(&Listing::Errors { since: Some(T0.plus_ms(12_000)) }, 100).await.unwrap();
+    let since = b.lister.list(&Listing::Errors { since: Some(T0.plus_ms(12_000)) }, 100).await.unwrap();
     assert_eq!(ids(&since), ["lst-err-4", "lst-err-3", "lst-err-2"], "{}: since is inclusive", b.name);
     if let (Some(dynamo), Some(before)) = (&b.dynamo, before) {
         // Only the listed entries are read, and no task item besides: the index holds
@@ -479,12 +479,12 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
         assert_eq!(after.index_scanned - before.index_scanned, 3, "{}", b.name);
         assert_eq!(after.task_reads, before.task_reads, "{}", b.name);
     }
-    let newest2 = b.store.list(&Listing::Errors { since: None }, 2).await.unwrap();
+    let newest2 = b.lister.list(&Listing::Errors { since: None }, 2).await.unwrap();
     assert_eq!(ids(&newest2), ["lst-err-4", "lst-err-3"], "{}: limit", b.name);
-    let none = b.store.list(&Listing::Errors { since: Some(T0.plus_ms(99_000)) }, 100).await.unwrap();
+    let none = b.lister.list(&Listing::Errors { since: Some(T0.plus_ms(99_000)) }, 100).await.unwrap();
     assert!(none.is_empty(), "{}: nothing since", b.name);
 
-    let listed = b.store.list(&Listing::Live, 100).await.unwrap();
+    let listed = b.lister.list(&Listing::Live, 100).await.unwrap();
     let mut expected: Vec<TaskRecord> = live.clone();
     expected.push(back.clone());
     expected.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
@@ -492,14 +492,14 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
     assert_eq!(ids(&listed)[0], "lst-back", "{}", b.name);
     assert!(listed.iter().all(|t| !t.state.is_terminal()), "{}", b.name);
 
-    let first2 = b.store.list(&Listing::Live, 2).await.unwrap();
+    let first2 = b.lister.list(&Listing::Live, 2).await.unwrap();
     assert_eq!(first2, expected[..2], "{}: limit", b.name);
-    assert!(b.store.list(&Listing::Live, 0).await.unwrap().is_empty(), "{}", b.name);
-    assert!(b.store.list(&Listing::Errors { since: None }, 0).await.unwrap().is_empty(), "{}", b.name);
+    assert!(b.lister.list(&Listing::Live, 0).await.unwrap().is_empty(), "{}", b.name);
+    assert!(b.lister.list(&Listing::Errors { since: None }, 0).await.unwrap().is_empty(), "{}", b.name);
 
     // A live task that finishes leaves the live listing, whichever way it ends.
     let ended = finish(b, &live[0], ProcessState::Processed, T0.plus_ms(40_000)).await;
-    let listed = b.store.list(&Listing::Live, 100).await.unwrap();
+    let listed = b.lister.list(&Listing::Live, 100).await.unwrap();
     assert!(!ids(&listed).contains(&ended.order_id.as_str()), "{}: a finished task is listed live", b.name);
     assert_eq!(listed.len(), 4, "{}", b.name);
 }

@@ -15,7 +15,7 @@ use aws_config::SdkConfig;
 use sas::adapters::aws::provision::{self, QueueSpec};
 use sas::adapters::aws::{DynamoStore, SqsQueues, TableNames};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings};
-use sas::ports::{QueueConsumer, QueueUrl, Queues, StateStore};
+use sas::ports::{QueueConsumer, QueueUrl, Queues, StateStore, TaskListing};
 
 pub const ENDPOINT_VAR: &str = "SAS_TEST_ENDPOINT";
 
@@ -71,6 +71,8 @@ pub enum Time {
 pub struct Backend {
     pub name: &'static str,
     pub store: Arc<dyn StateStore>,
+    /// The same store's operator listing.
+    pub lister: Arc<dyn TaskListing>,
     pub queues: Arc<dyn Queues>,
     pub consumer: Arc<dyn QueueConsumer>,
     pub time: Time,
@@ -99,9 +101,11 @@ impl Backend {
                 duplicate_rate: 0.0,
             },
         );
+        let store = Arc::new(EmbeddedStore::new());
         Backend {
             name: "embedded",
-            store: Arc::new(EmbeddedStore::new()),
+            store: store.clone(),
+            lister: store,
             queues: queues.clone(),
             consumer: queues,
             time: Time::Manual(clock),
@@ -138,6 +142,7 @@ impl Backend {
         Some(Backend {
             name: "aws",
             store: store.clone(),
+            lister: store.clone(),
             queues: queues.clone(),
             consumer: queues,
             time: Time::Real,

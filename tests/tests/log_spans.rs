@@ -15,7 +15,7 @@ use sas::adapters::embedded::{
 use sas::adapters::system::FastRandom;
 use sas::domain::{OrderId, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{DeadLetters, Deps, Inbound, Settings, Submission, Topology, run_batch};
-use sas::ports::{Inserted, Listing, QueueUrl, StateStore, StoreError, Written};
+use sas::ports::{Inserted, QueueUrl, StateStore, StoreError, Written};
 
 /// The embedded store, but every call suspends once first, as a network call does.
 struct Suspending(EmbeddedStore);
@@ -37,10 +37,6 @@ impl StateStore for Suspending {
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         tokio::task::yield_now().await;
         self.0.due(now, limit).await
-    }
-    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
-        tokio::task::yield_now().await;
-        self.0.list(listing, limit).await
     }
 }
 

@@ -10,8 +10,7 @@ use serde::Serialize;
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
 use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Inserted, Listing, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
-    Written,
+    AlertError, Alerts, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError, Written,
 };
 
 /// AWS requests and billed units, counted around the ports (see `cost`).
@@ -160,26 +159,6 @@ impl StateStore for CountingStore {
             u.ddb_queries += self.due_shards.max(1) as u64;
             // Eventually consistent: half a unit per 4 KB, at least half a unit per query.
             u.rru += (0.5 * bytes.div_ceil(4096) as f64).max(0.5 * shards);
-        });
-        Ok(r)
-    }
-    async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
-        let r = self.inner.list(listing, limit).await?;
-        let bytes: usize = r.iter().map(record_bytes).sum();
-        self.with(|u| match listing {
-            // One query of the error index, whole items, eventually consistent.
-            Listing::Errors { .. } => {
-                u.ddb_queries += 1;
-                u.rru += 0.5 * bytes.div_ceil(4096).max(1) as f64;
-            }
-            // A keys-only query per due shard, then a consistent read of each task.
-            Listing::Live => {
-                let shards = self.due_shards.max(1);
-                u.ddb_queries += u64::from(shards);
-                u.rru += 0.5 * f64::from(shards);
-                u.ddb_gets += r.len() as u64;
-                u.rru += r.iter().map(|t| kb_units(record_bytes(t), 4096)).sum::<f64>();
-            }
         });
         Ok(r)
     }

@@ -16,7 +16,7 @@ use sas::adapters::aws::dynamodb::{ListingReads, task_item};
 use sas::adapters::aws::provision;
 use sas::adapters::aws::{DynamoStore, TableNames};
 use sas::domain::{LineItem, Order, OrderId, Policy, ProcessState, TaskRecord, Timestamp};
-use sas::ports::{Listing, StateStore};
+use sas::ports::{Listing, TaskListing};
 
 /// BatchWriteItem's limit.
 const BATCH: usize = 25;

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use sas::domain::{TaskRecord, Timestamp};
-use sas::ports::{Clock as _, Listing, StateStore as _};
+use sas::ports::{Clock as _, Listing, TaskListing as _};
 
 use super::{Context, Filter, ListArgs, StateArg, TasksError, render};
 

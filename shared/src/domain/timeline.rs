@@ -58,8 +58,7 @@ impl<'de> Deserialize<'de> for Happened {
 }
 
 /// One line of a task's history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "Stored", into = "Stored")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub at: Timestamp,
     pub what: Happened,
@@ -73,33 +72,51 @@ pub struct Entry {
     pub by: Option<String>,
 }
 
-/// The stored shape of an entry: a list as short as its content allows.
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum Stored {
-    By(Timestamp, Happened, u32, u32, Option<String>, String),
-    Noted(Timestamp, Happened, u32, u32, String),
-    Plain(Timestamp, Happened, u32, u32),
-}
-
-impl From<Entry> for Stored {
-    fn from(e: Entry) -> Stored {
-        match (e.note, e.by) {
-            (note, Some(by)) => Stored::By(e.at, e.what, e.step, e.attempt, note, by),
-            (Some(note), None) => Stored::Noted(e.at, e.what, e.step, e.attempt, note),
-            (None, None) => Stored::Plain(e.at, e.what, e.step, e.attempt),
+// Written by hand rather than derived through an untagged enum: serde's untagged
+// deserializer buffers and retries, and its code went into every function's package.
+impl Serialize for Entry {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let len = 4 + usize::from(self.note.is_some() || self.by.is_some()) + usize::from(self.by.is_some());
+        let mut seq = s.serialize_seq(Some(len))?;
+        seq.serialize_element(&self.at)?;
+        seq.serialize_element(&self.what)?;
+        seq.serialize_element(&self.step)?;
+        seq.serialize_element(&self.attempt)?;
+        if self.note.is_some() || self.by.is_some() {
+            seq.serialize_element(&self.note)?;
         }
+        if let Some(by) = &self.by {
+            seq.serialize_element(by)?;
+        }
+        seq.end()
     }
 }
 
-impl From<Stored> for Entry {
-    fn from(s: Stored) -> Entry {
-        let (at, what, step, attempt, note, by) = match s {
-            Stored::By(at, what, step, attempt, note, by) => (at, what, step, attempt, note, Some(by)),
-            Stored::Noted(at, what, step, attempt, note) => (at, what, step, attempt, Some(note), None),
-            Stored::Plain(at, what, step, attempt) => (at, what, step, attempt, None, None),
-        };
-        Entry { at, what, step, attempt, note, by }
+impl<'de> Deserialize<'de> for Entry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Entry, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Entry;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a timeline entry [at, what, step, attempt, note?, by?]")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Entry, A::Error> {
+                use serde::de::Error;
+                let missing = |n| A::Error::invalid_length(n, &self);
+                let at = seq.next_element()?.ok_or_else(|| missing(0))?;
+                let what = seq.next_element()?.ok_or_else(|| missing(1))?;
+                let step = seq.next_element()?.ok_or_else(|| missing(2))?;
+                let attempt = seq.next_element()?.ok_or_else(|| missing(3))?;
+                let note = seq.next_element::<Option<String>>()?.flatten();
+                let by = seq.next_element::<String>()?;
+                if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    return Err(A::Error::invalid_length(7, &self));
+                }
+                Ok(Entry { at, what, step, attempt, note, by })
+            }
+        }
+        d.deserialize_seq(Visitor)
     }
 }
 

@@ -34,7 +34,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 
 pub use crate::config::TableNames;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
-use crate::ports::{Inserted, Listing, StateStore, StoreError, Written};
+use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
 
 /// Attribute names the adapter adds to or reads from items, beside the records' own.
 pub const KEY: &str = "order_id";
@@ -434,7 +434,10 @@ impl StateStore for DynamoStore {
         due.truncate(limit);
         Ok(due.into_iter().map(|(_, id)| id).collect())
     }
+}
 
+#[async_trait]
+impl TaskListing for DynamoStore {
     async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());

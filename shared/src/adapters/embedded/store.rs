@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
-use crate::ports::{Inserted, Listing, StateStore, StoreError, Written};
+use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
 
 /// One landed write of a task record, for history and invariant checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +142,10 @@ impl StateStore for EmbeddedStore {
         t.due_items_read += ids.len() as u64;
         Ok(ids)
     }
+}
 
+#[async_trait]
+impl TaskListing for EmbeddedStore {
     async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
         let mut t = self.tables();
         let keys: Vec<OrderId> = match listing {
