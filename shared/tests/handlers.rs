@@ -1185,7 +1185,7 @@ async fn an_open_circuit_fails_fast_without_holding_the_invocation() {
 // ---- operator actions ----
 
 const OPS: sas::domain::Actor<'static> =
-    sas::domain::Actor { by: "arn:aws:iam::123456789012:user/ops", why: "payment service fixed" };
+    sas::domain::Actor { by: "arn:aws:iam::123456789012:user/ops", why: "payment service fixed", seen: None };
 
 async fn operate(h: &Harness, id: &str, act: sas::domain::Act) -> sas::handlers::Operated {
     sas::handlers::operate(&h.deps, &h.settings, &Harness::id(id), act, OPS).await.unwrap()

@@ -666,10 +666,12 @@ impl Sim {
         for _ in 0..1 + usize::from(twins) {
             let (id, crash_at) = self.new_inv(Function::Operator);
             let h = self.submission[self.generation()].clone();
-            let (order_id, why) = (task.order_id.clone(), why.clone());
+            let (order_id, why, seen) = (task.order_id.clone(), why.clone(), task.revision);
             self.note(|| format!("inv {id} operator {act:?} on {order_id} ({why})"));
             let fut: Pin<Box<dyn Future<Output = InvOut>>> = Box::pin(async move {
-                let actor = Actor { by: OPERATOR, why: &why };
+                // Decided on the task as the operator saw it: a twin, or one delayed until
+                // the task came back to the same state, must not land a second time.
+                let actor = Actor { by: OPERATOR, why: &why, seen: Some(seen) };
                 InvOut::Operator(sas::handlers::operate(&h.deps, &h.settings, &order_id, act, actor).await)
             });
             let inv = Inv {

@@ -79,7 +79,8 @@ impl Operator {
     }
 
     /// Carries out `act` on task `id`: the outcome, or why it could not be tried.
-    async fn act(&self, id: &str, act: Act, why: &str) -> Result<Outcome, TasksError> {
+    /// `seen`: the revision a listing showed, for a bulk action (refused if it moved).
+    async fn act(&self, id: &str, act: Act, why: &str, seen: Option<u64>) -> Result<Outcome, TasksError> {
         let id = order_id(id)?;
         let Some(task) = self.ctx.task(&id).await? else {
             return Ok(Outcome::NoTask);
@@ -100,7 +101,7 @@ impl Operator {
         if let Some(reply_to) = task.reply_to.as_deref() {
             settings.reply_to = ReplyToRules::names(&[reply_to], &[]);
         }
-        let actor = Actor { by: &self.by, why };
+        let actor = Actor { by: &self.by, why, seen };
         match operate(&self.deps, &settings, &id, act, actor).await {
             Ok(Operated::Applied { before, trigger, task }) => {
                 Ok(Outcome::Applied { before, after: task.state, trigger: trigger.as_str() })
@@ -182,7 +183,7 @@ async fn single(act: Act, id: &str, args: &ActArgs, policy: Policy) -> Result<Ex
     order_id(id)?;
     let ctx = Context::connect(&args.common).await?;
     let operator = Operator::new(ctx, policy).await?;
-    let outcome = operator.act(id, act, &args.reason).await?;
+    let outcome = operator.act(id, act, &args.reason, None).await?;
     let line = outcome.line(id, &operator.by, &args.reason);
     if args.common.json {
         println!("{}", outcome.json(id, act, &operator.by, &args.reason));
@@ -241,7 +242,7 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
     for task in &selection.tasks {
         tick.tick().await;
         let id = task.order_id.as_str();
-        let outcome = match operator.act(id, act, &args.reason).await {
+        let outcome = match operator.act(id, act, &args.reason, Some(task.revision)).await {
             Ok(o) => o,
             Err(e) => Outcome::Failed(e.to_string()),
         };
@@ -282,7 +283,7 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
 /// lag the table by a moment; the real action decides on a fresh read).
 fn dry_run(ctx: &Context, act: Act, tasks: &[TaskRecord], args: &ActArgs, policy: &Policy) {
     let now = now();
-    let actor = Actor { by: "(dry run)", why: &args.reason };
+    let actor = Actor { by: "(dry run)", why: &args.reason, seen: None };
     let (mut would, mut refused) = (0usize, 0usize);
     for task in tasks {
         let id = task.order_id.as_str();

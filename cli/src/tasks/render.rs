@@ -166,7 +166,7 @@ pub fn next_commands(
     let id = task.order_id.as_str();
     let acts = [Act::Resubmit { from_step: None }, Act::Compensate, Act::Cancel];
     let applies = |act: Act| match wf {
-        Some(wf) => task.act(act, Actor { by: "-", why: "-" }, now, wf, policy).is_ok(),
+        Some(wf) => task.act(act, Actor { by: "-", why: "-", seen: None }, now, wf, policy).is_ok(),
         None => match act {
             Act::Resubmit { .. } | Act::Compensate => task.state == sas::domain::ProcessState::Error,
             Act::Cancel => {

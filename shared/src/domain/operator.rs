@@ -50,6 +50,11 @@ pub struct Actor<'a> {
     /// The caller's identity (an IAM ARN for `sasctl`; the orders queue for an app).
     pub by: &'a str,
     pub why: &'a str,
+    /// The revision the action was decided on, when the caller looked first (a bulk
+    /// action acts on what its listing showed): refused if the task moved since. The
+    /// same request sent twice then lands once, even if the task comes back to the same
+    /// state in between (a resubmit that failed again).
+    pub seen: Option<u64>,
 }
 
 impl TaskRecord {
@@ -62,6 +67,17 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
+        if let Some(seen) = actor.seen
+            && seen != self.revision
+        {
+            return Err(self.refused(
+                act,
+                format!(
+                    "it changed since it was looked at (revision {seen}, now {}): look again",
+                    self.revision
+                ),
+            ));
+        }
         let decided = match act {
             Act::Resubmit { from_step } => self.resubmit(from_step, now, wf, policy),
             Act::Compensate => self.operator_undo(now, wf, policy),

@@ -1738,7 +1738,8 @@ mod tests {
 
     // ---- operator actions ----
 
-    const OPS: Actor<'static> = Actor { by: "arn:aws:iam::123456789012:user/ops", why: "remote fixed" };
+    const OPS: Actor<'static> =
+        Actor { by: "arn:aws:iam::123456789012:user/ops", why: "remote fixed", seen: None };
 
     fn act(task: &TaskRecord, wf: &Workflow, act: Act) -> Decision {
         checked(task, task.act(act, OPS, T0.plus_ms(50_000), wf, &policy()))
@@ -1850,6 +1851,25 @@ mod tests {
             t = reply(&t, &wf, ok(), T0).next;
         }
         assert_eq!((t.state, t.redo_until), (ProcessState::Processed, None));
+    }
+
+    /// Found by the simulation (1M seeds): the same resubmit sent twice, the second late,
+    /// landed again after the task had failed once more. Decided on the revision seen, it
+    /// lands once.
+    #[test]
+    fn an_action_decided_on_a_revision_is_refused_once_the_task_moved() {
+        let wf = three_step_failing();
+        let error = error_at_ship(&wf);
+        let seen = Actor { seen: Some(error.revision), ..OPS };
+        let d = checked(&error, error.act(Act::Resubmit { from_step: None }, seen, T0, &wf, &policy()));
+        let mut again = d.next.clone();
+        again.state = ProcessState::Error;
+        again.deadline = None;
+        let why = match again.act(Act::Resubmit { from_step: None }, seen, T0, &wf, &policy()) {
+            Err(r) => r.to_string(),
+            Ok(d) => panic!("landed twice: {:?}", d.trigger),
+        };
+        assert!(why.contains("changed since it was looked at"), "{why}");
     }
 
     #[test]
@@ -2264,7 +2284,7 @@ mod tests {
                         r
                     }
                     Event::Operate(act) => {
-                        let actor = Actor { by: "op", why: "test" };
+                        let actor = Actor { by: "op", why: "test", seen: None };
                         let r = task.act(act, actor, now, &wf, &policy);
                         let allowed = match act {
                             Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing),

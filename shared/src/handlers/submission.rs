@@ -37,7 +37,7 @@ impl Submission {
         let span = tracing::info_span!("cancel", order_id = %request.cancel);
         async {
             let by = request.actor_name();
-            let actor = Actor { by: &by, why: &request.reason };
+            let actor = Actor { by: &by, why: &request.reason, seen: None };
             match super::operate(&self.deps, &self.settings, &request.cancel, Act::Cancel, actor).await? {
                 super::Operated::Applied { .. } => Ok(()),
                 super::Operated::Refused(refusal) => {
