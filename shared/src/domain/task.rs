@@ -109,8 +109,9 @@ pub struct TaskRecord {
     pub complete_by: Option<Timestamp>,
     /// The complete-by of the attempt in flight when the task was cancelled: its agent may
     /// call the service until then, so no claim comes before it plus the reply grace (the
-    /// claiming scheduler's own grace, on its own clock). The undo never reaches the
-    /// service before the effect it undoes.
+    /// claiming scheduler's own grace, on its own clock), so the undo does not overtake
+    /// the effect it undoes; a request held up in the network longer than that still can
+    /// (docs/SIMULATION.md, "Open").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<Timestamp>,
     /// Resubmitted from an earlier step than the one it failed at: the steps up to this
