@@ -143,6 +143,28 @@ struct Inv {
     due_at_start: Vec<(OrderId, u64)>,
 }
 
+impl Inv {
+    /// An invocation no queue feeds (a supervisor run, an operator's command).
+    fn unqueued(
+        function: Function,
+        fut: Pin<Box<dyn Future<Output = InvOut>>>,
+        crash_at: Option<u32>,
+        due_at_start: Vec<(OrderId, u64)>,
+    ) -> Inv {
+        Inv {
+            function,
+            fut,
+            flag: Flag::woken(),
+            queue: None,
+            received: Vec::new(),
+            crash_at,
+            granted: 0,
+            agent_slot: None,
+            due_at_start,
+        }
+    }
+}
+
 struct Sim {
     seed: u64,
     swarm: Swarm,
@@ -674,18 +696,7 @@ impl Sim {
                 let actor = Actor { by: OPERATOR, why: &why, seen: Some(seen) };
                 InvOut::Operator(sas::handlers::operate(&h.deps, &h.settings, &order_id, act, actor).await)
             });
-            let inv = Inv {
-                function: Function::Operator,
-                fut,
-                flag: Flag::woken(),
-                queue: None,
-                received: Vec::new(),
-                crash_at,
-                granted: 0,
-                agent_slot: None,
-                due_at_start: Vec::new(),
-            };
-            self.invs.insert(id, inv);
+            self.invs.insert(id, Inv::unqueued(Function::Operator, fut, crash_at, Vec::new()));
         }
         self.run_ready();
     }
@@ -708,18 +719,8 @@ impl Sim {
             .map(|t| (t.order_id, t.revision))
             .collect();
         let h = self.supervisor[self.generation()].clone();
-        let inv = Inv {
-            function: Function::Supervisor,
-            fut: Box::pin(async move { InvOut::Sweep(h.sweep().await) }),
-            flag: Flag::woken(),
-            queue: None,
-            received: Vec::new(),
-            crash_at,
-            granted: 0,
-            agent_slot: None,
-            due_at_start,
-        };
-        self.invs.insert(id, inv);
+        let fut = Box::pin(async move { InvOut::Sweep(h.sweep().await) });
+        self.invs.insert(id, Inv::unqueued(Function::Supervisor, fut, crash_at, due_at_start));
         self.run_ready();
     }
 
