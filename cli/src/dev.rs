@@ -82,6 +82,7 @@ impl Default for DevOptions {
                 hang: 0.02,
                 latency_max_ms: 2,
                 bad_output: 0.0,
+                ignores_undone: false,
             },
             agent_faults: Default::default(),
             duplicate_rate: 0.05,

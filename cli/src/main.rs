@@ -278,6 +278,7 @@ async fn run_dev(args: DevArgs) -> Result<ExitCode, String> {
         hang: args.hang_rate,
         latency_max_ms: args.latency_ms,
         bad_output: args.bad_output_rate,
+        ignores_undone: false,
     };
     let agents: Vec<&str> = definitions.agents.keys().map(String::as_str).collect();
     let agent_faults = sasctl::agent_fault::per_agent(&args.agent_fault, faults, &agents)?;

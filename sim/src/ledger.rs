@@ -1,8 +1,10 @@
 //! The model of a well-behaved remote service, shared by the simulation's in-process
 //! remote (`remote.rs`, simulated time) and `sasctl dev`'s loopback HTTP one
 //! (`cli/src/remote_sim.rs`, real time): seeded faults, deduplication by idempotency key
-//! (a key's first verdict, applied or refused, is final), and a ledger of every call
-//! and every applied effect, which the invariants (`invariants.rs`) judge runs by.
+//! (a key's first verdict, applied or refused, is final), a forward step refused once its
+//! undo has been answered (README, "What sas relies on from the remote service"), and a
+//! ledger of every call and every applied effect, which the invariants (`invariants.rs`)
+//! judge runs by.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +26,10 @@ pub struct RemoteFaults {
     pub latency_max_ms: u64,
     /// A forward step's effect is applied but its answer is an output too large to keep.
     pub bad_output: f64,
+    /// The service lacks the tombstone README asks for: it applies a forward call that
+    /// arrives after its step's undo was answered. Only the cancel's hold then keeps an
+    /// undo behind the effect it undoes.
+    pub ignores_undone: bool,
 }
 
 /// How an idempotency key was settled.
@@ -44,6 +50,12 @@ pub struct Ledger {
     pub transient: u64,
     /// Keys refused for good.
     pub refusals: u64,
+    /// Forward calls refused because their step's undo had been answered before they
+    /// arrived (a request held up past the undo; counted within `refusals`).
+    pub late_do_refused: u64,
+    /// (order id, step) whose undo the service has answered: a `do` for it that arrives
+    /// later is refused, never applied.
+    pub undone: BTreeSet<(String, u32)>,
     /// Answers of success, deduplicated ones included.
     pub successes: u64,
     /// Times each key's effect was applied. The service deduplicates, so more than one
@@ -147,9 +159,19 @@ impl Ledger {
             Verdict::Transient
         } else if settled == Some(Settled::Refused) {
             Verdict::Refused
+        } else if settled.is_none()
+            && call.action == Action::Do
+            && !faults.ignores_undone
+            && self.undone.contains(&(call.order_id.to_owned(), call.step))
+        {
+            self.refusals += 1;
+            self.late_do_refused += 1;
+            self.settled.insert(call.key.to_owned(), Settled::Refused);
+            Verdict::Refused
         } else if settled.is_none() && dice.roll(permanent_kind, permanent) {
             self.refusals += 1;
             self.settled.insert(call.key.to_owned(), Settled::Refused);
+            self.answered_undo(call);
             Verdict::Refused
         } else {
             self.apply(faults, dice, settled, at, call);
@@ -176,6 +198,7 @@ impl Ledger {
         call: Call<'_>,
     ) {
         if settled.is_none() {
+            self.answered_undo(call);
             self.settled.insert(call.key.to_owned(), Settled::Applied { at });
             *self.applied.entry(call.key.to_owned()).or_default() += 1;
             self.effects.push((at, call.order_id.to_owned(), call.step, call.action));
@@ -191,6 +214,14 @@ impl Ledger {
                     self.answers.insert(call.key.to_owned(), answer);
                 }
             }
+        }
+    }
+
+    /// Remembers that a step's undo was answered, so its forward call, if it is still on
+    /// its way, is refused when it arrives.
+    fn answered_undo(&mut self, call: Call<'_>) {
+        if call.action == Action::Undo {
+            self.undone.insert((call.order_id.to_owned(), call.step));
         }
     }
 
@@ -269,5 +300,46 @@ mod tests {
         );
         assert!(!l.is_applied("o:0:do"));
         assert_eq!((l.calls, l.refusals), (2, 1));
+    }
+
+    #[test]
+    fn a_do_that_arrives_after_its_undo_is_refused() {
+        let f = RemoteFaults::default();
+        let undo = Call { key: "o:0:undo", ..call(Action::Undo) };
+        let mut l = Ledger::default();
+        // The undo answered first (no hang, no transient, not refused): the late do is
+        // refused and never applied, and its refusal is final.
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false, false]), 1, undo),
+            Verdict::Answer { latency_ms: 0 }
+        );
+        assert_eq!(l.call(&f, &mut Scripted(vec![false, false]), 2, call(Action::Do)), Verdict::Refused);
+        assert_eq!(l.call(&f, &mut Scripted(vec![false, false]), 3, call(Action::Do)), Verdict::Refused);
+        assert!(!l.is_applied("o:0:do"));
+        assert_eq!((l.refusals, l.late_do_refused), (1, 1));
+
+        // A do applied before its undo stays applied: it is answered as before.
+        let mut l = Ledger::default();
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false, false, false, false]), 1, call(Action::Do)),
+            Verdict::Answer { latency_ms: 0 }
+        );
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false, false]), 2, undo),
+            Verdict::Answer { latency_ms: 0 }
+        );
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false]), 3, call(Action::Do)),
+            Verdict::Answer { latency_ms: 0 }
+        );
+        assert_eq!(l.late_do_refused, 0);
+
+        // An undo lost on its way (a hang before the service saw it) leaves no mark.
+        let mut l = Ledger::default();
+        assert_eq!(l.call(&f, &mut Scripted(vec![true, false]), 1, undo), Verdict::Hang);
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false, false, false, false]), 2, call(Action::Do)),
+            Verdict::Answer { latency_ms: 0 }
+        );
     }
 }

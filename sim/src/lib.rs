@@ -52,6 +52,8 @@ pub struct Summary {
     /// The longest an order took to end after the faults stopped, in simulated ms.
     pub max_tail_ms: u64,
     pub simulated_ms: u64,
+    /// Forward calls the remote refused because their step's undo was answered first.
+    pub late_do_refused: u64,
 }
 
 impl Summary {
@@ -83,6 +85,7 @@ impl Summary {
             }
         }
         self.simulated_ms += o.ended_at;
+        self.late_do_refused += o.ledger.late_do_refused;
     }
 
     fn merge(&mut self, other: Summary) {
@@ -106,6 +109,7 @@ impl Summary {
         }
         self.max_tail_ms = self.max_tail_ms.max(other.max_tail_ms);
         self.simulated_ms += other.simulated_ms;
+        self.late_do_refused += other.late_do_refused;
     }
 
     /// The rows of `lifecycle::TRANSITIONS` and how often the seeds took each.

@@ -205,7 +205,10 @@ struct Sim {
 /// Runs one seed to the end and returns what it left behind.
 pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let swarm = options.swarm.clone().unwrap_or_else(|| Swarm::from_rng(&mut rng));
+    // Drawn even when the caller gives its own, so that a seed's given swarm meets the
+    // same arrivals and world as the seed's own.
+    let drawn = Swarm::from_rng(&mut rng);
+    let swarm = options.swarm.clone().unwrap_or(drawn);
     let arrivals = workload::generate(&mut rng, &swarm);
     let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace);
     let mut sim = Sim::new(seed, swarm, shared, arrivals, &mut rng);

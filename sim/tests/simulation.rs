@@ -160,6 +160,31 @@ fn the_checker_rejects_a_planted_stale_write() {
     );
 }
 
+/// Seed 194484 (1M seeds at 3da31a1): an operator cancelled a task whose forward request
+/// was held up (the world stalled 1.5 s) past its complete-by and the reply grace, so the
+/// cancel's hold had passed and the undo reached the service first. No wait on sas's side
+/// can recall a request already sent; the remote contract in README ("What sas relies on
+/// from the remote service") closes it: a `do` that arrives after its undo is refused.
+/// With a service that lacks it, the same history breaks the compensation invariant.
+#[test]
+fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
+    let seed = 194_484;
+    let v = run_seed(seed, &Options::default());
+    assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
+    assert_eq!(v.outcome.ledger.late_do_refused, 1, "the held-up `do` arrived after its undo");
+
+    let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
+    assert!(!swarm.faults.remote.ignores_undone);
+    swarm.faults.remote.ignores_undone = true;
+    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
+    assert!(
+        v.violations.iter().any(|f| f.invariant == sas_sim::invariants::Invariant::Compensation
+            && f.detail.contains("took effect after it was undone")),
+        "{:?}",
+        v.violations
+    );
+}
+
 /// Seeds that found a bug in the library, kept after the fix. A seed names a history
 /// only for one version of the simulator and the library: when either changes how it
 /// draws from the generator, re-check that these seeds still fail without their fix
