@@ -346,8 +346,12 @@ where
         dead_letter_queue: QueueUrl(dead_letter_queue.into()),
         metrics,
     };
-    let settings =
-        PumpSettings { batch_size: options.batch_size, concurrency: options.concurrency, wait_ms: 20 };
+    let settings = PumpSettings {
+        batch_size: options.batch_size,
+        concurrency: options.concurrency,
+        wait_ms: 20,
+        window_ms: 0,
+    };
     tokio::spawn(pump(
         backend.consumer(),
         QueueUrl(queue.into()),

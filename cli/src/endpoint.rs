@@ -241,6 +241,9 @@ impl QueueConsumer for NamedQueues {
     async fn delete(&self, queue: &QueueUrl, receipt: &str) -> Result<(), QueueError> {
         self.sqs.delete(&self.url(queue), receipt).await
     }
+    async fn delete_batch(&self, queue: &QueueUrl, receipts: &[String]) -> usize {
+        self.sqs.delete_batch(&self.url(queue), receipts).await
+    }
 }
 
 /// A log of the landed task writes, for the invariant checker (through a [`TapStore`]).

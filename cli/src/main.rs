@@ -238,6 +238,8 @@ async fn run_up(args: UpArgs) -> Result<ExitCode, String> {
         remote_service_url: args.remote_service_url,
         supervisor_period: Duration::from_millis(args.supervisor_period_ms),
         concurrency: args.concurrency,
+        windows: sasctl::up::Windows::default(),
+        receive_wait_ms: sasctl::up::RECEIVE_WAIT_MS,
         json,
     };
     let stopped = sasctl::up::run(options).await.map_err(|e| e.to_string())?;

@@ -1,6 +1,7 @@
 //! Pumping one function's queue the way Lambda's SQS event source mapping does: each
-//! received batch is its own invocation, up to `concurrency` at once; the messages a
-//! batch does not report as failed are deleted, the failed ones are left to come back
+//! received batch (gathered over the batching window, if any) is its own invocation,
+//! up to `concurrency` at once; the messages a batch does not report as failed are
+//! deleted in one batch request, the failed ones are left to come back
 //! after the visibility timeout (and to the dead-letter queue after the maximum
 //! receives, as the queue's redrive policy says). `sasctl dev` and `sasctl up` both
 //! run their functions through it.
@@ -21,6 +22,10 @@ pub struct PumpSettings {
     pub concurrency: usize,
     /// How long one receive waits for messages (SQS counts whole seconds).
     pub wait_ms: u64,
+    /// MaximumBatchingWindowInSeconds, in ms: once a receive brings messages, receive
+    /// more until the batch is full or this long has passed, then invoke. 0: invoke
+    /// with what the first receive brought.
+    pub window_ms: u64,
 }
 
 /// What the pump tells its owner besides doing the work.
@@ -80,7 +85,7 @@ pub async fn pump<F, Fut>(
         {
             Ok(b) if !b.is_empty() => {
                 failures = 0;
-                b
+                gather(consumer.as_ref(), &queue, settings, b).await
             }
             Ok(_) => {
                 failures = 0;
@@ -112,6 +117,35 @@ pub async fn pump<F, Fut>(
     while in_flight.join_next().await.is_some() {}
 }
 
+/// The batching window: more receives after the first brought `batch`, each waiting
+/// at most what is left of the window, until the batch is full or the window has passed.
+/// A receive that fails ends the gathering; the batch so far is invoked.
+async fn gather(
+    consumer: &dyn QueueConsumer,
+    queue: &QueueUrl,
+    settings: PumpSettings,
+    mut batch: Vec<Delivery>,
+) -> Vec<Delivery> {
+    if settings.window_ms == 0 {
+        return batch;
+    }
+    let until = tokio::time::Instant::now() + Duration::from_millis(settings.window_ms);
+    while batch.len() < settings.batch_size {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match consumer.receive(queue, settings.batch_size - batch.len(), left.as_millis() as u64).await {
+            Ok(more) => batch.extend(more),
+            Err(e) => {
+                tracing::warn!(queue = %queue, error = %e, "receive failed while gathering a batch");
+                break;
+            }
+        }
+    }
+    batch
+}
+
 /// One invocation: the batch through the batch driver, then the deletes of every
 /// message it did not report as failed. Returns the report and how many deletes failed.
 pub async fn invoke<F, Fut>(
@@ -135,14 +169,11 @@ where
         })
         .collect();
     let report = run_batch(inbound, dead_letters, handle).await;
-    let mut failed_deletes = 0;
-    for d in &batch {
-        if !report.failures.contains(&d.receipt)
-            && let Err(e) = consumer.delete(queue, &d.receipt).await
-        {
-            tracing::warn!(queue = %queue, error = %e, "delete failed; the message will come back");
-            failed_deletes += 1;
-        }
+    let handled: Vec<String> =
+        batch.iter().filter(|d| !report.failures.contains(&d.receipt)).map(|d| d.receipt.clone()).collect();
+    let failed_deletes = if handled.is_empty() { 0 } else { consumer.delete_batch(queue, &handled).await };
+    if failed_deletes > 0 {
+        tracing::warn!(queue = %queue, failed = failed_deletes, "deletes failed; those messages will come back");
     }
     (report, failed_deletes)
 }

@@ -77,7 +77,19 @@ pub struct UpOptions {
     pub supervisor_period: Duration,
     /// Batches in flight per function.
     pub concurrency: usize,
+    /// Each queue's batching window (the template's `BatchingWindowSeconds`).
+    pub windows: Windows,
+    /// How long one receive waits (`RECEIVE_WAIT_MS` unless a benchmark says otherwise).
+    pub receive_wait_ms: u64,
     pub json: bool,
+}
+
+/// MaximumBatchingWindowInSeconds of each function's event source, in ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Windows {
+    pub orders_ms: u64,
+    pub scheduler_ms: u64,
+    pub agent_ms: u64,
 }
 
 /// Why `up` could not start. Each displays as one line.
@@ -306,6 +318,61 @@ impl Stopped {
 /// (its deletes included) and returns the counts. A second signal exits at once (130):
 /// what was in flight then comes back after its queue's visibility timeout.
 pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
+    let ready = prepare(&options).await?;
+    let configs = &ready.configs;
+
+    // Signals are caught from here on: a Ctrl-C after the startup block always stops cleanly.
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| UpError::Signals(e.to_string()))?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| UpError::Signals(e.to_string()))?;
+
+    let board = Arc::new(Board::new(options.json));
+    Startup {
+        options: &options,
+        provisioned: &ready.provisioned,
+        created: ready.created.len(),
+        definitions: &ready.definitions,
+        targets: &ready.targets,
+        step_timeout_ms: configs.scheduler.policy.step_timeout_ms,
+    }
+    .print(&board);
+
+    let (stop_all, stop) = watch::channel(false);
+    let workers = start(&ready, &options, board.clone(), stop);
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    let _ = stop_all.send(true);
+    eprintln!("sasctl up: stopping: finishing the batches in flight (Ctrl-C again quits at once)");
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        std::process::exit(130);
+    });
+    for worker in workers {
+        let _ = worker.await;
+    }
+    Ok(Stopped { summary: board.summary(), endpoint: options.endpoint, prefix: options.prefix })
+}
+
+/// What `up` found and made before its functions start.
+pub struct Ready {
+    pub definitions: Definitions,
+    /// Where each agent's calls go, one line each.
+    pub targets: Vec<String>,
+    pub sdk: aws_config::SdkConfig,
+    pub clients: Clients,
+    pub provisioned: Provisioned,
+    /// The resources this call created (the rest were found).
+    pub created: Vec<crate::resources::Resource>,
+    configs: Configs,
+}
+
+/// Checks the options, finds or creates the resources and reads the functions'
+/// configurations from them.
+pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
     check_url(&options.endpoint)?;
     if !valid_prefix(&options.prefix) {
         return Err(UpError::Prefix(options.prefix.clone()));
@@ -330,57 +397,23 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     let before = crate::resources::existing(&clients, &layout).await.map_err(provision_failed)?;
     let provisioned =
         provision::provision(&sdk, &layout).await.map_err(|e| provision_failed(e.to_string()))?;
-    let created = crate::resources::names(&layout).len() - before.len();
+    let now = crate::resources::existing(&clients, &layout).await.map_err(provision_failed)?;
+    let created = crate::resources::made(&before, now);
     let region = sdk.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
-    let configs = configs(&provisioned, &options, &region, &remote)?;
-
-    // Signals are caught from here on: a Ctrl-C after the startup block always stops cleanly.
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| UpError::Signals(e.to_string()))?;
-    let mut terminate = signal(SignalKind::terminate()).map_err(|e| UpError::Signals(e.to_string()))?;
-
-    let board = Arc::new(Board::new(options.json));
-    Startup {
-        options: &options,
-        provisioned: &provisioned,
-        created,
-        definitions: &definitions,
-        targets: &targets,
-        step_timeout_ms: configs.scheduler.policy.step_timeout_ms,
-    }
-    .print(&board);
-
-    let (stop_all, stop) = watch::channel(false);
-    let workers = start(&sdk, &clients, &configs, &options, board.clone(), stop);
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
-    }
-    let _ = stop_all.send(true);
-    eprintln!("sasctl up: stopping: finishing the batches in flight (Ctrl-C again quits at once)");
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
-        }
-        std::process::exit(130);
-    });
-    for worker in workers {
-        let _ = worker.await;
-    }
-    Ok(Stopped { summary: board.summary(), endpoint: options.endpoint, prefix: options.prefix })
+    let configs = configs(&provisioned, options, &region, &remote)?;
+    Ok(Ready { definitions, targets, sdk, clients, provisioned, created, configs })
 }
 
 /// The four functions, wired as their Lambda binaries wire them, with the board watching
 /// the store, the alerts and the dead-letter queues; their pumps and the supervisor's
 /// timer, each stopping when `stop` says so.
-fn start(
-    sdk: &aws_config::SdkConfig,
-    clients: &Clients,
-    configs: &Configs,
+pub fn start(
+    ready: &Ready,
     options: &UpOptions,
     board: Arc<Board>,
     stop: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let (sdk, clients, configs) = (&ready.sdk, &ready.clients, &ready.configs);
     let sqs = Arc::new(SqsQueues::new(clients.sqs.clone()));
     let hold = Duration::from_millis(configs.scheduler.send_max_hold_ms);
     let sends: Arc<dyn Queues> = Arc::new(SendCoalescer::new(sqs.clone(), hold));
@@ -429,21 +462,31 @@ fn start(
         consumer: sqs,
         kept: Arc::new(events::KeptQueues { inner: sends, board: board.clone() }),
         metrics,
-        settings: PumpSettings { batch_size: 10, concurrency: options.concurrency, wait_ms: RECEIVE_WAIT_MS },
+        settings: PumpSettings {
+            batch_size: 10,
+            concurrency: options.concurrency,
+            wait_ms: options.receive_wait_ms,
+            window_ms: 0,
+        },
         stop: stop.clone(),
         events: board.clone(),
     };
     let (orders, scheduler_queue) = (&configs.submission, &configs.scheduler);
     vec![
-        pumps.spawn(&orders.orders_queue, &orders.orders_dlq, move |m| {
+        pumps.spawn(&orders.orders_queue, &orders.orders_dlq, options.windows.orders_ms, move |m| {
             let s = submission.clone();
             async move { s.handle(m).await }
         }),
-        pumps.spawn(&scheduler_queue.scheduler_queue, &scheduler_queue.scheduler_dlq, move |m| {
-            let s = scheduler.clone();
-            async move { s.handle(m).await }
-        }),
-        pumps.spawn(&agent_config.agent_queue, &agent_config.agent_dlq, move |m| {
+        pumps.spawn(
+            &scheduler_queue.scheduler_queue,
+            &scheduler_queue.scheduler_dlq,
+            options.windows.scheduler_ms,
+            move |m| {
+                let s = scheduler.clone();
+                async move { s.handle(m).await }
+            },
+        ),
+        pumps.spawn(&agent_config.agent_queue, &agent_config.agent_dlq, options.windows.agent_ms, move |m| {
             let a = agent.clone();
             async move { a.handle(m).await }
         }),
@@ -467,6 +510,7 @@ impl Pumps {
         &self,
         queue: &QueueUrl,
         dead_letter_queue: &QueueUrl,
+        window_ms: u64,
         handle: F,
     ) -> tokio::task::JoinHandle<()>
     where
@@ -482,7 +526,7 @@ impl Pumps {
         tokio::spawn(pump(
             self.consumer.clone(),
             queue.clone(),
-            self.settings,
+            PumpSettings { window_ms, ..self.settings },
             dead_letters,
             self.stop.clone(),
             self.events.clone(),

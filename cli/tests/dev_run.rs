@@ -19,6 +19,7 @@ fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
             hang: 0.05,
             latency_max_ms: 1,
             bad_output: 0.03,
+            ignores_undone: false,
         },
         duplicate_rate: 0.1,
         malformed: 13,
@@ -79,6 +80,7 @@ async fn the_same_seed_ends_each_order_the_same_way() {
             hang: 0.0,
             latency_max_ms: 1,
             bad_output: 0.0,
+            ignores_undone: false,
         },
         step_timeout_ms: 5_000,
         ..options("three-step", 150, 21)

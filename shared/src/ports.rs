@@ -285,6 +285,19 @@ pub trait QueueConsumer: Send + Sync {
     /// Up to `max` messages (at most 10), waiting up to `wait_ms` for the first.
     async fn receive(&self, queue: &QueueUrl, max: usize, wait_ms: u64) -> Result<Vec<Delivery>, QueueError>;
     async fn delete(&self, queue: &QueueUrl, receipt: &str) -> Result<(), QueueError>;
+
+    /// Deletes a handled batch, as the event source mapping does after an invocation (one
+    /// request per 10 on SQS). Returns how many deletes failed: those messages come back
+    /// after the visibility timeout.
+    async fn delete_batch(&self, queue: &QueueUrl, receipts: &[String]) -> usize {
+        let mut failed = 0;
+        for receipt in receipts {
+            if self.delete(queue, receipt).await.is_err() {
+                failed += 1;
+            }
+        }
+        failed
+    }
 }
 
 /// Where the pipeline's own messages go: the handlers send there, and every backend's

@@ -25,6 +25,7 @@ fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
             hang: 0.08,
             latency_max_ms: 1,
             bad_output: 0.02,
+            ignores_undone: false,
         },
         duplicate_rate: 0.2,
         malformed: 13,

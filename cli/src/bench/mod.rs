@@ -15,6 +15,9 @@
 //!   agent's steps against a run where both are healthy (`sasctl dev`'s pipeline).
 //! - `listing`: on DynamoDB at an endpoint, what listing Error and live tasks reads
 //!   among N finished ones (the sparse indexes keep it to what is listed).
+//! - `traffic`: the functions as `sasctl up` runs them, against an endpoint through a
+//!   counting proxy (`proxy`): requests, dollars and latency per order for bulk and
+//!   trickle arrivals and each queue's batching window; and an idle month's cost.
 //!
 //! What they share:
 //!
@@ -31,12 +34,14 @@ mod cost;
 mod counting;
 mod listing;
 mod measure;
+mod proxy;
 mod recovery;
 mod remote;
 mod rig;
 mod starvation;
 mod sweep;
 mod throughput;
+mod traffic;
 
 use serde::Serialize;
 
@@ -50,12 +55,49 @@ pub use cost::{CostAssumptions, CostRow, cost, prices};
 pub use counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
+pub use proxy::{CountingProxy, Tally, classify};
 pub use recovery::{RecoveryReport, recovery};
 pub use remote::InstantRemote;
 pub use rig::{Function, HandlerTime, Rig, RigOptions};
 pub use starvation::{Latencies, StarvationOptions, StarvationReport, starvation};
 pub use sweep::{SweepReport, SweepRow, sweep_once};
 pub use throughput::{ThroughputReport, ThroughputRun, throughput, throughput_once};
+pub use traffic::{IDLE_POLLERS, IdleReport, TrafficOptions, TrafficReport, TrafficRow, idle, traffic};
+
+use crate::up::Windows;
+
+/// Windows as `ORDERS/SCHEDULER/AGENT` seconds, e.g. `5/0/0`.
+fn parse_windows(arg: &str) -> Result<Windows, String> {
+    let parts: Vec<&str> = arg.split('/').collect();
+    let secs: Vec<u64> = parts.iter().filter_map(|p| p.trim().parse::<u64>().ok()).collect();
+    match secs[..] {
+        [o, s, a] if parts.len() == 3 && [o, s, a].iter().all(|w| *w <= 300) => {
+            Ok(Windows { orders_ms: o * 1000, scheduler_ms: s * 1000, agent_ms: a * 1000 })
+        }
+        _ => Err(format!(
+            "{arg:?}: give the batching windows as ORDERS/SCHEDULER/AGENT whole seconds, 0 to 300 each (e.g. 5/0/0)"
+        )),
+    }
+}
+
+/// The table: no window anywhere, then each queue alone at 1, 5 and 20 s.
+fn matrix() -> Vec<Windows> {
+    let mut all = vec![Windows::default()];
+    for s in [1, 5, 20] {
+        let ms = s * 1000;
+        all.push(Windows { orders_ms: ms, ..Windows::default() });
+        all.push(Windows { scheduler_ms: ms, ..Windows::default() });
+        all.push(Windows { agent_ms: ms, ..Windows::default() });
+    }
+    all
+}
+
+fn positive_rate(arg: &str) -> Result<f64, String> {
+    match arg.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 100.0 => Ok(r),
+        _ => Err(format!("{arg:?}: orders per second, more than 0 and at most 100")),
+    }
+}
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -147,6 +189,41 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Cost and latency per order as traffic arrives: the four functions run as `sasctl up`
+    /// runs them, against an endpoint (moto) through a proxy that counts every request;
+    /// orders arrive at --rate per second or all at once (--bulk). One run per --windows
+    /// (or the whole --matrix); each makes its own sas-traffic-* resources and removes them.
+    Traffic {
+        #[arg(long, value_name = "URL")]
+        endpoint_url: String,
+        /// Orders per second (a trickle); without it, --bulk.
+        #[arg(long, value_parser = positive_rate, conflicts_with = "bulk")]
+        rate: Option<f64>,
+        /// All orders at once, ten to a SendMessageBatch.
+        #[arg(long)]
+        bulk: bool,
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        orders: u64,
+        #[arg(long, default_value = "single-step")]
+        workflow: String,
+        /// Batching windows ORDERS/SCHEDULER/AGENT in seconds, one run each (repeatable).
+        #[arg(long, value_parser = parse_windows, default_value = "0/0/0")]
+        windows: Vec<Windows>,
+        /// One run per window of the published table: 0/0/0, then each queue at 1, 5, 20 s.
+        #[arg(long, conflicts_with = "windows")]
+        matrix: bool,
+        /// Batches in flight per function.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+        concurrency: u64,
+    },
+    /// An idle deployment: the functions with no orders for --seconds against an endpoint
+    /// through a counting proxy, priced for a month (every queue's pollers, the supervisor).
+    Idle {
+        #[arg(long, value_name = "URL")]
+        endpoint_url: String,
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(20..=3_600))]
+        seconds: u64,
+    },
     /// On DynamoDB at an endpoint (moto, LocalStack, AWS): items read listing Error and
     /// live tasks among N finished ones, counted by the adapter and by DynamoDB itself.
     /// Makes a bench-listing-xxxxxxxx-state table and deletes it at the end.
@@ -231,6 +308,32 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Starvation { orders, rate, concurrency, step_timeout_ms, seed } => {
             let o = StarvationOptions { orders, rate, concurrency, step_timeout_ms, seed };
             emit(args.json, &starvation(&o).await?, ToString::to_string);
+        }
+        BenchCommand::Traffic {
+            endpoint_url,
+            rate,
+            bulk: _,
+            orders,
+            workflow,
+            windows,
+            matrix,
+            concurrency,
+        } => {
+            if !["single-step", "three-step"].contains(&workflow.as_str()) {
+                return Err(format!("--workflow {workflow:?}: single-step or three-step"));
+            }
+            let o = TrafficOptions {
+                endpoint: endpoint_url,
+                workflow,
+                orders: orders as usize,
+                rate,
+                windows: if matrix { self::matrix() } else { windows },
+                concurrency: concurrency as usize,
+            };
+            emit(args.json, &traffic(&o).await?, ToString::to_string);
+        }
+        BenchCommand::Idle { endpoint_url, seconds } => {
+            emit(args.json, &idle(&endpoint_url, seconds).await?, ToString::to_string);
         }
         BenchCommand::Listing { endpoint_url, finished, errors, live } => {
             let progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());

@@ -5,7 +5,7 @@
 //! The board learns of orders by watching the ports (`tap`): the landed writes of the
 //! state store, the alerts raised, the messages kept in a dead-letter queue.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,6 +37,8 @@ pub struct Summary {
     pub supervisor_runs: u64,
     /// Tasks the supervisor put back for another attempt after their deadline passed.
     pub supervisor_retries: usize,
+    /// Batches handled (function invocations), by queue name.
+    pub invocations: BTreeMap<String, u64>,
 }
 
 impl Summary {
@@ -67,6 +69,8 @@ struct Counts {
 pub struct Board {
     started: Instant,
     json: bool,
+    /// Tells nothing, only counts (`bench traffic`).
+    quiet: bool,
     counts: Mutex<Counts>,
 }
 
@@ -77,7 +81,12 @@ fn queue_name(url: &str) -> &str {
 
 impl Board {
     pub fn new(json: bool) -> Board {
-        Board { started: Instant::now(), json, counts: Mutex::default() }
+        Board { started: Instant::now(), json, quiet: false, counts: Mutex::default() }
+    }
+
+    /// A board that only counts.
+    pub fn quiet() -> Board {
+        Board { quiet: true, ..Board::new(false) }
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
@@ -91,6 +100,9 @@ impl Board {
 
     /// One event: `what` (a word), `text` for people, `fields` for `--json`.
     pub fn tell(&self, what: &str, text: &str, fields: serde_json::Value) {
+        if self.quiet {
+            return;
+        }
         let line = if self.json {
             let mut object =
                 serde_json::json!({ "event": what, "at_ms": self.started.elapsed().as_millis() as u64 });
@@ -211,6 +223,7 @@ impl PumpEvents for Board {
     }
 
     fn batch_done(&self, queue: &QueueUrl, _report: &BatchReport, failed_deletes: usize) {
+        *self.counts().summary.invocations.entry(queue_name(&queue.0).to_owned()).or_default() += 1;
         if failed_deletes > 0 {
             self.tell(
                 "trouble",

@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
+    SendMessageBatchRequestEntry,
+};
 
 use crate::ports::{Delivery, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues};
 
@@ -236,6 +239,42 @@ impl QueueConsumer for SqsQueues {
             .await
             .map_err(|e| unavailable(queue, "deleting", e))?;
         Ok(())
+    }
+
+    async fn delete_batch(&self, queue: &QueueUrl, receipts: &[String]) -> usize {
+        let mut failed = 0;
+        for chunk in receipts.chunks(MAX_BATCH_ENTRIES) {
+            let entries: Vec<DeleteMessageBatchRequestEntry> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(r).build().ok()
+                })
+                .collect();
+            let built = entries.len();
+            failed += chunk.len() - built;
+            match self
+                .client
+                .delete_message_batch()
+                .queue_url(&queue.0)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    // An entry the response neither confirms nor fails is counted as failed.
+                    failed += built.saturating_sub(out.successful().len());
+                    for f in out.failed() {
+                        tracing::warn!(queue = %queue, code = f.code(), "delete failed; the message will come back");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %queue, error = %unavailable(queue, "deleting", e), "delete failed; the messages will come back");
+                    failed += built;
+                }
+            }
+        }
+        failed
     }
 }
 
