@@ -7,7 +7,7 @@ infra/ bootstrap expect. This checks that contract:
 - resource names (with Prefix = sas), keys, the sparse due-index and error-index GSIs and
   TTL on expires_at;
 - every work queue redrives to its DLQ after 5 receives, with visibility >= 6x the
-  timeout of the function consuming it; SQS event sources report batch item failures;
+  timeout of the function consuming it + its batching window (each allowed value); SQS event sources report batch item failures;
 - the four functions: provided.al2023, arm64, JSON logs, the environment the code reads;
 - IAM: one role per function, no managed policies, no wildcard action or resource
   (except the log-stream part of the function's own log group), and exactly the
@@ -177,6 +177,30 @@ for short in ("submission", "scheduler", "agent", "supervisor"):
     if meta.get("BuildMethod") != "rust-cargolambda" or meta.get("BuildProperties", {}).get("Binary") != short:
         err(f"{name}: Metadata must be BuildMethod rust-cargolambda, Binary {short}")
 
+def visibility_by_window(vis, window, qname):
+    """(window, visibility) pairs a queue can be deployed with."""
+    if isinstance(window, int) and isinstance(vis, int):
+        return [(window, vis)]
+    param = window.get("Ref") if isinstance(window, dict) else None
+    fim = vis.get("Fn::FindInMap") if isinstance(vis, dict) else None
+    if not param or not fim or fim[1] != {"Ref": param}:
+        err(f"{qname}: visibility {vis} is not keyed by its batching window parameter {window}")
+        return []
+    allowed = t.get("Parameters", {}).get(param, {}).get("AllowedValues")
+    if not allowed:
+        err(f"{param}: a batching window parameter needs AllowedValues (the visibility mapping's keys)")
+        return []
+    table = t.get("Mappings", {}).get(fim[0], {})
+    pairs = []
+    for w in allowed:
+        entry = table.get(str(w), {}).get(fim[2])
+        if not isinstance(entry, int):
+            err(f"{qname}: no {fim[0]} entry for window {w} ({fim[2]})")
+            continue
+        pairs.append((int(w), entry))
+    return pairs
+
+
 # event sources: which queue drives which function
 consumer = {"submission": f"{PREFIX}-orders", "scheduler": f"{PREFIX}-scheduler", "agent": f"{PREFIX}-agent"}
 esms = of_type("AWS::Lambda::EventSourceMapping")
@@ -195,12 +219,16 @@ for k, v in esms.items():
         err(f"event source {k}: FunctionResponseTypes must be [ReportBatchItemFailures]")
     if p.get("BatchSize") != 10:
         err(f"event source {k}: BatchSize must be 10")
-    if "MaximumBatchingWindowInSeconds" not in p:
+    window = p.get("MaximumBatchingWindowInSeconds")
+    if window is None:
         err(f"event source {k}: MaximumBatchingWindowInSeconds missing")
     timeout = functions[f"{PREFIX}-{short}"][1].get("Timeout")
     vis = queues[qname][1].get("VisibilityTimeout", 30)
-    if not isinstance(timeout, int) or not isinstance(vis, int) or vis < 6 * timeout:
-        err(f"{qname}: visibility {vis} s < 6 x {short} timeout {timeout} s")
+    # visibility >= 6 x timeout + window, for every window the parameter allows: a literal,
+    # or a VisibilityTimeout mapping entry keyed by the same window parameter.
+    for w, v in visibility_by_window(vis, window, qname):
+        if not isinstance(timeout, int) or v < 6 * timeout + w:
+            err(f"{qname}: visibility {v} s < 6 x {short} timeout {timeout} s + window {w} s")
 for short in consumer:
     if short not in seen:
         err(f"{short}: no SQS event source")

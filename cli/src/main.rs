@@ -224,6 +224,11 @@ struct UpArgs {
     /// Batches in flight at once per function (1 to 1000), like Lambda's concurrency.
     #[arg(long, default_value_t = 8, value_parser = whole::<usize>("--concurrency", 1, 1_000))]
     concurrency: usize,
+    /// Batching windows of the orders, scheduler and agent queues in whole seconds
+    /// (ORDERS/SCHEDULER/AGENT), as the stack's *BatchingWindowSeconds parameters set them;
+    /// the default is the deployed one.
+    #[arg(long, value_parser = sasctl::up::Windows::parse, default_value = sasctl::up::DEPLOYED_WINDOWS)]
+    windows: sasctl::up::Windows,
     /// One JSON object per line (the startup block, each event, the summary).
     #[arg(long)]
     json: bool,
@@ -238,7 +243,7 @@ async fn run_up(args: UpArgs) -> Result<ExitCode, String> {
         remote_service_url: args.remote_service_url,
         supervisor_period: Duration::from_millis(args.supervisor_period_ms),
         concurrency: args.concurrency,
-        windows: sasctl::up::Windows::default(),
+        windows: args.windows,
         receive_wait_ms: sasctl::up::RECEIVE_WAIT_MS,
         json,
     };

@@ -92,6 +92,31 @@ pub struct Windows {
     pub agent_ms: u64,
 }
 
+/// The deployed windows: template.yaml's `OrdersBatchingWindowSeconds`,
+/// `SchedulerBatchingWindowSeconds` and `AgentBatchingWindowSeconds` defaults.
+pub const DEPLOYED_WINDOWS: &str = "5/0/0";
+
+impl Windows {
+    /// `ORDERS/SCHEDULER/AGENT` in whole seconds, e.g. `5/0/0`.
+    pub fn parse(arg: &str) -> Result<Windows, String> {
+        let parts: Vec<&str> = arg.split('/').collect();
+        let secs: Vec<u64> = parts.iter().filter_map(|p| p.trim().parse::<u64>().ok()).collect();
+        match secs[..] {
+            [o, s, a] if parts.len() == 3 && [o, s, a].iter().all(|w| *w <= 300) => {
+                Ok(Windows { orders_ms: o * 1000, scheduler_ms: s * 1000, agent_ms: a * 1000 })
+            }
+            _ => Err(format!(
+                "{arg:?}: give the batching windows as ORDERS/SCHEDULER/AGENT whole seconds, 0 to 300 each \
+                 (e.g. {DEPLOYED_WINDOWS})"
+            )),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        format!("{}/{}/{}", self.orders_ms / 1000, self.scheduler_ms / 1000, self.agent_ms / 1000)
+    }
+}
+
 /// Why `up` could not start. Each displays as one line.
 #[derive(Debug, thiserror::Error)]
 pub enum UpError {
@@ -245,6 +270,7 @@ impl Startup<'_> {
                     "table": p.tables.state, "topic": p.alert_topic_arn,
                     "workflows_file": file, "workflows": workflows, "agents": self.targets,
                     "supervisor_period_ms": every, "step_timeout_ms": self.step_timeout_ms,
+                    "windows": o.windows,
                     "send_example": example,
                 }),
             );
@@ -273,6 +299,10 @@ impl Startup<'_> {
             "  supervisor       every {} (deployed: {DEPLOYED_SCHEDULE}); step timeout {} ms",
             fmt_period(o.supervisor_period),
             self.step_timeout_ms
+        ));
+        lines.push(format!(
+            "  batching windows {} s orders/scheduler/agent (deployed: {DEPLOYED_WINDOWS})",
+            o.windows.label()
         ));
         lines.push("send an order:".to_owned());
         lines.push(format!("  {example}"));
@@ -553,6 +583,41 @@ async fn supervise(
         match supervisor.sweep().await {
             Ok(report) => board.swept(&report),
             Err(e) => board.sweep_failed(&one_line(&e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default of a template parameter, read from template.yaml's text.
+    fn template_default(name: &str) -> String {
+        let template = include_str!("../../template.yaml");
+        let at =
+            template.find(&format!("\n  {name}:\n")).unwrap_or_else(|| panic!("{name} in template.yaml"));
+        let rest = &template[at..];
+        let line = rest.lines().find(|l| l.trim_start().starts_with("Default:")).expect("a Default");
+        line.trim_start().trim_start_matches("Default:").trim().to_owned()
+    }
+
+    #[test]
+    fn up_runs_with_the_deployed_windows_and_schedule() {
+        let w = Windows::parse(DEPLOYED_WINDOWS).expect("parses");
+        assert_eq!(template_default("OrdersBatchingWindowSeconds"), (w.orders_ms / 1000).to_string());
+        assert_eq!(template_default("SchedulerBatchingWindowSeconds"), (w.scheduler_ms / 1000).to_string());
+        assert_eq!(template_default("AgentBatchingWindowSeconds"), (w.agent_ms / 1000).to_string());
+        assert_eq!(template_default("SupervisorSchedule").trim_matches('"'), DEPLOYED_SCHEDULE);
+    }
+
+    #[test]
+    fn windows_are_three_whole_seconds() {
+        assert_eq!(
+            Windows::parse("5/0/1"),
+            Ok(Windows { orders_ms: 5_000, scheduler_ms: 0, agent_ms: 1_000 })
+        );
+        for bad in ["5/0", "5/0/0/0", "a/0/0", "-1/0/0", "301/0/0", ""] {
+            assert!(Windows::parse(bad).is_err(), "{bad}");
         }
     }
 }

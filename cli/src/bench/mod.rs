@@ -66,21 +66,8 @@ pub use traffic::{IDLE_POLLERS, IdleReport, TrafficOptions, TrafficReport, Traff
 
 use crate::up::Windows;
 
-/// Windows as `ORDERS/SCHEDULER/AGENT` seconds, e.g. `5/0/0`.
-fn parse_windows(arg: &str) -> Result<Windows, String> {
-    let parts: Vec<&str> = arg.split('/').collect();
-    let secs: Vec<u64> = parts.iter().filter_map(|p| p.trim().parse::<u64>().ok()).collect();
-    match secs[..] {
-        [o, s, a] if parts.len() == 3 && [o, s, a].iter().all(|w| *w <= 300) => {
-            Ok(Windows { orders_ms: o * 1000, scheduler_ms: s * 1000, agent_ms: a * 1000 })
-        }
-        _ => Err(format!(
-            "{arg:?}: give the batching windows as ORDERS/SCHEDULER/AGENT whole seconds, 0 to 300 each (e.g. 5/0/0)"
-        )),
-    }
-}
-
-/// The table: no window anywhere, then each queue alone at 1, 5 and 20 s.
+/// The published table (docs/BENCHMARKS.md, section 8): no window anywhere, then each
+/// queue alone at 1, 5 and 20 s.
 fn matrix() -> Vec<Windows> {
     let mut all = vec![Windows::default()];
     for s in [1, 5, 20] {
@@ -194,6 +181,7 @@ pub enum BenchCommand {
     /// orders arrive at --rate per second or all at once (--bulk). One run per --windows
     /// (or the whole --matrix); each makes its own sas-traffic-* resources and removes them.
     Traffic {
+        /// The AWS endpoint to run against: moto (infra/moto.sh start) or LocalStack.
         #[arg(long, value_name = "URL")]
         endpoint_url: String,
         /// Orders per second (a trickle); without it, --bulk.
@@ -202,12 +190,14 @@ pub enum BenchCommand {
         /// All orders at once, ten to a SendMessageBatch.
         #[arg(long)]
         bulk: bool,
+        /// Orders per run.
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         orders: u64,
+        /// single-step or three-step (of the built-in examples/workflows.json).
         #[arg(long, default_value = "single-step")]
         workflow: String,
         /// Batching windows ORDERS/SCHEDULER/AGENT in seconds, one run each (repeatable).
-        #[arg(long, value_parser = parse_windows, default_value = "0/0/0")]
+        #[arg(long, value_parser = Windows::parse, default_value = "0/0/0")]
         windows: Vec<Windows>,
         /// One run per window of the published table: 0/0/0, then each queue at 1, 5, 20 s.
         #[arg(long, conflicts_with = "windows")]
@@ -219,8 +209,10 @@ pub enum BenchCommand {
     /// An idle deployment: the functions with no orders for --seconds against an endpoint
     /// through a counting proxy, priced for a month (every queue's pollers, the supervisor).
     Idle {
+        /// The AWS endpoint to run against: moto (infra/moto.sh start) or LocalStack.
         #[arg(long, value_name = "URL")]
         endpoint_url: String,
+        /// How long to watch the idle functions (the supervisor runs every 20 s meanwhile).
         #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(20..=3_600))]
         seconds: u64,
     },

@@ -392,6 +392,7 @@ pub async fn idle(endpoint: &str, seconds: u64) -> Result<IdleReport, String> {
     if let Some(sqs) = without_receives.requests.get_mut("sqs") {
         sqs.remove("ReceiveMessage");
     }
+    without_receives.requests.retain(|_, ops| !ops.is_empty());
     let per_run = per(&without_receives, runs.max(1) as f64);
     let ddb_per_run: f64 = per_run.get("dynamodb").map_or(0.0, |ops| ops.values().sum());
     // At rate(1 minute): one supervisor run a minute.
@@ -424,10 +425,6 @@ pub async fn idle(endpoint: &str, seconds: u64) -> Result<IdleReport, String> {
     })
 }
 
-fn windows_label(w: &Windows) -> String {
-    format!("{}/{}/{}", w.orders_ms / 1000, w.scheduler_ms / 1000, w.agent_ms / 1000)
-}
-
 impl fmt::Display for TrafficReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -448,7 +445,7 @@ impl fmt::Display for TrafficReport {
                 f,
                 "| {} | {} | {}/{} | {} / {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 r.arrival,
-                windows_label(&r.windows),
+                r.windows.label(),
                 r.ended,
                 r.orders,
                 r.latency_p50_ms,
