@@ -93,7 +93,7 @@ impl Default for DevOptions {
             failure_threshold: 5,
             concurrency: 64,
             batch_size: 10,
-            send_max_hold_ms: sas::config::DEFAULT_SEND_MAX_HOLD_MS,
+            send_max_hold_ms: sas::config::DEFAULT_AGENT_SEND_MAX_HOLD_MS,
             seed: 1,
             max_runtime: Duration::from_secs(300),
             arrival_per_s: None,

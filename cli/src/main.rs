@@ -161,8 +161,9 @@ struct DevArgs {
     #[arg(long, default_value_t = 64, value_parser = whole::<usize>("--concurrency", 1, 10_000))]
     concurrency: usize,
     /// The longest a send waits to go out in one request with its invocation's others,
-    /// in ms (0 to 1000).
-    #[arg(long, default_value_t = sas::config::DEFAULT_SEND_MAX_HOLD_MS,
+    /// in ms (0 to 1000); one hold serves all four functions here, the agent's deployed one
+    /// by default.
+    #[arg(long, default_value_t = sas::config::DEFAULT_AGENT_SEND_MAX_HOLD_MS,
           value_parser = whole::<u64>("--send-max-hold-ms", 0, sas::config::MAX_SEND_MAX_HOLD_MS.into()))]
     send_max_hold_ms: u64,
     /// Seed: the same seed sends the same orders and gives each remote call the same

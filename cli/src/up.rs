@@ -447,6 +447,9 @@ pub fn start(
     let sqs = Arc::new(SqsQueues::new(clients.sqs.clone()));
     let hold = Duration::from_millis(configs.scheduler.send_max_hold_ms);
     let sends: Arc<dyn Queues> = Arc::new(SendCoalescer::new(sqs.clone(), hold));
+    // The agent holds its sends for less: its handlers wait on remote services.
+    let agent_hold = Duration::from_millis(configs.agent.send_max_hold_ms);
+    let agent_sends: Arc<dyn Queues> = Arc::new(SendCoalescer::new(sqs.clone(), agent_hold));
     let metrics = Arc::new(CountingMetrics::default());
     let deps = Deps {
         store: Arc::new(TapStore::new(
@@ -469,7 +472,7 @@ pub fn start(
     let agent_config = &configs.agent;
     let agent = Agent::new(
         AgentDeps {
-            queues: sends.clone(),
+            queues: agent_sends,
             clock: deps.clock.clone(),
             random: deps.random.clone(),
             metrics: metrics.clone(),

@@ -42,7 +42,14 @@ pub const MAX_RETENTION_DAYS: u32 = 36_500;
 pub const DEFAULT_DUE_SHARDS: u32 = 4;
 pub const MAX_DUE_SHARDS: u32 = 1_000;
 pub const DEFAULT_METRICS_NAMESPACE: &str = "sas";
-pub const DEFAULT_SEND_MAX_HOLD_MS: u64 = crate::handlers::DEFAULT_MAX_HOLD.as_millis() as u64;
+/// The submission, scheduler and supervisor: their handlers wait only on AWS calls, so a
+/// round's sends are held until all of them arrive unless one call is very slow. On a
+/// store that serves one request at a time the ten handlers of a batch reach their sends
+/// hundreds of ms apart; 300 ms keeps them in one request (docs/BENCHMARKS.md, section 8).
+pub const DEFAULT_SEND_MAX_HOLD_MS: u64 = 300;
+/// The agent: a handler waiting on its remote service holds the others' replies for up to
+/// this long, so it stays short (docs/BENCHMARKS.md, section 6).
+pub const DEFAULT_AGENT_SEND_MAX_HOLD_MS: u64 = crate::handlers::DEFAULT_MAX_HOLD.as_millis() as u64;
 /// Past a second a held send costs more in latency than batching saves.
 pub const MAX_SEND_MAX_HOLD_MS: u64 = 1_000;
 /// The one limit on a step's lease, the same as `StepTimeoutMs` in template.yaml: an
@@ -351,8 +358,8 @@ impl Env<'_> {
         self.optional("METRICS_NAMESPACE").unwrap_or_else(|| DEFAULT_METRICS_NAMESPACE.to_owned())
     }
 
-    fn send_max_hold(&mut self) -> u64 {
-        self.number("SEND_MAX_HOLD_MS", DEFAULT_SEND_MAX_HOLD_MS, 0..=MAX_SEND_MAX_HOLD_MS)
+    fn send_max_hold(&mut self, default: u64) -> u64 {
+        self.number("SEND_MAX_HOLD_MS", default, 0..=MAX_SEND_MAX_HOLD_MS)
     }
 
     fn finish<T>(self, config: T) -> Result<T, ConfigError> {
@@ -431,7 +438,7 @@ impl SubmissionConfig {
             agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
             policy: env.policy(),
             metrics_namespace: env.namespace(),
-            send_max_hold_ms: env.send_max_hold(),
+            send_max_hold_ms: env.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
             reply_to: env.reply_to(),
         })
     }
@@ -482,7 +489,7 @@ impl SchedulerConfig {
                 alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
                 policy: env.policy(),
                 metrics_namespace: env.namespace(),
-                send_max_hold_ms: env.send_max_hold(),
+                send_max_hold_ms: env.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
                 reply_to: env.reply_to(),
             }
         })
@@ -530,7 +537,7 @@ impl AgentConfig {
                     env.remote_url("REMOTE_SERVICE_URL", remote)
                 },
                 metrics_namespace: env.namespace(),
-                send_max_hold_ms: env.send_max_hold(),
+                send_max_hold_ms: env.send_max_hold(DEFAULT_AGENT_SEND_MAX_HOLD_MS),
             }
         })
     }
@@ -570,7 +577,7 @@ impl SupervisorConfig {
                 alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
                 policy: env.policy(),
                 metrics_namespace: env.namespace(),
-                send_max_hold_ms: env.send_max_hold(),
+                send_max_hold_ms: env.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
                 reply_to: env.reply_to(),
             }
         })
@@ -648,7 +655,7 @@ mod tests {
         assert_eq!(c.policy.failure_threshold, 5);
         assert_eq!(c.metrics_namespace, "sas");
         assert_eq!(c.agent_queue, None);
-        assert_eq!(c.send_max_hold_ms, 20);
+        assert_eq!(c.send_max_hold_ms, DEFAULT_SEND_MAX_HOLD_MS);
         let s = c.settings();
         assert_eq!(s.topology.scheduler_queue.0, Q);
         assert_eq!(s.topology.agent_queue.0, UNUSED_AGENT_QUEUE);
@@ -701,6 +708,16 @@ mod tests {
             ]))
         };
         assert_eq!(read("0").unwrap().send_max_hold_ms, 0);
+        // Without it the agent holds briefly: its handlers may be waiting on remote services.
+        let agent = AgentConfig::from_lookup(&lookup(&[
+            ("AGENT_QUEUE_URL", Q),
+            ("AGENT_DLQ_URL", Q),
+            ("SCHEDULER_QUEUE_URL", Q),
+            ("REMOTE_SERVICE_URL", "http://127.0.0.1:9/"),
+        ]))
+        .unwrap();
+        assert_eq!(agent.send_max_hold_ms, DEFAULT_AGENT_SEND_MAX_HOLD_MS);
+        assert!(DEFAULT_AGENT_SEND_MAX_HOLD_MS < DEFAULT_SEND_MAX_HOLD_MS);
         let err = read("5000").unwrap_err();
         assert_eq!(err.problems, ["SEND_MAX_HOLD_MS=\"5000\" is not a whole number from 0 to 1000"]);
     }

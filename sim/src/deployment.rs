@@ -36,8 +36,11 @@ pub const WORK: [(&str, &str, u64, Function); 4] = [
 ];
 pub const MAX_RECEIVES: u32 = 5;
 pub const SUPERVISOR_PERIOD_MS: u64 = 1_000;
-/// The longest a send waits for the rest of its invocation's, as deployed.
-pub const SEND_MAX_HOLD_MS: u64 = sas::config::DEFAULT_SEND_MAX_HOLD_MS;
+/// The longest a send waits for the rest of its invocation's: the agent's deployed hold.
+/// One coalescer serves every simulated function; the others' longer hold deployed
+/// (`config::DEFAULT_SEND_MAX_HOLD_MS`) only lets more sends share a request, and the
+/// simulation's message delays already reorder sends by far more than it.
+pub const SEND_MAX_HOLD_MS: u64 = sas::config::DEFAULT_AGENT_SEND_MAX_HOLD_MS;
 
 /// The timing the simulated deployment runs with: a scaled-down production config.
 pub fn policy() -> Policy {

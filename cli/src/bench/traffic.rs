@@ -297,14 +297,29 @@ async fn one_run(
     // proxy's, and accept a local reply_to only in that form.
     let reply_to = p.status_queue.replacen(o.endpoint.trim_end_matches('/'), &proxy.url, 1);
     let sent = send_orders(app, &p.orders_queue, o, &reply_to).await?;
-    let slowest =
-        Duration::from_secs(60 + windows.orders_ms.max(windows.scheduler_ms).max(windows.agent_ms) / 100);
+    // A minute past the last send, plus what a one-request-at-a-time moto needs for a bulk
+    // of orders (about 20 requests each) and a window per step.
+    let slowest = Duration::from_millis(
+        60_000
+            + 150 * o.orders as u64
+            + 10 * windows.orders_ms.max(windows.scheduler_ms).max(windows.agent_ms),
+    );
     let ended = collect_final(app, &p.status_queue, o.orders, Instant::now() + slowest).await?;
     // The last batches' deletes land after their statuses were sent.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let counted = proxy.tally().since(&before);
     let invocations = running.board.summary().invocations;
     running.finish().await?;
+    if ended.len() < o.orders {
+        return Err(format!(
+            "only {} of {} orders ended within {} s (windows {} s): the endpoint is too slow for this \
+             many at once; try fewer --orders",
+            ended.len(),
+            o.orders,
+            slowest.as_secs(),
+            windows.label()
+        ));
+    }
 
     let n = o.orders.max(1) as f64;
     let mut latencies: Vec<u64> =

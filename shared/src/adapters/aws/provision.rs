@@ -63,9 +63,11 @@ pub struct Layout {
 
 impl Layout {
     /// The standard names: `{prefix}-state` (table), `{prefix}-orders` (queue), ...
-    /// Visibility timeouts are six times the functions' timeouts in template.yaml
-    /// (AWS's advice for SQS event sources): a message comes back only once the
-    /// invocation handling it has certainly stopped.
+    /// Visibility timeouts are six times the functions' timeouts in template.yaml plus
+    /// each queue's default batching window (5 s on orders, 0 on the others), as the
+    /// template's `VisibilityTimeout` mapping has them (AWS's advice for SQS event
+    /// sources): a message comes back only once the invocation handling it has certainly
+    /// stopped.
     pub fn standard(prefix: &str) -> Layout {
         let queue = |name: &str, visibility_timeout_s, dlq: bool| QueueSpec {
             name: format!("{prefix}-{name}"),
@@ -74,7 +76,7 @@ impl Layout {
         };
         Layout {
             tables: TableNames::new(format!("{prefix}-state")),
-            orders: queue("orders", 60, true),
+            orders: queue("orders", 65, true),
             scheduler: queue("scheduler", 90, true),
             agent: queue("agent", 360, true),
             status: queue("status", 30, false),
