@@ -226,8 +226,9 @@ struct UpArgs {
     #[arg(long, default_value_t = 8, value_parser = whole::<usize>("--concurrency", 1, 1_000))]
     concurrency: usize,
     /// Batching windows of the orders, scheduler and agent queues in whole seconds
-    /// (ORDERS/SCHEDULER/AGENT), as the stack's *BatchingWindowSeconds parameters set them;
-    /// the default is the deployed one.
+    /// (ORDERS/SCHEDULER/AGENT), as the stack's *BatchingWindowSeconds parameters set them
+    /// (a stack allows 0, 1, 2, 5, 10 or 20 for orders and 0 to 5 for the others; here
+    /// any 0 to 300); the default is the deployed one.
     #[arg(long, value_parser = sasctl::up::Windows::parse, default_value = sasctl::up::DEPLOYED_WINDOWS)]
     windows: sasctl::up::Windows,
     /// One JSON object per line (the startup block, each event, the summary).

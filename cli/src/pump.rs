@@ -56,7 +56,8 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// A receive already waiting when the stop comes is allowed to finish and its messages
 /// are handled: cancelled half way, it could take messages off the queue that nobody
 /// then handles (SQS, or moto's emulated long poll, completes it without us), and they
-/// would be hidden for a whole visibility timeout. So stopping takes up to `wait_ms`.
+/// would be hidden for a whole visibility timeout. So stopping takes up to `wait_ms`
+/// (plus the batching window, when a batch is being gathered).
 pub async fn pump<F, Fut>(
     consumer: Arc<dyn QueueConsumer>,
     queue: QueueUrl,
@@ -118,7 +119,8 @@ pub async fn pump<F, Fut>(
 }
 
 /// The batching window: more receives after the first brought `batch`, each waiting
-/// at most what is left of the window, until the batch is full or the window has passed.
+/// at most what is left of the window (in whole seconds, as SQS counts them: a window
+/// can run up to a second long), until the batch is full or the window has passed.
 /// A receive that fails ends the gathering; the batch so far is invoked.
 async fn gather(
     consumer: &dyn QueueConsumer,

@@ -77,7 +77,8 @@ pub struct UpOptions {
     pub supervisor_period: Duration,
     /// Batches in flight per function.
     pub concurrency: usize,
-    /// Each queue's batching window (the template's `BatchingWindowSeconds`).
+    /// Each queue's batching window (the template's `OrdersBatchingWindowSeconds`,
+    /// `SchedulerBatchingWindowSeconds` and `AgentBatchingWindowSeconds`).
     pub windows: Windows,
     /// How long one receive waits (`RECEIVE_WAIT_MS` unless a benchmark says otherwise).
     pub receive_wait_ms: u64,

@@ -19,7 +19,7 @@
 //! | `ALERT_TOPIC_ARN` | scheduler, supervisor | required |
 //! | `STEP_TIMEOUT_MS`, `REPLY_GRACE_MS`, `PENDING_TIMEOUT_MS`, `FAILURE_THRESHOLD`, `RETRY_BASE_MS`, `RETRY_CAP_MS` | submission, scheduler, supervisor | 30000, 10000, 60000, 5, 1000, 60000 |
 //! | `METRICS_NAMESPACE` | all four | `sas` |
-//! | `SEND_MAX_HOLD_MS` | all four: how long an invocation's send may wait to be batched with its other handlers' (`handlers::coalesce`) | 20 |
+//! | `SEND_MAX_HOLD_MS` | all four: how long an invocation's send may wait to be batched with its other handlers' (`handlers::coalesce`) | 300; the agent 20 |
 //! | `STATUS_QUEUE_ARN` | submission, scheduler, supervisor: the status queue, always on the `reply_to` allow-list | required |
 //! | `REPLY_TO_EXTRA_QUEUE_ARNS` | submission, scheduler, supervisor: more queue ARNs `reply_to` may name (comma-separated, no wildcards) | none |
 //! | `WORKFLOWS_FILE` | all four: the definition file of the agents and workflows (a path in the function's package or a layer), read and checked once at cold start | the built-in `examples/workflows.json` |

@@ -150,8 +150,14 @@ impl Ledger {
         };
         if dice.roll("remote_hang", faults.hang) {
             self.hangs += 1;
+            // Half the hangs reached the service, which settled the key before the
+            // answer was lost: a late `do` there is refused like any other.
             if dice.coin() {
-                self.apply(faults, dice, settled, at, call);
+                if self.is_late(faults, settled, call) {
+                    self.refuse_late(call);
+                } else {
+                    self.apply(faults, dice, settled, at, call);
+                }
             }
             Verdict::Hang
         } else if dice.roll("remote_transient", faults.transient) {
@@ -159,14 +165,8 @@ impl Ledger {
             Verdict::Transient
         } else if settled == Some(Settled::Refused) {
             Verdict::Refused
-        } else if settled.is_none()
-            && call.action == Action::Do
-            && !faults.ignores_undone
-            && self.undone.contains(&(call.order_id.to_owned(), call.step))
-        {
-            self.refusals += 1;
-            self.late_do_refused += 1;
-            self.settled.insert(call.key.to_owned(), Settled::Refused);
+        } else if self.is_late(faults, settled, call) {
+            self.refuse_late(call);
             Verdict::Refused
         } else if settled.is_none() && dice.roll(permanent_kind, permanent) {
             self.refusals += 1;
@@ -215,6 +215,21 @@ impl Ledger {
                 }
             }
         }
+    }
+
+    /// A forward call not settled yet whose step's undo the service has answered (and the
+    /// service keeps tombstones).
+    fn is_late(&self, faults: &RemoteFaults, settled: Option<Settled>, call: Call<'_>) -> bool {
+        settled.is_none()
+            && call.action == Action::Do
+            && !faults.ignores_undone
+            && self.undone.contains(&(call.order_id.to_owned(), call.step))
+    }
+
+    fn refuse_late(&mut self, call: Call<'_>) {
+        self.refusals += 1;
+        self.late_do_refused += 1;
+        self.settled.insert(call.key.to_owned(), Settled::Refused);
     }
 
     /// Remembers that a step's undo was answered, so its forward call, if it is still on
@@ -333,6 +348,17 @@ mod tests {
             Verdict::Answer { latency_ms: 0 }
         );
         assert_eq!(l.late_do_refused, 0);
+
+        // A late do that hangs after reaching the service is refused there all the same.
+        let mut l = Ledger::default();
+        assert_eq!(
+            l.call(&f, &mut Scripted(vec![false, false, false]), 1, undo),
+            Verdict::Answer { latency_ms: 0 }
+        );
+        assert_eq!(l.call(&f, &mut Scripted(vec![true, true]), 2, call(Action::Do)), Verdict::Hang);
+        assert!(!l.is_applied("o:0:do"));
+        assert_eq!(l.settled["o:0:do"], Settled::Refused);
+        assert_eq!(l.late_do_refused, 1);
 
         // An undo lost on its way (a hang before the service saw it) leaves no mark.
         let mut l = Ledger::default();

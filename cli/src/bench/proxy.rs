@@ -155,8 +155,11 @@ async fn forward(
     let (service, op) = classify(&headers, &body);
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let mut request = proxy.client.request(method, format!("{}{path}", proxy.upstream)).body(body);
+    // Hop-by-hop headers belong to each connection, not to the request.
+    const HOP: [&str; 7] =
+        ["host", "content-length", "connection", "keep-alive", "transfer-encoding", "expect", "upgrade"];
     for (name, value) in &headers {
-        if name != "host" && name != "content-length" {
+        if !HOP.contains(&name.as_str()) {
             request = request.header(name, value);
         }
     }

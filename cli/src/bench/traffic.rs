@@ -4,7 +4,10 @@
 //! endpoint (moto) through a counting proxy (`proxy.rs`); an application sends orders
 //! straight to the endpoint (not counted, priced as one SendMessage each), all at once
 //! (bulk) or at a steady rate (a trickle), and reads their final status from the status
-//! queue for the latency. `--idle` instead runs with no orders and prices a quiet month.
+//! queue for the latency. `bench idle` instead runs with no orders and prices a quiet month.
+//!
+//! Like `sasctl up`, the functions read their tuning variables (`SEND_MAX_HOLD_MS`, ...)
+//! from the environment when set: a measurement of the defaults runs without them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -289,13 +292,47 @@ async fn one_run(
 ) -> Result<TrafficRow, String> {
     let running =
         Running::start(proxy, remote, windows, o.concurrency, Duration::from_secs(3_600), run).await?;
-    // The supervisor's first run (at start) and the pumps' first receives settle first.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Whatever happens, the run's resources go.
+    let measured = measure(o, windows, proxy, app, &running).await;
+    running.finish().await?;
+    let (counted, invocations, sent, ended) = measured?;
+    if ended.len() < o.orders {
+        return Err(format!(
+            "only {} of {} orders ended (windows {} s): the endpoint may be too slow for this many at once \
+             (try fewer --orders), or the orders were rejected (their reply_to is the status queue at {})",
+            ended.len(),
+            o.orders,
+            windows.label(),
+            proxy.url
+        ));
+    }
+    Ok(row(o, windows, model, &counted, &invocations, &sent, &ended))
+}
+
+type Measured = (Tally, BTreeMap<String, u64>, HashMap<String, u64>, HashMap<String, u64>);
+
+/// Sends the orders and waits for their final statuses: the requests counted meanwhile,
+/// the invocations by queue, when each order was sent and when it ended.
+async fn measure(
+    o: &TrafficOptions,
+    windows: Windows,
+    proxy: &CountingProxy,
+    app: &aws_sdk_sqs::Client,
+    running: &Running,
+) -> Result<Measured, String> {
+    // The supervisor's first run (at start) is not the orders' cost: count from after it.
+    let settle_by = Instant::now() + Duration::from_secs(30);
+    while running.board.summary().supervisor_runs == 0 && Instant::now() < settle_by {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let (before, invoked_before) = (proxy.tally(), running.board.summary().invocations);
     let p = &running.ready.provisioned;
-    // The endpoint names its queues by its own address; the functions know it as the
-    // proxy's, and accept a local reply_to only in that form.
-    let reply_to = p.status_queue.replacen(o.endpoint.trim_end_matches('/'), &proxy.url, 1);
+    // The endpoint names its queues by its own address (moto: the URL given; LocalStack: a
+    // host of its own); the functions know the endpoint as the proxy, and accept a local
+    // reply_to only at that address.
+    let path = reqwest::Url::parse(&p.status_queue).map_err(|e| format!("status queue URL: {e}"))?;
+    let reply_to = format!("{}{}", proxy.url, path.path());
     let sent = send_orders(app, &p.orders_queue, o, &reply_to).await?;
     // A minute past the last send, plus what a one-request-at-a-time moto needs for a bulk
     // of orders (about 20 requests each) and a window per step.
@@ -308,29 +345,36 @@ async fn one_run(
     // The last batches' deletes land after their statuses were sent.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let counted = proxy.tally().since(&before);
-    let invocations = running.board.summary().invocations;
-    running.finish().await?;
-    if ended.len() < o.orders {
-        return Err(format!(
-            "only {} of {} orders ended within {} s (windows {} s): the endpoint is too slow for this \
-             many at once; try fewer --orders",
-            ended.len(),
-            o.orders,
-            slowest.as_secs(),
-            windows.label()
-        ));
-    }
+    let invocations: BTreeMap<String, u64> = running
+        .board
+        .summary()
+        .invocations
+        .into_iter()
+        .map(|(q, c)| {
+            let since = c - invoked_before.get(&q).copied().unwrap_or(0);
+            (q, since)
+        })
+        .collect();
+    Ok((counted, invocations, sent, ended))
+}
 
+/// One run's row: the counts per order, priced.
+fn row(
+    o: &TrafficOptions,
+    windows: Windows,
+    model: &Model,
+    counted: &Tally,
+    invocations: &BTreeMap<String, u64>,
+    sent: &HashMap<String, u64>,
+    ended: &HashMap<String, u64>,
+) -> TrafficRow {
     let n = o.orders.max(1) as f64;
     let mut latencies: Vec<u64> =
         ended.iter().filter_map(|(id, at)| sent.get(id).map(|s| at.saturating_sub(*s))).collect();
     latencies.sort_unstable();
     let invocations_per_order: BTreeMap<String, f64> = invocations
         .iter()
-        .map(|(q, c)| {
-            let queue = q.rsplit('-').next().unwrap_or(q).to_owned();
-            (queue, (c - invoked_before.get(q).copied().unwrap_or(0)) as f64 / n)
-        })
+        .map(|(q, c)| (q.rsplit('-').next().unwrap_or(q).to_owned(), *c as f64 / n))
         .collect();
     let a = CostAssumptions::default();
     let sqs_per_order = counted.service("sqs") as f64 / n + 1.0;
@@ -343,7 +387,7 @@ async fn one_run(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    Ok(TrafficRow {
+    TrafficRow {
         arrival: o.rate.map_or("bulk".to_owned(), |r| format!("{r}/s")),
         windows,
         orders: o.orders,
@@ -351,13 +395,13 @@ async fn one_run(
         latency_p50_ms: percentile(&latencies, 0.5),
         latency_p90_ms: percentile(&latencies, 0.9),
         latency_max_ms: latencies.last().copied().unwrap_or(0),
-        per_order: per(&counted, n),
+        per_order: per(counted, n),
         sqs_per_order,
         empty_receives_per_order: counted.empty_receives as f64 / n,
         invocations_per_order,
         total: dollars.values().sum(),
         dollars_per_million: dollars,
-    })
+    }
 }
 
 async fn proxy_and_remote(endpoint: &str) -> Result<(CountingProxy, LoopbackRemote), String> {
