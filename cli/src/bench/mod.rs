@@ -180,6 +180,8 @@ pub enum BenchCommand {
     /// runs them, against an endpoint (moto) through a proxy that counts every request;
     /// orders arrive at --rate per second or all at once (--bulk). One run per --windows
     /// (or the whole --matrix); each makes its own sas-traffic-* resources and removes them.
+    /// Like `sasctl up`, the functions take their tuning variables (SEND_MAX_HOLD_MS, ...)
+    /// from the environment when set.
     Traffic {
         /// The AWS endpoint to run against: moto (infra/moto.sh start) or LocalStack.
         #[arg(long, value_name = "URL")]
