@@ -227,7 +227,7 @@ struct UpArgs {
     concurrency: usize,
     /// Batching windows of the orders, scheduler and agent queues in whole seconds
     /// (ORDERS/SCHEDULER/AGENT), as the stack's *BatchingWindowSeconds parameters set them
-    /// (a stack allows 0, 1, 2, 5, 10 or 20 for orders and 0 to 5 for the others; here
+    /// (a stack allows 0, 1, 2, 5, 10 or 20 for orders and 0, 1, 2 or 5 for the others; here
     /// any 0 to 300); the default is the deployed one.
     #[arg(long, value_parser = sasctl::up::Windows::parse, default_value = sasctl::up::DEPLOYED_WINDOWS)]
     windows: sasctl::up::Windows,
