@@ -19,6 +19,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::cost::{CostAssumptions, cost, prices};
+use super::measure::percentile;
 use super::proxy::{CountingProxy, Tally};
 use crate::remote_sim::{LoopbackRemote, RemoteFaults};
 use crate::up::{self, Board, UpOptions, Windows};
@@ -114,13 +115,6 @@ fn per(tally: &Tally, n: f64) -> BTreeMap<String, BTreeMap<String, f64>> {
 fn invocation_dollars(a: &CostAssumptions) -> f64 {
     prices::LAMBDA_PER_MILLION_REQUESTS / 1e6
         + (a.memory_mb as f64 / 1024.0) * (a.invocation_ms as f64 / 1000.0) * prices::LAMBDA_ARM_PER_GB_SECOND
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// The functions of one run, up and counted.
@@ -392,8 +386,8 @@ fn row(
         windows,
         orders: o.orders,
         ended: ended.len(),
-        latency_p50_ms: percentile(&latencies, 0.5),
-        latency_p90_ms: percentile(&latencies, 0.9),
+        latency_p50_ms: percentile(&latencies, 50.0),
+        latency_p90_ms: percentile(&latencies, 90.0),
         latency_max_ms: latencies.last().copied().unwrap_or(0),
         per_order: per(counted, n),
         sqs_per_order,
