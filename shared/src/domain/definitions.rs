@@ -219,6 +219,35 @@ impl Definitions {
 /// The example file, compiled in: the default definitions.
 pub const EXAMPLE: &str = include_str!("../../../examples/workflows.json");
 
+// The built-in workflows are the example file's: they live here, above `workflow.rs`,
+// so the types stay free of the parser that reads them.
+impl Workflows {
+    /// The example definition file's workflows (`examples/workflows.json`), the default
+    /// when a deployment names no file of its own.
+    pub fn builtin() -> Workflows {
+        Definitions::example().workflows
+    }
+}
+
+impl Default for Workflows {
+    fn default() -> Self {
+        Workflows::builtin()
+    }
+}
+
+impl Workflow {
+    /// The example definition file's single-step workflow (`Workflows::builtin`).
+    pub fn single_step() -> Workflow {
+        Workflows::builtin().get("single-step").expect("the example file defines single-step").clone()
+    }
+
+    /// The example definition file's three-step workflow: reserve, charge, then the pivot
+    /// ship (`Workflows::builtin`).
+    pub fn three_step() -> Workflow {
+        Workflows::builtin().get("three-step").expect("the example file defines three-step").clone()
+    }
+}
+
 fn name_ok(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_NAME_LEN

@@ -375,7 +375,8 @@ impl AgentRequest {
                 });
             }
         }
-        if !super::task::is_idempotency_key(&self.idempotency_key, &self.order_id, self.step, self.action) {
+        if !super::workflow::is_idempotency_key(&self.idempotency_key, &self.order_id, self.step, self.action)
+        {
             return Err(RequestMismatch::Inconsistent("idempotency_key"));
         }
         if self.order.order_id != self.order_id || self.order.workflow != self.workflow {

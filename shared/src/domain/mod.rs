@@ -19,10 +19,12 @@ pub use definitions::{Definitions, Invalid};
 pub use ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
 pub use lifecycle::{ProcessState, Trigger};
 pub use messages::*;
-pub use operator::{Act, Actor};
+pub use operator::Actor;
 pub use output::{MAX_OUTPUT_BYTES, OutputError, Outputs, StepOutput};
 pub use reply_to::{QueueId, ReplyToError, ReplyToRules};
 pub use secrets::{SecretSource, SecretValue};
 pub use task::*;
 pub use timeline::{Entry, Happened};
-pub use workflow::{Action, OnGiveUp, Step, StepEffect, StepKind, Workflow, Workflows};
+pub use workflow::{
+    Action, OnGiveUp, Step, StepEffect, StepKind, Workflow, Workflows, idempotency_key, is_idempotency_key,
+};

@@ -14,35 +14,11 @@
 //! None of them undoes past a pivot (a step with no compensation that took effect or
 //! may have): such a task only goes forward, as the pipeline's own give-ups decide.
 
-use serde::{Deserialize, Serialize};
-
 use super::ids::Timestamp;
 use super::lifecycle::{ProcessState, Trigger};
 use super::messages::OrderStatus;
-use super::task::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::task::{Act, Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use super::workflow::{Action, Workflow};
-
-/// An operator's action, as recorded in the task's cause.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "act", rename_all = "snake_case")]
-pub enum Act {
-    Resubmit {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        from_step: Option<u32>,
-    },
-    Compensate,
-    Cancel,
-}
-
-impl Act {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Act::Resubmit { .. } => "resubmit",
-            Act::Compensate => "compensate",
-            Act::Cancel => "cancel",
-        }
-    }
-}
 
 /// Who acts and why: both go into the task's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

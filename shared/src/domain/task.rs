@@ -13,11 +13,10 @@ use serde::{Deserialize, Serialize};
 use super::ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
 use super::lifecycle::{self, ProcessState, Trigger};
 use super::messages::{AgentReply, OperatorAlert, Order, OrderStatus, ReplyOutcome, cut_reason};
-use super::operator::Act;
 use super::output::{Outputs, StepOutput};
 use super::retry::Backoff;
 use super::timeline::{self, Entry, Happened};
-use super::workflow::{Action, Workflow};
+use super::workflow::{Action, Workflow, idempotency_key};
 
 /// Timing and limits that decisions need; read once from configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +80,28 @@ pub enum Cause {
         step: u32,
         act: Act,
     },
+}
+
+/// An operator's action, as recorded in the task's cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "act", rename_all = "snake_case")]
+pub enum Act {
+    Resubmit {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_step: Option<u32>,
+    },
+    Compensate,
+    Cancel,
+}
+
+impl Act {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Act::Resubmit { .. } => "resubmit",
+            Act::Compensate => "compensate",
+            Act::Cancel => "cancel",
+        }
+    }
 }
 
 /// The state table's row. It carries the order it runs, so accepting an order is one
@@ -213,27 +234,6 @@ pub enum StaleReason {
     OtherStep { current: u32, reply: u32, reply_action: Action },
     #[error("reply arrived at {now}, after complete-by {complete_by}")]
     PastCompleteBy { complete_by: Timestamp, now: Timestamp },
-}
-
-/// The same for every retry and every attempt of one action of one step.
-pub fn idempotency_key(order_id: &OrderId, step: u32, action: Action) -> IdempotencyKey {
-    IdempotencyKey(format!("{order_id}:{step}:{}", action.as_str()))
-}
-
-/// Whether `key` is exactly `idempotency_key(order_id, step, action)`, without building it:
-/// the agent asks this of every request it handles.
-pub fn is_idempotency_key(key: &IdempotencyKey, order_id: &OrderId, step: u32, action: Action) -> bool {
-    let Some((n, a)) = key
-        .0
-        .strip_prefix(order_id.as_str())
-        .and_then(|r| r.strip_prefix(':'))
-        .and_then(|r| r.split_once(':'))
-    else {
-        return false;
-    };
-    let canonical =
-        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
-    canonical && n.parse::<u32>() == Ok(step) && a == action.as_str()
 }
 
 impl TaskRecord {
@@ -986,30 +986,6 @@ mod tests {
                 _ => None,
             })
             .collect()
-    }
-
-    #[test]
-    fn a_key_is_recognised_exactly_as_it_is_made() {
-        let id = OrderId::parse("o-1").unwrap();
-        for (step, action) in [(0, Action::Do), (7, Action::Undo), (19, Action::Do), (u32::MAX, Action::Undo)]
-        {
-            assert!(is_idempotency_key(&idempotency_key(&id, step, action), &id, step, action));
-        }
-        let key = |s: &str| IdempotencyKey(s.into());
-        for wrong in [
-            "o-1:1:do",
-            "o-1:0:undo",
-            "o-1:00:do",
-            "o-1:+0:do",
-            "o-1::do",
-            "o-10:0:do",
-            "o-1:0:do:",
-            "o-1:0",
-            "o-1-0-do",
-            "",
-        ] {
-            assert!(!is_idempotency_key(&key(wrong), &id, 0, Action::Do), "{wrong:?}");
-        }
     }
 
     // ---- claim ----

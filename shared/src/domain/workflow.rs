@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ids::{IdempotencyKey, OrderId};
+
 /// Which way a step runs: its forward action or its compensation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -22,6 +24,28 @@ impl Action {
             Action::Undo => "undo",
         }
     }
+}
+
+/// The same for every retry and every attempt of one action of one step. It lives with
+/// `Action` rather than in `ids.rs` because an action is part of what it names.
+pub fn idempotency_key(order_id: &OrderId, step: u32, action: Action) -> IdempotencyKey {
+    IdempotencyKey(format!("{order_id}:{step}:{}", action.as_str()))
+}
+
+/// Whether `key` is exactly `idempotency_key(order_id, step, action)`, without building it:
+/// the agent asks this of every request it handles.
+pub fn is_idempotency_key(key: &IdempotencyKey, order_id: &OrderId, step: u32, action: Action) -> bool {
+    let Some((n, a)) = key
+        .0
+        .strip_prefix(order_id.as_str())
+        .and_then(|r| r.strip_prefix(':'))
+        .and_then(|r| r.split_once(':'))
+    else {
+        return false;
+    };
+    let canonical =
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    canonical && n.parse::<u32>() == Ok(step) && a == action.as_str()
 }
 
 /// Whether a step's forward action changes anything at the remote side.
@@ -198,17 +222,6 @@ impl Workflow {
     pub fn timeout_ms(&self, index: u32, default: u64) -> u64 {
         self.step(index).and_then(|s| s.timeout_ms).unwrap_or(default)
     }
-
-    /// The example definition file's single-step workflow (`Workflows::builtin`).
-    pub fn single_step() -> Workflow {
-        Workflows::builtin().get("single-step").expect("the example file defines single-step").clone()
-    }
-
-    /// The example definition file's three-step workflow: reserve, charge, then the pivot
-    /// ship (`Workflows::builtin`).
-    pub fn three_step() -> Workflow {
-        Workflows::builtin().get("three-step").expect("the example file defines three-step").clone()
-    }
 }
 
 /// The workflows a deployment knows, by name; the first is the default for orders
@@ -227,11 +240,6 @@ impl Workflows {
             "a step's failure budget is at least one"
         );
         Workflows { all }
-    }
-    /// The example definition file's workflows (`examples/workflows.json`), the default
-    /// when a deployment names no file of its own.
-    pub fn builtin() -> Workflows {
-        super::definitions::Definitions::example().workflows
     }
     /// The latest version of the first workflow named.
     pub fn default_workflow(&self) -> &Workflow {
@@ -274,12 +282,6 @@ impl Workflows {
     /// Every version of every workflow.
     pub fn all(&self) -> &[Workflow] {
         &self.all
-    }
-}
-
-impl Default for Workflows {
-    fn default() -> Self {
-        Workflows::builtin()
     }
 }
 
@@ -347,5 +349,29 @@ mod tests {
         .unwrap();
         assert_eq!(s, Step::read_only("check", "a").with_max_failures(2));
         assert_eq!(serde_json::to_string(&Step::pivot("p", "a")).unwrap(), r#"{"name":"p","agent":"a"}"#);
+    }
+
+    #[test]
+    fn a_key_is_recognised_exactly_as_it_is_made() {
+        let id = OrderId::parse("o-1").unwrap();
+        for (step, action) in [(0, Action::Do), (7, Action::Undo), (19, Action::Do), (u32::MAX, Action::Undo)]
+        {
+            assert!(is_idempotency_key(&idempotency_key(&id, step, action), &id, step, action));
+        }
+        let key = |s: &str| IdempotencyKey(s.into());
+        for wrong in [
+            "o-1:1:do",
+            "o-1:0:undo",
+            "o-1:00:do",
+            "o-1:+0:do",
+            "o-1::do",
+            "o-10:0:do",
+            "o-1:0:do:",
+            "o-1:0",
+            "o-1-0-do",
+            "",
+        ] {
+            assert!(!is_idempotency_key(&key(wrong), &id, 0, Action::Do), "{wrong:?}");
+        }
     }
 }
