@@ -262,3 +262,236 @@ impl TaskRecord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::task::fixtures::*;
+    use crate::domain::timeline::Happened;
+
+    #[test]
+    fn resubmit_runs_an_error_task_again_from_its_failed_step_with_a_fresh_budget() {
+        let wf = Workflow::single_step();
+        let mut task = claim(&new_task(&wf), &wf, 1, T0);
+        task.step_failures = 2;
+        let error = reply(&task, &wf, failed("card declined"), T0).next;
+        let d = act(&error, &wf, Act::Resubmit { from_step: None });
+        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Resubmit, ProcessState::Pending, 0));
+        assert_eq!((d.next.step_attempts, d.next.step_failures), (0, 0));
+        assert_eq!(d.next.failure_count, error.failure_count, "the count only grows");
+        assert_eq!(d.next.last_error, None);
+        assert_eq!(d.next.last_cause, Cause::Operator { step: 0, act: Act::Resubmit { from_step: None } });
+        assert!(d.next.deadline.is_some());
+        assert_eq!(
+            d.effects,
+            vec![
+                Effect::Schedule { delay_ms: 0 },
+                Effect::Status {
+                    status: OrderStatus::Resubmitted,
+                    step: Some("process-order".into()),
+                    reason: None
+                },
+            ]
+        );
+        let entry = d.next.timeline.last().unwrap();
+        assert_eq!(entry.what, Happened::Moved(Trigger::Resubmit));
+        assert_eq!((entry.note.as_deref(), entry.by.as_deref()), (Some(OPS.why), Some(OPS.by)));
+        // It runs as any task does, to the end.
+        let again = claim(&d.next, &wf, 2, T0.plus_ms(50_000));
+        let done = reply(&again, &wf, ok(), T0.plus_ms(50_000)).next;
+        assert_eq!(done.state, ProcessState::Processed);
+    }
+
+    /// Found by the simulation: a resubmitted pivot whose first attempt may have taken
+    /// effect must stay in doubt, or a cancel (or a later give-up) would undo around it.
+    #[test]
+    fn a_resubmitted_step_that_may_have_taken_effect_stays_in_doubt() {
+        let single = Workflow::single_step();
+        let error = lapse_to_threshold(claim(&new_task(&single), &single, 1, T0), &single, true).next;
+        let again = act(&error, &single, Act::Resubmit { from_step: None }).next;
+        assert!(again.step_attempts > 0);
+        assert!(refused(&again, &single, Act::Cancel).contains("may have taken effect"));
+        let wf = three_step_failing();
+        let from_charge = act(&error_at_ship(&wf), &wf, Act::Resubmit { from_step: Some(1) }).next;
+        assert!(from_charge.step_attempts > 0, "charge succeeded before: its effect stands");
+    }
+
+    /// Also found by the simulation: resubmitted from an earlier step, the task re-runs
+    /// steps whose effects (a pivot's among them) stand from the first way through, so
+    /// until it is past the step it failed at, it only goes forward.
+    #[test]
+    fn a_task_resubmitted_from_an_earlier_step_only_goes_forward_until_past_where_it_failed() {
+        let wf = three_step_failing();
+        let again = act(&error_at_ship(&wf), &wf, Act::Resubmit { from_step: Some(0) }).next;
+        assert_eq!((again.step, again.redo_until), (0, Some(2)));
+        assert!(refused(&again, &wf, Act::Cancel).contains("resubmitted from an earlier step"));
+        let d = lapse_to_threshold(again.clone(), &wf, true);
+        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        assert!(refused(&d.next, &wf, Act::Compensate).contains("resubmitted from an earlier step"));
+        // Through every step again: past the one it failed at, the mark is gone.
+        let mut t = again;
+        for (n, step) in (0..3u32).enumerate() {
+            assert_eq!(t.step, step);
+            t = claim(&t, &wf, 40 + n as u128, T0);
+            t = reply(&t, &wf, ok(), T0).next;
+        }
+        assert_eq!((t.state, t.redo_until), (ProcessState::Processed, None));
+    }
+
+    /// Found by the simulation (1M seeds): the same resubmit sent twice, the second late,
+    /// landed again after the task had failed once more. Decided on the revision seen, it
+    /// lands once.
+    #[test]
+    fn an_action_decided_on_a_revision_is_refused_once_the_task_moved() {
+        let wf = three_step_failing();
+        let error = error_at_ship(&wf);
+        let seen = Actor { seen: Some(error.revision), ..OPS };
+        let d = checked(&error, error.act(Act::Resubmit { from_step: None }, seen, T0, &wf, &policy()));
+        let mut again = d.next.clone();
+        again.state = ProcessState::Error;
+        again.deadline = None;
+        let why = match again.act(Act::Resubmit { from_step: None }, seen, T0, &wf, &policy()) {
+            Err(r) => r.to_string(),
+            Ok(d) => panic!("landed twice: {:?}", d.trigger),
+        };
+        assert!(why.contains("changed since it was looked at"), "{why}");
+    }
+
+    #[test]
+    fn resubmit_from_an_earlier_step_keeps_only_the_outputs_before_it() {
+        let wf = three_step_failing();
+        let error = error_at_ship(&wf);
+        assert_eq!(error.outputs.len(), 2);
+        let from_ship = act(&error, &wf, Act::Resubmit { from_step: None }).next;
+        assert_eq!((from_ship.step, from_ship.outputs.len()), (2, 2));
+        let from_charge = act(&error, &wf, Act::Resubmit { from_step: Some(1) }).next;
+        assert_eq!(from_charge.step, 1);
+        assert_eq!(from_charge.outputs.keys().collect::<Vec<_>>(), vec!["reserve-inventory"]);
+    }
+
+    #[test]
+    fn resubmit_is_refused_unless_the_task_is_in_error_going_forward() {
+        let wf = Workflow::three_step();
+        for task in [new_task(&wf), claim(&new_task(&wf), &wf, 1, T0)] {
+            assert!(refused(&task, &wf, Act::Resubmit { from_step: None }).contains("only a task in Error"));
+        }
+        let failing = three_step_failing();
+        let why = refused(&error_at_ship(&failing), &failing, Act::Resubmit { from_step: Some(3) });
+        assert!(why.contains("never skips a step"), "{why}");
+        let why = refused(&error_while_undoing(), &wf, Act::Resubmit { from_step: None });
+        assert!(why.contains("stopped while undoing"), "{why}");
+    }
+
+    #[test]
+    fn compensate_undoes_the_completed_steps_of_an_error_task_newest_first() {
+        let wf = three_step_failing();
+        let error = error_at_ship(&wf);
+        let d = act(&error, &wf, Act::Compensate);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.step),
+            (Trigger::OperatorUndo, ProcessState::Compensating, 1),
+            "ship was refused, so undoing starts at charge"
+        );
+        assert_eq!(d.next.locked_by, None);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
+        // Then the pipeline undoes charge, then reserve, and ends Compensated.
+        let t = claim(&d.next, &wf, 7, T0);
+        let t = reply(&t, &wf, ok(), T0).next;
+        assert_eq!((t.state, t.step), (ProcessState::Compensating, 0));
+        let t = claim(&t, &wf, 8, T0);
+        assert_eq!(reply(&t, &wf, ok(), T0).next.state, ProcessState::Compensated);
+        // Twice, from two terminals: the second decides on what the first wrote.
+        assert!(refused(&d.next, &wf, Act::Compensate).contains("only a task in Error"));
+    }
+
+    #[test]
+    fn compensate_resumes_an_undo_whose_compensation_failed() {
+        let wf = Workflow::three_step();
+        let error = error_while_undoing();
+        let d = act(&error, &wf, Act::Compensate);
+        assert_eq!((d.next.state, d.next.step, d.next.step_failures), (ProcessState::Compensating, 1, 0));
+        let d = checked(&d.next, d.next.claim(lease(9), T0, &wf, &policy()));
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 1, action: Action::Undo }]);
+    }
+
+    #[test]
+    fn compensate_is_refused_past_a_pivot_and_with_nothing_to_undo() {
+        let mixed = mixed();
+        // b (a pivot) succeeded, c refused: only forward is left.
+        let error = reply(&claim(&at_step(&mixed, 3), &mixed, 1, T0), &mixed, failed("no"), T0).next;
+        assert_eq!(error.state, ProcessState::Error);
+        let why = refused(&error, &mixed, Act::Compensate);
+        assert!(why.contains("pivot step b took effect"), "{why}");
+        // Single-step: its one step was refused and has no compensation.
+        let single = Workflow::single_step();
+        let error = reply(&claim(&new_task(&single), &single, 1, T0), &single, failed("no"), T0).next;
+        assert!(refused(&error, &single, Act::Compensate).contains("nothing to undo"));
+        // Or the pivot may have taken effect: it answered nothing, attempt after attempt.
+        let error = lapse_to_threshold(claim(&new_task(&single), &single, 1, T0), &single, true).next;
+        assert_eq!(error.state, ProcessState::Error);
+        assert!(refused(&error, &single, Act::Compensate).contains("may have taken effect"));
+    }
+
+    #[test]
+    fn cancel_of_a_task_that_did_nothing_yet_is_compensated_at_once() {
+        let wf = Workflow::three_step();
+        let d = act(&new_task(&wf), &wf, Act::Cancel);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.deadline),
+            (Trigger::CancelUndone, ProcessState::Compensated, None)
+        );
+        assert_eq!(statuses(&d), vec![OrderStatus::Cancelled, OrderStatus::Compensated]);
+        assert!(alerts(&d).is_empty());
+    }
+
+    #[test]
+    fn cancel_fences_off_the_attempt_in_flight_and_undoes_it_too() {
+        let wf = Workflow::three_step();
+        let charging = claim(&at_step(&wf, 1), &wf, 5, T0);
+        let d = act(&charging, &wf, Act::Cancel);
+        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Cancel, ProcessState::Compensating, 1));
+        assert_eq!((d.next.locked_by, d.next.complete_by), (None, None), "the lease is gone");
+        assert_eq!(statuses(&d), vec![OrderStatus::Cancelled]);
+        // The charge's own reply, however good, no longer lands.
+        let late = reply_for(&charging, ok());
+        assert!(matches!(d.next.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
+        // Its agent may call the service until complete-by: the undo waits for that.
+        let hold = charging.complete_by.unwrap().plus_ms(policy().reply_grace_ms);
+        // Held even when the canceller's clock says that time is up already (an operator's
+        // laptop may run ahead): the claiming scheduler judges it on its own clock.
+        assert_eq!(d.next.hold_until, charging.complete_by);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
+        let cancelled_at = T0.plus_ms(100);
+        let early = checked(&charging, charging.act(Act::Cancel, OPS, cancelled_at, &wf, &policy()));
+        assert_eq!(early.effects[0], Effect::Schedule { delay_ms: hold.millis_since(cancelled_at) });
+        assert!(early.next.deadline.unwrap() > hold);
+        assert_eq!(
+            early.next.claim(lease(6), Timestamp(hold.0 - 1), &wf, &policy()),
+            Err(Refusal::Held { until: hold })
+        );
+        let undoing = claim(&early.next, &wf, 6, hold);
+        assert_eq!(undoing.hold_until, None);
+        assert!(matches!(undoing.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
+        // A task waiting for its next step undoes the ones before it.
+        let d = act(&at_step(&wf, 2), &wf, Act::Cancel);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+    }
+
+    #[test]
+    fn cancel_is_refused_where_it_cannot_undo_or_the_task_is_not_live() {
+        let single = Workflow::single_step();
+        let in_flight = claim(&new_task(&single), &single, 1, T0);
+        assert!(refused(&in_flight, &single, Act::Cancel).contains("pivot step process-order may have"));
+        let mixed = mixed();
+        assert!(refused(&at_step(&mixed, 3), &mixed, Act::Cancel).contains("pivot step b took effect"));
+        let wf = Workflow::three_step();
+        let compensating = reply(&claim(&at_step(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
+        assert!(refused(&compensating, &wf, Act::Cancel).contains("undoing its steps already"));
+        assert!(refused(&error_while_undoing(), &wf, Act::Cancel).contains("`compensate`"));
+        let processed = reply(&claim(&new_task(&single), &single, 1, T0), &single, ok(), T0).next;
+        assert!(refused(&processed, &single, Act::Cancel).contains("ended"));
+        for act in [Act::Compensate, Act::Resubmit { from_step: None }] {
+            refused(&processed, &single, act);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! A scheduler takes the task for its current step: a lease until complete-by, and the
+//! dispatch of the step's action.
+
+use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use crate::domain::ids::{LeaseToken, Timestamp};
+use crate::domain::lifecycle::{self, ProcessState, Trigger};
+use crate::domain::workflow::Workflow;
+
+impl TaskRecord {
+    /// Scheduler: take the task for its current step (Pending, or Compensating and unlocked).
+    pub fn claim(
+        &self,
+        lease: LeaseToken,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        self.logged(now, self.decide_claim(lease, now, wf, policy), None)
+    }
+
+    fn decide_claim(
+        &self,
+        lease: LeaseToken,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        let unconditional = crate::mutations::claim_unconditional();
+        if !unconditional
+            && (self.locked_by.is_some()
+                || !matches!(self.state, ProcessState::Pending | ProcessState::Compensating))
+        {
+            return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
+        }
+        if let Some(until) = self.hold_until.map(|h| h.plus_ms(policy.reply_grace_ms))
+            && now < until
+            && !unconditional
+        {
+            return Err(Refusal::Held { until });
+        }
+        self.check_workflow(wf)?;
+        let action = self.action();
+        let cause = Cause::Claimed { step: self.step, action };
+        let mut next = if unconditional && lifecycle::next(self.state, Trigger::Claimed).is_none() {
+            self.overwritten_by_claim(now, cause)
+        } else {
+            self.moved(Trigger::Claimed, now, cause)?
+        };
+        let complete_by = now.plus_ms(wf.timeout_ms(self.step, policy.step_timeout_ms));
+        next.locked_by = Some(lease);
+        next.complete_by = Some(complete_by);
+        next.hold_until = None;
+        // The deadline is the due index's key: moving it costs the index a delete and a
+        // put. A waiting task's deadline usually covers the attempt already (the claim
+        // comes milliseconds after the wait began, and the pending timeout is longer
+        // than step timeout + grace), so it stays; it only moves when it would come
+        // before the reply window closes. The fence uses complete-by, not the deadline.
+        let needed = complete_by.plus_ms(policy.reply_grace_ms);
+        if next.deadline.is_none_or(|d| d < needed) {
+            next.deadline = Some(needed);
+        }
+        next.attempt += 1;
+        next.step_attempts += 1;
+        Ok(Decision {
+            trigger: Trigger::Claimed,
+            next,
+            effects: vec![Effect::Dispatch { step: self.step, action }],
+        })
+    }
+
+    /// The planted bug of `Mutation::UnconditionalClaim`: a claim written as a plain
+    /// overwrite (`SET state = Processing, LockedBy = :new`), ignoring the table.
+    fn overwritten_by_claim(&self, now: Timestamp, cause: Cause) -> TaskRecord {
+        let mut next = self.clone();
+        if self.state != ProcessState::Compensating {
+            next.state = ProcessState::Processing;
+        }
+        next.revision += 1;
+        next.updated_at = now;
+        next.last_cause = cause;
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::task::fixtures::*;
+    use crate::domain::workflow::{Action, Step};
+
+    #[test]
+    fn claim_from_pending_takes_a_lease_until_complete_by() {
+        let wf = Workflow::single_step();
+        let task = new_task(&wf);
+        let now = T0.plus_ms(10);
+        let d = checked(&task, task.claim(lease(1), now, &wf, &policy()));
+        assert_eq!(d.trigger, Trigger::Claimed);
+        assert_eq!(d.next.state, ProcessState::Processing);
+        assert_eq!(d.next.locked_by, Some(lease(1)));
+        assert_eq!(d.next.complete_by, Some(now.plus_ms(1_000)));
+        // The pending deadline (T0 + 2000) covers complete-by + grace (T0 + 1510): kept.
+        assert_eq!(d.next.deadline, task.deadline);
+        assert_eq!((d.next.attempt, d.next.step_attempts, d.next.step), (1, 1, 0));
+        assert_eq!(d.next.last_cause, Cause::Claimed { step: 0, action: Action::Do });
+        assert_eq!(d.next.updated_at, now);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do }]);
+    }
+
+    #[test]
+    fn a_late_claim_moves_the_deadline_to_cover_its_reply_window() {
+        let wf = Workflow::single_step();
+        let task = new_task(&wf);
+        for (after_ms, deadline) in
+            [(0, T0.plus_ms(2_000)), (500, T0.plus_ms(2_000)), (501, T0.plus_ms(2_001))]
+        {
+            let now = T0.plus_ms(after_ms);
+            let d = checked(&task, task.claim(lease(1), now, &wf, &policy()));
+            assert_eq!(d.next.deadline, Some(deadline), "claimed {after_ms} ms after submission");
+            assert!(d.next.deadline >= d.next.complete_by.map(|c| c.plus_ms(500)));
+        }
+    }
+
+    #[test]
+    fn claim_from_unlocked_compensating_dispatches_the_undo() {
+        let wf = Workflow::three_step();
+        let task = claim(&pending_at(&wf, 1), &wf, 1, T0);
+        let compensating = reply(&task, &wf, failed("declined"), T0).next;
+        assert_eq!((compensating.state, compensating.step), (ProcessState::Compensating, 0));
+        assert_eq!(compensating.locked_by, None);
+        let d = checked(&compensating, compensating.claim(lease(2), T0, &wf, &policy()));
+        assert_eq!(d.trigger, Trigger::Claimed);
+        assert_eq!(d.next.state, ProcessState::Compensating);
+        assert_eq!(d.next.locked_by, Some(lease(2)));
+        assert_eq!(d.next.step_attempts, 1);
+        assert_eq!(d.next.attempt, compensating.attempt + 1);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo }]);
+    }
+
+    #[test]
+    fn claim_is_refused_when_locked_or_terminal() {
+        let wf = Workflow::three_step();
+        let processing = claim(&new_task(&wf), &wf, 1, T0);
+        assert_eq!(
+            processing.claim(lease(2), T0, &wf, &policy()),
+            Err(Refusal::ClaimLost { state: ProcessState::Processing, locked: true })
+        );
+        // A lease that lapsed in time is still a lease until the supervisor takes it away.
+        assert!(matches!(
+            processing.claim(lease(2), T0.plus_ms(1_000_000), &wf, &policy()),
+            Err(Refusal::ClaimLost { locked: true, .. })
+        ));
+
+        let compensating = reply(&claim(&pending_at(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
+        let locked = claim(&compensating, &wf, 2, T0);
+        assert_eq!(
+            locked.claim(lease(3), T0, &wf, &policy()),
+            Err(Refusal::ClaimLost { state: ProcessState::Compensating, locked: true })
+        );
+
+        let processed = {
+            let single = Workflow::single_step();
+            let t = claim(&new_task(&single), &single, 1, T0);
+            reply(&t, &single, ok(), T0).next
+        };
+        let error = {
+            let single = Workflow::single_step();
+            let t = claim(&new_task(&single), &single, 1, T0);
+            reply(&t, &single, failed("no"), T0).next
+        };
+        let compensated = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, failed("no"), T0).next;
+        for (terminal, want) in [
+            (processed, ProcessState::Processed),
+            (error, ProcessState::Error),
+            (compensated, ProcessState::Compensated),
+        ] {
+            assert_eq!(terminal.state, want);
+            let wf = if want == ProcessState::Compensated {
+                Workflow::three_step()
+            } else {
+                Workflow::single_step()
+            };
+            assert_eq!(
+                terminal.claim(lease(9), T0, &wf, &policy()),
+                Err(Refusal::ClaimLost { state: want, locked: false })
+            );
+        }
+    }
+
+    #[test]
+    fn attempts_count_claims_of_the_task_and_of_the_step() {
+        let wf = Workflow::three_step();
+        let t = claim(&new_task(&wf), &wf, 1, T0);
+        assert_eq!((t.attempt, t.step_attempts), (1, 1));
+        let t = lapse(&t, &wf, 0).next;
+        assert_eq!((t.attempt, t.step_attempts), (1, 1), "a retry keeps the counts");
+        let t = claim(&t, &wf, 2, t.deadline.unwrap());
+        assert_eq!((t.attempt, t.step_attempts), (2, 2));
+        let now = t.complete_by.unwrap();
+        let t = reply(&t, &wf, ok(), now).next;
+        assert_eq!((t.step, t.attempt, t.step_attempts), (1, 2, 0), "a new step starts its own count");
+        let t = claim(&t, &wf, 3, now);
+        assert_eq!((t.step, t.attempt, t.step_attempts), (1, 3, 1));
+    }
+
+    #[test]
+    fn claim_refuses_a_record_that_does_not_fit_its_workflow() {
+        let task = new_task(&Workflow::three_step());
+        assert!(matches!(
+            task.claim(lease(1), T0, &Workflow::single_step(), &policy()),
+            Err(Refusal::Corrupt { .. })
+        ));
+        let mut beyond = pending_at(&Workflow::three_step(), 2);
+        beyond.step = 7;
+        assert!(matches!(
+            beyond.claim(lease(1), T0, &Workflow::three_step(), &policy()),
+            Err(Refusal::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn a_step_with_its_own_timeout_gets_that_complete_by_and_a_deadline_to_match() {
+        let slow = Step { timeout_ms: Some(7_000), ..Step::pivot("slow", "a") };
+        let wf = Workflow::new("timed", vec![Step::pivot("fast", "a"), slow]);
+        let first = claim(&new_task(&wf), &wf, 1, T0);
+        assert_eq!(first.complete_by, Some(T0.plus_ms(policy().step_timeout_ms)));
+        let waiting = reply(&first, &wf, ok(), T0).next;
+        let second = claim(&waiting, &wf, 2, T0);
+        assert_eq!(second.complete_by, Some(T0.plus_ms(7_000)));
+        assert_eq!(second.deadline, Some(T0.plus_ms(7_000 + policy().reply_grace_ms)));
+    }
+}

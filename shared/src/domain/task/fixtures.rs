@@ -1,0 +1,206 @@
+//! Tests only: tasks in the states the tests start from, and decisions checked against
+//! the table and the record's shape rules. The operator's tests (`operator.rs`) use them too.
+
+use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
+use crate::domain::lifecycle::{self, ProcessState, Trigger};
+use crate::domain::messages::{AgentReply, LineItem, OperatorAlert, Order, OrderStatus, ReplyOutcome};
+use crate::domain::operator::Actor;
+use crate::domain::retry::Backoff;
+use crate::domain::workflow::{OnGiveUp, Step, Workflow};
+
+use super::{Act, Decision, Effect, Policy, Refusal, TaskRecord};
+
+pub(in crate::domain) const T0: Timestamp = Timestamp(1_000_000);
+
+pub(in crate::domain) fn policy() -> Policy {
+    Policy {
+        step_timeout_ms: 1_000,
+        reply_grace_ms: 500,
+        pending_timeout_ms: 2_000,
+        failure_threshold: 3,
+        retry_backoff: Backoff { base_ms: 100, cap_ms: 1_000 },
+    }
+}
+
+pub(in crate::domain) fn lease(n: u128) -> LeaseToken {
+    LeaseToken(uuid::Uuid::from_u128(n))
+}
+
+pub(in crate::domain) fn new_task(wf: &Workflow) -> TaskRecord {
+    let order = Order {
+        order_id: OrderId::parse("o-1").unwrap(),
+        customer_id: "c-1".into(),
+        items: vec![LineItem { sku: "A".into(), quantity: 1 }],
+        workflow: wf.name.clone(),
+        workflow_version: None,
+    };
+    let task = TaskRecord::new(&order, Some("status".into()), T0, &policy());
+    assert_eq!(task.shape_violation(), None);
+    task
+}
+
+/// Every decision the tests make goes through here: it must follow the table,
+/// keep the record's shape and bump the revision.
+pub(in crate::domain) fn checked(before: &TaskRecord, result: Result<Decision, Refusal>) -> Decision {
+    let d = result.unwrap_or_else(|r| panic!("refused from {:?}: {r}", before.state));
+    assert_eq!(lifecycle::next(before.state, d.trigger), Some(d.next.state), "{:?}", d.trigger);
+    assert_eq!(d.next.shape_violation(), None, "{:?}", d.next);
+    assert_eq!(d.next.revision, before.revision + 1);
+    assert!(d.next.failure_count >= before.failure_count);
+    d
+}
+
+pub(in crate::domain) fn claim(task: &TaskRecord, wf: &Workflow, n: u128, now: Timestamp) -> TaskRecord {
+    checked(task, task.claim(lease(n), now, wf, &policy())).next
+}
+
+/// The reply the live lease's agent would send.
+pub(in crate::domain) fn reply_for(task: &TaskRecord, outcome: ReplyOutcome) -> AgentReply {
+    AgentReply {
+        order_id: task.order_id.clone(),
+        step: task.step,
+        action: task.action(),
+        attempt: task.attempt,
+        lease: task.locked_by.expect("a live lease"),
+        outcome,
+    }
+}
+
+pub(in crate::domain) fn ok() -> ReplyOutcome {
+    ReplyOutcome::DONE
+}
+
+pub(in crate::domain) fn failed(reason: &str) -> ReplyOutcome {
+    ReplyOutcome::Failed { reason: reason.into(), detail: None }
+}
+
+pub(in crate::domain) fn reply(
+    task: &TaskRecord,
+    wf: &Workflow,
+    outcome: ReplyOutcome,
+    now: Timestamp,
+) -> Decision {
+    checked(task, task.apply_reply(&reply_for(task, outcome), now, wf, &policy()))
+}
+
+pub(in crate::domain) fn lapse(task: &TaskRecord, wf: &Workflow, jitter: u64) -> Decision {
+    let now = task.deadline.expect("non-terminal");
+    checked(task, task.lapse(now, wf, &policy(), jitter))
+}
+
+/// Claim and succeed steps until the task sits Pending at `step`.
+pub(in crate::domain) fn pending_at(wf: &Workflow, step: u32) -> TaskRecord {
+    let mut task = new_task(wf);
+    for s in 0..step {
+        task = claim(&task, wf, 100 + s as u128, T0);
+        task = reply(&task, wf, ok(), T0).next;
+    }
+    assert_eq!((task.state, task.step), (ProcessState::Pending, step));
+    task
+}
+
+pub(in crate::domain) fn alerts(d: &Decision) -> Vec<&OperatorAlert> {
+    d.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Alert(a) => Some(a),
+            _ => None,
+        })
+        .collect()
+}
+
+pub(in crate::domain) fn statuses(d: &Decision) -> Vec<OrderStatus> {
+    d.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Status { status, .. } => Some(*status),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Lapses (claiming in between when `claim_between`) until the decision is not a retry.
+pub(in crate::domain) fn lapse_to_threshold(
+    mut task: TaskRecord,
+    wf: &Workflow,
+    claim_between: bool,
+) -> Decision {
+    for n in 0.. {
+        if claim_between && task.state == ProcessState::Pending {
+            task = claim(&task, wf, 1_000 + n, task.deadline.unwrap());
+        }
+        let d = lapse(&task, wf, n as u64);
+        if d.trigger != Trigger::Retry {
+            assert_eq!(d.next.failure_count, task.failure_count + 1);
+            return d;
+        }
+        assert!(alerts(&d).is_empty(), "no alert below the threshold");
+        task = d.next;
+    }
+    unreachable!()
+}
+
+/// Claims and succeeds steps of `wf` until the task waits at `step`.
+pub(in crate::domain) fn at_step(wf: &Workflow, step: u32) -> TaskRecord {
+    pending_at(wf, step)
+}
+
+/// A workflow with steps that have no compensation in the middle and at the end.
+pub(in crate::domain) fn mixed() -> Workflow {
+    Workflow::new(
+        "mixed",
+        vec![
+            Step::compensable("a", "a", "undo-a").with_max_failures(5),
+            Step::read_only("r", "a"),
+            Step::pivot("b", "a"),
+            Step::compensable("c", "a", "undo-c").with_max_failures(1),
+            Step::pivot("d", "a"),
+        ],
+    )
+}
+
+pub(in crate::domain) const OPS: Actor<'static> =
+    Actor { by: "arn:aws:iam::123456789012:user/ops", why: "remote fixed", seen: None };
+
+pub(in crate::domain) fn act(task: &TaskRecord, wf: &Workflow, act: Act) -> Decision {
+    checked(task, task.act(act, OPS, T0.plus_ms(50_000), wf, &policy()))
+}
+
+pub(in crate::domain) fn refused(task: &TaskRecord, wf: &Workflow, act: Act) -> String {
+    match task.act(act, OPS, T0.plus_ms(50_000), wf, &policy()) {
+        Err(r @ Refusal::NotAllowed { .. }) => r.to_string(),
+        other => panic!("{act:?} on {:?} was not refused: {other:?}", task.state),
+    }
+}
+
+pub(in crate::domain) fn output(json: &str) -> ReplyOutcome {
+    ReplyOutcome::Succeeded { output: Some(serde_json::from_str(json).unwrap()) }
+}
+
+/// Three-step, but giving up stops in Error instead of undoing.
+pub(in crate::domain) fn three_step_failing() -> Workflow {
+    Workflow { on_give_up: OnGiveUp::Fail, ..Workflow::three_step() }
+}
+
+/// Reserve and charge succeeded (with outputs), ship refused: Error at step 2.
+pub(in crate::domain) fn error_at_ship(wf: &Workflow) -> TaskRecord {
+    let t = claim(&new_task(wf), wf, 1, T0);
+    let t = reply(&t, wf, output(r#"{"reservation":"r-1"}"#), T0).next;
+    let t = claim(&t, wf, 2, T0);
+    let t = reply(&t, wf, output(r#"{"charge":"c-1"}"#), T0).next;
+    let t = claim(&t, wf, 3, T0);
+    let d = reply(&t, wf, failed("address rejected"), T0);
+    assert_eq!((d.next.state, d.next.step), (ProcessState::Error, 2));
+    d.next
+}
+
+/// Three-step, charge refused, then the refund refused too: Error while undoing.
+pub(in crate::domain) fn error_while_undoing() -> TaskRecord {
+    let wf = Workflow::three_step();
+    let t = claim(&pending_at(&wf, 2), &wf, 1, T0);
+    let t = reply(&t, &wf, failed("address rejected"), T0).next;
+    let t = claim(&t, &wf, 2, T0);
+    let d = reply(&t, &wf, failed("refund refused"), T0);
+    assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Fail, ProcessState::Error, 1));
+    d.next
+}

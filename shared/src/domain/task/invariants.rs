@@ -1,0 +1,337 @@
+//! Tests only: every decision, the pipeline's and the operator's, against the transition
+//! table and the record's invariants, one by one and in random sequences.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use crate::domain::ids::{LeaseToken, Timestamp};
+use crate::domain::lifecycle::{self, ProcessState, Trigger};
+use crate::domain::messages::{AgentReply, ReplyOutcome};
+use crate::domain::operator::Actor;
+use crate::domain::workflow::{Action, Step, StepKind, Workflow};
+
+use super::fixtures::*;
+use super::{Act, Cause, Decision, Effect, Refusal, TaskRecord};
+
+/// Every row of the transition table is made by some decision of this module.
+#[test]
+fn every_row_of_the_table_is_a_decision() {
+    let mut made = BTreeSet::new();
+    let mut note = |before: &TaskRecord, d: &Decision| {
+        made.insert((before.state, d.trigger, d.next.state));
+    };
+    let three = Workflow::three_step();
+    let single = Workflow::single_step();
+    let mixed = mixed();
+    let pending = new_task(&three);
+    let processing = claim(&pending, &three, 1, T0);
+    let charging = claim(&at_step(&three, 1), &three, 2, T0);
+    let shipping = claim(&at_step(&three, 2), &three, 3, T0);
+    let undoing = claim(&reply(&shipping, &three, failed("no"), T0).next, &three, 4, T0);
+    let undoing_last = reply(&undoing, &three, ok(), T0).next;
+    let undoing_last = claim(&undoing_last, &three, 5, T0);
+    let compensating = reply(&charging, &three, failed("no"), T0).next;
+    let single_pending = new_task(&single);
+    let single_processing = claim(&single_pending, &single, 6, T0);
+    let mixed_c = claim(&at_step(&mixed, 3), &mixed, 7, T0);
+    let mut pending_charge_in_doubt = lapse(&charging, &three, 0).next;
+    pending_charge_in_doubt.step_failures = 2;
+    let mut pending_ship_in_doubt = lapse(&shipping, &three, 0).next;
+    pending_ship_in_doubt.step_failures = 2;
+    let mut pending_first = new_task(&three);
+    pending_first.step_failures = 2;
+    let mut pending_single = new_task(&single);
+    pending_single.step_failures = 2;
+
+    let cases: Vec<(&TaskRecord, Decision)> = vec![
+        (&pending, checked(&pending, pending.claim(lease(9), T0, &three, &policy()))),
+        (&pending, lapse(&pending, &three, 0)),
+        (&pending_single, lapse(&pending_single, &single, 0)),
+        (&pending_ship_in_doubt, lapse(&pending_ship_in_doubt, &three, 0)),
+        (&pending_charge_in_doubt, lapse(&pending_charge_in_doubt, &three, 0)),
+        (&pending_first, lapse(&pending_first, &three, 0)),
+        (&processing, reply(&processing, &three, ok(), T0)),
+        (&single_processing, reply(&single_processing, &single, ok(), T0)),
+        (&processing, lapse(&processing, &three, 0)),
+        (&single_processing, reply(&single_processing, &single, failed("no"), T0)),
+        (&mixed_c, reply(&mixed_c, &mixed, failed("no"), T0)),
+        (&charging, reply(&charging, &three, failed("no"), T0)),
+        (&processing, reply(&processing, &three, failed("no"), T0)),
+        (&compensating, checked(&compensating, compensating.claim(lease(9), T0, &three, &policy()))),
+        (&undoing, reply(&undoing, &three, ok(), T0)),
+        (&undoing_last, reply(&undoing_last, &three, ok(), T0)),
+        (&undoing, lapse(&undoing, &three, 0)),
+        (&undoing, reply(&undoing, &three, failed("no"), T0)),
+    ];
+    let failing = three_step_failing();
+    let error_at_ship = error_at_ship(&failing);
+    let cancel_pending = at_step(&three, 2);
+    let single_new = new_task(&single);
+    let reads_first =
+        Workflow::new("reads-first", vec![Step::read_only("look", "a"), Step::pivot("buy", "a")]);
+    let looking = claim(&new_task(&reads_first), &reads_first, 8, T0);
+    let operator_cases: Vec<(&TaskRecord, Decision)> = vec![
+        (&error_at_ship, act(&error_at_ship, &failing, Act::Resubmit { from_step: None })),
+        (&error_at_ship, act(&error_at_ship, &failing, Act::Compensate)),
+        (&cancel_pending, act(&cancel_pending, &three, Act::Cancel)),
+        (&charging, act(&charging, &three, Act::Cancel)),
+        (&single_new, act(&single_new, &single, Act::Cancel)),
+        (&processing, act(&processing, &three, Act::Cancel)),
+        (&looking, act(&looking, &reads_first, Act::Cancel)),
+    ];
+    let cases: Vec<_> = cases.into_iter().chain(operator_cases).collect();
+    for (before, d) in &cases {
+        note(before, d);
+    }
+    let table: BTreeSet<_> = lifecycle::TRANSITIONS.iter().copied().collect();
+    assert_eq!(made, table, "rows made by decisions vs the table");
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Tamper {
+    None,
+    Lease,
+    Attempt,
+    Step,
+    Action,
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Advance(u64),
+    Claim,
+    /// Reply as the agent of the latest dispatch (`None`) or of dispatch number `pick`
+    /// (mod the dispatches so far) would.
+    Reply {
+        pick: Option<usize>,
+        tamper: Tamper,
+        ok: bool,
+    },
+    Lapse {
+        jitter: u64,
+    },
+    Operate(Act),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    let tamper = prop_oneof![
+        6 => Just(Tamper::None),
+        1 => Just(Tamper::Lease),
+        1 => Just(Tamper::Attempt),
+        1 => Just(Tamper::Step),
+        1 => Just(Tamper::Action),
+    ];
+    prop_oneof![
+        3 => (0u64..400).prop_map(Event::Advance),
+        1 => (400u64..4_000).prop_map(Event::Advance),
+        3 => Just(Event::Claim),
+        5 => (prop::option::weighted(0.3, any::<usize>()), tamper, prop::bool::weighted(0.8))
+            .prop_map(|(pick, tamper, ok)| Event::Reply { pick, tamper, ok }),
+        2 => any::<u64>().prop_map(|jitter| Event::Lapse { jitter }),
+        1 => prop_oneof![
+            Just(Act::Cancel),
+            Just(Act::Compensate),
+            Just(Act::Resubmit { from_step: None }),
+            (0u32..6).prop_map(|n| Act::Resubmit { from_step: Some(n) }),
+        ].prop_map(Event::Operate),
+    ]
+}
+
+/// The identity of one dispatch, as its agent echoes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Dispatched {
+    lease: LeaseToken,
+    attempt: u32,
+    step: u32,
+    action: Action,
+    complete_by: Timestamp,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn random_event_sequences_keep_every_invariant(
+        which in 0usize..3,
+        events in prop::collection::vec(event(), 0..80),
+    ) {
+        let wf = [Workflow::single_step(), Workflow::three_step(), mixed()][which].clone();
+        let policy = policy();
+        let mut task = new_task(&wf);
+        let mut now = T0;
+        let mut leases = 0u128;
+        let mut dispatched: Vec<Dispatched> = Vec::new();
+        let mut forward_done: Vec<u32> = Vec::new();
+        let mut forward_claimed: BTreeSet<u32> = BTreeSet::new();
+        // Forward steps a definitive refusal settled: they had no effect.
+        let mut refused: BTreeSet<u32> = BTreeSet::new();
+        let mut undone: Vec<u32> = Vec::new();
+        let mut cancelled = false;
+
+        for ev in events {
+            let before = task.clone();
+            let result = match ev {
+                Event::Advance(ms) => {
+                    now = now.plus_ms(ms);
+                    continue;
+                }
+                Event::Claim => {
+                    leases += 1;
+                    let r = task.claim(lease(leases), now, &wf, &policy);
+                    let claimable = task.locked_by.is_none()
+                        && matches!(task.state, ProcessState::Pending | ProcessState::Compensating)
+                        && task.hold_until.is_none_or(|h| now >= h.plus_ms(policy.reply_grace_ms));
+                    prop_assert_eq!(r.is_ok(), claimable, "{:?}", r);
+                    if let Ok(d) = &r {
+                        let action = d.next.action();
+                        dispatched.push(Dispatched {
+                            lease: lease(leases),
+                            attempt: d.next.attempt,
+                            step: d.next.step,
+                            action,
+                            complete_by: d.next.complete_by.unwrap(),
+                        });
+                        if action == Action::Do {
+                            forward_claimed.insert(d.next.step);
+                            prop_assert!(!cancelled, "step {} claimed after the task was cancelled", d.next.step);
+                        }
+                        // Attempts identify claims: no two dispatches share one.
+                        prop_assert_eq!(d.next.attempt as usize, dispatched.len());
+                    }
+                    r
+                }
+                Event::Reply { pick, tamper, ok } => {
+                    if dispatched.is_empty() {
+                        continue;
+                    }
+                    let mut from = dispatched[pick.map_or(dispatched.len() - 1, |p| p % dispatched.len())];
+                    match tamper {
+                        Tamper::None => {}
+                        Tamper::Lease => from.lease = lease(u128::MAX),
+                        Tamper::Attempt => from.attempt = from.attempt.wrapping_add(1),
+                        Tamper::Step => from.step = from.step.wrapping_add(1),
+                        Tamper::Action => {
+                            from.action = match from.action {
+                                Action::Do => Action::Undo,
+                                Action::Undo => Action::Do,
+                            }
+                        }
+                    }
+                    let outcome = if ok { ReplyOutcome::DONE } else { ReplyOutcome::Failed { reason: "no".into(), detail: None } };
+                    let reply = AgentReply {
+                        order_id: task.order_id.clone(),
+                        step: from.step,
+                        action: from.action,
+                        attempt: from.attempt,
+                        lease: from.lease,
+                        outcome,
+                    };
+                    let r = task.apply_reply(&reply, now, &wf, &policy);
+                    // The fence: only the live dispatch's own reply, in time, lands.
+                    let live = task.locked_by == Some(from.lease)
+                        && dispatched.last().map(|d| (d.lease, d.attempt, d.step, d.action))
+                            == Some((from.lease, from.attempt, from.step, from.action))
+                        && now <= from.complete_by;
+                    prop_assert_eq!(r.is_ok(), live, "{:?} {:?}", r, from);
+                    if let Err(refusal) = &r {
+                        prop_assert!(matches!(refusal, Refusal::StaleReply(_)), "{:?}", refusal);
+                    }
+                    r
+                }
+                Event::Lapse { jitter } => {
+                    let r = task.lapse(now, &wf, &policy, jitter);
+                    let due = task.deadline.is_some_and(|d| d <= now);
+                    prop_assert_eq!(r.is_ok(), due, "{:?}", r);
+                    r
+                }
+                Event::Operate(act) => {
+                    let actor = Actor { by: "op", why: "test", seen: None };
+                    let r = task.act(act, actor, now, &wf, &policy);
+                    let allowed = match act {
+                        Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing),
+                        Act::Compensate | Act::Resubmit { .. } => task.state == ProcessState::Error,
+                    };
+                    if !allowed {
+                        prop_assert!(matches!(r, Err(Refusal::NotAllowed { .. })), "{:?} on {:?}: {:?}", act, task.state, r);
+                    }
+                    if let Ok(d) = &r {
+                        prop_assert_eq!(d.next.failure_count, task.failure_count);
+                        match d.trigger {
+                            Trigger::Cancel | Trigger::CancelUndone => cancelled = true,
+                            Trigger::Resubmit => {
+                                prop_assert!(!cancelled, "a cancelled task went forward again");
+                                forward_done.truncate(d.next.step as usize);
+                            }
+                            _ => {}
+                        }
+                    }
+                    r
+                }
+            };
+            let Ok(d) = result else {
+                prop_assert_eq!(&task, &before);
+                continue;
+            };
+
+            prop_assert!(
+                !before.state.is_terminal() || (d.trigger.is_operator() && before.state == ProcessState::Error),
+                "terminal {:?} moved", before.state
+            );
+            prop_assert!(
+                lifecycle::TRANSITIONS.contains(&(before.state, d.trigger, d.next.state)),
+                "{:?} --{:?}--> {:?}", before.state, d.trigger, d.next.state
+            );
+            prop_assert!(d.next.failure_count >= before.failure_count);
+            prop_assert!(d.next.revision > before.revision);
+            prop_assert_eq!(d.next.shape_violation(), None);
+            prop_assert!(d.next.attempt >= before.attempt);
+            let alert_count = d.effects.iter().filter(|e| matches!(e, Effect::Alert(_))).count();
+            prop_assert!(alert_count <= 1);
+            if d.next.state == ProcessState::Error {
+                prop_assert_eq!(alert_count, 1, "an Error always tells an operator");
+            }
+
+            if let Cause::Succeeded { step, action } = d.next.last_cause.clone() {
+                match action {
+                    Action::Do => {
+                        prop_assert_eq!(step as usize, forward_done.len(), "forward steps in order");
+                        forward_done.push(step);
+                    }
+                    Action::Undo => {
+                        prop_assert!(wf.step(step).unwrap().compensation.is_some());
+                        prop_assert!(forward_claimed.contains(&step), "undid step {} never started", step);
+                        if let Some(&last) = undone.last() {
+                            prop_assert!(step < last, "compensation {} after {}", step, last);
+                        }
+                        prop_assert!(!undone.contains(&step));
+                        undone.push(step);
+                    }
+                }
+            }
+            if let Cause::Failed { step, action: Action::Do, .. } = d.next.last_cause {
+                refused.insert(step);
+            }
+            if let Cause::Succeeded { step, action: Action::Do } = d.next.last_cause {
+                // Run again after a resubmit: a refusal before it no longer says it had no effect.
+                refused.remove(&step);
+            }
+            if d.next.state == ProcessState::Compensated {
+                // Nothing stands: every step that was dispatched and not refused
+                // only read or was undone; no pivot may have taken effect.
+                for &s in &forward_claimed {
+                    let kind = wf.step(s).unwrap().kind();
+                    let stands = match kind {
+                        StepKind::ReadOnly => false,
+                        StepKind::Compensable => !refused.contains(&s) && !undone.contains(&s),
+                        StepKind::Pivot => !refused.contains(&s),
+                    };
+                    prop_assert!(!stands, "Compensated, but step {} ({:?}) may stand", s, kind);
+                }
+            }
+            let budget = wf.max_failures(d.next.step, policy.failure_threshold);
+            prop_assert!(d.next.step_failures <= budget, "budget overrun: {} of {}", d.next.step_failures, budget);
+            task = d.next;
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The task record (the state table's row) and the decisions that move it.
+//!
+//! Each decision is a pure function of the record as read, the event, the time and the
+//! workflow. It returns the next record and the effects to perform after the write.
+//! The store writes the next record only if the row still has the revision that was
+//! read, so a decision made on a stale read can never land: that one conditional
+//! write is what makes claims exclusive, replies fenced and recoveries happen once.
+//!
+//! Every decision takes its next state from the transition table (`lifecycle.rs`) through
+//! `TaskRecord::moved`, and enters the timeline through `TaskRecord::logged`. The files,
+//! each importing only files before it (`shared/tests/domain_layers.rs` holds them to it):
+//!
+//! - `record.rs`: the record, the policy, causes, effects and refusals, and the moves
+//!   every decision shares.
+//! - `claim.rs`: a scheduler takes the task for its current step.
+//! - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
+//! - `recovery.rs`: a lapse past the deadline, and the give-up rule.
+//! - `reply.rs`: the fence, then an agent's reply.
+//! - `fixtures.rs`, `invariants.rs`: tests only.
+
+mod claim;
+mod compensation;
+mod record;
+mod recovery;
+mod reply;
+
+#[cfg(test)]
+pub(super) mod fixtures;
+#[cfg(test)]
+mod invariants;
+
+pub use record::{Act, Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};

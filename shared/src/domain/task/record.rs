@@ -1,0 +1,458 @@
+//! The record, and what every decision shares: the policy it decides under, the causes
+//! and effects it records, its refusals, and the moves every decision makes through the
+//! transition table (`moved`) and the timeline (`logged`).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
+use crate::domain::lifecycle::{self, ProcessState, Trigger};
+use crate::domain::messages::{OperatorAlert, Order, OrderStatus};
+use crate::domain::output::Outputs;
+use crate::domain::retry::Backoff;
+use crate::domain::timeline::{self, Entry, Happened};
+use crate::domain::workflow::{Action, Workflow};
+
+/// Timing and limits that decisions need; read once from configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// A claim's complete-by is this far after the claim.
+    pub step_timeout_ms: u64,
+    /// Time allowed after complete-by for a reply to travel before the supervisor acts.
+    pub reply_grace_ms: u64,
+    /// A waiting (unclaimed) task is due this long after it started waiting.
+    pub pending_timeout_ms: u64,
+    /// Lapses of one step before giving up (its forward action and its compensation
+    /// each get this budget), for steps that set no `max_failures` of their own.
+    pub failure_threshold: u32,
+    /// Delay before a recovered task is scheduled again.
+    pub retry_backoff: Backoff,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            step_timeout_ms: 30_000,
+            reply_grace_ms: 10_000,
+            pending_timeout_ms: 60_000,
+            failure_threshold: 5,
+            retry_backoff: Backoff { base_ms: 1_000, cap_ms: 60_000 },
+        }
+    }
+}
+
+/// Why the record last changed; the history of a task is the sequence of these.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Cause {
+    Submitted,
+    Claimed {
+        step: u32,
+        action: Action,
+    },
+    Succeeded {
+        step: u32,
+        action: Action,
+    },
+    Failed {
+        step: u32,
+        action: Action,
+        reason: String,
+        /// The step answered, but its answer leaves its effect in doubt (an output that
+        /// cannot be kept): a refusal has this false, and the step had no effect. Stored
+        /// only when false: a record written before the field existed reads as in doubt,
+        /// since a refusal and an unusable output then looked alike, and only "in doubt"
+        /// can never undo around a pivot's effect.
+        #[serde(default = "in_doubt_unless_stored", skip_serializing_if = "Clone::clone")]
+        in_doubt: bool,
+    },
+    DeadlinePassed {
+        step: u32,
+        state: ProcessState,
+    },
+    /// An operator (or an app's cancel message) acted on the task at `step`.
+    Operator {
+        step: u32,
+        act: Act,
+    },
+}
+
+/// An operator's action, as recorded in the task's cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "act", rename_all = "snake_case")]
+pub enum Act {
+    Resubmit {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_step: Option<u32>,
+    },
+    Compensate,
+    Cancel,
+}
+
+impl Act {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Act::Resubmit { .. } => "resubmit",
+            Act::Compensate => "compensate",
+            Act::Cancel => "cancel",
+        }
+    }
+}
+
+/// The state table's row. It carries the order it runs, so accepting an order is one
+/// conditional write of one item and claiming a step reads the order with the task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub order_id: OrderId,
+    pub workflow: String,
+    /// The version of `workflow` the task was accepted under, and runs to its end
+    /// whatever is published after.
+    #[serde(default = "crate::domain::workflow::first_version")]
+    pub workflow_version: u32,
+    /// The validated order as accepted; never changes. Shared, because records are
+    /// copied at every decision and the order is the largest part of them.
+    pub order: Arc<Order>,
+    pub state: ProcessState,
+    /// Forward: the step to run next (or running). Compensating: the step being undone.
+    pub step: u32,
+    /// Claims of the current step: non-zero means its remote effect may have happened.
+    pub step_attempts: u32,
+    /// Claims of this task, all steps; echoed by agents and fenced on.
+    pub attempt: u32,
+    /// LockedBy: the live lease, if any.
+    pub locked_by: Option<LeaseToken>,
+    /// The live lease's complete-by.
+    pub complete_by: Option<Timestamp>,
+    /// The complete-by of the attempt in flight when the task was cancelled: its agent may
+    /// call the service until then, so no claim comes before it plus the reply grace (the
+    /// claiming scheduler's own grace, on its own clock), so the undo does not overtake
+    /// the effect it undoes; a request held up in the network longer than that still can
+    /// (docs/SIMULATION.md, "Open").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<Timestamp>,
+    /// Resubmitted from an earlier step than the one it failed at: the steps up to this
+    /// one took effect (or may have) on the first way through. Until the task is past it,
+    /// nothing is undone: a give-up stops in Error and a cancel is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redo_until: Option<u32>,
+    /// When the supervisor acts if nothing else has. `None` exactly when terminal,
+    /// which keeps finished tasks out of the sparse due index.
+    pub deadline: Option<Timestamp>,
+    /// Only grows.
+    pub failure_count: u32,
+    /// Lapses of the current step in the current direction: its failure budget's use.
+    /// Starts again at zero when the task moves to another step or starts undoing.
+    #[serde(default)]
+    pub step_failures: u32,
+    pub reply_to: Option<String>,
+    /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
+    #[serde(default, skip_serializing_if = "Outputs::is_empty")]
+    pub outputs: Outputs,
+    pub last_cause: Cause,
+    pub last_error: Option<String>,
+    /// The newest moves and operator actions, oldest first (`timeline.rs`).
+    #[serde(default)]
+    pub timeline: Vec<Entry>,
+    /// Older entries let go to keep the record small.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timeline_dropped: u32,
+    /// Bumped by every write; every write is conditional on the revision it read.
+    pub revision: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Something to do once the decision's write has landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Send the agent request for the claimed step.
+    Dispatch {
+        step: u32,
+        action: Action,
+    },
+    /// Put a `Schedule` message on the scheduler's queue.
+    Schedule {
+        delay_ms: u64,
+    },
+    /// Tell `reply_to`, if the order named one.
+    Status {
+        status: OrderStatus,
+        step: Option<String>,
+        reason: Option<String>,
+    },
+    Alert(OperatorAlert),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub trigger: Trigger,
+    pub next: TaskRecord,
+    pub effects: Vec<Effect>,
+}
+
+/// Why a decision was refused: each is an expected outcome, not a fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("claim lost: task is {state:?} and {}", if *.locked { "locked" } else { "unlocked" })]
+    ClaimLost { state: ProcessState, locked: bool },
+    #[error("stale reply: {0}")]
+    StaleReply(StaleReason),
+    /// Not claimable yet: held after a cancel until the cancelled attempt is over.
+    #[error("held until {until}: the cancelled attempt may still be running")]
+    Held { until: Timestamp },
+    #[error("not due: deadline {deadline:?} is after {now}")]
+    NotDue { deadline: Option<Timestamp>, now: Timestamp },
+    #[error("task record does not fit workflow {workflow:?}: {why}")]
+    Corrupt { workflow: String, why: String },
+    /// An operator's action that does not apply to the task as it is: nothing changed.
+    #[error("cannot {act} a task that is {state}: {why}")]
+    NotAllowed { act: &'static str, state: &'static str, why: String },
+}
+
+fn in_doubt_unless_stored() -> bool {
+    true
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StaleReason {
+    #[error("task is {0:?} with no live lease")]
+    NoLease(ProcessState),
+    #[error("the lease was superseded")]
+    OtherLease,
+    #[error("reply is for attempt {reply}, task is at attempt {current}")]
+    OtherAttempt { current: u32, reply: u32 },
+    #[error("reply is for step {reply} ({reply_action:?}), task is at step {current}")]
+    OtherStep { current: u32, reply: u32, reply_action: Action },
+    #[error("reply arrived at {now}, after complete-by {complete_by}")]
+    PastCompleteBy { complete_by: Timestamp, now: Timestamp },
+}
+
+impl TaskRecord {
+    pub fn new(order: &Order, reply_to: Option<String>, now: Timestamp, policy: &Policy) -> TaskRecord {
+        TaskRecord {
+            order_id: order.order_id.clone(),
+            workflow: order.workflow.clone(),
+            workflow_version: 1,
+            order: Arc::new(order.clone()),
+            state: ProcessState::Pending,
+            step: 0,
+            step_attempts: 0,
+            attempt: 0,
+            locked_by: None,
+            complete_by: None,
+            hold_until: None,
+            redo_until: None,
+            deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
+            failure_count: 0,
+            step_failures: 0,
+            reply_to,
+            outputs: Outputs::new(),
+            last_cause: Cause::Submitted,
+            last_error: None,
+            timeline: vec![Entry {
+                at: now,
+                what: Happened::Submitted,
+                step: 0,
+                attempt: 0,
+                note: None,
+                by: None,
+            }],
+            timeline_dropped: 0,
+            revision: 1,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The action the current step runs in: compensation undoes, everything else does.
+    pub fn action(&self) -> Action {
+        if matches!(self.state, ProcessState::Compensating | ProcessState::Compensated) {
+            Action::Undo
+        } else {
+            Action::Do
+        }
+    }
+
+    /// The shape rules every record obeys; the checkers and tests hold all writes to them.
+    pub fn shape_violation(&self) -> Option<String> {
+        let s = self.state;
+        if s.is_terminal() != self.deadline.is_none() {
+            return Some(format!("{s:?} with deadline {:?}", self.deadline));
+        }
+        if self.locked_by.is_some() != self.complete_by.is_some() {
+            return Some("LockedBy and CompleteBy disagree".into());
+        }
+        if s == ProcessState::Processing && self.locked_by.is_none() {
+            return Some("Processing without a lease".into());
+        }
+        if !matches!(s, ProcessState::Processing | ProcessState::Compensating) && self.locked_by.is_some() {
+            return Some(format!("{s:?} holding a lease"));
+        }
+        if self.hold_until.is_some() && (s != ProcessState::Compensating || self.locked_by.is_some()) {
+            return Some(format!("{s:?} held for a cancelled attempt"));
+        }
+        None
+    }
+
+    pub(in crate::domain) fn moved(
+        &self,
+        trigger: Trigger,
+        now: Timestamp,
+        cause: Cause,
+    ) -> Result<TaskRecord, Refusal> {
+        let state = lifecycle::next(self.state, trigger).ok_or_else(|| Refusal::Corrupt {
+            workflow: self.workflow.clone(),
+            why: format!("no transition {:?} --{trigger:?}-->", self.state),
+        })?;
+        let mut next = self.clone();
+        next.state = state;
+        if state != ProcessState::Compensating {
+            next.hold_until = None;
+        }
+        next.revision += 1;
+        next.updated_at = now;
+        next.last_cause = cause;
+        if state.is_terminal() {
+            next.deadline = None;
+        }
+        Ok(next)
+    }
+
+    pub(in crate::domain) fn unlocked(mut self) -> TaskRecord {
+        self.locked_by = None;
+        self.complete_by = None;
+        self
+    }
+
+    pub(in crate::domain) fn waiting(mut self, now: Timestamp, delay_ms: u64, policy: &Policy) -> TaskRecord {
+        self.deadline = Some(now.plus_ms(delay_ms).plus_ms(policy.pending_timeout_ms));
+        self.unlocked()
+    }
+
+    pub(in crate::domain) fn step_name(&self, wf: &Workflow, step: u32, action: Action) -> String {
+        match (wf.step(step), action) {
+            (Some(s), Action::Do) => s.name.clone(),
+            (Some(s), Action::Undo) => s.compensation.clone().unwrap_or_else(|| s.name.clone()),
+            (None, _) => format!("step-{step}"),
+        }
+    }
+
+    pub(in crate::domain) fn check_workflow(&self, wf: &Workflow) -> Result<(), Refusal> {
+        let other_version = wf.version != self.workflow_version && !crate::mutations::newest_version();
+        if wf.name != self.workflow || other_version || wf.step(self.step).is_none() {
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: format!(
+                    "workflow {:?} v{} has no step {} of a task pinned to v{}",
+                    wf.name, wf.version, self.step, self.workflow_version
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Pinned to the version `wf` is (the latest, when an order is accepted).
+    pub fn pinned_to(mut self, wf: &Workflow) -> TaskRecord {
+        self.workflow_version = wf.version;
+        self
+    }
+
+    /// Every decision's record gets its timeline entry here, so no move goes unrecorded.
+    /// `by`: who acted and why, for an operator's action.
+    pub(in crate::domain) fn logged(
+        &self,
+        now: Timestamp,
+        decided: Result<Decision, Refusal>,
+        by: Option<(&str, &str)>,
+    ) -> Result<Decision, Refusal> {
+        let mut d = decided?;
+        let past_redo = d.next.redo_until.is_some_and(|u| d.next.step > u);
+        if past_redo || matches!(d.next.state, ProcessState::Processed | ProcessState::Compensated) {
+            d.next.redo_until = None;
+        }
+        let note = match by {
+            Some((_, why)) => Some(why.to_owned()),
+            None if d.next.last_error != self.last_error => d.next.last_error.clone(),
+            None => match &d.next.last_cause {
+                Cause::Failed { reason, .. } => Some(reason.clone()),
+                _ => None,
+            },
+        };
+        let entry = Entry {
+            at: now,
+            what: Happened::Moved(d.trigger),
+            step: self.step,
+            attempt: d.next.attempt,
+            note,
+            by: by.map(|(who, _)| who.to_owned()),
+        };
+        timeline::push(&mut d.next.timeline, &mut d.next.timeline_dropped, entry);
+        Ok(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::task::fixtures::*;
+    use crate::domain::workflow::Step;
+
+    #[test]
+    fn a_task_runs_the_version_it_was_accepted_under() {
+        let v1 = Workflow::new("w", vec![Step::pivot("s", "a")]);
+        let v2 =
+            Workflow { version: 2, ..Workflow::new("w", vec![Step::pivot("s", "a"), Step::pivot("t", "a")]) };
+        let task = new_task(&v1).pinned_to(&v1);
+        assert_eq!(task.workflow_version, 1);
+        assert!(task.claim(lease(1), T0, &v1, &policy()).is_ok());
+        // Given the newer version by mistake (a lookup by name), nothing is written.
+        assert!(matches!(task.claim(lease(1), T0, &v2, &policy()), Err(Refusal::Corrupt { .. })));
+        assert_eq!(new_task(&v2).pinned_to(&v2).workflow_version, 2);
+    }
+
+    /// A record written before `in_doubt` existed cannot tell a refusal from an unusable
+    /// output: it reads as in doubt, which never undoes around a pivot.
+    #[test]
+    fn a_failure_stored_without_in_doubt_reads_as_in_doubt() {
+        let old: Cause =
+            serde_json::from_str(r#"{"kind":"failed","step":2,"action":"do","reason":"x"}"#).unwrap();
+        assert!(matches!(old, Cause::Failed { in_doubt: true, .. }));
+        let refusal = Cause::Failed { step: 2, action: Action::Do, reason: "x".into(), in_doubt: false };
+        let json = serde_json::to_string(&refusal).unwrap();
+        assert!(json.contains(r#""in_doubt":false"#), "{json}");
+        assert_eq!(serde_json::from_str::<Cause>(&json).unwrap(), refusal);
+        let unusable = Cause::Failed { step: 2, action: Action::Do, reason: "x".into(), in_doubt: true };
+        assert!(!serde_json::to_string(&unusable).unwrap().contains("in_doubt"));
+    }
+
+    #[test]
+    fn every_move_is_in_the_timeline_and_the_timeline_stays_bounded() {
+        let wf = Workflow::three_step();
+        let t = new_task(&wf);
+        assert_eq!(t.timeline.iter().map(|e| e.what).collect::<Vec<_>>(), vec![Happened::Submitted]);
+        let claimed = claim(&t, &wf, 1, T0.plus_ms(3));
+        let last = claimed.timeline.last().unwrap();
+        assert_eq!(
+            (last.what, last.at, last.step, last.attempt),
+            (Happened::Moved(Trigger::Claimed), T0.plus_ms(3), 0, 1)
+        );
+        let refused = reply(&claimed, &wf, failed("out of stock"), T0).next;
+        assert_eq!(refused.timeline.last().unwrap().note.as_deref(), Some("out of stock"));
+        // A task that retries forever keeps only the newest entries, and counts the rest.
+        let mut t = claim(&new_task(&wf), &wf, 1, T0);
+        let mut moves = 2;
+        for n in 0..40u128 {
+            t.step_failures = 0;
+            t = lapse(&t, &wf, 0).next;
+            t = claim(&t, &wf, 10 + n, t.deadline.unwrap());
+            moves += 2;
+        }
+        assert_eq!(t.timeline.len(), timeline::TIMELINE_LEN);
+        assert_eq!(t.timeline_dropped as usize + t.timeline.len(), moves);
+    }
+}

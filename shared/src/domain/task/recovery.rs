@@ -1,0 +1,345 @@
+//! The supervisor's recovery of a task whose deadline passed (a retry below the step's
+//! failure budget), and the give-up rule every stop goes through: forward only past a
+//! pivot, else undo what may have taken effect, else Error with an alert.
+
+use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use crate::domain::ids::{IdempotencyKey, Timestamp};
+use crate::domain::lifecycle::{ProcessState, Trigger};
+use crate::domain::messages::{OperatorAlert, OrderStatus};
+use crate::domain::workflow::{Action, Workflow};
+
+impl TaskRecord {
+    /// Supervisor: the deadline passed with nothing else moving the task.
+    pub fn lapse(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        jitter: u64,
+    ) -> Result<Decision, Refusal> {
+        self.logged(now, self.decide_lapse(now, wf, policy, jitter), None)
+    }
+
+    fn decide_lapse(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        jitter: u64,
+    ) -> Result<Decision, Refusal> {
+        match self.deadline {
+            Some(deadline) if deadline <= now => {}
+            deadline => return Err(Refusal::NotDue { deadline, now }),
+        }
+        self.check_workflow(wf)?;
+        let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
+        let mut counted = self.clone();
+        counted.failure_count += 1;
+        counted.step_failures += 1;
+        let step_failures = counted.step_failures;
+        let budget = wf.max_failures(self.step, policy.failure_threshold);
+        counted.last_error = Some(match self.state {
+            ProcessState::Processing | ProcessState::Compensating if self.locked_by.is_some() => {
+                format!("attempt {} passed its deadline without a reply", self.attempt)
+            }
+            _ => "waited past its deadline without being claimed".to_owned(),
+        });
+        if step_failures < budget {
+            let delay_ms = policy.retry_backoff.delay_ms(step_failures - 1, jitter);
+            let next = counted.moved(Trigger::Retry, now, cause)?.waiting(now, delay_ms, policy);
+            return Ok(Decision {
+                trigger: Trigger::Retry,
+                next,
+                effects: vec![Effect::Schedule { delay_ms }],
+            });
+        }
+        let reason =
+            format!("failure threshold reached: {step_failures} failures of this step (threshold {budget})");
+        match self.action() {
+            // Dispatched at least once and never answered for good: it may have taken effect.
+            Action::Do => {
+                counted.give_up(now, wf, policy, cause, Why::plain(&reason), self.step_attempts > 0, true)
+            }
+            Action::Undo => counted.fail(now, wf, cause, Why::plain(&reason)),
+        }
+    }
+
+    pub(super) fn fail(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        cause: Cause,
+        why: Why,
+    ) -> Result<Decision, Refusal> {
+        self.stop(Trigger::Fail, now, wf, cause, why, None)
+    }
+
+    /// Error with an alert and a `failed` status; `in_doubt` is the key of a step whose
+    /// outcome is unknown, for the operator to look up at the remote side.
+    fn stop(
+        &self,
+        trigger: Trigger,
+        now: Timestamp,
+        wf: &Workflow,
+        cause: Cause,
+        why: Why,
+        in_doubt: Option<IdempotencyKey>,
+    ) -> Result<Decision, Refusal> {
+        let mut next = self.moved(trigger, now, cause)?.unlocked();
+        let operator = why.for_operator();
+        next.last_error = Some(operator.clone());
+        let step = Some(self.step_name(wf, self.step, self.action()));
+        Ok(Decision {
+            trigger,
+            effects: vec![
+                next.alert(wf, self.action(), now, &operator, in_doubt),
+                Effect::Status { status: OrderStatus::Failed, step, reason: Some(why.told.to_owned()) },
+            ],
+            next,
+        })
+    }
+
+    /// Stop going forward. A pivot that took effect, or may have (`in_doubt`: the current
+    /// step was dispatched without a definitive answer), leaves the task in Error with
+    /// nothing undone. Otherwise undo what may have taken effect, newest first, if the
+    /// workflow compensates at all, else Error.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn give_up(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        cause: Cause,
+        why: Why,
+        in_doubt: bool,
+        alert: bool,
+    ) -> Result<Decision, Refusal> {
+        if let Some((told, key)) = self.forward_only(wf, why.told, in_doubt) {
+            return self.stop(Trigger::ForwardOnly, now, wf, cause, Why { told: &told, ..why }, key);
+        }
+        if !wf.compensates() {
+            return self.fail(now, wf, cause, why);
+        }
+        let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
+        let step = Some(self.step_name(wf, self.step, Action::Do));
+        let (trigger, mut next, status) = match wf.compensable_at_or_below(undo_from) {
+            Some(first) => {
+                let mut next = self.moved(Trigger::Undo, now, cause)?.waiting(now, 0, policy);
+                next.step = first;
+                next.step_attempts = 0;
+                next.step_failures = 0;
+                (Trigger::Undo, next, OrderStatus::Compensating)
+            }
+            None => (
+                Trigger::Undone,
+                self.moved(Trigger::Undone, now, cause)?.unlocked(),
+                OrderStatus::Compensated,
+            ),
+        };
+        let operator = why.for_operator();
+        next.last_error = Some(operator.clone());
+        let mut effects = Vec::new();
+        if trigger == Trigger::Undo {
+            effects.push(Effect::Schedule { delay_ms: 0 });
+        }
+        effects.push(Effect::Status { status, step, reason: Some(why.told.to_owned()) });
+        if alert {
+            effects.push(next.alert(wf, next.action(), now, &operator, None));
+        }
+        Ok(Decision { trigger, next, effects })
+    }
+
+    /// `action` names what gave up, which the record after the move may no longer show
+    /// (a failed compensation leaves the task in Error, a forward state).
+    fn alert(
+        &self,
+        wf: &Workflow,
+        action: Action,
+        now: Timestamp,
+        reason: &str,
+        in_doubt: Option<IdempotencyKey>,
+    ) -> Effect {
+        Effect::Alert(OperatorAlert {
+            order_id: self.order_id.clone(),
+            workflow: self.workflow.clone(),
+            step: self.step,
+            step_name: self.step_name(wf, self.step, action),
+            state: self.state,
+            failure_count: self.failure_count,
+            reason: reason.to_owned(),
+            idempotency_key: in_doubt,
+            at: now,
+        })
+    }
+}
+
+/// Why a task stops, in two registers: what the order's submitter is told (`reply_to`),
+/// and what the operator and the record get, which adds the remote service's own words
+/// when it gave any (they may name its internals, so they never reach the submitter).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Why<'a> {
+    pub(super) told: &'a str,
+    pub(super) detail: Option<&'a str>,
+}
+
+impl<'a> Why<'a> {
+    fn plain(told: &'a str) -> Why<'a> {
+        Why { told, detail: None }
+    }
+    fn for_operator(&self) -> String {
+        match self.detail {
+            Some(detail) => format!("{} ({detail})", self.told),
+            None => self.told.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::task::fixtures::*;
+
+    #[test]
+    fn lapse_below_threshold_retries_with_backoff() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let now = task.deadline.unwrap();
+        let d = checked(&task, task.lapse(now, &wf, &policy(), 7));
+        let delay = policy().retry_backoff.delay_ms(0, 7);
+        assert!(delay > 0);
+        assert_eq!(d.trigger, Trigger::Retry);
+        assert_eq!(d.next.state, ProcessState::Pending);
+        assert_eq!((d.next.locked_by, d.next.complete_by), (None, None));
+        assert_eq!(d.next.failure_count, 1);
+        assert_eq!(d.next.deadline, Some(now.plus_ms(delay + 2_000)), "the deadline moves past the delay");
+        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: delay }]);
+        assert_eq!(d.next.last_cause, Cause::DeadlinePassed { step: 0, state: ProcessState::Processing });
+        assert!(d.next.last_error.as_deref().unwrap().contains("attempt 1"));
+
+        // The second retry backs off further.
+        let again = claim(&d.next, &wf, 2, d.next.deadline.unwrap());
+        let d2 = lapse(&again, &wf, 7);
+        assert_eq!(d2.next.failure_count, 2);
+        assert_eq!(d2.effects, vec![Effect::Schedule { delay_ms: policy().retry_backoff.delay_ms(1, 7) }]);
+    }
+
+    #[test]
+    fn lapse_of_an_unclaimed_task_retries_it() {
+        let wf = Workflow::single_step();
+        let task = new_task(&wf);
+        let d = lapse(&task, &wf, 0);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.failure_count),
+            (Trigger::Retry, ProcessState::Pending, 1)
+        );
+        assert!(d.next.last_error.as_deref().unwrap().contains("without being claimed"));
+    }
+
+    #[test]
+    fn lapse_is_refused_when_not_due() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let deadline = task.deadline.unwrap();
+        let early = Timestamp(deadline.0 - 1);
+        assert_eq!(
+            task.lapse(early, &wf, &policy(), 0),
+            Err(Refusal::NotDue { deadline: Some(deadline), now: early })
+        );
+        // Past complete-by but within the reply grace: still not the supervisor's.
+        assert!(task.lapse(task.complete_by.unwrap().plus_ms(1), &wf, &policy(), 0).is_err());
+        let done = reply(&task, &wf, ok(), T0).next;
+        let far = Timestamp(u64::MAX);
+        assert_eq!(done.lapse(far, &wf, &policy(), 0), Err(Refusal::NotDue { deadline: None, now: far }));
+    }
+
+    #[test]
+    fn lapse_at_threshold_single_step_is_an_error_with_one_alert() {
+        let wf = Workflow::single_step();
+        let d = lapse_to_threshold(new_task(&wf), &wf, true);
+        // process-order is a pivot dispatched three times without an answer.
+        assert_eq!(d.trigger, Trigger::ForwardOnly);
+        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!(d.next.failure_count, 3);
+        assert_eq!(d.next.attempt, 3);
+        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        let alerts = alerts(&d);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].failure_count, 3);
+        assert!(alerts[0].reason.contains("failure threshold reached"));
+        assert!(alerts[0].reason.contains("process-order outcome unknown (idempotency key o-1:0:do)"));
+        assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
+
+        // Never dispatched: nothing can stand, and with nothing to undo it is a plain Error.
+        let d = lapse_to_threshold(new_task(&wf), &wf, false);
+        assert_eq!((d.trigger, d.next.state), (Trigger::Fail, ProcessState::Error));
+        assert_eq!(self::alerts(&d).len(), 1);
+        assert_eq!(self::alerts(&d)[0].idempotency_key, None);
+    }
+
+    #[test]
+    fn lapse_at_threshold_compensates_the_in_flight_step_too() {
+        let wf = Workflow::three_step();
+        // Step 1 (charge-payment) was dispatched, so the charge may have happened.
+        let d = lapse_to_threshold(pending_at(&wf, 1), &wf, true);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+        assert_eq!((d.next.failure_count, d.next.step_failures), (3, 0), "undoing starts a fresh budget");
+        assert_eq!(d.next.step_attempts, 0);
+        assert_eq!(alerts(&d).len(), 1);
+        assert!(d.effects.contains(&Effect::Schedule { delay_ms: 0 }));
+        assert_eq!(statuses(&d), vec![OrderStatus::Compensating]);
+    }
+
+    #[test]
+    fn lapse_at_threshold_of_an_undispatched_step_undoes_only_the_ones_before() {
+        let wf = Workflow::three_step();
+        let d = lapse_to_threshold(pending_at(&wf, 1), &wf, false);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 0));
+    }
+
+    #[test]
+    fn lapse_at_threshold_with_nothing_to_undo_is_compensated_directly() {
+        let wf = Workflow::three_step();
+        let d = lapse_to_threshold(new_task(&wf), &wf, false);
+        assert_eq!(d.trigger, Trigger::Undone);
+        assert_eq!(d.next.state, ProcessState::Compensated);
+        assert_eq!(d.next.deadline, None);
+        assert_eq!(alerts(&d).len(), 1, "the operator still hears the order gave up");
+        assert_eq!(statuses(&d), vec![OrderStatus::Compensated]);
+    }
+
+    #[test]
+    fn the_failure_budget_is_per_step() {
+        let wf = Workflow::three_step();
+        // Two lapses (threshold 3) on step 0, then it succeeds.
+        let mut task = claim(&new_task(&wf), &wf, 1, T0);
+        for n in 0..2 {
+            task = lapse(&task, &wf, 0).next;
+            assert_eq!(task.step_failures, n + 1);
+            task = claim(&task, &wf, 10 + n as u128, task.deadline.unwrap());
+        }
+        let now = task.complete_by.unwrap();
+        task = reply(&task, &wf, ok(), now).next;
+        assert_eq!((task.step, task.failure_count, task.step_failures), (1, 2, 0));
+        // Step 1 gets its own three: two lapses retry, the third gives up.
+        for n in 0..2 {
+            task = claim(&task, &wf, 20 + n, task.deadline.unwrap());
+            let d = lapse(&task, &wf, 0);
+            assert_eq!(d.trigger, Trigger::Retry, "lapse {} of step 1", n + 1);
+            task = d.next;
+        }
+        task = claim(&task, &wf, 30, task.deadline.unwrap());
+        let d = lapse(&task, &wf, 0);
+        assert_eq!(d.trigger, Trigger::Undo);
+        assert_eq!(d.next.failure_count, 5, "FailureCount still counts every lapse");
+
+        // A step's own max_failures overrides the deployment's threshold: c gives up at once.
+        let wf = mixed();
+        let c = claim(&at_step(&wf, 3), &wf, 1, T0);
+        assert_ne!(lapse(&c, &wf, 0).trigger, Trigger::Retry);
+        let a = claim(&new_task(&wf), &wf, 1, T0);
+        let d = lapse_to_threshold(a, &wf, true);
+        assert_eq!(d.next.failure_count, 5, "a has a budget of five");
+    }
+}

@@ -1,0 +1,355 @@
+//! An agent's reply: the fence it must pass (the live lease of this very attempt, in
+//! time), then the step's success, refusal or unusable output.
+
+use super::record::{Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};
+use super::recovery::Why;
+use crate::domain::ids::Timestamp;
+use crate::domain::lifecycle::{ProcessState, Trigger};
+use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
+use crate::domain::output::StepOutput;
+use crate::domain::workflow::{Action, Workflow};
+
+impl TaskRecord {
+    /// The fence: the reply belongs to the live lease of this very attempt, in time.
+    pub fn fence(&self, reply: &AgentReply, now: Timestamp) -> Result<(), StaleReason> {
+        if crate::mutations::fencing_disabled() {
+            return Ok(());
+        }
+        let lease = match (self.state, self.locked_by) {
+            (ProcessState::Processing | ProcessState::Compensating, Some(lease)) => lease,
+            (state, _) => return Err(StaleReason::NoLease(state)),
+        };
+        if lease != reply.lease {
+            return Err(StaleReason::OtherLease);
+        }
+        if self.attempt != reply.attempt {
+            return Err(StaleReason::OtherAttempt { current: self.attempt, reply: reply.attempt });
+        }
+        if self.step != reply.step || self.action() != reply.action {
+            return Err(StaleReason::OtherStep {
+                current: self.step,
+                reply: reply.step,
+                reply_action: reply.action,
+            });
+        }
+        match self.complete_by {
+            Some(complete_by) if now <= complete_by => Ok(()),
+            complete_by => {
+                Err(StaleReason::PastCompleteBy { complete_by: complete_by.unwrap_or_default(), now })
+            }
+        }
+    }
+
+    /// Scheduler: apply an agent's reply, if it passes the fence.
+    pub fn apply_reply(
+        &self,
+        reply: &AgentReply,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        self.logged(now, self.decide_reply(reply, now, wf, policy), None)
+    }
+
+    fn decide_reply(
+        &self,
+        reply: &AgentReply,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        self.fence(reply, now).map_err(Refusal::StaleReply)?;
+        self.check_workflow(wf)?;
+        let (step, action) = (self.step, reply.action);
+        let name = self.step_name(wf, step, action);
+        match (&reply.outcome, action) {
+            (ReplyOutcome::Succeeded { output }, Action::Do) => {
+                let kept = match output.as_ref().map(StepOutput::from_value).transpose() {
+                    Ok(kept) => kept,
+                    Err(e) => {
+                        let reason = format!("step {name} succeeded, but its output cannot be kept: {e}");
+                        return self.bad_output(now, wf, policy, &reason, None);
+                    }
+                };
+                let cause = Cause::Succeeded { step, action };
+                let mut done = self.clone();
+                if let Some(kept) = kept {
+                    done.outputs.insert(name.clone(), kept);
+                }
+                if step + 1 < wf.len() {
+                    let mut next = done.moved(Trigger::Advanced, now, cause)?.waiting(now, 0, policy);
+                    next.step += 1;
+                    next.step_attempts = 0;
+                    next.step_failures = 0;
+                    Ok(Decision {
+                        trigger: Trigger::Advanced,
+                        next,
+                        effects: vec![
+                            Effect::Schedule { delay_ms: 0 },
+                            Effect::Status {
+                                status: OrderStatus::StepCompleted,
+                                step: Some(name),
+                                reason: None,
+                            },
+                        ],
+                    })
+                } else {
+                    let next = done.moved(Trigger::Finished, now, cause)?.unlocked();
+                    Ok(Decision {
+                        trigger: Trigger::Finished,
+                        next,
+                        effects: vec![Effect::Status {
+                            status: OrderStatus::Processed,
+                            step: Some(name),
+                            reason: None,
+                        }],
+                    })
+                }
+            }
+            // A compensation's answer is not kept: nothing runs after it that could use it.
+            (ReplyOutcome::Succeeded { .. } | ReplyOutcome::BadOutput { .. }, Action::Undo) => {
+                self.compensation_succeeded(now, wf, policy, name)
+            }
+            (ReplyOutcome::Failed { reason, detail }, Action::Do) => {
+                // A queue worker's words are bounded here as the agent's are at the source.
+                let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
+                let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt: false };
+                // A refusal is definitive: this step had no effect, so only the ones
+                // before it can stand.
+                let why = Why { told: reason, detail: detail.as_deref() };
+                self.give_up(now, wf, policy, cause, why, false, false)
+            }
+            (ReplyOutcome::BadOutput { reason, detail }, Action::Do) => {
+                let reason =
+                    cut_reason(format!("step {name} succeeded, but its output cannot be kept: {reason}"));
+                self.bad_output(now, wf, policy, &reason, detail.clone().map(cut_reason).as_deref())
+            }
+            (ReplyOutcome::Failed { reason, detail }, Action::Undo) => {
+                let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
+                let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt: false };
+                let told = format!("compensation {name} failed: {reason}");
+                self.fail(now, wf, cause, Why { told: &told, detail: detail.as_deref() })
+            }
+        }
+    }
+
+    /// The step answered success with an output later steps cannot have: it took effect,
+    /// and asking again returns the same answer (the key is the same), so the task gives
+    /// up at once with the step in doubt: its compensation runs if it has one, and a
+    /// pivot leaves the task in Error naming its key.
+    fn bad_output(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        reason: &str,
+        detail: Option<&str>,
+    ) -> Result<Decision, Refusal> {
+        let cause =
+            Cause::Failed { step: self.step, action: Action::Do, reason: reason.to_owned(), in_doubt: true };
+        self.give_up(now, wf, policy, cause, Why { told: reason, detail }, true, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::task::fixtures::*;
+
+    #[test]
+    fn fence_refuses_every_reply_but_the_live_attempts_in_time() {
+        let wf = Workflow::three_step();
+        let pending = new_task(&wf);
+        let task = claim(&pending, &wf, 1, T0);
+        let good = reply_for(&task, ok());
+        let complete_by = task.complete_by.unwrap();
+        let stale = |r: &AgentReply, now: Timestamp, why: StaleReason| {
+            assert_eq!(task.fence(r, now), Err(why.clone()));
+            assert_eq!(task.apply_reply(r, now, &wf, &policy()), Err(Refusal::StaleReply(why)));
+        };
+
+        assert_eq!(task.fence(&good, T0), Ok(()));
+        assert_eq!(task.fence(&good, complete_by), Ok(()), "complete-by itself is still in time");
+
+        // No lease: the task waits (for instance after the supervisor took it back).
+        assert_eq!(pending.fence(&good, T0), Err(StaleReason::NoLease(ProcessState::Pending)));
+        assert_eq!(
+            pending.apply_reply(&good, T0, &wf, &policy()),
+            Err(Refusal::StaleReply(StaleReason::NoLease(ProcessState::Pending)))
+        );
+        let done = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, failed("no"), T0).next;
+        assert_eq!(done.fence(&good, T0), Err(StaleReason::NoLease(ProcessState::Compensated)));
+
+        stale(&AgentReply { lease: lease(2), ..good.clone() }, T0, StaleReason::OtherLease);
+        stale(
+            &AgentReply { attempt: 2, ..good.clone() },
+            T0,
+            StaleReason::OtherAttempt { current: 1, reply: 2 },
+        );
+        stale(
+            &AgentReply { attempt: 0, ..good.clone() },
+            T0,
+            StaleReason::OtherAttempt { current: 1, reply: 0 },
+        );
+        stale(
+            &AgentReply { step: 1, ..good.clone() },
+            T0,
+            StaleReason::OtherStep { current: 0, reply: 1, reply_action: Action::Do },
+        );
+        stale(
+            &AgentReply { action: Action::Undo, ..good.clone() },
+            T0,
+            StaleReason::OtherStep { current: 0, reply: 0, reply_action: Action::Undo },
+        );
+        let late = complete_by.plus_ms(1);
+        stale(&good, late, StaleReason::PastCompleteBy { complete_by, now: late });
+    }
+
+    #[test]
+    fn fence_in_compensation_refuses_a_forward_reply_for_the_same_step() {
+        let wf = Workflow::three_step();
+        let compensating = reply(&claim(&pending_at(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
+        let task = claim(&compensating, &wf, 2, T0);
+        let undo = reply_for(&task, ok());
+        assert_eq!(undo.action, Action::Undo);
+        assert_eq!(task.fence(&undo, T0), Ok(()));
+        let forward = AgentReply { action: Action::Do, ..undo };
+        assert_eq!(
+            task.fence(&forward, T0),
+            Err(StaleReason::OtherStep { current: 0, reply: 0, reply_action: Action::Do })
+        );
+    }
+
+    #[test]
+    fn success_advances_step_by_step_then_finishes() {
+        let wf = Workflow::three_step();
+        let mut task = new_task(&wf);
+        let names = ["reserve-inventory", "charge-payment", "ship-order"];
+        for (step, name) in names.iter().enumerate() {
+            task = claim(&task, &wf, step as u128, T0.plus_ms(step as u64));
+            let now = task.complete_by.unwrap();
+            let d = reply(&task, &wf, ok(), now);
+            assert_eq!(d.next.last_cause, Cause::Succeeded { step: step as u32, action: Action::Do });
+            assert_eq!(d.next.locked_by, None);
+            if step + 1 < names.len() {
+                assert_eq!(d.trigger, Trigger::Advanced);
+                assert_eq!(d.next.state, ProcessState::Pending);
+                assert_eq!((d.next.step, d.next.step_attempts), (step as u32 + 1, 0));
+                assert_eq!(d.next.deadline, Some(now.plus_ms(2_000)));
+                assert_eq!(
+                    d.effects,
+                    vec![
+                        Effect::Schedule { delay_ms: 0 },
+                        Effect::Status {
+                            status: OrderStatus::StepCompleted,
+                            step: Some(name.to_string()),
+                            reason: None
+                        },
+                    ]
+                );
+            } else {
+                assert_eq!(d.trigger, Trigger::Finished);
+                assert_eq!(d.next.state, ProcessState::Processed);
+                assert_eq!(d.next.deadline, None);
+                assert_eq!(
+                    d.effects,
+                    vec![Effect::Status {
+                        status: OrderStatus::Processed,
+                        step: Some("ship-order".into()),
+                        reason: None
+                    }]
+                );
+            }
+            task = d.next;
+        }
+        assert_eq!(task.failure_count, 0);
+    }
+
+    #[test]
+    fn single_step_success_finishes_at_once() {
+        let wf = Workflow::single_step();
+        let d = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, ok(), T0);
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.deadline),
+            (Trigger::Finished, ProcessState::Processed, None)
+        );
+    }
+
+    #[test]
+    fn permanent_failure_without_compensation_is_an_error_with_an_alert() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let d = reply(&task, &wf, failed("card declined"), T0.plus_ms(5));
+        assert_eq!(d.trigger, Trigger::Fail);
+        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        assert_eq!(d.next.failure_count, 0, "a refusal is an answer, not a lapse");
+        assert!(d.next.last_error.as_deref().unwrap().contains("card declined"));
+        let alerts = alerts(&d);
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].order_id, task.order_id);
+        assert_eq!(alerts[0].state, ProcessState::Error);
+        assert_eq!(alerts[0].step_name, "process-order");
+        assert!(alerts[0].reason.contains("card declined"));
+        assert_eq!(alerts[0].at, T0.plus_ms(5));
+        assert_eq!(statuses(&d), vec![OrderStatus::Failed]);
+    }
+
+    #[test]
+    fn the_remote_services_own_words_reach_the_operator_not_the_submitter() {
+        let wf = Workflow::single_step();
+        let task = claim(&new_task(&wf), &wf, 1, T0);
+        let outcome = ReplyOutcome::Failed {
+            reason: "the remote service refused (HTTP 4xx)".into(),
+            detail: Some("https://pay.internal/orders/process-order answered 403: no".into()),
+        };
+        let d = reply(&task, &wf, outcome, T0);
+        let told = d.effects.iter().find_map(|e| match e {
+            Effect::Status { reason, .. } => reason.clone(),
+            _ => None,
+        });
+        assert_eq!(told.as_deref(), Some("the remote service refused (HTTP 4xx)"));
+        let alerts = alerts(&d);
+        assert!(alerts[0].reason.contains("answered 403"), "{}", alerts[0].reason);
+        assert!(d.next.last_error.as_deref().unwrap().contains("answered 403"));
+        assert_eq!(
+            d.next.last_cause,
+            Cause::Failed {
+                step: 0,
+                action: Action::Do,
+                reason: "the remote service refused (HTTP 4xx)".into(),
+                in_doubt: false
+            }
+        );
+    }
+
+    #[test]
+    fn permanent_failure_at_the_first_step_has_nothing_to_undo() {
+        let wf = Workflow::three_step();
+        let d = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, failed("out of stock"), T0);
+        assert_eq!(d.trigger, Trigger::Undone);
+        assert_eq!(d.next.state, ProcessState::Compensated);
+        assert_eq!(d.next.deadline, None);
+        assert!(alerts(&d).is_empty(), "undoing is the planned outcome, not an operator's problem");
+        assert_eq!(statuses(&d), vec![OrderStatus::Compensated]);
+    }
+
+    /// A queue worker's reply did not come through an agent that bounds its words: a
+    /// reason of any length is cut before it reaches the record, the alert or reply_to.
+    #[test]
+    fn a_long_reason_from_a_reply_is_cut() {
+        let wf = Workflow::three_step();
+        let task = claim(&pending_at(&wf, 1), &wf, 1, T0);
+        let long = "x".repeat(200_000);
+        let outcome = ReplyOutcome::Failed { reason: long.clone(), detail: Some(long.clone()) };
+        let d = reply(&task, &wf, outcome, T0);
+        let last_error = d.next.last_error.clone().unwrap();
+        assert!(last_error.len() <= 3 * crate::domain::MAX_REASON_BYTES, "{} bytes", last_error.len());
+        assert!(
+            matches!(&d.next.last_cause, Cause::Failed { reason, .. } if reason.len() <= crate::domain::MAX_REASON_BYTES)
+        );
+        let bad = ReplyOutcome::BadOutput { reason: long.clone(), detail: None };
+        let d = reply(&task, &wf, bad, T0);
+        assert!(d.next.last_error.unwrap().len() <= 2 * crate::domain::MAX_REASON_BYTES);
+    }
+}
