@@ -1,5 +1,26 @@
 //! The pattern's domain, pure: no I/O, no clock reads, no randomness of its own.
 //! Time and random numbers come in as arguments so every decision is replayable.
+//!
+//! It reads bottom-up. The layers, lowest first: a file imports only files of lower
+//! layers, and files of one layer do not import each other, so each can be read knowing
+//! only what is below it (`shared/tests/domain_layers.rs` holds the files to this list).
+//!
+//! 1. The leaves, importing nothing of the domain:
+//!    - `ids.rs`: times, order ids, lease tokens, the idempotency key's type.
+//!    - `lifecycle.rs`: the states, the triggers and the transition table.
+//!    - `output.rs`: a step's output, bounded.
+//!    - `retry.rs`: backoff with jitter.
+//!    - `breaker.rs`: the circuit breaker of one remote service.
+//!    - `secrets.rs`: where an agent's auth header value lives.
+//!    - `reply_to.rs`: which queues an order may name for its status updates.
+//! 2. `timeline.rs`: a task's bounded history.
+//! 3. `workflow.rs`: steps and workflows, the saga's terms (compensable, pivot, read-only),
+//!    and the idempotency key of one action of one step.
+//! 4. `messages.rs`: every message on a queue or topic, and its parser.
+//! 5. `task/`: the record and the decisions that move it, layered inside (`task/mod.rs`).
+//! 6. `operator.rs`: an operator's (or an app's) resubmit, compensate and cancel.
+//! 7. `definitions.rs`: the definition file, its checks, and the built-in workflows.
+//! 8. `mod.rs`: this index and the re-exports.
 
 pub mod breaker;
 pub mod definitions;

@@ -7,16 +7,21 @@
 //! write is what makes claims exclusive, replies fenced and recoveries happen once.
 //!
 //! Every decision takes its next state from the transition table (`lifecycle.rs`) through
-//! `TaskRecord::moved`, and enters the timeline through `TaskRecord::logged`. The files,
-//! each importing only files before it (`shared/tests/domain_layers.rs` holds them to it):
+//! `TaskRecord::moved`, and enters the timeline through `TaskRecord::logged`. The files'
+//! layers, lowest first; a file imports only files of lower layers
+//! (`shared/tests/domain_layers.rs` holds them to it):
 //!
-//! - `record.rs`: the record, the policy, causes, effects and refusals, and the moves
-//!   every decision shares.
-//! - `claim.rs`: a scheduler takes the task for its current step.
-//! - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
-//! - `recovery.rs`: a lapse past the deadline, and the give-up rule.
-//! - `reply.rs`: the fence, then an agent's reply.
-//! - `fixtures.rs`, `invariants.rs`: tests only.
+//! 1. `record.rs`: the record, the policy, causes, effects and refusals, and the moves
+//!    every decision shares.
+//! 2. Peers:
+//!    - `claim.rs`: a scheduler takes the task for its current step.
+//!    - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
+//! 3. `recovery.rs`: a lapse past the deadline, and the give-up rule.
+//! 4. `reply.rs`: the fence, then an agent's reply.
+//! 5. Tests only:
+//!    - `fixtures.rs`: tasks in the states tests start from; checked decisions.
+//!    - `invariants.rs`: every decision against the table, in random sequences too.
+//! 6. `mod.rs`: this index and the re-exports.
 
 mod claim;
 mod compensation;
