@@ -228,9 +228,9 @@ impl TaskRecord {
         match wf.compensable_at_or_below(undo_from) {
             Some(first) => {
                 // An attempt in flight may still reach its service until its complete-by:
-                // the undo waits for it, as a retry of a lapsed attempt does.
-                // Kept whatever this clock says: the scheduler that claims the undo judges
-                // the hold by its own clock and grace.
+                // the undo waits for it, as a retry of a lapsed attempt does. The hold is
+                // recorded even when this clock says that time has passed: the scheduler
+                // that claims the undo judges it by its own clock and grace.
                 let hold = match self.state {
                     ProcessState::Processing => self.complete_by,
                     _ => None,

@@ -35,7 +35,7 @@ pub fn idempotency_key(order_id: &OrderId, step: u32, action: Action) -> Idempot
 /// Whether `key` is exactly `idempotency_key(order_id, step, action)`, without building it:
 /// the agent asks this of every request it handles.
 pub fn is_idempotency_key(key: &IdempotencyKey, order_id: &OrderId, step: u32, action: Action) -> bool {
-    let Some((n, a)) = key
+    let Some((step_text, action_text)) = key
         .0
         .strip_prefix(order_id.as_str())
         .and_then(|r| r.strip_prefix(':'))
@@ -43,9 +43,11 @@ pub fn is_idempotency_key(key: &IdempotencyKey, order_id: &OrderId, step: u32, a
     else {
         return false;
     };
-    let canonical =
-        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
-    canonical && n.parse::<u32>() == Ok(step) && a == action.as_str()
+    // One spelling per step: "7", never "07" or "+7", so the key compares as text.
+    let canonical = !step_text.is_empty()
+        && step_text.bytes().all(|b| b.is_ascii_digit())
+        && (step_text == "0" || !step_text.starts_with('0'));
+    canonical && step_text.parse::<u32>() == Ok(step) && action_text == action.as_str()
 }
 
 /// Whether a step's forward action changes anything at the remote side.

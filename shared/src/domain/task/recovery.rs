@@ -57,10 +57,16 @@ impl TaskRecord {
             format!("failure threshold reached: {step_failures} failures of this step (threshold {budget})");
         match self.action() {
             // Dispatched at least once and never answered for good: it may have taken effect.
-            Action::Do => {
-                counted.give_up(now, wf, policy, cause, Why::plain(&reason), self.step_attempts > 0, true)
-            }
-            Action::Undo => counted.fail(now, wf, cause, Why::plain(&reason)),
+            Action::Do => counted.give_up(
+                now,
+                wf,
+                policy,
+                cause,
+                GiveUpReason::plain(&reason),
+                self.step_attempts > 0,
+                true,
+            ),
+            Action::Undo => counted.fail(now, wf, cause, GiveUpReason::plain(&reason)),
         }
     }
 
@@ -69,9 +75,9 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         cause: Cause,
-        why: Why,
+        reason: GiveUpReason,
     ) -> Result<Decision, Refusal> {
-        self.stop(Trigger::Fail, now, wf, cause, why, None)
+        self.stop(Trigger::Fail, now, wf, cause, reason, None)
     }
 
     /// Error with an alert and a `failed` status; `in_doubt` is the key of a step whose
@@ -82,18 +88,18 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         cause: Cause,
-        why: Why,
+        reason: GiveUpReason,
         in_doubt: Option<IdempotencyKey>,
     ) -> Result<Decision, Refusal> {
         let mut next = self.moved(trigger, now, cause)?.unlocked();
-        let operator = why.for_operator();
+        let operator = reason.for_operator();
         next.last_error = Some(operator.clone());
         let step = Some(self.step_name(wf, self.step, self.action()));
         Ok(Decision {
             trigger,
             effects: vec![
                 next.alert(wf, self.action(), now, &operator, in_doubt),
-                Effect::Status { status: OrderStatus::Failed, step, reason: Some(why.told.to_owned()) },
+                Effect::Status { status: OrderStatus::Failed, step, reason: Some(reason.told.to_owned()) },
             ],
             next,
         })
@@ -110,15 +116,22 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         cause: Cause,
-        why: Why,
+        reason: GiveUpReason,
         in_doubt: bool,
         alert: bool,
     ) -> Result<Decision, Refusal> {
-        if let Some((told, key)) = self.forward_only(wf, why.told, in_doubt) {
-            return self.stop(Trigger::ForwardOnly, now, wf, cause, Why { told: &told, ..why }, key);
+        if let Some((told, key)) = self.forward_only(wf, reason.told, in_doubt) {
+            return self.stop(
+                Trigger::ForwardOnly,
+                now,
+                wf,
+                cause,
+                GiveUpReason { told: &told, ..reason },
+                key,
+            );
         }
         if !wf.compensates() {
-            return self.fail(now, wf, cause, why);
+            return self.fail(now, wf, cause, reason);
         }
         let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
         let step = Some(self.step_name(wf, self.step, Action::Do));
@@ -136,13 +149,13 @@ impl TaskRecord {
                 OrderStatus::Compensated,
             ),
         };
-        let operator = why.for_operator();
+        let operator = reason.for_operator();
         next.last_error = Some(operator.clone());
         let mut effects = Vec::new();
         if trigger == Trigger::Undo {
             effects.push(Effect::Schedule { delay_ms: 0 });
         }
-        effects.push(Effect::Status { status, step, reason: Some(why.told.to_owned()) });
+        effects.push(Effect::Status { status, step, reason: Some(reason.told.to_owned()) });
         if alert {
             effects.push(next.alert(wf, next.action(), now, &operator, None));
         }
@@ -173,18 +186,18 @@ impl TaskRecord {
     }
 }
 
-/// Why a task stops, in two registers: what the order's submitter is told (`reply_to`),
+/// Why a task gives up, in two registers: what the order's submitter is told (`reply_to`),
 /// and what the operator and the record get, which adds the remote service's own words
 /// when it gave any (they may name its internals, so they never reach the submitter).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Why<'a> {
+pub(super) struct GiveUpReason<'a> {
     pub(super) told: &'a str,
     pub(super) detail: Option<&'a str>,
 }
 
-impl<'a> Why<'a> {
-    fn plain(told: &'a str) -> Why<'a> {
-        Why { told, detail: None }
+impl<'a> GiveUpReason<'a> {
+    fn plain(told: &'a str) -> GiveUpReason<'a> {
+        GiveUpReason { told, detail: None }
     }
     fn for_operator(&self) -> String {
         match self.detail {

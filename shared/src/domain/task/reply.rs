@@ -2,7 +2,7 @@
 //! time), then the step's success, refusal or unusable output.
 
 use super::record::{Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};
-use super::recovery::Why;
+use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
@@ -64,8 +64,8 @@ impl TaskRecord {
         let name = self.step_name(wf, step, action);
         match (&reply.outcome, action) {
             (ReplyOutcome::Succeeded { output }, Action::Do) => {
-                let kept = match output.as_ref().map(StepOutput::from_value).transpose() {
-                    Ok(kept) => kept,
+                let step_output = match output.as_ref().map(StepOutput::from_value).transpose() {
+                    Ok(step_output) => step_output,
                     Err(e) => {
                         let reason = format!("step {name} succeeded, but its output cannot be kept: {e}");
                         return self.bad_output(now, wf, policy, &reason, None);
@@ -73,8 +73,8 @@ impl TaskRecord {
                 };
                 let cause = Cause::Succeeded { step, action };
                 let mut done = self.clone();
-                if let Some(kept) = kept {
-                    done.outputs.insert(name.clone(), kept);
+                if let Some(step_output) = step_output {
+                    done.outputs.insert(name.clone(), step_output);
                 }
                 if step + 1 < wf.len() {
                     let mut next = done.moved(Trigger::Advanced, now, cause)?.waiting(now, 0, policy);
@@ -116,8 +116,8 @@ impl TaskRecord {
                 let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt: false };
                 // A refusal is definitive: this step had no effect, so only the ones
                 // before it can stand.
-                let why = Why { told: reason, detail: detail.as_deref() };
-                self.give_up(now, wf, policy, cause, why, false, false)
+                let gave_up = GiveUpReason { told: reason, detail: detail.as_deref() };
+                self.give_up(now, wf, policy, cause, gave_up, false, false)
             }
             (ReplyOutcome::BadOutput { reason, detail }, Action::Do) => {
                 let reason =
@@ -128,7 +128,7 @@ impl TaskRecord {
                 let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
                 let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt: false };
                 let told = format!("compensation {name} failed: {reason}");
-                self.fail(now, wf, cause, Why { told: &told, detail: detail.as_deref() })
+                self.fail(now, wf, cause, GiveUpReason { told: &told, detail: detail.as_deref() })
             }
         }
     }
@@ -147,7 +147,7 @@ impl TaskRecord {
     ) -> Result<Decision, Refusal> {
         let cause =
             Cause::Failed { step: self.step, action: Action::Do, reason: reason.to_owned(), in_doubt: true };
-        self.give_up(now, wf, policy, cause, Why { told: reason, detail }, true, true)
+        self.give_up(now, wf, policy, cause, GiveUpReason { told: reason, detail }, true, true)
     }
 }
 
