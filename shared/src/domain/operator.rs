@@ -5,11 +5,13 @@
 //! is refused by the state it finds.
 //!
 //! - resubmit: an Error task goes forward again from its failed step (or an earlier one),
-//!   keeping what is done, with a fresh failure budget for the step.
+//!   keeping what is done, with a fresh failure budget for the step. Its `last_error` is
+//!   cleared: the error no longer holds.
 //! - compensate: undo the completed steps of an Error task, newest first, or resume an
-//!   undo whose compensation failed.
+//!   undo whose compensation failed. Its `last_error` stays: the failure that stopped the
+//!   task is still why it is undone.
 //! - cancel: stop a live task and undo what it may have done; the attempt in flight loses
-//!   its lease, so its reply is stale.
+//!   its lease, so its reply is stale. Its `last_error` becomes who cancelled and why.
 //!
 //! None of them undoes past a pivot (a step with no compensation that took effect or
 //! may have): such a task only goes forward, as the pipeline's own give-ups decide.
@@ -57,7 +59,7 @@ impl TaskRecord {
         let decided = match act {
             Act::Resubmit { from_step } => self.resubmit(from_step, now, wf, policy),
             Act::Compensate => self.operator_undo(now, wf, policy),
-            Act::Cancel => self.cancel(now, wf, policy),
+            Act::Cancel => self.cancel(now, wf, policy, actor),
         };
         self.logged(now, decided, Some((actor.by, actor.why)))
     }
@@ -203,7 +205,13 @@ impl TaskRecord {
         })
     }
 
-    fn cancel(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision, Refusal> {
+    fn cancel(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        actor: Actor<'_>,
+    ) -> Result<Decision, Refusal> {
         let act = Act::Cancel;
         match self.state {
             ProcessState::Pending | ProcessState::Processing => {}
@@ -225,6 +233,9 @@ impl TaskRecord {
         let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
         let cause = self.operator_cause(act);
         let cancelled = Effect::Status { status: OrderStatus::Cancelled, step: None, reason: None };
+        // The cancel is now why the task is undone: an earlier retry's error would read as
+        // the cause of a Compensated that no failure brought about.
+        let cancelled_by = Some(format!("cancelled by {}: {}", actor.by, actor.why));
         match wf.compensable_at_or_below(undo_from) {
             Some(first) => {
                 // An attempt in flight may still reach its service until its complete-by:
@@ -241,6 +252,7 @@ impl TaskRecord {
                 next.step_attempts = 0;
                 next.step_failures = 0;
                 next.hold_until = hold;
+                next.last_error = cancelled_by;
                 Ok(Decision {
                     trigger: Trigger::Cancel,
                     next,
@@ -248,7 +260,8 @@ impl TaskRecord {
                 })
             }
             None => {
-                let next = self.moved(Trigger::CancelUndone, now, cause)?.unlocked();
+                let mut next = self.moved(Trigger::CancelUndone, now, cause)?.unlocked();
+                next.last_error = cancelled_by;
                 let name = self.step_name(wf, self.step, Action::Do);
                 Ok(Decision {
                     trigger: Trigger::CancelUndone,
@@ -430,6 +443,30 @@ mod tests {
         let error = lapse_to_threshold(claim(&new_task(&single), &single, 1, T0), &single, true).next;
         assert_eq!(error.state, ProcessState::Error);
         assert!(refused(&error, &single, Act::Compensate).contains("may have taken effect"));
+    }
+
+    /// An operator reading `sasctl tasks show` after a cancel must see the cancel as the
+    /// reason the task is undone, not the retry it was waiting on.
+    #[test]
+    fn a_cancel_says_who_cancelled_and_why_in_place_of_an_earlier_error() {
+        let wf = Workflow::three_step();
+        let retrying = lapse(&claim(&at_step(&wf, 1), &wf, 1, T0), &wf, 0).next;
+        assert!(retrying.last_error.as_deref().unwrap().contains("passed its deadline"));
+        let undoing = act(&retrying, &wf, Act::Cancel);
+        assert_eq!(undoing.trigger, Trigger::Cancel);
+        let never_claimed = lapse(&new_task(&wf), &wf, 0).next;
+        assert!(never_claimed.last_error.as_deref().unwrap().contains("without being claimed"));
+        let undone = act(&never_claimed, &wf, Act::Cancel);
+        assert_eq!(undone.trigger, Trigger::CancelUndone);
+        let app = Actor { by: "app:shop", why: "the customer changed their mind", seen: None };
+        let by_app = checked(&retrying, retrying.act(Act::Cancel, app, T0.plus_ms(50_000), &wf, &policy()));
+        for (d, want) in [
+            (&undoing, "cancelled by arn:aws:iam::123456789012:user/ops: remote fixed"),
+            (&undone, "cancelled by arn:aws:iam::123456789012:user/ops: remote fixed"),
+            (&by_app, "cancelled by app:shop: the customer changed their mind"),
+        ] {
+            assert_eq!(d.next.last_error.as_deref(), Some(want), "{:?}", d.trigger);
+        }
     }
 
     #[test]
