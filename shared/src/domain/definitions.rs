@@ -282,10 +282,16 @@ impl DefinitionFile {
     /// The JSON as typed, or the first place it does not fit (serde's own message, cut:
     /// it may echo a long key).
     pub fn parse(text: &str) -> Result<DefinitionFile, Problem> {
-        serde_json::from_str(text).map_err(|e| Problem {
-            severity: Severity::Error,
-            at: format!("line {}, column {}", e.line(), e.column()),
-            message: super::messages::cut_reason(e.to_string()),
+        serde_json::from_str(text).map_err(|e| {
+            // serde's text ends with the position `at` already gives.
+            let text = e.to_string();
+            let position = format!(" at line {} column {}", e.line(), e.column());
+            let message = text.strip_suffix(&position).unwrap_or(&text).to_owned();
+            Problem {
+                severity: Severity::Error,
+                at: format!("line {}, column {}", e.line(), e.column()),
+                message: super::messages::cut_reason(message),
+            }
         })
     }
 
@@ -630,6 +636,19 @@ mod tests {
         assert!(got[0].contains("unknown field `compensate`"), "{got:?}");
         let got = problems("{");
         assert!(got[0].contains("EOF"), "{got:?}");
+    }
+
+    /// serde's message carries the position itself; the problem names it once, in `at`.
+    #[test]
+    fn a_json_error_gives_its_position_once() {
+        assert_eq!(problems(r#"{"agents": {"#), ["error: line 1, column 12: EOF while parsing an object"]);
+        let unknown = problems("{\n  \"agents\": {},\n  \"workflow\": []\n}");
+        assert_eq!(
+            unknown,
+            [
+                "error: line 3, column 12: unknown field `workflow`, expected one of `$schema`, `agents`, `workflows`"
+            ]
+        );
     }
 
     #[test]
