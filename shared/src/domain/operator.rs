@@ -144,10 +144,13 @@ impl TaskRecord {
         // fresh budget: a later give-up or cancel decides on it (a pivot in doubt is
         // never undone). An earlier step succeeded; the failed one may be in doubt.
         let may_have_taken_effect = from < self.step || self.current_in_doubt();
-        let mut next = self.moved(Trigger::Resubmit, now, self.operator_cause(act))?.waiting(now, 0, policy);
-        next.step = from;
-        next.step_attempts = if may_have_taken_effect { self.step_attempts.max(1) } else { 0 };
-        next.step_failures = 0;
+        let mut next = self
+            .moved(Trigger::Resubmit, now, self.operator_cause(act))?
+            .waiting(now, 0, policy)
+            .starting_step(from);
+        if may_have_taken_effect {
+            next.step_attempts = self.step_attempts.max(1);
+        }
         if from < self.step {
             next.redo_until = Some(self.redo_until.unwrap_or(0).max(self.step));
         }
@@ -184,16 +187,14 @@ impl TaskRecord {
             if let Some(why) = self.pivot_stands(wf, in_doubt) {
                 return Err(self.refused(act, format!("{why}; resubmit it instead")));
             }
-            let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
-            wf.compensable_at_or_below(undo_from).ok_or_else(|| {
+            self.first_to_undo(wf, in_doubt).ok_or_else(|| {
                 self.refused(act, "nothing to undo: no step that may have taken effect has a compensation")
             })?
         };
-        let mut next =
-            self.moved(Trigger::OperatorUndo, now, self.operator_cause(act))?.waiting(now, 0, policy);
-        next.step = first;
-        next.step_attempts = 0;
-        next.step_failures = 0;
+        let next = self
+            .moved(Trigger::OperatorUndo, now, self.operator_cause(act))?
+            .waiting(now, 0, policy)
+            .starting_step(first);
         let step = Some(self.step_name(wf, first, Action::Undo));
         Ok(Decision {
             trigger: Trigger::OperatorUndo,
@@ -230,13 +231,12 @@ impl TaskRecord {
         if let Some(why) = self.pivot_stands(wf, in_doubt) {
             return Err(self.refused(act, why));
         }
-        let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
         let cause = self.operator_cause(act);
         let cancelled = Effect::Status { status: OrderStatus::Cancelled, step: None, reason: None };
         // The cancel is now why the task is undone: an earlier retry's error would read as
         // the cause of a Compensated that no failure brought about.
         let cancelled_by = Some(format!("cancelled by {}: {}", actor.by, actor.why));
-        match wf.compensable_at_or_below(undo_from) {
+        match self.first_to_undo(wf, in_doubt) {
             Some(first) => {
                 // An attempt in flight may still reach its service until its complete-by:
                 // the undo waits for it, as a retry of a lapsed attempt does. The hold is
@@ -247,10 +247,10 @@ impl TaskRecord {
                     _ => None,
                 };
                 let delay_ms = hold.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now));
-                let mut next = self.moved(Trigger::Cancel, now, cause)?.waiting(now, delay_ms, policy);
-                next.step = first;
-                next.step_attempts = 0;
-                next.step_failures = 0;
+                let mut next = self
+                    .moved(Trigger::Cancel, now, cause)?
+                    .waiting(now, delay_ms, policy)
+                    .starting_step(first);
                 next.hold_until = hold;
                 next.last_error = cancelled_by;
                 Ok(Decision {
@@ -431,7 +431,7 @@ mod tests {
     fn compensate_is_refused_past_a_pivot_and_with_nothing_to_undo() {
         let mixed = mixed();
         // b (a pivot) succeeded, c refused: only forward is left.
-        let error = reply(&claim(&at_step(&mixed, 3), &mixed, 1, T0), &mixed, failed("no"), T0).next;
+        let error = reply(&claim(&pending_at(&mixed, 3), &mixed, 1, T0), &mixed, failed("no"), T0).next;
         assert_eq!(error.state, ProcessState::Error);
         let why = refused(&error, &mixed, Act::Compensate);
         assert!(why.contains("pivot step b took effect"), "{why}");
@@ -450,7 +450,7 @@ mod tests {
     #[test]
     fn a_cancel_says_who_cancelled_and_why_in_place_of_an_earlier_error() {
         let wf = Workflow::three_step();
-        let retrying = lapse(&claim(&at_step(&wf, 1), &wf, 1, T0), &wf, 0).next;
+        let retrying = lapse(&claim(&pending_at(&wf, 1), &wf, 1, T0), &wf, 0).next;
         assert!(retrying.last_error.as_deref().unwrap().contains("passed its deadline"));
         let undoing = act(&retrying, &wf, Act::Cancel);
         assert_eq!(undoing.trigger, Trigger::Cancel);
@@ -484,7 +484,7 @@ mod tests {
     #[test]
     fn cancel_fences_off_the_attempt_in_flight_and_undoes_it_too() {
         let wf = Workflow::three_step();
-        let charging = claim(&at_step(&wf, 1), &wf, 5, T0);
+        let charging = claim(&pending_at(&wf, 1), &wf, 5, T0);
         let d = act(&charging, &wf, Act::Cancel);
         assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Cancel, ProcessState::Compensating, 1));
         assert_eq!((d.next.locked_by, d.next.complete_by), (None, None), "the lease is gone");
@@ -510,7 +510,7 @@ mod tests {
         assert_eq!(undoing.hold_until, None);
         assert!(matches!(undoing.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
         // A task waiting for its next step undoes the ones before it.
-        let d = act(&at_step(&wf, 2), &wf, Act::Cancel);
+        let d = act(&pending_at(&wf, 2), &wf, Act::Cancel);
         assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
     }
 
@@ -520,9 +520,9 @@ mod tests {
         let in_flight = claim(&new_task(&single), &single, 1, T0);
         assert!(refused(&in_flight, &single, Act::Cancel).contains("pivot step process-order may have"));
         let mixed = mixed();
-        assert!(refused(&at_step(&mixed, 3), &mixed, Act::Cancel).contains("pivot step b took effect"));
+        assert!(refused(&pending_at(&mixed, 3), &mixed, Act::Cancel).contains("pivot step b took effect"));
         let wf = Workflow::three_step();
-        let compensating = reply(&claim(&at_step(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
+        let compensating = reply(&claim(&pending_at(&wf, 1), &wf, 1, T0), &wf, failed("no"), T0).next;
         assert!(refused(&compensating, &wf, Act::Cancel).contains("undoing its steps already"));
         assert!(refused(&error_while_undoing(), &wf, Act::Cancel).contains("`compensate`"));
         let processed = reply(&claim(&new_task(&single), &single, 1, T0), &single, ok(), T0).next;

@@ -50,6 +50,13 @@ impl TaskRecord {
         }
     }
 
+    /// The newest step to undo: the current one if it may have taken effect (`in_doubt`),
+    /// else the one before it, down to the first that has a compensation.
+    pub(in crate::domain) fn first_to_undo(&self, wf: &Workflow, in_doubt: bool) -> Option<u32> {
+        let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
+        wf.compensable_at_or_below(undo_from)
+    }
+
     /// Why the task only goes forward while it re-runs steps that took effect already.
     pub(in crate::domain) fn redoing(&self) -> Option<String> {
         self.redo_until.filter(|u| self.step <= *u).map(|u| {
@@ -72,10 +79,10 @@ impl TaskRecord {
         let cause = Cause::Succeeded { step, action };
         match wf.compensable_at_or_below(step.checked_sub(1)) {
             Some(below) => {
-                let mut next = self.moved(Trigger::UndoAdvanced, now, cause)?.waiting(now, 0, policy);
-                next.step = below;
-                next.step_attempts = 0;
-                next.step_failures = 0;
+                let next = self
+                    .moved(Trigger::UndoAdvanced, now, cause)?
+                    .waiting(now, 0, policy)
+                    .starting_step(below);
                 Ok(Decision {
                     trigger: Trigger::UndoAdvanced,
                     next,
@@ -224,7 +231,7 @@ mod tests {
         // The defect this guards: ship-order took effect but kept answering late; giving
         // up refunded and released, ended Compensated, and the goods had shipped.
         let wf = Workflow::three_step();
-        let d = lapse_to_threshold(at_step(&wf, 2), &wf, true);
+        let d = lapse_to_threshold(pending_at(&wf, 2), &wf, true);
         assert_eq!(d.trigger, Trigger::ForwardOnly);
         assert_eq!((d.next.state, d.next.step), (ProcessState::Error, 2));
         assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
@@ -249,7 +256,7 @@ mod tests {
     #[test]
     fn a_pivot_refused_for_good_compensates_the_steps_before_it() {
         let wf = Workflow::three_step();
-        let d = reply(&claim(&at_step(&wf, 2), &wf, 1, T0), &wf, failed("422 address rejected"), T0);
+        let d = reply(&claim(&pending_at(&wf, 2), &wf, 1, T0), &wf, failed("422 address rejected"), T0);
         assert_eq!(d.trigger, Trigger::Undo);
         assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
     }
@@ -257,7 +264,7 @@ mod tests {
     #[test]
     fn a_pivot_never_dispatched_compensates_the_steps_before_it() {
         let wf = Workflow::three_step();
-        let d = lapse_to_threshold(at_step(&wf, 2), &wf, false);
+        let d = lapse_to_threshold(pending_at(&wf, 2), &wf, false);
         assert_eq!(d.trigger, Trigger::Undo);
         assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
     }
@@ -266,7 +273,7 @@ mod tests {
     fn after_a_pivot_took_effect_every_give_up_is_an_error() {
         let wf = mixed();
         // a, r, b (pivot) done; c refused for good: b stands, so nothing is undone.
-        let task = claim(&at_step(&wf, 3), &wf, 1, T0);
+        let task = claim(&pending_at(&wf, 3), &wf, 1, T0);
         let d = reply(&task, &wf, failed("422 no"), T0);
         assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
         let alerts = alerts(&d);
@@ -285,7 +292,7 @@ mod tests {
     fn a_read_only_step_in_doubt_is_not_a_pivot() {
         let wf = mixed();
         // r only reads: giving up on it undoes a and ends Compensated in the end.
-        let d = lapse_to_threshold(at_step(&wf, 1), &wf, true);
+        let d = lapse_to_threshold(pending_at(&wf, 1), &wf, true);
         assert_eq!(d.trigger, Trigger::Undo);
         assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 0));
     }

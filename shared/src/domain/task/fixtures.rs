@@ -140,11 +140,6 @@ pub(in crate::domain) fn lapse_to_threshold(
     unreachable!()
 }
 
-/// Claims and succeeds steps of `wf` until the task waits at `step`.
-pub(in crate::domain) fn at_step(wf: &Workflow, step: u32) -> TaskRecord {
-    pending_at(wf, step)
-}
-
 /// A workflow with steps that have no compensation in the middle and at the end.
 pub(in crate::domain) fn mixed() -> Workflow {
     Workflow::new(

@@ -26,15 +26,15 @@ fn every_row_of_the_table_is_a_decision() {
     let mixed = mixed();
     let pending = new_task(&three);
     let processing = claim(&pending, &three, 1, T0);
-    let charging = claim(&at_step(&three, 1), &three, 2, T0);
-    let shipping = claim(&at_step(&three, 2), &three, 3, T0);
+    let charging = claim(&pending_at(&three, 1), &three, 2, T0);
+    let shipping = claim(&pending_at(&three, 2), &three, 3, T0);
     let undoing = claim(&reply(&shipping, &three, failed("no"), T0).next, &three, 4, T0);
     let undoing_last = reply(&undoing, &three, ok(), T0).next;
     let undoing_last = claim(&undoing_last, &three, 5, T0);
     let compensating = reply(&charging, &three, failed("no"), T0).next;
     let single_pending = new_task(&single);
     let single_processing = claim(&single_pending, &single, 6, T0);
-    let mixed_c = claim(&at_step(&mixed, 3), &mixed, 7, T0);
+    let mixed_c = claim(&pending_at(&mixed, 3), &mixed, 7, T0);
     let mut pending_charge_in_doubt = lapse(&charging, &three, 0).next;
     pending_charge_in_doubt.step_failures = 2;
     let mut pending_ship_in_doubt = lapse(&shipping, &three, 0).next;
@@ -66,7 +66,7 @@ fn every_row_of_the_table_is_a_decision() {
     ];
     let failing = three_step_failing();
     let error_at_ship = error_at_ship(&failing);
-    let cancel_pending = at_step(&three, 2);
+    let cancel_pending = pending_at(&three, 2);
     let single_new = new_task(&single);
     let reads_first =
         Workflow::new("reads-first", vec![Step::read_only("look", "a"), Step::pivot("buy", "a")]);

@@ -329,6 +329,15 @@ impl TaskRecord {
         self
     }
 
+    /// At the start of `step`: no claim of it yet, and its failure budget whole, for the
+    /// next step forward, the next to undo, or one an operator runs again.
+    pub(in crate::domain) fn starting_step(mut self, step: u32) -> TaskRecord {
+        self.step = step;
+        self.step_attempts = 0;
+        self.step_failures = 0;
+        self
+    }
+
     pub(in crate::domain) fn waiting(mut self, now: Timestamp, delay_ms: u64, policy: &Policy) -> TaskRecord {
         self.deadline = Some(now.plus_ms(delay_ms).plus_ms(policy.pending_timeout_ms));
         self.unlocked()

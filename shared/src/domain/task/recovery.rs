@@ -133,14 +133,11 @@ impl TaskRecord {
         if !wf.compensates() {
             return self.fail(now, wf, cause, reason);
         }
-        let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
         let step = Some(self.step_name(wf, self.step, Action::Do));
-        let (trigger, mut next, status) = match wf.compensable_at_or_below(undo_from) {
+        let (trigger, mut next, status) = match self.first_to_undo(wf, in_doubt) {
             Some(first) => {
-                let mut next = self.moved(Trigger::Undo, now, cause)?.waiting(now, 0, policy);
-                next.step = first;
-                next.step_attempts = 0;
-                next.step_failures = 0;
+                let next =
+                    self.moved(Trigger::Undo, now, cause)?.waiting(now, 0, policy).starting_step(first);
                 (Trigger::Undo, next, OrderStatus::Compensating)
             }
             None => (
@@ -349,7 +346,7 @@ mod tests {
 
         // A step's own max_failures overrides the deployment's threshold: c gives up at once.
         let wf = mixed();
-        let c = claim(&at_step(&wf, 3), &wf, 1, T0);
+        let c = claim(&pending_at(&wf, 3), &wf, 1, T0);
         assert_ne!(lapse(&c, &wf, 0).trigger, Trigger::Retry);
         let a = claim(&new_task(&wf), &wf, 1, T0);
         let d = lapse_to_threshold(a, &wf, true);

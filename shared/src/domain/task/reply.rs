@@ -77,10 +77,10 @@ impl TaskRecord {
                     done.outputs.insert(name.clone(), step_output);
                 }
                 if step + 1 < wf.len() {
-                    let mut next = done.moved(Trigger::Advanced, now, cause)?.waiting(now, 0, policy);
-                    next.step += 1;
-                    next.step_attempts = 0;
-                    next.step_failures = 0;
+                    let next = done
+                        .moved(Trigger::Advanced, now, cause)?
+                        .waiting(now, 0, policy)
+                        .starting_step(step + 1);
                     Ok(Decision {
                         trigger: Trigger::Advanced,
                         next,
