@@ -218,6 +218,8 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// Why the fence (`reply.rs`) turned a reply away. Here rather than beside the fence
+/// because `Refusal::StaleReply` carries it, and every file of the task returns `Refusal`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StaleReason {
     #[error("task is {0:?} with no live lease")]
