@@ -9,7 +9,7 @@ use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ,
 use sas::domain::{Cause, MessageError, OrderRequest, ProcessState, SchedulerMessage, Trigger};
 use sas::handlers::REASON_ATTRIBUTE;
 
-use crate::deployment::{Function, MAX_RECEIVES};
+use crate::deployment::{MAX_RECEIVES, Role};
 pub use crate::invariants::{Invariant, Violation};
 use crate::invariants::{Records, check_records};
 use crate::run::Outcome;
@@ -149,16 +149,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         let id = after.order_id.as_str();
         let message = ctx.message.as_deref().map(SchedulerMessage::parse);
         match &after.last_cause {
-            Cause::DeadlinePassed { .. } if ctx.function != Some(Function::Supervisor) => {
-                add(Invariant::Lifecycle, format!("order {id}: a lapse written by {:?}", ctx.function));
+            Cause::DeadlinePassed { .. } if ctx.role != Some(Role::Supervisor) => {
+                add(Invariant::Lifecycle, format!("order {id}: a lapse written by {:?}", ctx.role));
             }
             // Operators act through `sasctl tasks`; apps cancel through the orders queue.
-            Cause::Operator { .. }
-                if !matches!(ctx.function, Some(Function::Operator | Function::Submission)) =>
-            {
+            Cause::Operator { .. } if !matches!(ctx.role, Some(Role::Operator | Role::Submission)) => {
                 add(
                     Invariant::Lifecycle,
-                    format!("order {id}: an operator's action written by {:?}", ctx.function),
+                    format!("order {id}: an operator's action written by {:?}", ctx.role),
                 );
             }
             Cause::Claimed { .. } if !is_schedule_of(&message, id) => {
@@ -166,7 +164,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             }
             // The fence, checked against the very reply the write was made for.
             Cause::Succeeded { step, action } | Cause::Failed { step, action, .. }
-                if ctx.function == Some(Function::Scheduler) =>
+                if ctx.role == Some(Role::Scheduler) =>
             {
                 let Some(Ok(SchedulerMessage::Reply(reply))) = message else {
                     add(
@@ -204,10 +202,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 }
             }
             Cause::Succeeded { .. } | Cause::Failed { .. } => {
-                add(
-                    Invariant::Fenced,
-                    format!("order {id}: a reply's outcome written by {:?}", ctx.function),
-                );
+                add(Invariant::Fenced, format!("order {id}: a reply's outcome written by {:?}", ctx.role));
             }
             _ => {}
         }

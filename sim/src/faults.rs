@@ -37,9 +37,9 @@ impl SimStore {
     fn landed(&self) {
         let mut w = self.shared.w();
         let ctx = WriteCtx {
-            inv: w.current_inv.unwrap_or(0),
-            function: w.current_function(),
-            message: w.current_msg.clone(),
+            invocation: w.current_invocation.unwrap_or(0),
+            role: w.current_role(),
+            message: w.current_message.clone(),
             at: w.now,
         };
         w.write_ctx.push(ctx);

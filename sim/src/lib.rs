@@ -5,14 +5,19 @@
 //! `SIM_SEED=<n>`. See docs/SIMULATION.md.
 
 pub mod check;
+pub mod deploy;
 pub mod deployment;
+mod event_loop;
 mod executor;
 pub mod faults;
 pub mod invariants;
+mod invocation;
 pub mod ledger;
+mod operator;
 pub mod remote;
 pub mod run;
 pub mod swarm;
+pub mod timing;
 pub mod workload;
 pub mod world;
 
