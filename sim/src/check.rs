@@ -13,7 +13,7 @@ use crate::deployment::{MAX_RECEIVES, Role};
 pub use crate::invariants::{Invariant, Violation};
 use crate::invariants::{Records, check_records};
 use crate::run::Outcome;
-use crate::workload::Sent;
+use crate::workload::Input;
 
 /// (state, trigger) of every landed transition of the run.
 pub fn coverage(run: &Outcome) -> BTreeMap<(ProcessState, Trigger), u64> {
@@ -69,10 +69,10 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         match &a.kind {
             // A cancel lands (the write names its reason: `OperatorOnce`), is refused (its
             // order ended or is undoing), or is kept when its order never came (below).
-            Sent::Cancel { .. } => {
+            Input::Cancel { .. } => {
                 cancel_bodies.insert(&a.body);
             }
-            Sent::Order { id } => {
+            Input::Order { id } => {
                 let stored = run.orders.iter().find(|(k, _)| k.as_str() == id).map(|(_, o)| o.payload());
                 let mine = payload(&a.body);
                 match (&stored, &mine) {
@@ -98,7 +98,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     }
                 }
             }
-            Sent::Bad { expect } => {
+            Input::Bad { expect } => {
                 bad_bodies.insert(&a.body);
                 let ok = kept(a.queue, &a.body).into_iter().any(|r| r.is_some_and(|r| r.contains(expect)))
                     || redriven(a.queue, &a.body);

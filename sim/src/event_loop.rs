@@ -212,7 +212,7 @@ impl EventLoop {
         self.advance_to(now + by);
     }
 
-    fn running(&self, role: Role) -> usize {
+    fn running_as(&self, role: Role) -> usize {
         self.invocations.values().filter(|i| i.role == role).count()
     }
 
@@ -228,7 +228,7 @@ impl EventLoop {
     fn startable(&self, work: usize, now: u64) -> bool {
         let work_queue = WORK[work];
         let consumer = work_queue.consumer;
-        self.running(consumer) < self.limit(consumer)
+        self.running_as(consumer) < self.limit(consumer)
             && !self.out(consumer, now)
             && self.deployed.queues.next_visible(work_queue.queue).is_some_and(|t| t.0 <= now)
     }
@@ -252,7 +252,7 @@ impl EventLoop {
         }
         for work in WORK {
             let full =
-                self.running(work.consumer) >= self.limit(work.consumer) || self.out(work.consumer, now);
+                self.running_as(work.consumer) >= self.limit(work.consumer) || self.out(work.consumer, now);
             if let Some(t) = self.deployed.queues.next_visible(work.queue)
                 && !full
             {
