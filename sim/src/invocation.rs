@@ -60,15 +60,10 @@ impl Invocation {
         agent_slot: Option<usize>,
     ) -> Invocation {
         Invocation {
-            role,
-            future,
-            flag: Flag::woken(),
             queue: Some(queue),
             received,
-            crash_at,
-            granted: 0,
             agent_slot,
-            due_at_start: Vec::new(),
+            ..Invocation::unqueued(role, future, crash_at, Vec::new())
         }
     }
 

@@ -2,7 +2,7 @@
 //! the most time it lets pass between two I/O calls, its step cap, and the bound every
 //! order must end within once the faults stop.
 
-use sas::domain::{Policy, Workflows};
+use sas::domain::{Policy, Workflow, Workflows};
 
 use crate::deployment::{SUPERVISOR_PERIOD_MS, WORK};
 use crate::swarm::Faults;
@@ -25,18 +25,13 @@ pub const MAX_STEPS: u64 = 2_000_000;
 /// clocks' skew; plus one visibility timeout and one message delay still in flight, and
 /// some slack.
 pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows) -> u64 {
-    let all = workflows.all().iter();
-    let longest = all.clone().map(|w| w.len()).max().unwrap_or(1);
-    let budget = all
-        .flat_map(|w| (0..w.len()).map(|i| w.max_failures(i, policy.failure_threshold)))
-        .max()
-        .unwrap_or(policy.failure_threshold);
-    let step_timeout = workflows
-        .all()
-        .iter()
-        .flat_map(|w| (0..w.len()).map(|i| w.timeout_ms(i, policy.step_timeout_ms)))
-        .max()
-        .unwrap_or(policy.step_timeout_ms);
+    let longest = workflows.all().iter().map(|w| w.len()).max().unwrap_or(1);
+    let largest = |of_step: &dyn Fn(&Workflow, u32) -> u64, default: u64| {
+        workflows.all().iter().flat_map(|w| (0..w.len()).map(|i| of_step(w, i))).max().unwrap_or(default)
+    };
+    let threshold = policy.failure_threshold;
+    let budget = largest(&|w, i| u64::from(w.max_failures(i, threshold)), u64::from(threshold));
+    let step_timeout = largest(&|w, i| w.timeout_ms(i, policy.step_timeout_ms), policy.step_timeout_ms);
     let cycle = step_timeout
         + policy.reply_grace_ms
         + policy.pending_timeout_ms
@@ -44,7 +39,7 @@ pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows
         + SUPERVISOR_PERIOD_MS
         + 2 * faults.skew_max_ms
         + faults.overshoot_max_ms;
-    let cycles = u64::from(2 * longest - 1) * u64::from(budget) + u64::from(longest) + 1;
+    let cycles = u64::from(2 * longest - 1) * budget + u64::from(longest) + 1;
     let in_flight = WORK.iter().map(|w| w.visibility_timeout_ms).max().unwrap_or(0) + faults.delay_max_ms;
     cycles * cycle + in_flight + 5_000
 }
