@@ -248,7 +248,8 @@ fn applied(ledger: &Ledger, id: &OrderId, step: u32, action: Action) -> bool {
 /// Every write, on its own and against the one before it on its order, in the order
 /// they landed.
 fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String)) {
-    // The latest record of each order, as the writes so far left it.
+    // The latest record of each order, as the writes so far left it: each write must start
+    // from it.
     let mut latest: BTreeMap<&str, &TaskRecord> = BTreeMap::new();
     for w in r.writes {
         let after = &w.after;
