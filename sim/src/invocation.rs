@@ -50,7 +50,8 @@ pub struct Invocation {
 }
 
 impl Invocation {
-    /// An invocation a queue feeds: it runs `received` and deletes it when it returns.
+    /// An invocation a queue feeds: it runs the batch `received` from `queue`, which the
+    /// loop deletes when it returns.
     pub fn batch(
         role: Role,
         future: InvocationFuture,
