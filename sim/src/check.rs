@@ -9,11 +9,11 @@ use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ,
 use sas::domain::{Cause, MessageError, OrderRequest, ProcessState, SchedulerMessage, Trigger};
 use sas::handlers::REASON_ATTRIBUTE;
 
-use crate::deployment::{Function, MAX_RECEIVES};
+use crate::deployment::{MAX_RECEIVES, Role};
 pub use crate::invariants::{Invariant, Violation};
 use crate::invariants::{Records, check_records};
 use crate::run::Outcome;
-use crate::workload::Sent;
+use crate::workload::Input;
 
 /// (state, trigger) of every landed transition of the run.
 pub fn coverage(run: &Outcome) -> BTreeMap<(ProcessState, Trigger), u64> {
@@ -69,10 +69,10 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         match &a.kind {
             // A cancel lands (the write names its reason: `OperatorOnce`), is refused (its
             // order ended or is undoing), or is kept when its order never came (below).
-            Sent::Cancel { .. } => {
+            Input::Cancel { .. } => {
                 cancel_bodies.insert(&a.body);
             }
-            Sent::Order { id } => {
+            Input::Order { id } => {
                 let stored = run.orders.iter().find(|(k, _)| k.as_str() == id).map(|(_, o)| o.payload());
                 let mine = payload(&a.body);
                 match (&stored, &mine) {
@@ -98,7 +98,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     }
                 }
             }
-            Sent::Bad { expect } => {
+            Input::Bad { expect } => {
                 bad_bodies.insert(&a.body);
                 let ok = kept(a.queue, &a.body).into_iter().any(|r| r.is_some_and(|r| r.contains(expect)))
                     || redriven(a.queue, &a.body);
@@ -149,16 +149,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         let id = after.order_id.as_str();
         let message = ctx.message.as_deref().map(SchedulerMessage::parse);
         match &after.last_cause {
-            Cause::DeadlinePassed { .. } if ctx.function != Some(Function::Supervisor) => {
-                add(Invariant::Lifecycle, format!("order {id}: a lapse written by {:?}", ctx.function));
+            Cause::DeadlinePassed { .. } if ctx.role != Some(Role::Supervisor) => {
+                add(Invariant::Lifecycle, format!("order {id}: a lapse written by {:?}", ctx.role));
             }
             // Operators act through `sasctl tasks`; apps cancel through the orders queue.
-            Cause::Operator { .. }
-                if !matches!(ctx.function, Some(Function::Operator | Function::Submission)) =>
-            {
+            Cause::Operator { .. } if !matches!(ctx.role, Some(Role::Operator | Role::Submission)) => {
                 add(
                     Invariant::Lifecycle,
-                    format!("order {id}: an operator's action written by {:?}", ctx.function),
+                    format!("order {id}: an operator's action written by {:?}", ctx.role),
                 );
             }
             Cause::Claimed { .. } if !is_schedule_of(&message, id) => {
@@ -166,7 +164,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             }
             // The fence, checked against the very reply the write was made for.
             Cause::Succeeded { step, action } | Cause::Failed { step, action, .. }
-                if ctx.function == Some(Function::Scheduler) =>
+                if ctx.role == Some(Role::Scheduler) =>
             {
                 let Some(Ok(SchedulerMessage::Reply(reply))) = message else {
                     add(
@@ -204,10 +202,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 }
             }
             Cause::Succeeded { .. } | Cause::Failed { .. } => {
-                add(
-                    Invariant::Fenced,
-                    format!("order {id}: a reply's outcome written by {:?}", ctx.function),
-                );
+                add(Invariant::Fenced, format!("order {id}: a reply's outcome written by {:?}", ctx.role));
             }
             _ => {}
         }

@@ -2,15 +2,17 @@
 //! settings, its timing (a scaled-down production config), its workflows and the agents'
 //! retry policy. Queue names are the library's (`sas::adapters::embedded::queue_names`).
 
+use sas::adapters::embedded::QueueSettings;
 use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ};
 use sas::domain::breaker::BreakerPolicy;
 use sas::domain::retry::Backoff;
 use sas::domain::{Policy, Step, Workflow, Workflows};
 use sas::handlers::AgentSettings;
 
-/// The deployment's four functions.
+/// Who an invocation runs as: one of the deployment's four functions, or an operator's
+/// command (not a function of the deployment, but a writer the checks must tell apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Function {
+pub enum Role {
     Submission,
     Scheduler,
     Agent,
@@ -27,12 +29,43 @@ pub const WORKER_DLQ: &str = "worker-c-dlq";
 /// The agent that is a queue agent in the seeds that have one.
 pub const QUEUE_AGENT: &str = "c";
 
-/// The work queues, their dead-letter queues, visibility timeouts and consumers.
-pub const WORK: [(&str, &str, u64, Function); 4] = [
-    (ORDERS, ORDERS_DLQ, 3_000, Function::Submission),
-    (SCHEDULER, SCHEDULER_DLQ, 3_000, Function::Scheduler),
-    (AGENT, AGENT_DLQ, 6_000, Function::Agent),
-    (WORKER, WORKER_DLQ, 6_000, Function::Agent),
+/// A queue that feeds a function, as Lambda's SQS event source mapping reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkQueue {
+    pub queue: &'static str,
+    pub dead_letter: &'static str,
+    pub visibility_timeout_ms: u64,
+    pub consumer: Role,
+}
+
+impl WorkQueue {
+    /// The queue's settings: its dead-letter queue after `MAX_RECEIVES` receives. No
+    /// duplicates of its own: the fault layer decides those, from the seed.
+    pub fn settings(&self) -> QueueSettings {
+        QueueSettings {
+            visibility_timeout_ms: self.visibility_timeout_ms,
+            max_receives: MAX_RECEIVES,
+            dead_letter: Some(self.dead_letter.to_owned()),
+            duplicate_rate: 0.0,
+        }
+    }
+}
+
+const fn work(
+    queue: &'static str,
+    dead_letter: &'static str,
+    visibility_timeout_ms: u64,
+    consumer: Role,
+) -> WorkQueue {
+    WorkQueue { queue, dead_letter, visibility_timeout_ms, consumer }
+}
+
+/// The work queues.
+pub const WORK: [WorkQueue; 4] = [
+    work(ORDERS, ORDERS_DLQ, 3_000, Role::Submission),
+    work(SCHEDULER, SCHEDULER_DLQ, 3_000, Role::Scheduler),
+    work(AGENT, AGENT_DLQ, 6_000, Role::Agent),
+    work(WORKER, WORKER_DLQ, 6_000, Role::Agent),
 ];
 pub const MAX_RECEIVES: u32 = 5;
 pub const SUPERVISOR_PERIOD_MS: u64 = 1_000;
@@ -57,7 +90,7 @@ pub fn policy() -> Policy {
 /// compensable step after it and budgets of their own (giving up after the pivot must go
 /// forward only, and a read in doubt is no pivot); and the seed's random workflow
 /// (`Swarm::generated`): what handlers know before the seed's new version is published
-/// (`Swarm::publish`, added by `run::workflows`).
+/// (`Swarm::publish`, added by `deploy::workflows`).
 pub fn workflows_before_publish(generated: &Workflow) -> Workflows {
     let saga = Workflow::new(
         "saga",

@@ -65,14 +65,14 @@ struct Restore<'a>(&'a Shared, Option<Arc<str>>);
 
 impl Drop for Restore<'_> {
     fn drop(&mut self) {
-        self.0.w().current_msg = self.1.take();
+        self.0.w().current_message = self.1.take();
     }
 }
 
 impl<F: Future> Future for WithMsg<F> {
     type Output = F::Output;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let prev = self.shared.w().current_msg.replace(self.msg.clone());
+        let prev = self.shared.w().current_message.replace(self.msg.clone());
         let shared = self.shared.clone();
         let _restore = Restore(&shared, prev);
         self.inner.as_mut().poll(cx)

@@ -34,21 +34,25 @@ impl SimStore {
         Ok(())
     }
 
-    fn landed(&self) {
-        let mut w = self.shared.w();
-        let ctx = WriteCtx {
-            inv: w.current_inv.unwrap_or(0),
-            function: w.current_function(),
-            message: w.current_msg.clone(),
-            at: w.now,
-        };
-        w.write_ctx.push(ctx);
-    }
-
-    fn lost_response(&self) -> bool {
+    /// After a write was tried: records who made it if it `landed`, then may lose its
+    /// response (the write stands, the handler sees `Unavailable`).
+    fn written<T>(&self, result: Result<T, StoreError>, landed: bool) -> Result<T, StoreError> {
+        if landed {
+            let mut w = self.shared.w();
+            let ctx = WriteCtx {
+                invocation: w.current_invocation.unwrap_or(0),
+                role: w.current_role(),
+                message: w.current_message.clone(),
+                at: w.now,
+            };
+            w.write_ctx.push(ctx);
+        }
         let mut w = self.shared.w();
         let p = w.faults.store_lost_response;
-        w.roll("store_lost_response", p)
+        if w.roll("store_lost_response", p) {
+            return Err(StoreError::Unavailable("sim: response lost".into()));
+        }
+        result
     }
 }
 
@@ -57,13 +61,8 @@ impl StateStore for SimStore {
     async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
         self.before(Io::Insert).await?;
         let result = self.inner.insert(task).await;
-        if let Ok(Inserted::New) = result {
-            self.landed();
-        }
-        if self.lost_response() {
-            return Err(StoreError::Unavailable("sim: response lost".into()));
-        }
-        result
+        let landed = matches!(result, Ok(Inserted::New));
+        self.written(result, landed)
     }
 
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
@@ -74,13 +73,8 @@ impl StateStore for SimStore {
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
         self.before(Io::Replace).await?;
         let result = self.inner.replace(next, expected_revision).await;
-        if let Ok(Written::Applied) = result {
-            self.landed();
-        }
-        if self.lost_response() {
-            return Err(StoreError::Unavailable("sim: response lost".into()));
-        }
-        result
+        let landed = matches!(result, Ok(Written::Applied));
+        self.written(result, landed)
     }
 
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {

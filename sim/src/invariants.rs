@@ -220,17 +220,36 @@ pub fn history_of(writes: &[WriteRecord], id: &OrderId) -> String {
 }
 
 /// Every violation the records show; empty means every invariant they can show held.
+/// The checks run in a fixed order (each write, then each task, then the operators' and
+/// the remote's keys), so the same records always give the same list.
 pub fn check_records(r: &Records) -> Vec<Violation> {
     let mut found = Vec::new();
     let mut add = |invariant: Invariant, detail: String| found.push(Violation::new(invariant, detail));
-    let threshold = r.policy.failure_threshold;
-    let budget = |t: &TaskRecord| {
-        r.workflows
-            .get_version(&t.workflow, t.workflow_version)
-            .map_or(threshold, |wf| wf.max_failures(t.step, threshold))
-    };
+    check_writes(r, &mut add);
+    check_tasks(r, &mut add);
+    operator_actions_land_once(r.writes, &mut add);
+    one_key_per_step_applied_once(r.ledger, &mut add);
+    found
+}
 
-    // ---- every write ----
+/// The failure budget of the step `t` is at: the step's own, else the threshold.
+fn budget(r: &Records, t: &TaskRecord) -> u32 {
+    let threshold = r.policy.failure_threshold;
+    r.workflows
+        .get_version(&t.workflow, t.workflow_version)
+        .map_or(threshold, |wf| wf.max_failures(t.step, threshold))
+}
+
+/// Whether the remote applied the effect of `step`'s `action` for order `id`.
+fn applied(ledger: &Ledger, id: &OrderId, step: u32, action: Action) -> bool {
+    ledger.is_applied(&idempotency_key(id, step, action).0)
+}
+
+/// Every write, on its own and against the one before it on its order, in the order
+/// they landed.
+fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String)) {
+    // The latest record of each order, as the writes so far left it: each write must start
+    // from it.
     let mut latest: BTreeMap<&str, &TaskRecord> = BTreeMap::new();
     for w in r.writes {
         let after = &w.after;
@@ -239,12 +258,7 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             add(Invariant::Shape, format!("order {id} revision {}: {v}", after.revision));
         }
         let Some(before) = &w.before else {
-            if latest.contains_key(id) {
-                add(Invariant::TerminalOnce, format!("order {id} inserted twice"));
-            }
-            if after.state != ProcessState::Pending {
-                add(Invariant::Lifecycle, format!("order {id} inserted as {:?}", after.state));
-            }
+            inserted(&latest, after, add);
             latest.insert(id, after);
             continue;
         };
@@ -252,141 +266,219 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             add(Invariant::Lifecycle, format!("order {id}: a write did not start from the latest revision"));
         }
         latest.insert(id, after);
-        let operator = matches!(after.last_cause, Cause::Operator { .. });
-        if before.state.is_terminal() && !(operator && before.state == ProcessState::Error) {
-            add(
-                Invariant::Absorbing,
-                format!("order {id} left {:?} for {:?} ({:?})", before.state, after.state, after.last_cause),
-            );
-        }
-        if after.revision != before.revision + 1 {
-            add(
-                Invariant::Lifecycle,
-                format!("order {id}: revision {} -> {}", before.revision, after.revision),
-            );
-        }
-        match infer_trigger(before, after, r.workflows.get_version(&after.workflow, after.workflow_version)) {
-            Some(t) if lifecycle::next(before.state, t) == Some(after.state) => {}
-            t => add(
-                Invariant::Lifecycle,
-                format!("order {id}: {:?} --{t:?}--> {:?} is not in the table", before.state, after.state),
+        a_move_of_the_table(r, before, after, add);
+        one_live_lease(before, after, add);
+        failures_within_budget(r, before, after, add);
+        replies_fenced(before, after, add);
+    }
+}
+
+/// A new task: the first of its order, and Pending.
+fn inserted(
+    latest: &BTreeMap<&str, &TaskRecord>,
+    after: &TaskRecord,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = after.order_id.as_str();
+    if latest.contains_key(id) {
+        add(Invariant::TerminalOnce, format!("order {id} inserted twice"));
+    }
+    if after.state != ProcessState::Pending {
+        add(Invariant::Lifecycle, format!("order {id} inserted as {:?}", after.state));
+    }
+}
+
+/// A write is a row of the transition table, bumps the revision by one, and leaves a
+/// terminal state only for an operator's action on Error.
+fn a_move_of_the_table(
+    r: &Records,
+    before: &TaskRecord,
+    after: &TaskRecord,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = after.order_id.as_str();
+    let operator = matches!(after.last_cause, Cause::Operator { .. });
+    if before.state.is_terminal() && !(operator && before.state == ProcessState::Error) {
+        add(
+            Invariant::Absorbing,
+            format!("order {id} left {:?} for {:?} ({:?})", before.state, after.state, after.last_cause),
+        );
+    }
+    if after.revision != before.revision + 1 {
+        add(Invariant::Lifecycle, format!("order {id}: revision {} -> {}", before.revision, after.revision));
+    }
+    match infer_trigger(before, after, r.workflows.get_version(&after.workflow, after.workflow_version)) {
+        Some(t) if lifecycle::next(before.state, t) == Some(after.state) => {}
+        t => add(
+            Invariant::Lifecycle,
+            format!("order {id}: {:?} --{t:?}--> {:?} is not in the table", before.state, after.state),
+        ),
+    }
+}
+
+/// No write replaces a live lease with another, and no claim lands while one is live.
+fn one_live_lease(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(Invariant, String)) {
+    let id = after.order_id.as_str();
+    if let (Some(old), Some(new)) = (before.locked_by, after.locked_by)
+        && old != new
+    {
+        add(
+            Invariant::OneLease,
+            format!("order {id}: live lease {old} replaced by {new} ({:?})", after.last_cause),
+        );
+    }
+    if matches!(after.last_cause, Cause::Claimed { .. }) && before.locked_by.is_some() {
+        add(Invariant::OneLease, format!("order {id}: claimed while lease {:?} was live", before.locked_by));
+    }
+}
+
+/// FailureCount only grows, and only a lapse moves it, by one; a lapse retries exactly
+/// while the step's failures are below its budget; a new step starts with none.
+fn failures_within_budget(
+    r: &Records,
+    before: &TaskRecord,
+    after: &TaskRecord,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = after.order_id.as_str();
+    if after.failure_count < before.failure_count {
+        add(
+            Invariant::Failures,
+            format!("order {id}: FailureCount {} -> {}", before.failure_count, after.failure_count),
+        );
+    }
+    if after.step_failures > budget(r, after) {
+        add(
+            Invariant::Failures,
+            format!(
+                "order {id}: {} failures of step {}, budget {}",
+                after.step_failures,
+                after.step,
+                budget(r, after)
             ),
-        }
-
-        // One live lease.
-        if let (Some(old), Some(new)) = (before.locked_by, after.locked_by)
-            && old != new
-        {
-            add(
-                Invariant::OneLease,
-                format!("order {id}: live lease {old} replaced by {new} ({:?})", after.last_cause),
-            );
-        }
-        if matches!(after.last_cause, Cause::Claimed { .. }) && before.locked_by.is_some() {
-            add(
-                Invariant::OneLease,
-                format!("order {id}: claimed while lease {:?} was live", before.locked_by),
-            );
-        }
-
-        // FailureCount and the per-step budgets.
-        if after.failure_count < before.failure_count {
-            add(
-                Invariant::Failures,
-                format!("order {id}: FailureCount {} -> {}", before.failure_count, after.failure_count),
-            );
-        }
-        if after.step_failures > budget(after) {
-            add(
-                Invariant::Failures,
-                format!(
-                    "order {id}: {} failures of step {}, budget {}",
-                    after.step_failures,
-                    after.step,
-                    budget(after)
-                ),
-            );
-        }
-        let same_step = after.step == before.step && after.action() == before.action();
-        match &after.last_cause {
-            Cause::DeadlinePassed { .. } => {
-                if after.failure_count != before.failure_count + 1 {
-                    add(
-                        Invariant::Failures,
-                        format!("order {id}: a lapse moved FailureCount by other than one"),
-                    );
-                }
-                let used = before.step_failures + 1;
-                let retried = after.state == ProcessState::Pending
-                    || (before.state == ProcessState::Compensating
-                        && after.state == ProcessState::Compensating);
-                if retried != (used < budget(before)) {
-                    add(
-                        Invariant::Failures,
-                        format!(
-                            "order {id}: lapse {used} of step {} (budget {}) went to {:?}",
-                            before.step,
-                            budget(before),
-                            after.state
-                        ),
-                    );
-                }
-                if retried && after.step_failures != used {
-                    add(
-                        Invariant::Failures,
-                        format!("order {id}: a retry counted {} step failures", after.step_failures),
-                    );
-                }
+        );
+    }
+    let operator = matches!(after.last_cause, Cause::Operator { .. });
+    let same_step = after.step == before.step && after.action() == before.action();
+    match &after.last_cause {
+        Cause::DeadlinePassed { .. } => {
+            if after.failure_count != before.failure_count + 1 {
+                add(Invariant::Failures, format!("order {id}: a lapse moved FailureCount by other than one"));
             }
-            _ if after.failure_count != before.failure_count => {
-                add(Invariant::Failures, format!("order {id}: {:?} changed FailureCount", after.last_cause));
-            }
-            // An operator's action gives the step a fresh budget.
-            _ if same_step && after.step_failures != before.step_failures && !operator => {
+            let used = before.step_failures + 1;
+            let retried = after.state == ProcessState::Pending
+                || (before.state == ProcessState::Compensating && after.state == ProcessState::Compensating);
+            if retried != (used < budget(r, before)) {
                 add(
                     Invariant::Failures,
-                    format!("order {id}: {:?} changed the step's failures", after.last_cause),
-                );
-            }
-            _ => {}
-        }
-        if !same_step && !after.state.is_terminal() && after.step_failures != 0 {
-            add(
-                Invariant::Failures,
-                format!("order {id}: step {} began with {} failures", after.step, after.step_failures),
-            );
-        }
-
-        // A reply lands only on the live lease's own step, in time.
-        if let Cause::Succeeded { step, action } | Cause::Failed { step, action, .. } = &after.last_cause {
-            let fenced = before.locked_by.is_some()
-                && matches!(before.state, ProcessState::Processing | ProcessState::Compensating)
-                && before.step == *step
-                && before.action() == *action
-                && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
-            if !fenced {
-                add(
-                    Invariant::Fenced,
                     format!(
-                        "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
+                        "order {id}: lapse {used} of step {} (budget {}) went to {:?}",
                         before.step,
-                        before.action(),
-                        before.locked_by,
-                        before.complete_by,
-                        after.updated_at
+                        budget(r, before),
+                        after.state
                     ),
                 );
             }
+            if retried && after.step_failures != used {
+                add(
+                    Invariant::Failures,
+                    format!("order {id}: a retry counted {} step failures", after.step_failures),
+                );
+            }
+        }
+        _ if after.failure_count != before.failure_count => {
+            add(Invariant::Failures, format!("order {id}: {:?} changed FailureCount", after.last_cause));
+        }
+        // An operator's action gives the step a fresh budget.
+        _ if same_step && after.step_failures != before.step_failures && !operator => {
+            add(
+                Invariant::Failures,
+                format!("order {id}: {:?} changed the step's failures", after.last_cause),
+            );
+        }
+        _ => {}
+    }
+    if !same_step && !after.state.is_terminal() && after.step_failures != 0 {
+        add(
+            Invariant::Failures,
+            format!("order {id}: step {} began with {} failures", after.step, after.step_failures),
+        );
+    }
+}
+
+/// A reply lands only on the live lease's own step, in time.
+fn replies_fenced(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(Invariant, String)) {
+    let id = after.order_id.as_str();
+    if let Cause::Succeeded { step, action } | Cause::Failed { step, action, .. } = &after.last_cause {
+        let fenced = before.locked_by.is_some()
+            && matches!(before.state, ProcessState::Processing | ProcessState::Compensating)
+            && before.step == *step
+            && before.action() == *action
+            && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
+        if !fenced {
+            add(
+                Invariant::Fenced,
+                format!(
+                    "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
+                    before.step,
+                    before.action(),
+                    before.locked_by,
+                    before.complete_by,
+                    after.updated_at
+                ),
+            );
         }
     }
+}
 
-    // ---- each order's history ----
+/// What one order's writes show of its steps.
+#[derive(Default)]
+struct Ran {
+    /// Steps claimed to run forward.
+    claimed_do: BTreeSet<u32>,
+    /// Steps that ran forward.
+    done: BTreeSet<u32>,
+    /// Steps undone, in the order undone.
+    undone: Vec<u32>,
+    /// Writes that entered a terminal state, and operators' actions that reopened one.
+    terminal_entries: u32,
+    reopened: u32,
+}
+
+impl Ran {
+    fn of(history: &[&WriteRecord]) -> Ran {
+        let mut ran = Ran::default();
+        for w in history {
+            match &w.after.last_cause {
+                // Not counted as reopening: the table has no cancel from a terminal state,
+                // so such a write is already an Absorbing violation.
+                Cause::Operator { act: Act::Cancel, .. } => {}
+                Cause::Operator { .. } if w.before.as_ref().is_some_and(|b| b.state.is_terminal()) => {
+                    ran.reopened += 1;
+                }
+                Cause::Claimed { step, action: Action::Do } => {
+                    ran.claimed_do.insert(*step);
+                }
+                Cause::Succeeded { step, action: Action::Do } => {
+                    ran.done.insert(*step);
+                }
+                Cause::Succeeded { step, action: Action::Undo } => ran.undone.push(*step),
+                _ => {}
+            }
+            if w.after.state.is_terminal() && w.before.as_ref().is_none_or(|b| !b.state.is_terminal()) {
+                ran.terminal_entries += 1;
+            }
+        }
+        ran
+    }
+}
+
+/// Each task against its order's writes, its alerts and what the remote did for it.
+fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) {
     let mut histories: BTreeMap<&str, Vec<&WriteRecord>> = BTreeMap::new();
     for w in r.writes {
         histories.entry(w.after.order_id.as_str()).or_default().push(w);
     }
-    let applied =
-        |id: &OrderId, step: u32, action: Action| r.ledger.is_applied(&idempotency_key(id, step, action).0);
     for task in r.tasks {
         let id = &task.order_id;
         let Some(workflow) = r.workflows.get_version(&task.workflow, task.workflow_version) else {
@@ -406,138 +498,14 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             );
         }
         let history = histories.get(id.as_str()).map(Vec::as_slice).unwrap_or_default();
-        let mut claimed_do = BTreeSet::new();
-        let mut done = BTreeSet::new();
-        let mut undone: Vec<u32> = Vec::new();
-        let mut terminal_entries = 0;
-        let mut reopened = 0;
-        let mut cancelled = false;
-        for w in history {
-            match &w.after.last_cause {
-                Cause::Claimed { step, action: Action::Do } if cancelled => add(
-                    Invariant::CancelledStaysOut,
-                    format!("order {id}: step {step} claimed to run forward after the task was cancelled"),
-                ),
-                Cause::Operator { act: Act::Cancel, .. } => cancelled = true,
-                Cause::Operator { .. } if w.before.as_ref().is_some_and(|b| b.state.is_terminal()) => {
-                    reopened += 1;
-                }
-                _ => {}
-            }
-            match &w.after.last_cause {
-                Cause::Claimed { step, action: Action::Do } => {
-                    claimed_do.insert(*step);
-                }
-                Cause::Succeeded { step, action: Action::Do } => {
-                    done.insert(*step);
-                }
-                Cause::Succeeded { step, action: Action::Undo } => undone.push(*step),
-                _ => {}
-            }
-            if w.after.state.is_terminal() && w.before.as_ref().is_none_or(|b| !b.state.is_terminal()) {
-                terminal_entries += 1;
-            }
-        }
-        if !task.state.is_terminal() {
-            add(Invariant::TerminalOnce, format!("order {id} ended {:?} at step {}", task.state, task.step));
-        } else if terminal_entries != 1 + reopened {
-            add(
-                Invariant::TerminalOnce,
-                format!(
-                    "order {id} entered a terminal state {terminal_entries} times, reopened by operators {reopened} times"
-                ),
-            );
-        }
-
-        // Giving up tells an operator: every move to Error, and every give-up at a spent
-        // budget, has its alert (same state and FailureCount).
-        let alerted = |state: ProcessState, failures: u32| {
-            r.alerts.iter().any(|a| &a.order_id == id && a.state == state && a.failure_count == failures)
-        };
-        for w in history {
-            let (Some(before), after) = (&w.before, &w.after) else { continue };
-            let gave_up = matches!(after.last_cause, Cause::DeadlinePassed { .. })
-                && infer_trigger(before, after, Some(workflow)) != Some(Trigger::Retry);
-            if (after.state == ProcessState::Error || gave_up) && !alerted(after.state, after.failure_count) {
-                add(
-                    Invariant::Alerted,
-                    format!("order {id} went to {:?} ({:?}) without an alert", after.state, after.last_cause),
-                );
-            }
-        }
-        if task.state == ProcessState::Error && !r.alerts.iter().any(|a| &a.order_id == id) {
-            add(Invariant::Alerted, format!("order {id} is Error without an alert"));
-        }
-
-        // Compensation in the records: descending, once each, only what ran forward.
-        if undone.windows(2).any(|p| p[0] <= p[1]) {
-            add(Invariant::Compensation, format!("order {id}: compensations in order {undone:?}"));
-        }
-        for step in &undone {
-            if !claimed_do.contains(step) || workflow.step(*step).is_none_or(|s| s.compensation.is_none()) {
-                add(
-                    Invariant::Compensation,
-                    format!("order {id}: undid step {step}, which never ran or cannot be undone"),
-                );
-            }
-        }
-        if task.state == ProcessState::Compensated {
-            for step in done.iter().filter(|s| workflow.step(**s).is_some_and(|d| d.compensation.is_some())) {
-                if !undone.contains(step) {
-                    add(
-                        Invariant::Compensation,
-                        format!("order {id} Compensated but step {step} was done and never undone"),
-                    );
-                }
-            }
-        }
-        if task.state == ProcessState::Processed
-            && (done.len() as u32 != workflow.len() || !undone.is_empty())
-        {
-            add(
-                Invariant::Compensation,
-                format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
-            );
-        }
-
-        // Compensation at the remote side: newest first, and nothing done after its undo.
-        let effects: Vec<(u32, Action)> = r
-            .ledger
-            .effects
-            .iter()
-            .filter(|(_, o, ..)| o == id.as_str())
-            .map(|(_, _, step, action)| (*step, *action))
-            .collect();
-        let undo_steps: Vec<u32> =
-            effects.iter().filter(|(_, a)| *a == Action::Undo).map(|(s, _)| *s).collect();
-        if undo_steps.windows(2).any(|p| p[0] <= p[1]) {
-            add(
-                Invariant::Compensation,
-                format!("order {id}: the remote undid steps in order {undo_steps:?}"),
-            );
-        }
-        for (i, (step, action)) in effects.iter().enumerate() {
-            if *action == Action::Do && effects[..i].contains(&(*step, Action::Undo)) {
-                add(
-                    Invariant::Compensation,
-                    format!("order {id}: step {step} took effect after it was undone"),
-                );
-            }
-        }
-
-        // Once a pivot's effect was applied, the task only goes forward: no compensation
-        // may be applied for it at all, whatever state it ends in.
-        let pivot_applied = (0..workflow.len())
-            .find(|&s| workflow.step(s).is_some_and(|d| d.is_pivot()) && applied(id, s, Action::Do));
-        if let Some(pivot) = pivot_applied
-            && let Some((step, _)) = effects.iter().find(|(_, a)| *a == Action::Undo)
-        {
-            add(
-                Invariant::PivotGoesForward,
-                format!("order {id}: pivot step {pivot} took effect, yet step {step} was undone"),
-            );
-        }
-
+        cancelled_stays_out(id, history, add);
+        let ran = Ran::of(history);
+        terminal_once(task, &ran, add);
+        alerted(r, task, workflow, history, add);
+        compensated_in_the_records(task, workflow, &ran, add);
+        let effects = remote_effects(r.ledger, id);
+        compensated_at_the_remote(id, &effects, add);
+        pivot_goes_forward(r.ledger, id, workflow, &effects, add);
         if task.order.workflow_version.is_some_and(|v| v != task.workflow_version) {
             add(
                 Invariant::Pinned,
@@ -547,47 +515,208 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
                 ),
             );
         }
-        check_outputs_and_pins(r.ledger, id, workflow, &mut add);
+        check_outputs_and_pins(r.ledger, id, workflow, add);
+        remote_agrees(r, task, workflow, add);
+    }
+}
 
-        // The remote side's ledger against the final state.
-        for (step, def) in (0..workflow.len()).zip(&workflow.steps) {
-            let done = applied(id, step, Action::Do);
-            let undone = applied(id, step, Action::Undo);
-            match task.state {
-                ProcessState::Processed if !done || undone => add(
-                    Invariant::RemoteAgrees,
-                    format!("order {id} Processed but step {step}: applied {done}, undone {undone}"),
-                ),
-                ProcessState::Compensated if done => {
-                    let stands = match def.kind() {
-                        StepKind::ReadOnly => false,
-                        StepKind::Compensable => !undone,
-                        StepKind::Pivot => true,
-                    };
-                    if stands {
-                        add(
-                            Invariant::NothingStands,
-                            format!(
-                                "order {id} Compensated but {} step {step} ({}) took effect{}; history: {}",
-                                match def.kind() {
-                                    StepKind::Pivot => "pivot",
-                                    _ => "compensable",
-                                },
-                                def.name,
-                                if def.kind() == StepKind::Pivot { "" } else { " and was never undone" },
-                                history_of(r.writes, id)
-                            ),
-                        );
-                    }
-                }
-                _ => {}
+/// After a cancel, no write claims a forward step.
+fn cancelled_stays_out(id: &OrderId, history: &[&WriteRecord], add: &mut impl FnMut(Invariant, String)) {
+    let mut cancelled = false;
+    for w in history {
+        match &w.after.last_cause {
+            Cause::Claimed { step, action: Action::Do } if cancelled => add(
+                Invariant::CancelledStaysOut,
+                format!("order {id}: step {step} claimed to run forward after the task was cancelled"),
+            ),
+            Cause::Operator { act: Act::Cancel, .. } => cancelled = true,
+            _ => {}
+        }
+    }
+}
+
+/// The task ended terminal, entering a terminal state once, and once more for each time an
+/// operator reopened it.
+fn terminal_once(task: &TaskRecord, ran: &Ran, add: &mut impl FnMut(Invariant, String)) {
+    let id = &task.order_id;
+    if !task.state.is_terminal() {
+        add(Invariant::TerminalOnce, format!("order {id} ended {:?} at step {}", task.state, task.step));
+    } else if ran.terminal_entries != 1 + ran.reopened {
+        add(
+            Invariant::TerminalOnce,
+            format!(
+                "order {id} entered a terminal state {} times, reopened by operators {} times",
+                ran.terminal_entries, ran.reopened
+            ),
+        );
+    }
+}
+
+/// Giving up tells an operator: every move to Error, and every give-up at a spent budget,
+/// has its alert (same state and FailureCount).
+fn alerted(
+    r: &Records,
+    task: &TaskRecord,
+    workflow: &Workflow,
+    history: &[&WriteRecord],
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = &task.order_id;
+    let alerted = |state: ProcessState, failures: u32| {
+        r.alerts.iter().any(|a| &a.order_id == id && a.state == state && a.failure_count == failures)
+    };
+    for w in history {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        let gave_up = matches!(after.last_cause, Cause::DeadlinePassed { .. })
+            && infer_trigger(before, after, Some(workflow)) != Some(Trigger::Retry);
+        if (after.state == ProcessState::Error || gave_up) && !alerted(after.state, after.failure_count) {
+            add(
+                Invariant::Alerted,
+                format!("order {id} went to {:?} ({:?}) without an alert", after.state, after.last_cause),
+            );
+        }
+    }
+    if task.state == ProcessState::Error && !r.alerts.iter().any(|a| &a.order_id == id) {
+        add(Invariant::Alerted, format!("order {id} is Error without an alert"));
+    }
+}
+
+/// Compensation in the records: descending, once each, only what ran forward and can be
+/// undone; a Compensated task undid every compensable step it did, a Processed one did
+/// every step and undid none.
+fn compensated_in_the_records(
+    task: &TaskRecord,
+    workflow: &Workflow,
+    ran: &Ran,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = &task.order_id;
+    let Ran { claimed_do, done, undone, .. } = ran;
+    if undone.windows(2).any(|p| p[0] <= p[1]) {
+        add(Invariant::Compensation, format!("order {id}: compensations in order {undone:?}"));
+    }
+    for step in undone {
+        if !claimed_do.contains(step) || workflow.step(*step).is_none_or(|s| s.compensation.is_none()) {
+            add(
+                Invariant::Compensation,
+                format!("order {id}: undid step {step}, which never ran or cannot be undone"),
+            );
+        }
+    }
+    if task.state == ProcessState::Compensated {
+        for step in done.iter().filter(|s| workflow.step(**s).is_some_and(|d| d.compensation.is_some())) {
+            if !undone.contains(step) {
+                add(
+                    Invariant::Compensation,
+                    format!("order {id} Compensated but step {step} was done and never undone"),
+                );
             }
         }
     }
+    if task.state == ProcessState::Processed && (done.len() as u32 != workflow.len() || !undone.is_empty()) {
+        add(
+            Invariant::Compensation,
+            format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
+        );
+    }
+}
 
-    // ---- operators: each action (who and why) lands at most once ----
+/// The effects the remote applied for order `id`, in the order applied: (step, action).
+fn remote_effects(ledger: &Ledger, id: &OrderId) -> Vec<(u32, Action)> {
+    ledger
+        .effects
+        .iter()
+        .filter(|(_, o, ..)| o == id.as_str())
+        .map(|(_, _, step, action)| (*step, *action))
+        .collect()
+}
+
+/// Compensation at the remote side: newest first, and nothing done after its undo.
+fn compensated_at_the_remote(
+    id: &OrderId,
+    effects: &[(u32, Action)],
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let undo_steps: Vec<u32> = effects.iter().filter(|(_, a)| *a == Action::Undo).map(|(s, _)| *s).collect();
+    if undo_steps.windows(2).any(|p| p[0] <= p[1]) {
+        add(Invariant::Compensation, format!("order {id}: the remote undid steps in order {undo_steps:?}"));
+    }
+    for (i, (step, action)) in effects.iter().enumerate() {
+        if *action == Action::Do && effects[..i].contains(&(*step, Action::Undo)) {
+            add(Invariant::Compensation, format!("order {id}: step {step} took effect after it was undone"));
+        }
+    }
+}
+
+/// Once a pivot's effect was applied, the task only goes forward: no compensation may be
+/// applied for it at all, whatever state it ends in.
+fn pivot_goes_forward(
+    ledger: &Ledger,
+    id: &OrderId,
+    workflow: &Workflow,
+    effects: &[(u32, Action)],
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let pivot_applied = (0..workflow.len())
+        .find(|&s| workflow.step(s).is_some_and(|d| d.is_pivot()) && applied(ledger, id, s, Action::Do));
+    if let Some(pivot) = pivot_applied
+        && let Some((step, _)) = effects.iter().find(|(_, a)| *a == Action::Undo)
+    {
+        add(
+            Invariant::PivotGoesForward,
+            format!("order {id}: pivot step {pivot} took effect, yet step {step} was undone"),
+        );
+    }
+}
+
+/// The remote side's ledger against the final state: a Processed task has every step
+/// applied and none undone; a Compensated one left no effect standing.
+fn remote_agrees(
+    r: &Records,
+    task: &TaskRecord,
+    workflow: &Workflow,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = &task.order_id;
+    for (step, def) in (0..workflow.len()).zip(&workflow.steps) {
+        let done = applied(r.ledger, id, step, Action::Do);
+        let undone = applied(r.ledger, id, step, Action::Undo);
+        match task.state {
+            ProcessState::Processed if !done || undone => add(
+                Invariant::RemoteAgrees,
+                format!("order {id} Processed but step {step}: applied {done}, undone {undone}"),
+            ),
+            ProcessState::Compensated if done => {
+                let stands = match def.kind() {
+                    StepKind::ReadOnly => false,
+                    StepKind::Compensable => !undone,
+                    StepKind::Pivot => true,
+                };
+                if stands {
+                    add(
+                        Invariant::NothingStands,
+                        format!(
+                            "order {id} Compensated but {} step {step} ({}) took effect{}; history: {}",
+                            match def.kind() {
+                                StepKind::Pivot => "pivot",
+                                _ => "compensable",
+                            },
+                            def.name,
+                            if def.kind() == StepKind::Pivot { "" } else { " and was never undone" },
+                            history_of(r.writes, id)
+                        ),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Each operator's action (who and why) lands at most once.
+fn operator_actions_land_once(writes: &[WriteRecord], add: &mut impl FnMut(Invariant, String)) {
     let mut actions: BTreeMap<(&str, Option<&str>, Option<&str>), usize> = BTreeMap::new();
-    for w in r.writes {
+    for w in writes {
         if matches!(w.after.last_cause, Cause::Operator { .. }) {
             let entry = w.after.timeline.last();
             let key = (
@@ -606,9 +735,11 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             );
         }
     }
+}
 
-    // ---- the remote side: one key per step and action, each effect at most once ----
-    for ((order, step, action), keys) in &r.ledger.keys {
+/// The remote side: one key per step and action, each effect applied at most once.
+fn one_key_per_step_applied_once(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)) {
+    for ((order, step, action), keys) in &ledger.keys {
         let want = OrderId::parse(order).map(|oid| idempotency_key(&oid, *step, *action).0);
         if keys.len() != 1 || want.is_err() || !keys.contains(want.as_ref().unwrap_or(&String::new())) {
             add(
@@ -617,12 +748,11 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
             );
         }
     }
-    for (key, n) in &r.ledger.applied {
+    for (key, n) in &ledger.applied {
         if *n > 1 {
             add(Invariant::Idempotency, format!("effect {key} applied {n} times"));
         }
     }
-    found
 }
 
 /// What the remote side was handed and called as, against the task's pinned version:

@@ -78,16 +78,18 @@ pub struct Ledger {
 /// The longest answer the model gives when it gives one too large to keep.
 const TOO_LARGE: usize = sas::domain::MAX_OUTPUT_BYTES + 100;
 
-/// The randomness a call's verdict draws on. `roll` is a fault of `kind` with
-/// probability `p` (the simulation counts them by kind).
-pub trait Dice {
+/// The chance a call's verdict draws on: which faults hit it, whether a hang reached the
+/// service, what it answers and how slowly. `roll` is a fault of `kind` with probability
+/// `p` (the simulation counts them by kind); a plain generator serves `sasctl dev`, the
+/// world's the simulation, a script the tests below.
+pub trait Chance {
     fn roll(&mut self, kind: &'static str, p: f64) -> bool;
     fn coin(&mut self) -> bool;
     /// Uniform in `0..=max`.
     fn upto(&mut self, max: u64) -> u64;
 }
 
-impl Dice for fastrand::Rng {
+impl Chance for fastrand::Rng {
     fn roll(&mut self, _kind: &'static str, p: f64) -> bool {
         p > 0.0 && self.f64() < p
     }
@@ -132,7 +134,13 @@ impl Ledger {
     /// Decides and records one call at time `at`. Deciding and applying are one step,
     /// as a real idempotent service settles a key once: two concurrent calls with one
     /// key can never see it both applied and refused.
-    pub fn call(&mut self, faults: &RemoteFaults, dice: &mut impl Dice, at: u64, call: Call<'_>) -> Verdict {
+    pub fn call(
+        &mut self,
+        faults: &RemoteFaults,
+        chance: &mut impl Chance,
+        at: u64,
+        call: Call<'_>,
+    ) -> Verdict {
         self.calls += 1;
         self.keys
             .entry((call.order_id.to_owned(), call.step, call.action))
@@ -148,19 +156,19 @@ impl Ledger {
             Action::Do => ("remote_permanent", faults.permanent),
             Action::Undo => ("remote_undo_permanent", faults.undo_permanent),
         };
-        if dice.roll("remote_hang", faults.hang) {
+        if chance.roll("remote_hang", faults.hang) {
             self.hangs += 1;
             // Half the hangs reached the service, which settled the key before the
             // answer was lost: a late `do` there is refused like any other.
-            if dice.coin() {
+            if chance.coin() {
                 if self.is_late(faults, settled, call) {
                     self.refuse_late(call);
                 } else {
-                    self.apply(faults, dice, settled, at, call);
+                    self.apply(faults, chance, settled, at, call);
                 }
             }
             Verdict::Hang
-        } else if dice.roll("remote_transient", faults.transient) {
+        } else if chance.roll("remote_transient", faults.transient) {
             self.transient += 1;
             Verdict::Transient
         } else if settled == Some(Settled::Refused) {
@@ -168,14 +176,14 @@ impl Ledger {
         } else if self.is_late(faults, settled, call) {
             self.refuse_late(call);
             Verdict::Refused
-        } else if settled.is_none() && dice.roll(permanent_kind, permanent) {
+        } else if settled.is_none() && chance.roll(permanent_kind, permanent) {
             self.refusals += 1;
             self.settled.insert(call.key.to_owned(), Settled::Refused);
             self.answered_undo(call);
             Verdict::Refused
         } else {
-            self.apply(faults, dice, settled, at, call);
-            let latency_ms = if faults.latency_max_ms > 0 { dice.upto(faults.latency_max_ms) } else { 0 };
+            self.apply(faults, chance, settled, at, call);
+            let latency_ms = if faults.latency_max_ms > 0 { chance.upto(faults.latency_max_ms) } else { 0 };
             if latency_ms >= call.timeout_ms {
                 // Answered too late: the caller's timeout fired first.
                 Verdict::Hang
@@ -192,7 +200,7 @@ impl Ledger {
     fn apply(
         &mut self,
         faults: &RemoteFaults,
-        dice: &mut impl Dice,
+        chance: &mut impl Chance,
         settled: Option<Settled>,
         at: u64,
         call: Call<'_>,
@@ -203,9 +211,9 @@ impl Ledger {
             *self.applied.entry(call.key.to_owned()).or_default() += 1;
             self.effects.push((at, call.order_id.to_owned(), call.step, call.action));
             if call.action == Action::Do {
-                let answer = if dice.roll("remote_bad_output", faults.bad_output) {
+                let answer = if chance.roll("remote_bad_output", faults.bad_output) {
                     Some(format!(r#"{{"ref":"{}","pad":"{}"}}"#, call.key, "x".repeat(TOO_LARGE)))
-                } else if dice.coin() {
+                } else if chance.coin() {
                     Some(format!(r#"{{"ref":"{}"}}"#, call.key))
                 } else {
                     None
@@ -255,10 +263,10 @@ impl Ledger {
 mod tests {
     use super::*;
 
-    /// Dice that answer from a script: each roll takes the next bool.
+    /// Chance read from a script: each roll and coin takes the next bool.
     struct Scripted(Vec<bool>);
 
-    impl Dice for Scripted {
+    impl Chance for Scripted {
         fn roll(&mut self, _kind: &'static str, _p: f64) -> bool {
             self.0.remove(0)
         }

@@ -5,14 +5,19 @@
 //! `SIM_SEED=<n>`. See docs/SIMULATION.md.
 
 pub mod check;
+pub mod deploy;
 pub mod deployment;
+mod event_loop;
 mod executor;
 pub mod faults;
 pub mod invariants;
+mod invocation;
 pub mod ledger;
+mod operator;
 pub mod remote;
 pub mod run;
 pub mod swarm;
+pub mod timing;
 pub mod workload;
 pub mod world;
 
@@ -24,20 +29,20 @@ pub use check::Violation;
 pub use run::{Options, Outcome, simulate};
 
 /// One seed, run and checked.
-pub struct Verdict {
+pub struct CheckedRun {
     pub outcome: Outcome,
     pub violations: Vec<Violation>,
 }
 
-pub fn run_seed(seed: u64, options: &Options) -> Verdict {
+pub fn run_seed(seed: u64, options: &Options) -> CheckedRun {
     let outcome = simulate(seed, options);
     let violations = check::check(&outcome);
-    Verdict { outcome, violations }
+    CheckedRun { outcome, violations }
 }
 
 /// What a batch of seeds came to.
 #[derive(Debug, Default, Clone)]
-pub struct Summary {
+pub struct SeedsSummary {
     pub seeds: u64,
     /// (seed, its violations), for every failing seed.
     pub failures: Vec<(u64, Vec<Violation>)>,
@@ -56,8 +61,8 @@ pub struct Summary {
     pub late_do_refused: u64,
 }
 
-impl Summary {
-    fn add(&mut self, seed: u64, v: &Verdict) {
+impl SeedsSummary {
+    fn add(&mut self, seed: u64, v: &CheckedRun) {
         let o = &v.outcome;
         self.seeds += 1;
         if !v.violations.is_empty() {
@@ -88,7 +93,7 @@ impl Summary {
         self.late_do_refused += o.ledger.late_do_refused;
     }
 
-    fn merge(&mut self, other: Summary) {
+    fn merge(&mut self, other: SeedsSummary) {
         self.seeds += other.seeds;
         self.failures.extend(other.failures);
         for (k, n) in other.coverage {
@@ -133,15 +138,15 @@ impl Summary {
 
 /// Runs `seeds` on `threads` threads (each seed alone is single-threaded and
 /// deterministic; threads only split the list). Stops early once `stop_after` seeds failed.
-pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize, stop_after: Option<usize>) -> Summary {
+pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize, stop_after: Option<usize>) -> SeedsSummary {
     let threads = threads.max(1);
     let failed = std::sync::atomic::AtomicUsize::new(0);
     let next = std::sync::atomic::AtomicU64::new(seeds.start);
-    let summaries: Vec<Summary> = std::thread::scope(|s| {
+    let summaries: Vec<SeedsSummary> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let mut summary = Summary::default();
+                    let mut summary = SeedsSummary::default();
                     loop {
                         if stop_after.is_some_and(|n| failed.load(std::sync::atomic::Ordering::SeqCst) >= n) {
                             break;
@@ -162,7 +167,7 @@ pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize, stop_after: Option
             .collect();
         handles.into_iter().map(|h| h.join().expect("a simulation thread panicked")).collect()
     });
-    let mut total = Summary::default();
+    let mut total = SeedsSummary::default();
     for s in summaries {
         total.merge(s);
     }

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sas::ports::{RemoteCall, RemoteError, RemoteService};
 
-use crate::ledger::{Call, Dice, Verdict};
+use crate::ledger::{Call, Chance, Verdict};
 use crate::world::{Io, Shared, World};
 
 pub struct SimRemote {
     pub shared: Arc<Shared>,
 }
 
-/// The world's generator as the service model's dice: every fault is counted and traced.
-struct WorldDice<'a>(&'a mut World);
+/// The world's generator as the service model's chance: every fault is counted and traced.
+struct WorldChance<'a>(&'a mut World);
 
-impl Dice for WorldDice<'_> {
+impl Chance for WorldChance<'_> {
     fn roll(&mut self, kind: &'static str, p: f64) -> bool {
         self.0.roll(kind, p)
     }
@@ -40,11 +40,11 @@ impl RemoteService for SimRemote {
             let w = &mut *w;
             let now = w.now;
             let faults = w.faults.remote;
-            // The ledger lives in the world, and so does the generator the dice borrow.
+            // The ledger lives in the world, and so does the generator the chance borrows.
             let mut ledger = std::mem::take(&mut w.ledger);
             let verdict = ledger.call(
                 &faults,
-                &mut WorldDice(w),
+                &mut WorldChance(w),
                 now,
                 Call {
                     key,

@@ -7,7 +7,7 @@ use std::fmt;
 use sas::domain::definitions::MAX_STEPS;
 use sas::domain::{OnGiveUp, Step, Workflow};
 
-use crate::deployment::Function;
+use crate::deployment::Role;
 use crate::ledger::RemoteFaults;
 
 /// Probabilities and bounds of every fault. All zero: a fault-free world.
@@ -49,7 +49,7 @@ pub struct Faults {
     pub double_supervisor: f64,
     /// A function does not run at all from one time to another (throttled to zero, a
     /// broken deploy): its queue backs up and the supervisor sees its tasks lapse.
-    pub outage: Option<(Function, u64, u64)>,
+    pub outage: Option<(Role, u64, u64)>,
 }
 
 impl Faults {
@@ -203,9 +203,9 @@ impl Swarm {
         let mut time_jump = on(rng, 0.001, 0.01);
         let double_supervisor = on(rng, 0.1, 0.5);
         let outage = (rng.u8(..4) == 0).then(|| {
-            let function = [Function::Submission, Function::Scheduler, Function::Agent][rng.usize(..3)];
+            let role = [Role::Submission, Role::Scheduler, Role::Agent][rng.usize(..3)];
             let from = rng.u64(0..=3_000);
-            (function, from, from + rng.u64(2_000..=15_000))
+            (role, from, from + rng.u64(2_000..=15_000))
         });
         // One seed in four has a remote without the tombstone (a late `do` after its undo is
         // applied). Its world never stalls: the cancel's hold covers delays up to the reply

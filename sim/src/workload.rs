@@ -1,5 +1,6 @@
-//! What the application sends in one run: valid orders of both workflows, byte-for-byte
-//! resends, conflicting payloads under an existing id, and bad messages to every queue.
+//! What the application sends in one run: valid orders of the deployment's workflows,
+//! byte-for-byte resends, conflicting payloads under an existing id, apps' cancels, and bad
+//! messages to every queue.
 
 use sas::adapters::embedded::queue_names::{AGENT, ORDERS, SCHEDULER, STATUS};
 
@@ -9,11 +10,12 @@ pub struct Arrival {
     pub at: u64,
     pub queue: &'static str,
     pub body: String,
-    pub kind: Sent,
+    pub kind: Input,
 }
 
+/// What an arrival puts into the pipeline, and so what the checker expects of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sent {
+pub enum Input {
     /// A valid order (first send, resend, or a conflicting payload under its id).
     Order { id: String },
     /// Bad input, and a phrase the reason it is kept with must contain.
@@ -76,25 +78,25 @@ pub fn generate(rng: &mut fastrand::Rng, swarm: &crate::swarm::Swarm) -> Vec<Arr
             body = body.replace(r#""workflow":"generated""#, &named);
         }
         valid.push((id.clone(), body.clone(), workflow));
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id } });
     }
     for _ in 0..swarm.resends {
         let (id, body, _) = valid[rng.usize(..valid.len())].clone();
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id } });
     }
     for _ in 0..swarm.conflicts {
         let (id, _, workflow) = valid[rng.usize(..valid.len())].clone();
         let body = order_body(&id, "c-other", 99, workflow, true);
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Order { id } });
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id } });
     }
     for n in 0..swarm.app_cancels {
         let (id, _, _) = valid[rng.usize(..valid.len())].clone();
         let body = format!(r#"{{"cancel":"{id}","reason":"{}"}}"#, cancel_reason(n));
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Sent::Cancel { id } });
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Cancel { id } });
     }
     for _ in 0..swarm.bad_inputs {
         let (queue, body, expect) = BAD[rng.usize(..BAD.len())];
-        out.push(Arrival { at: at(rng), queue, body: body.to_owned(), kind: Sent::Bad { expect } });
+        out.push(Arrival { at: at(rng), queue, body: body.to_owned(), kind: Input::Bad { expect } });
     }
     out.sort_by_key(|a| a.at);
     out

@@ -12,12 +12,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use crate::deployment::Function;
+use crate::deployment::Role;
 use crate::ledger::Ledger;
 use crate::swarm::Faults;
 
 /// Which invocation (Lambda run) is executing; assigned by the loop.
-pub type InvId = u64;
+pub type InvocationId = u64;
 
 /// One kind of I/O call, as it appears in the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,8 +34,8 @@ pub enum Io {
 /// The context of one landed task write: who wrote it and while handling what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteCtx {
-    pub inv: InvId,
-    pub function: Option<Function>,
+    pub invocation: InvocationId,
+    pub role: Option<Role>,
     /// The body of the message being handled, if the write was made for one.
     pub message: Option<Arc<str>>,
     /// True time of the write.
@@ -44,8 +44,8 @@ pub struct WriteCtx {
 
 /// What the ports need to know about a running invocation.
 #[derive(Debug, Clone, Default)]
-pub struct InvMeta {
-    pub function: Option<Function>,
+pub struct Running {
+    pub role: Option<Role>,
     /// This invocation's clock offset from true time (a Lambda host's clock).
     pub skew: i64,
     /// Whether any fault was injected into it (crash aside).
@@ -97,7 +97,7 @@ impl Trace {
 }
 
 struct Ticket {
-    inv: InvId,
+    invocation: InvocationId,
     io: Io,
     granted: bool,
     waker: Option<Waker>,
@@ -109,9 +109,10 @@ pub struct World {
     pub rng: fastrand::Rng,
     /// The faults in force now (all off in the quiet tail).
     pub faults: Faults,
-    pub current_inv: Option<InvId>,
-    pub current_msg: Option<Arc<str>>,
-    pub invs: BTreeMap<InvId, InvMeta>,
+    pub current_invocation: Option<InvocationId>,
+    pub current_message: Option<Arc<str>>,
+    /// The running invocations, as the ports see them.
+    pub running: BTreeMap<InvocationId, Running>,
     tickets: BTreeMap<u64, Ticket>,
     timers: BTreeMap<(u64, u64), Option<Waker>>,
     next_id: u64,
@@ -134,37 +135,37 @@ impl World {
             return false;
         }
         *self.fault_counts.entry(kind).or_default() += 1;
-        if let Some(inv) = self.current_inv {
-            self.invs.entry(inv).or_default().faulted = true;
+        if let Some(inv) = self.current_invocation {
+            self.running.entry(inv).or_default().faulted = true;
         }
-        let inv = self.current_inv;
+        let inv = self.current_invocation;
         self.trace.note(self.now, || format!("fault {kind} inv {inv:?}"));
         true
     }
 
     /// The running invocation's view of the time.
     pub fn local_now(&self) -> u64 {
-        let skew = self.current_inv.and_then(|i| self.invs.get(&i)).map_or(0, |m| m.skew);
+        let skew = self.current_invocation.and_then(|i| self.running.get(&i)).map_or(0, |m| m.skew);
         self.now.saturating_add_signed(skew)
     }
 
     pub fn current_skew(&self) -> i64 {
-        self.current_inv.and_then(|i| self.invs.get(&i)).map_or(0, |m| m.skew)
+        self.current_invocation.and_then(|i| self.running.get(&i)).map_or(0, |m| m.skew)
     }
 
-    pub fn current_function(&self) -> Option<Function> {
-        self.current_inv.and_then(|i| self.invs.get(&i)).and_then(|m| m.function)
+    pub fn current_role(&self) -> Option<Role> {
+        self.current_invocation.and_then(|i| self.running.get(&i)).and_then(|m| m.role)
     }
 
     // ---- for the loop ----
 
     /// Pending I/O calls: (ticket, invocation, what), in ticket order.
-    pub fn pending(&self) -> Vec<(u64, InvId)> {
-        self.tickets.iter().filter(|(_, t)| !t.granted).map(|(id, t)| (*id, t.inv)).collect()
+    pub fn pending(&self) -> Vec<(u64, InvocationId)> {
+        self.tickets.iter().filter(|(_, t)| !t.granted).map(|(id, t)| (*id, t.invocation)).collect()
     }
 
-    pub fn ticket_io(&self, ticket: u64) -> Option<(InvId, Io)> {
-        self.tickets.get(&ticket).map(|t| (t.inv, t.io.clone()))
+    pub fn ticket_io(&self, ticket: u64) -> Option<(InvocationId, Io)> {
+        self.tickets.get(&ticket).map(|t| (t.invocation, t.io.clone()))
     }
 
     /// Lets a pending call run; returns the waker to wake once the lock is released.
@@ -206,9 +207,9 @@ impl Shared {
             now: 0,
             rng: fastrand::Rng::with_seed(seed),
             faults,
-            current_inv: None,
-            current_msg: None,
-            invs: BTreeMap::new(),
+            current_invocation: None,
+            current_message: None,
+            running: BTreeMap::new(),
             tickets: BTreeMap::new(),
             timers: BTreeMap::new(),
             next_id: 0,
@@ -227,11 +228,11 @@ impl Shared {
     /// invocation (the loop's own calls) it does not wait.
     pub fn gate(self: &Arc<Shared>, io: Io) -> Gate {
         let mut w = self.w();
-        let Some(inv) = w.current_inv else {
+        let Some(inv) = w.current_invocation else {
             return Gate { shared: self.clone(), ticket: None };
         };
         let id = w.next_id();
-        w.tickets.insert(id, Ticket { inv, io, granted: false, waker: None });
+        w.tickets.insert(id, Ticket { invocation: inv, io, granted: false, waker: None });
         Gate { shared: self.clone(), ticket: Some(id) }
     }
 

@@ -1,0 +1,118 @@
+//! Puts up the simulated deployment (`deployment.rs`) for one seed: the embedded store and
+//! queues, the fault layer over them, the send coalescer the functions send through, the
+//! remote service, and each handler twice, on a container from before the seed's publish
+//! and on one from after.
+
+use std::sync::Arc;
+
+use sas::adapters::embedded::queue_names::{self, AGENT_DLQ, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ, STATUS};
+use sas::adapters::embedded::{
+    CountingMetrics, EmbeddedQueues, EmbeddedStore, QueueSettings, RecordingAlerts,
+};
+use sas::adapters::system::FastRandom;
+use sas::domain::Workflows;
+use sas::handlers::{Agent, AgentDeps, Deps, Scheduler, SendCoalescer, Settings, Submission, Supervisor};
+use sas::ports::{QueueUrl, Queues};
+
+use crate::deployment::{
+    QUEUE_AGENT, SEND_MAX_HOLD_MS, WORK, WORKER, WORKER_DLQ, agent_settings, policy, workflows_before_publish,
+};
+use crate::faults::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
+use crate::remote::SimRemote;
+use crate::swarm::Swarm;
+use crate::world::Shared;
+
+/// The seed's workflows once its new version is published: the deployment's
+/// (`deployment::workflows_before_publish`) and the published one (`Swarm::publish`).
+pub fn workflows(swarm: &Swarm) -> Workflows {
+    let mut all = workflows_before_publish(&swarm.generated).all().to_vec();
+    all.extend(swarm.publish.as_ref().map(|p| p.workflow.clone()));
+    Workflows::new(all)
+}
+
+/// The deployment, up. Each handler is held twice: on a container from before the seed's
+/// publish (index 0) and after (1), since a rollout runs both side by side.
+pub struct Deployed {
+    pub store: Arc<EmbeddedStore>,
+    pub queues: Arc<EmbeddedQueues>,
+    /// The fault layer's queues behind a send coalescer, as the functions send.
+    pub sends: Arc<dyn Queues>,
+    pub alerts: Arc<RecordingAlerts>,
+    pub metrics: Arc<CountingMetrics>,
+    pub submission: [Submission; 2],
+    pub scheduler: [Scheduler; 2],
+    pub supervisor: [Supervisor; 2],
+    /// One agent per unit of the agent's concurrency, as Lambda runs a container per
+    /// concurrent invocation: each keeps its own circuit breakers.
+    pub agents: Vec<[Agent; 2]>,
+}
+
+/// Puts the deployment up. Draws the queues', the handlers' and each agent's generator
+/// seeds from `rng`, in that order: a seed's history depends on it.
+pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> Deployed {
+    let store = Arc::new(EmbeddedStore::new());
+    let queues = Arc::new(EmbeddedQueues::new(Arc::new(TrueClock { shared: shared.clone() }), rng.u64(..)));
+    for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, STATUS] {
+        queues.create(q, QueueSettings::default());
+    }
+    for work in WORK {
+        queues.create(work.queue, work.settings());
+    }
+    let sim_queues = Arc::new(SimQueues { inner: queues.clone(), shared: shared.clone() });
+    let alerts = Arc::new(RecordingAlerts::default());
+    let metrics = Arc::new(CountingMetrics::default());
+    let clock = Arc::new(SimClock { shared: shared.clone() });
+    // Held on simulated time: a timer the loop fires like any other, so a seed replays.
+    let sends: Arc<dyn Queues> =
+        Arc::new(SendCoalescer::on_clock(sim_queues, SEND_MAX_HOLD_MS, clock.clone()));
+    let deps = Deps {
+        store: Arc::new(SimStore { inner: store.clone(), shared: shared.clone() }),
+        queues: sends.clone(),
+        alerts: Arc::new(SimAlerts { inner: alerts.clone(), shared: shared.clone() }),
+        clock: clock.clone(),
+        random: Arc::new(FastRandom::seeded(rng.u64(..))),
+        metrics: metrics.clone(),
+    };
+    let mut topology = queue_names::topology();
+    if swarm.queue_agent {
+        topology.queue_agents.insert(QUEUE_AGENT.to_owned(), QueueUrl(WORKER.into()));
+    }
+    let settings = Settings {
+        policy: policy(),
+        workflows: workflows(swarm),
+        topology,
+        reply_to: queue_names::reply_to_rules().own_queue(String::new(), WORKER.into()),
+    };
+    let before = Settings { workflows: workflows_before_publish(&swarm.generated), ..settings.clone() };
+    let generations = [&before, &settings];
+    let remote = Arc::new(SimRemote { shared: shared.clone() });
+    let agents = (0..swarm.agent_concurrency)
+        .map(|_| {
+            let deps = AgentDeps {
+                queues: sends.clone(),
+                clock: clock.clone(),
+                random: Arc::new(FastRandom::seeded(rng.u64(..))),
+                metrics: metrics.clone(),
+                remote: remote.clone(),
+                scheduler_queue: QueueUrl(SCHEDULER.into()),
+            };
+            generations.map(|g| Agent::new(deps.clone(), agent_settings(), g.workflows.clone()))
+        })
+        .collect();
+    let supervisor = generations.map(|g| {
+        let mut supervisor = Supervisor::new(deps.clone(), g.clone());
+        supervisor.page_size = swarm.page_size;
+        supervisor
+    });
+    Deployed {
+        submission: generations.map(|g| Submission::new(deps.clone(), g.clone())),
+        scheduler: generations.map(|g| Scheduler::new(deps.clone(), g.clone())),
+        supervisor,
+        agents,
+        store,
+        queues,
+        sends,
+        alerts,
+        metrics,
+    }
+}

@@ -1,0 +1,606 @@
+//! The discrete-event loop. It owns true time and every scheduling decision: which
+//! queue's messages start an invocation, which pending I/O call of which running
+//! invocation goes next (interleaving concurrent invocations call by call), when time
+//! moves, when the supervisor fires and where a crash lands. Each decision is drawn from
+//! the seed's one generator, so a seed replays exactly.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::task::Poll;
+
+use futures::FutureExt;
+use sas::domain::{OrderId, Timestamp};
+use sas::handlers::{DeadLetters, Inbound};
+use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
+
+use crate::deploy::{Deployed, workflows};
+use crate::deployment::{Role, SUPERVISOR_PERIOD_MS, WORK, policy};
+use crate::invariants::{Invariant, Violation};
+use crate::invocation::{Invocation, InvocationFuture, Returned, run_messages, sweep};
+use crate::operator;
+use crate::swarm::Swarm;
+use crate::timing::{IO_WEIGHT, MAX_STEPS, START_WEIGHT, TICK_MAX_MS, TICK_WEIGHT, liveness_bound_ms};
+use crate::workload::Arrival;
+use crate::world::{InvocationId, Running, Shared};
+
+pub struct EventLoop {
+    swarm: Swarm,
+    shared: Arc<Shared>,
+    deployed: Deployed,
+    /// Which of the deployment's agents runs an invocation now.
+    agent_busy: Vec<bool>,
+    invocations: BTreeMap<InvocationId, Invocation>,
+    last_id: InvocationId,
+    arrivals: Vec<Arrival>,
+    next_arrival: usize,
+    /// When the operator acts (`Swarm::operator_actions`), and how many actions so far.
+    operator_times: Vec<u64>,
+    next_operator: usize,
+    operator_actions: usize,
+    next_sweep: u64,
+    quiet_at: u64,
+    quiet: bool,
+    deadline: u64,
+    steps: u64,
+    started: u64,
+    crashes: u64,
+    runtime: Vec<Violation>,
+    /// Supervisor runs that overlapped in time, as a group: what was due when each
+    /// started, and whether any of them met a fault or crashed.
+    sweep_group: Vec<(InvocationId, Vec<(OrderId, u64)>)>,
+    sweep_group_faulted: bool,
+}
+
+/// What the loop leaves behind, for the run's outcome (`run.rs`).
+pub struct Ended {
+    pub swarm: Swarm,
+    pub shared: Arc<Shared>,
+    pub deployed: Deployed,
+    pub arrivals: Vec<Arrival>,
+    pub quiet_at: u64,
+    pub steps: u64,
+    pub invocations: u64,
+    pub crashes: u64,
+    /// Violations seen while running (panics, a sweep that skipped a due task, no end).
+    pub runtime: Vec<Violation>,
+}
+
+impl EventLoop {
+    /// A loop over `deployed`. Draws the operator's times from `rng`, after the
+    /// deployment's draws (`deploy::deploy`).
+    pub fn new(
+        swarm: Swarm,
+        shared: Arc<Shared>,
+        deployed: Deployed,
+        arrivals: Vec<Arrival>,
+        rng: &mut fastrand::Rng,
+    ) -> EventLoop {
+        let quiet_at = swarm.fault_window_ms;
+        let deadline = quiet_at + liveness_bound_ms(&policy(), &swarm.faults, &workflows(&swarm));
+        // Within the fault window, so that the quiet tail's liveness bound holds.
+        let mut operator_times: Vec<u64> =
+            (0..swarm.operator_actions).map(|_| rng.u64(0..=quiet_at)).collect();
+        operator_times.sort_unstable();
+        EventLoop {
+            agent_busy: vec![false; deployed.agents.len()],
+            shared,
+            deployed,
+            invocations: BTreeMap::new(),
+            last_id: 0,
+            arrivals,
+            next_arrival: 0,
+            operator_times,
+            next_operator: 0,
+            operator_actions: 0,
+            next_sweep: SUPERVISOR_PERIOD_MS,
+            quiet_at,
+            quiet: false,
+            deadline,
+            steps: 0,
+            started: 0,
+            crashes: 0,
+            runtime: Vec::new(),
+            sweep_group: Vec::new(),
+            sweep_group_faulted: false,
+            swarm,
+        }
+    }
+
+    /// Runs until every order has ended and nothing is left in flight, or until the run
+    /// breaks its liveness bound.
+    pub fn run(mut self) -> Ended {
+        self.run_to_the_end();
+        Ended {
+            swarm: self.swarm,
+            shared: self.shared,
+            deployed: self.deployed,
+            arrivals: self.arrivals,
+            quiet_at: self.quiet_at,
+            steps: self.steps,
+            invocations: self.started,
+            crashes: self.crashes,
+            runtime: self.runtime,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.shared.w().now
+    }
+
+    fn note(&self, line: impl FnOnce() -> String) {
+        let mut w = self.shared.w();
+        let now = w.now;
+        w.trace.note(now, line);
+    }
+
+    fn run_to_the_end(&mut self) {
+        loop {
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                self.runtime
+                    .push(Violation::new(Invariant::Liveness, format!("no end after {MAX_STEPS} steps")));
+                return;
+            }
+            self.run_ready();
+            let now = self.now();
+            self.deliver_arrivals(now);
+            self.start_operator_actions(now);
+            if !self.quiet && now >= self.quiet_at {
+                self.quiet = true;
+                let mut w = self.shared.w();
+                w.faults = w.faults.quiet();
+                w.trace.note(now, || "quiet: faults off".into());
+            }
+            if now >= self.next_sweep {
+                self.next_sweep += SUPERVISOR_PERIOD_MS;
+                self.start_sweep();
+                let p = self.shared.w().faults.double_supervisor;
+                if self.roll_outside("double_supervisor", p) {
+                    self.start_sweep();
+                }
+                continue;
+            }
+            if self.finished() {
+                return;
+            }
+            if now > self.deadline {
+                self.runtime.push(Violation::new(
+                    Invariant::Liveness,
+                    format!(
+                        "still running at {now}ms, {}ms after the faults stopped (bound {}ms): {:?}",
+                        now - self.quiet_at,
+                        self.deadline - self.quiet_at,
+                        self.deployed.store.state_counts()
+                    ),
+                ));
+                return;
+            }
+            let jump = self.shared.w().faults.time_jump;
+            if self.roll_outside("time_jump", jump) {
+                let max = self.shared.w().faults.jump_max_ms.max(1);
+                let by = self.shared.w().rng.u64(1..=max);
+                self.advance_to(now + by);
+                continue;
+            }
+            self.step(now);
+        }
+    }
+
+    /// One scheduling decision: run some pending I/O call, start an invocation, or let time pass.
+    fn step(&mut self, now: u64) {
+        let pending = self.shared.w().pending();
+        let startable: Vec<usize> = (0..WORK.len()).filter(|&i| self.startable(i, now)).collect();
+        if pending.is_empty() && startable.is_empty() {
+            let next = self.next_event(now);
+            self.advance_to(next.max(now + 1));
+            return;
+        }
+        let tick = if pending.is_empty() { 0 } else { TICK_WEIGHT };
+        let total = IO_WEIGHT * pending.len() as u64 + START_WEIGHT * startable.len() as u64 + tick;
+        let mut r = self.shared.w().rng.u64(..total);
+        if r < IO_WEIGHT * pending.len() as u64 {
+            let (ticket, id) = pending[(r / IO_WEIGHT) as usize];
+            self.grant(ticket, id);
+            return;
+        }
+        r -= IO_WEIGHT * pending.len() as u64;
+        if r < START_WEIGHT * startable.len() as u64 {
+            self.start_batch(startable[(r / START_WEIGHT) as usize]);
+            return;
+        }
+        let by = self.shared.w().rng.u64(1..=TICK_MAX_MS);
+        self.advance_to(now + by);
+    }
+
+    fn running_as(&self, role: Role) -> usize {
+        self.invocations.values().filter(|i| i.role == role).count()
+    }
+
+    fn limit(&self, role: Role) -> usize {
+        match role {
+            Role::Submission => self.swarm.submission_concurrency,
+            Role::Scheduler => self.swarm.scheduler_concurrency,
+            Role::Agent => self.swarm.agent_concurrency,
+            Role::Supervisor | Role::Operator => 0,
+        }
+    }
+
+    fn startable(&self, work: usize, now: u64) -> bool {
+        let work_queue = WORK[work];
+        let consumer = work_queue.consumer;
+        self.running_as(consumer) < self.limit(consumer)
+            && !self.out(consumer, now)
+            && self.deployed.queues.next_visible(work_queue.queue).is_some_and(|t| t.0 <= now)
+    }
+
+    /// Whether `role` is in its outage at `now`.
+    fn out(&self, role: Role, now: u64) -> bool {
+        self.shared.w().faults.outage.is_some_and(|(r, from, until)| r == role && from <= now && now < until)
+    }
+
+    fn next_event(&self, now: u64) -> u64 {
+        let mut next = self.next_sweep;
+        if let Some(t) = self.shared.w().next_timer() {
+            next = next.min(t);
+        }
+        if let Some((_, from, until)) = self.shared.w().faults.outage {
+            for t in [from, until] {
+                if t > now {
+                    next = next.min(t);
+                }
+            }
+        }
+        for work in WORK {
+            let full =
+                self.running_as(work.consumer) >= self.limit(work.consumer) || self.out(work.consumer, now);
+            if let Some(t) = self.deployed.queues.next_visible(work.queue)
+                && !full
+            {
+                next = next.min(t.0);
+            }
+        }
+        if let Some(a) = self.arrivals.get(self.next_arrival) {
+            next = next.min(a.at);
+        }
+        if let Some(t) = self.operator_times.get(self.next_operator) {
+            next = next.min(*t);
+        }
+        if !self.quiet {
+            next = next.min(self.quiet_at);
+        }
+        next.max(now)
+    }
+
+    fn advance_to(&mut self, t: u64) {
+        let wakers = {
+            let mut w = self.shared.w();
+            if t <= w.now {
+                return;
+            }
+            w.now = t;
+            w.due_timers()
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Which definitions a starting invocation's container holds: before the seed's new
+    /// version is published, the old; during its rollout, the new with a probability
+    /// growing to one; after, the new.
+    fn generation(&self) -> usize {
+        let Some(publish) = &self.swarm.publish else { return 0 };
+        let now = self.now();
+        if now < publish.at_ms {
+            return 0;
+        }
+        let share = match publish.rollout_ms {
+            0 => 1.0,
+            r => ((now - publish.at_ms) as f64 / r as f64).min(1.0),
+        };
+        // Drawn from the world's generator, but not a fault: not counted as one.
+        usize::from(self.shared.w().rng.f64() < share)
+    }
+
+    /// A fault decided by the loop itself, outside any invocation.
+    fn roll_outside(&self, kind: &'static str, p: f64) -> bool {
+        self.shared.w().roll(kind, p)
+    }
+
+    fn deliver_arrivals(&mut self, now: u64) {
+        while let Some(a) = self.arrivals.get(self.next_arrival) {
+            if a.at > now {
+                break;
+            }
+            let (queue, body) = (a.queue, a.body.clone());
+            self.next_arrival += 1;
+            let p = self.shared.w().faults.duplicate;
+            let copies = if self.roll_outside("duplicate", p) { 2 } else { 1 };
+            for _ in 0..copies {
+                self.note(|| format!("arrive {queue} {body}"));
+                let sent = self
+                    .deployed
+                    .queues
+                    .send(&QueueUrl(queue.into()), Outgoing::new(body.clone()))
+                    .now_or_never();
+                assert!(matches!(sent, Some(Ok(()))), "the embedded queue accepts at once");
+            }
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.next_arrival == self.arrivals.len()
+            && self.next_operator == self.operator_times.len()
+            && self.invocations.is_empty()
+            && !self.shared.w().has_timers()
+            && WORK.iter().all(|work| self.deployed.queues.depth(work.queue) == 0)
+            && self.deployed.store.state_counts().keys().all(|s| s.is_terminal())
+    }
+
+    // ---- invocations ----
+
+    /// A new invocation's id and where it will crash, if it does; draws its clock's skew.
+    fn new_invocation(&mut self, role: Role) -> (InvocationId, Option<u32>) {
+        self.last_id += 1;
+        self.started += 1;
+        let id = self.last_id;
+        let mut w = self.shared.w();
+        let f = w.faults;
+        let skew = if f.skew_max_ms > 0 {
+            let b = f.skew_max_ms as i64;
+            w.rng.i64(-b..=b)
+        } else {
+            0
+        };
+        let crash = f.crash > 0.0 && w.rng.f64() < f.crash;
+        let crash_at = crash.then(|| w.rng.u32(0..=12));
+        w.running.insert(id, Running { role: Some(role), skew, faulted: skew != 0 });
+        let now = w.now;
+        w.trace.note(now, || format!("start inv {id} {role:?} skew {skew} crash_at {crash_at:?}"));
+        (id, crash_at)
+    }
+
+    fn start_batch(&mut self, work: usize) {
+        let work_queue = WORK[work];
+        let queue = work_queue.queue;
+        let role = work_queue.consumer;
+        let received = self.deployed.queues.receive(queue, self.swarm.batch_size).expect("queue exists");
+        if received.is_empty() {
+            return;
+        }
+        let (id, crash_at) = self.new_invocation(role);
+        let generation = self.generation();
+        self.note(|| {
+            let ids: Vec<&str> = received.iter().map(|r| r.message.message_id.as_str()).collect();
+            format!("inv {id} receives {queue} {ids:?}")
+        });
+        let messages: Vec<Inbound> = received.iter().map(|r| r.message.inbound()).collect();
+        let dead_letters = DeadLetters {
+            queues: self.deployed.sends.clone(),
+            source: QueueUrl(queue.into()),
+            dead_letter_queue: QueueUrl(work_queue.dead_letter.into()),
+            metrics: self.deployed.metrics.clone(),
+        };
+        let shared = self.shared.clone();
+        let mut agent_slot = None;
+        let future = match role {
+            Role::Submission => {
+                run_messages(self.deployed.submission[generation].clone(), shared, messages, dead_letters)
+            }
+            Role::Scheduler => {
+                run_messages(self.deployed.scheduler[generation].clone(), shared, messages, dead_letters)
+            }
+            Role::Agent => {
+                let slot = self.agent_busy.iter().position(|busy| !busy).expect("a free agent");
+                self.agent_busy[slot] = true;
+                agent_slot = Some(slot);
+                run_messages(self.deployed.agents[slot][generation].clone(), shared, messages, dead_letters)
+            }
+            Role::Supervisor | Role::Operator => unreachable!("{role:?} is not fed by a queue"),
+        };
+        let invocation = Invocation::batch(role, future, queue, received, crash_at, agent_slot);
+        self.invocations.insert(id, invocation);
+        self.run_ready();
+    }
+
+    fn start_operator_actions(&mut self, now: u64) {
+        while let Some(&t) = self.operator_times.get(self.next_operator) {
+            if t > now {
+                break;
+            }
+            self.next_operator += 1;
+            self.start_operator_action();
+        }
+    }
+
+    /// An operator acts on a task (`operator::decide`); a twin starts a second invocation
+    /// with the same action.
+    fn start_operator_action(&mut self) {
+        let tasks = self.deployed.store.tasks();
+        if tasks.is_empty() {
+            return;
+        }
+        let operator::Decision { task, act, twins } = operator::decide(&tasks, &mut self.shared.w());
+        self.operator_actions += 1;
+        let why = format!("op-{}", self.operator_actions);
+        for _ in 0..1 + usize::from(twins) {
+            let (id, crash_at) = self.new_invocation(Role::Operator);
+            let submission = self.deployed.submission[self.generation()].clone();
+            let (order_id, why, seen) = (task.order_id.clone(), why.clone(), task.revision);
+            self.note(|| format!("inv {id} operator {act:?} on {order_id} ({why})"));
+            let future: InvocationFuture = operator::command(submission, order_id, act, why, seen);
+            self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
+        }
+        self.run_ready();
+    }
+
+    fn start_sweep(&mut self) {
+        let (id, crash_at) = self.new_invocation(Role::Supervisor);
+        // What is due by this run's own clock as it starts: the next run must act on it.
+        let local_now = {
+            let w = self.shared.w();
+            w.now.saturating_add_signed(w.running[&id].skew)
+        };
+        let store = &self.deployed.store;
+        let due_at_start = store
+            .due(Timestamp(local_now), usize::MAX)
+            .now_or_never()
+            .expect("the embedded store answers at once")
+            .expect("no faults outside the fault layer")
+            .into_iter()
+            .filter_map(|id| store.peek(&id))
+            .map(|t| (t.order_id, t.revision))
+            .collect();
+        let future = sweep(self.deployed.supervisor[self.generation()].clone());
+        self.invocations.insert(id, Invocation::unqueued(Role::Supervisor, future, crash_at, due_at_start));
+        self.run_ready();
+    }
+
+    /// Polls every woken invocation until none is woken.
+    fn run_ready(&mut self) {
+        loop {
+            let woken: Vec<InvocationId> =
+                self.invocations.iter().filter(|(_, i)| i.flag.take()).map(|(id, _)| *id).collect();
+            if woken.is_empty() {
+                return;
+            }
+            for id in woken {
+                self.poll(id);
+            }
+        }
+    }
+
+    fn poll(&mut self, id: InvocationId) {
+        let Some(invocation) = self.invocations.get_mut(&id) else { return };
+        match invocation.poll(id, &self.shared) {
+            Ok(Poll::Pending) => {}
+            Ok(Poll::Ready(returned)) => self.finish(id, returned),
+            Err(text) => {
+                let role = invocation.role;
+                self.runtime.push(Violation::new(
+                    Invariant::NoPanic,
+                    format!("{role:?} invocation {id} panicked: {text}"),
+                ));
+                self.crash(id, "panicked");
+            }
+        }
+    }
+
+    /// Lets invocation `id` make its pending I/O call `ticket`, unless it crashes there.
+    fn grant(&mut self, ticket: u64, id: InvocationId) {
+        let Some(invocation) = self.invocations.get_mut(&id) else { return };
+        if invocation.crash_at == Some(invocation.granted) {
+            self.crash(id, "at an I/O call");
+            return;
+        }
+        invocation.granted += 1;
+        let waker = {
+            let mut w = self.shared.w();
+            w.current_invocation = Some(id);
+            let f = w.faults;
+            if f.skew_max_ms > 0 && w.roll("skew_jump", f.skew_jump) {
+                let b = f.skew_max_ms as i64;
+                let skew = w.rng.i64(-b..=b);
+                w.running.entry(id).or_default().skew = skew;
+            }
+            w.current_invocation = None;
+            let io = w.ticket_io(ticket).map(|(_, io)| io);
+            let now = w.now;
+            w.trace.note(now, || format!("inv {id} io {io:?}"));
+            w.grant(ticket)
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        self.run_ready();
+    }
+
+    /// The invocation dies where it stands: nothing more of it runs, its messages are not
+    /// deleted and come back once their visibility lapses.
+    fn crash(&mut self, id: InvocationId, how: &str) {
+        let Some(invocation) = self.invocations.remove(&id) else { return };
+        self.crashes += 1;
+        if let Some(slot) = invocation.agent_slot {
+            self.agent_busy[slot] = false;
+        }
+        if invocation.role == Role::Supervisor {
+            self.sweep_group_faulted = true;
+            self.end_of_sweep();
+        }
+        self.note(|| format!("crash inv {id} {how}"));
+        drop(invocation);
+        self.shared.w().running.remove(&id);
+    }
+
+    fn finish(&mut self, id: InvocationId, returned: Returned) {
+        if self.invocations.get(&id).is_some_and(|i| i.crash_at.is_some()) {
+            // It crashed after its last I/O call, before the platform deleted anything.
+            self.crash(id, "before its messages were deleted");
+            return;
+        }
+        let invocation = self.invocations.remove(&id).expect("finishing a live invocation");
+        if let Some(slot) = invocation.agent_slot {
+            self.agent_busy[slot] = false;
+        }
+        match returned {
+            Returned::Batch(report) => {
+                let queue = invocation.queue.expect("batches come from a queue");
+                for r in &invocation.received {
+                    if report.failures.contains(&r.message.message_id) {
+                        continue;
+                    }
+                    let lost = {
+                        let mut w = self.shared.w();
+                        w.current_invocation = Some(id);
+                        let p = w.faults.delete_lost;
+                        let lost = w.roll("delete_lost", p);
+                        w.current_invocation = None;
+                        lost
+                    };
+                    if !lost {
+                        self.deployed.queues.delete(queue, &r.receipt);
+                    }
+                }
+                self.note(|| format!("finish inv {id} failures {:?} kept {}", report.failures, report.kept));
+            }
+            Returned::Operator(result) => {
+                self.note(|| format!("finish inv {id} operator {result:?}"));
+            }
+            Returned::Sweep(result) => {
+                let faulted = self.shared.w().running.get(&id).is_some_and(|m| m.faulted);
+                self.note(|| format!("finish inv {id} sweep {result:?}"));
+                let clean = result.as_ref().is_ok_and(|r| r.errors == 0) && !faulted;
+                self.sweep_group_faulted |= !clean;
+                self.sweep_group.push((id, invocation.due_at_start));
+                self.end_of_sweep();
+            }
+        }
+        self.shared.w().running.remove(&id);
+    }
+
+    /// When the last of a group of overlapping supervisor runs ends, and none of them met a
+    /// fault: every task due when any of them started has been acted on (by them or by
+    /// anyone else). `Invariant::Supervised` ("a task past its deadline is acted on by the
+    /// next supervisor run"), allowing concurrent runs to share the work.
+    fn end_of_sweep(&mut self) {
+        if self.invocations.values().any(|i| i.role == Role::Supervisor) {
+            return;
+        }
+        let group = std::mem::take(&mut self.sweep_group);
+        if std::mem::take(&mut self.sweep_group_faulted) {
+            return;
+        }
+        for (id, due) in group {
+            for (order_id, revision) in due {
+                let now =
+                    self.deployed.store.task(&order_id).now_or_never().expect("at once").expect("no fault");
+                if now.is_some_and(|t| t.revision == revision) {
+                    self.runtime.push(Violation::new(
+                        Invariant::Supervised,
+                        format!("supervisor run {id} (and any overlapping) left order {order_id}, due at its start, untouched"),
+                    ));
+                }
+            }
+        }
+    }
+}

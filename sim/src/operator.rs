@@ -1,0 +1,64 @@
+//! The simulated operator: which task it acts on, what it does there, and whether the
+//! same action goes out twice at once, as from two terminals. The loop (`event_loop.rs`)
+//! decides when it acts; its commands run as invocations of their own.
+
+use sas::domain::{Act, Actor, OrderId, ProcessState, TaskRecord};
+use sas::handlers::Submission;
+
+use crate::invocation::{InvocationFuture, Returned};
+use crate::world::World;
+
+/// Who the simulated operator's actions name.
+pub const OPERATOR: &str = "sim-operator";
+
+/// One action, decided.
+pub struct Decision {
+    pub task: TaskRecord,
+    pub act: Act,
+    /// Sent twice at once: the two must land at most once between them.
+    pub twins: bool,
+}
+
+/// Picks a task of `tasks` (not empty) and what its state calls for (or, now and then,
+/// what it does not: that must be refused). One in three is sent twice.
+pub fn decide(tasks: &[TaskRecord], w: &mut World) -> Decision {
+    // Mostly a task in Error, when there is one: that is what operators act on.
+    let errors: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == ProcessState::Error).collect();
+    let task = if !errors.is_empty() && w.rng.u8(..3) > 0 {
+        errors[w.rng.usize(..errors.len())].clone()
+    } else {
+        tasks[w.rng.usize(..tasks.len())].clone()
+    };
+    let resubmit = |w: &mut World| Act::Resubmit {
+        from_step: (w.rng.u8(..3) == 0).then(|| w.rng.u32(0..=task.step + 1)),
+    };
+    let act = match task.state {
+        ProcessState::Error if w.rng.bool() => Act::Compensate,
+        ProcessState::Error => resubmit(w),
+        ProcessState::Pending | ProcessState::Processing if w.rng.u8(..4) > 0 => Act::Cancel,
+        _ => match w.rng.u8(..3) {
+            0 => Act::Cancel,
+            1 => Act::Compensate,
+            _ => resubmit(w),
+        },
+    };
+    Decision { task, act, twins: w.rng.u8(..3) == 0 }
+}
+
+/// The operator's command (`sasctl tasks`), run on a submission function's container.
+pub fn command(
+    submission: Submission,
+    order_id: OrderId,
+    act: Act,
+    why: String,
+    seen: u64,
+) -> InvocationFuture {
+    Box::pin(async move {
+        // Decided on the task as the operator saw it: a twin, or one delayed until the
+        // task came back to the same state, must not land a second time.
+        let actor = Actor { by: OPERATOR, why: &why, seen: Some(seen) };
+        Returned::Operator(
+            sas::handlers::operate(&submission.deps, &submission.settings, &order_id, act, actor).await,
+        )
+    })
+}

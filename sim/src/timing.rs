@@ -1,0 +1,45 @@
+//! How the loop paces a run, and when it gives up on one: the weights of its choices,
+//! the most time it lets pass between two I/O calls, its step cap, and the bound every
+//! order must end within once the faults stop.
+
+use sas::domain::{Policy, Workflow, Workflows};
+
+use crate::deployment::{SUPERVISOR_PERIOD_MS, WORK};
+use crate::swarm::Faults;
+
+/// The weights the loop draws its next step by (docs/SIMULATION.md, "How it works"): each
+/// pending I/O call, each queue whose messages could start an invocation, and letting time
+/// pass, which counts only while calls are pending, so that I/O takes time.
+pub const IO_WEIGHT: u64 = 4;
+pub const START_WEIGHT: u64 = 3;
+pub const TICK_WEIGHT: u64 = 2;
+/// Largest step of time the loop takes between two I/O calls.
+pub const TICK_MAX_MS: u64 = 25;
+/// Loop steps after which a run that has not ended is a liveness violation: a run that
+/// spins without moving time past its deadline would otherwise never end.
+pub const MAX_STEPS: u64 = 2_000_000;
+
+/// How long after the faults stop every order must have ended: the worst case of every
+/// step, forward and then undone, using its whole failure budget, each failure costing a
+/// lease, its grace, a pending timeout, the longest backoff, a supervisor period and the
+/// clocks' skew; plus one visibility timeout and one message delay still in flight, and
+/// some slack.
+pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows) -> u64 {
+    let longest = workflows.all().iter().map(|w| w.len()).max().unwrap_or(1);
+    let largest = |of_step: &dyn Fn(&Workflow, u32) -> u64, default: u64| {
+        workflows.all().iter().flat_map(|w| (0..w.len()).map(|i| of_step(w, i))).max().unwrap_or(default)
+    };
+    let threshold = policy.failure_threshold;
+    let budget = largest(&|w, i| u64::from(w.max_failures(i, threshold)), u64::from(threshold));
+    let step_timeout = largest(&|w, i| w.timeout_ms(i, policy.step_timeout_ms), policy.step_timeout_ms);
+    let cycle = step_timeout
+        + policy.reply_grace_ms
+        + policy.pending_timeout_ms
+        + policy.retry_backoff.cap_ms
+        + SUPERVISOR_PERIOD_MS
+        + 2 * faults.skew_max_ms
+        + faults.overshoot_max_ms;
+    let cycles = u64::from(2 * longest - 1) * budget + u64::from(longest) + 1;
+    let in_flight = WORK.iter().map(|w| w.visibility_timeout_ms).max().unwrap_or(0) + faults.delay_max_ms;
+    cycles * cycle + in_flight + 5_000
+}
