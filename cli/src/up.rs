@@ -23,8 +23,8 @@ use sas::adapters::system::{FastRandom, SystemClock};
 use sas::config::{AgentConfig, SchedulerConfig, SubmissionConfig, SupervisorConfig};
 use sas::domain::{Definitions, QueueId};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Submission,
-    Supervisor,
+    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
+    Submission, Supervisor,
 };
 use sas::ports::{QueueConsumer, QueueUrl, Queues};
 use tokio::signal::unix::{SignalKind, signal};
@@ -363,7 +363,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
         created: ready.created.len(),
         definitions: &ready.definitions,
         targets: &ready.targets,
-        step_timeout_ms: configs.scheduler.policy.step_timeout_ms,
+        step_timeout_ms: configs.scheduler.state.policy.step_timeout_ms,
     }
     .print(&board);
 
@@ -446,7 +446,7 @@ pub fn start(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (sdk, clients, configs) = (&ready.sdk, &ready.clients, &ready.configs);
     let sqs = Arc::new(SqsQueues::new(clients.sqs.clone()));
-    let hold = Duration::from_millis(configs.scheduler.send_max_hold_ms);
+    let hold = Duration::from_millis(configs.scheduler.state.send_max_hold_ms);
     let sends: Arc<dyn Queues> = Arc::new(SendCoalescer::new(sqs.clone(), hold));
     // The agent holds its sends for less: its handlers wait on remote services.
     let agent_hold = Duration::from_millis(configs.agent.send_max_hold_ms);
@@ -454,14 +454,14 @@ pub fn start(
     let metrics = Arc::new(CountingMetrics::default());
     let deps = Deps {
         store: Arc::new(TapStore::new(
-            DynamoStore::new(clients.dynamodb.clone(), configs.scheduler.tables.clone()),
+            DynamoStore::new(clients.dynamodb.clone(), configs.scheduler.state.tables.clone()),
             board.clone(),
         )),
         queues: sends.clone(),
         alerts: Arc::new(TeeAlerts {
             first: Arc::new(SnsAlerts::new(
                 clients.sns.clone(),
-                configs.scheduler.alert_topic_arn.clone(),
+                configs.scheduler.alerts.topic_arn.clone(),
                 sas::adapters::aws::sns::Deployment::Prefix(options.prefix.clone()),
             )),
             then: board.clone(),
@@ -488,9 +488,9 @@ pub fn start(
         agent_config.definitions.workflows.clone(),
     )
     .with_agents(&agent_config.definitions.agents);
-    let submission = Submission::new(deps.clone(), configs.submission.settings());
-    let scheduler = Scheduler::new(deps.clone(), configs.scheduler.settings());
-    let supervisor = Supervisor::new(deps.clone(), configs.supervisor.settings());
+    let submission = Submission::new(deps.clone(), Settings::from_config(&configs.submission.state));
+    let scheduler = Scheduler::new(deps.clone(), Settings::from_config(&configs.scheduler.state));
+    let supervisor = Supervisor::new(deps.clone(), Settings::from_config(&configs.supervisor.state));
 
     let pumps = Pumps {
         consumer: sqs,
@@ -512,7 +512,7 @@ pub fn start(
             async move { s.handle(m).await }
         }),
         pumps.spawn(
-            &scheduler_queue.scheduler_queue,
+            &scheduler_queue.state.scheduler_queue,
             &scheduler_queue.scheduler_dlq,
             options.windows.scheduler_ms,
             move |m| {
