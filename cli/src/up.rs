@@ -20,7 +20,7 @@ use sas::adapters::aws::{AwsSecrets, Clients, DynamoStore, SnsAlerts, SqsQueues}
 use sas::adapters::embedded::CountingMetrics;
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
-use sas::config::{AgentConfig, SchedulerConfig, SubmissionConfig, SupervisorConfig};
+use sas::config::{AgentConfig, SchedulerConfig, Source, SubmissionConfig, SupervisorConfig};
 use sas::domain::{Definitions, QueueId};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
@@ -47,20 +47,6 @@ pub const RECEIVE_WAIT_MS: u64 = 2_000;
 
 /// The deployed supervisor's schedule (template.yaml's `SupervisorSchedule` default).
 pub const DEPLOYED_SCHEDULE: &str = "rate(1 minute)";
-
-/// The functions' tuning variables `up` takes from its environment, as the functions
-/// take them from theirs; everything else in their configuration comes from the
-/// resources and the options.
-const TUNING: [&str; 8] = [
-    "STEP_TIMEOUT_MS",
-    "REPLY_GRACE_MS",
-    "PENDING_TIMEOUT_MS",
-    "FAILURE_THRESHOLD",
-    "RETRY_BASE_MS",
-    "RETRY_CAP_MS",
-    "SEND_MAX_HOLD_MS",
-    "REPLY_TO_EXTRA_QUEUE_ARNS",
-];
 
 /// Stands in for `REMOTE_SERVICE_URL` when every HTTP agent names its own `url`: the
 /// agent's configuration requires one, and no call ever goes to it (port 9, discard).
@@ -180,7 +166,8 @@ fn status_arn(provisioned: &Provisioned, region: &str) -> Result<String, UpError
 }
 
 /// The four functions' configurations, read by their own code from the variables a
-/// deployment would set (the resources' names and URLs) plus `TUNING` from ours.
+/// deployment would set (the resources' names and URLs) plus the tuning variables (`Source::Tuning` in the
+/// functions' variable list) from ours, as the functions take them from theirs.
 struct Configs {
     submission: SubmissionConfig,
     scheduler: SchedulerConfig,
@@ -207,7 +194,9 @@ fn configs(
     }
     let lookup = |name: &str| match vars.get(name) {
         Some(v) => Some(v.clone()),
-        None if TUNING.contains(&name) => std::env::var(name).ok(),
+        None if sas::config::variables::variable(name).is_some_and(|v| v.source == Source::Tuning) => {
+            std::env::var(name).ok()
+        }
         None => None,
     };
     let config = |e: sas::config::ConfigError| UpError::Config(e.problems.join("; "));

@@ -315,4 +315,34 @@ mod tests {
             }
         }
     }
+
+    /// README's configuration table lists exactly these variables, each with the functions
+    /// that read it (`| NAME | reader, reader (optional) |`, readers in alphabetical order).
+    #[test]
+    fn the_readme_lists_every_variable() {
+        let readme = include_str!("../../../README.md");
+        let section = readme.split("## Configuration (Lambda functions)").nth(1).expect("the section");
+        let section = section.split("\n## ").next().unwrap();
+        let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
+        assert_eq!(
+            rows.len(),
+            VARIABLES.len(),
+            "README has {} rows, the list {}",
+            rows.len(),
+            VARIABLES.len()
+        );
+        for v in VARIABLES {
+            let mut readers: Vec<String> = v
+                .read_by
+                .iter()
+                .map(|(f, n)| match n {
+                    Need::Required => f.as_str().to_owned(),
+                    Need::Optional => format!("{} (optional)", f.as_str()),
+                })
+                .collect();
+            readers.sort();
+            let row = format!("| `{}` | {} |", v.name, readers.join(", "));
+            assert!(rows.iter().any(|r| r.starts_with(&row)), "README lacks the row {row}");
+        }
+    }
 }
