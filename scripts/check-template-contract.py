@@ -18,7 +18,8 @@ infra/ bootstrap expect. This checks that contract:
 - the dashboard body is valid JSON once substituted and shows every alarm;
 - outputs carry queue URLs, table names and the topic ARN.
 
-Usage: check-template-contract.py template.transformed.json  (exit 1 on any finding)
+Usage: check-template-contract.py template.transformed.json variables.json  (exit 1 on any finding)
+(variables.json: `sas-bootstrap --variables --json`, the code's list of the functions' variables)
 """
 
 import json
@@ -145,12 +146,15 @@ for name in expected_queues:
         err(f"{name}: maxReceiveCount must be 5")
 
 # ---------------------------------------------------------------- functions
-ENV_COMMON = {
-    "STATE_TABLE", "DUE_INDEX", "DUE_SHARDS", "ORDERS_QUEUE_URL", "ORDERS_DLQ_URL",
-    "SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL", "AGENT_QUEUE_URL", "AGENT_DLQ_URL", "ALERT_TOPIC_ARN",
-    "STEP_TIMEOUT_MS", "REPLY_GRACE_MS", "PENDING_TIMEOUT_MS", "FAILURE_THRESHOLD", "RETRY_BASE_MS", "SEND_MAX_HOLD_MS",
-    "RETRY_CAP_MS", "METRICS_NAMESPACE", "STATUS_QUEUE_ARN", "REPLY_TO_EXTRA_QUEUE_ARNS", "WORKFLOWS_FILE",
-    "RETENTION_DAYS", "STACK_NAME",
+# What each function reads, from the code's own list; "platform" variables (the region,
+# a local endpoint) are Lambda's or a local run's, never the template's.
+with open(sys.argv[2]) as f:
+    VARIABLES = json.load(f)
+if not VARIABLES:
+    err("the variable list is empty")
+ENV_BY_FUNCTION = {
+    short: {v["name"] for v in VARIABLES if short in v["read_by"] and v["source"] != "platform"}
+    for short in ("submission", "scheduler", "agent", "supervisor")
 }
 functions = {sub_name(v["Properties"].get("FunctionName")): (k, v["Properties"]) for k, v in of_type("AWS::Lambda::Function").items()}
 fid = {}
@@ -170,9 +174,12 @@ for short in ("submission", "scheduler", "agent", "supervisor"):
     if p.get("LoggingConfig", {}).get("LogFormat") != "JSON":
         err(f"{name}: LoggingConfig.LogFormat must be JSON")
     env = set(p.get("Environment", {}).get("Variables", {}))
-    want = ENV_COMMON | ({"REMOTE_SERVICE_URL"} if short == "agent" else set())
+    want = ENV_BY_FUNCTION[short]
     if want - env:
         err(f"{name}: environment lacks {sorted(want - env)}")
+    unread = env - {v["name"] for v in VARIABLES}
+    if unread:
+        err(f"{name}: environment sets {sorted(unread)}, which no function reads")
     meta = R[k].get("Metadata", {})
     if meta.get("BuildMethod") != "rust-cargolambda" or meta.get("BuildProperties", {}).get("Binary") != short:
         err(f"{name}: Metadata must be BuildMethod rust-cargolambda, Binary {short}")

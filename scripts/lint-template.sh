@@ -158,9 +158,18 @@ fi
 # 2b. Project contract checks no generic linter knows: names, 6x visibility, redrive,
 #     batch failures, hand-written IAM without wildcards, an alarm on every DLQ, and a
 #     dashboard body that is valid JSON once substituted.
+#     Each function's environment is checked against the code's one variable list.
 if [[ -f $TRANSFORMED ]]; then
     log "contract checks"
-    "$CFN_VENV/bin/python" "$ROOT/scripts/check-template-contract.py" "$TRANSFORMED" || fail "contract checks"
+    VARIABLES="$OUT/variables.json"
+    # The test command passes the binary it built (SAS_BOOTSTRAP), so nothing is compiled twice.
+    if (cd "$ROOT" && if [[ -n ${SAS_BOOTSTRAP:-} ]]; then "$SAS_BOOTSTRAP" --variables --json;
+        else cargo run --locked -q -p sas-bootstrap -- --variables --json; fi) >"$VARIABLES"; then
+        "$CFN_VENV/bin/python" "$ROOT/scripts/check-template-contract.py" "$TRANSFORMED" "$VARIABLES" \
+            || fail "contract checks"
+    else
+        fail "contract checks: sas-bootstrap --variables"
+    fi
 fi
 
 # 3. checkov: SAM template (inline skips) and the transformed template.

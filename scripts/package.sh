@@ -76,6 +76,8 @@ log "cargo lambda build --profile $PROFILE --arm64 ${bins[*]} (target dir ${CARG
 start=$(date +%s)
 (cd "$ROOT" && cargo lambda build --profile "$PROFILE" --arm64 --lambda-dir "$LAMBDA_DIR" "${bins[@]}")
 log "built in $(($(date +%s) - start)) s"
+# A deployed function must never carry the simulation's planted bugs.
+for f in "${FUNCTIONS[@]}"; do "$ROOT/scripts/check-no-mutations.sh" --binary "$LAMBDA_DIR/$f/bootstrap"; done
 
 # ---- package -------------------------------------------------------------------------
 mkdir -p "$DIST"

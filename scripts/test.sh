@@ -12,7 +12,16 @@ step "citations: every file the docs and comments cite is in the repository"
 scripts/check-citations.sh
 
 step "build (workspace, all targets)"
+# One build serves every step below: each crate is compiled once. Its `sas` carries the
+# planted bugs (the simulation's tests turn on the `mutations` feature, and cargo unifies
+# features across the workspace), every switch off unless a test sets it; the deployable
+# builds never do (checked below).
 cargo build --locked --workspace --all-targets
+bin="${CARGO_TARGET_DIR:-target}/debug"
+export SAS_BOOTSTRAP="$bin/sas-bootstrap"
+
+step "packaged functions carry no planted bugs"
+scripts/check-no-mutations.sh "$bin"
 
 step "tests: unit, handler, conformance (embedded + moto), end to end over moto"
 # with-moto.sh starts moto on loopback (one request at a time), exports its endpoint,
@@ -20,10 +29,10 @@ step "tests: unit, handler, conformance (embedded + moto), end to end over moto"
 infra/with-moto.sh cargo test --locked --workspace
 
 step "sasctl dev: $orders single-step orders with failures and hangs injected"
-cargo run --locked -q -p sasctl -- dev --orders "$orders" --workflow single-step --failure-rate 0.2 --hang-rate 0.05
+"$bin/sasctl" dev --orders "$orders" --workflow single-step --failure-rate 0.2 --hang-rate 0.05
 
 step "sasctl dev: $orders three-step orders with failures and hangs injected"
-cargo run --locked -q -p sasctl -- dev --orders "$orders" --workflow three-step --failure-rate 0.2 --hang-rate 0.05
+"$bin/sasctl" dev --orders "$orders" --workflow three-step --failure-rate 0.2 --hang-rate 0.05
 
 step "template: cfn-lint and checkov"
 scripts/lint-template.sh

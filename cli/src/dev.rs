@@ -402,12 +402,8 @@ pub async fn run_on(
     for name in options.queue_agents() {
         topology.queue_agents.insert(name.to_owned(), QueueUrl(WORKER.into()));
     }
-    let settings = Settings {
-        policy: options.policy(),
-        workflows: workflows.clone(),
-        topology,
-        reply_to: queue_names::reply_to_rules().own_queue(String::new(), WORKER.into()),
-    };
+    let settings =
+        Settings::new(options.policy(), workflows.clone(), topology, queue_names::reply_to_rules());
     let submission = Submission::new(deps.clone(), settings.clone());
     let scheduler = Scheduler::new(deps.clone(), settings.clone());
     let agent = Agent::new(

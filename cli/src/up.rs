@@ -20,11 +20,11 @@ use sas::adapters::aws::{AwsSecrets, Clients, DynamoStore, SnsAlerts, SqsQueues}
 use sas::adapters::embedded::CountingMetrics;
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
-use sas::config::{AgentConfig, SchedulerConfig, SubmissionConfig, SupervisorConfig};
+use sas::config::{AgentConfig, SchedulerConfig, Source, SubmissionConfig, SupervisorConfig};
 use sas::domain::{Definitions, QueueId};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Submission,
-    Supervisor,
+    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
+    Submission, Supervisor,
 };
 use sas::ports::{QueueConsumer, QueueUrl, Queues};
 use tokio::signal::unix::{SignalKind, signal};
@@ -47,20 +47,6 @@ pub const RECEIVE_WAIT_MS: u64 = 2_000;
 
 /// The deployed supervisor's schedule (template.yaml's `SupervisorSchedule` default).
 pub const DEPLOYED_SCHEDULE: &str = "rate(1 minute)";
-
-/// The functions' tuning variables `up` takes from its environment, as the functions
-/// take them from theirs; everything else in their configuration comes from the
-/// resources and the options.
-const TUNING: [&str; 8] = [
-    "STEP_TIMEOUT_MS",
-    "REPLY_GRACE_MS",
-    "PENDING_TIMEOUT_MS",
-    "FAILURE_THRESHOLD",
-    "RETRY_BASE_MS",
-    "RETRY_CAP_MS",
-    "SEND_MAX_HOLD_MS",
-    "REPLY_TO_EXTRA_QUEUE_ARNS",
-];
 
 /// Stands in for `REMOTE_SERVICE_URL` when every HTTP agent names its own `url`: the
 /// agent's configuration requires one, and no call ever goes to it (port 9, discard).
@@ -180,7 +166,8 @@ fn status_arn(provisioned: &Provisioned, region: &str) -> Result<String, UpError
 }
 
 /// The four functions' configurations, read by their own code from the variables a
-/// deployment would set (the resources' names and URLs) plus `TUNING` from ours.
+/// deployment would set (the resources' names and URLs) plus the tuning variables (`Source::Tuning` in the
+/// functions' variable list) from ours, as the functions take them from theirs.
 struct Configs {
     submission: SubmissionConfig,
     scheduler: SchedulerConfig,
@@ -207,7 +194,9 @@ fn configs(
     }
     let lookup = |name: &str| match vars.get(name) {
         Some(v) => Some(v.clone()),
-        None if TUNING.contains(&name) => std::env::var(name).ok(),
+        None if sas::config::variables::variable(name).is_some_and(|v| v.source == Source::Tuning) => {
+            std::env::var(name).ok()
+        }
         None => None,
     };
     let config = |e: sas::config::ConfigError| UpError::Config(e.problems.join("; "));
@@ -363,7 +352,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
         created: ready.created.len(),
         definitions: &ready.definitions,
         targets: &ready.targets,
-        step_timeout_ms: configs.scheduler.policy.step_timeout_ms,
+        step_timeout_ms: configs.scheduler.state.policy.step_timeout_ms,
     }
     .print(&board);
 
@@ -446,7 +435,7 @@ pub fn start(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (sdk, clients, configs) = (&ready.sdk, &ready.clients, &ready.configs);
     let sqs = Arc::new(SqsQueues::new(clients.sqs.clone()));
-    let hold = Duration::from_millis(configs.scheduler.send_max_hold_ms);
+    let hold = Duration::from_millis(configs.scheduler.state.send_max_hold_ms);
     let sends: Arc<dyn Queues> = Arc::new(SendCoalescer::new(sqs.clone(), hold));
     // The agent holds its sends for less: its handlers wait on remote services.
     let agent_hold = Duration::from_millis(configs.agent.send_max_hold_ms);
@@ -454,14 +443,14 @@ pub fn start(
     let metrics = Arc::new(CountingMetrics::default());
     let deps = Deps {
         store: Arc::new(TapStore::new(
-            DynamoStore::new(clients.dynamodb.clone(), configs.scheduler.tables.clone()),
+            DynamoStore::new(clients.dynamodb.clone(), configs.scheduler.state.tables.clone()),
             board.clone(),
         )),
         queues: sends.clone(),
         alerts: Arc::new(TeeAlerts {
             first: Arc::new(SnsAlerts::new(
                 clients.sns.clone(),
-                configs.scheduler.alert_topic_arn.clone(),
+                configs.scheduler.alerts.topic_arn.clone(),
                 sas::adapters::aws::sns::Deployment::Prefix(options.prefix.clone()),
             )),
             then: board.clone(),
@@ -488,9 +477,9 @@ pub fn start(
         agent_config.definitions.workflows.clone(),
     )
     .with_agents(&agent_config.definitions.agents);
-    let submission = Submission::new(deps.clone(), configs.submission.settings());
-    let scheduler = Scheduler::new(deps.clone(), configs.scheduler.settings());
-    let supervisor = Supervisor::new(deps.clone(), configs.supervisor.settings());
+    let submission = Submission::new(deps.clone(), Settings::from_config(&configs.submission.state));
+    let scheduler = Scheduler::new(deps.clone(), Settings::from_config(&configs.scheduler.state));
+    let supervisor = Supervisor::new(deps.clone(), Settings::from_config(&configs.supervisor.state));
 
     let pumps = Pumps {
         consumer: sqs,
@@ -512,7 +501,7 @@ pub fn start(
             async move { s.handle(m).await }
         }),
         pumps.spawn(
-            &scheduler_queue.scheduler_queue,
+            &scheduler_queue.state.scheduler_queue,
             &scheduler_queue.scheduler_dlq,
             options.windows.scheduler_ms,
             move |m| {

@@ -57,6 +57,8 @@ mod switches {
             self.flag().store(on, Ordering::SeqCst);
         }
         pub fn is_on(self) -> bool {
+            // Kept in every binary that can plant a bug, for `scripts/check-no-mutations.sh`.
+            std::hint::black_box(&super::COMPILED_IN);
             self.flag().load(Ordering::SeqCst)
         }
     }
@@ -86,6 +88,11 @@ mod switches {
 
 #[cfg(feature = "mutations")]
 pub use switches::*;
+
+/// In every binary built with the feature, and in no other: `scripts/check-no-mutations.sh`
+/// and `scripts/package.sh` refuse a function binary that holds it.
+#[cfg(feature = "mutations")]
+pub static COMPILED_IN: [u8; 32] = *b"sas-planted-bugs-are-compiled-in";
 
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]

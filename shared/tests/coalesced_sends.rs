@@ -65,12 +65,12 @@ impl World {
             random: Arc::new(FastRandom::seeded(3)),
             metrics: metrics.clone(),
         };
-        let settings = Settings {
-            policy: Policy::default(),
-            workflows: Workflows::builtin(),
-            topology: queue_names::topology(),
-            reply_to: queue_names::reply_to_rules(),
-        };
+        let settings = Settings::new(
+            Policy::default(),
+            Workflows::builtin(),
+            queue_names::topology(),
+            queue_names::reply_to_rules(),
+        );
         World {
             submission: Submission::new(deps.clone(), settings.clone()),
             scheduler: Scheduler::new(deps.clone(), settings.clone()),

@@ -92,7 +92,7 @@ impl World {
             random: Arc::new(FastRandom::seeded(1)),
             metrics: metrics.clone(),
         };
-        let settings = config.settings();
+        let settings = sas::handlers::Settings::from_config(&config.state);
         let remote = Arc::new(CountingRemote::default());
         let agent = Agent::new(
             AgentDeps {

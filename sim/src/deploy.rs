@@ -77,13 +77,8 @@ pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> D
     if swarm.queue_agent {
         topology.queue_agents.insert(QUEUE_AGENT.to_owned(), QueueUrl(WORKER.into()));
     }
-    let settings = Settings {
-        policy: policy(),
-        workflows: workflows(swarm),
-        topology,
-        reply_to: queue_names::reply_to_rules().own_queue(String::new(), WORKER.into()),
-    };
-    let before = Settings { workflows: workflows_before_publish(&swarm.generated), ..settings.clone() };
+    let settings = Settings::new(policy(), workflows(swarm), topology, queue_names::reply_to_rules());
+    let before = settings.clone().with_workflows(workflows_before_publish(&swarm.generated));
     let generations = [&before, &settings];
     let remote = Arc::new(SimRemote { shared: shared.clone() });
     let agents = (0..swarm.agent_concurrency)

@@ -86,12 +86,12 @@ impl World {
             random: Arc::new(FastRandom::seeded(1)),
             metrics: metrics.clone(),
         };
-        let settings = Settings {
-            policy: sas::domain::Policy::default(),
-            workflows: Workflows::builtin(),
-            topology: Topology::new(QueueUrl("scheduler".into()), QueueUrl("agent".into())),
-            reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
-        };
+        let settings = Settings::new(
+            sas::domain::Policy::default(),
+            Workflows::builtin(),
+            Topology::new(QueueUrl("scheduler".into()), QueueUrl("agent".into())),
+            sas::adapters::embedded::queue_names::reply_to_rules(),
+        );
         let agent = Agent::new(
             AgentDeps {
                 queues: queues.clone(),

@@ -108,15 +108,15 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     let aws = Aws { sdk };
     let orders = QueueUrl(resources.orders_queue.clone());
     let orders_dlq = QueueUrl(resources.orders_dlq.clone());
-    let settings = sas::handlers::Settings {
-        policy: sas::domain::Policy::default(),
-        workflows: sas::domain::Workflows::builtin(),
-        topology: sas::handlers::Topology::new(
+    let settings = sas::handlers::Settings::new(
+        sas::domain::Policy::default(),
+        sas::domain::Workflows::builtin(),
+        sas::handlers::Topology::new(
             QueueUrl(resources.scheduler_queue.clone()),
             QueueUrl(resources.agent_queue.clone()),
         ),
-        reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
-    };
+        sas::adapters::embedded::queue_names::reply_to_rules(),
+    );
 
     // submission: a valid order, its exact duplicate, a malformed body.
     let deps = aws.deps(&resources.tables, None, Aws::metrics("submission", "sas-test"), DEFAULT_MAX_HOLD);

@@ -67,12 +67,12 @@ async fn each_line_names_its_own_order_when_a_batch_interleaves() {
         random: Arc::new(FastRandom::seeded(1)),
         metrics: metrics.clone(),
     };
-    let settings = Settings {
-        policy: Policy::default(),
-        workflows: Workflows::builtin(),
-        topology: Topology::new(QueueUrl("scheduler".into()), QueueUrl("agent".into())),
-        reply_to: sas::adapters::embedded::queue_names::reply_to_rules(),
-    };
+    let settings = Settings::new(
+        Policy::default(),
+        Workflows::builtin(),
+        Topology::new(QueueUrl("scheduler".into()), QueueUrl("agent".into())),
+        sas::adapters::embedded::queue_names::reply_to_rules(),
+    );
     let submission = Submission::new(deps, settings);
     let dead_letters = DeadLetters {
         queues,

@@ -173,12 +173,12 @@ impl Rig {
             random: random.clone(),
             metrics: metrics.clone(),
         };
-        let settings = Settings {
-            policy: options.policy,
-            workflows: Workflows::builtin(),
-            topology: queue_names::topology(),
-            reply_to: queue_names::reply_to_rules(),
-        };
+        let settings = Settings::new(
+            options.policy,
+            Workflows::builtin(),
+            queue_names::topology(),
+            queue_names::reply_to_rules(),
+        );
         let agent_clock: Arc<dyn Clock> = match &manual {
             Some(m) => Arc::new(NoSleepClock(m.clone())),
             None => clock.clone(),

@@ -73,12 +73,8 @@ pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
         random: Arc::new(FastRandom::seeded(1)),
         metrics: Arc::new(CountingMetrics::default()),
     };
-    let settings = Settings {
-        policy,
-        workflows: Workflows::builtin(),
-        topology: queue_names::topology(),
-        reply_to: queue_names::reply_to_rules(),
-    };
+    let settings =
+        Settings::new(policy, Workflows::builtin(), queue_names::topology(), queue_names::reply_to_rules());
     let supervisor = Supervisor::new(deps, settings);
     let before = store.due_items_read();
     let started = Instant::now();

@@ -69,12 +69,12 @@ impl Operator {
             random: Arc::new(FastRandom::from_entropy()),
             metrics: Arc::new(CountingMetrics::default()),
         };
-        let settings = Settings {
+        let settings = Settings::new(
             policy,
-            workflows: ctx.definitions.workflows.clone(),
-            topology: Topology::new(scheduler, agent).with_queue_agents(&ctx.definitions.agents),
-            reply_to: ReplyToRules::names(&[], &[]),
-        };
+            ctx.definitions.workflows.clone(),
+            Topology::new(scheduler, agent).with_queue_agents(&ctx.definitions.agents),
+            ReplyToRules::names(&[], &[]),
+        );
         Ok(Operator { ctx, deps, settings, by })
     }
 

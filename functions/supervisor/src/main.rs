@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use sas::config::SupervisorConfig;
-use sas::handlers::Supervisor;
+use sas::handlers::{Settings, Supervisor};
 use sas::lambda::{self, Aws, Error};
 
 #[tokio::main]
@@ -11,8 +11,13 @@ async fn main() -> Result<(), Error> {
     lambda::init_tracing();
     let config = lambda::require(SupervisorConfig::from_env())?;
     let aws = Aws::load().await;
-    let metrics = Aws::metrics("supervisor", &config.metrics_namespace);
-    let hold = Duration::from_millis(config.send_max_hold_ms);
-    let deps = aws.deps(&config.tables, Some((&config.alert_topic_arn, &config.deployment)), metrics, hold);
-    lambda::serve_schedule(Supervisor::new(deps, config.settings())).await
+    let metrics = Aws::metrics("supervisor", &config.state.metrics_namespace);
+    let hold = Duration::from_millis(config.state.send_max_hold_ms);
+    let deps = aws.deps(
+        &config.state.tables,
+        Some((&config.alerts.topic_arn, &config.alerts.deployment)),
+        metrics,
+        hold,
+    );
+    lambda::serve_schedule(Supervisor::new(deps, Settings::from_config(&config.state))).await
 }

@@ -5,6 +5,10 @@
 //!
 //! Endpoint, region and credentials come from the usual AWS environment variables;
 //! `--endpoint-url` overrides the endpoint. Safe to re-run: existing resources are kept.
+//!
+//! `--variables` prints the functions' whole variable list instead (`sas::config::variables`):
+//! which function reads each and who sets it, so a user sees what to add to bootstrap's
+//! output, and `scripts/check-template-contract.py` checks the template against it.
 
 use std::process::ExitCode;
 
@@ -24,11 +28,55 @@ struct Args {
     /// ones make redelivery quick in local runs).
     #[arg(long, value_name = "SECONDS")]
     visibility_timeout: Option<u32>,
+    /// Create nothing; list every variable the functions read, which functions read it,
+    /// and who sets it (bootstrap prints the `resource` ones; the rest are yours or have
+    /// defaults).
+    #[arg(long)]
+    variables: bool,
+    /// With --variables: the list as JSON.
+    #[arg(long, requires = "variables")]
+    json: bool,
+}
+
+/// The list for people: one line per variable.
+fn variables_table() -> String {
+    use sas::config::{FunctionName, Need, Source, VARIABLES};
+    let mut out = String::new();
+    for v in VARIABLES {
+        let who = match v.source {
+            Source::Resource => "bootstrap prints it",
+            Source::Tuning => "optional, has a default",
+            Source::Deployer => "you set it",
+            Source::Platform => "Lambda or your local environment",
+        };
+        let read_by: Vec<String> = FunctionName::ALL
+            .iter()
+            .filter_map(|f| {
+                v.need(*f).map(|n| match n {
+                    Need::Required => f.as_str().to_owned(),
+                    Need::Optional => format!("{} (optional)", f.as_str()),
+                })
+            })
+            .collect();
+        out.push_str(&format!(
+            "{:<26} {:<32} read by {}\n    {}\n",
+            v.name,
+            who,
+            read_by.join(", "),
+            v.about
+        ));
+    }
+    out
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if args.variables {
+        let text = if args.json { sas::config::variables::to_json() + "\n" } else { variables_table() };
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+        return ExitCode::SUCCESS;
+    }
     let valid = !args.prefix.is_empty()
         && args.prefix.len() <= 40
         && args.prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');

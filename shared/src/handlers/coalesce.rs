@@ -35,7 +35,7 @@ use crate::ports::{Clock, Outgoing, QueueError, QueueUrl, Queues};
 
 /// Long enough for the handlers of one Lambda invocation to reach their sends (a few
 /// DynamoDB calls each), short against any step's complete-by.
-pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(20);
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(crate::config::DEFAULT_AGENT_SEND_MAX_HOLD_MS);
 
 /// Sends of one kind a round usually makes: one per message of a Lambda SQS batch (10).
 /// Only sizes the first allocation of a group.

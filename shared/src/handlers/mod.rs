@@ -6,14 +6,15 @@ pub mod batch;
 pub mod coalesce;
 pub mod operator;
 pub mod scheduler;
+pub mod settings;
 pub mod submission;
 pub mod supervisor;
 
 use std::sync::Arc;
 
 use crate::domain::{
-    AgentRequest, Decision, Effect, OrderId, OrderStatus, Policy, Refusal, ReplyToRules, StatusUpdate,
-    TaskRecord, Timestamp, Workflow, Workflows, idempotency_key,
+    AgentRequest, Decision, Effect, OrderId, OrderStatus, Refusal, ReplyToRules, StatusUpdate, TaskRecord,
+    Timestamp, Workflow, idempotency_key,
 };
 use crate::ports::{
     Alerts, Clock, Metric, Metrics, Outgoing, QueueError, QueueUrl, Queues, Random, StateStore, StoreError,
@@ -24,6 +25,7 @@ pub use batch::{BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch};
 pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
 pub use operator::{Operated, operate};
 pub use scheduler::Scheduler;
+pub use settings::Settings;
 pub use submission::Submission;
 pub use supervisor::{Supervisor, SweepReport};
 // Defined with the ports, so the adapters that build them need not import the handlers.
@@ -64,43 +66,6 @@ pub struct Deps {
     pub clock: Arc<dyn Clock>,
     pub random: Arc<dyn Random>,
     pub metrics: Arc<dyn Metrics>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub policy: Policy,
-    pub workflows: Workflows,
-    pub topology: Topology,
-    /// Where orders may ask for status: checked at submission and before each send.
-    pub reply_to: ReplyToRules,
-}
-
-impl Settings {
-    /// The version the task is pinned to. One newer than this process holds is left for
-    /// later, not refused: while a new version rolls out, a task accepted under it by a
-    /// new container can reach one still running the old definitions, and redelivery
-    /// finds a newer container. One removed from the definitions is refused (kept with
-    /// the reason; the DLQ alarm tells the operator, and every supervisor run logs it).
-    fn workflow(&self, task: &TaskRecord) -> Result<&Workflow, HandlerError> {
-        if crate::mutations::newest_version()
-            && let Some(newest) = self.workflows.get(&task.workflow)
-        {
-            return Ok(newest);
-        }
-        let (name, version) = (&task.workflow, task.workflow_version);
-        self.workflows.get_version(name, version).ok_or_else(|| {
-            let why = format!("order {} runs workflow {name:?} v{version}", task.order_id);
-            // A name these definitions do not hold at all is a workflow published after
-            // them: the task exists, so a newer container accepted it.
-            if self.workflows.get(name).is_none() || self.workflows.is_newer(name, version) {
-                HandlerError::Retry(format!(
-                    "{why}, newer than these definitions: left for a newer container"
-                ))
-            } else {
-                HandlerError::Reject(format!("{why}, which the definitions no longer hold"))
-            }
-        })
-    }
 }
 
 /// What a conditional transition came to. Short-lived, so its size does not matter.

@@ -174,12 +174,12 @@ impl Harness {
             random: Arc::new(FastRandom::seeded(42)),
             metrics: metrics.clone(),
         };
-        let settings = Settings {
+        let settings = Settings::new(
             policy,
-            workflows: Workflows::builtin(),
-            topology: queue_names::topology(),
-            reply_to: queue_names::reply_to_rules(),
-        };
+            Workflows::builtin(),
+            queue_names::topology(),
+            queue_names::reply_to_rules(),
+        );
         let agent = Agent::new(
             AgentDeps {
                 queues: queues.clone(),

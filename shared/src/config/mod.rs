@@ -2,35 +2,20 @@
 //!
 //! A bad configuration fails the cold start with one message naming every missing or
 //! invalid variable, so a broken deployment is fixed in one round rather than one
-//! variable at a time. The names are a contract with `template.yaml`.
+//! variable at a time. `variables.rs` is the one list of the names, which functions read
+//! each and who sets it; `env.rs` reads and checks them.
 //!
-//! | variable | read by | default |
-//! |---|---|---|
-//! | `STATE_TABLE` | submission, scheduler, supervisor | required |
-//! | `DUE_INDEX` | submission, scheduler, supervisor | `due-index` |
-//! | `DUE_SHARDS` | submission, scheduler, supervisor (all must agree: writers place tasks in shards, the supervisor queries them) | 4 |
-//! | `RETENTION_DAYS` | submission, scheduler, supervisor: days a finished task's record is kept (its `expires_at` TTL); 0 keeps it forever | 30 |
-//! | `STACK_NAME` | scheduler, supervisor: named in every alert's `show` command (`sasctl tasks show ID --stack NAME`); unset, the command names `--prefix` when `STATE_TABLE` is `{prefix}-state` | none |
-//! | `ORDERS_QUEUE_URL`, `ORDERS_DLQ_URL` | submission | required |
-//! | `SCHEDULER_QUEUE_URL` | all four | required |
-//! | `SCHEDULER_DLQ_URL` | scheduler | required |
-//! | `AGENT_QUEUE_URL` | scheduler, agent (required); submission, supervisor (optional, unused) | |
-//! | `AGENT_DLQ_URL`, `REMOTE_SERVICE_URL` | agent | required |
-//! | `ALERT_TOPIC_ARN` | scheduler, supervisor | required |
-//! | `STEP_TIMEOUT_MS`, `REPLY_GRACE_MS`, `PENDING_TIMEOUT_MS`, `FAILURE_THRESHOLD`, `RETRY_BASE_MS`, `RETRY_CAP_MS` | submission, scheduler, supervisor | 30000, 10000, 60000, 5, 1000, 60000 |
-//! | `METRICS_NAMESPACE` | all four | `sas` |
-//! | `SEND_MAX_HOLD_MS` | all four: how long an invocation's send may wait to be batched with its other handlers' (`handlers::coalesce`) | 300; the agent 20 |
-//! | `STATUS_QUEUE_ARN` | submission, scheduler, supervisor: the status queue, always on the `reply_to` allow-list | required |
-//! | `REPLY_TO_EXTRA_QUEUE_ARNS` | submission, scheduler, supervisor: more queue ARNs `reply_to` may name (comma-separated, no wildcards) | none |
-//! | `WORKFLOWS_FILE` | all four: the definition file of the agents and workflows (a path in the function's package or a layer), read and checked once at cold start | the built-in `examples/workflows.json` |
-//! | `AWS_REGION` (or `AWS_DEFAULT_REGION`), `AWS_ENDPOINT_URL_SQS` (or `AWS_ENDPOINT_URL`) | submission, scheduler, supervisor: the region of a `reply_to` in the endpoint's form (local runs), and that form | the status queue's region; AWS's forms only |
-//! | `AWS_ENDPOINT_URL_SSM`, `AWS_ENDPOINT_URL_SECRETS_MANAGER` (or `AWS_ENDPOINT_URL`) | agent, on an agent's first call with `auth`: where its value is read (`adapters::aws::secrets`) | the region's endpoint |
+//! This layer sits below the adapters and the handlers: it knows the domain and the
+//! ports' plain types, and the handlers build their `Settings` from it
+//! (`handlers::Settings::from_config`), never the other way round.
 
-use std::str::FromStr;
+mod env;
+pub mod variables;
 
-use crate::domain::retry::Backoff;
-use crate::domain::{Definitions, Invalid, Policy, QueueId, ReplyToRules};
-use crate::handlers::{Settings, Topology};
+use env::{process_env, read};
+pub use variables::{FunctionName, Need, Source, VARIABLES, Variable};
+
+use crate::domain::{Definitions, Policy, ReplyToRules};
 use crate::ports::QueueUrl;
 
 pub const DEFAULT_DUE_INDEX: &str = "due-index";
@@ -49,7 +34,7 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = "sas";
 pub const DEFAULT_SEND_MAX_HOLD_MS: u64 = 300;
 /// The agent: a handler waiting on its remote service holds the others' replies for up to
 /// this long, so it stays short (docs/BENCHMARKS.md, section 6).
-pub const DEFAULT_AGENT_SEND_MAX_HOLD_MS: u64 = crate::handlers::DEFAULT_MAX_HOLD.as_millis() as u64;
+pub const DEFAULT_AGENT_SEND_MAX_HOLD_MS: u64 = 20;
 /// Past a second a held send costs more in latency than batching saves.
 pub const MAX_SEND_MAX_HOLD_MS: u64 = 1_000;
 /// The one limit on a step's lease, the same as `StepTimeoutMs` in template.yaml: an
@@ -137,286 +122,17 @@ impl Deployment {
     }
 }
 
-/// Reads variables through `lookup`, collecting problems instead of stopping at one.
-struct Env<'a> {
-    lookup: &'a dyn Fn(&str) -> Option<String>,
-    problems: Vec<String>,
-}
-
-impl Env<'_> {
-    /// Unset and empty are the same: templates often render a missing value as "".
-    fn optional(&mut self, name: &str) -> Option<String> {
-        (self.lookup)(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
-    }
-
-    fn required(&mut self, name: &str) -> String {
-        self.optional(name).unwrap_or_else(|| {
-            self.problems.push(format!("{name} is not set"));
-            String::new()
-        })
-    }
-
-    fn check(&mut self, name: &str, value: &str, ok: bool, expected: &str) {
-        if !ok {
-            self.problems.push(format!("{name}={value:?} is not {expected}"));
-        }
-    }
-
-    fn table(&mut self, name: &str) -> String {
-        let value = self.required(name);
-        if !value.is_empty() {
-            let ok = (3..=255).contains(&value.len())
-                && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-            self.check(
-                name,
-                &value,
-                ok,
-                "a DynamoDB table or index name ([A-Za-z0-9_.-], 3 to 255 characters)",
-            );
-        }
-        value
-    }
-
-    fn url(&mut self, name: &str, value: String) -> String {
-        let ok = value.starts_with("https://") || value.starts_with("http://");
-        self.check(name, &value, ok, "an http(s) URL");
-        value
-    }
-
-    /// The remote service gets the order: https only, so it cannot be read or altered on
-    /// the way, except to a loopback host (local runs, `sasctl dev`'s simulated service).
-    fn remote_url(&mut self, name: &str, value: String) -> String {
-        let ok = crate::domain::definitions::remote_url_allowed(&value);
-        self.check(name, &value, ok, "an https URL (plain http is accepted only to a loopback host)");
-        value
-    }
-
-    fn queue(&mut self, name: &str) -> QueueUrl {
-        let value = self.required(name);
-        QueueUrl(if value.is_empty() { value } else { self.url(name, value) })
-    }
-
-    fn optional_queue(&mut self, name: &str) -> Option<QueueUrl> {
-        self.optional(name).map(|v| QueueUrl(self.url(name, v)))
-    }
-
-    fn arn(&mut self, name: &str) -> String {
-        let value = self.required(name);
-        if !value.is_empty() {
-            self.check(name, &value, value.starts_with("arn:"), "an ARN");
-        }
-        value
-    }
-
-    fn number<T>(&mut self, name: &str, default: T, range: std::ops::RangeInclusive<T>) -> T
-    where
-        T: FromStr + PartialOrd + Copy + std::fmt::Display,
-    {
-        let Some(raw) = self.optional(name) else {
-            return default;
-        };
-        match raw.parse::<T>() {
-            Ok(v) if range.contains(&v) => v,
-            _ => {
-                self.problems.push(format!(
-                    "{name}={raw:?} is not a whole number from {} to {}",
-                    range.start(),
-                    range.end()
-                ));
-                default
-            }
-        }
-    }
-
-    /// The definition file named by `WORKFLOWS_FILE`, or the built-in one. Every
-    /// problem of the file is reported, as one line naming the variable.
-    fn definitions(&mut self) -> Definitions {
-        let Some(path) = self.optional("WORKFLOWS_FILE") else {
-            return Definitions::example();
-        };
-        let parsed =
-            std::fs::read_to_string(&path).map_err(|e| format!("cannot be read: {e}")).and_then(|text| {
-                Definitions::parse(&text).map_err(|Invalid(problems)| {
-                    let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
-                    format!("is not valid: {}", all.join("; "))
-                })
-            });
-        match parsed {
-            Ok(definitions) => definitions,
-            Err(why) => {
-                self.problems.push(format!("WORKFLOWS_FILE={path:?} {why}"));
-                Definitions::example()
-            }
-        }
-    }
-
-    fn tables(&mut self) -> TableNames {
-        let state = self.table("STATE_TABLE");
-        let due_index = match self.optional("DUE_INDEX") {
-            Some(_) => self.table("DUE_INDEX"),
-            None => DEFAULT_DUE_INDEX.to_owned(),
-        };
-        let due_shards = self.number("DUE_SHARDS", DEFAULT_DUE_SHARDS, 1..=MAX_DUE_SHARDS);
-        // No function queries the error index (operators' `sasctl` does): only writers
-        // need its key attribute, which `task_item` adds whatever the index is called.
-        let error_index = DEFAULT_ERROR_INDEX.to_owned();
-        let retention_days = self.number("RETENTION_DAYS", DEFAULT_RETENTION_DAYS, 0..=MAX_RETENTION_DAYS);
-        TableNames { state, due_index, due_shards, error_index, retention_days }
-    }
-
-    fn policy(&mut self) -> Policy {
-        let d = Policy::default();
-        let day = 24 * 3600 * 1000;
-        let policy = Policy {
-            step_timeout_ms: self.number(
-                "STEP_TIMEOUT_MS",
-                d.step_timeout_ms,
-                MIN_STEP_TIMEOUT_MS..=MAX_STEP_TIMEOUT_MS,
-            ),
-            reply_grace_ms: self.number("REPLY_GRACE_MS", d.reply_grace_ms, 0..=day),
-            pending_timeout_ms: self.number("PENDING_TIMEOUT_MS", d.pending_timeout_ms, 1..=day),
-            failure_threshold: self.number("FAILURE_THRESHOLD", d.failure_threshold, 1..=1_000),
-            retry_backoff: Backoff {
-                base_ms: self.number("RETRY_BASE_MS", d.retry_backoff.base_ms, 0..=day),
-                cap_ms: self.number("RETRY_CAP_MS", d.retry_backoff.cap_ms, 0..=day),
-            },
-        };
-        if policy.retry_backoff.cap_ms < policy.retry_backoff.base_ms {
-            self.problems.push(format!(
-                "RETRY_CAP_MS ({}) is below RETRY_BASE_MS ({})",
-                policy.retry_backoff.cap_ms, policy.retry_backoff.base_ms
-            ));
-        }
-        policy
-    }
-
-    /// The `reply_to` rules: SQS URLs only, the status queue plus the extra ARNs, never
-    /// one of the six queues of the deployment (`domain::reply_to`).
-    fn reply_to(&mut self) -> ReplyToRules {
-        let status_arn = self.required("STATUS_QUEUE_ARN");
-        let status = (!status_arn.is_empty()).then(|| QueueId::from_arn(&status_arn)).flatten();
-        if !status_arn.is_empty() && status.is_none() {
-            self.check("STATUS_QUEUE_ARN", &status_arn, false, "an SQS queue ARN");
-        }
-        let mut extras = Vec::new();
-        for arn in self.optional("REPLY_TO_EXTRA_QUEUE_ARNS").unwrap_or_default().split(',') {
-            let arn = arn.trim();
-            if arn.is_empty() {
-                continue;
-            }
-            match QueueId::from_arn(arn) {
-                Some(id) => extras.push(id),
-                None => self.problems.push(format!(
-                    "REPLY_TO_EXTRA_QUEUE_ARNS: {arn:?} is not an SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>, no wildcards)"
-                )),
-            }
-        }
-        let region = self
-            .optional("AWS_REGION")
-            .or_else(|| self.optional("AWS_DEFAULT_REGION"))
-            .or_else(|| status.as_ref().map(|s| s.region.clone()))
-            .unwrap_or_default();
-        let endpoint =
-            match self.optional("AWS_ENDPOINT_URL_SQS").or_else(|| self.optional("AWS_ENDPOINT_URL")) {
-                Some(raw) => match url::Url::parse(&raw) {
-                    Ok(url) if url.has_host() => Some(url),
-                    _ => {
-                        self.check("AWS_ENDPOINT_URL", &raw, false, "a URL");
-                        None
-                    }
-                },
-                None => None,
-            };
-        let mut rules = ReplyToRules::sqs(region, endpoint);
-        for name in OWN_QUEUE_VARIABLES {
-            let Some(url) = self.optional(name) else { continue };
-            match QueueId::account_and_name(&url) {
-                Some((account, queue)) => rules = rules.own_queue(account, queue),
-                // A value that is not a URL at all is reported by the function's own read.
-                None if url.starts_with("http") => {
-                    self.check(name, &url, false, "a queue URL ending in /<account>/<queue name>")
-                }
-                None => {}
-            }
-        }
-        for queue in status.into_iter().chain(extras) {
-            if rules.is_own(&queue) {
-                self.problems.push(format!(
-                    "reply_to allow-list names this deployment's own queue {queue}: status would land among its messages"
-                ));
-            }
-            rules = rules.allow(queue);
-        }
-        rules
-    }
-
-    fn deployment(&mut self, tables: &TableNames) -> Deployment {
-        Deployment::infer(self.optional("STACK_NAME").as_deref(), &tables.state)
-    }
-
-    fn namespace(&mut self) -> String {
-        self.optional("METRICS_NAMESPACE").unwrap_or_else(|| DEFAULT_METRICS_NAMESPACE.to_owned())
-    }
-
-    fn send_max_hold(&mut self, default: u64) -> u64 {
-        self.number("SEND_MAX_HOLD_MS", default, 0..=MAX_SEND_MAX_HOLD_MS)
-    }
-
-    fn finish<T>(self, config: T) -> Result<T, ConfigError> {
-        if self.problems.is_empty() { Ok(config) } else { Err(ConfigError { problems: self.problems }) }
-    }
-}
-
-fn read<T>(
-    lookup: &dyn Fn(&str) -> Option<String>,
-    build: impl FnOnce(&mut Env<'_>) -> T,
-) -> Result<T, ConfigError> {
-    let mut env = Env { lookup, problems: Vec::new() };
-    let config = build(&mut env);
-    env.finish(config)
-}
-
-fn process_env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
-}
-
-fn settings(
-    policy: Policy,
-    definitions: &Definitions,
-    reply_to: &ReplyToRules,
-    scheduler_queue: &QueueUrl,
-    agent_queue: Option<&QueueUrl>,
-) -> Settings {
-    // A queue agent's queue is the deployment's too: status must never land among its
-    // requests.
-    let mut reply_to = reply_to.clone();
-    for queue in definitions.agents.values().filter_map(|a| a.queue()) {
-        if let Some((account, name)) = QueueId::account_and_name(queue) {
-            reply_to = reply_to.own_queue(account, name);
-        }
-    }
-    Settings {
-        policy,
-        workflows: definitions.workflows.clone(),
-        reply_to,
-        topology: Topology::new(
-            scheduler_queue.clone(),
-            agent_queue.cloned().unwrap_or_else(|| QueueUrl(UNUSED_AGENT_QUEUE.to_owned())),
-        )
-        .with_queue_agents(&definitions.agents),
-    }
-}
-
+/// What every function that writes the state table reads (submission, scheduler,
+/// supervisor): the handlers' `Settings` are built from this.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubmissionConfig {
+pub struct StateConfig {
     pub tables: TableNames,
     /// The agents and workflows (`WORKFLOWS_FILE`).
     pub definitions: Definitions,
     /// Where orders may ask for status.
     pub reply_to: ReplyToRules,
-    pub orders_queue: QueueUrl,
-    pub orders_dlq: QueueUrl,
     pub scheduler_queue: QueueUrl,
+    /// Only the scheduler dispatches to agents, so only it requires this.
     pub agent_queue: Option<QueueUrl>,
     pub policy: Policy,
     pub metrics_namespace: String,
@@ -424,52 +140,67 @@ pub struct SubmissionConfig {
     pub send_max_hold_ms: u64,
 }
 
+/// Where operator alerts go, and the deployment each alert's `show` command names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertConfig {
+    pub topic_arn: String,
+    pub deployment: Deployment,
+}
+
+impl env::Env<'_> {
+    /// `own` reads the function's own variables, after the tables and definitions and
+    /// before the rest, which keeps the problems in the order users have always seen.
+    fn state<T>(&mut self, agent_queue: Need, own: impl FnOnce(&mut Self) -> T) -> (StateConfig, T) {
+        let tables = self.tables();
+        let definitions = self.definitions();
+        let own = own(self);
+        let state = StateConfig {
+            tables,
+            definitions,
+            scheduler_queue: self.queue("SCHEDULER_QUEUE_URL"),
+            agent_queue: match agent_queue {
+                Need::Required => Some(self.queue("AGENT_QUEUE_URL")),
+                Need::Optional => self.optional_queue("AGENT_QUEUE_URL"),
+            },
+            policy: self.policy(),
+            metrics_namespace: self.namespace(),
+            send_max_hold_ms: self.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
+            reply_to: self.reply_to(),
+        };
+        (state, own)
+    }
+
+    fn alerts(&mut self, tables: &TableNames) -> AlertConfig {
+        AlertConfig { deployment: self.deployment(tables), topic_arn: self.arn("ALERT_TOPIC_ARN") }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmissionConfig {
+    pub state: StateConfig,
+    pub orders_queue: QueueUrl,
+    pub orders_dlq: QueueUrl,
+}
+
 impl SubmissionConfig {
     pub fn from_env() -> Result<SubmissionConfig, ConfigError> {
         Self::from_lookup(&process_env)
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SubmissionConfig, ConfigError> {
-        read(lookup, |env| SubmissionConfig {
-            tables: env.tables(),
-            definitions: env.definitions(),
-            orders_queue: env.queue("ORDERS_QUEUE_URL"),
-            orders_dlq: env.queue("ORDERS_DLQ_URL"),
-            scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
-            agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
-            policy: env.policy(),
-            metrics_namespace: env.namespace(),
-            send_max_hold_ms: env.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
-            reply_to: env.reply_to(),
+        read(FunctionName::Submission, lookup, |env| {
+            let (state, (orders_queue, orders_dlq)) =
+                env.state(Need::Optional, |env| (env.queue("ORDERS_QUEUE_URL"), env.queue("ORDERS_DLQ_URL")));
+            SubmissionConfig { state, orders_queue, orders_dlq }
         })
-    }
-    pub fn settings(&self) -> Settings {
-        settings(
-            self.policy,
-            &self.definitions,
-            &self.reply_to,
-            &self.scheduler_queue,
-            self.agent_queue.as_ref(),
-        )
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerConfig {
-    pub tables: TableNames,
-    /// The agents and workflows (`WORKFLOWS_FILE`).
-    pub definitions: Definitions,
-    /// Where orders may ask for status.
-    pub reply_to: ReplyToRules,
-    pub scheduler_queue: QueueUrl,
+    /// Its `agent_queue` is always set: the scheduler requires `AGENT_QUEUE_URL`.
+    pub state: StateConfig,
     pub scheduler_dlq: QueueUrl,
-    pub agent_queue: QueueUrl,
-    pub alert_topic_arn: String,
-    /// Named in every alert's `show` command.
-    pub deployment: Deployment,
-    pub policy: Policy,
-    pub metrics_namespace: String,
-    /// The longest a send waits to go out in one request with the invocation's others.
-    pub send_max_hold_ms: u64,
+    pub alerts: AlertConfig,
 }
 
 impl SchedulerConfig {
@@ -477,31 +208,11 @@ impl SchedulerConfig {
         Self::from_lookup(&process_env)
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SchedulerConfig, ConfigError> {
-        read(lookup, |env| {
-            let tables = env.tables();
-            SchedulerConfig {
-                deployment: env.deployment(&tables),
-                tables,
-                definitions: env.definitions(),
-                scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
-                scheduler_dlq: env.queue("SCHEDULER_DLQ_URL"),
-                agent_queue: env.queue("AGENT_QUEUE_URL"),
-                alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
-                policy: env.policy(),
-                metrics_namespace: env.namespace(),
-                send_max_hold_ms: env.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
-                reply_to: env.reply_to(),
-            }
+        read(FunctionName::Scheduler, lookup, |env| {
+            let (state, scheduler_dlq) = env.state(Need::Required, |env| env.queue("SCHEDULER_DLQ_URL"));
+            let alerts = env.alerts(&state.tables);
+            SchedulerConfig { state, scheduler_dlq, alerts }
         })
-    }
-    pub fn settings(&self) -> Settings {
-        settings(
-            self.policy,
-            &self.definitions,
-            &self.reply_to,
-            &self.scheduler_queue,
-            Some(&self.agent_queue),
-        )
     }
 }
 
@@ -524,7 +235,7 @@ impl AgentConfig {
         Self::from_lookup(&process_env)
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<AgentConfig, ConfigError> {
-        read(lookup, |env| {
+        read(FunctionName::Agent, lookup, |env| {
             let remote = env.required("REMOTE_SERVICE_URL");
             AgentConfig {
                 definitions: env.definitions(),
@@ -545,20 +256,8 @@ impl AgentConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SupervisorConfig {
-    pub tables: TableNames,
-    /// The agents and workflows (`WORKFLOWS_FILE`).
-    pub definitions: Definitions,
-    /// Where orders may ask for status.
-    pub reply_to: ReplyToRules,
-    pub scheduler_queue: QueueUrl,
-    pub agent_queue: Option<QueueUrl>,
-    pub alert_topic_arn: String,
-    /// Named in every alert's `show` command.
-    pub deployment: Deployment,
-    pub policy: Policy,
-    pub metrics_namespace: String,
-    /// The longest a send waits to go out in one request with the invocation's others.
-    pub send_max_hold_ms: u64,
+    pub state: StateConfig,
+    pub alerts: AlertConfig,
 }
 
 impl SupervisorConfig {
@@ -566,30 +265,11 @@ impl SupervisorConfig {
         Self::from_lookup(&process_env)
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SupervisorConfig, ConfigError> {
-        read(lookup, |env| {
-            let tables = env.tables();
-            SupervisorConfig {
-                deployment: env.deployment(&tables),
-                tables,
-                definitions: env.definitions(),
-                scheduler_queue: env.queue("SCHEDULER_QUEUE_URL"),
-                agent_queue: env.optional_queue("AGENT_QUEUE_URL"),
-                alert_topic_arn: env.arn("ALERT_TOPIC_ARN"),
-                policy: env.policy(),
-                metrics_namespace: env.namespace(),
-                send_max_hold_ms: env.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
-                reply_to: env.reply_to(),
-            }
+        read(FunctionName::Supervisor, lookup, |env| {
+            let (state, ()) = env.state(Need::Optional, |_| ());
+            let alerts = env.alerts(&state.tables);
+            SupervisorConfig { state, alerts }
         })
-    }
-    pub fn settings(&self) -> Settings {
-        settings(
-            self.policy,
-            &self.definitions,
-            &self.reply_to,
-            &self.scheduler_queue,
-            self.agent_queue.as_ref(),
-        )
     }
 }
 
@@ -646,19 +326,16 @@ mod tests {
             ("STEP_TIMEOUT_MS", " 5000 "),
         ]))
         .unwrap();
-        assert_eq!(c.tables.due_index, "due-index");
-        assert_eq!(c.tables.due_shards, 4);
-        assert_eq!(c.tables.error_index, "error-index");
-        assert_eq!(c.tables.retention_days, 30);
-        assert_eq!(c.deployment, Deployment::Prefix("sas".into()));
-        assert_eq!(c.policy.step_timeout_ms, 5_000);
-        assert_eq!(c.policy.failure_threshold, 5);
-        assert_eq!(c.metrics_namespace, "sas");
-        assert_eq!(c.agent_queue, None);
-        assert_eq!(c.send_max_hold_ms, DEFAULT_SEND_MAX_HOLD_MS);
-        let s = c.settings();
-        assert_eq!(s.topology.scheduler_queue.0, Q);
-        assert_eq!(s.topology.agent_queue.0, UNUSED_AGENT_QUEUE);
+        assert_eq!(c.state.tables.due_index, "due-index");
+        assert_eq!(c.state.tables.due_shards, 4);
+        assert_eq!(c.state.tables.error_index, "error-index");
+        assert_eq!(c.state.tables.retention_days, 30);
+        assert_eq!(c.alerts.deployment, Deployment::Prefix("sas".into()));
+        assert_eq!(c.state.policy.step_timeout_ms, 5_000);
+        assert_eq!(c.state.policy.failure_threshold, 5);
+        assert_eq!(c.state.metrics_namespace, "sas");
+        assert_eq!(c.state.agent_queue, None);
+        assert_eq!(c.state.send_max_hold_ms, DEFAULT_SEND_MAX_HOLD_MS);
     }
 
     fn supervisor(extra: &[(&str, &str)]) -> Result<SupervisorConfig, ConfigError> {
@@ -674,8 +351,8 @@ mod tests {
 
     #[test]
     fn retention_is_whole_days_and_zero_keeps_forever() {
-        assert_eq!(supervisor(&[("RETENTION_DAYS", "0")]).unwrap().tables.retention_days, 0);
-        assert_eq!(supervisor(&[("RETENTION_DAYS", " 365 ")]).unwrap().tables.retention_days, 365);
+        assert_eq!(supervisor(&[("RETENTION_DAYS", "0")]).unwrap().state.tables.retention_days, 0);
+        assert_eq!(supervisor(&[("RETENTION_DAYS", " 365 ")]).unwrap().state.tables.retention_days, 365);
         for bad in ["-1", "30d", "1.5", "36501"] {
             let err = supervisor(&[("RETENTION_DAYS", bad)]).unwrap_err();
             assert_eq!(
@@ -689,10 +366,10 @@ mod tests {
     #[test]
     fn alerts_name_the_stack_else_the_prefix() {
         let c = supervisor(&[("STACK_NAME", "shop-prod")]).unwrap();
-        assert_eq!(c.deployment, Deployment::Stack("shop-prod".into()));
-        assert_eq!(supervisor(&[]).unwrap().deployment, Deployment::Prefix("sas".into()));
+        assert_eq!(c.alerts.deployment, Deployment::Stack("shop-prod".into()));
+        assert_eq!(supervisor(&[]).unwrap().alerts.deployment, Deployment::Prefix("sas".into()));
         let c = supervisor(&[("STATE_TABLE", "orders-table")]).unwrap();
-        assert_eq!(c.deployment, Deployment::Unnamed);
+        assert_eq!(c.alerts.deployment, Deployment::Unnamed);
         assert_eq!(Deployment::infer(None, "-state"), Deployment::Unnamed);
     }
 
@@ -827,7 +504,7 @@ mod tests {
                 ("STEP_TIMEOUT_MS", ms),
             ]))
         };
-        assert_eq!(read("50000").unwrap().policy.step_timeout_ms, MAX_STEP_TIMEOUT_MS);
+        assert_eq!(read("50000").unwrap().state.policy.step_timeout_ms, MAX_STEP_TIMEOUT_MS);
         for bad in ["50001", "86400000", "999"] {
             let err = read(bad).unwrap_err();
             assert_eq!(
@@ -836,7 +513,7 @@ mod tests {
             );
         }
         // The template's StepTimeoutMs parameter carries the same bounds.
-        let template = include_str!("../../template.yaml");
+        let template = include_str!("../../../template.yaml");
         let param =
             template.split("  StepTimeoutMs:").nth(1).unwrap().split("\n  ").take(5).collect::<String>();
         assert!(param.contains(&format!("MinValue: {MIN_STEP_TIMEOUT_MS}")), "{param}");
@@ -865,7 +542,7 @@ mod tests {
             ("REPLY_TO_EXTRA_QUEUE_ARNS", "arn:aws:sqs:eu-west-1:210987654321:app-status, ,"),
         ])
         .unwrap();
-        let r = &c.reply_to;
+        let r = &c.state.reply_to;
         assert!(r.check("https://sqs.us-east-1.amazonaws.com/123456789012/sas-status").is_ok());
         assert!(r.check("https://sqs.eu-west-1.amazonaws.com/210987654321/app-status").is_ok());
         for own in [
@@ -885,7 +562,7 @@ mod tests {
         );
         // A local endpoint's form, in the configured region.
         let c = submission(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")]).unwrap();
-        assert!(c.reply_to.check("http://127.0.0.1:5000/123456789012/sas-status").is_ok());
+        assert!(c.state.reply_to.check("http://127.0.0.1:5000/123456789012/sas-status").is_ok());
     }
 
     #[test]
@@ -904,5 +581,50 @@ mod tests {
         let err = submission(&[("STATUS_QUEUE_ARN", "https://sqs.us-east-1.amazonaws.com/123456789012/s")])
             .unwrap_err();
         assert!(err.problems[0].contains("is not an SQS queue ARN"), "{err}");
+    }
+
+    /// What each function's configuration reads, with nothing set (so every fallback is
+    /// read too), is exactly what the list says it reads.
+    #[test]
+    fn each_function_reads_what_the_list_says() {
+        fn asked(read: impl FnOnce(&dyn Fn(&str) -> Option<String>)) -> std::collections::BTreeSet<String> {
+            let asked = std::cell::RefCell::new(std::collections::BTreeSet::new());
+            read(&|name: &str| {
+                asked.borrow_mut().insert(name.to_owned());
+                None
+            });
+            asked.into_inner()
+        }
+        for function in FunctionName::ALL {
+            let got = asked(|lookup| match function {
+                FunctionName::Submission => drop(SubmissionConfig::from_lookup(lookup)),
+                FunctionName::Scheduler => drop(SchedulerConfig::from_lookup(lookup)),
+                FunctionName::Agent => drop(AgentConfig::from_lookup(lookup)),
+                FunctionName::Supervisor => drop(SupervisorConfig::from_lookup(lookup)),
+            });
+            let listed: std::collections::BTreeSet<String> =
+                variables::read_by(function).map(|v| v.name.to_owned()).collect();
+            assert_eq!(got, listed, "{}", function.as_str());
+        }
+    }
+
+    /// Required in the list exactly when the function refuses to start without it.
+    #[test]
+    fn the_list_says_which_variables_are_required() {
+        for function in FunctionName::ALL {
+            let err = match function {
+                FunctionName::Submission => SubmissionConfig::from_lookup(&|_| None).unwrap_err(),
+                FunctionName::Scheduler => SchedulerConfig::from_lookup(&|_| None).unwrap_err(),
+                FunctionName::Agent => AgentConfig::from_lookup(&|_| None).unwrap_err(),
+                FunctionName::Supervisor => SupervisorConfig::from_lookup(&|_| None).unwrap_err(),
+            };
+            let missing: std::collections::BTreeSet<&str> =
+                err.problems.iter().filter_map(|p| p.strip_suffix(" is not set")).collect();
+            let required: std::collections::BTreeSet<&str> = variables::read_by(function)
+                .filter(|v| v.need(function) == Some(Need::Required))
+                .map(|v| v.name)
+                .collect();
+            assert_eq!(missing, required, "{}", function.as_str());
+        }
     }
 }
