@@ -14,7 +14,11 @@ scripts/check-citations.sh
 step "build (workspace, all targets)"
 cargo build --locked --workspace --all-targets
 
-step "tests: unit, handler, conformance (embedded + moto), end to end over moto"
+step "tools: cargo-lambda into .venv-tools (the cargo lambda watch test needs it)"
+# Pinned and hash-checked (scripts/requirements-package.txt); a no-op once installed.
+scripts/cargo-lambda-venv.sh >/dev/null
+
+step "tests: unit, handler, conformance (embedded + moto), end to end over moto and under cargo lambda watch"
 # with-moto.sh starts moto on loopback (one request at a time), exports its endpoint,
 # runs the command and stops moto. With CI=true, emulator-backed tests never skip.
 infra/with-moto.sh cargo test --locked --workspace
