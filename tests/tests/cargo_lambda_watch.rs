@@ -516,4 +516,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         sources.invocations.load(Ordering::Relaxed),
         supervisor_runs
     );
+    // Passed: the env file and the log go (a failure keeps them for a look).
+    drop(watch);
+    let _ = std::fs::remove_dir_all(&dir);
 }
