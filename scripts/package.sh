@@ -30,17 +30,13 @@ ALL=(submission scheduler agent supervisor)
 if [[ $# -gt 0 ]]; then FUNCTIONS=("$@"); else FUNCTIONS=("${ALL[@]}"); fi
 PROFILE=${SAS_PROFILE:-lambda}
 VENV_ROOT=${SAS_TOOLS_VENV:-$ROOT/.venv-tools}
-VENV="$VENV_ROOT/cargo-lambda"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 LAMBDA_DIR="$CARGO_TARGET_DIR/lambda-arm64"
 DIST=${DIST:-$ROOT/dist}
 PYTHON=${PYTHON:-python3}
 TARGET=aarch64-unknown-linux-gnu
-# cargo-lambda ships zig for the cross link; pinned for reproducible builds. The venv
-# installs scripts/requirements-package.txt: cargo-lambda, ziglang and pyyaml pinned by
-# version and sha256 hash (top-level pins in requirements-package.in, regenerate the .txt
-# with pip-compile as its header says).
-PKG_REQS="$ROOT/scripts/requirements-package.txt"
+# cargo-lambda ships zig for the cross link; pinned for reproducible builds
+# (scripts/cargo-lambda-venv.sh says how).
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -49,20 +45,11 @@ for f in "${FUNCTIONS[@]}"; do
 done
 
 # ---- tools ---------------------------------------------------------------------------
-# Rebuilt only when the lock file changed (the venv keeps a copy of the one it was built
-# from). Hash-pinned closure: --no-deps, wheels only, then `pip check`.
-stamp="$VENV/.sas-reqs"
-if [[ ! -x "$VENV/bin/python" || ! -f "$stamp" ]] || ! cmp -s "$PKG_REQS" "$stamp"; then
-    log "installing into ${VENV#"$ROOT"/}: ${PKG_REQS#"$ROOT"/}"
-    rm -rf "$VENV"
-    mkdir -p "$VENV_ROOT"
-    "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-        --require-hashes --no-deps --only-binary :all: -r "$PKG_REQS"
-    out=$("$VENV/bin/pip" check --disable-pip-version-check 2>&1) || { printf '%s\n' "$out" >&2; exit 2; }
-    cp "$PKG_REQS" "$stamp"
-fi
-export PATH="$VENV/bin:$PATH"
+# scripts/cargo-lambda-venv.sh installs the pinned cargo-lambda (rebuilt only when the lock
+# file changed) and prints its bin directory.
+PATH="$(SAS_TOOLS_VENV="$VENV_ROOT" PYTHON="$PYTHON" "$ROOT/scripts/cargo-lambda-venv.sh"):$PATH"
+export PATH
+VENV="$VENV_ROOT/cargo-lambda"
 command -v cargo-lambda >/dev/null || { log "cargo-lambda not found"; exit 2; }
 if ! rustup target list --installed | grep -qx "$TARGET"; then
     log "rustup target add $TARGET"

@@ -23,7 +23,11 @@ export SAS_BOOTSTRAP="$bin/sas-bootstrap"
 step "packaged functions carry no planted bugs"
 scripts/check-no-mutations.sh "$bin"
 
-step "tests: unit, handler, conformance (embedded + moto), end to end over moto"
+step "tools: cargo-lambda into .venv-tools (the cargo lambda watch test needs it)"
+# Pinned and hash-checked (scripts/requirements-package.txt); a no-op once installed.
+scripts/cargo-lambda-venv.sh >/dev/null
+
+step "tests: unit, handler, conformance (embedded + moto), end to end over moto and under cargo lambda watch"
 # with-moto.sh starts moto on loopback (one request at a time), exports its endpoint,
 # runs the command and stops moto. With CI=true, emulator-backed tests never skip.
 infra/with-moto.sh cargo test --locked --workspace

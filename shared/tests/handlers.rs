@@ -148,6 +148,55 @@ async fn agent_timeout_replies_nothing_and_the_supervisor_retries() {
     h.finish();
 }
 
+/// `cargo lambda watch`'s runtime emulator gives every invocation the deadline
+/// `Lambda-Runtime-Deadline-Ms: 600000`, 600 s after the epoch. A deadline already past when
+/// the handling starts is not a real one: the agent must not give up on it, or no order
+/// ever completes there. A real deadline, in the future, still bounds the attempt.
+#[tokio::test]
+async fn agent_ignores_an_invocation_deadline_already_past_but_honours_a_real_one() {
+    use sas::domain::Timestamp;
+    let h = Harness::new();
+    for id in ["o-1", "o-2"] {
+        h.submit(id, SINGLE).await;
+    }
+    all_ok(h.pump_orders().await, 2);
+    all_ok(h.pump_scheduler().await, 2);
+    let complete_by = h.task("o-1").complete_by.unwrap();
+
+    // The emulator's deadline, and one that ends exactly now: both ignored, so each
+    // request is called and answered within its complete-by.
+    let emulator = Timestamp(600_000);
+    let now = h.now();
+    let deadlines = std::sync::Mutex::new(vec![emulator, now]);
+    let results = h
+        .pump_with(AGENT, |m| {
+            let deadline = deadlines.lock().unwrap().pop();
+            h.agent.handle_until(m, deadline)
+        })
+        .await;
+    all_ok(results, 2);
+    assert_eq!(h.remote.calls().len(), 2, "both requests were called");
+    assert_eq!(h.count(Metric::AgentGaveUp), 0);
+    all_ok(h.pump_scheduler().await, 2);
+    for id in ["o-1", "o-2"] {
+        assert_eq!(h.task(id).state, ProcessState::Processed, "{id}");
+    }
+    assert!(h.now() < complete_by);
+
+    // A real deadline 1.5 s ahead, inside the reply margin: complete-by is clamped to it,
+    // so the agent calls nothing and replies nothing (the supervisor owns the task).
+    h.submit("o-3", SINGLE).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    let real = Timestamp(h.now().0 + 1_500);
+    all_ok(h.pump_with(AGENT, |m| h.agent.handle_until(m, Some(real))).await, 1);
+    assert_eq!(h.remote.calls().len(), 2, "no call for o-3");
+    assert_eq!(h.count(Metric::AgentGaveUp), 1);
+    assert_eq!(h.depth(SCHEDULER), 0, "no reply");
+    assert_eq!(h.task("o-3").state, ProcessState::Processing);
+    h.finish();
+}
+
 // ---- agent crash ----
 
 #[tokio::test]

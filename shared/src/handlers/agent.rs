@@ -4,6 +4,7 @@
 //! owns the task from then on.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::Instrument;
@@ -63,6 +64,9 @@ pub struct Agent {
     per_agent: HashMap<String, AgentSettings>,
     /// One breaker per remote service, kept for the life of the process (a warm Lambda).
     breakers: Arc<Mutex<HashMap<String, Breaker>>>,
+    /// Set once an invocation deadline already past has been ignored and said so: an
+    /// emulator sends the same one every time, and once is enough to explain it.
+    past_deadline_logged: Arc<AtomicBool>,
 }
 
 /// How one attempt ended.
@@ -78,7 +82,14 @@ pub enum AgentOutcome {
 impl Agent {
     /// `workflows`: what each request is checked against before anything is called.
     pub fn new(deps: AgentDeps, agent_settings: AgentSettings, workflows: Workflows) -> Agent {
-        Agent { deps, agent_settings, workflows, per_agent: HashMap::new(), breakers: Arc::default() }
+        Agent {
+            deps,
+            agent_settings,
+            workflows,
+            per_agent: HashMap::new(),
+            breakers: Arc::default(),
+            past_deadline_logged: Arc::default(),
+        }
     }
 
     /// Each agent's retry and breaker as its definition gives them (the rest keep
@@ -110,6 +121,12 @@ impl Agent {
     /// One message of an invocation that ends at `deadline` (Lambda's): the request's
     /// complete-by is clamped to it, less [`REPLY_MARGIN_MS`], so the agent stops in time
     /// to reply, or gives up silently, instead of being cut off mid-call.
+    ///
+    /// A deadline at or before the time this message's handling starts is ignored:
+    /// Lambda never starts an invocation that has already ended, so such a deadline is
+    /// not a real one. `cargo lambda watch`'s runtime emulator sends every invocation
+    /// the same `Lambda-Runtime-Deadline-Ms: 600000` (600 s after the epoch); trusting
+    /// it would make the agent give up on every request without calling anything.
     pub async fn handle_until(
         &self,
         message: Inbound,
@@ -125,7 +142,8 @@ impl Agent {
             }
             _ => HandlerError::Reject(cut_reason(e.to_string())),
         })?;
-        if let Some(deadline) = deadline {
+        let started = self.deps.clock.now();
+        if let Some(deadline) = deadline.filter(|d| !self.past_deadline(*d, started)) {
             let limit = Timestamp(deadline.0.saturating_sub(REPLY_MARGIN_MS));
             if request.complete_by > limit {
                 tracing::info!(complete_by = %request.complete_by, %limit, "complete-by clamped to the invocation's deadline");
@@ -150,6 +168,23 @@ impl Agent {
         }
         .instrument(span)
         .await
+    }
+
+    /// Whether `deadline` had passed when the handling began at `started` (then it is
+    /// ignored; see [`Agent::handle_until`]), logged the first time only.
+    fn past_deadline(&self, deadline: Timestamp, started: Timestamp) -> bool {
+        if deadline > started {
+            return false;
+        }
+        if !self.past_deadline_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                %deadline,
+                now = %started,
+                "the invocation's deadline had passed before it started: not a real one (an emulator's?); \
+                 ignored, complete-by alone bounds the attempt (logged once)"
+            );
+        }
+        true
     }
 
     fn permit(&self, agent: &str, now: Timestamp) -> Permit {

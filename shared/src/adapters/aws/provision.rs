@@ -105,12 +105,16 @@ pub struct Provisioned {
     pub agent_queue: String,
     pub agent_dlq: String,
     pub status_queue: String,
+    /// The status queue's ARN as the endpoint gives it (GetQueueAttributes): the
+    /// `reply_to` allow-list names queues by ARN.
+    pub status_queue_arn: String,
     pub alert_topic_arn: String,
 }
 
 impl Provisioned {
     /// The functions' environment variables (see `crate::config`) for these resources,
-    /// plus `STATUS_QUEUE_URL` for clients.
+    /// plus `STATUS_QUEUE_URL` for clients: every variable a function requires except
+    /// `REMOTE_SERVICE_URL` (the agent's), which no resource here names.
     pub fn env(&self) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
             ("STATE_TABLE", self.tables.state.clone()),
@@ -124,6 +128,7 @@ impl Provisioned {
             ("AGENT_QUEUE_URL", self.agent_queue.clone()),
             ("AGENT_DLQ_URL", self.agent_dlq.clone()),
             ("ALERT_TOPIC_ARN", self.alert_topic_arn.clone()),
+            ("STATUS_QUEUE_ARN", self.status_queue_arn.clone()),
             ("STATUS_QUEUE_URL", self.status_queue.clone()),
         ])
     }
@@ -139,6 +144,7 @@ pub async fn provision(sdk: &SdkConfig, layout: &Layout) -> Result<Provisioned, 
     let (scheduler_queue, scheduler_dlq) = create_queue(&sqs, &layout.scheduler).await?;
     let (agent_queue, agent_dlq) = create_queue(&sqs, &layout.agent).await?;
     let (status_queue, _) = create_queue(&sqs, &layout.status).await?;
+    let status_queue_arn = queue_arn(&sqs, &status_queue, &layout.status.name).await?;
     let alert_topic_arn = create_topic(&sns, &layout.alert_topic).await?;
     let missing =
         |dlq: Option<String>, name: &str| dlq.ok_or_else(|| failed(name, "has no dead-letter queue"));
@@ -151,6 +157,7 @@ pub async fn provision(sdk: &SdkConfig, layout: &Layout) -> Result<Provisioned, 
         scheduler_queue,
         agent_queue,
         status_queue,
+        status_queue_arn,
         alert_topic_arn,
     })
 }
@@ -271,16 +278,7 @@ pub async fn create_queue(
             .map_err(|e| sdk_failed(&dlq_name, e))?
             .queue_url
             .ok_or_else(|| failed(&dlq_name, "no queue URL returned"))?;
-        let arn = client
-            .get_queue_attributes()
-            .queue_url(&url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .map_err(|e| sdk_failed(&dlq_name, e))?
-            .attributes()
-            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-            .ok_or_else(|| failed(&dlq_name, "no queue ARN returned"))?;
+        let arn = queue_arn(client, &url, &dlq_name).await?;
         let policy =
             serde_json::json!({ "deadLetterTargetArn": arn, "maxReceiveCount": max_receives.to_string() });
         request = request.attributes(QueueAttributeName::RedrivePolicy, policy.to_string());
@@ -293,6 +291,24 @@ pub async fn create_queue(
         .queue_url
         .ok_or_else(|| failed(&spec.name, "no queue URL returned"))?;
     Ok((url, dlq_url))
+}
+
+/// The ARN of the queue at `url` (named `name` in errors), as the endpoint reports it.
+pub async fn queue_arn(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    name: &str,
+) -> Result<String, ProvisionError> {
+    client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| sdk_failed(name, e))?
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .ok_or_else(|| failed(name, "no queue ARN returned"))
 }
 
 pub async fn create_topic(client: &aws_sdk_sns::Client, name: &str) -> Result<String, ProvisionError> {

@@ -1,0 +1,522 @@
+//! The local path of infra/README.md, end to end: the four function binaries run under
+//! `cargo lambda watch` (cargo-lambda's Runtime API emulator) with exactly what
+//! `infra/bootstrap.sh` printed plus the variables the docs tell a user to add, against
+//! the test endpoint (moto under infra/with-moto.sh). This test stands in for Lambda's
+//! event sources: it receives from the orders, scheduler and agent queues, invokes the
+//! matching function with an `SqsEvent` through cargo-lambda's invoke endpoint, deletes
+//! the messages not named in the response's `batchItemFailures`, and invokes the
+//! supervisor with a scheduled EventBridge event every few seconds. A loopback remote
+//! service answers the agent and refuses every `charge-payment`, so single-step orders
+//! end Processed and three-step orders end Compensated.
+//!
+//! cargo-lambda comes from the project venv that `scripts/cargo-lambda-venv.sh` installs
+//! (the test command runs it). Without it, or without moto, the test fails under
+//! `CI=true` and is skipped with a loud line otherwise.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use sas::adapters::aws::{DynamoStore, TableNames};
+use sas::domain::{Action, OrderId, ProcessState};
+use sas::ports::StateStore;
+use sasctl::remote_sim::{LoopbackRemote, RemoteFaults};
+use serde_json::{Value, json};
+
+const TEST: &str = "orders_end_processed_and_compensated_under_cargo_lambda_watch";
+/// The functions, by binary name: cargo-lambda's invoke endpoint names a function by it.
+const FUNCTIONS: [&str; 4] = ["submission", "scheduler", "agent", "supervisor"];
+const SINGLE: usize = 4;
+const THREE: usize = 3;
+/// How long the orders may take once the functions run; they need a few seconds.
+const ORDERS_WITHIN: Duration = Duration::from_secs(120);
+/// The supervisor's schedule, shortened (template.yaml fires it every minute).
+const SUPERVISOR_EVERY: Duration = Duration::from_secs(3);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is in the repository").to_owned()
+}
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// The directory holding `cargo-lambda`: the project venv (`scripts/cargo-lambda-venv.sh`,
+/// under `SAS_TOOLS_VENV` or `.venv-tools`), else `PATH`. `None` after a loud SKIPPED line;
+/// under `CI=true` a missing cargo-lambda fails the test instead.
+fn cargo_lambda_dir(root: &Path) -> Option<PathBuf> {
+    let venv_root =
+        std::env::var_os("SAS_TOOLS_VENV").map_or_else(|| root.join(".venv-tools"), PathBuf::from);
+    let venv_bin = venv_root.join("cargo-lambda").join("bin");
+    let on_path =
+        std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
+    if let Some(dir) = std::iter::once(venv_bin).chain(on_path).find(|d| d.join("cargo-lambda").is_file()) {
+        return Some(dir);
+    }
+    assert!(
+        !ci(),
+        "{TEST}: CI=true but cargo-lambda is not installed: run scripts/cargo-lambda-venv.sh \
+         (scripts/test.sh does) so this test runs in CI"
+    );
+    let line = format!(
+        "*** SKIPPED: cargo-lambda not installed: {TEST} needs it (run scripts/cargo-lambda-venv.sh) ***\n"
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    None
+}
+
+/// A command for a nested cargo (or cargo-lambda): the test's own environment without
+/// what cargo sets for this test binary (so the nested build's fingerprints match a build
+/// from a shell) and without any AWS or sas variable (so the functions see only the env
+/// file: a variable the docs forget must fail this test, not be filled in from ours).
+fn clean_command(program: impl AsRef<std::ffi::OsStr>, root: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(root);
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let cargo_sets = name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref());
+        if cargo_sets || name.starts_with("AWS_") || name.starts_with("SAS_") {
+            cmd.env_remove(name.as_ref());
+        }
+    }
+    cmd
+}
+
+/// Runs a nested cargo build to completion.
+fn cargo_build(root: &Path, args: &[&str]) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let started = Instant::now();
+    let status =
+        clean_command(cargo, root).arg("build").arg("--locked").args(args).status().expect("cargo runs");
+    assert!(status.success(), "cargo build {args:?} failed");
+    eprintln!("{TEST}: cargo build {} took {:.1} s", args.join(" "), started.elapsed().as_secs_f64());
+}
+
+/// `cargo lambda watch`, stopped (with its function processes) when dropped.
+struct Watch {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Watch {
+    /// The end of its log (cargo's and the functions' output) without the functions'
+    /// info lines, for failure messages; the whole log stays in the test's work directory.
+    fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let quiet = |l: &&str| !l.contains(r#""level":"INFO""#) && !l.contains(r#""level":"DEBUG""#);
+        let lines: Vec<&str> = text.lines().filter(quiet).collect();
+        format!("{}\n(whole log: {})", lines[lines.len().saturating_sub(40)..].join("\n"), self.log.display())
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // Its own process group holds cargo-lambda, the `cargo run`s and the functions.
+        let group = format!("-{}", self.child.id());
+        let kill = |signal: &str| {
+            let _ = Command::new("kill").args([signal, "--", &group]).stderr(Stdio::null()).status();
+        };
+        kill("-TERM");
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        kill("-KILL");
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// RFC 3339 UTC time of `secs` after the epoch (EventBridge's `time`).
+fn rfc3339(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+/// What stands in for Lambda: the SQS event source mappings and the EventBridge schedule.
+struct EventSources {
+    http: reqwest::Client,
+    invoke_base: String,
+    sqs: aws_sdk_sqs::Client,
+    region: String,
+    invocations: AtomicU64,
+    failed_invocations: AtomicU64,
+}
+
+impl EventSources {
+    async fn invoke(&self, function: &str, event: &Value) -> Result<Value, String> {
+        self.invocations.fetch_add(1, Ordering::Relaxed);
+        let url = format!("{}/2015-03-31/functions/{function}/invocations", self.invoke_base);
+        let response = self
+            .http
+            .post(&url)
+            .json(event)
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .map_err(|e| format!("{function}: {e}"))?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| format!("{function}: {e}"))?;
+        let value: Value = serde_json::from_str(&body).unwrap_or(Value::String(body.clone()));
+        if !status.is_success() || value.get("errorMessage").is_some() || value.get("errorType").is_some() {
+            self.failed_invocations.fetch_add(1, Ordering::Relaxed);
+            return Err(format!("{function} answered {status}: {body:.500}"));
+        }
+        Ok(value)
+    }
+
+    /// One poll of `queue` for `function`, as an SQS event source mapping does it: a batch
+    /// of up to 10, one invocation, then every message deleted except the
+    /// `batchItemFailures` (left for redelivery). A failed invocation deletes nothing.
+    async fn poll(&self, queue: &str, queue_arn: &str, function: &str) -> usize {
+        let received = match self
+            .sqs
+            .receive_message()
+            .queue_url(queue)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{TEST}: receive from {queue}: {}", aws_sdk_sqs::error::DisplayErrorContext(e));
+                return 0;
+            }
+        };
+        let messages = received.messages();
+        if messages.is_empty() {
+            return 0;
+        }
+        let records: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                let attributes: BTreeMap<String, String> = m
+                    .attributes()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                    .collect();
+                let message_attributes: BTreeMap<String, Value> = m
+                    .message_attributes()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| {
+                        (k.clone(), json!({"stringValue": v.string_value(), "dataType": v.data_type()}))
+                    })
+                    .collect();
+                json!({
+                    "messageId": m.message_id(),
+                    "receiptHandle": m.receipt_handle(),
+                    "body": m.body(),
+                    "md5OfBody": m.md5_of_body(),
+                    "attributes": attributes,
+                    "messageAttributes": message_attributes,
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": queue_arn,
+                    "awsRegion": self.region,
+                })
+            })
+            .collect();
+        let failures: Vec<String> = match self.invoke(function, &json!({ "Records": records })).await {
+            Ok(response) => response["batchItemFailures"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned))
+                .collect(),
+            Err(e) => {
+                eprintln!("{TEST}: invocation failed, the batch is left for redelivery: {e}");
+                return messages.len();
+            }
+        };
+        for m in messages {
+            if failures.iter().any(|f| Some(f.as_str()) == m.message_id()) {
+                continue;
+            }
+            if let Some(receipt) = m.receipt_handle() {
+                let _ = self.sqs.delete_message().queue_url(queue).receipt_handle(receipt).send().await;
+            }
+        }
+        messages.len()
+    }
+
+    /// The supervisor's scheduled invocation: an EventBridge "Scheduled Event".
+    async fn tick(&self) -> Result<Value, String> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after the epoch").as_secs();
+        let event = json!({
+            "version": "0",
+            "id": uuid::Uuid::new_v4().to_string(),
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "account": "123456789012",
+            "time": rfc3339(now),
+            "region": self.region,
+            "resources": [format!("arn:aws:events:{}:123456789012:rule/sas-supervisor", self.region)],
+            "detail": {},
+        });
+        self.invoke("supervisor", &event).await
+    }
+}
+
+fn order(id: &str, workflow: &str, reply_to: &str) -> String {
+    json!({
+        "order_id": id,
+        "customer_id": "c-1",
+        "items": [{"sku": "A-1", "quantity": 1}],
+        "workflow": workflow,
+        "reply_to": reply_to,
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
+    let Some(endpoint) = sas_tests::endpoint(TEST) else { return };
+    let root = repo_root();
+    let Some(tools) = cargo_lambda_dir(&root) else { return };
+    let started = Instant::now();
+
+    // `sas-bootstrap` as the test command's build step builds it (`--workspace
+    // --all-targets`: the same selection, so a no-op there; infra/bootstrap.sh `cargo run`s
+    // the same code alone, which would compile the SDK once more for its own features),
+    // and the four functions the way `cargo lambda watch` builds each one (`cargo run --bin
+    // NAME`), so that the first invocations do not wait for a compile. Building a function
+    // alone compiles the SDK once for the functions' features (they differ from the
+    // workspace's: tokio, serde, hyper); the four share that build.
+    cargo_build(&root, &["--workspace", "--all-targets", "--quiet"]);
+    for function in FUNCTIONS {
+        cargo_build(&root, &["--quiet", "--bin", function]);
+    }
+    let target = std::env::current_exe().expect("test path");
+    let bin_dir = target.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+
+    // infra/bootstrap.sh's output, exactly, then what infra/README.md has a user add.
+    let prefix = sas_tests::unique_prefix("watch");
+    let bootstrap = clean_command(bin_dir.join("sas-bootstrap"), &root)
+        .args(["--prefix", &prefix, "--endpoint-url", &endpoint, "--visibility-timeout", "30"])
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("sas-bootstrap runs");
+    assert!(bootstrap.status.success(), "bootstrap failed");
+    let printed = String::from_utf8(bootstrap.stdout).expect("UTF-8");
+    let vars: HashMap<&str, &str> = printed.lines().filter_map(|l| l.split_once('=')).collect();
+
+    let remote = LoopbackRemote::start(
+        RemoteFaults::default(),
+        BTreeMap::from([("payment".to_owned(), RemoteFaults { permanent: 1.0, ..RemoteFaults::default() })]),
+        7,
+    )
+    .await
+    .expect("remote service");
+    let added = format!(
+        "REMOTE_SERVICE_URL={}\nAWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\n\
+         AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
+        remote.base_url()
+    );
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cargo-lambda-watch-{prefix}"));
+    std::fs::create_dir_all(&dir).expect("work dir");
+    let env_file = dir.join("local.env");
+    std::fs::write(&env_file, format!("{printed}{added}")).expect("env file");
+
+    // cargo lambda watch, on its own port, in its own process group.
+    let port = free_port();
+    let log = dir.join("watch.log");
+    let out = std::fs::File::create(&log).expect("log file");
+    let path = std::env::join_paths(
+        std::iter::once(tools).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let child = {
+        use std::os::unix::process::CommandExt;
+        clean_command("cargo", &root)
+            .args(["lambda", "watch", "--ignore-changes", "--locked"])
+            .args(["--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
+            .arg("--env-file")
+            .arg(&env_file)
+            .env("PATH", path)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .expect("cargo lambda watch starts")
+    };
+    let watch = Watch { child, log };
+    let until = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "cargo lambda watch did not listen on {port}:\n{}", watch.tail());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let sdk = sas_tests::sdk_config(&endpoint).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let arn_of = |url: String| {
+        let sqs = sqs.clone();
+        async move {
+            let attributes = sqs
+                .get_queue_attributes()
+                .queue_url(&url)
+                .attribute_names(QueueAttributeName::QueueArn)
+                .send()
+                .await
+                .expect("queue attributes");
+            attributes.attributes().and_then(|a| a.get(&QueueAttributeName::QueueArn)).cloned().expect("ARN")
+        }
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let sources = Arc::new(EventSources {
+        http: reqwest::Client::new(),
+        invoke_base: format!("http://127.0.0.1:{port}"),
+        sqs: sqs.clone(),
+        region: "us-east-1".into(),
+        invocations: AtomicU64::new(0),
+        failed_invocations: AtomicU64::new(0),
+    });
+
+    // Orders to the orders queue, as an application sends them, status to the status queue.
+    let (orders_url, status_url) = (vars["ORDERS_QUEUE_URL"].to_owned(), vars["STATUS_QUEUE_URL"].to_owned());
+    let mut expected = BTreeMap::new();
+    for i in 0..SINGLE + THREE {
+        let (id, workflow, end) = if i < SINGLE {
+            (format!("w-{prefix}-{i}"), "single-step", ProcessState::Processed)
+        } else {
+            (format!("w-{prefix}-{i}"), "three-step", ProcessState::Compensated)
+        };
+        sqs.send_message()
+            .queue_url(&orders_url)
+            .message_body(order(&id, workflow, &status_url))
+            .send()
+            .await
+            .expect("order sent");
+        expected.insert(id, end);
+    }
+
+    // The event sources run until every order has ended (or time is up).
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut pumps = Vec::new();
+    for (queue, function) in [
+        ("ORDERS_QUEUE_URL", "submission"),
+        ("SCHEDULER_QUEUE_URL", "scheduler"),
+        ("AGENT_QUEUE_URL", "agent"),
+    ] {
+        let (sources, url) = (sources.clone(), vars[queue].to_owned());
+        let arn = arn_of(url.clone()).await;
+        pumps.push(tokio::spawn(async move {
+            loop {
+                sources.poll(&url, &arn, function).await;
+            }
+        }));
+    }
+    let ticks = {
+        let (sources, stop) = (sources.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut ok = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                match sources.tick().await {
+                    Ok(report) if report.get("examined").is_some() => ok += 1,
+                    Ok(other) => eprintln!("{TEST}: supervisor answered {other}"),
+                    Err(e) => eprintln!("{TEST}: supervisor: {e}"),
+                }
+                tokio::time::sleep(SUPERVISOR_EVERY).await;
+            }
+            ok
+        })
+    };
+
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), TableNames::new(vars["STATE_TABLE"]));
+    let deadline = Instant::now() + ORDERS_WITHIN;
+    let mut states: BTreeMap<String, Option<ProcessState>> = BTreeMap::new();
+    loop {
+        for id in expected.keys() {
+            let task = store.task(&OrderId::parse(id).expect("id")).await.expect("state table read");
+            states.insert(id.clone(), task.map(|t| t.state));
+        }
+        let ended = states.values().all(|s| s.is_some_and(|s| s.is_terminal()));
+        if ended || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for pump in pumps {
+        pump.abort();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let supervisor_runs = tokio::time::timeout(Duration::from_secs(130), ticks).await;
+
+    let want: BTreeMap<String, Option<ProcessState>> =
+        expected.iter().map(|(id, end)| (id.clone(), Some(*end))).collect();
+    assert_eq!(
+        states,
+        want,
+        "orders did not end as expected within {ORDERS_WITHIN:?} (invocations {}, failed {}); \
+         cargo lambda watch's log (cargo's output and the functions' JSON logs) ends:\n{}",
+        sources.invocations.load(Ordering::Relaxed),
+        sources.failed_invocations.load(Ordering::Relaxed),
+        watch.tail()
+    );
+    let supervisor_runs = supervisor_runs.ok().and_then(Result::ok).unwrap_or(0);
+    assert!(supervisor_runs >= 1, "the supervisor ran on its schedule:\n{}", watch.tail());
+
+    // The remote service saw it: each single-step order applied once; each three-step
+    // order reserved, was refused its payment, and had its reservation released.
+    let ledger = remote.ledger();
+    for (id, end) in &expected {
+        let effects: Vec<(u32, Action)> =
+            ledger.effects.iter().filter(|e| &e.1 == id).map(|e| (e.2, e.3)).collect();
+        let want = match end {
+            ProcessState::Processed => vec![(0, Action::Do)],
+            _ => vec![(0, Action::Do), (0, Action::Undo)],
+        };
+        assert_eq!(effects, want, "{id}");
+    }
+
+    // The agent said once why it ignores cargo-lambda's deadline.
+    let log = std::fs::read_to_string(&watch.log).unwrap_or_default();
+    assert!(log.contains("not a real one"), "the agent logged the ignored deadline");
+    eprintln!(
+        "{TEST}: {} orders ended as expected in {:.1} s ({} invocations, {} supervisor runs)",
+        expected.len(),
+        started.elapsed().as_secs_f64(),
+        sources.invocations.load(Ordering::Relaxed),
+        supervisor_runs
+    );
+    // Passed: the env file and the log go (a failure keeps them for a look).
+    drop(watch);
+    let _ = std::fs::remove_dir_all(&dir);
+}
