@@ -1,6 +1,7 @@
 //! The local path of infra/README.md, end to end: the four function binaries run under
-//! `cargo lambda watch` (cargo-lambda's Runtime API emulator) with exactly what
-//! `infra/bootstrap.sh` printed plus the variables the docs tell a user to add, against
+//! `cargo lambda watch` (cargo-lambda's Runtime API emulator, in its `--only-lambda-apis`
+//! mode, so the binaries are the test command's own build, not a second compile) with
+//! exactly what `infra/bootstrap.sh` printed plus the variables the docs tell a user to add, against
 //! the test endpoint (moto under infra/with-moto.sh). This test stands in for Lambda's
 //! event sources: it receives from the orders, scheduler and agent queues, invokes the
 //! matching function with an `SqsEvent` through cargo-lambda's invoke endpoint, deletes
@@ -309,17 +310,10 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     let Some(tools) = cargo_lambda_dir(&root) else { return };
     let started = Instant::now();
 
-    // `sas-bootstrap` as the test command's build step builds it (`--workspace
-    // --all-targets`: the same selection, so a no-op there; infra/bootstrap.sh `cargo run`s
-    // the same code alone, which would compile the SDK once more for its own features),
-    // and the four functions the way `cargo lambda watch` builds each one (`cargo run --bin
-    // NAME`), so that the first invocations do not wait for a compile. Building a function
-    // alone compiles the SDK once for the functions' features (they differ from the
-    // workspace's: tokio, serde, hyper); the four share that build.
+    // The test command's one build (`--workspace --all-targets`, a no-op here after it) made
+    // `sas-bootstrap` and the four functions: this test runs those binaries rather than
+    // have cargo-lambda compile the functions a second time for their own feature set.
     cargo_build(&root, &["--workspace", "--all-targets", "--quiet"]);
-    for function in FUNCTIONS {
-        cargo_build(&root, &["--quiet", "--bin", function]);
-    }
     let target = std::env::current_exe().expect("test path");
     let bin_dir = target.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
 
@@ -354,7 +348,10 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     let env_file = dir.join("local.env");
     std::fs::write(&env_file, format!("{printed}{added}")).expect("env file");
 
-    // cargo lambda watch, on its own port, in its own process group.
+    // cargo lambda watch's Runtime API and invoke endpoint, on its own port, in its own
+    // process group; `--only-lambda-apis` serves the API without building, and each
+    // function binary joins it with the variables cargo-lambda prints for that mode plus
+    // the env file's, exactly.
     let port = free_port();
     let log = dir.join("watch.log");
     let out = std::fs::File::create(&log).expect("log file");
@@ -365,23 +362,43 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     let child = {
         use std::os::unix::process::CommandExt;
         clean_command("cargo", &root)
-            .args(["lambda", "watch", "--ignore-changes", "--locked"])
+            .args(["lambda", "watch", "--only-lambda-apis"])
             .args(["--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
-            .arg("--env-file")
-            .arg(&env_file)
             .env("PATH", path)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
-            .stderr(out)
+            .stderr(out.try_clone().expect("log"))
             .process_group(0)
             .spawn()
             .expect("cargo lambda watch starts")
     };
+    let group = child.id();
     let watch = Watch { child, log };
     let until = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < until, "cargo lambda watch did not listen on {port}:\n{}", watch.tail());
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let env_file_vars: Vec<(String, String)> = std::fs::read_to_string(&env_file)
+        .expect("env file")
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect();
+    for function in FUNCTIONS {
+        use std::os::unix::process::CommandExt;
+        clean_command(bin_dir.join(function), &root)
+            .envs(env_file_vars.iter().map(|(k, v)| (k, v)))
+            .env("AWS_LAMBDA_RUNTIME_API", format!("http://127.0.0.1:{port}/.rt/{function}"))
+            .env("AWS_LAMBDA_FUNCTION_NAME", function)
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out.try_clone().expect("log"))
+            // In cargo-lambda's group, so dropping `watch` stops the functions too.
+            .process_group(group as i32)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{function} starts: {e}"));
     }
 
     let sdk = sas_tests::sdk_config(&endpoint).await;
