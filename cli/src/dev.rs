@@ -5,6 +5,8 @@
 //! timeout), the supervisor fires on a schedule, and the agents call a simulated remote
 //! service over loopback HTTP.
 
+mod args;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,6 +32,7 @@ use tokio::sync::watch;
 use crate::pump::{PumpSettings, Quiet, pump};
 use crate::remote_sim::{Ledger, LoopbackRemote, RemoteFaults};
 
+pub use args::{DevArgs, run_command};
 pub use sas::adapters::embedded::queue_names::{self, *};
 
 /// Where every `queue` agent's requests go in a dev run, and where its worker takes them

@@ -8,6 +8,7 @@
 //! removes them. Each queue is pumped as Lambda's event source mapping does it
 //! (`pump`), the supervisor fires on a timer instead of EventBridge.
 
+mod args;
 mod events;
 
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ use sas::ports::{QueueConsumer, QueueUrl, Queues};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
+pub use args::{UpArgs, run_command};
 pub use events::{Board, Summary};
 
 use crate::endpoint::{EndpointError, check_url, one_line, probe, sdk_config};
