@@ -32,7 +32,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 pub use args::{UpArgs, run_command};
-pub use events::{Board, Summary};
+pub use events::{EventLog, UpCounts};
 
 use crate::endpoint::{EndpointError, check_url, one_line, probe, sdk_config};
 use crate::pump::{PumpEvents, PumpSettings, pump};
@@ -248,7 +248,7 @@ struct Startup<'a> {
 }
 
 impl Startup<'_> {
-    fn print(&self, board: &Board) {
+    fn print(&self, events: &EventLog) {
         let p = self.provisioned;
         let o = self.options;
         let workflows = self.definitions.workflows.names();
@@ -260,7 +260,7 @@ impl Startup<'_> {
             .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
         let every = o.supervisor_period.as_millis() as u64;
         if o.json {
-            board.tell(
+            events.tell(
                 "ready",
                 "",
                 serde_json::json!({
@@ -325,7 +325,7 @@ fn fmt_period(d: Duration) -> String {
 
 /// What a finished `up` leaves: its counts and where its resources stay.
 pub struct Stopped {
-    pub summary: Summary,
+    pub summary: UpCounts,
     pub endpoint: String,
     pub prefix: String,
 }
@@ -358,7 +358,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| UpError::Signals(e.to_string()))?;
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| UpError::Signals(e.to_string()))?;
 
-    let board = Arc::new(Board::new(options.json));
+    let events = Arc::new(EventLog::new(options.json));
     Startup {
         options: &options,
         provisioned: &ready.provisioned,
@@ -367,10 +367,10 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
         targets: &ready.targets,
         step_timeout_ms: configs.scheduler.policy.step_timeout_ms,
     }
-    .print(&board);
+    .print(&events);
 
     let (stop_all, stop) = watch::channel(false);
-    let workers = start(&ready, &options, board.clone(), stop);
+    let workers = start(&ready, &options, events.clone(), stop);
     tokio::select! {
         _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
@@ -387,7 +387,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     for worker in workers {
         let _ = worker.await;
     }
-    Ok(Stopped { summary: board.summary(), endpoint: options.endpoint, prefix: options.prefix })
+    Ok(Stopped { summary: events.summary(), endpoint: options.endpoint, prefix: options.prefix })
 }
 
 /// What `up` found and made before its functions start.
@@ -437,13 +437,13 @@ pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
     Ok(Ready { definitions, targets, sdk, clients, provisioned, created, configs })
 }
 
-/// The four functions, wired as their Lambda binaries wire them, with the board watching
+/// The four functions, wired as their Lambda binaries wire them, with the event log watching
 /// the store, the alerts and the dead-letter queues; their pumps and the supervisor's
 /// timer, each stopping when `stop` says so.
 pub fn start(
     ready: &Ready,
     options: &UpOptions,
-    board: Arc<Board>,
+    events: Arc<EventLog>,
     stop: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (sdk, clients, configs) = (&ready.sdk, &ready.clients, &ready.configs);
@@ -457,7 +457,7 @@ pub fn start(
     let deps = Deps {
         store: Arc::new(TapStore::new(
             DynamoStore::new(clients.dynamodb.clone(), configs.scheduler.tables.clone()),
-            board.clone(),
+            events.clone(),
         )),
         queues: sends.clone(),
         alerts: Arc::new(TeeAlerts {
@@ -466,7 +466,7 @@ pub fn start(
                 configs.scheduler.alert_topic_arn.clone(),
                 sas::adapters::aws::sns::Deployment::Prefix(options.prefix.clone()),
             )),
-            then: board.clone(),
+            then: events.clone(),
         }),
         clock: Arc::new(SystemClock),
         random: Arc::new(FastRandom::from_entropy()),
@@ -496,7 +496,7 @@ pub fn start(
 
     let pumps = Pumps {
         consumer: sqs,
-        kept: Arc::new(events::KeptQueues { inner: sends, board: board.clone() }),
+        kept: Arc::new(events::RejectionTap { inner: sends, log: events.clone() }),
         metrics,
         settings: PumpSettings {
             batch_size: 10,
@@ -505,7 +505,7 @@ pub fn start(
             window_ms: 0,
         },
         stop: stop.clone(),
-        events: board.clone(),
+        events: events.clone(),
     };
     let (orders, scheduler_queue) = (&configs.submission, &configs.scheduler);
     vec![
@@ -526,14 +526,14 @@ pub fn start(
             let a = agent.clone();
             async move { a.handle(m).await }
         }),
-        tokio::spawn(supervise(supervisor, options.supervisor_period, board, stop)),
+        tokio::spawn(supervise(supervisor, options.supervisor_period, events, stop)),
     ]
 }
 
 /// What every function's pump shares.
 struct Pumps {
     consumer: Arc<dyn QueueConsumer>,
-    /// The sends that keep rejected messages, watched by the board.
+    /// The sends that keep rejected messages, watched by the event log.
     kept: Arc<dyn Queues>,
     metrics: Arc<CountingMetrics>,
     settings: PumpSettings,
@@ -576,7 +576,7 @@ impl Pumps {
 async fn supervise(
     supervisor: Supervisor,
     period: Duration,
-    board: Arc<Board>,
+    events: Arc<EventLog>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(period);
@@ -587,8 +587,8 @@ async fn supervise(
             _ = stop.wait_for(|s| *s) => return,
         }
         match supervisor.sweep().await {
-            Ok(report) => board.swept(&report),
-            Err(e) => board.sweep_failed(&one_line(&e.to_string())),
+            Ok(report) => events.swept(&report),
+            Err(e) => events.sweep_failed(&one_line(&e.to_string())),
         }
     }
 }

@@ -12,7 +12,7 @@ use super::{DlqError, ListArgs, PEEK_VISIBILITY_S};
 
 /// One message kept in a DLQ, as `list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Kept {
+pub struct DlqMessage {
     pub message_id: String,
     /// When it was first sent, in ms since the epoch (SentTimestamp; else the first receive).
     pub first_seen_ms: Option<i64>,
@@ -26,15 +26,15 @@ pub struct Kept {
     pub body: String,
 }
 
-impl Kept {
-    pub(super) fn of(m: &Message) -> Kept {
+impl DlqMessage {
+    pub(super) fn of(m: &Message) -> DlqMessage {
         let system = |name: MessageSystemAttributeName| {
             m.attributes().and_then(|a| a.get(&name)).and_then(|v| v.parse::<i64>().ok())
         };
         let attribute = |name: &str| {
             m.message_attributes().and_then(|a| a.get(name)).and_then(|v| v.string_value()).map(str::to_owned)
         };
-        Kept {
+        DlqMessage {
             message_id: m.message_id().unwrap_or_default().to_owned(),
             first_seen_ms: system(MessageSystemAttributeName::SentTimestamp)
                 .or_else(|| system(MessageSystemAttributeName::ApproximateFirstReceiveTimestamp)),
@@ -52,7 +52,7 @@ impl Kept {
 /// [`PEEK_VISIBILITY_S`]) and made visible again as soon as the listing ends, also when
 /// it ends in an error. Returns them in the order received, each once, and how many could
 /// not be made visible again (they come back when their visibility timeout ends).
-pub async fn peek(target: &Target, limit: usize) -> Result<(Vec<Kept>, usize), DlqError> {
+pub async fn peek(target: &Target, limit: usize) -> Result<(Vec<DlqMessage>, usize), DlqError> {
     let mut seen = HashSet::new();
     let mut kept = Vec::new();
     let mut receipts = Vec::new();
@@ -63,7 +63,7 @@ pub async fn peek(target: &Target, limit: usize) -> Result<(Vec<Kept>, usize), D
             for m in &batch {
                 receipts.extend(m.receipt_handle().map(str::to_owned));
                 if seen.insert(m.message_id().unwrap_or_default().to_owned()) {
-                    kept.push(Kept::of(m));
+                    kept.push(DlqMessage::of(m));
                 }
             }
             // Nothing new: the queue is empty, or what is left is what we hold.

@@ -23,7 +23,7 @@ use std::str::FromStr;
 use crate::args::whole;
 use crate::deployment::{DeploymentArgs, DeploymentError, WorkQueue};
 
-pub use list::{Kept, list, peek};
+pub use list::{DlqMessage, list, peek};
 pub use queue::{Source, Target, target};
 pub use redrive::{Method, Redriven, attributes_to_keep, redrive};
 

@@ -1,8 +1,8 @@
 //! How `dlq` prints messages: a table, or one JSON object each.
 
-use super::list::Kept;
+use super::list::DlqMessage;
 
-impl Kept {
+impl DlqMessage {
     pub(super) fn json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("a kept message serializes");
         v["first_seen"] = self.first_seen_ms.map(time).into();
@@ -26,7 +26,7 @@ fn preview(text: &str, max: usize) -> String {
     }
 }
 
-pub(super) fn print_messages(kept: &[Kept], json: bool, extra: Option<(&str, serde_json::Value)>) {
+pub(super) fn print_messages(kept: &[DlqMessage], json: bool, extra: Option<(&str, serde_json::Value)>) {
     if json {
         for k in kept {
             let mut v = k.json();

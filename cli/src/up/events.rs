@@ -2,7 +2,7 @@
 //! accepted, rejected or ended, an alert, trouble with the endpoint), or one JSON
 //! object per line with `--json`, and the counts behind the final summary.
 //!
-//! The board learns of orders by watching the ports (`tap`): the landed writes of the
+//! The event log learns of orders by watching the ports (`tap`): the landed writes of the
 //! state store, the alerts raised, the messages kept in a dead-letter queue.
 
 use std::collections::{BTreeMap, HashSet};
@@ -21,7 +21,7 @@ use crate::tap::{Landed, Tap};
 
 /// The counts of one `up` run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Summary {
+pub struct UpCounts {
     /// Orders accepted (their task created) by this run.
     pub accepted: usize,
     /// Tasks this run ended, by final state.
@@ -41,7 +41,7 @@ pub struct Summary {
     pub invocations: BTreeMap<String, u64>,
 }
 
-impl Summary {
+impl UpCounts {
     pub fn line(&self) -> String {
         format!(
             "{} accepted, {} processed, {} error, {} compensated, {} in flight; {} rejected, {} alerts, \
@@ -61,12 +61,12 @@ impl Summary {
 
 #[derive(Default)]
 struct Counts {
-    summary: Summary,
+    summary: UpCounts,
     in_flight: HashSet<OrderId>,
 }
 
 /// Where events are told, and the counts kept.
-pub struct Board {
+pub struct EventLog {
     started: Instant,
     json: bool,
     /// Tells nothing, only counts (`bench traffic`).
@@ -79,23 +79,23 @@ fn queue_name(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or(url)
 }
 
-impl Board {
-    pub fn new(json: bool) -> Board {
-        Board { started: Instant::now(), json, quiet: false, counts: Mutex::default() }
+impl EventLog {
+    pub fn new(json: bool) -> EventLog {
+        EventLog { started: Instant::now(), json, quiet: false, counts: Mutex::default() }
     }
 
-    /// A board that only counts.
-    pub fn quiet() -> Board {
-        Board { quiet: true, ..Board::new(false) }
+    /// An event log that only counts.
+    pub fn quiet() -> EventLog {
+        EventLog { quiet: true, ..EventLog::new(false) }
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn summary(&self) -> Summary {
+    pub fn summary(&self) -> UpCounts {
         let counts = self.counts();
-        Summary { in_flight: counts.in_flight.len(), ..counts.summary.clone() }
+        UpCounts { in_flight: counts.in_flight.len(), ..counts.summary.clone() }
     }
 
     /// One event: `what` (a word), `text` for people, `fields` for `--json`.
@@ -164,7 +164,7 @@ impl Board {
     }
 }
 
-impl Tap for Board {
+impl Tap for EventLog {
     fn landed(&self, task: &TaskRecord, how: Landed) {
         let terminal = task.state.is_terminal();
         {
@@ -200,7 +200,7 @@ impl Tap for Board {
 }
 
 #[async_trait]
-impl Alerts for Board {
+impl Alerts for EventLog {
     async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
         self.counts().summary.alerts += 1;
         self.tell(
@@ -212,7 +212,7 @@ impl Alerts for Board {
     }
 }
 
-impl PumpEvents for Board {
+impl PumpEvents for EventLog {
     fn receive_failed(&self, queue: &QueueUrl, error: &QueueError, retry_in: Duration) {
         let error = crate::endpoint::one_line(&error.to_string());
         self.tell(
@@ -237,18 +237,18 @@ impl PumpEvents for Board {
     }
 }
 
-/// The queues the handlers keep rejected messages through, telling the board of each
+/// The queues the handlers keep rejected messages through, telling the event log of each
 /// one kept (with its reason) once it is in its dead-letter queue.
-pub struct KeptQueues {
+pub struct RejectionTap {
     pub inner: Arc<dyn Queues>,
-    pub board: Arc<Board>,
+    pub log: Arc<EventLog>,
 }
 
-impl KeptQueues {
+impl RejectionTap {
     fn kept(&self, queue: &QueueUrl, message: &Outgoing) {
         let Some(reason) = message.attributes.get(REASON_ATTRIBUTE) else { return };
-        self.board.counts().summary.rejected += 1;
-        self.board.tell(
+        self.log.counts().summary.rejected += 1;
+        self.log.tell(
             "rejected",
             &format!("kept in {}: {reason}", queue_name(&queue.0)),
             serde_json::json!({ "queue": queue.0, "reason": reason, "body": message.body }),
@@ -257,7 +257,7 @@ impl KeptQueues {
 }
 
 #[async_trait]
-impl Queues for KeptQueues {
+impl Queues for RejectionTap {
     async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
         let told = messages.clone();
         self.inner.send_batch(queue, messages).await?;
