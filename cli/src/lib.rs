@@ -19,5 +19,6 @@ pub mod report;
 pub mod resources;
 pub mod tap;
 pub mod tasks;
+pub mod text;
 pub mod up;
 pub mod workflows;

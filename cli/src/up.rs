@@ -254,10 +254,7 @@ impl Startup<'_> {
         let workflows = self.definitions.workflows.names();
         let example =
             send_example(&o.endpoint, &p.orders_queue, workflows.first().copied().unwrap_or("single-step"));
-        let file = o
-            .workflows
-            .as_ref()
-            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let file = crate::workflows::source_name(o.workflows.as_deref());
         let every = o.supervisor_period.as_millis() as u64;
         if o.json {
             events.tell(
@@ -413,10 +410,7 @@ pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
     let definitions = crate::workflows::load(options.workflows.as_deref()).map_err(UpError::Definitions)?;
     let (targets, without_url) = agent_targets(&definitions, options.remote_service_url.as_deref());
     if options.remote_service_url.is_none() && !without_url.is_empty() {
-        let file = options
-            .workflows
-            .as_ref()
-            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let file = crate::workflows::source_name(options.workflows.as_deref());
         return Err(UpError::NoRemote { agents: without_url.join(", "), file });
     }
     let remote = options.remote_service_url.clone().unwrap_or_else(|| UNUSED_REMOTE.to_owned());

@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::args::{rate, whole};
 use crate::dev::{self, DevOptions};
@@ -159,12 +158,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         max_runtime: Duration::from_secs(args.max_seconds),
         arrival_per_s: args.rate,
     };
-    let bar = ProgressBar::new(options.orders as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} terminal  {msg}")
-            .map_err(|e| e.to_string())?
-            .progress_chars("=> "),
-    );
+    let bar = crate::text::progress_bar(options.orders as u64, "terminal");
     let progress = |p: &dev::Progress| {
         bar.set_position(p.terminal as u64);
         let states: Vec<String> = p.by_state.iter().map(|(s, n)| format!("{} {n}", s.as_str())).collect();

@@ -180,55 +180,51 @@ pub(super) async fn receive(
 
 /// Makes the messages behind `receipts` visible again; returns how many could not be.
 pub(super) async fn release(target: &Target, receipts: Vec<String>) -> usize {
-    let mut failed = 0;
-    for chunk in receipts.chunks(10) {
-        let entries: Vec<_> = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                ChangeMessageVisibilityBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(r)
-                    .visibility_timeout(0)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        let sent = entries.len();
-        failed += chunk.len() - sent;
-        match target
-            .sqs
-            .change_message_visibility_batch()
-            .queue_url(&target.dlq)
-            .set_entries(Some(entries))
-            .send()
-            .await
-        {
-            Ok(out) => failed += out.failed().len(),
-            Err(_) => failed += sent,
-        }
-    }
-    failed
+    let receipts: Vec<&str> = receipts.iter().map(String::as_str).collect();
+    let entry = |id: String, receipt: &str| {
+        ChangeMessageVisibilityBatchRequestEntry::builder()
+            .id(id)
+            .receipt_handle(receipt)
+            .visibility_timeout(0)
+            .build()
+            .ok()
+    };
+    let send = |entries| async move {
+        let request = target.sqs.change_message_visibility_batch().queue_url(&target.dlq);
+        request.set_entries(Some(entries)).send().await.ok().map(|out| out.failed().len())
+    };
+    ten_at_a_time(&receipts, entry, send).await
 }
 
 /// Deletes from the DLQ; returns how many could not be deleted.
 pub(super) async fn delete(target: &Target, receipts: &[&str]) -> u64 {
+    let entry = |id: String, receipt: &str| {
+        DeleteMessageBatchRequestEntry::builder().id(id).receipt_handle(receipt).build().ok()
+    };
+    let send = |entries| async move {
+        let request = target.sqs.delete_message_batch().queue_url(&target.dlq);
+        request.set_entries(Some(entries)).send().await.ok().map(|out| out.failed().len())
+    };
+    ten_at_a_time(receipts, entry, send).await as u64
+}
+
+/// One batch request per ten receipts (SQS's limit), each entry built by `entry` from
+/// its id in the request and its receipt; `send` answers how many of a request's entries
+/// failed, `None` when the whole request did. Returns how many receipts were not acted on.
+async fn ten_at_a_time<E, Fut>(
+    receipts: &[&str],
+    entry: impl Fn(String, &str) -> Option<E>,
+    send: impl Fn(Vec<E>) -> Fut,
+) -> usize
+where
+    Fut: std::future::Future<Output = Option<usize>>,
+{
     let mut failed = 0;
     for chunk in receipts.chunks(10) {
-        let entries: Vec<_> = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(*r).build().ok()
-            })
-            .collect();
-        failed += (chunk.len() - entries.len()) as u64;
-        let n = entries.len() as u64;
-        match target.sqs.delete_message_batch().queue_url(&target.dlq).set_entries(Some(entries)).send().await
-        {
-            Ok(out) => failed += out.failed().len() as u64,
-            Err(_) => failed += n,
-        }
+        let entries: Vec<E> = chunk.iter().enumerate().filter_map(|(i, r)| entry(i.to_string(), r)).collect();
+        let built = entries.len();
+        failed += chunk.len() - built;
+        failed += send(entries).await.unwrap_or(built);
     }
     failed
 }

@@ -78,7 +78,7 @@ pub async fn redrive(args: &RedriveArgs) -> Result<ExitCode, DlqError> {
             not_deleted: 0,
         }
     } else {
-        let bar = progress_bar(target.visible);
+        let bar = crate::text::progress_bar(target.visible, "moved");
         let result = match start_move_task(&target, &source, args.rate).await? {
             Some(handle) => follow_move_task(&target, &source, &handle, &bar).await,
             None => move_by_hand(&target, &source, args.rate, &bar).await,
@@ -116,16 +116,6 @@ pub async fn redrive(args: &RedriveArgs) -> Result<ExitCode, DlqError> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn progress_bar(len: u64) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} moved  {msg}")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
 }
 
 /// Starts SQS's message move task from the DLQ to the source queue; `None` when the

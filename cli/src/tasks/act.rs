@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use sas::adapters::aws::{SnsAlerts, SqsQueues};
 use sas::adapters::embedded::CountingMetrics;
 use sas::adapters::system::{FastRandom, SystemClock};
@@ -231,10 +231,11 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
     }
     let json = args.common.json;
     let operator = Operator::new(ctx, policy).await?;
-    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(selection.tasks.len() as u64) };
-    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}") {
-        bar.set_style(style.progress_chars("=> "));
-    }
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        crate::text::progress_bar(selection.tasks.len() as u64, "")
+    };
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.rate)));
     // After a slow action, wait a whole period again rather than catching up in a burst.
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -231,10 +231,7 @@ impl Context {
     pub async fn connect(common: &Common) -> Result<Context, TasksError> {
         let definitions =
             crate::workflows::load(common.workflows.as_deref()).map_err(TasksError::Definitions)?;
-        let definitions_from = common
-            .workflows
-            .as_ref()
-            .map_or_else(|| "the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let definitions_from = crate::workflows::source_name(common.workflows.as_deref());
         let deployment = common.deployment.resolve().await?;
         let table = deployment.table()?.to_owned();
         let dynamodb = aws_sdk_dynamodb::Client::new(deployment.sdk_config());

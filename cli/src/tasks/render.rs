@@ -6,22 +6,11 @@ use serde_json::{Value, json};
 
 use crate::deployment::DeploymentArgs;
 
+pub use crate::text::one_line;
+
 /// ISO-8601, UTC, to the millisecond.
 pub fn iso(t: Timestamp) -> String {
-    let ms = i64::try_from(t.0).unwrap_or(i64::MAX);
-    aws_sdk_sqs::primitives::DateTime::from_millis(ms)
-        .fmt(aws_sdk_sqs::primitives::DateTimeFormat::DateTime)
-        .unwrap_or_else(|_| format!("{}ms", t.0))
-}
-
-/// `text` on one line of at most `max` characters (control characters as spaces).
-pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((at, _)) => format!("{}...", &flat[..at]),
-        None => flat,
-    }
+    crate::text::iso_ms(i64::try_from(t.0).unwrap_or(i64::MAX))
 }
 
 /// The workflow version the task runs, if the definitions hold it.
