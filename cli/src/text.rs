@@ -1,11 +1,15 @@
 //! How sasctl writes what it prints, the same in every command: times, text cut to one
 //! line, progress bars.
 
-/// RFC 3339 (ISO 8601), UTC, to the millisecond.
+/// RFC 3339 (ISO 8601), UTC, to the millisecond, always three digits of it: times one
+/// above the other line up (`20.500Z`, not `20.5Z`).
 pub fn iso_ms(ms: i64) -> String {
-    aws_sdk_sqs::primitives::DateTime::from_millis(ms)
-        .fmt(aws_sdk_sqs::primitives::DateTimeFormat::DateTime)
-        .unwrap_or_else(|_| format!("{ms}ms"))
+    let whole_seconds = aws_sdk_sqs::primitives::DateTime::from_secs(ms.div_euclid(1_000))
+        .fmt(aws_sdk_sqs::primitives::DateTimeFormat::DateTime);
+    match whole_seconds.as_deref().map(|t| t.strip_suffix('Z')) {
+        Ok(Some(seconds)) => format!("{seconds}.{:03}Z", ms.rem_euclid(1_000)),
+        _ => format!("{ms}ms"),
+    }
 }
 
 /// `text` on one line of at most `max` characters: control characters as spaces, each run
@@ -46,5 +50,13 @@ mod tests {
     #[test]
     fn times_are_rfc3339_utc() {
         assert_eq!(iso_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn times_keep_their_width_whatever_the_milliseconds() {
+        assert_eq!(iso_ms(1_700_000_000_500), "2023-11-14T22:13:20.500Z");
+        assert_eq!(iso_ms(1_700_000_000_020), "2023-11-14T22:13:20.020Z");
+        assert_eq!(iso_ms(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
+        assert_eq!(iso_ms(0), "1970-01-01T00:00:00.000Z");
     }
 }

@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn times_are_iso_8601_utc() {
         assert_eq!(iso(Timestamp(1_700_000_000_123)), "2023-11-14T22:13:20.123Z");
-        assert_eq!(iso(Timestamp(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(iso(Timestamp(0)), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]
@@ -293,11 +293,11 @@ mod tests {
         };
         assert_eq!(
             entry_line(&e, Some(&wf())),
-            "2023-11-14T22:13:20Z  Resubmit      step 1 ship  attempt 3  remote fixed  by arn:aws:sts::1:user/me"
+            "2023-11-14T22:13:20.000Z  Resubmit      step 1 ship  attempt 3  remote fixed  by arn:aws:sts::1:user/me"
         );
         assert_eq!(
             entry_json(&e, None),
-            json!({"at": "2023-11-14T22:13:20Z", "what": "Resubmit", "step": 1, "step_name": null,
+            json!({"at": "2023-11-14T22:13:20.000Z", "what": "Resubmit", "step": 1, "step_name": null,
                    "attempt": 3, "note": "remote\nfixed", "by": "arn:aws:sts::1:user/me"})
         );
     }
@@ -359,12 +359,15 @@ mod tests {
         assert!(text.contains("  deadline      none (ended)\n"), "{text}");
         assert!(text.contains("  last error    do-it: 422 no such customer\n"), "{text}");
         assert!(text.contains("timeline, oldest first (3 older entries not kept):\n"), "{text}");
-        assert!(text.contains("  2023-11-14T22:13:20Z  Submitted     step 0 reserve  attempt 0\n"), "{text}");
+        assert!(
+            text.contains("  2023-11-14T22:13:20.000Z  Submitted     step 0 reserve  attempt 0\n"),
+            "{text}"
+        );
         assert!(text.ends_with("next:\n  sasctl tasks resubmit o-1\n"), "{text}");
         let v = show_json(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
         assert_eq!(v["timeline"][0]["what"], "Submitted");
         assert_eq!(v["timeline_dropped"], 3);
         assert_eq!(v["deadline"], Value::Null);
-        assert_eq!(v["updated_at"], "2023-11-14T22:13:20Z");
+        assert_eq!(v["updated_at"], "2023-11-14T22:13:20.000Z");
     }
 }
