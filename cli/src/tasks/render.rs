@@ -232,8 +232,9 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     lines.join("\n") + "\n"
 }
 
-/// The record as one JSON object: its fields (times in ISO-8601), the timeline's entries
-/// as objects, and the commands that apply.
+/// The record as one JSON object: its fields (times in ISO-8601, the outputs as an object
+/// of each step's output by step name), the timeline's entries as objects, and the
+/// commands that apply.
 pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next: &[String]) -> Value {
     let mut v = serde_json::to_value(task).unwrap_or_else(|_| json!({}));
     let time = |t: Option<Timestamp>| t.map(iso);
@@ -246,7 +247,8 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     v["complete_by"] = json!(time(task.complete_by));
     v["hold_until"] = json!(time(task.hold_until));
     v["redo_until"] = json!(task.redo_until);
-    v["outputs"] = json!(task.outputs.keys().collect::<Vec<_>>());
+    // Each output with its value, by step name: what a refund needs of its charge.
+    v["outputs"] = Value::Object(task.outputs.iter().map(|(step, o)| (step.clone(), o.to_value())).collect());
     v["timeline"] = Value::Array(task.timeline.iter().map(|e| entry_json(e, wf)).collect());
     v["timeline_dropped"] = json!(task.timeline_dropped);
     v["next"] = json!(next);
@@ -369,5 +371,18 @@ mod tests {
         assert_eq!(v["timeline_dropped"], 3);
         assert_eq!(v["deadline"], Value::Null);
         assert_eq!(v["updated_at"], "2023-11-14T22:13:20.000Z");
+    }
+
+    #[test]
+    fn show_json_gives_each_output_with_its_value() {
+        let mut t = task(ProcessState::Error);
+        let charge = json!({"charge_id": "ch_1", "amount": 12});
+        t.outputs.insert("charge".into(), sas::domain::StepOutput::from_value(&charge).unwrap());
+        let v = show_json(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
+        assert_eq!(v["outputs"], json!({"charge": {"charge_id": "ch_1", "amount": 12}}));
+        assert!(
+            show_text(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[])
+                .contains("  outputs       charge\n")
+        );
     }
 }
