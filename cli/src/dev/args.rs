@@ -112,12 +112,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
     if let Some(url) = &args.endpoint_url {
         crate::endpoint::check_url(url).map_err(|e| e.to_string())?;
     }
-    let sum = args.failure_rate + args.permanent_rate + args.hang_rate;
-    if sum >= 1.0 {
-        return Err(format!(
-            "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got {sum})"
-        ));
-    }
+    check_rates(args.failure_rate, args.permanent_rate, args.hang_rate)?;
     let definitions = crate::workflows::load(args.workflows.as_deref())?;
     let workflows = &definitions.workflows;
     for name in args.workflow.split(',') {
@@ -204,4 +199,32 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         println!("{}", report.render());
     }
     Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The three rates of a remote call's fate must leave room for success; the message shows
+/// each as given and their sum as a person writes it (1.11, not 1.1099999999999999).
+fn check_rates(failure: f64, permanent: f64, hang: f64) -> Result<(), String> {
+    let sum = failure + permanent + hang;
+    if sum < 1.0 {
+        return Ok(());
+    }
+    let shown = (sum * 1e9).round() / 1e9;
+    Err(format!(
+        "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 \
+         (got {failure} + {permanent} + {hang} = {shown})"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_sum_reads_as_written() {
+        assert_eq!(check_rates(0.1, 0.01, 0.02), Ok(()));
+        assert_eq!(
+            check_rates(0.6, 0.01, 0.5).unwrap_err(),
+            "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got 0.6 + 0.01 + 0.5 = 1.11)"
+        );
+    }
 }
