@@ -46,11 +46,9 @@ pub enum TasksCommand {
     /// deadline first, of at most 1000 live tasks; `stuck` is a
     /// live task whose deadline has passed (the supervisor has not recovered it yet).
     List(ListArgs),
-    /// Show one task: its state, step, lease and deadline, failures, outputs, last error,
-    /// its timeline (who did what, when and why) and the commands that apply to it.
-    ///
-    /// The text names the outputs; --json gives each with its value, by step name (what
-    /// a refund by hand needs of its charge).
+    /// Show one task: its state, step, lease and deadline, failures, outputs (with --json,
+    /// each with its value), last error, its timeline (who did what, when and why) and the
+    /// commands that apply to it.
     Show(ShowArgs),
     /// Send a task in Error forward again from its failed step (or an earlier one, with
     /// --from-step), keeping what is done; or every task of a listing (--state error).
