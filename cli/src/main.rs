@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -108,7 +108,8 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .json()
         .init();
-    let cli = match Cli::try_parse() {
+    let command = sasctl::args::without_blank_env(Cli::command(), &|name| std::env::var_os(name));
+    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => match sasctl::args::validation_message(&e).or_else(|| sasctl::args::usage_message(&e)) {
             Some(line) => {

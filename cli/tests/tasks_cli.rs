@@ -100,6 +100,25 @@ fn bad_or_unreachable_endpoints_and_unknown_deployments_are_one_line() {
     );
 }
 
+/// A variable set but empty (`export SAS_WORKFLOWS=`) is unset, as SAS_STACK and SAS_PREFIX
+/// are: not a value the user never typed.
+#[test]
+fn an_empty_variable_is_unset() {
+    for var in ["SAS_WORKFLOWS", "SAS_DUE_SHARDS"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+            .args(["tasks", "show", "not an id", "--prefix", "p"])
+            .env(var, "")
+            .output()
+            .expect("sasctl runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.trim_end(),
+            "sasctl: ID \"not an id\": order_id contains ' '; only ASCII letters, digits, '-' and '_' are allowed",
+            "{var}="
+        );
+    }
+}
+
 #[test]
 fn a_definition_file_that_cannot_be_read_is_one_line() {
     let line = one_line(&["tasks", "list", "--prefix", "p", "--workflows", "/nonexistent/flows.json"], 2);
