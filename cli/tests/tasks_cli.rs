@@ -59,10 +59,25 @@ fn an_id_or_a_state_but_not_both() {
     );
     let line = one_line(&["tasks", "cancel", "--reason", "x"], 2);
     assert!(line.starts_with("sasctl: missing ") && line.contains("<ID|--state <STATE>>"), "{line}");
-    assert_eq!(
-        one_line(&["tasks", "compensate", "o-1", "--reason", "x", "--dry-run"], 2),
-        "sasctl: --dry-run previews a bulk action: give --state instead of an ID"
+    // One task's preview is taken: it goes on to read the task (here from an endpoint
+    // where nothing listens).
+    let url = free_port_url();
+    let line = one_line(
+        &[
+            "tasks",
+            "compensate",
+            "o-1",
+            "--reason",
+            "x",
+            "--dry-run",
+            "--prefix",
+            "p",
+            "--endpoint-url",
+            &url,
+        ],
+        2,
     );
+    assert!(line.contains(&url) && line.contains("could not be reached"), "{line}");
     assert_eq!(
         one_line(&["tasks", "compensate", "--state", "stuck", "--reason", "x"], 2),
         "sasctl: compensate applies to tasks in Error only: --state error (not stuck)"

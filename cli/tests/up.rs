@@ -447,6 +447,14 @@ async fn an_operator_lists_failed_tasks_resubmits_them_once_fixed_and_cancels_a_
 
     remote.refusing.store(false, Ordering::SeqCst);
 
+    // One previewed by its id, which changes nothing.
+    let was = aws.state_and_revision("fix-1").await;
+    let preview = ["resubmit", "fix-1", "--reason", "remote fixed", "--dry-run"];
+    let (code, out, err) = tasks(&up, &workflows, &preview).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "would resubmit: fix-1: Error -> Pending (Resubmit)\ndry run: nothing changed\n");
+    assert_eq!(aws.state_and_revision("fix-1").await, was);
+
     // One by its id.
     let (code, out, err) = tasks(&up, &workflows, &["resubmit", "fix-1", "--reason", "remote fixed"]).await;
     assert_eq!(code, 0, "{err}");
@@ -487,8 +495,12 @@ async fn an_operator_lists_failed_tasks_resubmits_them_once_fixed_and_cancels_a_
     let states = aws.wait_until_ended(&failing, Duration::from_secs(90)).await;
     assert_eq!(states, ["Processed", "Processed", "Processed"]);
 
-    // What does not apply is refused and changes nothing.
+    // What does not apply is refused and changes nothing; a preview says so, exit 1 too.
     let was = aws.state_and_revision("ok-1").await;
+    let (code, out, err) =
+        tasks(&up, &workflows, &["compensate", "ok-1", "--reason", "oops", "--dry-run"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("would refuse: ok-1: cannot compensate a task that is Processed"), "{out}");
     let (code, out, err) = tasks(&up, &workflows, &["compensate", "ok-1", "--reason", "oops"]).await;
     assert_eq!(code, 1, "{out}{err}");
     assert_eq!(

@@ -177,8 +177,9 @@ pub struct ActArgs {
     /// Why: recorded in each task's timeline with who acted (required).
     #[arg(long, value_name = "TEXT", required = true, value_parser = non_empty("--reason"))]
     pub reason: String,
-    /// With --state: change nothing, print what each task would come to, and the count.
-    #[arg(long, requires = "state")]
+    /// Change nothing: print what the task would come to (exit 1 if the action would be
+    /// refused), or with --state what each task would come to, and the count.
+    #[arg(long)]
     pub dry_run: bool,
     /// With --state: tasks acted on per second at most (1 to 100).
     #[arg(long, value_name = "N", default_value_t = 10, requires = "state",
