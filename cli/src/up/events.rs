@@ -5,7 +5,7 @@
 //! The event log learns of orders by watching the ports (`tap`): the landed writes of the
 //! state store, the alerts raised, the messages kept in a dead-letter queue.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,11 +24,12 @@ use crate::tap::{Landed, Tap};
 pub struct UpCounts {
     /// Orders accepted (their task created) by this run.
     pub accepted: usize,
-    /// Tasks this run ended, by final state.
+    /// The orders this run accepted or moved, each once, by the state it is in now: one
+    /// that failed and was then resubmitted and processed counts as processed only.
     pub processed: usize,
     pub error: usize,
     pub compensated: usize,
-    /// Tasks this run accepted or moved that have not ended yet.
+    /// Not ended yet.
     pub in_flight: usize,
     /// Messages kept in a dead-letter queue with a reason (bad orders, mostly).
     pub rejected: usize,
@@ -61,8 +62,26 @@ impl UpCounts {
 
 #[derive(Default)]
 struct Counts {
+    /// All but the orders by state, which `by_state` keeps.
     summary: UpCounts,
-    in_flight: HashSet<OrderId>,
+    /// Each order seen, by the state of its latest landed write.
+    latest: HashMap<OrderId, ProcessState>,
+    /// How many orders `latest` has in each state.
+    by_state: HashMap<ProcessState, usize>,
+}
+
+impl Counts {
+    /// `order` is now in `state`: counted there, and no longer where it was.
+    fn moved(&mut self, order: &OrderId, state: ProcessState) {
+        if let Some(was) = self.latest.insert(order.clone(), state) {
+            self.by_state.entry(was).and_modify(|n| *n = n.saturating_sub(1));
+        }
+        *self.by_state.entry(state).or_default() += 1;
+    }
+
+    fn in_state(&self, state: ProcessState) -> usize {
+        self.by_state.get(&state).copied().unwrap_or(0)
+    }
 }
 
 /// Where events are told, and the counts kept.
@@ -95,7 +114,15 @@ impl EventLog {
 
     pub fn summary(&self) -> UpCounts {
         let counts = self.counts();
-        UpCounts { in_flight: counts.in_flight.len(), ..counts.summary.clone() }
+        let in_flight =
+            ProcessState::ALL.iter().filter(|s| !s.is_terminal()).map(|s| counts.in_state(*s)).sum();
+        UpCounts {
+            processed: counts.in_state(ProcessState::Processed),
+            error: counts.in_state(ProcessState::Error),
+            compensated: counts.in_state(ProcessState::Compensated),
+            in_flight,
+            ..counts.summary.clone()
+        }
     }
 
     /// One event: `what` (a word), `text` for people, `fields` for `--json`.
@@ -172,17 +199,7 @@ impl Tap for EventLog {
             if how == Landed::Inserted {
                 counts.summary.accepted += 1;
             }
-            match task.state {
-                ProcessState::Processed => counts.summary.processed += 1,
-                ProcessState::Error => counts.summary.error += 1,
-                ProcessState::Compensated => counts.summary.compensated += 1,
-                _ => {}
-            }
-            if terminal {
-                counts.in_flight.remove(&task.order_id);
-            } else {
-                counts.in_flight.insert(task.order_id.clone());
-            }
+            counts.moved(&task.order_id, task.state);
         }
         if how == Landed::Inserted {
             self.tell(
@@ -279,5 +296,52 @@ impl Queues for RejectionTap {
             }
         }
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sas::domain::{LineItem, Order, Policy, Timestamp};
+
+    fn task(id: &str, state: ProcessState) -> TaskRecord {
+        let order = Order {
+            order_id: OrderId::parse(id).unwrap(),
+            customer_id: "c".into(),
+            items: vec![LineItem { sku: "A".into(), quantity: 1 }],
+            workflow: "w".into(),
+            workflow_version: None,
+        };
+        let mut t = TaskRecord::new(&order, None, Timestamp(1_700_000_000_000), &Policy::default());
+        t.state = state;
+        t
+    }
+
+    /// An order counts once, in the state it is in now: one that failed, then was
+    /// resubmitted and processed is processed, not also an error.
+    #[test]
+    fn orders_are_counted_by_their_latest_state() {
+        let log = EventLog::quiet();
+        use ProcessState::*;
+        for (id, states) in [
+            ("resubmitted", &[Pending, Processing, Error, Pending, Processing, Processed][..]),
+            ("compensated", &[Pending, Processing, Error, Compensating, Compensated]),
+            ("failed", &[Pending, Processing, Error]),
+            ("moving", &[Pending, Processing]),
+        ] {
+            for (i, state) in states.iter().enumerate() {
+                let how = if i == 0 { Landed::Inserted } else { Landed::Replaced };
+                log.landed(&task(id, *state), how);
+            }
+        }
+        // An order a previous run accepted, ended by this one.
+        log.landed(&task("carried-on", Processed), Landed::Replaced);
+        let c = log.summary();
+        assert_eq!(
+            (c.accepted, c.processed, c.error, c.compensated, c.in_flight),
+            (4, 2, 1, 1, 1),
+            "{}",
+            c.line()
+        );
     }
 }
