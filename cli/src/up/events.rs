@@ -267,9 +267,27 @@ impl RejectionTap {
         self.log.counts().summary.rejected += 1;
         self.log.tell(
             "rejected",
-            &format!("kept in {}: {reason}", queue_name(&queue.0)),
-            serde_json::json!({ "queue": queue.0, "reason": reason, "body": message.body }),
+            &rejected_text(queue_name(&queue.0), &message.body, reason),
+            serde_json::json!({
+                "order_id": named_order(&message.body), "queue": queue.0, "reason": reason, "body": message.body,
+            }),
         );
+    }
+}
+
+/// The order a kept message names, when its body can be read: an order's `order_id`, or
+/// the order a cancel names (as written, even when not a valid id: that may be why).
+fn named_order(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let id = v.get("order_id").or_else(|| v.get("cancel"))?.as_str()?;
+    Some(crate::text::one_line(id, 80))
+}
+
+/// A `rejected` line: the order, when the body names one, where it was kept, and why.
+fn rejected_text(queue: &str, body: &str, reason: &str) -> String {
+    match named_order(body) {
+        Some(order) => format!("{order} kept in {queue}: {reason}"),
+        None => format!("kept in {queue}: {reason}"),
     }
 }
 
@@ -342,6 +360,27 @@ mod tests {
             (4, 2, 1, 1, 1),
             "{}",
             c.line()
+        );
+    }
+
+    #[test]
+    fn a_rejection_names_its_order_when_the_body_does() {
+        let dlq = "p-orders-dlq";
+        assert_eq!(
+            rejected_text(dlq, r#"{"order_id":"bad-1","customer_id":"c","items":[]}"#, "items is empty"),
+            "bad-1 kept in p-orders-dlq: items is empty"
+        );
+        assert_eq!(
+            rejected_text(dlq, r#"{"cancel":"o-9","reason":"r"}"#, "no order o-9 to cancel (looked 3 times)"),
+            "o-9 kept in p-orders-dlq: no order o-9 to cancel (looked 3 times)"
+        );
+        assert_eq!(
+            rejected_text(dlq, "{not json", "not a valid message"),
+            "kept in p-orders-dlq: not a valid message"
+        );
+        assert_eq!(
+            rejected_text(dlq, r#"{"order_id":12}"#, "invalid type"),
+            "kept in p-orders-dlq: invalid type"
         );
     }
 }
