@@ -32,6 +32,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 pub use args::{UpArgs, run_command};
+use events::CancelWatch;
 pub use events::{EventLog, UpCounts};
 
 use crate::endpoint::{EndpointError, check_url, one_line, probe, sdk_config};
@@ -502,6 +503,7 @@ pub fn start(
         events: events.clone(),
     };
     let (orders, scheduler_queue) = (&configs.submission, &configs.scheduler);
+    let submission = CancelWatch { submission, log: events.clone() };
     vec![
         pumps.spawn(&orders.orders_queue, &orders.orders_dlq, options.windows.orders_ms, move |m| {
             let s = submission.clone();

@@ -1,18 +1,22 @@
 //! What `sasctl up` tells its user while it runs: one line per notable event (an order
-//! accepted, rejected or ended, an alert, trouble with the endpoint), or one JSON
-//! object per line with `--json`, and the counts behind the final summary.
+//! accepted, rejected or ended, an app's cancel asked, applied or refused, an alert,
+//! trouble with the endpoint), or one JSON object per line with `--json`, and the counts
+//! behind the final summary.
 //!
 //! The event log learns of orders by watching the ports (`tap`): the landed writes of the
-//! state store, the alerts raised, the messages kept in a dead-letter queue.
+//! state store, the alerts raised, the messages kept in a dead-letter queue; and of apps'
+//! cancels by watching the orders function ([`CancelWatch`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord};
-use sas::handlers::{BatchReport, REASON_ATTRIBUTE, SweepReport};
+use sas::domain::{
+    Act, Actor, CancelRequest, Happened, Intake, OperatorAlert, OrderId, ProcessState, TaskRecord, Trigger,
+};
+use sas::handlers::{BatchReport, HandlerError, Inbound, REASON_ATTRIBUTE, Submission, SweepReport};
 use sas::ports::{AlertError, Alerts, Outgoing, QueueError, QueueUrl, Queues};
 use serde::Serialize;
 
@@ -68,15 +72,19 @@ struct Counts {
     latest: HashMap<OrderId, ProcessState>,
     /// How many orders `latest` has in each state.
     by_state: HashMap<ProcessState, usize>,
+    /// Orders whose cancel landed and whose cancel message has not been looked at since.
+    cancels_landed: HashSet<OrderId>,
 }
 
 impl Counts {
-    /// `order` is now in `state`: counted there, and no longer where it was.
-    fn moved(&mut self, order: &OrderId, state: ProcessState) {
-        if let Some(was) = self.latest.insert(order.clone(), state) {
+    /// `order` is now in `state`: counted there, and no longer where it was (returned).
+    fn moved(&mut self, order: &OrderId, state: ProcessState) -> Option<ProcessState> {
+        let was = self.latest.insert(order.clone(), state);
+        if let Some(was) = was {
             self.by_state.entry(was).and_modify(|n| *n = n.saturating_sub(1));
         }
         *self.by_state.entry(state).or_default() += 1;
+        was
     }
 
     fn in_state(&self, state: ProcessState) -> usize {
@@ -138,7 +146,7 @@ impl EventLog {
             }
             object.to_string()
         } else {
-            format!("[{:>8.1}s] {what:<11} {text}", self.started.elapsed().as_secs_f64())
+            format!("[{:>8.1}s] {what:<14} {text}", self.started.elapsed().as_secs_f64())
         };
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");
@@ -189,17 +197,83 @@ impl EventLog {
             serde_json::json!({ "order_id": task.order_id.as_str(), "state": state, "reason": why }),
         );
     }
+
+    /// An app's cancel arrived on the orders queue.
+    pub fn cancel_asked(&self, cancel: &CancelRequest) {
+        let by = cancel.actor_name();
+        self.tell(
+            "cancel",
+            &format!("{} asked by {by}: {}", cancel.cancel, crate::text::one_line(&cancel.reason, 200)),
+            serde_json::json!({ "order_id": cancel.cancel.as_str(), "by": by, "reason": cancel.reason }),
+        );
+    }
+
+    /// Whether a cancel of `order` landed since this was last asked (and forgets it).
+    pub fn cancel_landed(&self, order: &OrderId) -> bool {
+        self.counts().cancels_landed.remove(order)
+    }
+
+    /// An app's cancel was refused: the task stays as it was.
+    pub fn cancel_refused(&self, cancel: &CancelRequest, why: &str) {
+        self.tell(
+            "cancel_refused",
+            &format!("{}: {why}", cancel.cancel),
+            serde_json::json!({ "order_id": cancel.cancel.as_str(), "by": cancel.actor_name(), "reason": why }),
+        );
+    }
+}
+
+/// The cancel a landed write applied, if it did: its timeline's newest entry is a cancel,
+/// and the order was live before it (a later write on a cancelled task is not a cancel).
+fn cancel_in(task: &TaskRecord, was: Option<ProcessState>) -> Option<&sas::domain::Entry> {
+    let live_before = was.is_none_or(|s| matches!(s, ProcessState::Pending | ProcessState::Processing));
+    let newest = task.timeline.last()?;
+    let cancel = matches!(newest.what, Happened::Moved(Trigger::Cancel | Trigger::CancelUndone));
+    (cancel && live_before).then_some(newest)
+}
+
+/// A `cancelled` line: the order, the move, who asked and why.
+fn cancelled_text(task: &TaskRecord, was: Option<ProcessState>, entry: &sas::domain::Entry) -> String {
+    let from = was.map_or("live", ProcessState::as_str);
+    let mut text = format!(
+        "{} ({} v{}): {from} -> {}",
+        task.order_id,
+        task.workflow,
+        task.workflow_version,
+        task.state.as_str()
+    );
+    if let Some(by) = &entry.by {
+        text.push_str(&format!(", by {by}"));
+    }
+    if let Some(why) = &entry.note {
+        text.push_str(&format!(": {}", crate::text::one_line(why, 200)));
+    }
+    text
 }
 
 impl Tap for EventLog {
     fn landed(&self, task: &TaskRecord, how: Landed) {
         let terminal = task.state.is_terminal();
-        {
+        let was = {
             let mut counts = self.counts();
             if how == Landed::Inserted {
                 counts.summary.accepted += 1;
             }
-            counts.moved(&task.order_id, task.state);
+            let was = counts.moved(&task.order_id, task.state);
+            if how == Landed::Replaced && cancel_in(task, was).is_some() {
+                counts.cancels_landed.insert(task.order_id.clone());
+            }
+            was
+        };
+        if let Some(entry) = cancel_in(task, was).filter(|_| how == Landed::Replaced) {
+            self.tell(
+                "cancelled",
+                &cancelled_text(task, was, entry),
+                serde_json::json!({
+                    "order_id": task.order_id.as_str(), "from": was.map(ProcessState::as_str),
+                    "to": task.state.as_str(), "by": entry.by, "reason": entry.note,
+                }),
+            );
         }
         if how == Landed::Inserted {
             self.tell(
@@ -317,6 +391,59 @@ impl Queues for RejectionTap {
     }
 }
 
+/// The orders function as `up` runs it: the submission handler, telling the event log of
+/// each app's cancel when it first arrives and, when it was refused, why. An applied
+/// cancel is told by the store's tap; a refused one changes nothing a tap would see.
+#[derive(Clone)]
+pub struct CancelWatch {
+    pub submission: Submission,
+    pub log: Arc<EventLog>,
+}
+
+impl CancelWatch {
+    pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
+        let Ok(Intake::Cancel(cancel)) = Intake::parse(&message.body) else {
+            return self.submission.handle(message).await;
+        };
+        if message.receive_count <= 1 {
+            self.log.cancel_asked(&cancel);
+        }
+        self.log.cancel_landed(&cancel.cancel);
+        let handled = self.submission.handle(message).await;
+        if handled.is_ok()
+            && !self.log.cancel_landed(&cancel.cancel)
+            && let Some(why) = self.refusal(&cancel).await
+        {
+            self.log.cancel_refused(&cancel, &why);
+        }
+        handled
+    }
+
+    /// Why the handler refused `cancel`: its decision, made again on the task as it is
+    /// now. `None` when there is no task: the cancel was kept as bad input, and the
+    /// rejection is told.
+    async fn refusal(&self, cancel: &CancelRequest) -> Option<String> {
+        let (deps, settings) = (&self.submission.deps, &self.submission.settings);
+        let task = match deps.store.task(&cancel.cancel).await {
+            Ok(task) => task?,
+            Err(e) => {
+                let e = crate::endpoint::one_line(&e.to_string());
+                return Some(format!("(the task could not be read again: {e})"));
+            }
+        };
+        let by = cancel.actor_name();
+        let actor = Actor { by: &by, why: &cancel.reason, seen: None };
+        let decided = settings
+            .workflows
+            .get_version(&task.workflow, task.workflow_version)
+            .map(|wf| task.act(Act::Cancel, actor, deps.clock.now(), wf, &settings.policy));
+        Some(match decided {
+            Some(Err(refusal)) => refusal.to_string(),
+            _ => format!("the task is {}", task.state.as_str()),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +509,34 @@ mod tests {
             rejected_text(dlq, r#"{"order_id":12}"#, "invalid type"),
             "kept in p-orders-dlq: invalid type"
         );
+    }
+
+    #[test]
+    fn an_applied_cancel_is_told_once_and_remembered_for_its_message() {
+        let log = EventLog::quiet();
+        log.landed(&task("slow-1", ProcessState::Processing), Landed::Inserted);
+        let mut cancelled = task("slow-1", ProcessState::Compensating);
+        cancelled.timeline.push(sas::domain::Entry {
+            at: Timestamp(1_700_000_001_000),
+            what: Happened::Moved(Trigger::Cancel),
+            step: 0,
+            attempt: 1,
+            note: Some("too slow".into()),
+            by: Some("app:shop".into()),
+        });
+        let entry = cancel_in(&cancelled, Some(ProcessState::Processing)).expect("a cancel");
+        assert_eq!(
+            cancelled_text(&cancelled, Some(ProcessState::Processing), entry),
+            "slow-1 (w v1): Processing -> Compensating, by app:shop: too slow"
+        );
+        log.landed(&cancelled, Landed::Replaced);
+        // A later write of the cancelled task is not a second cancel.
+        assert!(cancel_in(&cancelled, Some(ProcessState::Compensating)).is_none());
+        log.landed(&cancelled, Landed::Replaced);
+        let id = OrderId::parse("slow-1").unwrap();
+        assert!(log.cancel_landed(&id));
+        assert!(!log.cancel_landed(&id), "told once");
+        // Nothing else is a cancel.
+        assert!(cancel_in(&task("slow-1", ProcessState::Processing), Some(ProcessState::Pending)).is_none());
     }
 }
