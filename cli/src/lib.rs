@@ -12,6 +12,8 @@ pub mod deployment;
 pub mod dev;
 pub mod dlq;
 pub mod endpoint;
+#[cfg(test)]
+mod fixtures;
 pub mod invariants;
 pub mod pump;
 pub mod remote_sim;

@@ -258,19 +258,10 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sas::domain::{Happened, LineItem, Order, OrderId, ProcessState, Step, Trigger};
+    use sas::domain::{Happened, ProcessState, Step, Trigger};
 
     fn task(state: ProcessState) -> TaskRecord {
-        let order = Order {
-            order_id: OrderId::parse("o-1").unwrap(),
-            customer_id: "c".into(),
-            items: vec![LineItem { sku: "A".into(), quantity: 1 }],
-            workflow: "w".into(),
-            workflow_version: None,
-        };
-        let mut t = TaskRecord::new(&order, None, Timestamp(1_700_000_000_000), &Policy::default());
-        t.state = state;
-        t
+        crate::fixtures::task("o-1", state)
     }
 
     fn wf() -> Workflow {

@@ -447,20 +447,8 @@ impl CancelWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sas::domain::{LineItem, Order, Policy, Timestamp};
-
-    fn task(id: &str, state: ProcessState) -> TaskRecord {
-        let order = Order {
-            order_id: OrderId::parse(id).unwrap(),
-            customer_id: "c".into(),
-            items: vec![LineItem { sku: "A".into(), quantity: 1 }],
-            workflow: "w".into(),
-            workflow_version: None,
-        };
-        let mut t = TaskRecord::new(&order, None, Timestamp(1_700_000_000_000), &Policy::default());
-        t.state = state;
-        t
-    }
+    use crate::fixtures::task;
+    use sas::domain::Timestamp;
 
     /// An order counts once, in the state it is in now: one that failed, then was
     /// resubmitted and processed is processed, not also an error.
