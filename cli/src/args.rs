@@ -77,6 +77,23 @@ pub fn non_empty(
     }
 }
 
+/// `cmd` and its subcommands with each option's environment variable dropped where
+/// `env` finds it set but blank: `SAS_WORKFLOWS=` means unset, as a blank SAS_STACK or
+/// SAS_PREFIX does, rather than a value to check (clap would report it as a
+/// `--workflows ''` the user never typed). `main` passes the process's environment.
+pub fn without_blank_env(
+    cmd: clap::Command,
+    env: &dyn Fn(&std::ffi::OsStr) -> Option<std::ffi::OsString>,
+) -> clap::Command {
+    let blank: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| a.get_env().and_then(env).is_some_and(|v| v.to_string_lossy().trim().is_empty()))
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let cmd = blank.into_iter().fold(cmd, |cmd, id| cmd.mut_arg(id, |a| a.env(None::<&'static str>)));
+    cmd.mut_subcommands(|sub| without_blank_env(sub, env))
+}
+
 /// The one line to print for a clap error raised by one of the parsers above, or
 /// `None` for any other error (clap's own text, usage included, is right for those).
 pub fn validation_message(err: &clap::Error) -> Option<String> {
@@ -173,6 +190,29 @@ mod tests {
         assert_eq!(d("0s").unwrap_err(), "--since must be from 1s to 3650d (got 0s)");
         assert_eq!(d("3651d").unwrap_err(), "--since must be from 1s to 3650d (got 3651d)");
         assert!(d("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn a_blank_variable_counts_as_unset() {
+        let cmd = || {
+            clap::Command::new("t").subcommand(
+                clap::Command::new("list")
+                    .arg(clap::Arg::new("workflows").long("workflows").env("SASCTL_TEST_WORKFLOWS"))
+                    .arg(clap::Arg::new("shards").long("shards").env("SASCTL_TEST_SHARDS")),
+            )
+        };
+        let env = |name: &std::ffi::OsStr| match name.to_str() {
+            Some("SASCTL_TEST_WORKFLOWS") => Some(" ".into()),
+            Some("SASCTL_TEST_SHARDS") => Some("8".into()),
+            _ => None,
+        };
+        let cmd = without_blank_env(cmd(), &env);
+        let list = cmd.find_subcommand("list").unwrap();
+        let var = |id: &str| {
+            list.get_arguments().find(|a| a.get_id() == id).unwrap().get_env().map(|v| v.to_owned())
+        };
+        assert_eq!(var("workflows"), None);
+        assert_eq!(var("shards"), Some("SASCTL_TEST_SHARDS".into()));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! timeout), the supervisor fires on a schedule, and the agents call a simulated remote
 //! service over loopback HTTP.
 
+mod args;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,6 +32,7 @@ use tokio::sync::watch;
 use crate::pump::{PumpSettings, Quiet, pump};
 use crate::remote_sim::{Ledger, LoopbackRemote, RemoteFaults};
 
+pub use args::{DevArgs, run_command};
 pub use sas::adapters::embedded::queue_names::{self, *};
 
 /// Where every `queue` agent's requests go in a dev run, and where its worker takes them
@@ -120,7 +123,7 @@ impl DevOptions {
 
 /// What was sent, so the run can be checked against it.
 #[derive(Debug, Clone)]
-pub struct Sent {
+pub struct SentMessages {
     /// Valid orders, by id, with their body.
     pub orders: Vec<(String, String)>,
     pub duplicates: usize,
@@ -131,7 +134,7 @@ pub struct Sent {
 /// Everything a finished run leaves behind.
 pub struct DevOutcome {
     pub options: DevOptions,
-    pub sent: Sent,
+    pub sent: SentMessages,
     pub tasks: Vec<TaskRecord>,
     pub writes: Vec<sas::adapters::embedded::WriteRecord>,
     pub kept: Vec<StoredMessage>,
@@ -554,7 +557,10 @@ pub async fn run_on(
     })
 }
 
-pub async fn send_orders(options: &DevOptions, queues: &dyn Queues) -> Result<Sent, sas::ports::QueueError> {
+pub async fn send_orders(
+    options: &DevOptions,
+    queues: &dyn Queues,
+) -> Result<SentMessages, sas::ports::QueueError> {
     let mut rng = fastrand::Rng::with_seed(options.seed ^ 0x5eed);
     let orders: Vec<(String, String)> = (0..options.orders)
         .map(|i| {
@@ -589,7 +595,7 @@ pub async fn send_orders(options: &DevOptions, queues: &dyn Queues) -> Result<Se
             }
         }
     }
-    Ok(Sent { orders, duplicates, bad })
+    Ok(SentMessages { orders, duplicates, bad })
 }
 
 pub async fn send_bodies(queues: &dyn Queues, bodies: Vec<String>) -> Result<(), sas::ports::QueueError> {

@@ -66,12 +66,7 @@ pub fn one_line(text: &str) -> String {
         " (ConstructionFailure(",
     ];
     let cut = DUMPS.iter().filter_map(|d| text.find(d)).min().unwrap_or(text.len());
-    let line: String = text[..cut].split_whitespace().collect::<Vec<_>>().join(" ");
-    const MAX: usize = 300;
-    match line.char_indices().nth(MAX) {
-        Some((at, _)) => format!("{}...", &line[..at]),
-        None => line,
-    }
+    crate::text::one_line(&text[..cut], 300)
 }
 
 /// `url` if it is an http(s) URL with a host: the SDK's own error for anything else

@@ -12,6 +12,8 @@ pub mod deployment;
 pub mod dev;
 pub mod dlq;
 pub mod endpoint;
+#[cfg(test)]
+mod fixtures;
 pub mod invariants;
 pub mod pump;
 pub mod remote_sim;
@@ -19,5 +21,6 @@ pub mod report;
 pub mod resources;
 pub mod tap;
 pub mod tasks;
+pub mod text;
 pub mod up;
 pub mod workflows;

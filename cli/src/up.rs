@@ -8,6 +8,7 @@
 //! removes them. Each queue is pumped as Lambda's event source mapping does it
 //! (`pump`), the supervisor fires on a timer instead of EventBridge.
 
+mod args;
 mod events;
 
 use std::collections::BTreeMap;
@@ -21,7 +22,7 @@ use sas::adapters::embedded::CountingMetrics;
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
 use sas::config::{AgentConfig, SchedulerConfig, Source, SubmissionConfig, SupervisorConfig};
-use sas::domain::{Definitions, QueueId};
+use sas::domain::Definitions;
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
     Submission, Supervisor,
@@ -30,7 +31,9 @@ use sas::ports::{QueueConsumer, QueueUrl, Queues};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-pub use events::{Board, Summary};
+pub use args::{UpArgs, run_command};
+use events::CancelWatch;
+pub use events::{EventLog, UpCounts};
 
 use crate::endpoint::{EndpointError, check_url, one_line, probe, sdk_config};
 use crate::pump::{PumpEvents, PumpSettings, pump};
@@ -156,15 +159,6 @@ fn agent_targets(definitions: &Definitions, remote: Option<&str>) -> (Vec<String
     (lines, without_url)
 }
 
-/// The status queue's ARN, from its URL and the region: the `reply_to` allow-list
-/// names queues by ARN.
-fn status_arn(provisioned: &Provisioned, region: &str) -> Result<String, UpError> {
-    let (account, name) = QueueId::account_and_name(&provisioned.status_queue).ok_or_else(|| {
-        UpError::Config(format!("the status queue URL {} has no /<account>/<name>", provisioned.status_queue))
-    })?;
-    Ok(format!("arn:aws:sqs:{region}:{account}:{name}"))
-}
-
 /// The four functions' configurations, read by their own code from the variables a
 /// deployment would set (the resources' names and URLs) plus the tuning variables (`Source::Tuning` in the
 /// functions' variable list) from ours, as the functions take them from theirs.
@@ -182,7 +176,6 @@ fn configs(
     remote: &str,
 ) -> Result<Configs, UpError> {
     let mut vars: BTreeMap<&str, String> = provisioned.env();
-    vars.insert("STATUS_QUEUE_ARN", status_arn(provisioned, region)?);
     vars.insert("AWS_ENDPOINT_URL", options.endpoint.clone());
     vars.insert("AWS_REGION", region.to_owned());
     vars.insert("REMOTE_SERVICE_URL", remote.to_owned());
@@ -235,19 +228,16 @@ struct Startup<'a> {
 }
 
 impl Startup<'_> {
-    fn print(&self, board: &Board) {
+    fn print(&self, events: &EventLog) {
         let p = self.provisioned;
         let o = self.options;
         let workflows = self.definitions.workflows.names();
         let example =
             send_example(&o.endpoint, &p.orders_queue, workflows.first().copied().unwrap_or("single-step"));
-        let file = o
-            .workflows
-            .as_ref()
-            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let file = crate::workflows::source_name(o.workflows.as_deref());
         let every = o.supervisor_period.as_millis() as u64;
         if o.json {
-            board.tell(
+            events.tell(
                 "ready",
                 "",
                 serde_json::json!({
@@ -312,7 +302,7 @@ fn fmt_period(d: Duration) -> String {
 
 /// What a finished `up` leaves: its counts and where its resources stay.
 pub struct Stopped {
-    pub summary: Summary,
+    pub summary: UpCounts,
     pub endpoint: String,
     pub prefix: String,
 }
@@ -345,7 +335,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| UpError::Signals(e.to_string()))?;
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| UpError::Signals(e.to_string()))?;
 
-    let board = Arc::new(Board::new(options.json));
+    let events = Arc::new(EventLog::new(options.json));
     Startup {
         options: &options,
         provisioned: &ready.provisioned,
@@ -354,10 +344,10 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
         targets: &ready.targets,
         step_timeout_ms: configs.scheduler.state.policy.step_timeout_ms,
     }
-    .print(&board);
+    .print(&events);
 
     let (stop_all, stop) = watch::channel(false);
-    let workers = start(&ready, &options, board.clone(), stop);
+    let workers = start(&ready, &options, events.clone(), stop);
     tokio::select! {
         _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
@@ -374,7 +364,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     for worker in workers {
         let _ = worker.await;
     }
-    Ok(Stopped { summary: board.summary(), endpoint: options.endpoint, prefix: options.prefix })
+    Ok(Stopped { summary: events.summary(), endpoint: options.endpoint, prefix: options.prefix })
 }
 
 /// What `up` found and made before its functions start.
@@ -400,10 +390,7 @@ pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
     let definitions = crate::workflows::load(options.workflows.as_deref()).map_err(UpError::Definitions)?;
     let (targets, without_url) = agent_targets(&definitions, options.remote_service_url.as_deref());
     if options.remote_service_url.is_none() && !without_url.is_empty() {
-        let file = options
-            .workflows
-            .as_ref()
-            .map_or("the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let file = crate::workflows::source_name(options.workflows.as_deref());
         return Err(UpError::NoRemote { agents: without_url.join(", "), file });
     }
     let remote = options.remote_service_url.clone().unwrap_or_else(|| UNUSED_REMOTE.to_owned());
@@ -424,13 +411,13 @@ pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
     Ok(Ready { definitions, targets, sdk, clients, provisioned, created, configs })
 }
 
-/// The four functions, wired as their Lambda binaries wire them, with the board watching
+/// The four functions, wired as their Lambda binaries wire them, with the event log watching
 /// the store, the alerts and the dead-letter queues; their pumps and the supervisor's
 /// timer, each stopping when `stop` says so.
 pub fn start(
     ready: &Ready,
     options: &UpOptions,
-    board: Arc<Board>,
+    events: Arc<EventLog>,
     stop: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (sdk, clients, configs) = (&ready.sdk, &ready.clients, &ready.configs);
@@ -444,7 +431,7 @@ pub fn start(
     let deps = Deps {
         store: Arc::new(TapStore::new(
             DynamoStore::new(clients.dynamodb.clone(), configs.scheduler.state.tables.clone()),
-            board.clone(),
+            events.clone(),
         )),
         queues: sends.clone(),
         alerts: Arc::new(TeeAlerts {
@@ -453,7 +440,7 @@ pub fn start(
                 configs.scheduler.alerts.topic_arn.clone(),
                 sas::adapters::aws::sns::Deployment::Prefix(options.prefix.clone()),
             )),
-            then: board.clone(),
+            then: events.clone(),
         }),
         clock: Arc::new(SystemClock),
         random: Arc::new(FastRandom::from_entropy()),
@@ -483,7 +470,7 @@ pub fn start(
 
     let pumps = Pumps {
         consumer: sqs,
-        kept: Arc::new(events::KeptQueues { inner: sends, board: board.clone() }),
+        kept: Arc::new(events::RejectionTap { inner: sends, log: events.clone() }),
         metrics,
         settings: PumpSettings {
             batch_size: 10,
@@ -492,9 +479,10 @@ pub fn start(
             window_ms: 0,
         },
         stop: stop.clone(),
-        events: board.clone(),
+        events: events.clone(),
     };
     let (orders, scheduler_queue) = (&configs.submission, &configs.scheduler);
+    let submission = CancelWatch { submission, log: events.clone() };
     vec![
         pumps.spawn(&orders.orders_queue, &orders.orders_dlq, options.windows.orders_ms, move |m| {
             let s = submission.clone();
@@ -513,14 +501,14 @@ pub fn start(
             let a = agent.clone();
             async move { a.handle(m).await }
         }),
-        tokio::spawn(supervise(supervisor, options.supervisor_period, board, stop)),
+        tokio::spawn(supervise(supervisor, options.supervisor_period, events, stop)),
     ]
 }
 
 /// What every function's pump shares.
 struct Pumps {
     consumer: Arc<dyn QueueConsumer>,
-    /// The sends that keep rejected messages, watched by the board.
+    /// The sends that keep rejected messages, watched by the event log.
     kept: Arc<dyn Queues>,
     metrics: Arc<CountingMetrics>,
     settings: PumpSettings,
@@ -563,7 +551,7 @@ impl Pumps {
 async fn supervise(
     supervisor: Supervisor,
     period: Duration,
-    board: Arc<Board>,
+    events: Arc<EventLog>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(period);
@@ -574,8 +562,8 @@ async fn supervise(
             _ = stop.wait_for(|s| *s) => return,
         }
         match supervisor.sweep().await {
-            Ok(report) => board.swept(&report),
-            Err(e) => board.sweep_failed(&one_line(&e.to_string())),
+            Ok(report) => events.swept(&report),
+            Err(e) => events.sweep_failed(&one_line(&e.to_string())),
         }
     }
 }

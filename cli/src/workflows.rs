@@ -37,6 +37,12 @@ fn read(file: &Path) -> Result<String, String> {
     std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))
 }
 
+/// Where the definitions a run uses come from, as messages name it: `file`, or the
+/// built-in examples/workflows.json.
+pub fn source_name(file: Option<&Path>) -> String {
+    file.map_or_else(|| "the built-in examples/workflows.json".to_owned(), |f| f.display().to_string())
+}
+
 /// The definitions a run uses: `file`'s, or the built-in examples/workflows.json.
 pub fn load(file: Option<&Path>) -> Result<sas::domain::Definitions, String> {
     let Some(file) = file else { return Ok(sas::domain::Definitions::example()) };

@@ -57,7 +57,11 @@ fn numeric_options_out_of_range_are_one_line_naming_the_option() {
         (&["dev", "--seed", "-7"], "sasctl: --seed must be at least 0 (got -7)"),
         (
             &["dev", "--failure-rate", "0.5", "--hang-rate", "0.5"],
-            "sasctl: --failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got 1.01)",
+            "sasctl: --failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got 0.5 + 0.01 + 0.5 = 1.01)",
+        ),
+        (
+            &["dev", "--failure-rate", "0.6", "--hang-rate", "0.5"],
+            "sasctl: --failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got 0.6 + 0.01 + 0.5 = 1.11)",
         ),
     ];
     for (args, want) in cases {

@@ -59,10 +59,25 @@ fn an_id_or_a_state_but_not_both() {
     );
     let line = one_line(&["tasks", "cancel", "--reason", "x"], 2);
     assert!(line.starts_with("sasctl: missing ") && line.contains("<ID|--state <STATE>>"), "{line}");
-    assert_eq!(
-        one_line(&["tasks", "compensate", "o-1", "--reason", "x", "--dry-run"], 2),
-        "sasctl: --dry-run previews a bulk action: give --state instead of an ID"
+    // One task's preview is taken: it goes on to read the task (here from an endpoint
+    // where nothing listens).
+    let url = free_port_url();
+    let line = one_line(
+        &[
+            "tasks",
+            "compensate",
+            "o-1",
+            "--reason",
+            "x",
+            "--dry-run",
+            "--prefix",
+            "p",
+            "--endpoint-url",
+            &url,
+        ],
+        2,
     );
+    assert!(line.contains(&url) && line.contains("could not be reached"), "{line}");
     assert_eq!(
         one_line(&["tasks", "compensate", "--state", "stuck", "--reason", "x"], 2),
         "sasctl: compensate applies to tasks in Error only: --state error (not stuck)"
@@ -98,6 +113,25 @@ fn bad_or_unreachable_endpoints_and_unknown_deployments_are_one_line() {
         one_line(&["tasks", "list", "--endpoint-url", &url], 2),
         "sasctl: no state table: no deployment named; give --table, or name the deployment with --stack NAME or --prefix P (or SAS_STACK / SAS_PREFIX)"
     );
+}
+
+/// A variable set but empty (`export SAS_WORKFLOWS=`) is unset, as SAS_STACK and SAS_PREFIX
+/// are: not a value the user never typed.
+#[test]
+fn an_empty_variable_is_unset() {
+    for var in ["SAS_WORKFLOWS", "SAS_DUE_SHARDS"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+            .args(["tasks", "show", "not an id", "--prefix", "p"])
+            .env(var, "")
+            .output()
+            .expect("sasctl runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.trim_end(),
+            "sasctl: ID \"not an id\": order_id contains ' '; only ASCII letters, digits, '-' and '_' are allowed",
+            "{var}="
+        );
+    }
 }
 
 #[test]

@@ -235,13 +235,17 @@ impl Aws {
             "order_id": order_id, "customer_id": "c-1",
             "items": [{"sku": "A-1", "quantity": 2}], "workflow": workflow,
         });
-        self.sqs
-            .send_message()
-            .queue_url(&self.orders_queue)
-            .message_body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        self.send(&body.to_string()).await;
+    }
+
+    /// An app's cancel of `order_id`, from app `shop`.
+    async fn send_cancel(&self, order_id: &str, reason: &str) {
+        let body = serde_json::json!({"cancel": order_id, "reason": reason, "requested_by": "shop"});
+        self.send(&body.to_string()).await;
+    }
+
+    async fn send(&self, body: &str) {
+        self.sqs.send_message().queue_url(&self.orders_queue).message_body(body).send().await.unwrap();
     }
 
     /// The task's state as the table holds it, if there is a task.
@@ -447,6 +451,14 @@ async fn an_operator_lists_failed_tasks_resubmits_them_once_fixed_and_cancels_a_
 
     remote.refusing.store(false, Ordering::SeqCst);
 
+    // One previewed by its id, which changes nothing.
+    let was = aws.state_and_revision("fix-1").await;
+    let preview = ["resubmit", "fix-1", "--reason", "remote fixed", "--dry-run"];
+    let (code, out, err) = tasks(&up, &workflows, &preview).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "would resubmit: fix-1: Error -> Pending (Resubmit)\ndry run: nothing changed\n");
+    assert_eq!(aws.state_and_revision("fix-1").await, was);
+
     // One by its id.
     let (code, out, err) = tasks(&up, &workflows, &["resubmit", "fix-1", "--reason", "remote fixed"]).await;
     assert_eq!(code, 0, "{err}");
@@ -487,8 +499,12 @@ async fn an_operator_lists_failed_tasks_resubmits_them_once_fixed_and_cancels_a_
     let states = aws.wait_until_ended(&failing, Duration::from_secs(90)).await;
     assert_eq!(states, ["Processed", "Processed", "Processed"]);
 
-    // What does not apply is refused and changes nothing.
+    // What does not apply is refused and changes nothing; a preview says so, exit 1 too.
     let was = aws.state_and_revision("ok-1").await;
+    let (code, out, err) =
+        tasks(&up, &workflows, &["compensate", "ok-1", "--reason", "oops", "--dry-run"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("would refuse: ok-1: cannot compensate a task that is Processed"), "{out}");
     let (code, out, err) = tasks(&up, &workflows, &["compensate", "ok-1", "--reason", "oops"]).await;
     assert_eq!(code, 1, "{out}{err}");
     assert_eq!(
@@ -512,9 +528,41 @@ async fn an_operator_lists_failed_tasks_resubmits_them_once_fixed_and_cancels_a_
     let seen = remote.calls.lock().unwrap().clone();
     assert!(seen.iter().any(|(step, id, _)| step == "release" && id == "slow-1"), "{seen:?}");
 
+    // An app's cancel: each is told as it arrives, and then as it lands or is refused.
+    aws.send_order_of("slow-2", "undoable").await;
+    aws.wait_for_state("slow-2", "Processing", Duration::from_secs(30)).await;
+    aws.send_cancel("slow-2", "too slow").await;
+    up.wait_for_line(
+        |l| l.contains("] cancel ") && l.contains("slow-2 asked by app:shop: too slow"),
+        Duration::from_secs(30),
+    )
+    .await;
+    up.wait_for_line(
+        |l| {
+            l.contains("] cancelled ")
+                && l.contains("slow-2 (undoable v1): Processing -> Compensating, by app:shop: too slow")
+        },
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(aws.wait_until_ended(&["slow-2"], Duration::from_secs(60)).await, ["Compensated"]);
+    aws.send_cancel("ok-1", "changed mind").await;
+    let refused = up.wait_for_line(|l| l.contains("] cancel_refused "), Duration::from_secs(30)).await;
+    assert!(refused.contains("ok-1: cannot cancel a task that is Processed"), "{refused}");
+    // A rejection names the order its body names.
+    aws.send(r#"{"order_id":"bad-1","customer_id":"c-1","items":[]}"#).await;
+    let rejected = up.wait_for_line(|l| l.contains("] rejected "), Duration::from_secs(30)).await;
+    assert!(rejected.contains(&format!("bad-1 kept in {prefix}-orders-dlq: ")), "{rejected}");
+
     up.interrupt();
     let (status, stdout, stderr) = up.finish(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    // Each order once, in the state it ended in: the three resubmitted after failing are
+    // processed, not also errors.
+    assert!(
+        stdout.contains("stopped: 6 accepted, 4 processed, 0 error, 2 compensated, 0 in flight; 1 rejected"),
+        "{stdout}"
+    );
     remove_resources(&endpoint, &prefix).await;
     let _ = std::fs::remove_dir_all(workflows.parent().unwrap());
 }

@@ -62,7 +62,8 @@ pub struct ListingReport {
     pub rows: Vec<ListingRow>,
 }
 
-fn order(id: &str) -> Order {
+/// A bench order: one item of the built-in single-step workflow.
+pub(super) fn order(id: &str) -> Order {
     Order {
         order_id: OrderId::parse(id).expect("bench ids are valid"),
         customer_id: "cust-1".into(),

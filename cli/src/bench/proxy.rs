@@ -19,7 +19,7 @@ use serde::Serialize;
 
 /// What passed through: requests by (service, operation), and what the SQS receives brought.
 #[derive(Debug, Default, Clone, Serialize, PartialEq)]
-pub struct Tally {
+pub struct RequestCounts {
     pub requests: BTreeMap<String, BTreeMap<String, u64>>,
     /// ReceiveMessage requests that returned no message.
     pub empty_receives: u64,
@@ -27,7 +27,7 @@ pub struct Tally {
     pub messages_received: u64,
 }
 
-impl Tally {
+impl RequestCounts {
     /// Requests to `service` (all operations).
     pub fn service(&self, service: &str) -> u64 {
         self.requests.get(service).map_or(0, |ops| ops.values().sum())
@@ -38,7 +38,7 @@ impl Tally {
     }
 
     /// What happened since `before` was taken.
-    pub fn since(&self, before: &Tally) -> Tally {
+    pub fn since(&self, before: &RequestCounts) -> RequestCounts {
         let mut requests = self.requests.clone();
         for (service, ops) in &mut requests {
             for (op, n) in ops.iter_mut() {
@@ -47,7 +47,7 @@ impl Tally {
             ops.retain(|_, n| *n > 0);
         }
         requests.retain(|_, ops| !ops.is_empty());
-        Tally {
+        RequestCounts {
             requests,
             empty_receives: self.empty_receives - before.empty_receives,
             messages_received: self.messages_received - before.messages_received,
@@ -58,7 +58,7 @@ impl Tally {
 struct Proxy {
     upstream: String,
     client: reqwest::Client,
-    tally: Mutex<Tally>,
+    tally: Mutex<RequestCounts>,
 }
 
 /// A running proxy: its URL, and the tally so far.
@@ -82,7 +82,7 @@ impl CountingProxy {
         let proxy = Arc::new(Proxy {
             upstream: upstream.trim_end_matches('/').to_owned(),
             client,
-            tally: Mutex::new(Tally::default()),
+            tally: Mutex::new(RequestCounts::default()),
         });
         let router = Router::new().fallback(forward).with_state(proxy.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -97,7 +97,7 @@ impl CountingProxy {
         Ok(CountingProxy { url: format!("http://{addr}"), proxy, server })
     }
 
-    pub fn tally(&self) -> Tally {
+    pub fn counts(&self) -> RequestCounts {
         self.proxy.tally.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -220,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_tally_since_another_is_the_difference() {
-        let mut a = Tally::default();
+        let mut a = RequestCounts::default();
         a.requests.entry("sqs".into()).or_default().insert("SendMessage".into(), 3);
         let mut b = a.clone();
         *b.requests.get_mut("sqs").unwrap().get_mut("SendMessage").unwrap() += 2;

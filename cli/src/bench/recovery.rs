@@ -10,7 +10,7 @@ use sas::domain::{Policy, ProcessState};
 use sas::ports::Clock;
 
 use super::measure::percentile;
-use super::rig::{Function, Rig, RigOptions};
+use super::rig::{LambdaFunction, Rig, RigOptions};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RecoveryReport {
@@ -57,8 +57,8 @@ pub async fn recovery(orders: usize, policy: Policy, supervisor_period_ms: u64, 
         let manual = rig.manual.clone().expect("manual");
         rig.send_orders(i, 1).await;
         // Submission and claim, then the agent receives its request and crashes.
-        rig.invoke(Function::Submission).await;
-        rig.invoke(Function::Scheduler).await;
+        rig.invoke(LambdaFunction::Submission).await;
+        rig.invoke(LambdaFunction::Scheduler).await;
         let got = rig.queues.receive(AGENT, 1).expect("agent queue");
         let crash_at = manual.advance(rng.u64(0..policy.step_timeout_ms));
         drop(got); // never deleted, never answered: redelivered after the visibility timeout

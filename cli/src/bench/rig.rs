@@ -78,18 +78,18 @@ impl Default for RigOptions {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Function {
+pub enum LambdaFunction {
     Submission,
     Scheduler,
     Agent,
 }
 
-impl Function {
+impl LambdaFunction {
     fn name(self) -> &'static str {
         match self {
-            Function::Submission => "submission",
-            Function::Scheduler => "scheduler",
-            Function::Agent => "agent",
+            LambdaFunction::Submission => "submission",
+            LambdaFunction::Scheduler => "scheduler",
+            LambdaFunction::Agent => "agent",
         }
     }
 }
@@ -249,11 +249,11 @@ impl Rig {
 
     /// One invocation of `function` on up to 10 messages of its queue, as Lambda's event
     /// source mapping makes it; false if the queue had nothing visible.
-    pub async fn invoke(&self, function: Function) -> bool {
+    pub async fn invoke(&self, function: LambdaFunction) -> bool {
         let queue = match function {
-            Function::Submission => ORDERS,
-            Function::Scheduler => SCHEDULER,
-            Function::Agent => AGENT,
+            LambdaFunction::Submission => ORDERS,
+            LambdaFunction::Scheduler => SCHEDULER,
+            LambdaFunction::Agent => AGENT,
         };
         let started = Instant::now();
         let batch = self.queues.receive(queue, BATCH).expect("queue exists");
@@ -265,7 +265,7 @@ impl Rig {
         let inbound: Vec<Inbound> = batch
             .into_iter()
             .filter(|r| {
-                let crash = function == Function::Agent
+                let crash = function == LambdaFunction::Agent
                     && self.options.crash_rate > 0.0
                     && self.crash_rng.lock().unwrap_or_else(|p| p.into_inner()).f64()
                         < self.options.crash_rate;
@@ -289,9 +289,9 @@ impl Rig {
         let handled = inbound.len() as u64;
         let dl = &self.dead_letters[function as usize];
         let report = match function {
-            Function::Submission => run_batch(inbound, dl, |m| self.submission.handle(m)).await,
-            Function::Scheduler => run_batch(inbound, dl, |m| self.scheduler.handle(m)).await,
-            Function::Agent => run_batch(inbound, dl, |m| self.agent.handle(m)).await,
+            LambdaFunction::Submission => run_batch(inbound, dl, |m| self.submission.handle(m)).await,
+            LambdaFunction::Scheduler => run_batch(inbound, dl, |m| self.scheduler.handle(m)).await,
+            LambdaFunction::Agent => run_batch(inbound, dl, |m| self.agent.handle(m)).await,
         };
         let mut deleted = 0;
         for receipt in &receipts {
@@ -319,7 +319,7 @@ impl Rig {
     pub async fn drain(&self) {
         loop {
             let mut any = false;
-            for f in [Function::Submission, Function::Scheduler, Function::Agent] {
+            for f in [LambdaFunction::Submission, LambdaFunction::Scheduler, LambdaFunction::Agent] {
                 // Several batches of one function before moving on, like parallel pollers.
                 for _ in 0..4 {
                     if !self.invoke(f).await {
@@ -384,7 +384,7 @@ impl Rig {
 
     /// Microseconds per message and messages per invocation, per function.
     pub fn handler_times(&self) -> BTreeMap<String, HandlerTime> {
-        [Function::Submission, Function::Scheduler, Function::Agent]
+        [LambdaFunction::Submission, LambdaFunction::Scheduler, LambdaFunction::Agent]
             .iter()
             .map(|&f| {
                 let i = f as usize;

@@ -12,7 +12,7 @@ use sas::adapters::embedded::{
     CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
 };
 use sas::adapters::system::FastRandom;
-use sas::domain::{LineItem, Order, OrderId, Policy, ProcessState, TaskRecord, Workflows};
+use sas::domain::{Policy, ProcessState, TaskRecord, Workflows};
 use sas::handlers::{Deps, Settings, Supervisor};
 use sas::ports::{Clock, StateStore};
 
@@ -30,16 +30,6 @@ pub struct SweepRow {
     pub sweep_ms: f64,
 }
 
-fn bench_order(id: &str) -> Order {
-    Order {
-        order_id: OrderId::parse(id).expect("valid id"),
-        customer_id: "cust-1".into(),
-        items: vec![LineItem { sku: "sku-1".into(), quantity: 1 }],
-        workflow: "single-step".into(),
-        workflow_version: None,
-    }
-}
-
 /// 100 (`due`) due tasks among `finished` terminal ones, inserted through the store
 /// port; one supervisor sweep.
 pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
@@ -48,7 +38,7 @@ pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
     let store = Arc::new(EmbeddedStore::new());
     let usage = Arc::new(Mutex::new(AwsUsage::default()));
     for i in 0..finished {
-        let order = bench_order(&format!("done-{i:08}"));
+        let order = super::listing::order(&format!("done-{i:08}"));
         let mut task = TaskRecord::new(&order, None, manual.now(), &policy);
         task.state = ProcessState::Processed;
         task.deadline = None;
@@ -56,7 +46,7 @@ pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
         store.insert(&task).await.expect("insert");
     }
     for i in 0..due {
-        let order = bench_order(&format!("due-{i:08}"));
+        let order = super::listing::order(&format!("due-{i:08}"));
         let task = TaskRecord::new(&order, None, manual.now(), &policy);
         store.insert(&task).await.expect("insert");
     }

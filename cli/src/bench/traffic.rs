@@ -20,9 +20,9 @@ use tokio::sync::watch;
 
 use super::cost::{CostAssumptions, cost, prices};
 use super::measure::percentile;
-use super::proxy::{CountingProxy, Tally};
+use super::proxy::{CountingProxy, RequestCounts};
 use crate::remote_sim::{LoopbackRemote, RemoteFaults};
-use crate::up::{self, Board, UpOptions, Windows};
+use crate::up::{self, EventLog, UpOptions, Windows};
 
 /// Lambda's pollers wait this long on an empty queue (SQS's longest long poll).
 const POLL_WAIT_MS: u64 = 20_000;
@@ -103,7 +103,7 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-fn per(tally: &Tally, n: f64) -> BTreeMap<String, BTreeMap<String, f64>> {
+fn per(tally: &RequestCounts, n: f64) -> BTreeMap<String, BTreeMap<String, f64>> {
     tally
         .requests
         .iter()
@@ -121,7 +121,7 @@ fn invocation_dollars(a: &CostAssumptions) -> f64 {
 struct Running {
     ready: up::Ready,
     options: UpOptions,
-    board: Arc<Board>,
+    events: Arc<EventLog>,
     stop: watch::Sender<bool>,
     workers: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -147,10 +147,10 @@ impl Running {
             json: false,
         };
         let ready = up::prepare(&options).await.map_err(|e| e.to_string())?;
-        let board = Arc::new(Board::quiet());
+        let events = Arc::new(EventLog::quiet());
         let (stop, stopped) = watch::channel(false);
-        let workers = up::start(&ready, &options, board.clone(), stopped);
-        Ok(Running { ready, options, board, stop, workers })
+        let workers = up::start(&ready, &options, events.clone(), stopped);
+        Ok(Running { ready, options, events, stop, workers })
     }
 
     /// Stops the pumps (each finishes its long poll first) and removes what `prepare` made.
@@ -303,7 +303,7 @@ async fn one_run(
     Ok(row(o, windows, model, &counted, &invocations, &sent, &ended))
 }
 
-type Measured = (Tally, BTreeMap<String, u64>, HashMap<String, u64>, HashMap<String, u64>);
+type Measured = (RequestCounts, BTreeMap<String, u64>, HashMap<String, u64>, HashMap<String, u64>);
 
 /// Sends the orders and waits for their final statuses: the requests counted meanwhile,
 /// the invocations by queue, when each order was sent and when it ended.
@@ -316,11 +316,11 @@ async fn measure(
 ) -> Result<Measured, String> {
     // The supervisor's first run (at start) is not the orders' cost: count from after it.
     let settle_by = Instant::now() + Duration::from_secs(30);
-    while running.board.summary().supervisor_runs == 0 && Instant::now() < settle_by {
+    while running.events.summary().supervisor_runs == 0 && Instant::now() < settle_by {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (before, invoked_before) = (proxy.tally(), running.board.summary().invocations);
+    let (before, invoked_before) = (proxy.counts(), running.events.summary().invocations);
     let p = &running.ready.provisioned;
     // The endpoint names its queues by its own address (moto: the URL given; LocalStack: a
     // host of its own); the functions know the endpoint as the proxy, and accept a local
@@ -338,9 +338,9 @@ async fn measure(
     let ended = collect_final(app, &p.status_queue, o.orders, Instant::now() + slowest).await?;
     // The last batches' deletes land after their statuses were sent.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let counted = proxy.tally().since(&before);
+    let counted = proxy.counts().since(&before);
     let invocations: BTreeMap<String, u64> = running
-        .board
+        .events
         .summary()
         .invocations
         .into_iter()
@@ -357,7 +357,7 @@ fn row(
     o: &TrafficOptions,
     windows: Windows,
     model: &Model,
-    counted: &Tally,
+    counted: &RequestCounts,
     invocations: &BTreeMap<String, u64>,
     sent: &HashMap<String, u64>,
     ended: &HashMap<String, u64>,
@@ -431,12 +431,12 @@ pub async fn idle(endpoint: &str, seconds: u64) -> Result<IdleReport, String> {
     let period = Duration::from_secs(20);
     let running = Running::start(&proxy, &remote, Windows::default(), 1, period, 0).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (before, runs_before) = (proxy.tally(), running.board.summary().supervisor_runs);
+    let (before, runs_before) = (proxy.counts(), running.events.summary().supervisor_runs);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let counted = proxy.tally().since(&before);
+    let counted = proxy.counts().since(&before);
     let elapsed = started.elapsed().as_secs_f64();
-    let runs = running.board.summary().supervisor_runs - runs_before;
+    let runs = running.events.summary().supervisor_runs - runs_before;
     running.finish().await?;
 
     let minutes = elapsed / 60.0;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use sas::adapters::aws::{SnsAlerts, SqsQueues};
 use sas::adapters::embedded::CountingMetrics;
 use sas::adapters::system::{FastRandom, SystemClock};
@@ -164,14 +164,12 @@ impl Outcome {
 pub async fn run(act: Act, args: &ActArgs) -> Result<ExitCode, TasksError> {
     let policy = policy()?;
     match (&args.id, args.state) {
-        (Some(_), _) if args.dry_run => {
-            Err(TasksError::Usage("--dry-run previews a bulk action: give --state instead of an ID".into()))
-        }
         (Some(_), _) if args.filter.workflow.is_some() || args.filter.since.is_some() => {
             Err(TasksError::Usage(
                 "--workflow and --since narrow a bulk action's --state listing: not with an ID".into(),
             ))
         }
+        (Some(id), _) if args.dry_run => single_dry_run(act, id, args, policy).await,
         (Some(id), _) => single(act, id, args, policy).await,
         (None, Some(state)) => bulk(act, state, args, policy).await,
         // clap requires one of them.
@@ -231,10 +229,11 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
     }
     let json = args.common.json;
     let operator = Operator::new(ctx, policy).await?;
-    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(selection.tasks.len() as u64) };
-    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}") {
-        bar.set_style(style.progress_chars("=> "));
-    }
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        crate::text::progress_bar(selection.tasks.len() as u64, "")
+    };
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.rate)));
     // After a slow action, wait a whole period again rather than catching up in a burst.
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -279,44 +278,78 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
     Ok(if refused + failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// What `act` would do to `task`, decided on the record as read, changing nothing: whether
+/// it would apply, a line for people and an object for --json.
+fn preview(ctx: &Context, act: Act, task: &TaskRecord, why: &str, policy: &Policy) -> (bool, String, Value) {
+    let id = task.order_id.as_str();
+    let actor = Actor { by: "(dry run)", why, seen: None };
+    let decided = match render::workflow_of(&ctx.definitions, task) {
+        None => Err(format!(
+            "{} does not define workflow {:?} v{}: pass --workflows FILE",
+            ctx.definitions_from, task.workflow, task.workflow_version
+        )),
+        Some(wf) => task.act(act, actor, now(), wf, policy).map_err(|r| r.to_string()),
+    };
+    match decided {
+        Ok(d) => (
+            true,
+            format!(
+                "would {}: {id}: {} -> {} ({})",
+                act.as_str(),
+                task.state.as_str(),
+                d.next.state.as_str(),
+                d.trigger.as_str()
+            ),
+            json!({"id": id, "act": act.as_str(), "dry_run": true, "outcome": "would_apply",
+                   "from": task.state.as_str(), "to": d.next.state.as_str(), "trigger": d.trigger.as_str()}),
+        ),
+        Err(why) => (
+            false,
+            format!("would refuse: {id}: {why}"),
+            json!({"id": id, "act": act.as_str(), "dry_run": true, "outcome": "would_refuse", "reason": why}),
+        ),
+    }
+}
+
+/// `--dry-run` with an ID: what the action would do to the task as it is now (one
+/// consistent read), changing nothing; exit 1 when it would be refused, as the action
+/// would be.
+async fn single_dry_run(act: Act, id: &str, args: &ActArgs, policy: Policy) -> Result<ExitCode, TasksError> {
+    let order = order_id(id)?;
+    let ctx = Context::connect(&args.common).await?;
+    let Some(task) = ctx.task(&order).await? else {
+        eprintln!("sasctl: no task {id} in table {}", ctx.table);
+        return Ok(ExitCode::FAILURE);
+    };
+    if render::workflow_of(&ctx.definitions, &task).is_none() {
+        return Err(TasksError::UnknownWorkflow {
+            id: id.to_owned(),
+            workflow: task.workflow.clone(),
+            version: task.workflow_version,
+            file: ctx.definitions_from.clone(),
+        });
+    }
+    let (would, line, v) = preview(&ctx, act, &task, &args.reason, &policy);
+    if args.common.json {
+        println!("{v}");
+    } else {
+        println!("{line}");
+        println!("dry run: nothing changed");
+    }
+    Ok(if would { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 /// What each selected task would come to, decided on the listed record (the index may
 /// lag the table by a moment; the real action decides on a fresh read).
 fn dry_run(ctx: &Context, act: Act, tasks: &[TaskRecord], args: &ActArgs, policy: &Policy) {
-    let now = now();
-    let actor = Actor { by: "(dry run)", why: &args.reason, seen: None };
     let (mut would, mut refused) = (0usize, 0usize);
     for task in tasks {
-        let id = task.order_id.as_str();
-        let decided = match render::workflow_of(&ctx.definitions, task) {
-            None => Err(format!(
-                "{} does not define workflow {:?} v{}: pass --workflows FILE",
-                ctx.definitions_from, task.workflow, task.workflow_version
-            )),
-            Some(wf) => task.act(act, actor, now, wf, policy).map_err(|r| r.to_string()),
-        };
-        let (line, v) = match decided {
-            Ok(d) => {
-                would += 1;
-                (
-                    format!(
-                        "would {}: {id}: {} -> {} ({})",
-                        act.as_str(),
-                        task.state.as_str(),
-                        d.next.state.as_str(),
-                        d.trigger.as_str()
-                    ),
-                    json!({"id": id, "act": act.as_str(), "dry_run": true, "outcome": "would_apply",
-                           "from": task.state.as_str(), "to": d.next.state.as_str(), "trigger": d.trigger.as_str()}),
-                )
-            }
-            Err(why) => {
-                refused += 1;
-                (
-                    format!("would refuse: {id}: {why}"),
-                    json!({"id": id, "act": act.as_str(), "dry_run": true, "outcome": "would_refuse", "reason": why}),
-                )
-            }
-        };
+        let (applies, line, v) = preview(ctx, act, task, &args.reason, policy);
+        if applies {
+            would += 1;
+        } else {
+            refused += 1;
+        }
         if args.common.json {
             println!("{v}");
         } else {

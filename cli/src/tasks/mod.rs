@@ -46,8 +46,9 @@ pub enum TasksCommand {
     /// deadline first, of at most 1000 live tasks; `stuck` is a
     /// live task whose deadline has passed (the supervisor has not recovered it yet).
     List(ListArgs),
-    /// Show one task: its state, step, lease and deadline, failures, outputs, last error,
-    /// its timeline (who did what, when and why) and the commands that apply to it.
+    /// Show one task: its state, step, lease and deadline, failures, outputs (with --json,
+    /// each with its value), last error, its timeline (who did what, when and why) and the
+    /// commands that apply to it.
     Show(ShowArgs),
     /// Send a task in Error forward again from its failed step (or an earlier one, with
     /// --from-step), keeping what is done; or every task of a listing (--state error).
@@ -176,8 +177,9 @@ pub struct ActArgs {
     /// Why: recorded in each task's timeline with who acted (required).
     #[arg(long, value_name = "TEXT", required = true, value_parser = non_empty("--reason"))]
     pub reason: String,
-    /// With --state: change nothing, print what each task would come to, and the count.
-    #[arg(long, requires = "state")]
+    /// Change nothing: print what the task would come to (exit 1 if the action would be
+    /// refused), or with --state what each task would come to, and the count.
+    #[arg(long)]
     pub dry_run: bool,
     /// With --state: tasks acted on per second at most (1 to 100).
     #[arg(long, value_name = "N", default_value_t = 10, requires = "state",
@@ -231,10 +233,7 @@ impl Context {
     pub async fn connect(common: &Common) -> Result<Context, TasksError> {
         let definitions =
             crate::workflows::load(common.workflows.as_deref()).map_err(TasksError::Definitions)?;
-        let definitions_from = common
-            .workflows
-            .as_ref()
-            .map_or_else(|| "the built-in examples/workflows.json".to_owned(), |f| f.display().to_string());
+        let definitions_from = crate::workflows::source_name(common.workflows.as_deref());
         let deployment = common.deployment.resolve().await?;
         let table = deployment.table()?.to_owned();
         let dynamodb = aws_sdk_dynamodb::Client::new(deployment.sdk_config());

@@ -6,22 +6,11 @@ use serde_json::{Value, json};
 
 use crate::deployment::DeploymentArgs;
 
+pub use crate::text::one_line;
+
 /// ISO-8601, UTC, to the millisecond.
 pub fn iso(t: Timestamp) -> String {
-    let ms = i64::try_from(t.0).unwrap_or(i64::MAX);
-    aws_sdk_sqs::primitives::DateTime::from_millis(ms)
-        .fmt(aws_sdk_sqs::primitives::DateTimeFormat::DateTime)
-        .unwrap_or_else(|_| format!("{}ms", t.0))
-}
-
-/// `text` on one line of at most `max` characters (control characters as spaces).
-pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((at, _)) => format!("{}...", &flat[..at]),
-        None => flat,
-    }
+    crate::text::iso_ms(i64::try_from(t.0).unwrap_or(i64::MAX))
 }
 
 /// The workflow version the task runs, if the definitions hold it.
@@ -243,8 +232,9 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     lines.join("\n") + "\n"
 }
 
-/// The record as one JSON object: its fields (times in ISO-8601), the timeline's entries
-/// as objects, and the commands that apply.
+/// The record as one JSON object: its fields (times in ISO-8601, the outputs as an object
+/// of each step's output by step name), the timeline's entries as objects, and the
+/// commands that apply.
 pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next: &[String]) -> Value {
     let mut v = serde_json::to_value(task).unwrap_or_else(|_| json!({}));
     let time = |t: Option<Timestamp>| t.map(iso);
@@ -257,7 +247,8 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     v["complete_by"] = json!(time(task.complete_by));
     v["hold_until"] = json!(time(task.hold_until));
     v["redo_until"] = json!(task.redo_until);
-    v["outputs"] = json!(task.outputs.keys().collect::<Vec<_>>());
+    // Each output with its value, by step name: what a refund needs of its charge.
+    v["outputs"] = Value::Object(task.outputs.iter().map(|(step, o)| (step.clone(), o.to_value())).collect());
     v["timeline"] = Value::Array(task.timeline.iter().map(|e| entry_json(e, wf)).collect());
     v["timeline_dropped"] = json!(task.timeline_dropped);
     v["next"] = json!(next);
@@ -267,19 +258,10 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sas::domain::{Happened, LineItem, Order, OrderId, ProcessState, Step, Trigger};
+    use sas::domain::{Happened, ProcessState, Step, Trigger};
 
     fn task(state: ProcessState) -> TaskRecord {
-        let order = Order {
-            order_id: OrderId::parse("o-1").unwrap(),
-            customer_id: "c".into(),
-            items: vec![LineItem { sku: "A".into(), quantity: 1 }],
-            workflow: "w".into(),
-            workflow_version: None,
-        };
-        let mut t = TaskRecord::new(&order, None, Timestamp(1_700_000_000_000), &Policy::default());
-        t.state = state;
-        t
+        crate::fixtures::task("o-1", state)
     }
 
     fn wf() -> Workflow {
@@ -289,7 +271,7 @@ mod tests {
     #[test]
     fn times_are_iso_8601_utc() {
         assert_eq!(iso(Timestamp(1_700_000_000_123)), "2023-11-14T22:13:20.123Z");
-        assert_eq!(iso(Timestamp(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(iso(Timestamp(0)), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]
@@ -304,11 +286,11 @@ mod tests {
         };
         assert_eq!(
             entry_line(&e, Some(&wf())),
-            "2023-11-14T22:13:20Z  Resubmit      step 1 ship  attempt 3  remote fixed  by arn:aws:sts::1:user/me"
+            "2023-11-14T22:13:20.000Z  Resubmit      step 1 ship  attempt 3  remote fixed  by arn:aws:sts::1:user/me"
         );
         assert_eq!(
             entry_json(&e, None),
-            json!({"at": "2023-11-14T22:13:20Z", "what": "Resubmit", "step": 1, "step_name": null,
+            json!({"at": "2023-11-14T22:13:20.000Z", "what": "Resubmit", "step": 1, "step_name": null,
                    "attempt": 3, "note": "remote\nfixed", "by": "arn:aws:sts::1:user/me"})
         );
     }
@@ -370,12 +352,28 @@ mod tests {
         assert!(text.contains("  deadline      none (ended)\n"), "{text}");
         assert!(text.contains("  last error    do-it: 422 no such customer\n"), "{text}");
         assert!(text.contains("timeline, oldest first (3 older entries not kept):\n"), "{text}");
-        assert!(text.contains("  2023-11-14T22:13:20Z  Submitted     step 0 reserve  attempt 0\n"), "{text}");
+        assert!(
+            text.contains("  2023-11-14T22:13:20.000Z  Submitted     step 0 reserve  attempt 0\n"),
+            "{text}"
+        );
         assert!(text.ends_with("next:\n  sasctl tasks resubmit o-1\n"), "{text}");
         let v = show_json(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
         assert_eq!(v["timeline"][0]["what"], "Submitted");
         assert_eq!(v["timeline_dropped"], 3);
         assert_eq!(v["deadline"], Value::Null);
-        assert_eq!(v["updated_at"], "2023-11-14T22:13:20Z");
+        assert_eq!(v["updated_at"], "2023-11-14T22:13:20.000Z");
+    }
+
+    #[test]
+    fn show_json_gives_each_output_with_its_value() {
+        let mut t = task(ProcessState::Error);
+        let charge = json!({"charge_id": "ch_1", "amount": 12});
+        t.outputs.insert("charge".into(), sas::domain::StepOutput::from_value(&charge).unwrap());
+        let v = show_json(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
+        assert_eq!(v["outputs"], json!({"charge": {"charge_id": "ch_1", "amount": 12}}));
+        assert!(
+            show_text(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[])
+                .contains("  outputs       charge\n")
+        );
     }
 }

@@ -1,18 +1,22 @@
 //! What `sasctl up` tells its user while it runs: one line per notable event (an order
-//! accepted, rejected or ended, an alert, trouble with the endpoint), or one JSON
-//! object per line with `--json`, and the counts behind the final summary.
+//! accepted, rejected or ended, an app's cancel asked, applied or refused, an alert,
+//! trouble with the endpoint), or one JSON object per line with `--json`, and the counts
+//! behind the final summary.
 //!
-//! The board learns of orders by watching the ports (`tap`): the landed writes of the
-//! state store, the alerts raised, the messages kept in a dead-letter queue.
+//! The event log learns of orders by watching the ports (`tap`): the landed writes of the
+//! state store, the alerts raised, the messages kept in a dead-letter queue; and of apps'
+//! cancels by watching the orders function ([`CancelWatch`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord};
-use sas::handlers::{BatchReport, REASON_ATTRIBUTE, SweepReport};
+use sas::domain::{
+    Act, Actor, CancelRequest, Happened, Intake, OperatorAlert, OrderId, ProcessState, TaskRecord, Trigger,
+};
+use sas::handlers::{BatchReport, HandlerError, Inbound, REASON_ATTRIBUTE, Submission, SweepReport};
 use sas::ports::{AlertError, Alerts, Outgoing, QueueError, QueueUrl, Queues};
 use serde::Serialize;
 
@@ -21,14 +25,15 @@ use crate::tap::{Landed, Tap};
 
 /// The counts of one `up` run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Summary {
+pub struct UpCounts {
     /// Orders accepted (their task created) by this run.
     pub accepted: usize,
-    /// Tasks this run ended, by final state.
+    /// The orders this run accepted or moved, each once, by the state it is in now: one
+    /// that failed and was then resubmitted and processed counts as processed only.
     pub processed: usize,
     pub error: usize,
     pub compensated: usize,
-    /// Tasks this run accepted or moved that have not ended yet.
+    /// Not ended yet.
     pub in_flight: usize,
     /// Messages kept in a dead-letter queue with a reason (bad orders, mostly).
     pub rejected: usize,
@@ -41,7 +46,7 @@ pub struct Summary {
     pub invocations: BTreeMap<String, u64>,
 }
 
-impl Summary {
+impl UpCounts {
     pub fn line(&self) -> String {
         format!(
             "{} accepted, {} processed, {} error, {} compensated, {} in flight; {} rejected, {} alerts, \
@@ -61,12 +66,34 @@ impl Summary {
 
 #[derive(Default)]
 struct Counts {
-    summary: Summary,
-    in_flight: HashSet<OrderId>,
+    /// All but the orders by state, which `by_state` keeps.
+    summary: UpCounts,
+    /// Each order seen, by the state of its latest landed write.
+    latest: HashMap<OrderId, ProcessState>,
+    /// How many orders `latest` has in each state.
+    by_state: HashMap<ProcessState, usize>,
+    /// Orders whose cancel landed and whose cancel message has not been looked at since.
+    cancels_landed: HashSet<OrderId>,
+}
+
+impl Counts {
+    /// `order` is now in `state`: counted there, and no longer where it was (returned).
+    fn moved(&mut self, order: &OrderId, state: ProcessState) -> Option<ProcessState> {
+        let was = self.latest.insert(order.clone(), state);
+        if let Some(was) = was {
+            self.by_state.entry(was).and_modify(|n| *n = n.saturating_sub(1));
+        }
+        *self.by_state.entry(state).or_default() += 1;
+        was
+    }
+
+    fn in_state(&self, state: ProcessState) -> usize {
+        self.by_state.get(&state).copied().unwrap_or(0)
+    }
 }
 
 /// Where events are told, and the counts kept.
-pub struct Board {
+pub struct EventLog {
     started: Instant,
     json: bool,
     /// Tells nothing, only counts (`bench traffic`).
@@ -79,23 +106,31 @@ fn queue_name(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or(url)
 }
 
-impl Board {
-    pub fn new(json: bool) -> Board {
-        Board { started: Instant::now(), json, quiet: false, counts: Mutex::default() }
+impl EventLog {
+    pub fn new(json: bool) -> EventLog {
+        EventLog { started: Instant::now(), json, quiet: false, counts: Mutex::default() }
     }
 
-    /// A board that only counts.
-    pub fn quiet() -> Board {
-        Board { quiet: true, ..Board::new(false) }
+    /// An event log that only counts.
+    pub fn quiet() -> EventLog {
+        EventLog { quiet: true, ..EventLog::new(false) }
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn summary(&self) -> Summary {
+    pub fn summary(&self) -> UpCounts {
         let counts = self.counts();
-        Summary { in_flight: counts.in_flight.len(), ..counts.summary.clone() }
+        let in_flight =
+            ProcessState::ALL.iter().filter(|s| !s.is_terminal()).map(|s| counts.in_state(*s)).sum();
+        UpCounts {
+            processed: counts.in_state(ProcessState::Processed),
+            error: counts.in_state(ProcessState::Error),
+            compensated: counts.in_state(ProcessState::Compensated),
+            in_flight,
+            ..counts.summary.clone()
+        }
     }
 
     /// One event: `what` (a word), `text` for people, `fields` for `--json`.
@@ -111,7 +146,7 @@ impl Board {
             }
             object.to_string()
         } else {
-            format!("[{:>8.1}s] {what:<11} {text}", self.started.elapsed().as_secs_f64())
+            format!("[{:>8.1}s] {what:<14} {text}", self.started.elapsed().as_secs_f64())
         };
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");
@@ -162,27 +197,83 @@ impl Board {
             serde_json::json!({ "order_id": task.order_id.as_str(), "state": state, "reason": why }),
         );
     }
+
+    /// An app's cancel arrived on the orders queue.
+    pub fn cancel_asked(&self, cancel: &CancelRequest) {
+        let by = cancel.actor_name();
+        self.tell(
+            "cancel",
+            &format!("{} asked by {by}: {}", cancel.cancel, crate::text::one_line(&cancel.reason, 200)),
+            serde_json::json!({ "order_id": cancel.cancel.as_str(), "by": by, "reason": cancel.reason }),
+        );
+    }
+
+    /// Whether a cancel of `order` landed since this was last asked (and forgets it).
+    pub fn cancel_landed(&self, order: &OrderId) -> bool {
+        self.counts().cancels_landed.remove(order)
+    }
+
+    /// An app's cancel was refused: the task stays as it was.
+    pub fn cancel_refused(&self, cancel: &CancelRequest, why: &str) {
+        self.tell(
+            "cancel_refused",
+            &format!("{}: {why}", cancel.cancel),
+            serde_json::json!({ "order_id": cancel.cancel.as_str(), "by": cancel.actor_name(), "reason": why }),
+        );
+    }
 }
 
-impl Tap for Board {
+/// The cancel a landed write applied, if it did: its timeline's newest entry is a cancel,
+/// and the order was live before it (a later write on a cancelled task is not a cancel).
+fn cancel_in(task: &TaskRecord, was: Option<ProcessState>) -> Option<&sas::domain::Entry> {
+    let live_before = was.is_none_or(|s| matches!(s, ProcessState::Pending | ProcessState::Processing));
+    let newest = task.timeline.last()?;
+    let cancel = matches!(newest.what, Happened::Moved(Trigger::Cancel | Trigger::CancelUndone));
+    (cancel && live_before).then_some(newest)
+}
+
+/// A `cancelled` line: the order, the move, who asked and why.
+fn cancelled_text(task: &TaskRecord, was: Option<ProcessState>, entry: &sas::domain::Entry) -> String {
+    let from = was.map_or("live", ProcessState::as_str);
+    let mut text = format!(
+        "{} ({} v{}): {from} -> {}",
+        task.order_id,
+        task.workflow,
+        task.workflow_version,
+        task.state.as_str()
+    );
+    if let Some(by) = &entry.by {
+        text.push_str(&format!(", by {by}"));
+    }
+    if let Some(why) = &entry.note {
+        text.push_str(&format!(": {}", crate::text::one_line(why, 200)));
+    }
+    text
+}
+
+impl Tap for EventLog {
     fn landed(&self, task: &TaskRecord, how: Landed) {
         let terminal = task.state.is_terminal();
-        {
+        let was = {
             let mut counts = self.counts();
             if how == Landed::Inserted {
                 counts.summary.accepted += 1;
             }
-            match task.state {
-                ProcessState::Processed => counts.summary.processed += 1,
-                ProcessState::Error => counts.summary.error += 1,
-                ProcessState::Compensated => counts.summary.compensated += 1,
-                _ => {}
+            let was = counts.moved(&task.order_id, task.state);
+            if how == Landed::Replaced && cancel_in(task, was).is_some() {
+                counts.cancels_landed.insert(task.order_id.clone());
             }
-            if terminal {
-                counts.in_flight.remove(&task.order_id);
-            } else {
-                counts.in_flight.insert(task.order_id.clone());
-            }
+            was
+        };
+        if let Some(entry) = cancel_in(task, was).filter(|_| how == Landed::Replaced) {
+            self.tell(
+                "cancelled",
+                &cancelled_text(task, was, entry),
+                serde_json::json!({
+                    "order_id": task.order_id.as_str(), "from": was.map(ProcessState::as_str),
+                    "to": task.state.as_str(), "by": entry.by, "reason": entry.note,
+                }),
+            );
         }
         if how == Landed::Inserted {
             self.tell(
@@ -200,7 +291,7 @@ impl Tap for Board {
 }
 
 #[async_trait]
-impl Alerts for Board {
+impl Alerts for EventLog {
     async fn raise(&self, alert: &OperatorAlert) -> Result<(), AlertError> {
         self.counts().summary.alerts += 1;
         self.tell(
@@ -212,7 +303,7 @@ impl Alerts for Board {
     }
 }
 
-impl PumpEvents for Board {
+impl PumpEvents for EventLog {
     fn receive_failed(&self, queue: &QueueUrl, error: &QueueError, retry_in: Duration) {
         let error = crate::endpoint::one_line(&error.to_string());
         self.tell(
@@ -237,27 +328,45 @@ impl PumpEvents for Board {
     }
 }
 
-/// The queues the handlers keep rejected messages through, telling the board of each
+/// The queues the handlers keep rejected messages through, telling the event log of each
 /// one kept (with its reason) once it is in its dead-letter queue.
-pub struct KeptQueues {
+pub struct RejectionTap {
     pub inner: Arc<dyn Queues>,
-    pub board: Arc<Board>,
+    pub log: Arc<EventLog>,
 }
 
-impl KeptQueues {
+impl RejectionTap {
     fn kept(&self, queue: &QueueUrl, message: &Outgoing) {
         let Some(reason) = message.attributes.get(REASON_ATTRIBUTE) else { return };
-        self.board.counts().summary.rejected += 1;
-        self.board.tell(
+        self.log.counts().summary.rejected += 1;
+        self.log.tell(
             "rejected",
-            &format!("kept in {}: {reason}", queue_name(&queue.0)),
-            serde_json::json!({ "queue": queue.0, "reason": reason, "body": message.body }),
+            &rejected_text(queue_name(&queue.0), &message.body, reason),
+            serde_json::json!({
+                "order_id": named_order(&message.body), "queue": queue.0, "reason": reason, "body": message.body,
+            }),
         );
     }
 }
 
+/// The order a kept message names, when its body can be read: an order's `order_id`, or
+/// the order a cancel names (as written, even when not a valid id: that may be why).
+fn named_order(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let id = v.get("order_id").or_else(|| v.get("cancel"))?.as_str()?;
+    Some(crate::text::one_line(id, 80))
+}
+
+/// A `rejected` line: the order, when the body names one, where it was kept, and why.
+fn rejected_text(queue: &str, body: &str, reason: &str) -> String {
+    match named_order(body) {
+        Some(order) => format!("{order} kept in {queue}: {reason}"),
+        None => format!("kept in {queue}: {reason}"),
+    }
+}
+
 #[async_trait]
-impl Queues for KeptQueues {
+impl Queues for RejectionTap {
     async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
         let told = messages.clone();
         self.inner.send_batch(queue, messages).await?;
@@ -279,5 +388,143 @@ impl Queues for KeptQueues {
             }
         }
         results
+    }
+}
+
+/// The orders function as `up` runs it: the submission handler, telling the event log of
+/// each app's cancel when it first arrives and, when it was refused, why. An applied
+/// cancel is told by the store's tap; a refused one changes nothing a tap would see.
+#[derive(Clone)]
+pub struct CancelWatch {
+    pub submission: Submission,
+    pub log: Arc<EventLog>,
+}
+
+impl CancelWatch {
+    pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
+        let Ok(Intake::Cancel(cancel)) = Intake::parse(&message.body) else {
+            return self.submission.handle(message).await;
+        };
+        if message.receive_count <= 1 {
+            self.log.cancel_asked(&cancel);
+        }
+        self.log.cancel_landed(&cancel.cancel);
+        let handled = self.submission.handle(message).await;
+        if handled.is_ok()
+            && !self.log.cancel_landed(&cancel.cancel)
+            && let Some(why) = self.refusal(&cancel).await
+        {
+            self.log.cancel_refused(&cancel, &why);
+        }
+        handled
+    }
+
+    /// Why the handler refused `cancel`: its decision, made again on the task as it is
+    /// now. `None` when there is no task: the cancel was kept as bad input, and the
+    /// rejection is told.
+    async fn refusal(&self, cancel: &CancelRequest) -> Option<String> {
+        let (deps, settings) = (&self.submission.deps, &self.submission.settings);
+        let task = match deps.store.task(&cancel.cancel).await {
+            Ok(task) => task?,
+            Err(e) => {
+                let e = crate::endpoint::one_line(&e.to_string());
+                return Some(format!("(the task could not be read again: {e})"));
+            }
+        };
+        let by = cancel.actor_name();
+        let actor = Actor { by: &by, why: &cancel.reason, seen: None };
+        let decided = settings
+            .workflows
+            .get_version(&task.workflow, task.workflow_version)
+            .map(|wf| task.act(Act::Cancel, actor, deps.clock.now(), wf, &settings.policy));
+        Some(match decided {
+            Some(Err(refusal)) => refusal.to_string(),
+            _ => format!("the task is {}", task.state.as_str()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::task;
+    use sas::domain::Timestamp;
+
+    /// An order counts once, in the state it is in now: one that failed, then was
+    /// resubmitted and processed is processed, not also an error.
+    #[test]
+    fn orders_are_counted_by_their_latest_state() {
+        let log = EventLog::quiet();
+        use ProcessState::*;
+        for (id, states) in [
+            ("resubmitted", &[Pending, Processing, Error, Pending, Processing, Processed][..]),
+            ("compensated", &[Pending, Processing, Error, Compensating, Compensated]),
+            ("failed", &[Pending, Processing, Error]),
+            ("moving", &[Pending, Processing]),
+        ] {
+            for (i, state) in states.iter().enumerate() {
+                let how = if i == 0 { Landed::Inserted } else { Landed::Replaced };
+                log.landed(&task(id, *state), how);
+            }
+        }
+        // An order a previous run accepted, ended by this one.
+        log.landed(&task("carried-on", Processed), Landed::Replaced);
+        let c = log.summary();
+        assert_eq!(
+            (c.accepted, c.processed, c.error, c.compensated, c.in_flight),
+            (4, 2, 1, 1, 1),
+            "{}",
+            c.line()
+        );
+    }
+
+    #[test]
+    fn a_rejection_names_its_order_when_the_body_does() {
+        let dlq = "p-orders-dlq";
+        assert_eq!(
+            rejected_text(dlq, r#"{"order_id":"bad-1","customer_id":"c","items":[]}"#, "items is empty"),
+            "bad-1 kept in p-orders-dlq: items is empty"
+        );
+        assert_eq!(
+            rejected_text(dlq, r#"{"cancel":"o-9","reason":"r"}"#, "no order o-9 to cancel (looked 3 times)"),
+            "o-9 kept in p-orders-dlq: no order o-9 to cancel (looked 3 times)"
+        );
+        assert_eq!(
+            rejected_text(dlq, "{not json", "not a valid message"),
+            "kept in p-orders-dlq: not a valid message"
+        );
+        assert_eq!(
+            rejected_text(dlq, r#"{"order_id":12}"#, "invalid type"),
+            "kept in p-orders-dlq: invalid type"
+        );
+    }
+
+    #[test]
+    fn an_applied_cancel_is_told_once_and_remembered_for_its_message() {
+        let log = EventLog::quiet();
+        log.landed(&task("slow-1", ProcessState::Processing), Landed::Inserted);
+        let mut cancelled = task("slow-1", ProcessState::Compensating);
+        cancelled.timeline.push(sas::domain::Entry {
+            at: Timestamp(1_700_000_001_000),
+            what: Happened::Moved(Trigger::Cancel),
+            step: 0,
+            attempt: 1,
+            note: Some("too slow".into()),
+            by: Some("app:shop".into()),
+        });
+        let entry = cancel_in(&cancelled, Some(ProcessState::Processing)).expect("a cancel");
+        assert_eq!(
+            cancelled_text(&cancelled, Some(ProcessState::Processing), entry),
+            "slow-1 (w v1): Processing -> Compensating, by app:shop: too slow"
+        );
+        log.landed(&cancelled, Landed::Replaced);
+        // A later write of the cancelled task is not a second cancel.
+        assert!(cancel_in(&cancelled, Some(ProcessState::Compensating)).is_none());
+        log.landed(&cancelled, Landed::Replaced);
+        let id = OrderId::parse("slow-1").unwrap();
+        assert!(log.cancel_landed(&id));
+        assert!(!log.cancel_landed(&id), "told once");
+        // Nothing else is a cancel.
+        assert!(cancel_in(&task("slow-1", ProcessState::Processing), Some(ProcessState::Pending)).is_none());
     }
 }

@@ -106,3 +106,35 @@ async fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sas::adapters::aws::TableNames;
+    use sas::adapters::aws::provision::Provisioned;
+    use sas::config::{Source, VARIABLES};
+
+    /// What bootstrap prints is every resource variable of the functions' list, so the
+    /// functions start on its output plus what the deployer adds (docs/DEPLOY.md), and
+    /// `STATUS_QUEUE_URL` for clients.
+    #[test]
+    fn prints_every_resource_variable_of_the_list() {
+        let url = |name: &str| format!("http://127.0.0.1:5000/000000000000/{name}");
+        let provisioned = Provisioned {
+            tables: TableNames::new("sas-state"),
+            orders_queue: url("sas-orders"),
+            orders_dlq: url("sas-orders-dlq"),
+            scheduler_queue: url("sas-scheduler"),
+            scheduler_dlq: url("sas-scheduler-dlq"),
+            agent_queue: url("sas-agent"),
+            agent_dlq: url("sas-agent-dlq"),
+            status_queue: url("sas-status"),
+            status_queue_arn: "arn:aws:sqs:us-east-1:000000000000:sas-status".into(),
+            alert_topic_arn: "arn:aws:sns:us-east-1:000000000000:sas-alerts".into(),
+        };
+        let printed: Vec<&str> = provisioned.env().into_keys().filter(|k| *k != "STATUS_QUEUE_URL").collect();
+        let mut listed: Vec<&str> =
+            VARIABLES.iter().filter(|v| v.source == Source::Resource).map(|v| v.name).collect();
+        listed.sort_unstable();
+        assert_eq!(printed, listed);
+    }
+}

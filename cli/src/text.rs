@@ -1,0 +1,62 @@
+//! How sasctl writes what it prints, the same in every command: times, text cut to one
+//! line, progress bars.
+
+/// RFC 3339 (ISO 8601), UTC, to the millisecond, always three digits of it: times one
+/// above the other line up (`20.500Z`, not `20.5Z`).
+pub fn iso_ms(ms: i64) -> String {
+    let whole_seconds = aws_sdk_sqs::primitives::DateTime::from_secs(ms.div_euclid(1_000))
+        .fmt(aws_sdk_sqs::primitives::DateTimeFormat::DateTime);
+    match whole_seconds.as_deref().map(|t| t.strip_suffix('Z')) {
+        Ok(Some(seconds)) => format!("{seconds}.{:03}Z", ms.rem_euclid(1_000)),
+        _ => format!("{ms}ms"),
+    }
+}
+
+/// `text` on one line of at most `max` characters: control characters as spaces, each run
+/// of white space as one space, `...` where it was cut.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &flat[..at]),
+        None => flat,
+    }
+}
+
+/// A progress bar of `len` steps: time taken, the bar, `pos/len`, then `unit` (what is
+/// counted, e.g. "moved"; may be empty) and the bar's message.
+pub fn progress_bar(len: u64, unit: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    let unit = if unit.is_empty() { String::new() } else { format!("{unit}  ") };
+    let template = format!("{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit}{{msg}}");
+    if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_cut_to_one_short_line() {
+        assert_eq!(one_line("a\nb\tc", 10), "a b c");
+        assert_eq!(one_line("  a  \r\n b ", 10), "a b");
+        assert_eq!(one_line("abcdef", 3), "abc...");
+        assert_eq!(one_line("ééé", 2), "éé...");
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(iso_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn times_keep_their_width_whatever_the_milliseconds() {
+        assert_eq!(iso_ms(1_700_000_000_500), "2023-11-14T22:13:20.500Z");
+        assert_eq!(iso_ms(1_700_000_000_020), "2023-11-14T22:13:20.020Z");
+        assert_eq!(iso_ms(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
+        assert_eq!(iso_ms(0), "1970-01-01T00:00:00.000Z");
+    }
+}
