@@ -14,7 +14,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use crate::adapters::aws::{AwsSecrets, DynamoStore, SnsAlerts, SqsQueues};
 use crate::adapters::emf::EmfMetrics;
 use crate::adapters::system::{FastRandom, SystemClock};
-use crate::config::{ConfigError, Deployment, TableNames};
+use crate::config::{AlertConfig, ConfigError, Deployment, FunctionName, StateConfig, TableNames};
 use crate::domain::{OperatorAlert, Timestamp};
 use crate::handlers::{
     BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
@@ -184,6 +184,19 @@ impl Aws {
             random: Arc::new(FastRandom::from_entropy()),
             metrics,
         }
+    }
+
+    /// [`deps`](Self::deps) for a function that writes the state table (submission,
+    /// scheduler, supervisor), from its configuration; `alerts` is `None` for submission.
+    pub fn state_deps(
+        &self,
+        function: FunctionName,
+        state: &StateConfig,
+        alerts: Option<&AlertConfig>,
+    ) -> Deps {
+        let metrics = Aws::metrics(function.as_str(), &state.metrics_namespace);
+        let alert_topic = alerts.map(|a| (a.topic_arn.as_str(), &a.deployment));
+        self.deps(&state.tables, alert_topic, metrics, Duration::from_millis(state.send_max_hold_ms))
     }
 
     pub fn dead_letters(deps: &Deps, source: &QueueUrl, dead_letter_queue: &QueueUrl) -> DeadLetters {

@@ -99,7 +99,7 @@ where
                 Err(HandlerError::Reject(reason)) => {
                     tracing::warn!(message_id = %message.message_id, %reason, "message rejected and kept");
                     if dead_letters.keep(&message, &reason).await {
-                        Outcome::Kept
+                        Outcome::DeadLettered
                     } else {
                         Outcome::Redeliver
                     }
@@ -114,7 +114,7 @@ where
     for (message_id, outcome) in outcomes {
         match outcome {
             Outcome::Done => {}
-            Outcome::Kept => report.kept += 1,
+            Outcome::DeadLettered => report.kept += 1,
             Outcome::Redeliver => report.failures.push(message_id),
         }
     }
@@ -124,6 +124,7 @@ where
 
 enum Outcome {
     Done,
-    Kept,
+    /// Kept in the dead-letter queue with its reason: bad input.
+    DeadLettered,
     Redeliver,
 }
