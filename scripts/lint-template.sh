@@ -27,6 +27,8 @@
 #   SAS_LINT_SAM_BUILD=1  also run `sam build` (compiles the four functions for arm64:
 #                   minutes; needs cargo-lambda, e.g. from scripts/package.sh's venv)
 #   PYTHON          interpreter for the venvs (default python3, needs >= 3.9)
+#   SAS_BOOTSTRAP   a built sas-bootstrap, for the functions' variable list (the test
+#                   command passes its own build's); unset, `cargo run` builds one
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,7 +1,8 @@
 //! `infra/bootstrap.sh` prints `Provisioned::env()`: it must hold every variable the
 //! functions require that the resources name, so that bootstrap's output, plus only what
 //! infra/README.md tells a user to add for a local endpoint (`REMOTE_SERVICE_URL`, the
-//! endpoint and region), starts all four functions (shared/src/config.rs's table).
+//! endpoint, region and credentials), starts all four functions
+//! (shared/src/config/variables.rs, the list of what each reads).
 
 use std::collections::BTreeMap;
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use sas::adapters::aws::{DynamoStore, TableNames};
 use sas::domain::{Action, OrderId, ProcessState};
 use sas::ports::StateStore;
@@ -148,22 +148,6 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 
-/// RFC 3339 UTC time of `secs` after the epoch (EventBridge's `time`).
-fn rfc3339(secs: u64) -> String {
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
-}
-
 /// What stands in for Lambda: the SQS event source mappings and the EventBridge schedule.
 struct EventSources {
     http: reqwest::Client,
@@ -283,7 +267,9 @@ impl EventSources {
             "detail-type": "Scheduled Event",
             "source": "aws.events",
             "account": "123456789012",
-            "time": rfc3339(now),
+            "time": aws_sdk_sqs::primitives::DateTime::from_secs(now as i64)
+                .fmt(aws_sdk_sqs::primitives::DateTimeFormat::DateTime)
+                .expect("a time EventBridge can carry"),
             "region": self.region,
             "resources": [format!("arn:aws:events:{}:123456789012:rule/sas-supervisor", self.region)],
             "detail": {},
@@ -403,19 +389,6 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
 
     let sdk = sas_tests::sdk_config(&endpoint).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let arn_of = |url: String| {
-        let sqs = sqs.clone();
-        async move {
-            let attributes = sqs
-                .get_queue_attributes()
-                .queue_url(&url)
-                .attribute_names(QueueAttributeName::QueueArn)
-                .send()
-                .await
-                .expect("queue attributes");
-            attributes.attributes().and_then(|a| a.get(&QueueAttributeName::QueueArn)).cloned().expect("ARN")
-        }
-    };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let sources = Arc::new(EventSources {
         http: reqwest::Client::new(),
@@ -453,7 +426,8 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         ("AGENT_QUEUE_URL", "agent"),
     ] {
         let (sources, url) = (sources.clone(), vars[queue].to_owned());
-        let arn = arn_of(url.clone()).await;
+        let arn =
+            sas::adapters::aws::provision::queue_arn(&sqs, &url, function).await.expect("the queue's ARN");
         pumps.push(tokio::spawn(async move {
             loop {
                 sources.poll(&url, &arn, function).await;

@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use super::variables::FunctionName;
+use super::variables::{FunctionName, VARIABLES};
 use super::{
     ConfigError, DEFAULT_DUE_INDEX, DEFAULT_DUE_SHARDS, DEFAULT_ERROR_INDEX, DEFAULT_METRICS_NAMESPACE,
     DEFAULT_RETENTION_DAYS, Deployment, MAX_DUE_SHARDS, MAX_RETENTION_DAYS, MAX_SEND_MAX_HOLD_MS,
@@ -246,8 +246,21 @@ impl Env<'_> {
         self.number("SEND_MAX_HOLD_MS", default, 0..=MAX_SEND_MAX_HOLD_MS)
     }
 
-    pub(super) fn finish<T>(self, config: T) -> Result<T, ConfigError> {
-        if self.problems.is_empty() { Ok(config) } else { Err(ConfigError { problems: self.problems }) }
+    /// The problems in the order of the variable list (a problem is placed by the variable
+    /// it starts with; one naming none goes last), whatever order the reads took.
+    pub(super) fn finish<T>(mut self, config: T) -> Result<T, ConfigError> {
+        if self.problems.is_empty() {
+            return Ok(config);
+        }
+        let rank = |problem: &String| {
+            let name: String = problem
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            VARIABLES.iter().position(|v| v.name == name).unwrap_or(VARIABLES.len())
+        };
+        self.problems.sort_by_key(rank);
+        Err(ConfigError { problems: self.problems })
     }
 }
 

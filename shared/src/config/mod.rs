@@ -3,7 +3,8 @@
 //! A bad configuration fails the cold start with one message naming every missing or
 //! invalid variable, so a broken deployment is fixed in one round rather than one
 //! variable at a time. `variables.rs` is the one list of the names, which functions read
-//! each and who sets it; `env.rs` reads and checks them.
+//! each and who sets it, and the problems come in its order; `env.rs` reads and checks
+//! them.
 //!
 //! This layer sits below the adapters and the handlers: it knows the domain and the
 //! ports' plain types, and the handlers build their `Settings` from it
@@ -148,15 +149,10 @@ pub struct AlertConfig {
 }
 
 impl env::Env<'_> {
-    /// `own` reads the function's own variables, after the tables and definitions and
-    /// before the rest, which keeps the problems in the order users have always seen.
-    fn state<T>(&mut self, agent_queue: Need, own: impl FnOnce(&mut Self) -> T) -> (StateConfig, T) {
-        let tables = self.tables();
-        let definitions = self.definitions();
-        let own = own(self);
-        let state = StateConfig {
-            tables,
-            definitions,
+    fn state(&mut self, agent_queue: Need) -> StateConfig {
+        StateConfig {
+            tables: self.tables(),
+            definitions: self.definitions(),
             scheduler_queue: self.queue("SCHEDULER_QUEUE_URL"),
             agent_queue: match agent_queue {
                 Need::Required => Some(self.queue("AGENT_QUEUE_URL")),
@@ -166,8 +162,7 @@ impl env::Env<'_> {
             metrics_namespace: self.namespace(),
             send_max_hold_ms: self.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
             reply_to: self.reply_to(),
-        };
-        (state, own)
+        }
     }
 
     fn alerts(&mut self, tables: &TableNames) -> AlertConfig {
@@ -188,9 +183,12 @@ impl SubmissionConfig {
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SubmissionConfig, ConfigError> {
         read(FunctionName::Submission, lookup, |env| {
-            let (state, (orders_queue, orders_dlq)) =
-                env.state(Need::Optional, |env| (env.queue("ORDERS_QUEUE_URL"), env.queue("ORDERS_DLQ_URL")));
-            SubmissionConfig { state, orders_queue, orders_dlq }
+            let state = env.state(Need::Optional);
+            SubmissionConfig {
+                state,
+                orders_queue: env.queue("ORDERS_QUEUE_URL"),
+                orders_dlq: env.queue("ORDERS_DLQ_URL"),
+            }
         })
     }
 }
@@ -209,7 +207,8 @@ impl SchedulerConfig {
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SchedulerConfig, ConfigError> {
         read(FunctionName::Scheduler, lookup, |env| {
-            let (state, scheduler_dlq) = env.state(Need::Required, |env| env.queue("SCHEDULER_DLQ_URL"));
+            let state = env.state(Need::Required);
+            let scheduler_dlq = env.queue("SCHEDULER_DLQ_URL");
             let alerts = env.alerts(&state.tables);
             SchedulerConfig { state, scheduler_dlq, alerts }
         })
@@ -266,7 +265,7 @@ impl SupervisorConfig {
     }
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<SupervisorConfig, ConfigError> {
         read(FunctionName::Supervisor, lookup, |env| {
-            let (state, ()) = env.state(Need::Optional, |_| ());
+            let state = env.state(Need::Optional);
             let alerts = env.alerts(&state.tables);
             SupervisorConfig { state, alerts }
         })
@@ -626,5 +625,34 @@ mod tests {
                 .collect();
             assert_eq!(missing, required, "{}", function.as_str());
         }
+    }
+
+    /// Problems come in the list's order, whatever order a function reads its variables in.
+    #[test]
+    fn problems_come_in_the_lists_order() {
+        let vars = [("RETRY_CAP_MS", "1"), ("RETRY_BASE_MS", "2"), ("SCHEDULER_QUEUE_URL", "x")];
+        let err = SchedulerConfig::from_lookup(&lookup(&vars)).unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "STATE_TABLE is not set",
+                "SCHEDULER_QUEUE_URL=\"x\" is not an http(s) URL",
+                "SCHEDULER_DLQ_URL is not set",
+                "AGENT_QUEUE_URL is not set",
+                "ALERT_TOPIC_ARN is not set",
+                "STATUS_QUEUE_ARN is not set",
+                "RETRY_CAP_MS (1) is below RETRY_BASE_MS (2)",
+            ]
+        );
+        let err = SupervisorConfig::from_lookup(&lookup(&[])).unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "STATE_TABLE is not set",
+                "SCHEDULER_QUEUE_URL is not set",
+                "ALERT_TOPIC_ARN is not set",
+                "STATUS_QUEUE_ARN is not set"
+            ]
+        );
     }
 }

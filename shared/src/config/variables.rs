@@ -1,8 +1,9 @@
 //! The one list of the functions' environment variables.
 //!
 //! Every name a function's configuration reads is here, with the functions that read it
-//! and where its value comes from. The readers in this module refuse a name that is not
-//! listed for their function (a test reads each function's configuration and compares),
+//! and where its value comes from. In debug builds (every test) the readers refuse a name
+//! that is not listed for their function, and a test reads each function's configuration
+//! and compares what it read with the list;
 //! `sas-bootstrap` prints exactly the variables whose source is [`Source::Resource`],
 //! `sasctl up` passes the [`Source::Tuning`] ones through from its own environment, and
 //! `scripts/check-template-contract.py` compares the list (`sas-bootstrap --variables`)
@@ -226,11 +227,13 @@ pub const VARIABLES: &[Variable] = &[
         source: Source::Tuning,
         about: "more queue ARNs reply_to may name, comma-separated, no wildcards (default none)",
     },
+    // The AWS SDK in every function reads these four too; the list names the readers in
+    // this module, which use them for the form a reply_to may take.
     Variable {
         name: "AWS_REGION",
         read_by: STATE_OPTIONAL,
         source: Source::Platform,
-        about: "the region of a reply_to in a local endpoint's form (Lambda sets it; else AWS_DEFAULT_REGION, else the status queue's)",
+        about: "the region of a reply_to in a local endpoint's form (Lambda sets it; else AWS_DEFAULT_REGION, else the status queue's); every function's AWS SDK reads it too",
     },
     Variable {
         name: "AWS_DEFAULT_REGION",
@@ -242,13 +245,13 @@ pub const VARIABLES: &[Variable] = &[
         name: "AWS_ENDPOINT_URL_SQS",
         read_by: STATE_OPTIONAL,
         source: Source::Platform,
-        about: "a local endpoint (moto, LocalStack): the SDK's, and the form a reply_to may take there",
+        about: "a local endpoint (moto, LocalStack): the form a reply_to may take there; every function's AWS SDK reads it too",
     },
     Variable {
         name: "AWS_ENDPOINT_URL",
         read_by: STATE_OPTIONAL,
         source: Source::Platform,
-        about: "read when AWS_ENDPOINT_URL_SQS is unset",
+        about: "read when AWS_ENDPOINT_URL_SQS is unset; every function's AWS SDK reads it (the endpoint of every service)",
     },
 ];
 

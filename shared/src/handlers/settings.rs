@@ -15,8 +15,8 @@ pub struct Settings {
     pub topology: Topology,
     /// Where orders may ask for status: checked at submission and before each send.
     pub reply_to: ReplyToRules,
-    /// Private: settings are only made by [`Settings::new`], which keeps the rules above
-    /// consistent with the topology.
+    /// Private: settings are only made by [`Settings::new`], so every run assembles them
+    /// the one way.
     _assembled: (),
 }
 
@@ -24,8 +24,12 @@ impl Settings {
     /// The handlers' settings. A queue agent's queue belongs to the deployment as much as
     /// the agent queue does: it is added to `reply_to`'s own queues, so status can never
     /// land among a worker's requests.
-    pub fn new(policy: Policy, workflows: Workflows, topology: Topology, reply_to: ReplyToRules) -> Settings {
-        let mut reply_to = reply_to;
+    pub fn new(
+        policy: Policy,
+        workflows: Workflows,
+        topology: Topology,
+        mut reply_to: ReplyToRules,
+    ) -> Settings {
         for queue in topology.queue_agents.values() {
             reply_to = match QueueId::account_and_name(&queue.0) {
                 Some((account, name)) => reply_to.own_queue(account, name),

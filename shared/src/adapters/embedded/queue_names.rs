@@ -19,7 +19,7 @@ pub fn topology() -> Topology {
 
 /// The `reply_to` rules of an in-process run: status to the `status` queue only, never to
 /// one of the pipeline's own queues. The handlers start with these; a Lambda function
-/// replaces them with its configuration's (`config::ReplyToConfig`).
+/// replaces them with its configuration's (`config::StateConfig::reply_to`).
 pub fn reply_to_rules() -> ReplyToRules {
     ReplyToRules::names(&[STATUS], &[ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ, AGENT, AGENT_DLQ])
 }
