@@ -28,9 +28,9 @@ struct Args {
     /// ones make redelivery quick in local runs).
     #[arg(long, value_name = "SECONDS")]
     visibility_timeout: Option<u32>,
-    /// Create nothing; list every variable the functions read, which functions read it,
-    /// and who sets it (bootstrap prints the `resource` ones; the rest are yours or have
-    /// defaults).
+    /// Create nothing; list every variable the functions read: who sets it (what
+    /// bootstrap prints, what you add, what has a default), which functions read it and
+    /// what it is.
     #[arg(long)]
     variables: bool,
     /// With --variables: the list as JSON.
