@@ -20,7 +20,7 @@ use sas::adapters::aws::provision::{self, Layout, Provisioned};
 use sas::adapters::aws::{AwsSecrets, Clients, DynamoStore, SnsAlerts, SqsQueues};
 use sas::adapters::embedded::CountingMetrics;
 use sas::adapters::http_remote::HttpRemote;
-use sas::adapters::system::{FastRandom, SystemClock};
+use sas::adapters::system::{SystemClock, SystemRandom};
 use sas::config::{AgentConfig, SchedulerConfig, Source, SubmissionConfig, SupervisorConfig};
 use sas::domain::Definitions;
 use sas::handlers::{
@@ -443,7 +443,7 @@ pub fn start(
             then: events.clone(),
         }),
         clock: Arc::new(SystemClock),
-        random: Arc::new(FastRandom::from_entropy()),
+        random: Arc::new(SystemRandom::new()),
         metrics: metrics.clone(),
     };
     let agent_config = &configs.agent;

@@ -13,7 +13,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 
 use crate::adapters::aws::{AwsSecrets, DynamoStore, SnsAlerts, SqsQueues};
 use crate::adapters::emf::EmfMetrics;
-use crate::adapters::system::{FastRandom, SystemClock};
+use crate::adapters::system::{SystemClock, SystemRandom};
 use crate::config::{AlertConfig, ConfigError, Deployment, FunctionName, StateConfig, TableNames};
 use crate::domain::{OperatorAlert, Timestamp};
 use crate::handlers::{
@@ -181,7 +181,7 @@ impl Aws {
             queues: self.queues(send_max_hold),
             alerts,
             clock: Arc::new(SystemClock),
-            random: Arc::new(FastRandom::from_entropy()),
+            random: Arc::new(SystemRandom::new()),
             metrics,
         }
     }

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use indicatif::ProgressBar;
 use sas::adapters::aws::{SnsAlerts, SqsQueues};
 use sas::adapters::embedded::CountingMetrics;
-use sas::adapters::system::{FastRandom, SystemClock};
+use sas::adapters::system::{SystemClock, SystemRandom};
 use sas::domain::{Act, Actor, OperatorAlert, Policy, ProcessState, ReplyToRules, TaskRecord};
 use sas::handlers::{Deps, Operated, Settings, Topology, operate};
 use sas::ports::{AlertError, Alerts, QueueUrl};
@@ -66,7 +66,7 @@ impl Operator {
             queues: Arc::new(SqsQueues::new(aws_sdk_sqs::Client::new(sdk))),
             alerts,
             clock: Arc::new(SystemClock),
-            random: Arc::new(FastRandom::from_entropy()),
+            random: Arc::new(SystemRandom::new()),
             metrics: Arc::new(CountingMetrics::default()),
         };
         let settings = Settings::new(

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sas::adapters::http_remote::HttpRemote;
-use sas::adapters::system::{FastRandom, SystemClock};
+use sas::adapters::system::{SystemClock, SystemRandom};
 use sas::config::AgentConfig;
 use sas::handlers::{Agent, AgentDeps, AgentSettings, DeadLetters};
 use sas::lambda::{self, Aws, Error};
@@ -19,7 +19,7 @@ async fn main() -> Result<(), Error> {
     let deps = AgentDeps {
         queues: queues.clone(),
         clock: Arc::new(SystemClock),
-        random: Arc::new(FastRandom::from_entropy()),
+        random: Arc::new(SystemRandom::new()),
         metrics: metrics.clone(),
         remote: Arc::new(
             HttpRemote::new(config.remote_service_url.clone())
