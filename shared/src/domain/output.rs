@@ -14,6 +14,12 @@ use serde::{Deserialize, Serialize};
 /// The largest output kept for one step, as compact JSON.
 pub const MAX_OUTPUT_BYTES: usize = 4 * 1024;
 
+/// The deepest nesting an output may have. Outputs travel inside every later request
+/// (a few levels down) and are parsed again there, where serde_json stops at 128 levels:
+/// an output kept at 126 would make every later request of its task unreadable. 32 is
+/// far more than a business answer needs and far from that limit.
+pub const MAX_OUTPUT_DEPTH: usize = 32;
+
 /// One step's output: compact JSON text of at most [`MAX_OUTPUT_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -29,6 +35,17 @@ pub enum OutputError {
     TooLarge { bytes: usize },
     #[error("the answer is not JSON: {0}")]
     NotJson(String),
+    #[error("the output nests {depth} levels deep; at most {MAX_OUTPUT_DEPTH} are kept")]
+    TooDeep { depth: usize },
+}
+
+/// How deeply `value` nests (a scalar is 0, `[1]` is 1).
+fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(fields) => 1 + fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 impl StepOutput {
@@ -51,6 +68,10 @@ impl StepOutput {
     /// A value as it is kept, or why it cannot be (a reply from a queue worker is checked
     /// here too: it did not come through an agent's reader).
     pub fn from_value(value: &serde_json::Value) -> Result<StepOutput, OutputError> {
+        let depth = depth(value);
+        if depth > MAX_OUTPUT_DEPTH {
+            return Err(OutputError::TooDeep { depth });
+        }
         let text = value.to_string();
         if text.len() > MAX_OUTPUT_BYTES {
             return Err(OutputError::TooLarge { bytes: text.len() });
@@ -95,5 +116,25 @@ mod tests {
         assert!(spaced.len() <= MAX_OUTPUT_BYTES);
         let v = StepOutput::from_body(spaced.as_bytes()).unwrap().unwrap();
         assert!(StepOutput::from_value(&v).unwrap().as_str().len() < spaced.len());
+    }
+
+    /// A remote (or a worker) that answers with deeply nested JSON must not poison the
+    /// task: such an output is refused where it comes in, and what is kept still reads
+    /// back inside a request.
+    #[test]
+    fn deep_nesting_is_refused_at_the_boundary() {
+        let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+        assert_eq!(StepOutput::from_body(nested(126).as_bytes()), Err(OutputError::TooDeep { depth: 126 }));
+        assert_eq!(
+            StepOutput::from_body(nested(MAX_OUTPUT_DEPTH + 1).as_bytes()),
+            Err(OutputError::TooDeep { depth: MAX_OUTPUT_DEPTH + 1 })
+        );
+        let kept = StepOutput::from_body(nested(MAX_OUTPUT_DEPTH).as_bytes()).unwrap().unwrap();
+        let kept = StepOutput::from_value(&kept).unwrap();
+        let request = format!(r#"{{"outputs": {{"charge": {}}}}}"#, kept.as_str());
+        assert!(serde_json::from_str::<serde_json::Value>(&request).is_ok());
+        // A worker's reply is checked the same way, as a value.
+        let deep: serde_json::Value = serde_json::from_str(&nested(40)).unwrap();
+        assert_eq!(StepOutput::from_value(&deep), Err(OutputError::TooDeep { depth: 40 }));
     }
 }
