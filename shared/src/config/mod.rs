@@ -165,6 +165,43 @@ impl env::Env<'_> {
         }
     }
 
+    /// Under Lambda the Runtime API listens on loopback (`AWS_LAMBDA_RUNTIME_API`), where
+    /// plain http is otherwise allowed for local runs: a remote service there would be
+    /// handed orders and could answer the function's own invocations. No agent may call it.
+    fn not_the_runtime_api(&mut self, config: &AgentConfig) {
+        let Some(api) = self.optional("AWS_LAMBDA_RUNTIME_API") else { return };
+        // Every name of this host's loopback is one address: `localhost:9001` is
+        // `127.0.0.1:9001`.
+        let address = |raw: &str| {
+            let url = url::Url::parse(raw).ok()?;
+            let host = match url.host()? {
+                url::Host::Domain(d) if d.eq_ignore_ascii_case("localhost") => "loopback".to_owned(),
+                url::Host::Ipv4(ip) if ip.is_loopback() => "loopback".to_owned(),
+                url::Host::Ipv6(ip) if ip.is_loopback() => "loopback".to_owned(),
+                other => other.to_string(),
+            };
+            Some((host, url.port_or_known_default()?))
+        };
+        // Lambda gives `host:port`; cargo-lambda's emulator a URL.
+        let Some(runtime) = address(&api).or_else(|| address(&format!("http://{api}"))) else { return };
+        let mut targets = vec![("REMOTE_SERVICE_URL".to_owned(), config.remote_service_url.as_str())];
+        for (name, agent) in &config.definitions.agents {
+            if let Some(url) = &agent.url {
+                targets.push((format!("WORKFLOWS_FILE: agent {name}'s url"), url));
+            }
+        }
+        for (what, url) in targets {
+            if address(url).is_some_and(|a| a == runtime) {
+                self.check(
+                    &what,
+                    url,
+                    false,
+                    "allowed: it is the Lambda Runtime API (AWS_LAMBDA_RUNTIME_API)",
+                );
+            }
+        }
+    }
+
     fn alerts(&mut self, tables: &TableNames) -> AlertConfig {
         AlertConfig { deployment: self.deployment(tables), topic_arn: self.arn("ALERT_TOPIC_ARN") }
     }
@@ -236,7 +273,7 @@ impl AgentConfig {
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<AgentConfig, ConfigError> {
         read(FunctionName::Agent, lookup, |env| {
             let remote = env.required("REMOTE_SERVICE_URL");
-            AgentConfig {
+            let config = AgentConfig {
                 definitions: env.definitions(),
                 agent_queue: env.queue("AGENT_QUEUE_URL"),
                 agent_dlq: env.queue("AGENT_DLQ_URL"),
@@ -248,7 +285,9 @@ impl AgentConfig {
                 },
                 metrics_namespace: env.namespace(),
                 send_max_hold_ms: env.send_max_hold(DEFAULT_AGENT_SEND_MAX_HOLD_MS),
-            }
+            };
+            env.not_the_runtime_api(&config);
+            config
         })
     }
 }
@@ -654,5 +693,46 @@ mod tests {
                 "STATUS_QUEUE_ARN is not set"
             ]
         );
+    }
+
+    #[test]
+    fn no_agent_calls_the_lambda_runtime_api() {
+        let dir = std::env::temp_dir().join(format!("sas-config-rt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("w.json");
+        std::fs::write(&file, r#"{"agents": {"pay": {"url": "http://127.0.0.1:9001/x"}}, "workflows": [{"name": "buy", "steps": [{"name": "charge", "agent": "pay"}]}]}"#).unwrap();
+        let read = |remote: &str, api: Option<&str>, workflows: bool| {
+            let mut vars = vec![
+                ("AGENT_QUEUE_URL", Q),
+                ("AGENT_DLQ_URL", Q),
+                ("SCHEDULER_QUEUE_URL", Q),
+                ("REMOTE_SERVICE_URL", remote),
+            ];
+            let path = file.to_str().unwrap().to_owned();
+            if workflows {
+                vars.push(("WORKFLOWS_FILE", path.as_str()));
+            }
+            if let Some(api) = api {
+                vars.push(("AWS_LAMBDA_RUNTIME_API", api));
+            }
+            AgentConfig::from_lookup(&lookup(&vars)).map(|_| ())
+        };
+        // Lambda's form of the variable, and cargo-lambda's.
+        let err = read("http://127.0.0.1:9001/", Some("127.0.0.1:9001"), false).unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "REMOTE_SERVICE_URL=\"http://127.0.0.1:9001/\" is not allowed: it is the Lambda Runtime API (AWS_LAMBDA_RUNTIME_API)"
+            ]
+        );
+        assert!(read("http://127.0.0.1:9555", Some("http://127.0.0.1:9555/.rt/agent"), false).is_err());
+        assert!(read("http://localhost:9001/x", Some("127.0.0.1:9001"), false).is_err());
+        assert!(read("http://[::1]:9001/x", Some("127.0.0.1:9001"), false).is_err());
+        let err = read("http://127.0.0.1:3000", Some("127.0.0.1:9001"), true).unwrap_err();
+        assert!(err.problems[0].starts_with("WORKFLOWS_FILE: agent pay's url="), "{err:?}");
+        // Another loopback port, or no Runtime API at all (a local run): allowed.
+        assert_eq!(read("http://127.0.0.1:3000", Some("127.0.0.1:9001"), false), Ok(()));
+        assert_eq!(read("http://127.0.0.1:9001", None, true), Ok(()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -236,6 +236,12 @@ pub const VARIABLES: &[Variable] = &[
         about: "the region of a reply_to in a local endpoint's form (Lambda sets it; else AWS_DEFAULT_REGION, else the status queue's); every function's AWS SDK reads it too",
     },
     Variable {
+        name: "AWS_LAMBDA_RUNTIME_API",
+        read_by: &[(A, O)],
+        source: Source::Platform,
+        about: "where Lambda (or cargo lambda watch) serves the Runtime API; no agent may call it",
+    },
+    Variable {
         name: "AWS_DEFAULT_REGION",
         read_by: STATE_OPTIONAL,
         source: Source::Platform,
