@@ -66,12 +66,10 @@ impl UpCounts {
 
 #[derive(Default)]
 struct Counts {
-    /// All but the orders by state, which `by_state` keeps.
+    /// All but the orders by state, which `latest` gives.
     summary: UpCounts,
     /// Each order seen, by the state of its latest landed write.
     latest: HashMap<OrderId, ProcessState>,
-    /// How many orders `latest` has in each state.
-    by_state: HashMap<ProcessState, usize>,
     /// Orders whose cancel landed and whose cancel message has not been looked at since.
     cancels_landed: HashSet<OrderId>,
 }
@@ -79,16 +77,13 @@ struct Counts {
 impl Counts {
     /// `order` is now in `state`: counted there, and no longer where it was (returned).
     fn moved(&mut self, order: &OrderId, state: ProcessState) -> Option<ProcessState> {
-        let was = self.latest.insert(order.clone(), state);
-        if let Some(was) = was {
-            self.by_state.entry(was).and_modify(|n| *n = n.saturating_sub(1));
-        }
-        *self.by_state.entry(state).or_default() += 1;
-        was
+        self.latest.insert(order.clone(), state)
     }
 
+    /// Counted when the counts are read (at the stop, or a benchmark's poll), not kept
+    /// beside `latest`, which holds the same.
     fn in_state(&self, state: ProcessState) -> usize {
-        self.by_state.get(&state).copied().unwrap_or(0)
+        self.latest.values().filter(|s| **s == state).count()
     }
 }
 
