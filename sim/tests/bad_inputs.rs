@@ -31,13 +31,21 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
-struct AlwaysOk;
+/// A remote service that answers every call 2xx with the body a row sets (empty unless
+/// set).
+#[derive(Default)]
+struct Answers(std::sync::Mutex<Vec<u8>>);
 
 #[async_trait]
-impl RemoteService for AlwaysOk {
+impl RemoteService for Answers {
     async fn call(&self, _: &RemoteCall<'_>, _: u64) -> Result<Vec<u8>, RemoteError> {
-        Ok(Vec::new())
+        Ok(self.0.lock().unwrap().clone())
     }
+}
+
+/// JSON nested `levels` deep: `{"a":{"a":...1...}}`.
+fn nested(levels: usize) -> String {
+    format!("{}1{}", r#"{"a":"#.repeat(levels), "}".repeat(levels))
 }
 
 struct World {
@@ -47,6 +55,7 @@ struct World {
     submission: Submission,
     scheduler: Scheduler,
     agent: Agent,
+    remote: Arc<Answers>,
 }
 
 const LEASE: &str = "3f2a6c1e-9b7d-4e2a-8c5f-1d2e3f4a5b6c";
@@ -78,6 +87,7 @@ impl World {
         }
         let store = Arc::new(EmbeddedStore::new());
         let metrics = Arc::new(CountingMetrics::default());
+        let remote = Arc::new(Answers::default());
         let deps = Deps {
             store: store.clone(),
             queues: queues.clone(),
@@ -98,7 +108,7 @@ impl World {
                 clock,
                 random: Arc::new(FastRandom::seeded(2)),
                 metrics: metrics.clone(),
-                remote: Arc::new(AlwaysOk),
+                remote: remote.clone(),
                 scheduler_queue: QueueUrl("scheduler".into()),
             },
             AgentSettings::default(),
@@ -111,6 +121,7 @@ impl World {
             queues,
             store,
             metrics,
+            remote,
         }
     }
 
@@ -148,6 +159,12 @@ impl World {
         self.drain("status");
     }
 
+    /// The lease of `id`'s live attempt.
+    fn lease(&self, id: &str) -> String {
+        let task = self.store.tasks().into_iter().find(|t| t.order_id.as_str() == id).unwrap();
+        task.locked_by.expect("claimed").to_string()
+    }
+
     fn drain(&self, queue: &str) -> Vec<StoredMessage> {
         self.queues.drain(queue)
     }
@@ -160,6 +177,11 @@ enum Gets {
     Kept(&'static str),
     /// Handled and dropped, changing nothing: counted as this metric.
     Dropped(Metric),
+    /// Handled: order o-1 gives up its step in doubt, its `failed` status giving a
+    /// reason containing this.
+    GivesUp(&'static str),
+    /// Handled: the agent replies `bad_output` for o-1 with a reason containing this.
+    RepliesBadOutput(&'static str),
 }
 
 struct Row {
@@ -457,6 +479,64 @@ const ROWS: &[Row] = &[
         body: |_| agent_request("o-1", 1_000),
         gets: Gets::Dropped(Metric::AgentGaveUp),
     },
+    Row {
+        kind: "`reply_to` over 2,048 characters",
+        queue: "orders",
+        body: |_| {
+            let long = format!("status{}", "x".repeat(2_048));
+            format!(
+                r#"{{"order_id":"o-1","customer_id":"c","items":[{{"sku":"A","quantity":1}}],"reply_to":"{long}"}}"#
+            )
+        },
+        gets: Gets::Kept("reply_to must be a queue URL"),
+    },
+    Row {
+        kind: "forged `schedule` for an order whose step is running",
+        queue: "scheduler",
+        body: |w| {
+            w.claimed("o-1");
+            r#"{"type":"schedule","order_id":"o-1"}"#.into()
+        },
+        gets: Gets::Dropped(Metric::ClaimLost),
+    },
+    Row {
+        kind: "a queue worker's fenced reply whose output nests 40 levels",
+        queue: "scheduler",
+        body: |w| {
+            w.claimed("o-1");
+            let outcome = format!(r#"{{"status":"succeeded","output":{}}}"#, nested(40));
+            reply("o-1", &w.lease("o-1"), &outcome)
+        },
+        gets: Gets::GivesUp("the output nests 40 levels deep; at most 32 are kept"),
+    },
+    Row {
+        kind: "a queue worker's fenced reply whose output is over 4 KiB",
+        queue: "scheduler",
+        body: |w| {
+            w.claimed("o-1");
+            let outcome = format!(r#"{{"status":"succeeded","output":"{}"}}"#, "x".repeat(5_000));
+            reply("o-1", &w.lease("o-1"), &outcome)
+        },
+        gets: Gets::GivesUp("at most 4096 are kept"),
+    },
+    Row {
+        kind: "a remote's 2xx body that is not JSON",
+        queue: "agent",
+        body: |w| {
+            *w.remote.0.lock().unwrap() = b"<html>OK</html>".to_vec();
+            agent_request("o-1", u64::MAX)
+        },
+        gets: Gets::RepliesBadOutput("the answer is not JSON"),
+    },
+    Row {
+        kind: "a remote's 2xx body nested 127 levels",
+        queue: "agent",
+        body: |w| {
+            *w.remote.0.lock().unwrap() = nested(127).into_bytes();
+            agent_request("o-1", u64::MAX)
+        },
+        gets: Gets::RepliesBadOutput("nests 127 levels deep; at most 32 are kept"),
+    },
 ];
 
 /// Runs one row in a batch between two good messages, and checks what it got.
@@ -476,12 +556,13 @@ fn run_row(row: &Row) -> String {
     let report = w.batch(row.queue, &[good_before, bad.clone(), good_after]);
     assert!(report.failures.is_empty(), "{}: the batch reported failures {:?}", row.kind, report.failures);
     // The rest of the batch was handled.
+    let replies = if row.queue == "agent" { w.drain("scheduler") } else { Vec::new() };
     let handled = match row.queue {
         "orders" => {
             ["good-1", "good-2"].iter().all(|id| w.store.tasks().iter().any(|t| t.order_id.as_str() == *id))
         }
         "scheduler" => w.store.tasks().iter().filter(|t| t.state == ProcessState::Processing).count() >= 2,
-        _ => w.drain("scheduler").len() >= 2,
+        _ => replies.len() >= 2,
     };
     assert!(handled, "{}: the good messages of its batch were not handled", row.kind);
     let kept = w.drain(&format!("{}-dlq", row.queue));
@@ -504,6 +585,42 @@ fn run_row(row: &Row) -> String {
                 assert_eq!(o1(&w.store.tasks()), o1(&before_rows), "{}: the task changed", row.kind);
             }
             format!("handled and dropped, nothing changes; counted as `{}`", metric.name())
+        }
+        Gets::GivesUp(reason) => {
+            assert!(kept.is_empty() && report.kept == 0, "{}: {kept:?}", row.kind);
+            let task = w.store.tasks().into_iter().find(|t| t.order_id.as_str() == "o-1").unwrap();
+            assert!(task.state.is_terminal(), "{}: o-1 is {:?}", row.kind, task.state);
+            let statuses = w.drain("status");
+            let failed = statuses
+                .iter()
+                .filter_map(|m| serde_json::from_str::<sas::domain::StatusUpdate>(&m.body).ok())
+                .find(|u| u.order_id.as_ref().is_some_and(|o| o.as_str() == "o-1") && u.reason.is_some())
+                .unwrap_or_else(|| panic!("{}: no status with a reason for o-1: {statuses:?}", row.kind));
+            let got = failed.reason.unwrap();
+            assert!(got.contains(reason), "{}: reason {got:?} lacks {reason:?}", row.kind);
+            format!(
+                "handled: the step is given up in doubt, order ends `{:?}`: {}",
+                task.state,
+                got.replace('|', "\\|")
+            )
+        }
+        Gets::RepliesBadOutput(reason) => {
+            assert!(kept.is_empty() && report.kept == 0, "{}: {kept:?}", row.kind);
+            let got = replies
+                .iter()
+                .filter_map(|m| match sas::domain::SchedulerMessage::parse(&m.body) {
+                    Ok(sas::domain::SchedulerMessage::Reply(r)) if r.order_id.as_str() == "o-1" => {
+                        Some(r.outcome)
+                    }
+                    _ => None,
+                })
+                .next()
+                .unwrap_or_else(|| panic!("{}: no reply for o-1", row.kind));
+            let sas::domain::ReplyOutcome::BadOutput { reason: got, .. } = got else {
+                panic!("{}: replied {got:?}", row.kind)
+            };
+            assert!(got.contains(reason), "{}: reason {got:?} lacks {reason:?}", row.kind);
+            format!("the agent replies `bad_output`: {got}")
         }
     }
 }
@@ -565,17 +682,44 @@ rows! {
     agent_missing_fields = 38;
     agent_unknown_action = 39;
     agent_past_complete_by = 40;
+    reply_to_too_long = 41;
+    forged_schedule = 42;
+    worker_output_too_deep = 43;
+    worker_output_too_large = 44;
+    remote_body_not_json = 45;
+    remote_body_too_deep = 46;
 }
 
-/// Prints docs/BAD_INPUTS.md's table from the rows (each checked as it is printed).
+/// Prints docs/BAD_INPUTS.md's table from the rows (each checked as it is printed), and
+/// holds the doc to it: every row's input and outcome is a row of the doc, word for word,
+/// so a changed message (serde's, or ours) cannot leave the doc quoting the old one.
 #[test]
 fn bad_input_table() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/BAD_INPUTS.md")).unwrap();
+    let doc_rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| ")).collect();
     println!("| # | queue | bad input | what it gets |\n|---:|---|---|---|");
+    let mut stale = Vec::new();
     for (i, row) in ROWS.iter().enumerate() {
         let got = run_row(row);
         let got = if got.len() > 200 { format!("{}…", &got[..got.floor_char_boundary(200)]) } else { got };
-        println!("| {} | {} | {} | {} |", i + 1, row.queue, row.kind, got);
+        let cells = format!("| {} | {} | {} |", row.queue, row.kind, got);
+        // The number is the doc's: rows of other tables sit between these.
+        match doc_rows
+            .iter()
+            .find_map(|l| l.split_once(" | ").filter(|(_, rest)| format!("| {rest}") == cells))
+        {
+            Some((number, _)) => println!("{number} {cells}"),
+            None => {
+                println!("| ({} in ROWS, not in the doc) {cells}", i + 1);
+                stale.push(cells);
+            }
+        }
     }
+    assert!(
+        stale.is_empty(),
+        "docs/BAD_INPUTS.md lacks these rows, or quotes them differently:\n{}",
+        stale.join("\n")
+    );
 }
 
 /// A rejected order with a `reply_to` also tells its sender why.

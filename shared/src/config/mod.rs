@@ -16,7 +16,7 @@ pub mod variables;
 use env::{process_env, read};
 pub use variables::{FunctionName, Need, Source, VARIABLES, Variable};
 
-use crate::domain::{Definitions, Policy, ReplyToRules};
+use crate::domain::{Definitions, Policy, QueueId, ReplyToRules};
 use crate::ports::QueueUrl;
 
 pub const DEFAULT_DUE_INDEX: &str = "due-index";
@@ -150,7 +150,7 @@ pub struct AlertConfig {
 
 impl env::Env<'_> {
     fn state(&mut self, agent_queue: Need) -> StateConfig {
-        StateConfig {
+        let config = StateConfig {
             tables: self.tables(),
             definitions: self.definitions(),
             scheduler_queue: self.queue("SCHEDULER_QUEUE_URL"),
@@ -162,6 +162,29 @@ impl env::Env<'_> {
             metrics_namespace: self.namespace(),
             send_max_hold_ms: self.send_max_hold(DEFAULT_SEND_MAX_HOLD_MS),
             reply_to: self.reply_to(),
+        };
+        self.queue_agents_apart(&config);
+        config
+    }
+
+    /// A queue agent's requests carry lease tokens and orders, and its worker may answer
+    /// on the scheduler queue. Pointed at one of the deployment's own queues, requests
+    /// would land among the pipeline's messages (a Schedule queue that parses them as
+    /// bad input, the orders queue that would read them as orders); pointed at a queue
+    /// status may go to, every app reading status would see the leases.
+    fn queue_agents_apart(&mut self, config: &StateConfig) {
+        for (name, agent) in &config.definitions.agents {
+            let Some(url) = agent.queue() else { continue };
+            let Some((account, queue)) = QueueId::account_and_name(url) else { continue };
+            let id = QueueId { region: String::new(), account, name: queue };
+            let why = if config.reply_to.is_own(&id) {
+                "allowed: it is one of this deployment's own queues; a queue agent needs a queue of its own"
+            } else if config.reply_to.allowed().any(|q| q.account == id.account && q.name == id.name) {
+                "allowed: orders may ask for status there (STATUS_QUEUE_ARN, REPLY_TO_EXTRA_QUEUE_ARNS); a queue agent needs a queue of its own"
+            } else {
+                continue;
+            };
+            self.check(&format!("WORKFLOWS_FILE: agent {name}'s queue_url"), url, false, why);
         }
     }
 
@@ -601,6 +624,41 @@ mod tests {
         // A local endpoint's form, in the configured region.
         let c = submission(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")]).unwrap();
         assert!(c.state.reply_to.check("http://127.0.0.1:5000/123456789012/sas-status").is_ok());
+    }
+
+    #[test]
+    fn a_queue_agent_on_a_stack_queue_or_a_status_queue_stops_the_cold_start() {
+        let dir = std::env::temp_dir().join(format!("sas-queue-agents-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sqs = "https://sqs.us-east-1.amazonaws.com";
+        let file = |queue: &str| {
+            let path = dir.join(format!("{}.json", queue.replace(['/', ':', '.'], "_")));
+            let text = format!(
+                r#"{{"agents": {{"w": {{"kind": "queue", "queue_url": "{queue}"}}}}, "workflows": [{{"name": "buy", "steps": [{{"name": "charge", "agent": "w"}}]}}]}}"#
+            );
+            std::fs::write(&path, text).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        let extra = "arn:aws:sqs:eu-west-1:210987654321:app-status";
+        let with = |queue: &str| {
+            let path = file(queue);
+            submission(&[("WORKFLOWS_FILE", path.as_str()), ("REPLY_TO_EXTRA_QUEUE_ARNS", extra)])
+        };
+        assert!(with(&format!("{sqs}/123456789012/fulfilment-worker")).is_ok());
+        for own in ["sas-orders", "sas-scheduler", "sas-agent", "sas-agent-dlq"] {
+            let err = with(&format!("{sqs}/123456789012/{own}")).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{own}: {err}");
+            assert!(err.problems[0].contains("it is one of this deployment's own queues"), "{err}");
+        }
+        for status in [
+            format!("{sqs}/123456789012/sas-status"),
+            "https://sqs.eu-west-1.amazonaws.com/210987654321/app-status".to_owned(),
+        ] {
+            let err = with(&status).unwrap_err();
+            assert!(err.problems[0].starts_with("WORKFLOWS_FILE: agent w's queue_url="), "{err}");
+            assert!(err.problems[0].contains("orders may ask for status there"), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
