@@ -110,6 +110,8 @@ fn cargo_build(root: &Path, args: &[&str]) {
 /// `cargo lambda watch`, stopped (with its function processes) when dropped.
 struct Watch {
     child: Child,
+    /// The functions, in `child`'s process group: stopped with it, reaped here.
+    functions: Vec<Child>,
     log: PathBuf,
 }
 
@@ -141,6 +143,9 @@ impl Drop for Watch {
         }
         kill("-KILL");
         let _ = self.child.wait();
+        for function in &mut self.functions {
+            let _ = function.wait();
+        }
     }
 }
 
@@ -359,7 +364,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
             .expect("cargo lambda watch starts")
     };
     let group = child.id();
-    let watch = Watch { child, log };
+    let mut watch = Watch { child, functions: Vec::new(), log };
     let until = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < until, "cargo lambda watch did not listen on {port}:\n{}", watch.tail());
@@ -372,7 +377,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         .collect();
     for function in FUNCTIONS {
         use std::os::unix::process::CommandExt;
-        clean_command(bin_dir.join(function), &root)
+        let child = clean_command(bin_dir.join(function), &root)
             .envs(env_file_vars.iter().map(|(k, v)| (k, v)))
             .env("AWS_LAMBDA_RUNTIME_API", format!("http://127.0.0.1:{port}/.rt/{function}"))
             .env("AWS_LAMBDA_FUNCTION_NAME", function)
@@ -385,6 +390,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
             .process_group(group as i32)
             .spawn()
             .unwrap_or_else(|e| panic!("{function} starts: {e}"));
+        watch.functions.push(child);
     }
 
     let sdk = sas_tests::sdk_config(&endpoint).await;

@@ -455,7 +455,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(agent.send_max_hold_ms, DEFAULT_AGENT_SEND_MAX_HOLD_MS);
-        assert!(DEFAULT_AGENT_SEND_MAX_HOLD_MS < DEFAULT_SEND_MAX_HOLD_MS);
+        const { assert!(DEFAULT_AGENT_SEND_MAX_HOLD_MS < DEFAULT_SEND_MAX_HOLD_MS) };
         let err = read("5000").unwrap_err();
         assert_eq!(err.problems, ["SEND_MAX_HOLD_MS=\"5000\" is not a whole number from 0 to 1000"]);
     }

@@ -8,6 +8,9 @@ use crate::ports::{QueueUrl, Topology};
 
 use super::HandlerError;
 
+// Not `#[non_exhaustive]`: that binds only other crates, and the point is that no module
+// of this one builds settings by hand either.
+#[allow(clippy::manual_non_exhaustive)]
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub policy: Policy,
