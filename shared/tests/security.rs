@@ -13,7 +13,8 @@ use sas::adapters::embedded::{
 use sas::adapters::system::FastRandom;
 use sas::config::SubmissionConfig;
 use sas::domain::{
-    OrderId, OrderStatus, Policy, ReplyOutcome, SchedulerMessage, StatusUpdate, TaskRecord, Timestamp, Workflows,
+    OrderId, OrderStatus, Policy, ReplyOutcome, SchedulerMessage, StatusUpdate, TaskRecord, Timestamp,
+    Workflows,
 };
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, Inbound, REASON_ATTRIBUTE, Scheduler,
@@ -477,8 +478,9 @@ fn agent_with_auth(w: &World, base: &str, secrets: Arc<OneSecret>) -> Agent {
 
 /// Step `step` of three-step for order `id`, due 30 s from the world's now.
 fn step_request(w: &World, id: &str, step: u32) -> String {
-    let (agent, name) = [("inventory", "reserve-inventory"), ("payment", "charge-payment"), ("shipping", "ship-order")]
-        [step as usize];
+    let (agent, name) =
+        [("inventory", "reserve-inventory"), ("payment", "charge-payment"), ("shipping", "ship-order")]
+            [step as usize];
     let complete_by = w.clock.now().plus_ms(30_000).0;
     agent_request(|v| {
         v["order_id"] = id.into();

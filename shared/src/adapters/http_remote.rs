@@ -155,7 +155,11 @@ impl HttpRemote {
     /// one read now (within `timeout_ms`) when none is kept or it is due to be read again.
     /// The error names the agent only: it becomes the reply's reason; what went wrong is
     /// logged here, without the value.
-    async fn auth(&self, agent: &str, timeout_ms: u64) -> Result<Option<(&HeaderName, HeaderValue)>, RemoteError> {
+    async fn auth(
+        &self,
+        agent: &str,
+        timeout_ms: u64,
+    ) -> Result<Option<(&HeaderName, HeaderValue)>, RemoteError> {
         let Some(auth) = self.agents.get(agent).and_then(|e| e.auth.as_deref()) else {
             return Ok(None);
         };
@@ -247,11 +251,15 @@ impl HttpRemote {
 /// No redirects: a 307/308 would re-send the order, idempotency key and all, to whatever
 /// host the answer names.
 pub(crate) fn build_client() -> Result<reqwest::Client, reqwest::Error> {
+    client_builder().build()
+}
+
+/// [`build_client`]'s settings, for a client that adds its own (the secret stores').
+pub(crate) fn client_builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .redirect(reqwest::redirect::Policy::none())
-        .build()
 }
 
 /// A URL as it may be logged: no userinfo, query or fragment (where tokens live).

@@ -79,7 +79,8 @@ impl SecretSource {
     /// plain name (the agent's own region) or an ARN without a region.
     pub fn region(&self) -> Option<&str> {
         let mut parts = self.id().strip_prefix("arn:")?.splitn(5, ':');
-        let (_partition, _service, region, _rest) = (parts.next()?, parts.next()?, parts.next()?, parts.nth(1)?);
+        let (_partition, _service, region, _rest) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.nth(1)?);
         let region_ok = !region.is_empty()
             && region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         region_ok.then_some(region)
@@ -173,7 +174,8 @@ mod tests {
     fn an_arn_names_the_region_its_secret_lives_in() {
         let region = |text: &str| SecretSource::parse(text).unwrap().region().map(str::to_owned);
         assert_eq!(
-            region("secretsmanager:arn:aws:secretsmanager:eu-west-1:123456789012:secret:pay-AbCdEf").as_deref(),
+            region("secretsmanager:arn:aws:secretsmanager:eu-west-1:123456789012:secret:pay-AbCdEf")
+                .as_deref(),
             Some("eu-west-1")
         );
         assert_eq!(

@@ -202,7 +202,9 @@ impl Agent {
         match result {
             Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
             // A refusal, of the step or of the credentials, is the service answering.
-            Ok(_) | Err(RemoteError::Permanent { .. } | RemoteError::AuthRefused { .. }) => breaker.on_success(),
+            Ok(_) | Err(RemoteError::Permanent { .. } | RemoteError::AuthRefused { .. }) => {
+                breaker.on_success()
+            }
         }
     }
 
