@@ -347,10 +347,8 @@ async fn a_401_or_403_with_auth_drops_the_value_and_the_next_call_reads_it_afres
     let RemoteError::AuthRefused { reason, detail } = err else { panic!("{err:?}") };
     assert_eq!(reason, "the remote service refused the agent's credentials (HTTP 4xx)");
     let detail = detail.unwrap();
-    assert!(
-        detail.contains("401") && detail.contains("bad token xyz") && !detail.contains("old"),
-        "{detail}"
-    );
+    // The answer's body is not kept: an answer to bad credentials may quote them.
+    assert!(detail.contains("401") && !detail.contains("bad token xyz"), "{detail}");
     // Rotated meanwhile: the next call reads it, within the TTL.
     secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "new".into());
     call_agent(&remote, "payment").await.unwrap();

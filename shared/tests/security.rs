@@ -555,7 +555,9 @@ async fn credentials_refused_again_after_a_fresh_read_are_a_refusal_and_raise_th
         replies["o-1"],
         ReplyOutcome::Failed {
             reason: "the remote service refused the agent's credentials (HTTP 4xx)".into(),
-            detail: Some(format!("{base}/payment/charge-payment answered 401 Unauthorized: ")),
+            detail: Some(format!(
+                "{base}/payment/charge-payment answered 401 Unauthorized to the agent's credentials"
+            )),
         }
     );
     assert_eq!(replies["o-good-1"], ReplyOutcome::Succeeded { output: None });

@@ -359,12 +359,16 @@ impl RemoteService for HttpRemote {
         // concurrent call: both are retried like outages.
         if let Some((_, sent)) = auth.as_ref().filter(|_| matches!(status.as_u16(), 401 | 403)) {
             // Perhaps the secret was rotated and the value kept here is the old one: the
-            // agent retries once with the value read afresh (`handlers::agent`).
+            // agent retries once with the value read afresh (`handlers::agent`). The body
+            // is neither logged nor kept: an answer to bad credentials may quote them.
             self.forget(call.agent, sent).await;
-            tracing::warn!(url = %redacted(&url), %status, body = %text, "remote service refused the agent's credentials; the secret will be read again");
+            tracing::warn!(url = %redacted(&url), %status, "remote service refused the agent's credentials; the secret will be read again");
             Err(RemoteError::AuthRefused {
                 reason: format!("the remote service refused the agent's credentials (HTTP {class})"),
-                detail: Some(cut_reason(format!("{} answered {status}: {text}", redacted(&url)))),
+                detail: Some(cut_reason(format!(
+                    "{} answered {status} to the agent's credentials",
+                    redacted(&url)
+                ))),
             })
         } else if status.is_redirection() {
             tracing::warn!(url = %redacted(&url), %status, "remote service redirected; not followed");
