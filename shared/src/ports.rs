@@ -169,6 +169,12 @@ pub enum RemoteError {
     /// the service's own answer, for operators only (the record and the alert).
     #[error("permanent: {reason}")]
     Permanent { reason: String, detail: Option<String> },
+    /// A 401 or 403 to a call that carried the agent's auth header. The adapter has
+    /// dropped the value it sent, so the next call reads the secret again: the first such
+    /// answer of an attempt may be a rotated secret and is retried once; a second is a
+    /// refusal (`handlers::agent`). Fields as for `Permanent`.
+    #[error("auth refused: {reason}")]
+    AuthRefused { reason: String, detail: Option<String> },
 }
 
 impl RemoteError {
@@ -228,6 +234,12 @@ pub enum Metric {
     OrderLatencyMs,
     /// An operator's resubmit, compensate or cancel (an app's cancel included) landed.
     OperatorAction,
+    /// A service refused an agent's auth header (401/403); the secret is read again and
+    /// the call retried once.
+    AuthRetry,
+    /// A service refused an agent's auth header again after it was read afresh: the step
+    /// is refused, and the `auth-refused` alarm fires.
+    AuthRefused,
 }
 
 impl Metric {
@@ -253,6 +265,8 @@ impl Metric {
             Metric::StepLatencyMs => "StepLatency",
             Metric::OrderLatencyMs => "OrderLatency",
             Metric::OperatorAction => "OperatorActions",
+            Metric::AuthRetry => "AuthRetries",
+            Metric::AuthRefused => "AuthRefused",
         }
     }
     pub fn is_latency(self) -> bool {

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use sas::adapters::embedded::ManualClock;
 use sas::adapters::http_remote::HttpRemote;
-use sas::domain::{Action, IdempotencyKey, Order, OrderId};
+use sas::domain::{Action, IdempotencyKey, Order, OrderId, SECRET_RETRY_MS, SECRET_TTL_MS};
 use sas::ports::{RemoteCall, RemoteError, RemoteService};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -124,6 +125,18 @@ async fn an_unreachable_service_is_transient_and_its_url_is_not_in_the_reason() 
 /// Answers 200 to every request and keeps each request's head (request line and
 /// headers); returns its base URL.
 async fn serve_recording() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    serve_answering(|_| OK).await
+}
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+const UNAUTHORIZED: &[u8] =
+    b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 13\r\nConnection: close\r\n\r\nbad token xyz";
+
+/// Answers each request as `answer` says from its head (lower-cased), and keeps the heads.
+async fn serve_answering(
+    answer: impl Fn(&str) -> &'static [u8] + Send + Sync + 'static,
+) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let answer = Arc::new(answer);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -131,6 +144,7 @@ async fn serve_recording() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
             let kept = kept.clone();
+            let answer = answer.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
                 let mut buf = vec![0u8; 64 * 1024];
@@ -141,10 +155,10 @@ async fn serve_recording() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
                     }
                 }
                 let text = String::from_utf8_lossy(&request);
-                kept.lock().unwrap().push(text.split("\r\n\r\n").next().unwrap_or_default().to_owned());
-                let _ = socket
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                    .await;
+                let head = text.split("\r\n\r\n").next().unwrap_or_default().to_owned();
+                let reply = answer(&head.to_ascii_lowercase());
+                kept.lock().unwrap().push(head);
+                let _ = socket.write_all(reply).await;
                 let _ = socket.shutdown().await;
             });
         }
@@ -179,6 +193,8 @@ impl sas::ports::Secrets for CountingSecrets {
     }
 }
 
+/// Auth to a loopback http service, which `Definitions::parse` refuses (a secret goes only
+/// over https): parsed unchecked, to test the adapter on its own.
 fn agents_at(base: &str) -> std::collections::BTreeMap<String, sas::domain::definitions::AgentDef> {
     let text = format!(
         r#"{{"agents": {{
@@ -186,7 +202,7 @@ fn agents_at(base: &str) -> std::collections::BTreeMap<String, sas::domain::defi
             "plain": {{"url": "{base}/plain"}}}},
           "workflows": [{{"name": "w", "steps": [{{"name": "charge", "agent": "payment"}}, {{"name": "read", "agent": "plain"}}]}}]}}"#
     );
-    sas::domain::Definitions::parse(&text).unwrap().agents
+    sas::domain::definitions::DefinitionFile::parse(&text).unwrap().agents
 }
 
 async fn call_agent(remote: &HttpRemote, agent: &str) -> Result<Vec<u8>, RemoteError> {
@@ -221,7 +237,7 @@ async fn an_agents_auth_header_is_read_once_and_sent_on_every_call() {
         call_agent(&remote, "payment").await.unwrap();
     }
     call_agent(&remote, "plain").await.unwrap();
-    assert_eq!(secrets.reads.load(Ordering::SeqCst), 1, "read once for the life of the remote");
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 1, "read once, then kept");
 
     let heads = heads.lock().unwrap().clone();
     assert_eq!(heads.len(), 21);
@@ -265,4 +281,98 @@ async fn a_failed_read_fails_that_call_as_transient_and_the_next_call_reads_agai
     let remote = HttpRemote::new(&base).with_agents(&agents_at(&base));
     assert!(matches!(call_agent(&remote, "payment").await, Err(RemoteError::Transient(_))));
     assert_eq!(call_agent(&remote, "plain").await, Ok(Vec::new()));
+}
+
+/// Issue 24, finding 3: a value is kept for its TTL, then read again, so a rotated secret
+/// is picked up without a call being refused first. Time is a manual clock.
+#[tokio::test]
+async fn a_value_is_read_again_once_its_ttl_has_passed() {
+    let (base, heads) = serve_recording().await;
+    let secrets = Arc::new(CountingSecrets::default());
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "v1".into());
+    let clock = Arc::new(ManualClock::at(1_000_000));
+    let remote = HttpRemote::new(&base)
+        .with_agents(&agents_at(&base))
+        .with_secrets(secrets.clone())
+        .with_clock(clock.clone());
+
+    call_agent(&remote, "payment").await.unwrap();
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "v2".into());
+    clock.advance(SECRET_TTL_MS - 1);
+    call_agent(&remote, "payment").await.unwrap();
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 1, "still fresh");
+    clock.advance(1);
+    call_agent(&remote, "payment").await.unwrap();
+    call_agent(&remote, "payment").await.unwrap();
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 2, "read again at its TTL, then kept");
+    let sent: Vec<bool> =
+        heads.lock().unwrap().iter().map(|h| h.to_ascii_lowercase().contains("bearer v2")).collect();
+    assert_eq!(sent, [false, false, true, true]);
+
+    // The store out when the value is due: the value read before is used, and the store
+    // is tried again SECRET_RETRY_MS later, not on every call.
+    secrets.values.lock().unwrap().clear();
+    clock.advance(SECRET_TTL_MS);
+    call_agent(&remote, "payment").await.expect("the value read before is still used");
+    call_agent(&remote, "payment").await.unwrap();
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 3);
+    clock.advance(SECRET_RETRY_MS);
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "v3".into());
+    call_agent(&remote, "payment").await.unwrap();
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 4);
+    assert!(heads.lock().unwrap().last().unwrap().to_ascii_lowercase().contains("bearer v3"));
+}
+
+/// Issue 24, finding 3: a 401 or 403 to a call with auth drops the value sent, so the next
+/// call reads the secret afresh, and says it was the credentials; without auth it stays a
+/// refusal.
+#[tokio::test]
+async fn a_401_or_403_with_auth_drops_the_value_and_the_next_call_reads_it_afresh() {
+    const FORBIDDEN: &[u8] = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    let (base, heads) = serve_answering(|head| match head {
+        h if h.starts_with("post /plain/") => UNAUTHORIZED,
+        h if h.contains("\r\nauthorization: bearer new") => OK,
+        h if h.contains("\r\nauthorization: bearer revoked") => FORBIDDEN,
+        _ => UNAUTHORIZED,
+    })
+    .await;
+    let secrets = Arc::new(CountingSecrets::default());
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "old".into());
+    let remote = HttpRemote::new(&base)
+        .with_agents(&agents_at(&base))
+        .with_secrets(secrets.clone())
+        .with_clock(Arc::new(ManualClock::at(1_000_000)));
+
+    let err = call_agent(&remote, "payment").await.unwrap_err();
+    let RemoteError::AuthRefused { reason, detail } = err else { panic!("{err:?}") };
+    assert_eq!(reason, "the remote service refused the agent's credentials (HTTP 4xx)");
+    let detail = detail.unwrap();
+    // The answer's body is not kept: an answer to bad credentials may quote them.
+    assert!(detail.contains("401") && !detail.contains("bad token xyz"), "{detail}");
+    // Rotated meanwhile: the next call reads it, within the TTL.
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "new".into());
+    call_agent(&remote, "payment").await.unwrap();
+    call_agent(&remote, "payment").await.unwrap();
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), 2, "read again after the refusal only");
+
+    // A 403 counts the same; the value read afresh is refused again the same way (the
+    // agent decides what a second refusal means).
+    secrets.values.lock().unwrap().insert("ssm:/sas/pay".into(), "revoked".into());
+    let (remote, reads) = (
+        HttpRemote::new(&base).with_agents(&agents_at(&base)).with_secrets(secrets.clone()),
+        secrets.reads.load(Ordering::SeqCst),
+    );
+    for _ in 0..2 {
+        let err = call_agent(&remote, "payment").await.unwrap_err();
+        assert!(matches!(err, RemoteError::AuthRefused { .. }), "{err:?}");
+    }
+    assert_eq!(secrets.reads.load(Ordering::SeqCst), reads + 2, "each refusal drops the value");
+
+    // No auth sent: a 401 is the service's refusal of the step, as before.
+    let err = call_agent(&remote, "plain").await.unwrap_err();
+    assert!(
+        matches!(&err, RemoteError::Permanent { reason, .. } if reason == "the remote service refused (HTTP 4xx)"),
+        "{err:?}"
+    );
+    assert_eq!(heads.lock().unwrap().len(), 6);
 }

@@ -12,12 +12,15 @@ use sas::adapters::embedded::{
 };
 use sas::adapters::system::FastRandom;
 use sas::config::SubmissionConfig;
-use sas::domain::{OrderId, OrderStatus, Policy, StatusUpdate, TaskRecord, Timestamp, Workflows};
+use sas::domain::{
+    OrderId, OrderStatus, Policy, ReplyOutcome, SchedulerMessage, StatusUpdate, TaskRecord, Timestamp,
+    Workflows,
+};
 use sas::handlers::{
     Agent, AgentDeps, AgentSettings, BatchReport, DeadLetters, Deps, Inbound, REASON_ATTRIBUTE, Scheduler,
     Submission, run_batch,
 };
-use sas::ports::{Metric, QueueUrl, RemoteCall, RemoteError, RemoteService, StateStore};
+use sas::ports::{Clock, Metric, QueueUrl, RemoteCall, RemoteError, RemoteService, StateStore};
 
 const ACCOUNT: &str = "123456789012";
 const START: u64 = 1_700_000_000_000;
@@ -39,6 +42,7 @@ impl RemoteService for CountingRemote {
 }
 
 struct World {
+    clock: Arc<ManualClock>,
     queues: Arc<EmbeddedQueues>,
     store: Arc<EmbeddedStore>,
     metrics: Arc<CountingMetrics>,
@@ -110,6 +114,7 @@ impl World {
             submission: Submission::new(deps.clone(), settings.clone()),
             scheduler: Scheduler::new(deps, settings),
             agent,
+            clock,
             queues,
             store,
             metrics,
@@ -377,4 +382,200 @@ async fn complete_by_is_clamped_to_the_invocations_deadline() {
     w.agent.handle_until(message, Some(Timestamp(START + 10_000))).await.unwrap();
     assert_eq!(*w.remote.0.lock().unwrap(), 1);
     assert_eq!(w.queues.depth(&url("sas-scheduler")), 1);
+}
+
+// ---------------------------------------------------------------- agents' auth (issue 24, finding 3)
+
+/// A secret store holding one value, which a test rotates; counts its reads.
+#[derive(Default)]
+struct OneSecret {
+    value: Mutex<String>,
+    reads: Mutex<u32>,
+}
+
+#[async_trait]
+impl sas::ports::Secrets for OneSecret {
+    async fn get(
+        &self,
+        _: &sas::domain::SecretSource,
+    ) -> Result<sas::domain::SecretValue, sas::ports::SecretError> {
+        *self.reads.lock().unwrap() += 1;
+        Ok(sas::domain::SecretValue::new(self.value.lock().unwrap().clone()))
+    }
+}
+
+/// A loopback service: `/payment/...` answers 200 to `Authorization: Bearer <accepted>`
+/// and 401 to anything else, `/shipping/...` always 401 (it asks for no auth: a refusal of
+/// the step), the rest 200. Returns its base URL and the paths called.
+async fn serve_auth(accepted: Arc<Mutex<String>>) -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let called = Arc::new(Mutex::new(Vec::new()));
+    let kept = called.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (kept, accepted) = (kept.clone(), accepted.clone());
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                let token = format!("\r\nauthorization: bearer {}\r\n", accepted.lock().unwrap());
+                let ok = match path.split('/').nth(1) {
+                    Some("payment") => head.contains(&token),
+                    Some("shipping") => false,
+                    _ => true,
+                };
+                kept.lock().unwrap().push(path);
+                let answer: &[u8] = if ok {
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                } else {
+                    b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                };
+                let _ = socket.write_all(answer).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (base, called)
+}
+
+/// The world's agent, calling `base` over HTTP with payment's auth from `secrets`, aged by
+/// the world's clock. Auth to a loopback http service is refused by `Definitions::parse`
+/// (a secret goes only over https): parsed unchecked, to run the handler against a local
+/// service.
+fn agent_with_auth(w: &World, base: &str, secrets: Arc<OneSecret>) -> Agent {
+    let text = format!(
+        r#"{{"agents": {{"payment": {{"url": "{base}/payment", "auth": {{"header": "Authorization", "secret": "ssm:/sas/pay", "prefix": "Bearer "}}}},
+            "inventory": {{"url": "{base}/inventory"}}, "shipping": {{"url": "{base}/shipping"}}}},
+          "workflows": []}}"#
+    );
+    let agents = sas::domain::definitions::DefinitionFile::parse(&text).unwrap().agents;
+    let remote = sas::adapters::http_remote::HttpRemote::new(base)
+        .with_agents(&agents)
+        .with_secrets(secrets)
+        .with_clock(w.clock.clone());
+    Agent::new(
+        AgentDeps {
+            queues: w.queues.clone(),
+            clock: w.clock.clone(),
+            random: Arc::new(FastRandom::seeded(2)),
+            metrics: w.metrics.clone(),
+            remote: Arc::new(remote),
+            scheduler_queue: QueueUrl(url("sas-scheduler")),
+        },
+        AgentSettings::default(),
+        Workflows::builtin(),
+    )
+}
+
+/// Step `step` of three-step for order `id`, due 30 s from the world's now.
+fn step_request(w: &World, id: &str, step: u32) -> String {
+    let (agent, name) =
+        [("inventory", "reserve-inventory"), ("payment", "charge-payment"), ("shipping", "ship-order")]
+            [step as usize];
+    let complete_by = w.clock.now().plus_ms(30_000).0;
+    agent_request(|v| {
+        v["order_id"] = id.into();
+        v["order"]["order_id"] = id.into();
+        v["step"] = step.into();
+        v["agent"] = agent.into();
+        v["step_name"] = name.into();
+        v["idempotency_key"] = format!("{id}:{step}:do").into();
+        v["complete_by"] = complete_by.into();
+    })
+}
+
+/// Runs payment's request for `id` between two inventory requests that succeed, and
+/// returns the outcome each sent back, by order id.
+async fn auth_batch(w: &World, agent: &Agent, id: &str) -> std::collections::BTreeMap<String, ReplyOutcome> {
+    let bodies = [step_request(w, "o-good-1", 0), step_request(w, id, 1), step_request(w, "o-good-2", 0)];
+    let report = w.batch("sas-agent", &bodies, |m| agent.handle(m)).await;
+    assert_eq!((report.kept, report.failures.len()), (0, 0));
+    w.queues
+        .drain(&url("sas-scheduler"))
+        .iter()
+        .map(|m| match SchedulerMessage::parse(&m.body).unwrap() {
+            SchedulerMessage::Reply(r) => (r.order_id.as_str().to_owned(), r.outcome),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rotated_secret_is_read_again_and_the_call_retried_once() {
+    let w = World::new();
+    let accepted = Arc::new(Mutex::new("v1".to_owned()));
+    let (base, called) = serve_auth(accepted.clone()).await;
+    let secrets = Arc::new(OneSecret { value: Mutex::new("v1".into()), ..OneSecret::default() });
+    let agent = agent_with_auth(&w, &base, secrets.clone());
+    let succeeded = ReplyOutcome::Succeeded { output: None };
+    let count = |m| w.metrics.snapshot().count(m);
+
+    let replies = auth_batch(&w, &agent, "o-1").await;
+    assert!(replies.len() == 3 && replies.values().all(|o| *o == succeeded), "{replies:?}");
+
+    // Rotated in the store and at the service while the value is still fresh: the first
+    // call is refused, the value read afresh, and the one retry succeeds.
+    *secrets.value.lock().unwrap() = "v2".into();
+    *accepted.lock().unwrap() = "v2".into();
+    let replies = auth_batch(&w, &agent, "o-2").await;
+    assert!(replies.len() == 3 && replies.values().all(|o| *o == succeeded), "{replies:?}");
+    assert_eq!((count(Metric::AuthRetry), count(Metric::AuthRefused)), (1, 0));
+    assert_eq!(*secrets.reads.lock().unwrap(), 2);
+    let payment_calls = || called.lock().unwrap().iter().filter(|p| p.starts_with("/payment/")).count();
+    assert_eq!(payment_calls(), 3, "one call, then one refused and its retry");
+
+    // Rotated again, and the TTL passes before the next call: read again without a refusal.
+    *secrets.value.lock().unwrap() = "v3".into();
+    *accepted.lock().unwrap() = "v3".into();
+    w.clock.advance(sas::domain::SECRET_TTL_MS);
+    let replies = auth_batch(&w, &agent, "o-3").await;
+    assert!(replies.values().all(|o| *o == succeeded), "{replies:?}");
+    assert_eq!((count(Metric::AuthRetry), count(Metric::AuthRefused)), (1, 0), "no refusal this time");
+    assert_eq!((*secrets.reads.lock().unwrap(), payment_calls()), (3, 4));
+}
+
+#[tokio::test]
+async fn credentials_refused_again_after_a_fresh_read_are_a_refusal_and_raise_the_alarm() {
+    let w = World::new();
+    let (base, called) = serve_auth(Arc::new(Mutex::new("right".to_owned()))).await;
+    let secrets = Arc::new(OneSecret { value: Mutex::new("wrong".into()), ..OneSecret::default() });
+    let agent = agent_with_auth(&w, &base, secrets.clone());
+
+    let replies = auth_batch(&w, &agent, "o-1").await;
+    assert_eq!(
+        replies["o-1"],
+        ReplyOutcome::Failed {
+            reason: "the remote service refused the agent's credentials (HTTP 4xx)".into(),
+            detail: Some(format!(
+                "{base}/payment/charge-payment answered 401 Unauthorized to the agent's credentials"
+            )),
+        }
+    );
+    assert_eq!(replies["o-good-1"], ReplyOutcome::Succeeded { output: None });
+    assert_eq!(replies["o-good-2"], ReplyOutcome::Succeeded { output: None });
+    let m = w.metrics.snapshot();
+    assert_eq!((m.count(Metric::AuthRetry), m.count(Metric::AuthRefused)), (1, 1));
+    assert_eq!(*secrets.reads.lock().unwrap(), 2, "read, refused, read afresh, refused: no more");
+    assert_eq!(called.lock().unwrap().iter().filter(|p| p.starts_with("/payment/")).count(), 2);
+
+    // An agent that sends no auth: its 401 is the service refusing the step, at once.
+    let body = step_request(&w, "o-9", 2);
+    agent.handle(Inbound { message_id: "m".into(), body, receive_count: 1 }).await.unwrap();
+    let reply = w.queues.drain(&url("sas-scheduler")).pop().unwrap();
+    let SchedulerMessage::Reply(reply) = SchedulerMessage::parse(&reply.body).unwrap() else { panic!() };
+    assert!(
+        matches!(&reply.outcome, ReplyOutcome::Failed { reason, .. } if reason == "the remote service refused (HTTP 4xx)"),
+        "{reply:?}"
+    );
+    assert_eq!(called.lock().unwrap().iter().filter(|p| p.starts_with("/shipping/")).count(), 1);
+    assert_eq!(w.metrics.snapshot().count(Metric::AuthRetry), 1, "no retry without auth");
 }

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sas::adapters::aws::AwsSecrets;
 use sas::adapters::http_remote::HttpRemote;
-use sas::domain::{Action, Definitions, IdempotencyKey, Order, OrderId, SecretSource, SecretValue};
+use sas::domain::definitions::DefinitionFile;
+use sas::domain::{Action, IdempotencyKey, Order, OrderId, SecretSource, SecretValue};
 use sas::ports::{RemoteCall, RemoteError, RemoteService, SecretError, Secrets};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -135,6 +136,21 @@ async fn auth_headers_come_from_parameter_store_and_secrets_manager_once_each() 
         .expect("create secret")
         .arn
         .expect("the new secret's ARN");
+    // In another region than the agent's (issue 24, finding 6): read there, by its ARN.
+    let abroad = aws_sdk_secretsmanager::Client::from_conf(
+        aws_sdk_secretsmanager::config::Builder::from(&sdk)
+            .region(aws_config::Region::new("eu-west-2"))
+            .build(),
+    )
+    .create_secret()
+    .name(format!("{prefix}-abroad-key"))
+    .secret_string(&sm_value)
+    .send()
+    .await
+    .expect("create secret in eu-west-2")
+    .arn
+    .expect("the new secret's ARN");
+    assert!(abroad.contains(":eu-west-2:"), "{abroad}");
 
     // Logged from here on, except the test's own writes (the SDK may trace a request's
     // body, and a PutParameter's body is the value).
@@ -147,12 +163,15 @@ async fn auth_headers_come_from_parameter_store_and_secrets_manager_once_each() 
             "payment": {{"url": "{base}/payment", "auth": {{"header": "Authorization", "secret": "ssm:{parameter}", "prefix": "Bearer "}}}},
             "inventory": {{"url": "{base}/inventory", "auth": {{"header": "X-Api-Key", "secret": "secretsmanager:{by_name}"}}}},
             "shipping": {{"url": "{base}/shipping", "auth": {{"header": "X-Api-Key", "secret": "secretsmanager:{by_arn}"}}}},
+            "abroad": {{"url": "{base}/abroad", "auth": {{"header": "X-Api-Key", "secret": "secretsmanager:{abroad}"}}}},
             "late": {{"url": "{base}/late", "auth": {{"header": "X-Api-Key", "secret": "ssm:/{prefix}/late"}}}}}},
           "workflows": [{{"name": "w", "steps": [
             {{"name": "a", "agent": "payment"}}, {{"name": "b", "agent": "inventory"}},
-            {{"name": "c", "agent": "shipping"}}, {{"name": "d", "agent": "late"}}]}}]}}"#
+            {{"name": "c", "agent": "shipping"}}, {{"name": "d", "agent": "late"}}, {{"name": "e", "agent": "abroad"}}]}}]}}"#
     );
-    let definitions = Definitions::parse(&text).expect("valid definitions");
+    // Auth to a loopback http service, which `Definitions::parse` refuses (a secret goes
+    // only over https): parsed unchecked, to test the adapters against a local service.
+    let definitions = DefinitionFile::parse(&text).expect("definitions that parse");
     let secrets = Arc::new(Counted { inner: AwsSecrets::new(&sdk), reads: Mutex::default() });
     let remote = HttpRemote::new(&base).with_agents(&definitions.agents).with_secrets(secrets.clone());
 
@@ -175,6 +194,13 @@ async fn auth_headers_come_from_parameter_store_and_secrets_manager_once_each() 
     assert!(of("inventory").iter().all(|h| h.contains(&format!("\r\nx-api-key: {sm_value}"))));
     assert!(of("shipping").iter().all(|h| h.contains(&format!("\r\nx-api-key: {sm_value}"))));
     assert_eq!(of("payment").len() + of("inventory").len() + of("shipping").len(), 15);
+
+    call(&remote, "abroad").await.expect("read in the ARN's region, not the agent's");
+    let last = heads.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        lower(&last).starts_with("post /abroad/")
+            && lower(&last).contains(&format!("\r\nx-api-key: {sm_value}"))
+    );
 
     // Not there yet: the call fails as transient, naming the agent only; once the
     // parameter exists, the next call reads it.

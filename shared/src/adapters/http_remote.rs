@@ -2,7 +2,9 @@
 //! `{REMOTE_SERVICE_URL}/{agent}/{action-name}`) with the order as JSON and the
 //! idempotency key in the `Idempotency-Key` header, and the outputs of earlier steps.
 //! 2xx is success, its body the step's output; 3xx (not followed),
-//! 408, 409, 429 and 5xx are transient; any other 4xx is a refusal.
+//! 408, 409, 429 and 5xx are transient; any other 4xx is a refusal, except a 401 or 403
+//! to a call with the agent's auth header, which may be a rotated secret
+//! ([`RemoteError::AuthRefused`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,9 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::header::{HeaderName, HeaderValue};
 
+use crate::adapters::system::SystemClock;
 use crate::domain::definitions::AgentDef;
-use crate::domain::{MAX_OUTPUT_BYTES, SecretSource, cut_reason};
-use crate::ports::{RemoteCall, RemoteError, RemoteService, Secrets};
+use crate::domain::{MAX_OUTPUT_BYTES, SECRET_RETRY_MS, SECRET_TTL_MS, SecretSource, Timestamp, cut_reason};
+use crate::ports::{Clock, RemoteCall, RemoteError, RemoteService, Secrets};
 
 pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
@@ -32,8 +35,10 @@ pub const MAX_ERROR_BODY_BYTES: usize = 1_024;
 ///
 /// An agent with `auth` sends its header on every call. The value is read through the
 /// [`Secrets`] port on that agent's first call (not at cold start: most invocations never
-/// need it before their first call anyway) and kept for the life of the process; a failed
-/// read fails that call as transient and is tried again by the next one.
+/// need it before their first call anyway) and kept for [`SECRET_TTL_MS`], then read again
+/// (a failed re-read keeps the old value for [`SECRET_RETRY_MS`] more). A first read that
+/// fails fails that call as transient and is tried again by the next one. A 401 or 403 to a
+/// call that carried the value drops it, so the next call reads the secret afresh.
 #[derive(Clone)]
 pub struct HttpRemote {
     client: tokio::sync::OnceCell<reqwest::Client>,
@@ -43,6 +48,8 @@ pub struct HttpRemote {
     agents: BTreeMap<String, Endpoint>,
     /// Where auth values are read; `None` until [`HttpRemote::with_secrets`].
     secrets: Option<Arc<dyn Secrets>>,
+    /// When a value read is due to be read again.
+    clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for HttpRemote {
@@ -69,14 +76,27 @@ struct AuthHeader {
     name: HeaderName,
     prefix: String,
     source: SecretSource,
+    /// The value last read, if it is still to be used. An async lock, held across a read:
+    /// concurrent calls that find no fresh value wait for one read instead of each making
+    /// their own.
+    cached: tokio::sync::Mutex<Option<Cached>>,
+}
+
+struct Cached {
     /// `prefix + value`, marked sensitive (reqwest and hyper then keep it out of their own
-    /// debug output). Set by the first read that succeeds, never again.
-    value: tokio::sync::OnceCell<HeaderValue>,
+    /// debug output).
+    value: HeaderValue,
+    /// Until when it is used without reading the secret again.
+    fresh_until: Timestamp,
 }
 
 impl fmt::Debug for AuthHeader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let value = if self.value.initialized() { "***" } else { "(not read yet)" };
+        let value = match self.cached.try_lock() {
+            Ok(cached) if cached.is_some() => "***",
+            Ok(_) => "(not read)",
+            Err(_) => "(being read)",
+        };
         f.debug_struct("AuthHeader")
             .field("name", &self.name)
             .field("source", &self.source.to_string())
@@ -92,7 +112,14 @@ impl HttpRemote {
             base_url: url::Url::parse(&base_url.into()).ok(),
             agents: BTreeMap::new(),
             secrets: None,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The clock that ages the values read (the system's by default).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> HttpRemote {
+        self.clock = clock;
+        self
     }
 
     /// Each agent's own URL, call timeout and auth header, as its definition gives them.
@@ -108,7 +135,7 @@ impl HttpRemote {
                         name: HeaderName::from_bytes(a.header.as_bytes()).ok()?,
                         prefix: a.prefix.clone().unwrap_or_default(),
                         source: a.source()?,
-                        value: tokio::sync::OnceCell::new(),
+                        cached: tokio::sync::Mutex::new(None),
                     }))
                 });
                 (name.clone(), Endpoint { base, timeout_ms: def.timeout_ms, auth })
@@ -124,33 +151,49 @@ impl HttpRemote {
         self
     }
 
-    /// The agent's auth header, read on its first call (within `timeout_ms`), or `None`
-    /// for an agent without auth. The error names the agent only: it becomes the reply's
-    /// reason; what went wrong is logged here, without the value.
+    /// The agent's auth header, or `None` for an agent without auth: the value kept, or
+    /// one read now (within `timeout_ms`) when none is kept or it is due to be read again.
+    /// The error names the agent only: it becomes the reply's reason; what went wrong is
+    /// logged here, without the value.
     async fn auth(
         &self,
         agent: &str,
         timeout_ms: u64,
-    ) -> Result<Option<(&HeaderName, &HeaderValue)>, RemoteError> {
+    ) -> Result<Option<(&HeaderName, HeaderValue)>, RemoteError> {
         let Some(auth) = self.agents.get(agent).and_then(|e| e.auth.as_deref()) else {
             return Ok(None);
         };
-        let value = auth
-            .value
-            .get_or_try_init(|| async {
-                match self.read_header(auth, timeout_ms).await {
-                    Ok(value) => {
-                        tracing::info!(agent, source = %auth.source, "read the agent's auth secret; kept for this container");
-                        Ok(value)
-                    }
-                    Err(why) => {
-                        tracing::warn!(agent, source = %auth.source, why, "reading the agent's auth secret failed");
-                        Err(RemoteError::Transient(format!("the auth secret of agent {agent} could not be read")))
-                    }
-                }
-            })
-            .await?;
-        Ok(Some((&auth.name, value)))
+        let mut cached = auth.cached.lock().await;
+        let now = self.clock.now();
+        if let Some(kept) = cached.as_ref().filter(|c| now < c.fresh_until) {
+            return Ok(Some((&auth.name, kept.value.clone())));
+        }
+        match (self.read_header(auth, timeout_ms).await, cached.as_mut()) {
+            (Ok(value), _) => {
+                tracing::info!(agent, source = %auth.source, ttl_ms = SECRET_TTL_MS, "read the agent's auth secret");
+                *cached = Some(Cached { value: value.clone(), fresh_until: now.plus_ms(SECRET_TTL_MS) });
+                Ok(Some((&auth.name, value)))
+            }
+            (Err(why), Some(stale)) => {
+                tracing::warn!(agent, source = %auth.source, why, retry_in_ms = SECRET_RETRY_MS, "reading the agent's auth secret again failed; the value read before is still used");
+                stale.fresh_until = now.plus_ms(SECRET_RETRY_MS);
+                Ok(Some((&auth.name, stale.value.clone())))
+            }
+            (Err(why), None) => {
+                tracing::warn!(agent, source = %auth.source, why, "reading the agent's auth secret failed");
+                Err(RemoteError::Transient(format!("the auth secret of agent {agent} could not be read")))
+            }
+        }
+    }
+
+    /// The service refused `sent`: it is not used again (unless a read brings it back).
+    /// Another call may have read a newer value meanwhile: that one is kept.
+    async fn forget(&self, agent: &str, sent: &HeaderValue) {
+        let Some(auth) = self.agents.get(agent).and_then(|e| e.auth.as_deref()) else { return };
+        let mut cached = auth.cached.lock().await;
+        if cached.as_ref().is_some_and(|c| c.value == *sent) {
+            *cached = None;
+        }
     }
 
     /// `prefix + value`, marked sensitive, or why not (never the value).
@@ -208,11 +251,15 @@ impl HttpRemote {
 /// No redirects: a 307/308 would re-send the order, idempotency key and all, to whatever
 /// host the answer names.
 pub(crate) fn build_client() -> Result<reqwest::Client, reqwest::Error> {
+    client_builder().build()
+}
+
+/// [`build_client`]'s settings, for a client that adds its own (the secret stores').
+pub(crate) fn client_builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .redirect(reqwest::redirect::Policy::none())
-        .build()
 }
 
 /// A URL as it may be logged: no userinfo, query or fragment (where tokens live).
@@ -284,8 +331,8 @@ impl RemoteService for HttpRemote {
             .post(url.clone())
             .header(IDEMPOTENCY_HEADER, &call.idempotency_key.0)
             .timeout(Duration::from_millis(self.timeout_ms(call.agent, left_ms)));
-        if let Some((name, value)) = auth {
-            request = request.header(name, value);
+        if let Some((name, value)) = &auth {
+            request = request.header(*name, value);
         }
         let mut response = request.json(&body).send().await.map_err(|e| {
             // reqwest's error text carries the full URL: logged without it.
@@ -310,7 +357,20 @@ impl RemoteService for HttpRemote {
         // remote's contract, README): only a 4xx that says so is one. A redirect may come
         // after the work was done (303) and a 409 is an idempotency key still in use by a
         // concurrent call: both are retried like outages.
-        if status.is_redirection() {
+        if let Some((_, sent)) = auth.as_ref().filter(|_| matches!(status.as_u16(), 401 | 403)) {
+            // Perhaps the secret was rotated and the value kept here is the old one: the
+            // agent retries once with the value read afresh (`handlers::agent`). The body
+            // is neither logged nor kept: an answer to bad credentials may quote them.
+            self.forget(call.agent, sent).await;
+            tracing::warn!(url = %redacted(&url), %status, "remote service refused the agent's credentials; the secret will be read again");
+            Err(RemoteError::AuthRefused {
+                reason: format!("the remote service refused the agent's credentials (HTTP {class})"),
+                detail: Some(cut_reason(format!(
+                    "{} answered {status} to the agent's credentials",
+                    redacted(&url)
+                ))),
+            })
+        } else if status.is_redirection() {
             tracing::warn!(url = %redacted(&url), %status, "remote service redirected; not followed");
             Err(RemoteError::Transient(format!("the remote service redirected (HTTP {class}, not followed)")))
         } else if status.is_server_error() || matches!(status.as_u16(), 408 | 409 | 429) {

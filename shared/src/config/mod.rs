@@ -523,6 +523,18 @@ mod tests {
             "{err:?}"
         );
 
+        // A secret bound for plain http, or for the deployment's URL, stops the agent too
+        // (issue 24, finding 4): the same check as `sasctl workflows validate`.
+        let auth = r#""auth": {"header": "Authorization", "secret": "ssm:/sas/pay"}"#;
+        for agent in [format!(r#"{{"url": "http://127.0.0.1:9/pay", {auth}}}"#), format!("{{{auth}}}")] {
+            let text = format!(
+                r#"{{"agents": {{"pay": {agent}}}, "workflows": [{{"name": "buy", "steps": [{{"name": "charge", "agent": "pay"}}]}}]}}"#
+            );
+            std::fs::write(&bad, text).unwrap();
+            let err = agent_with(&bad).unwrap_err();
+            assert!(err.problems[0].contains("error: agent pay, auth: an agent with auth must"), "{err:?}");
+        }
+
         let err = agent_with(&dir.join("missing.json")).unwrap_err();
         assert!(err.problems[0].contains("cannot be read"), "{err:?}");
         std::fs::remove_dir_all(&dir).unwrap();

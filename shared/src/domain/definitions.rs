@@ -70,7 +70,7 @@ pub struct AgentDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_url: Option<String>,
     /// Base URL: a step is `POST {url}/{step name}`. https (plain http only to a
-    /// loopback host).
+    /// loopback host, and never for an agent with `auth`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// One call's timeout (each call is also bounded by the step's complete-by).
@@ -82,7 +82,8 @@ pub struct AgentDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<BreakerDef>,
     /// A header sent on every call, its value read from Parameter Store or Secrets
-    /// Manager once per container.
+    /// Manager and kept for 5 minutes. Needs the agent's own https `url`, and a secret
+    /// goes to one host only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthDef>,
 }
@@ -285,6 +286,13 @@ fn is_link_local(url: &url::Url) -> bool {
     }
 }
 
+/// The host a secret sent to `url` reaches, as scheme, host and port (`https://pay.internal`,
+/// `https://pay.internal:8443`): two URLs with the same one reach the same server.
+fn secret_host(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    url.has_host().then(|| url.origin().ascii_serialization())
+}
+
 /// A queue URL in a form SQS (or a local endpoint) answers: scheme, host, and a path of
 /// exactly `/<account>/<name>`.
 fn queue_url_ok(value: &str) -> bool {
@@ -359,6 +367,27 @@ impl DefinitionFile {
             {
                 error(at("url"), "must be an https URL (plain http only to a loopback host)".into());
             }
+            // A secret goes only where its agent says, and only encrypted: not to the
+            // deployment's REMOTE_SERVICE_URL (shared by every agent without a url, and
+            // changed by whoever deploys), and not over plain http even to loopback (under
+            // Lambda, loopback is the Runtime API's and extensions' address).
+            if agent.auth.is_some() && agent.kind == AgentKind::Http {
+                match agent.url.as_deref().map(url::Url::parse) {
+                    None => error(
+                        at("auth"),
+                        "an agent with auth must name its own url: its secret goes only to the host \
+                         that url names, never to the deployment's REMOTE_SERVICE_URL"
+                            .into(),
+                    ),
+                    Some(Ok(url)) if url.scheme() != "https" => error(
+                        at("auth"),
+                        "an agent with auth must call over https: its secret is not sent over plain \
+                         http, even to a loopback host"
+                            .into(),
+                    ),
+                    _ => {}
+                }
+            }
             if let Some(t) = agent.timeout_ms
                 && !(100..=MAX_STEP_TIMEOUT_MS).contains(&t)
             {
@@ -405,6 +434,25 @@ impl DefinitionFile {
                             secrets::MAX_PREFIX_LEN
                         ),
                     );
+                }
+            }
+        }
+        // One secret, one host: a definition that hands the payment token to a second
+        // host hands it to whoever runs that host.
+        let mut secret_hosts: BTreeMap<SecretSource, (&str, String)> = BTreeMap::new();
+        for (name, agent) in &self.agents {
+            let Some(source) = agent.auth.as_ref().and_then(AuthDef::source) else { continue };
+            let Some(host) = agent.url.as_deref().and_then(secret_host) else { continue };
+            match secret_hosts.get(&source) {
+                Some((first, first_host)) if *first_host != host => error(
+                    format!("agent {name}, auth.secret"),
+                    format!(
+                        "{source} is also agent {first}'s secret, sent to {first_host}: a secret goes to one host only, not also to {host}"
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    secret_hosts.insert(source, (name, host));
                 }
             }
         }
@@ -760,7 +808,8 @@ mod tests {
         let text = r#"{"agents": {
             "payment": {"url": "https://pay.internal/sas",
                         "auth": {"header": "Authorization", "secret": "ssm:/sas/payment/token", "prefix": "Bearer "}},
-            "inventory": {"auth": {"header": "X-Api-Key", "secret": "secretsmanager:inventory-key"}}},
+            "inventory": {"url": "https://inventory.internal/sas",
+                          "auth": {"header": "X-Api-Key", "secret": "secretsmanager:inventory-key"}}},
           "workflows": [{"name": "w", "steps": [{"name": "charge", "agent": "payment"}, {"name": "reserve", "agent": "inventory"}]}]}"#;
         let d = Definitions::parse(text).unwrap();
         let auth = d.agents["payment"].auth.as_ref().unwrap();
@@ -774,9 +823,9 @@ mod tests {
     #[test]
     fn a_bad_auth_is_one_located_error_per_field() {
         let text = r#"{"agents": {
-            "a": {"auth": {"header": "X Api Key", "secret": "vault:kv/token", "prefix": "Bearer\r\n"}},
-            "b": {"auth": {"header": "idempotency-key", "secret": "ssm:"}},
-            "c": {"auth": {"header": "Authorization", "secret": "secretsmanager:has space"}}},
+            "a": {"url": "https://a.example", "auth": {"header": "X Api Key", "secret": "vault:kv/token", "prefix": "Bearer\r\n"}},
+            "b": {"url": "https://b.example", "auth": {"header": "idempotency-key", "secret": "ssm:"}},
+            "c": {"url": "https://c.example", "auth": {"header": "Authorization", "secret": "secretsmanager:has space"}}},
           "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "b"}, {"name": "u", "agent": "c"}]}]}"#;
         let got = problems(text);
         let want = [
@@ -794,6 +843,55 @@ mod tests {
                 "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a"}]}]}"#,
         );
         assert!(got.len() == 1 && got[0].contains("unknown field `value`"), "{got:?}");
+    }
+
+    /// Issue 24, finding 4: a secret goes only over https, only to the host its own agent
+    /// names, and one secret to one host.
+    #[test]
+    fn a_secret_goes_only_over_https_to_the_host_its_agent_names() {
+        let file = |agents: &str| {
+            format!(
+                r#"{{"agents": {{{agents}}}, "workflows": [{{"name": "w", "steps": [{{"name": "s", "agent": "a"}}]}}]}}"#
+            )
+        };
+        let auth = |secret: &str| format!(r#""auth": {{"header": "Authorization", "secret": "{secret}"}}"#);
+        let pay = auth("ssm:/sas/pay");
+        let got = problems(&file(&format!(
+            r#""a": {{"url": "http://127.0.0.1:3000", {pay}}}, "b": {{"url": "http://pay.example", {pay}}},
+               "c": {{{pay}}}"#
+        )));
+        let https = "an agent with auth must call over https: its secret is not sent over plain http, even to a loopback host";
+        let own = "an agent with auth must name its own url: its secret goes only to the host that url names, never to the deployment's REMOTE_SERVICE_URL";
+        let want = [
+            format!("error: agent a, auth: {https}"),
+            "error: agent b, url: must be an https URL (plain http only to a loopback host)".into(),
+            format!("error: agent b, auth: {https}"),
+            format!("error: agent c, auth: {own}"),
+            "error: agent b, auth.secret: ssm:/sas/pay is also agent a's secret, sent to http://127.0.0.1:3000: a secret goes to one host only, not also to http://pay.example".into(),
+            "warning: agent b: no step uses it".into(),
+            "warning: agent c: no step uses it".into(),
+        ];
+        assert_eq!(got, want, "{got:#?}");
+
+        // One secret to two hosts (another port is another server); to one host by two
+        // agents, or two secrets to two hosts, is fine.
+        let got = problems(&file(&format!(
+            r#""a": {{"url": "https://pay.example/v1", {pay}}}, "b": {{"url": "https://pay.example/v2/", {pay}}},
+               "c": {{"url": "https://evil.example", {pay}}}, "d": {{"url": "https://pay.example:8443", {pay}}},
+               "e": {{"url": "https://other.example", {}}}"#,
+            auth("ssm:/sas/other")
+        )));
+        let errors: Vec<&String> = got.iter().filter(|p| p.starts_with("error")).collect();
+        assert_eq!(
+            errors,
+            [
+                "error: agent c, auth.secret: ssm:/sas/pay is also agent a's secret, sent to https://pay.example: a secret goes to one host only, not also to https://evil.example",
+                "error: agent d, auth.secret: ssm:/sas/pay is also agent a's secret, sent to https://pay.example: a secret goes to one host only, not also to https://pay.example:8443",
+            ],
+            "{got:#?}"
+        );
+        // Without auth, an agent may still use the deployment's URL, or loopback http.
+        assert!(Definitions::parse(&file(r#""a": {}, "b": {"url": "http://127.0.0.1:3000"}"#)).is_ok());
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub use messages::*;
 pub use operator::Actor;
 pub use output::{MAX_OUTPUT_BYTES, OutputError, Outputs, StepOutput};
 pub use reply_to::{QueueId, ReplyToError, ReplyToRules};
-pub use secrets::{SecretSource, SecretValue};
+pub use secrets::{SECRET_RETRY_MS, SECRET_TTL_MS, SecretSource, SecretValue};
 pub use task::*;
 pub use timeline::{Entry, Happened};
 pub use workflow::{

@@ -13,6 +13,17 @@ pub const MAX_SECRET_ID_LEN: usize = 2_048;
 pub const MAX_HEADER_NAME_LEN: usize = 128;
 pub const MAX_PREFIX_LEN: usize = 64;
 
+/// How long an agent keeps a value it read before reading it again: a rotated secret
+/// reaches every warm container within this time without a call being refused first (a
+/// refused one is read again at once). Per container and agent, one read per 5 minutes is
+/// far inside Parameter Store's and Secrets Manager's request quotas.
+pub const SECRET_TTL_MS: u64 = 5 * 60 * 1_000;
+/// When reading an expired value again fails (the store throttles or cannot be reached),
+/// the agent keeps the value it had and tries again this much later: an outage of the
+/// store does not fail calls that the value still opens. A value the service refused is
+/// never kept this way.
+pub const SECRET_RETRY_MS: u64 = 30 * 1_000;
+
 /// Headers that sas or its HTTP client sets on every call: an auth header of the same name
 /// would replace or duplicate them (a second `Content-Length` or `Host` makes the request
 /// ambiguous to the server).
@@ -52,6 +63,27 @@ impl SecretSource {
             "ssm" | "secretsmanager" => Err(SourceError::BadName),
             _ => Err(SourceError::UnknownStore),
         }
+    }
+}
+
+impl SecretSource {
+    /// The name or ARN the store is asked for.
+    pub fn id(&self) -> &str {
+        match self {
+            SecretSource::Ssm(id) | SecretSource::SecretsManager(id) => id,
+        }
+    }
+
+    /// The region an ARN names (`arn:aws:ssm:eu-west-1:123456789012:parameter/x` is in
+    /// eu-west-1): the secret lives there, whatever region the agent runs in. `None` for a
+    /// plain name (the agent's own region) or an ARN without a region.
+    pub fn region(&self) -> Option<&str> {
+        let mut parts = self.id().strip_prefix("arn:")?.splitn(5, ':');
+        let (_partition, _service, region, _rest) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.nth(1)?);
+        let region_ok = !region.is_empty()
+            && region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        region_ok.then_some(region)
     }
 }
 
@@ -135,6 +167,36 @@ mod tests {
             assert_eq!(SecretSource::parse(bad), Err(SourceError::BadName), "{bad:?}");
         }
         assert!(SecretSource::parse(&format!("ssm:/{}", "a".repeat(MAX_SECRET_ID_LEN - 1))).is_ok());
+    }
+
+    /// Issue 24, finding 6: a secret named by ARN is read in the ARN's region.
+    #[test]
+    fn an_arn_names_the_region_its_secret_lives_in() {
+        let region = |text: &str| SecretSource::parse(text).unwrap().region().map(str::to_owned);
+        assert_eq!(
+            region("secretsmanager:arn:aws:secretsmanager:eu-west-1:123456789012:secret:pay-AbCdEf")
+                .as_deref(),
+            Some("eu-west-1")
+        );
+        assert_eq!(
+            region("ssm:arn:aws-cn:ssm:cn-north-1:123456789012:parameter/sas/pay").as_deref(),
+            Some("cn-north-1")
+        );
+        assert_eq!(
+            region("ssm:arn:aws-us-gov:ssm:us-gov-west-1:123456789012:parameter/a:b").as_deref(),
+            Some("us-gov-west-1")
+        );
+        // A name, or an ARN without (or with a malformed) region: the agent's own region.
+        for own in [
+            "ssm:/sas/pay",
+            "secretsmanager:pay-token",
+            "secretsmanager:arn:aws:secretsmanager::123456789012:secret:x",
+            "secretsmanager:arn:aws:secretsmanager:EU-WEST-1:123456789012:secret:x",
+            "ssm:arn:aws:ssm:eu-west-1",
+            "ssm:arn:aws:ssm:eu-west-1:123456789012",
+        ] {
+            assert_eq!(region(own), None, "{own}");
+        }
     }
 
     #[test]

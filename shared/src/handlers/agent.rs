@@ -201,7 +201,10 @@ impl Agent {
             breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.settings_of(agent).breaker));
         match result {
             Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
-            Ok(_) | Err(RemoteError::Permanent { .. }) => breaker.on_success(),
+            // A refusal, of the step or of the credentials, is the service answering.
+            Ok(_) | Err(RemoteError::Permanent { .. } | RemoteError::AuthRefused { .. }) => {
+                breaker.on_success()
+            }
         }
     }
 
@@ -220,6 +223,8 @@ impl Agent {
         };
         let mut calls = 0u32;
         let mut failures = 0u32;
+        // Whether the service has refused the agent's credentials once in this attempt.
+        let mut auth_refused = false;
         loop {
             let now = clock.now();
             if now >= complete_by {
@@ -250,20 +255,46 @@ impl Agent {
                     tracing::warn!(%reason, "remote service refused");
                     return AgentOutcome::Replied(ReplyOutcome::Failed { reason, detail });
                 }
-                Err(RemoteError::Transient(reason)) => {
-                    let delay =
-                        self.settings_of(&request.agent).retry.delay_ms(failures, self.deps.random.jitter());
-                    failures += 1;
-                    let retry_at = now.plus_ms(delay);
-                    if retry_at >= complete_by {
+                // A rotated secret: the value cached here is the old one, which the service
+                // no longer takes. The adapter dropped it, so the retry reads the current
+                // one; once per attempt, so a value that is simply wrong is not retried
+                // until complete-by.
+                Err(RemoteError::AuthRefused { reason, .. }) if !auth_refused => {
+                    auth_refused = true;
+                    tracing::warn!(agent = %request.agent, %reason, "credentials refused; reading the secret again and retrying once");
+                    self.deps.metrics.record(Metric::AuthRetry, 1);
+                    let Some(retry_at) = self.retry_at(request, now, &mut failures) else {
                         return AgentOutcome::GaveUp { calls };
-                    }
-                    tracing::info!(%reason, delay_ms = delay, "transient failure; retrying");
+                    };
+                    clock.sleep_until(retry_at).await;
+                }
+                Err(RemoteError::AuthRefused { reason, detail }) => {
+                    // Read afresh and refused again: a credential the service does not
+                    // know. The step is refused as for any 4xx; the metric raises the
+                    // auth-refused alarm, for an operator to fix the secret.
+                    tracing::error!(agent = %request.agent, %reason, "credentials refused again after reading the secret afresh");
+                    self.deps.metrics.record(Metric::AuthRefused, 1);
+                    return AgentOutcome::Replied(ReplyOutcome::Failed { reason, detail });
+                }
+                Err(RemoteError::Transient(reason)) => {
+                    let Some(retry_at) = self.retry_at(request, now, &mut failures) else {
+                        return AgentOutcome::GaveUp { calls };
+                    };
+                    tracing::info!(%reason, delay_ms = retry_at.millis_since(now), "transient failure; retrying");
                     self.deps.metrics.record(Metric::AgentRetry, 1);
                     clock.sleep_until(retry_at).await;
                 }
             }
         }
+    }
+
+    /// When to call again after `failures` failed calls (counting this one), by the
+    /// agent's retry policy; `None` when that would be at or past complete-by.
+    fn retry_at(&self, request: &AgentRequest, now: Timestamp, failures: &mut u32) -> Option<Timestamp> {
+        let delay = self.settings_of(&request.agent).retry.delay_ms(*failures, self.deps.random.jitter());
+        *failures += 1;
+        let retry_at = now.plus_ms(delay);
+        (retry_at < request.complete_by).then_some(retry_at)
     }
 }
 

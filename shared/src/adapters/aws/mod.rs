@@ -12,7 +12,7 @@ pub mod sns;
 pub mod sqs;
 
 pub use dynamodb::{DynamoStore, TableNames};
-pub use secrets::AwsSecrets;
+pub use secrets::{AwsSecrets, SecretTimeouts};
 pub use sns::SnsAlerts;
 pub use sqs::SqsQueues;
 

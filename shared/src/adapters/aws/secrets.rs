@@ -10,10 +10,16 @@
 //! the agent for SQS and the remote services; this file adds two requests and their
 //! answers, parsed as `serde_json::Value` (whose parser the agent has for step outputs).
 //!
-//! Endpoint: `AWS_ENDPOINT_URL_SSM` / `AWS_ENDPOINT_URL_SECRETS_MANAGER`, else the
-//! configuration's `AWS_ENDPOINT_URL` (moto, LocalStack), else the region's own endpoint
-//! in the `aws` and `aws-cn` partitions. Nothing is read or built until the first read, so
-//! a deployment without auth never pays for it.
+//! Region: the one a secret's ARN names (a secret lives in one region, and an agent may
+//! name one in another), else the configuration's. Endpoint: `AWS_ENDPOINT_URL_SSM` /
+//! `AWS_ENDPOINT_URL_SECRETS_MANAGER`, else the configuration's `AWS_ENDPOINT_URL` (moto,
+//! LocalStack), else that region's own endpoint in the `aws` and `aws-cn` partitions. One
+//! HTTP client serves every region (it holds no region: the endpoint and the signature
+//! do), built on the first read, so a deployment without auth never pays for it.
+//!
+//! Every read is bounded: [`SecretTimeouts`] (connect, and the whole read: credentials,
+//! request and answer), so a store that does not answer fails the read with a clear reason
+//! instead of holding the call.
 
 use std::time::{Duration, SystemTime};
 
@@ -31,6 +37,23 @@ use crate::ports::{SecretError, Secrets};
 /// metadata. Anything larger is not an answer to these requests.
 const MAX_ANSWER_BYTES: usize = 128 * 1024;
 const JSON_1_1: &str = "application/x-amz-json-1.1";
+
+/// How long one read may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretTimeouts {
+    /// To open the connection to the store's endpoint.
+    pub connect: Duration,
+    /// The whole read: credentials, request and answer.
+    pub operation: Duration,
+}
+
+impl Default for SecretTimeouts {
+    /// Both stores answer a read in tens of milliseconds; the agent's call waits for the
+    /// read (within its complete-by), so a store that hangs must fail well before that.
+    fn default() -> Self {
+        SecretTimeouts { connect: Duration::from_secs(2), operation: Duration::from_secs(5) }
+    }
+}
 
 /// One of the two services, with what its request and answer look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,18 +138,43 @@ fn error_text(status: reqwest::StatusCode, body: &[u8]) -> String {
 
 pub struct AwsSecrets {
     sdk: SdkConfig,
+    timeouts: SecretTimeouts,
     client: tokio::sync::OnceCell<reqwest::Client>,
 }
 
 impl std::fmt::Debug for AwsSecrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AwsSecrets").field("region", &self.sdk.region()).finish_non_exhaustive()
+        f.debug_struct("AwsSecrets")
+            .field("region", &self.sdk.region())
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
     }
 }
 
 impl AwsSecrets {
     pub fn new(sdk: &SdkConfig) -> AwsSecrets {
-        AwsSecrets { sdk: sdk.clone(), client: tokio::sync::OnceCell::new() }
+        AwsSecrets {
+            sdk: sdk.clone(),
+            timeouts: SecretTimeouts::default(),
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    pub fn with_timeouts(mut self, timeouts: SecretTimeouts) -> AwsSecrets {
+        self.timeouts = timeouts;
+        self
+    }
+
+    pub fn timeouts(&self) -> SecretTimeouts {
+        self.timeouts
+    }
+
+    /// The region `source` is read in: its ARN's, else the configuration's.
+    fn region_of(&self, source: &SecretSource) -> Result<String, String> {
+        match source.region() {
+            Some(region) => Ok(region.to_owned()),
+            None => Ok(self.sdk.region().ok_or("no AWS region configured")?.as_ref().to_owned()),
+        }
     }
 
     fn endpoint(&self, service: Service, region: &str) -> String {
@@ -137,9 +185,24 @@ impl AwsSecrets {
             .unwrap_or_else(|| regional_endpoint(service, region))
     }
 
-    /// The value, or why not (never the value itself).
-    async fn read(&self, service: Service, id: &str) -> Result<Option<String>, String> {
-        let region = self.sdk.region().ok_or("no AWS region configured")?.as_ref().to_owned();
+    /// The value, or why not (never the value itself), within the operation timeout.
+    async fn read(&self, service: Service, source: &SecretSource) -> Result<Option<String>, String> {
+        let limit = self.timeouts.operation;
+        tokio::time::timeout(limit, self.read_unbounded(service, source)).await.unwrap_or_else(|_| {
+            Err(format!(
+                "{} did not answer within {} ms (the read's time limit)",
+                service.name(),
+                limit.as_millis()
+            ))
+        })
+    }
+
+    async fn read_unbounded(
+        &self,
+        service: Service,
+        source: &SecretSource,
+    ) -> Result<Option<String>, String> {
+        let (id, region) = (source.id(), self.region_of(source)?);
         let provider = self.sdk.credentials_provider().ok_or("no AWS credentials configured")?;
         let credentials =
             provider.provide_credentials().await.map_err(|e| format!("no AWS credentials: {e}"))?;
@@ -169,16 +232,27 @@ impl AwsSecrets {
 
         let client = self
             .client
-            .get_or_try_init(|| async { crate::adapters::http_remote::build_client() })
+            .get_or_try_init(|| async {
+                crate::adapters::http_remote::client_builder()
+                    .connect_timeout(self.timeouts.connect)
+                    .timeout(self.timeouts.operation)
+                    .build()
+            })
             .await
             .map_err(|e| format!("building the HTTP client: {e}"))?;
-        let mut request = client.post(&url).timeout(Duration::from_secs(10)).body(body);
+        let mut request = client.post(&url).body(body);
         for (name, value) in headers.into_iter().chain(instructions.headers()) {
             request = request.header(name, value);
         }
         let mut response = request.send().await.map_err(|e| {
-            let what = if e.is_timeout() { "timed out" } else { "could not be reached" };
-            format!("{} {what}: {}", service.name(), e.without_url())
+            let what = if e.is_connect() && e.is_timeout() {
+                format!("could not be connected to within {} ms", self.timeouts.connect.as_millis())
+            } else if e.is_timeout() {
+                format!("did not answer within {} ms", self.timeouts.operation.as_millis())
+            } else {
+                "could not be reached".to_owned()
+            };
+            format!("{} at {url} {what}: {}", service.name(), e.without_url())
         })?;
         let status = response.status();
         let answer = crate::adapters::http_remote::body_bytes(&mut response, MAX_ANSWER_BYTES + 1)
@@ -198,8 +272,8 @@ impl AwsSecrets {
 impl Secrets for AwsSecrets {
     async fn get(&self, source: &SecretSource) -> Result<SecretValue, SecretError> {
         let read = match source {
-            SecretSource::Ssm(name) => self.read(Service::Ssm, name).await,
-            SecretSource::SecretsManager(id) => self.read(Service::SecretsManager, id).await,
+            SecretSource::Ssm(_) => self.read(Service::Ssm, source).await,
+            SecretSource::SecretsManager(_) => self.read(Service::SecretsManager, source).await,
         };
         let error = |reason: String| SecretError { source_name: source.to_string(), reason };
         match read {
@@ -235,6 +309,102 @@ mod tests {
             let err = Service::SecretsManager.value(bad).unwrap_err();
             assert!(!err.contains("s3cr3t"), "{err}");
         }
+    }
+
+    /// A config as the functions' (static credentials, a region) pointed at `endpoint`.
+    fn sdk_at(endpoint: &str, region: &'static str) -> SdkConfig {
+        use aws_credential_types::{Credentials, provider::SharedCredentialsProvider};
+        SdkConfig::builder()
+            .region(aws_config::Region::from_static(region))
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "AKIDTEST", "s", None, None, "test",
+            )))
+            .endpoint_url(endpoint)
+            .build()
+    }
+
+    /// Accepts connections on loopback; each request's head goes to the list and is
+    /// answered `answer`, or never, with `None`.
+    async fn serve(answer: Option<&'static str>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    kept.lock().unwrap().push(String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase());
+                    match answer {
+                        Some(body) => {
+                            let reply = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = socket.write_all(reply.as_bytes()).await;
+                        }
+                        // Holds the connection open, answering nothing.
+                        None => std::future::pending::<()>().await,
+                    }
+                });
+            }
+        });
+        (base, heads)
+    }
+
+    /// Issue 24, finding 6: a secret named by ARN is read, and its request signed, in the
+    /// ARN's region; a name in the configuration's.
+    #[tokio::test]
+    async fn a_secret_named_by_arn_is_read_in_the_arns_region() {
+        let (base, heads) = serve(Some(r#"{"SecretString": "v", "Parameter": {"Value": "v"}}"#)).await;
+        let secrets = AwsSecrets::new(&sdk_at(&base, "us-east-1"));
+        let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:pay-AbCdEf";
+        for (source, scope) in [
+            (format!("secretsmanager:{arn}"), "/eu-west-1/secretsmanager/aws4_request"),
+            ("secretsmanager:pay".to_owned(), "/us-east-1/secretsmanager/aws4_request"),
+            (
+                "ssm:arn:aws:ssm:ap-south-2:123456789012:parameter/sas/pay".to_owned(),
+                "/ap-south-2/ssm/aws4_request",
+            ),
+            ("ssm:/sas/pay".to_owned(), "/us-east-1/ssm/aws4_request"),
+        ] {
+            let value = secrets.get(&SecretSource::parse(&source).unwrap()).await.unwrap();
+            assert_eq!(value.expose(), "v");
+            let head = heads.lock().unwrap().pop().unwrap();
+            assert!(head.contains(scope), "{source}: {head}");
+        }
+        // Without an endpoint of its own, that region's.
+        assert_eq!(
+            regional_endpoint(
+                Service::SecretsManager,
+                SecretSource::parse(&format!("secretsmanager:{arn}")).unwrap().region().unwrap()
+            ),
+            "https://secretsmanager.eu-west-1.amazonaws.com"
+        );
+    }
+
+    /// Issue 24, finding 6: every read has a time limit, and a store that does not answer
+    /// fails the read saying so. The runtime's clock is paused: the limit passes without
+    /// waiting for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_does_not_answer_fails_the_read_within_its_time_limit() {
+        assert_eq!(
+            SecretTimeouts::default(),
+            SecretTimeouts { connect: Duration::from_secs(2), operation: Duration::from_secs(5) }
+        );
+        let (base, heads) = serve(None).await;
+        let secrets = AwsSecrets::new(&sdk_at(&base, "us-east-1"));
+        assert_eq!(secrets.timeouts(), SecretTimeouts::default(), "every client has them");
+        let started = tokio::time::Instant::now();
+        let err = secrets.get(&SecretSource::parse("ssm:/sas/pay").unwrap()).await.unwrap_err();
+        let took = started.elapsed();
+        assert!((Duration::from_secs(5)..Duration::from_millis(5_100)).contains(&took), "{took:?}");
+        assert_eq!(err.source_name, "ssm:/sas/pay");
+        assert!(err.reason.contains("did not answer within 5000 ms"), "{err}");
+        assert_eq!(heads.lock().unwrap().len(), 1, "the request was sent, and never answered");
     }
 
     #[test]
