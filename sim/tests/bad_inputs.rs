@@ -119,7 +119,12 @@ impl World {
         let messages: Vec<Inbound> = bodies
             .iter()
             .enumerate()
-            .map(|(i, b)| Inbound { message_id: format!("m-{i}"), body: b.clone(), receive_count: 1 })
+            .map(|(i, b)| Inbound {
+                message_id: format!("m-{i}"),
+                body: b.clone(),
+                receive_count: 1,
+                sender: None,
+            })
             .collect();
         let dead_letters = DeadLetters {
             queues: self.queues.clone(),

@@ -13,10 +13,14 @@
 //! - cancel: stop a live task and undo what it may have done; the attempt in flight loses
 //!   its lease, so its reply is stale. Its `last_error` becomes who cancelled and why.
 //!
+//! An app acts only on the orders its sender submitted: before any other rule, an app's
+//! action from a sender other than the record's submitter is refused
+//! (`TaskRecord::check_sender`). An operator (`sasctl tasks`) may act on every task.
+//!
 //! None of them undoes past a pivot (a step with no compensation that took effect or
 //! may have): such a task only goes forward, as the pipeline's own give-ups decide.
 
-use super::ids::Timestamp;
+use super::ids::{Sender, Timestamp};
 use super::lifecycle::{ProcessState, Trigger};
 use super::messages::OrderStatus;
 use super::task::{Act, Cause, Decision, Effect, Policy, Refusal, TaskRecord};
@@ -33,6 +37,19 @@ pub struct Actor<'a> {
     /// same request sent twice then lands once, even if the task comes back to the same
     /// state in between (a resubmit that failed again).
     pub seen: Option<u64>,
+    pub origin: Origin<'a>,
+}
+
+/// Where an action comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// An operator through `sasctl tasks`: IAM decides who may run it, and it acts on
+    /// every task.
+    Operator,
+    /// An app's message on the orders queue, from `sender` (the principal of the
+    /// message's SQS `SenderId`; `None` when the message carried none): it acts only on
+    /// orders that sender submitted.
+    App { sender: Option<&'a Sender> },
 }
 
 impl TaskRecord {
@@ -45,6 +62,12 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
+        // First, so an app learns nothing of another sender's order, not even its state.
+        if let Origin::App { sender } = actor.origin
+            && !crate::mutations::cancel_from_any_sender()
+        {
+            self.check_sender(sender)?;
+        }
         if let Some(seen) = actor.seen
             && seen != self.revision
         {
@@ -458,7 +481,12 @@ mod tests {
         assert!(never_claimed.last_error.as_deref().unwrap().contains("without being claimed"));
         let undone = act(&never_claimed, &wf, Act::Cancel);
         assert_eq!(undone.trigger, Trigger::CancelUndone);
-        let app = Actor { by: "app:shop", why: "the customer changed their mind", seen: None };
+        let app = Actor {
+            by: "app:shop",
+            why: "the customer changed their mind",
+            seen: None,
+            origin: Origin::App { sender: None },
+        };
         let by_app = checked(&retrying, retrying.act(Act::Cancel, app, T0.plus_ms(50_000), &wf, &policy()));
         for (d, want) in [
             (&undoing, "cancelled by arn:aws:iam::123456789012:user/ops: remote fixed"),
