@@ -559,4 +559,66 @@ mod tests {
             refused(&processed, &single, act);
         }
     }
+
+    fn sender(sender_id: &str) -> Sender {
+        Sender::from_sender_id(sender_id).unwrap()
+    }
+
+    fn app(sender: Option<&Sender>) -> Actor<'_> {
+        Actor { by: "app", why: "changed my mind", seen: None, origin: Origin::App { sender } }
+    }
+
+    /// Issue 24, finding 2: anyone who may write to the orders queue could cancel any
+    /// order. Each row of the sender rule: an app's cancel applies only when it comes
+    /// from the order's submitter, whatever session it runs under.
+    #[test]
+    fn an_apps_cancel_applies_only_from_the_orders_submitter() {
+        let wf = Workflow::three_step();
+        let shop = sender("AROASHOP:container-1");
+        let task = pending_at(&wf, 1).submitted_by(Some(shop.clone()));
+        // The submitter, from another container (another session name): applied.
+        let same = sender("AROASHOP:container-2");
+        let d = checked(&task, task.act(Act::Cancel, app(Some(&same)), T0, &wf, &policy()));
+        assert_eq!((d.trigger, d.next.state), (Trigger::Cancel, ProcessState::Compensating));
+        assert_eq!(d.next.submitter, Some(shop.clone()), "a decision keeps the submitter");
+        // Another sender: refused, naming the cancel's own sender and never the submitter.
+        let intruder = sender("AROAINTRUDER:x");
+        let why = match task.act(Act::Cancel, app(Some(&intruder)), T0, &wf, &policy()) {
+            Err(r @ Refusal::OtherSender { .. }) => r.to_string(),
+            other => panic!("a cancel from another sender was not refused: {other:?}"),
+        };
+        assert_eq!(why, "order o-1 was submitted by another sender (this message came from AROAINTRUDER)");
+        assert!(!why.contains("AROASHOP"), "{why}");
+        // No sender at all, on an order that has one: refused.
+        let why = match task.act(Act::Cancel, app(None), T0, &wf, &policy()) {
+            Err(r @ Refusal::OtherSender { .. }) => r.to_string(),
+            other => panic!("a cancel without a sender was not refused: {other:?}"),
+        };
+        assert_eq!(why, "order o-1 was submitted by another sender (this message carries no sender)");
+        // Before any other rule: another sender learns nothing of the order's state.
+        let single = Workflow::single_step();
+        let running = claim(&new_task(&single).submitted_by(Some(shop.clone())), &single, 1, T0);
+        let processed = reply(&running, &single, ok(), T0).next;
+        assert!(matches!(
+            processed.act(Act::Cancel, app(Some(&intruder)), T0, &single, &policy()),
+            Err(Refusal::OtherSender { .. })
+        ));
+        // An operator (`sasctl tasks`) is no app: it cancels whoever submitted the order.
+        let d = checked(&task, task.act(Act::Cancel, OPS, T0, &wf, &policy()));
+        assert_eq!(d.trigger, Trigger::Cancel);
+    }
+
+    /// A record from before submitters were kept (or from a run without sender ids)
+    /// keeps the old rule: any app's cancel applies to it.
+    #[test]
+    fn an_order_with_no_known_submitter_is_cancelled_by_any_app() {
+        let wf = Workflow::three_step();
+        let old = pending_at(&wf, 1);
+        assert_eq!(old.submitter, None);
+        let anyone = sender("AIDAANYONE");
+        for actor in [app(Some(&anyone)), app(None)] {
+            let d = checked(&old, old.act(Act::Cancel, actor, T0, &wf, &policy()));
+            assert_eq!(d.trigger, Trigger::Cancel, "{actor:?}");
+        }
+    }
 }
