@@ -115,7 +115,7 @@ pub fn generate(rng: &mut fastrand::Rng, swarm: &crate::swarm::Swarm) -> Vec<Arr
         let id = valid[which].0.clone();
         let body = format!(r#"{{"cancel":"{id}","reason":"{}"}}"#, cancel_reason(n));
         // One cancel in three comes from another role that may write to the queue.
-        let foreign = which % 3 == 0;
+        let foreign = which.is_multiple_of(3);
         let sender = sender_id(if foreign { OTHER_APP } else { APP }, n + 6);
         out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Cancel { id, foreign }, sender });
     }
