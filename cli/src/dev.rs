@@ -41,6 +41,10 @@ pub use sas::adapters::embedded::queue_names::{self, *};
 pub const WORKER: &str = "worker";
 pub const WORKER_DLQ: &str = "worker-dlq";
 
+/// The `SenderId` a dev run's app sends with on the embedded backend (an IAM user's
+/// unique id, as SQS would give it); against an endpoint, the endpoint sets its own.
+pub const DEV_APP_SENDER_ID: &str = "AIDASASCTLDEVAPP";
+
 #[derive(Debug, Clone)]
 pub struct DevOptions {
     pub orders: usize,
@@ -230,6 +234,11 @@ fn order_body(id: &str, workflow: &str, rng: &mut fastrand::Rng) -> String {
 pub trait Backend: Send + Sync {
     fn store(&self) -> Arc<dyn StateStore>;
     fn queues(&self) -> Arc<dyn Queues>;
+    /// Where the run's app sends its orders from: SQS records the sender (`SenderId`),
+    /// and the submission function binds each order to it.
+    fn app_queues(&self) -> Arc<dyn Queues> {
+        self.queues()
+    }
     fn consumer(&self) -> Arc<dyn QueueConsumer>;
     fn alerts(&self) -> Arc<dyn Alerts>;
     /// Tasks per state, cheap enough to poll.
@@ -293,6 +302,10 @@ impl Backend for Embedded {
     }
     fn queues(&self) -> Arc<dyn Queues> {
         self.queues.clone()
+    }
+    /// As an IAM user's sends would arrive on SQS: with the user's unique id as `SenderId`.
+    fn app_queues(&self) -> Arc<dyn Queues> {
+        Arc::new(self.queues.sending_as(DEV_APP_SENDER_ID))
     }
     fn consumer(&self) -> Arc<dyn QueueConsumer> {
         self.queues.clone()
@@ -500,7 +513,7 @@ pub async fn run_on(
         }));
     }
 
-    let queues = backend.queues();
+    let queues = backend.app_queues();
     let mut sent = send_orders(&options, queues.as_ref()).await?;
     sent.bad.retain(|(body, _)| backend.can_carry(body));
     let expected = sent.orders.len();

@@ -211,6 +211,7 @@ impl NamedQueues {
                     attributes: d.attributes,
                     receive_count: d.receive_count,
                     sent_at: Timestamp::default(),
+                    sender: d.sender,
                 });
             }
         }

@@ -168,6 +168,7 @@ where
             message_id: d.receipt.clone(),
             body: d.body.clone(),
             receive_count: d.receive_count,
+            sender: d.sender.clone(),
         })
         .collect();
     let report = run_batch(inbound, dead_letters, handle).await;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sas::domain::{Action, Cause, LeaseToken, ProcessState};
+use sas::domain::{Action, Cause, LeaseToken, ProcessState, Sender};
 use sasctl::dev::{self, DevOptions, DevOutcome};
 use sasctl::invariants::{self, Invariant, Violation};
 use sasctl::remote_sim::RemoteFaults;
@@ -50,6 +50,10 @@ fn assert_clean(run: &DevOutcome) {
 async fn single_step_with_faults_upholds_every_invariant() {
     let run = run("single-step", 300, 11).await;
     assert_clean(&run);
+    // The app's orders carry its SQS sender id, and each task keeps it as its submitter
+    // (its duplicate deliveries, from the same sender, are still duplicates).
+    let submitter = Sender::from_sender_id(dev::DEV_APP_SENDER_ID);
+    assert!(run.tasks.iter().all(|t| t.submitter == submitter), "{:?}", run.tasks[0].submitter);
     assert!(run.ledger.hangs > 0 && run.ledger.transient > 0, "faults were injected");
     assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
 }

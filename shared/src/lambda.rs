@@ -25,6 +25,8 @@ pub use lambda_runtime::Error;
 
 /// The attribute Lambda's SQS event carries the delivery count in.
 pub const RECEIVE_COUNT_ATTRIBUTE: &str = "ApproximateReceiveCount";
+/// The attribute Lambda's SQS event carries the sender's identity in (set by SQS).
+pub const SENDER_ID_ATTRIBUTE: &str = "SenderId";
 
 /// JSON logs on stdout. Each line carries the fields of the span it was logged in
 /// (the handlers open one per message with order id, step and attempt) and the
@@ -62,12 +64,14 @@ pub fn require<T>(config: Result<T, ConfigError>) -> Result<T, Error> {
 pub fn inbound(message: SqsMessage) -> Inbound {
     let receive_count =
         message.attributes.get(RECEIVE_COUNT_ATTRIBUTE).and_then(|c| c.parse().ok()).unwrap_or(1);
+    let sender = message.attributes.get(SENDER_ID_ATTRIBUTE).cloned();
     Inbound {
         // Lambda always sends both; a message without a body is handled (and
         // rejected with a reason) like any other bad body.
         message_id: message.message_id.unwrap_or_default(),
         body: message.body.unwrap_or_default(),
         receive_count,
+        sender,
     }
 }
 
@@ -226,13 +230,16 @@ mod tests {
     #[test]
     fn sqs_events_become_inbound_messages() {
         let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [
-            {"messageId": "m1", "body": "{}", "attributes": {"ApproximateReceiveCount": "3"}, "messageAttributes": {}},
+            {"messageId": "m1", "body": "{}", "messageAttributes": {}, "attributes": {
+                "ApproximateReceiveCount": "3", "SenderId": "AROAEXAMPLEROLE:app-session-1"}},
             {"messageId": "m2", "attributes": {}, "messageAttributes": {}},
         ]}))
         .unwrap();
         let got = inbound_batch(event);
-        assert_eq!(got[0], Inbound { message_id: "m1".into(), body: "{}".into(), receive_count: 3 });
-        assert_eq!(got[1], Inbound { message_id: "m2".into(), body: String::new(), receive_count: 1 });
+        let sender = Some("AROAEXAMPLEROLE:app-session-1".to_owned());
+        assert_eq!(got[0], Inbound { message_id: "m1".into(), body: "{}".into(), receive_count: 3, sender });
+        let none = Inbound { message_id: "m2".into(), body: String::new(), receive_count: 1, sender: None };
+        assert_eq!(got[1], none);
     }
 
     #[test]

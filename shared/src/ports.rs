@@ -290,6 +290,8 @@ pub struct Delivery {
     /// 1 on first delivery.
     pub receive_count: u32,
     pub receipt: String,
+    /// SQS's `SenderId` system attribute, when the backend gives one.
+    pub sender: Option<String>,
 }
 
 /// The consuming side of a queue: what Lambda's SQS event source mapping does for the
@@ -349,4 +351,7 @@ pub struct Inbound {
     pub message_id: String,
     pub body: String,
     pub receive_count: u32,
+    /// The message's SQS `SenderId` (set by SQS from the sender's credentials; a sender
+    /// cannot forge it), when the backend gives one: the orders queue binds an order to it.
+    pub sender: Option<String>,
 }

@@ -223,7 +223,12 @@ async fn agent_crash_before_handling_redelivers_the_same_request() {
     h.remote.then([Script::Transient, Script::Ok]);
     let m = &again[0].message;
     h.agent
-        .handle(Inbound { message_id: m.message_id.clone(), body: m.body.clone(), receive_count: 2 })
+        .handle(Inbound {
+            message_id: m.message_id.clone(),
+            body: m.body.clone(),
+            receive_count: 2,
+            sender: m.sender.clone(),
+        })
         .await
         .unwrap();
     h.queues.delete(AGENT, &again[0].receipt);
@@ -1233,8 +1238,12 @@ async fn an_open_circuit_fails_fast_without_holding_the_invocation() {
 
 // ---- operator actions ----
 
-const OPS: sas::domain::Actor<'static> =
-    sas::domain::Actor { by: "arn:aws:iam::123456789012:user/ops", why: "payment service fixed", seen: None };
+const OPS: sas::domain::Actor<'static> = sas::domain::Actor {
+    by: "arn:aws:iam::123456789012:user/ops",
+    why: "payment service fixed",
+    seen: None,
+    origin: sas::domain::Origin::Operator,
+};
 
 async fn operate(h: &Harness, id: &str, act: sas::domain::Act) -> sas::handlers::Operated {
     sas::handlers::operate(&h.deps, &h.settings, &Harness::id(id), act, OPS).await.unwrap()

@@ -130,7 +130,12 @@ impl World {
         let messages = bodies
             .iter()
             .enumerate()
-            .map(|(i, b)| Inbound { message_id: format!("m-{i}"), body: b.clone(), receive_count: 1 })
+            .map(|(i, b)| Inbound {
+                message_id: format!("m-{i}"),
+                body: b.clone(),
+                receive_count: 1,
+                sender: None,
+            })
             .collect();
         let dead_letters = DeadLetters {
             queues: self.queues.clone(),
@@ -373,7 +378,8 @@ async fn complete_by_is_clamped_to_the_invocations_deadline() {
     // The request claims 30 s, the invocation has 1.5 s left: less than the reply margin,
     // so the agent calls nothing and replies nothing (the supervisor owns the task).
     let deadline = Timestamp(START + 1_500);
-    let message = Inbound { message_id: "m".into(), body: agent_request(|_| {}), receive_count: 1 };
+    let message =
+        Inbound { message_id: "m".into(), body: agent_request(|_| {}), receive_count: 1, sender: None };
     w.agent.handle_until(message.clone(), Some(deadline)).await.unwrap();
     assert_eq!(*w.remote.0.lock().unwrap(), 0);
     assert_eq!(w.queues.depth(&url("sas-scheduler")), 0);

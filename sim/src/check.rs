@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ};
-use sas::domain::{Cause, MessageError, OrderRequest, ProcessState, SchedulerMessage, Trigger};
+use sas::domain::{Act, Cause, MessageError, OrderRequest, ProcessState, SchedulerMessage, Trigger};
 use sas::handlers::REASON_ATTRIBUTE;
 
 use crate::deployment::{MAX_RECEIVES, Role};
@@ -65,12 +65,29 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     };
     let mut bad_bodies: BTreeSet<&str> = BTreeSet::new();
     let mut cancel_bodies: BTreeSet<&str> = BTreeSet::new();
+    let mut foreign_cancels: BTreeSet<&str> = BTreeSet::new();
     for a in &run.arrivals {
         match &a.kind {
             // A cancel lands (the write names its reason: `OperatorOnce`), is refused (its
             // order ended or is undoing), or is kept when its order never came (below).
-            Input::Cancel { .. } => {
+            Input::Cancel { foreign: false, .. } => {
                 cancel_bodies.insert(&a.body);
+            }
+            // One from a sender other than the order's is kept with that reason (or, its
+            // order not there yet, as one that found no order), and never lands (below).
+            Input::Cancel { id, foreign: true } => {
+                cancel_bodies.insert(&a.body);
+                foreign_cancels.insert(&a.body);
+                let ok = kept(a.queue, &a.body)
+                    .into_iter()
+                    .any(|r| r.is_some_and(|r| r.contains("another sender") || r.contains("to cancel")))
+                    || redriven(a.queue, &a.body);
+                if !ok {
+                    add(
+                        Invariant::BadInputKept,
+                        format!("a cancel of order {id} from another sender not kept with its reason"),
+                    );
+                }
             }
             Input::Order { id } => {
                 let stored = run.orders.iter().find(|(k, _)| k.as_str() == id).map(|(_, o)| o.payload());
@@ -124,7 +141,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             }
             if *dlq == ORDERS_DLQ {
                 let cancel_without_order = cancel_bodies.contains(m.body.as_str()) && r.contains("to cancel");
-                if !r.contains("different payload") && !cancel_without_order {
+                let foreign = foreign_cancels.contains(m.body.as_str()) && r.contains("another sender");
+                if !r.contains("different payload") && !cancel_without_order && !foreign {
                     add(
                         Invariant::AcceptedOrRejected,
                         format!("valid order rejected: {r}: {}", short(&m.body)),
@@ -157,6 +175,15 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 add(
                     Invariant::Lifecycle,
                     format!("order {id}: an operator's action written by {:?}", ctx.role),
+                );
+            }
+            // Judged by who sent the cancel, as the workload made it, not by the record.
+            Cause::Operator { act: Act::Cancel, .. }
+                if ctx.message.as_deref().is_some_and(|m| foreign_cancels.contains(m)) =>
+            {
+                add(
+                    Invariant::CancelBySubmitter,
+                    format!("order {id}: cancelled by a message from another sender: {:?}", ctx.message),
                 );
             }
             Cause::Claimed { .. } if !is_schedule_of(&message, id) => {

@@ -313,16 +313,17 @@ impl EventLoop {
                 break;
             }
             let (queue, body) = (a.queue, a.body.clone());
+            // As SQS does, the queue records who sent the message (`SenderId`).
+            let from = match &a.sender {
+                Some(sender_id) => Arc::new(self.deployed.queues.sending_as(sender_id)) as Arc<dyn Queues>,
+                None => self.deployed.queues.clone(),
+            };
             self.next_arrival += 1;
             let p = self.shared.w().faults.duplicate;
             let copies = if self.roll_outside("duplicate", p) { 2 } else { 1 };
             for _ in 0..copies {
                 self.note(|| format!("arrive {queue} {body}"));
-                let sent = self
-                    .deployed
-                    .queues
-                    .send(&QueueUrl(queue.into()), Outgoing::new(body.clone()))
-                    .now_or_never();
+                let sent = from.send(&QueueUrl(queue.into()), Outgoing::new(body.clone())).now_or_never();
                 assert!(matches!(sent, Some(Ok(()))), "the embedded queue accepts at once");
             }
         }

@@ -43,10 +43,11 @@ pub enum Invariant {
     Status,
     OperatorOnce,
     CancelledStaysOut,
+    CancelBySubmitter,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 24] = [
+    pub const ALL: [Invariant; 25] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -71,6 +72,7 @@ impl Invariant {
         Invariant::Status,
         Invariant::OperatorOnce,
         Invariant::CancelledStaysOut,
+        Invariant::CancelBySubmitter,
     ];
 
     /// The invariant in words, as the README states it.
@@ -112,6 +114,7 @@ impl Invariant {
                 "an operator's action lands at most once, however often it is sent, and only where it applies"
             }
             Invariant::CancelledStaysOut => "a cancelled task never runs a step forward again",
+            Invariant::CancelBySubmitter => "no order is cancelled by a sender other than its submitter",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! same action goes out twice at once, as from two terminals. The loop (`event_loop.rs`)
 //! decides when it acts; its commands run as invocations of their own.
 
-use sas::domain::{Act, Actor, OrderId, ProcessState, TaskRecord};
+use sas::domain::{Act, Actor, OrderId, Origin, ProcessState, TaskRecord};
 use sas::handlers::Submission;
 
 use crate::invocation::{InvocationFuture, Returned};
@@ -56,7 +56,7 @@ pub fn command(
     Box::pin(async move {
         // Decided on the task as the operator saw it: a twin, or one delayed until the
         // task came back to the same state, must not land a second time.
-        let actor = Actor { by: OPERATOR, why: &why, seen: Some(seen) };
+        let actor = Actor { by: OPERATOR, why: &why, seen: Some(seen), origin: Origin::Operator };
         Returned::Operator(
             sas::handlers::operate(&submission.deps, &submission.settings, &order_id, act, actor).await,
         )

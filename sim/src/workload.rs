@@ -1,6 +1,6 @@
 //! What the application sends in one run: valid orders of the deployment's workflows,
-//! byte-for-byte resends, conflicting payloads under an existing id, apps' cancels, and bad
-//! messages to every queue.
+//! byte-for-byte resends, conflicting payloads under an existing id, apps' cancels (some from
+//! a sender other than the order's), and bad messages to every queue.
 
 use sas::adapters::embedded::queue_names::{AGENT, ORDERS, SCHEDULER, STATUS};
 
@@ -11,6 +11,20 @@ pub struct Arrival {
     pub queue: &'static str,
     pub body: String,
     pub kind: Input,
+    /// The SQS `SenderId` the message arrives with: the app's role and a session name
+    /// that changes from container to container; none for the bad input (any sender).
+    pub sender: Option<String>,
+}
+
+/// The role every order of a run is sent under (its unique id, as SQS's `SenderId` gives
+/// it), and another role that may write to the orders queue but sent none of them.
+pub const APP: &str = "AROASIMAPP";
+pub const OTHER_APP: &str = "AROASIMOTHER";
+
+/// An app's `SenderId` from one of its containers: the session name is dropped when the
+/// sender is compared, so the app is the same sender from every container.
+fn sender_id(role: &str, container: usize) -> Option<String> {
+    Some(format!("{role}:container-{container}"))
 }
 
 /// What an arrival puts into the pipeline, and so what the checker expects of it.
@@ -20,8 +34,9 @@ pub enum Input {
     Order { id: String },
     /// Bad input, and a phrase the reason it is kept with must contain.
     Bad { expect: &'static str },
-    /// An app's cancel of order `id` (which may not be accepted yet, or ever).
-    Cancel { id: String },
+    /// An app's cancel of order `id` (which may not be accepted yet, or ever); `foreign`:
+    /// sent by a sender other than the order's, so it must never apply.
+    Cancel { id: String, foreign: bool },
 }
 
 /// The reason an app's cancel number `n` gives: unique, so the checker can tell which
@@ -78,25 +93,37 @@ pub fn generate(rng: &mut fastrand::Rng, swarm: &crate::swarm::Swarm) -> Vec<Arr
             body = body.replace(r#""workflow":"generated""#, &named);
         }
         valid.push((id.clone(), body.clone(), workflow));
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id } });
+        let sender = sender_id(APP, i % 3);
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id }, sender });
     }
-    for _ in 0..swarm.resends {
+    // Who sends what is derived from what was drawn, never drawn itself: a seed's
+    // history is the same as before senders were simulated, except where a cancel from
+    // another sender is now refused.
+    for r in 0..swarm.resends {
         let (id, body, _) = valid[rng.usize(..valid.len())].clone();
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id } });
+        let sender = sender_id(APP, r % 3 + 3);
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id }, sender });
     }
-    for _ in 0..swarm.conflicts {
+    for c in 0..swarm.conflicts {
         let (id, _, workflow) = valid[rng.usize(..valid.len())].clone();
         let body = order_body(&id, "c-other", 99, workflow, true);
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id } });
+        let sender = sender_id(APP, c % 3);
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Order { id }, sender });
     }
     for n in 0..swarm.app_cancels {
-        let (id, _, _) = valid[rng.usize(..valid.len())].clone();
+        let which = rng.usize(..valid.len());
+        let id = valid[which].0.clone();
         let body = format!(r#"{{"cancel":"{id}","reason":"{}"}}"#, cancel_reason(n));
-        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Cancel { id } });
+        // One cancel in three comes from another role that may write to the queue.
+        let foreign = which.is_multiple_of(3);
+        let sender = sender_id(if foreign { OTHER_APP } else { APP }, n + 6);
+        out.push(Arrival { at: at(rng), queue: ORDERS, body, kind: Input::Cancel { id, foreign }, sender });
     }
     for _ in 0..swarm.bad_inputs {
         let (queue, body, expect) = BAD[rng.usize(..BAD.len())];
-        out.push(Arrival { at: at(rng), queue, body: body.to_owned(), kind: Input::Bad { expect } });
+        let arrival =
+            Arrival { at: at(rng), queue, body: body.to_owned(), kind: Input::Bad { expect }, sender: None };
+        out.push(arrival);
     }
     out.sort_by_key(|a| a.at);
     out

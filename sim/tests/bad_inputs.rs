@@ -49,6 +49,8 @@ fn nested(levels: usize) -> String {
 }
 
 struct World {
+    /// The `SenderId` the row's bad message arrives with (none unless the row sets one).
+    bad_sender: std::cell::RefCell<Option<&'static str>>,
     queues: Arc<EmbeddedQueues>,
     store: Arc<EmbeddedStore>,
     metrics: Arc<CountingMetrics>,
@@ -115,6 +117,7 @@ impl World {
             settings.workflows.clone(),
         );
         World {
+            bad_sender: Default::default(),
             submission: Submission::new(deps.clone(), settings.clone()),
             scheduler: Scheduler::new(deps, settings),
             agent,
@@ -127,10 +130,21 @@ impl World {
 
     /// One batch of `bodies` through `queue`'s handler, as Lambda's event source mapping runs it.
     fn batch(&self, queue: &str, bodies: &[String]) -> BatchReport {
-        let messages: Vec<Inbound> = bodies
+        let sent: Vec<(String, Option<&str>)> = bodies.iter().map(|b| (b.clone(), None)).collect();
+        self.batch_from(queue, &sent)
+    }
+
+    /// [`World::batch`] of messages each with its SQS `SenderId`.
+    fn batch_from(&self, queue: &str, sent: &[(String, Option<&str>)]) -> BatchReport {
+        let messages: Vec<Inbound> = sent
             .iter()
             .enumerate()
-            .map(|(i, b)| Inbound { message_id: format!("m-{i}"), body: b.clone(), receive_count: 1 })
+            .map(|(i, (b, sender))| Inbound {
+                message_id: format!("m-{i}"),
+                body: b.clone(),
+                receive_count: 1,
+                sender: sender.map(str::to_owned),
+            })
             .collect();
         let dead_letters = DeadLetters {
             queues: self.queues.clone(),
@@ -150,7 +164,12 @@ impl World {
 
     /// An accepted, claimed order `id` with its agent request waiting.
     fn claimed(&self, id: &str) {
-        let report = self.batch("orders", &[order(id)]);
+        self.claimed_from(id, None);
+    }
+
+    /// [`World::claimed`], the order sent by `sender` (an SQS `SenderId`).
+    fn claimed_from(&self, id: &str, sender: Option<&str>) {
+        let report = self.batch_from("orders", &[(order(id), sender)]);
         assert_eq!(report, BatchReport::default());
         let schedule = self.drain("scheduler");
         let report = self.batch("scheduler", &[schedule[0].body.clone()]);
@@ -537,7 +556,46 @@ const ROWS: &[Row] = &[
         },
         gets: Gets::RepliesBadOutput("nests 127 levels deep; at most 32 are kept"),
     },
+    Row {
+        kind: "an app's cancel from a sender other than the order's submitter",
+        queue: "orders",
+        body: |w| {
+            w.claimed_from("o-1", Some(SHOP));
+            *w.bad_sender.borrow_mut() = Some(INTRUDER);
+            cancel("o-1")
+        },
+        gets: Gets::Kept("order o-1 was submitted by another sender (this message came from AROAINTRUDER)"),
+    },
+    Row {
+        kind: "an app's cancel without a sender, of an order that has one",
+        queue: "orders",
+        body: |w| {
+            w.claimed_from("o-1", Some(SHOP));
+            cancel("o-1")
+        },
+        gets: Gets::Kept("order o-1 was submitted by another sender (this message carries no sender)"),
+    },
+    Row {
+        kind: "an order id taken by another sender's order (the same payload: squatting)",
+        queue: "orders",
+        body: |w| {
+            w.claimed_from("o-1", Some(INTRUDER));
+            *w.bad_sender.borrow_mut() = Some(SHOP);
+            order("o-1")
+        },
+        gets: Gets::Kept(
+            "order o-1 was submitted by another sender (this message came from AROASHOP); this id is taken",
+        ),
+    },
 ];
+
+/// Apps' `SenderId`s as SQS sets them for assumed roles: the role's id and a session name.
+const SHOP: &str = "AROASHOP:shop-container-1";
+const INTRUDER: &str = "AROAINTRUDER:session";
+
+fn cancel(id: &str) -> String {
+    format!(r#"{{"cancel":"{id}","reason":"changed my mind"}}"#)
+}
 
 /// Runs one row in a batch between two good messages, and checks what it got.
 fn run_row(row: &Row) -> String {
@@ -553,7 +611,9 @@ fn run_row(row: &Row) -> String {
         _ => (agent_request("good-1", u64::MAX), agent_request("good-2", u64::MAX)),
     };
     let before_rows = w.store.tasks();
-    let report = w.batch(row.queue, &[good_before, bad.clone(), good_after]);
+    let bad_sender = *w.bad_sender.borrow();
+    let report =
+        w.batch_from(row.queue, &[(good_before, None), (bad.clone(), bad_sender), (good_after, None)]);
     assert!(report.failures.is_empty(), "{}: the batch reported failures {:?}", row.kind, report.failures);
     // The rest of the batch was handled.
     let replies = if row.queue == "agent" { w.drain("scheduler") } else { Vec::new() };
@@ -688,6 +748,9 @@ rows! {
     worker_output_too_large = 44;
     remote_body_not_json = 45;
     remote_body_too_deep = 46;
+    cancel_from_another_sender = 47;
+    cancel_without_a_sender = 48;
+    order_id_squatted = 49;
 }
 
 /// Prints docs/BAD_INPUTS.md's table from the rows (each checked as it is printed), and
@@ -736,4 +799,44 @@ fn a_rejected_order_tells_its_reply_to() {
     assert!(update.reason.unwrap().contains("items is empty"));
     let _ = block_on(w.queues.send(&QueueUrl("status".into()), Outgoing::new(String::new())));
     let _ = block_on(w.store.task(&sas::domain::OrderId::parse("o-1").unwrap()));
+}
+
+/// Issue 24, finding 2, through the handler: a cancel from another sender changes nothing
+/// and tells the order's reply_to nothing; the submitter's own cancel, from another
+/// session of the same role, applies; a squatted id is no duplicate delivery.
+#[test]
+fn an_apps_cancel_binds_to_the_orders_submitter() {
+    let w = World::new();
+    let o1 = || w.store.tasks().into_iter().find(|t| t.order_id.as_str() == "o-1").unwrap();
+    // Accepted, waiting for its first step: a cancel from its submitter would apply.
+    assert_eq!(w.batch_from("orders", &[(order("o-1"), Some(SHOP))]), BatchReport::default());
+    w.drain("scheduler");
+    w.drain("status");
+    assert_eq!(o1().submitter.as_ref().map(|s| s.as_str()), Some("AROASHOP"));
+    let before = o1();
+    for sender in [Some(INTRUDER), None] {
+        let report = w.batch_from("orders", &[(cancel("o-1"), sender)]);
+        assert_eq!((report.kept, report.failures.len()), (1, 0), "{sender:?}");
+        assert_eq!(o1(), before, "{sender:?}: the task changed");
+        assert!(w.drain("status").is_empty(), "{sender:?}: the submitter's reply_to was told");
+    }
+    // The same order sent again by another sender: kept, and no `received` for it.
+    let report = w.batch_from("orders", &[(order("o-1"), Some(INTRUDER))]);
+    assert_eq!(report.kept, 1);
+    assert_eq!((o1(), w.drain("scheduler").len()), (before, 0));
+    // The submitter's own duplicate delivery, from another container, is still one.
+    let report = w.batch_from("orders", &[(order("o-1"), Some("AROASHOP:shop-container-2"))]);
+    assert_eq!(report, BatchReport::default());
+    let report = w.batch_from("orders", &[(cancel("o-1"), Some("AROASHOP:shop-container-3"))]);
+    assert_eq!(report, BatchReport::default());
+    assert_eq!(o1().state, ProcessState::Compensated, "the submitter's cancel applies");
+    let told: Vec<String> = w.drain("status").into_iter().map(|m| m.body).collect();
+    assert!(told.iter().any(|b| b.contains(r#""status":"cancelled""#)), "{told:?}");
+    // An order accepted without a sender (a record from before senders were kept):
+    // any app's cancel applies, as before.
+    assert_eq!(w.batch("orders", &[order("o-2")]), BatchReport::default());
+    let report = w.batch_from("orders", &[(cancel("o-2"), Some(INTRUDER))]);
+    assert_eq!(report, BatchReport::default());
+    let o2 = w.store.tasks().into_iter().find(|t| t.order_id.as_str() == "o-2").unwrap();
+    assert_eq!(o2.state, ProcessState::Compensated);
 }

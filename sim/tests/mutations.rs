@@ -117,6 +117,17 @@ fn resubmitting_a_cancelled_task_is_caught() {
     );
 }
 
+/// Issue 24, finding 2: an app's cancel not checked against the order's submitter. Apps'
+/// cancels from another sender (`workload.rs`) then cancel orders that are not theirs.
+#[test]
+fn a_cancel_from_any_sender_is_caught() {
+    let found = caught(Mutation::CancelFromAnySender);
+    assert!(
+        found.contains_key(&Invariant::CancelBySubmitter),
+        "no order was found cancelled by another sender: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -129,7 +140,8 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::ForgetOutputs,
             Mutation::NewestVersion,
             Mutation::OperatorBlindWrite,
-            Mutation::ResubmitAfterUndo
+            Mutation::ResubmitAfterUndo,
+            Mutation::CancelFromAnySender,
         ]
         .iter()
         .all(|m| !m.is_on())

@@ -2,12 +2,13 @@
 //! the cargo-fuzz targets (fuzz/, nightly) do: arbitrary strings, byte-level mutations
 //! of valid messages, and JSON-level mutations (a value replaced by arbitrary JSON, a
 //! field dropped, a field added). Bad input is an error, never a panic; what parses
-//! obeys the contract and serializes back to itself.
+//! obeys the contract and serializes back to itself. The orders queue's own parser
+//! (`Intake::parse`: an order or an app's cancel) runs on every body too.
 
 use proptest::prelude::*;
 use sas::domain::{
-    AgentRequest, MAX_FIELD_LEN, MAX_ITEMS, MAX_QUANTITY, OrderRequest, SchedulerMessage, Workflows,
-    sniff_order_id, sniff_reply_to,
+    AgentRequest, Intake, MAX_FIELD_LEN, MAX_ITEMS, MAX_QUANTITY, OrderRequest, SchedulerMessage, Sender,
+    Workflows, sniff_order_id, sniff_reply_to,
 };
 use serde_json::Value;
 
@@ -15,7 +16,12 @@ const ORDER: &str = r#"{"order_id":"o-1001","customer_id":"c-7","items":[{"sku":
 const SCHEDULE: &str = r#"{"type":"schedule","order_id":"o-1001"}"#;
 const REPLY: &str = r#"{"type":"reply","order_id":"o-1001","step":1,"action":"undo","attempt":3,"lease":"3f2a6c1e-9b7d-4e2a-8c5f-1d2e3f4a5b6c","outcome":{"status":"failed","reason":"card declined"}}"#;
 const AGENT: &str = r#"{"order_id":"o-1001","workflow":"three-step","step":1,"step_name":"charge-payment","agent":"payment","action":"do","attempt":3,"lease":"3f2a6c1e-9b7d-4e2a-8c5f-1d2e3f4a5b6c","complete_by":1700000030000,"idempotency_key":"o-1001:1:do","order":{"order_id":"o-1001","customer_id":"c-7","items":[{"sku":"A-1","quantity":2}],"workflow":"three-step"}}"#;
-const VALID: [&str; 4] = [ORDER, SCHEDULE, REPLY, AGENT];
+const CANCEL: &str = r#"{"cancel":"o-1001","reason":"the customer changed their mind","requested_by":"crm"}"#;
+const VALID: [&str; 5] = [ORDER, SCHEDULE, REPLY, AGENT, CANCEL];
+
+fn text_ok(s: &str) -> bool {
+    !s.trim().is_empty() && s.chars().count() <= MAX_FIELD_LEN && !s.chars().any(char::is_control)
+}
 
 /// Every parser on one body: never a panic, and every success obeys the contract.
 fn check_all(body: &str) -> Result<(), TestCaseError> {
@@ -27,9 +33,6 @@ fn check_all(body: &str) -> Result<(), TestCaseError> {
             let id = order.order_id.as_str();
             prop_assert!(!id.is_empty() && id.len() <= 64);
             prop_assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
-            let text_ok = |s: &str| {
-                !s.trim().is_empty() && s.chars().count() <= MAX_FIELD_LEN && !s.chars().any(char::is_control)
-            };
             prop_assert!(text_ok(&order.customer_id));
             prop_assert!(!order.items.is_empty() && order.items.len() <= MAX_ITEMS);
             for item in &order.items {
@@ -49,6 +52,29 @@ fn check_all(body: &str) -> Result<(), TestCaseError> {
     }
     if let Ok(request) = AgentRequest::parse(body) {
         prop_assert_eq!(AgentRequest::parse(&request.to_body()).ok(), Some(request));
+    }
+    // The orders queue: a body with a `cancel` field is a cancel or an error, never an
+    // order; a cancel obeys the contract and serializes back to itself.
+    let names_cancel =
+        serde_json::from_str::<serde_json::Map<String, Value>>(body).is_ok_and(|m| m.contains_key("cancel"));
+    match Intake::parse(body) {
+        Ok(Intake::Order(request)) => {
+            prop_assert!(!names_cancel, "a cancel read as an order");
+            prop_assert_eq!(OrderRequest::parse(body).ok(), Some(request));
+        }
+        Ok(Intake::Cancel(cancel)) => {
+            prop_assert!(names_cancel);
+            prop_assert!(text_ok(&cancel.reason));
+            prop_assert!(cancel.requested_by.as_deref().is_none_or(text_ok));
+            let again = serde_json::to_string(&cancel).expect("a cancel serializes");
+            prop_assert_eq!(Intake::parse(&again).ok(), Some(Intake::Cancel(cancel)));
+        }
+        Err(_) => {}
+    }
+    // A sender id of any shape: a sender without its session name, or none.
+    if let Some(sender) = Sender::from_sender_id(body) {
+        prop_assert!(!sender.as_str().is_empty() && !sender.as_str().contains(':'));
+        prop_assert_eq!(Some(sender.as_str()), body.split(':').next().map(str::trim));
     }
     Ok(())
 }
@@ -251,12 +277,12 @@ proptest! {
     }
 
     #[test]
-    fn byte_mutations_of_valid_messages(which in 0usize..4, edits in prop::collection::vec(edit(), 1..5)) {
+    fn byte_mutations_of_valid_messages(which in 0usize..5, edits in prop::collection::vec(edit(), 1..5)) {
         check_all(&apply(VALID[which], &edits))?;
     }
 
     #[test]
-    fn json_mutations_of_valid_messages(which in 0usize..4, edits in prop::collection::vec(json_edit(), 1..4)) {
+    fn json_mutations_of_valid_messages(which in 0usize..5, edits in prop::collection::vec(json_edit(), 1..4)) {
         let mut body = VALID[which].to_owned();
         for e in &edits {
             body = apply_json(&body, e);
@@ -271,14 +297,15 @@ proptest! {
 
     /// Unknown fields are rejected by every parser, wherever they are added at the top.
     #[test]
-    fn an_unknown_top_level_field_is_always_rejected(which in 0usize..4, key in "[a-z]{1,8}x", v in json()) {
+    fn an_unknown_top_level_field_is_always_rejected(which in 0usize..5, key in "[a-z]{1,8}x", v in json()) {
         let mut value: Value = serde_json::from_str(VALID[which]).unwrap();
         value.as_object_mut().unwrap().insert(key, v);
         let body = value.to_string();
         match which {
             0 => prop_assert!(OrderRequest::parse(&body).is_err()),
             1 | 2 => prop_assert!(SchedulerMessage::parse(&body).is_err()),
-            _ => prop_assert!(AgentRequest::parse(&body).is_err()),
+            3 => prop_assert!(AgentRequest::parse(&body).is_err()),
+            _ => prop_assert!(Intake::parse(&body).is_err()),
         }
     }
 }
@@ -290,4 +317,6 @@ fn the_templates_are_valid() {
     assert!(SchedulerMessage::parse(SCHEDULE).is_ok());
     assert!(SchedulerMessage::parse(REPLY).is_ok());
     assert!(AgentRequest::parse(AGENT).is_ok());
+    assert!(matches!(Intake::parse(CANCEL), Ok(Intake::Cancel(_))));
+    assert!(matches!(Intake::parse(ORDER), Ok(Intake::Order(_))));
 }

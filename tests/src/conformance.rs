@@ -337,6 +337,26 @@ pub async fn redelivery_after_visibility_timeout(b: &Backend) {
     );
 }
 
+/// A received message names its sender as SQS's `SenderId` does (set by the service
+/// from the sender's credentials), and the same sender every time it is received: the
+/// orders queue binds each order to it.
+pub async fn a_delivery_names_its_sender(b: &Backend) {
+    let sent = Outgoing::new(body("sender"));
+    b.app_queues.send(&b.work_queue, sent.clone()).await.unwrap();
+    let first = receive_n(b, &b.work_queue, 1, Duration::from_secs(5)).await;
+    assert_eq!(first.len(), 1, "{}", b.name);
+    let sender_id = first[0].sender.clone().unwrap_or_else(|| panic!("{}: no SenderId", b.name));
+    assert!(sas::domain::Sender::from_sender_id(&sender_id).is_some(), "{}: {sender_id:?}", b.name);
+    if b.name == "embedded" {
+        assert_eq!(sender_id, crate::APP_SENDER_ID);
+    }
+    b.pass(b.visibility_ms).await;
+    let again = receive_n(b, &b.work_queue, 1, Duration::from_secs(5)).await;
+    assert_eq!(again.len(), 1, "{}: not redelivered", b.name);
+    assert_eq!(again[0].sender.as_ref(), Some(&sender_id), "{}", b.name);
+    b.consumer.delete(&b.work_queue, &again[0].receipt).await.unwrap();
+}
+
 /// A message received `max_receives` times and never deleted moves to the
 /// dead-letter queue, body and attributes intact.
 pub async fn dead_letter_after_max_receives(b: &Backend) {

@@ -74,6 +74,9 @@ pub struct Backend {
     /// The same store's operator listing.
     pub lister: Arc<dyn TaskListing>,
     pub queues: Arc<dyn Queues>,
+    /// Sends as an app's would: the embedded queues record `APP_SENDER_ID` as the sender;
+    /// on the endpoint it is the same client, and the service sets the sender.
+    pub app_queues: Arc<dyn Queues>,
     pub consumer: Arc<dyn QueueConsumer>,
     pub time: Time,
     pub work_queue: QueueUrl,
@@ -85,6 +88,9 @@ pub struct Backend {
 }
 
 pub const MAX_RECEIVES: u32 = 2;
+
+/// The `SenderId` the embedded backend's app sends under (an assumed role's form).
+pub const APP_SENDER_ID: &str = "AROACONFORMANCE:session-1";
 
 impl Backend {
     pub fn embedded() -> Backend {
@@ -107,6 +113,7 @@ impl Backend {
             store: store.clone(),
             lister: store,
             queues: queues.clone(),
+            app_queues: Arc::new(queues.sending_as(APP_SENDER_ID)),
             consumer: queues,
             time: Time::Manual(clock),
             work_queue: QueueUrl("work".into()),
@@ -144,6 +151,7 @@ impl Backend {
             store: store.clone(),
             lister: store.clone(),
             queues: queues.clone(),
+            app_queues: queues.clone(),
             consumer: queues,
             time: Time::Real,
             work_queue: QueueUrl(work),

@@ -40,6 +40,7 @@ on_both_backends! {
     listing_reads_the_indexes => |b| c::listing_reads_the_indexes(b);
     redelivery_after_visibility_timeout => |b| c::redelivery_after_visibility_timeout(b);
     dead_letter_after_max_receives => |b| c::dead_letter_after_max_receives(b);
+    a_delivery_names_its_sender => |b| c::a_delivery_names_its_sender(b);
     batches_arrive_whole_and_delays_hold => |b| c::batches_arrive_whole_and_delays_hold(b);
     unknown_queue_is_named => |b| c::unknown_queue_is_named(b);
     send_each_answers_for_every_message => |b| c::send_each_answers_for_every_message(b);

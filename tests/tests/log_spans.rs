@@ -87,6 +87,7 @@ async fn each_line_names_its_own_order_when_a_batch_interleaves() {
             message_id: id.clone(),
             body: format!(r#"{{"order_id":"{id}","customer_id":"c","items":[{{"sku":"A","quantity":1}}]}}"#),
             receive_count: 1,
+            sender: None,
         })
         .collect();
     let report = run_batch(batch, &dead_letters, |m| submission.handle(m)).await;

@@ -284,6 +284,7 @@ impl Rig {
                 message_id: r.receipt,
                 body: r.message.body,
                 receive_count: r.message.receive_count,
+                sender: r.message.sender,
             })
             .collect();
         let handled = inbound.len() as u64;

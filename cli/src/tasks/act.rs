@@ -12,7 +12,7 @@ use indicatif::ProgressBar;
 use sas::adapters::aws::{SnsAlerts, SqsQueues};
 use sas::adapters::embedded::CountingMetrics;
 use sas::adapters::system::{SystemClock, SystemRandom};
-use sas::domain::{Act, Actor, OperatorAlert, Policy, ProcessState, ReplyToRules, TaskRecord};
+use sas::domain::{Act, Actor, OperatorAlert, Origin, Policy, ProcessState, ReplyToRules, TaskRecord};
 use sas::handlers::{Deps, Operated, Settings, Topology, operate};
 use sas::ports::{AlertError, Alerts, QueueUrl};
 use serde_json::{Value, json};
@@ -101,7 +101,7 @@ impl Operator {
         if let Some(reply_to) = task.reply_to.as_deref() {
             settings.reply_to = ReplyToRules::names(&[reply_to], &[]);
         }
-        let actor = Actor { by: &self.by, why, seen };
+        let actor = Actor { by: &self.by, why, seen, origin: Origin::Operator };
         match operate(&self.deps, &settings, &id, act, actor).await {
             Ok(Operated::Applied { before, trigger, task }) => {
                 Ok(Outcome::Applied { before, after: task.state, trigger: trigger.as_str() })
@@ -282,7 +282,7 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
 /// it would apply, a line for people and an object for --json.
 fn preview(ctx: &Context, act: Act, task: &TaskRecord, why: &str, policy: &Policy) -> (bool, String, Value) {
     let id = task.order_id.as_str();
-    let actor = Actor { by: "(dry run)", why, seen: None };
+    let actor = Actor { by: "(dry run)", why, seen: None, origin: Origin::Operator };
     let decided = match render::workflow_of(&ctx.definitions, task) {
         None => Err(format!(
             "{} does not define workflow {:?} v{}: pass --workflows FILE",

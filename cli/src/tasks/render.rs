@@ -1,7 +1,7 @@
 //! How tasks are printed: a table row and a JSON object per listed task, a record with
 //! its timeline, and the command lines an operator can paste next.
 
-use sas::domain::{Act, Actor, Definitions, Entry, Policy, TaskRecord, Timestamp, Workflow};
+use sas::domain::{Act, Actor, Definitions, Entry, Origin, Policy, TaskRecord, Timestamp, Workflow};
 use serde_json::{Value, json};
 
 use crate::deployment::DeploymentArgs;
@@ -155,7 +155,9 @@ pub fn next_commands(
     let id = task.order_id.as_str();
     let acts = [Act::Resubmit { from_step: None }, Act::Compensate, Act::Cancel];
     let applies = |act: Act| match wf {
-        Some(wf) => task.act(act, Actor { by: "-", why: "-", seen: None }, now, wf, policy).is_ok(),
+        Some(wf) => task
+            .act(act, Actor { by: "-", why: "-", seen: None, origin: Origin::Operator }, now, wf, policy)
+            .is_ok(),
         None => match act {
             Act::Resubmit { .. } | Act::Compensate => task.state == sas::domain::ProcessState::Error,
             Act::Cancel => {

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sas::domain::{
-    Act, Actor, CancelRequest, Happened, Intake, OperatorAlert, OrderId, ProcessState, TaskRecord, Trigger,
+    Act, Actor, CancelRequest, Happened, Intake, OperatorAlert, OrderId, Origin, ProcessState, Sender,
+    TaskRecord, Trigger,
 };
 use sas::handlers::{BatchReport, HandlerError, Inbound, REASON_ATTRIBUTE, Submission, SweepReport};
 use sas::ports::{AlertError, Alerts, Outgoing, QueueError, QueueUrl, Queues};
@@ -404,10 +405,11 @@ impl CancelWatch {
             self.log.cancel_asked(&cancel);
         }
         self.log.cancel_landed(&cancel.cancel);
+        let sender = message.sender.as_deref().and_then(Sender::from_sender_id);
         let handled = self.submission.handle(message).await;
         if handled.is_ok()
             && !self.log.cancel_landed(&cancel.cancel)
-            && let Some(why) = self.refusal(&cancel).await
+            && let Some(why) = self.refusal(&cancel, sender.as_ref()).await
         {
             self.log.cancel_refused(&cancel, &why);
         }
@@ -417,7 +419,7 @@ impl CancelWatch {
     /// Why the handler refused `cancel`: its decision, made again on the task as it is
     /// now. `None` when there is no task: the cancel was kept as bad input, and the
     /// rejection is told.
-    async fn refusal(&self, cancel: &CancelRequest) -> Option<String> {
+    async fn refusal(&self, cancel: &CancelRequest, sender: Option<&Sender>) -> Option<String> {
         let (deps, settings) = (&self.submission.deps, &self.submission.settings);
         let task = match deps.store.task(&cancel.cancel).await {
             Ok(task) => task?,
@@ -427,7 +429,7 @@ impl CancelWatch {
             }
         };
         let by = cancel.actor_name();
-        let actor = Actor { by: &by, why: &cancel.reason, seen: None };
+        let actor = Actor { by: &by, why: &cancel.reason, seen: None, origin: Origin::App { sender } };
         let decided = settings
             .workflows
             .get_version(&task.workflow, task.workflow_version)

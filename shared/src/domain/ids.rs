@@ -97,6 +97,33 @@ impl fmt::Display for IdempotencyKey {
     }
 }
 
+/// Who sent a message to the orders queue: the principal part of SQS's `SenderId`
+/// attribute, which SQS sets from the sender's credentials and a sender cannot forge.
+/// For an IAM user `SenderId` is the user's unique id (`AIDA...`); for an assumed role it
+/// is `AROA...:<session name>`, and the session name differs from one container or
+/// session to the next, so only the part before the first `:` (the role's unique id)
+/// names the same sender every time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Sender(String);
+
+impl Sender {
+    /// The sender a `SenderId` names; `None` for an empty one (no sender known).
+    pub fn from_sender_id(sender_id: &str) -> Option<Sender> {
+        let principal = sender_id.split(':').next().unwrap_or_default().trim();
+        (!principal.is_empty()).then(|| Sender(principal.to_owned()))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Sender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +137,18 @@ mod tests {
         assert_eq!(OrderId::parse("é"), Err(OrderIdError::BadChar('é')));
         let e: Result<OrderId, _> = serde_json::from_str("\"a b\"");
         assert!(e.is_err());
+    }
+
+    #[test]
+    fn a_sender_is_the_principal_of_its_sender_id() {
+        let of = |id: &str| Sender::from_sender_id(id).map(|s| s.as_str().to_owned());
+        // An assumed role: the session name varies per container, the role's id does not.
+        assert_eq!(of("AROAEXAMPLEROLE:lambda-1"), of("AROAEXAMPLEROLE:lambda-2"));
+        assert_eq!(of("AROAEXAMPLEROLE:lambda-1").as_deref(), Some("AROAEXAMPLEROLE"));
+        assert_eq!(of("AIDAEXAMPLEUSER").as_deref(), Some("AIDAEXAMPLEUSER"));
+        assert_eq!(of("123456789012").as_deref(), Some("123456789012"));
+        assert_eq!(of(""), None);
+        assert_eq!(of(":session"), None);
+        assert_ne!(of("AROAONE:s"), of("AROATWO:s"));
     }
 }

@@ -37,10 +37,10 @@ pub mod timeline;
 pub mod workflow;
 
 pub use definitions::{Definitions, Invalid};
-pub use ids::{IdempotencyKey, LeaseToken, OrderId, Timestamp};
+pub use ids::{IdempotencyKey, LeaseToken, OrderId, Sender, Timestamp};
 pub use lifecycle::{ProcessState, Trigger};
 pub use messages::*;
-pub use operator::Actor;
+pub use operator::{Actor, Origin};
 pub use output::{MAX_OUTPUT_BYTES, OutputError, Outputs, StepOutput};
 pub use reply_to::{QueueId, ReplyToError, ReplyToRules};
 pub use secrets::{SECRET_RETRY_MS, SECRET_TTL_MS, SecretSource, SecretValue};

@@ -13,10 +13,14 @@
 //! - cancel: stop a live task and undo what it may have done; the attempt in flight loses
 //!   its lease, so its reply is stale. Its `last_error` becomes who cancelled and why.
 //!
+//! An app acts only on the orders its sender submitted: before any other rule, an app's
+//! action from a sender other than the record's submitter is refused
+//! (`TaskRecord::check_sender`). An operator (`sasctl tasks`) may act on every task.
+//!
 //! None of them undoes past a pivot (a step with no compensation that took effect or
 //! may have): such a task only goes forward, as the pipeline's own give-ups decide.
 
-use super::ids::Timestamp;
+use super::ids::{Sender, Timestamp};
 use super::lifecycle::{ProcessState, Trigger};
 use super::messages::OrderStatus;
 use super::task::{Act, Cause, Decision, Effect, Policy, Refusal, TaskRecord};
@@ -33,6 +37,19 @@ pub struct Actor<'a> {
     /// same request sent twice then lands once, even if the task comes back to the same
     /// state in between (a resubmit that failed again).
     pub seen: Option<u64>,
+    pub origin: Origin<'a>,
+}
+
+/// Where an action comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// An operator through `sasctl tasks`: IAM decides who may run it, and it acts on
+    /// every task.
+    Operator,
+    /// An app's message on the orders queue, from `sender` (the principal of the
+    /// message's SQS `SenderId`; `None` when the message carried none): it acts only on
+    /// orders that sender submitted.
+    App { sender: Option<&'a Sender> },
 }
 
 impl TaskRecord {
@@ -45,6 +62,12 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
+        // First, so an app learns nothing of another sender's order, not even its state.
+        if let Origin::App { sender } = actor.origin
+            && !crate::mutations::cancel_from_any_sender()
+        {
+            self.check_sender(sender)?;
+        }
         if let Some(seen) = actor.seen
             && seen != self.revision
         {
@@ -458,7 +481,12 @@ mod tests {
         assert!(never_claimed.last_error.as_deref().unwrap().contains("without being claimed"));
         let undone = act(&never_claimed, &wf, Act::Cancel);
         assert_eq!(undone.trigger, Trigger::CancelUndone);
-        let app = Actor { by: "app:shop", why: "the customer changed their mind", seen: None };
+        let app = Actor {
+            by: "app:shop",
+            why: "the customer changed their mind",
+            seen: None,
+            origin: Origin::App { sender: None },
+        };
         let by_app = checked(&retrying, retrying.act(Act::Cancel, app, T0.plus_ms(50_000), &wf, &policy()));
         for (d, want) in [
             (&undoing, "cancelled by arn:aws:iam::123456789012:user/ops: remote fixed"),
@@ -529,6 +557,68 @@ mod tests {
         assert!(refused(&processed, &single, Act::Cancel).contains("ended"));
         for act in [Act::Compensate, Act::Resubmit { from_step: None }] {
             refused(&processed, &single, act);
+        }
+    }
+
+    fn sender(sender_id: &str) -> Sender {
+        Sender::from_sender_id(sender_id).unwrap()
+    }
+
+    fn app(sender: Option<&Sender>) -> Actor<'_> {
+        Actor { by: "app", why: "changed my mind", seen: None, origin: Origin::App { sender } }
+    }
+
+    /// Issue 24, finding 2: anyone who may write to the orders queue could cancel any
+    /// order. Each row of the sender rule: an app's cancel applies only when it comes
+    /// from the order's submitter, whatever session it runs under.
+    #[test]
+    fn an_apps_cancel_applies_only_from_the_orders_submitter() {
+        let wf = Workflow::three_step();
+        let shop = sender("AROASHOP:container-1");
+        let task = pending_at(&wf, 1).submitted_by(Some(shop.clone()));
+        // The submitter, from another container (another session name): applied.
+        let same = sender("AROASHOP:container-2");
+        let d = checked(&task, task.act(Act::Cancel, app(Some(&same)), T0, &wf, &policy()));
+        assert_eq!((d.trigger, d.next.state), (Trigger::Cancel, ProcessState::Compensating));
+        assert_eq!(d.next.submitter, Some(shop.clone()), "a decision keeps the submitter");
+        // Another sender: refused, naming the cancel's own sender and never the submitter.
+        let intruder = sender("AROAINTRUDER:x");
+        let why = match task.act(Act::Cancel, app(Some(&intruder)), T0, &wf, &policy()) {
+            Err(r @ Refusal::OtherSender { .. }) => r.to_string(),
+            other => panic!("a cancel from another sender was not refused: {other:?}"),
+        };
+        assert_eq!(why, "order o-1 was submitted by another sender (this message came from AROAINTRUDER)");
+        assert!(!why.contains("AROASHOP"), "{why}");
+        // No sender at all, on an order that has one: refused.
+        let why = match task.act(Act::Cancel, app(None), T0, &wf, &policy()) {
+            Err(r @ Refusal::OtherSender { .. }) => r.to_string(),
+            other => panic!("a cancel without a sender was not refused: {other:?}"),
+        };
+        assert_eq!(why, "order o-1 was submitted by another sender (this message carries no sender)");
+        // Before any other rule: another sender learns nothing of the order's state.
+        let single = Workflow::single_step();
+        let running = claim(&new_task(&single).submitted_by(Some(shop.clone())), &single, 1, T0);
+        let processed = reply(&running, &single, ok(), T0).next;
+        assert!(matches!(
+            processed.act(Act::Cancel, app(Some(&intruder)), T0, &single, &policy()),
+            Err(Refusal::OtherSender { .. })
+        ));
+        // An operator (`sasctl tasks`) is no app: it cancels whoever submitted the order.
+        let d = checked(&task, task.act(Act::Cancel, OPS, T0, &wf, &policy()));
+        assert_eq!(d.trigger, Trigger::Cancel);
+    }
+
+    /// A record from before submitters were kept (or from a run without sender ids)
+    /// keeps the old rule: any app's cancel applies to it.
+    #[test]
+    fn an_order_with_no_known_submitter_is_cancelled_by_any_app() {
+        let wf = Workflow::three_step();
+        let old = pending_at(&wf, 1);
+        assert_eq!(old.submitter, None);
+        let anyone = sender("AIDAANYONE");
+        for actor in [app(Some(&anyone)), app(None)] {
+            let d = checked(&old, old.act(Act::Cancel, actor, T0, &wf, &policy()));
+            assert_eq!(d.trigger, Trigger::Cancel, "{actor:?}");
         }
     }
 }

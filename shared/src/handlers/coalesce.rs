@@ -697,7 +697,12 @@ mod tests {
         };
         let messages: Vec<Inbound> = ["a", "boom", "b"]
             .iter()
-            .map(|id| Inbound { message_id: (*id).into(), body: (*id).into(), receive_count: 1 })
+            .map(|id| Inbound {
+                message_id: (*id).into(),
+                body: (*id).into(),
+                receive_count: 1,
+                sender: None,
+            })
             .collect();
         let report = within(run_batch(messages, &dead_letters, |m| {
             let queues = queues.clone();

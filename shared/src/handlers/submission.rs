@@ -5,8 +5,8 @@ use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, schedule, send_status};
 use crate::domain::{
-    Act, Actor, CancelRequest, Intake, MessageError, OrderRequest, OrderStatus, ProcessState, TaskRecord,
-    sniff_order_id, sniff_reply_to,
+    Act, Actor, CancelRequest, Intake, MessageError, OrderRequest, OrderStatus, Origin, ProcessState,
+    Refusal, Sender, TaskRecord, sniff_order_id, sniff_reply_to,
 };
 use crate::ports::{Inserted, Metric};
 
@@ -32,14 +32,23 @@ impl Submission {
         }
     }
 
-    /// An app's cancel: the same action as an operator's, named as the app's.
+    /// An app's cancel: the same action as an operator's, named as the app's, and applied
+    /// only when it comes from the sender that submitted the order.
     async fn cancel(&self, message: &Inbound, request: CancelRequest) -> Result<(), HandlerError> {
         let span = tracing::info_span!("cancel", order_id = %request.cancel);
         async {
             let by = request.actor_name();
-            let actor = Actor { by: &by, why: &request.reason, seen: None };
+            let sender = sender_of(message);
+            let origin = Origin::App { sender: sender.as_ref() };
+            let actor = Actor { by: &by, why: &request.reason, seen: None, origin };
             match super::operate(&self.deps, &self.settings, &request.cancel, Act::Cancel, actor).await? {
                 super::Operated::Applied { .. } => Ok(()),
+                // Not the submitter's: kept with the reason for an operator to see, and
+                // nothing goes to the order's reply_to, which belongs to its submitter.
+                super::Operated::Refused(refusal @ Refusal::OtherSender { .. }) => {
+                    tracing::warn!(%refusal, "cancel from another sender refused");
+                    self.reject(&message.body, MessageError::Invalid(refusal.to_string())).await
+                }
                 super::Operated::Refused(refusal) => {
                     tracing::info!(%refusal, "cancel refused");
                     let task = self.deps.store.task(&request.cancel).await?;
@@ -90,7 +99,9 @@ impl Submission {
         let span = tracing::info_span!("submission", order_id = %order.order_id, step = 0, attempt = 0);
         async {
             // validate resolved the name and the version asked for, so this is found.
-            let mut task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy);
+            let sender = sender_of(message);
+            let mut task = TaskRecord::new(&order, reply_to.clone(), now, &self.settings.policy)
+                .submitted_by(sender.clone());
             if let Some(wf) = self.settings.workflows.for_order(&order.workflow, order.workflow_version) {
                 task = task.pinned_to(wf);
             }
@@ -110,6 +121,12 @@ impl Submission {
                         now,
                     )
                     .await
+                }
+                // The id is taken by another sender's order: never a duplicate delivery, even
+                // with the same payload (order ids are one namespace for every writer).
+                Inserted::Exists(existing) if let Err(refusal) = existing.check_sender(sender.as_ref()) => {
+                    let reason = format!("{refusal}; this id is taken");
+                    self.reject(&message.body, MessageError::Invalid(reason)).await
                 }
                 Inserted::Exists(existing) if existing.order.payload() == order.payload() => {
                     tracing::info!("duplicate delivery of an accepted order");
@@ -165,4 +182,9 @@ impl Submission {
         .await?;
         Err(HandlerError::Reject(reason))
     }
+}
+
+/// The sender of an orders-queue message, from its SQS `SenderId`.
+fn sender_of(message: &Inbound) -> Option<Sender> {
+    message.sender.as_deref().and_then(Sender::from_sender_id)
 }

@@ -569,4 +569,20 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// Items written before orders kept their submitter have no `submitter`: they read
+    /// as records with none (any app's cancel applies, as before), and a record with one
+    /// keeps it through the item.
+    #[test]
+    fn the_submitter_is_kept_and_items_without_one_stay_readable() {
+        let sender = crate::domain::Sender::from_sender_id("AROASHOP:session-1");
+        let owned = task("o-6").submitted_by(sender.clone());
+        let item = task_item(&owned, &tables(30)).unwrap();
+        assert_eq!(item.get("submitter"), Some(&AttributeValue::S("AROASHOP".into())));
+        assert_eq!(task_from_item(item).unwrap().submitter, sender);
+        let mut old = task_item(&task("o-7"), &tables(30)).unwrap();
+        assert!(!old.contains_key("submitter"), "absent, not NULL");
+        old.remove("submitter");
+        assert_eq!(task_from_item(old).unwrap().submitter, None);
+    }
 }

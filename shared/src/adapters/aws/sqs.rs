@@ -223,6 +223,9 @@ impl QueueConsumer for SqsQueues {
             .max_number_of_messages(max.clamp(1, MAX_BATCH_ENTRIES) as i32)
             .wait_time_seconds(wait_seconds(wait_ms))
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            // Who sent it, as SQS saw the sender's credentials: the orders queue binds
+            // an order to it (`handlers/submission.rs`).
+            .message_system_attribute_names(MessageSystemAttributeName::SenderId)
             .message_attribute_names("All")
             .send()
             .await
@@ -284,6 +287,7 @@ fn delivery(m: aws_sdk_sqs::types::Message) -> Delivery {
         .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
         .and_then(|c| c.parse().ok())
         .unwrap_or(1);
+    let sender = m.attributes().and_then(|a| a.get(&MessageSystemAttributeName::SenderId)).cloned();
     let attributes: BTreeMap<String, String> = m
         .message_attributes()
         .into_iter()
@@ -296,6 +300,7 @@ fn delivery(m: aws_sdk_sqs::types::Message) -> Delivery {
         attributes,
         receive_count,
         receipt: m.receipt_handle.unwrap_or_default(),
+        sender,
     }
 }
 

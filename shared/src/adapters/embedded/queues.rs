@@ -36,6 +36,9 @@ pub struct StoredMessage {
     pub attributes: BTreeMap<String, String>,
     pub receive_count: u32,
     pub sent_at: Timestamp,
+    /// What SQS would give as the message's `SenderId`: set by a send through
+    /// [`EmbeddedQueues::sending_as`] (an app's), absent for the pipeline's own sends.
+    pub sender: Option<String>,
 }
 
 impl StoredMessage {
@@ -45,6 +48,7 @@ impl StoredMessage {
             message_id: self.message_id.clone(),
             body: self.body.clone(),
             receive_count: self.receive_count,
+            sender: self.sender.clone(),
         }
     }
 }
@@ -194,11 +198,15 @@ impl EmbeddedQueues {
         let _ =
             tokio::time::timeout(std::time::Duration::from_millis(max_wait_ms), self.sent.notified()).await;
     }
-}
 
-#[async_trait]
-impl Queues for EmbeddedQueues {
-    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
+    /// Sends as SQS does for a caller whose `SenderId` is `sender` (`None`: no sender
+    /// known, as for the pipeline's own sends).
+    fn send_from(
+        &self,
+        queue: &QueueUrl,
+        messages: Vec<Outgoing>,
+        sender: Option<&str>,
+    ) -> Result<(), QueueError> {
         let now = self.clock.now();
         {
             let mut guard = self.state();
@@ -220,6 +228,7 @@ impl Queues for EmbeddedQueues {
                     attributes: m.attributes,
                     receive_count: 0,
                     sent_at: now,
+                    sender: sender.map(str::to_owned),
                 };
                 let visible_at = now.plus_ms(m.delay_ms);
                 if q.settings.duplicate_rate > 0.0 && rng.f64() < q.settings.duplicate_rate {
@@ -232,6 +241,33 @@ impl Queues for EmbeddedQueues {
         }
         self.sent.notify_waiters();
         Ok(())
+    }
+
+    /// A handle that sends as `sender_id` would: what an app's sends are in an in-process
+    /// run, so the orders queue's sender checks are exercised as on SQS.
+    pub fn sending_as(self: &Arc<Self>, sender_id: &str) -> SendingAs {
+        SendingAs { queues: self.clone(), sender_id: sender_id.to_owned() }
+    }
+}
+
+#[async_trait]
+impl Queues for EmbeddedQueues {
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
+        self.send_from(queue, messages, None)
+    }
+}
+
+/// Sends to the embedded queues under one sender id ([`EmbeddedQueues::sending_as`]).
+#[derive(Clone)]
+pub struct SendingAs {
+    queues: Arc<EmbeddedQueues>,
+    sender_id: String,
+}
+
+#[async_trait]
+impl Queues for SendingAs {
+    async fn send_batch(&self, queue: &QueueUrl, messages: Vec<Outgoing>) -> Result<(), QueueError> {
+        self.queues.send_from(queue, messages, Some(&self.sender_id))
     }
 }
 
@@ -251,6 +287,7 @@ impl QueueConsumer for EmbeddedQueues {
                 attributes: r.message.attributes,
                 receive_count: r.message.receive_count,
                 receipt: r.receipt,
+                sender: r.message.sender,
             })
             .collect())
     }

@@ -4,7 +4,7 @@
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, LineItem, OperatorAlert, Order, OrderStatus, ReplyOutcome};
-use crate::domain::operator::Actor;
+use crate::domain::operator::{Actor, Origin};
 use crate::domain::retry::Backoff;
 use crate::domain::workflow::{OnGiveUp, Step, Workflow};
 
@@ -154,8 +154,12 @@ pub(in crate::domain) fn mixed() -> Workflow {
     )
 }
 
-pub(in crate::domain) const OPS: Actor<'static> =
-    Actor { by: "arn:aws:iam::123456789012:user/ops", why: "remote fixed", seen: None };
+pub(in crate::domain) const OPS: Actor<'static> = Actor {
+    by: "arn:aws:iam::123456789012:user/ops",
+    why: "remote fixed",
+    seen: None,
+    origin: Origin::Operator,
+};
 
 pub(in crate::domain) fn act(task: &TaskRecord, wf: &Workflow, act: Act) -> Decision {
     checked(task, task.act(act, OPS, T0.plus_ms(50_000), wf, &policy()))

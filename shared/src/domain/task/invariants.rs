@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, ReplyOutcome};
-use crate::domain::operator::Actor;
+use crate::domain::operator::{Actor, Origin};
 use crate::domain::workflow::{Action, Step, StepKind, Workflow};
 
 use super::fixtures::*;
@@ -246,7 +246,7 @@ proptest! {
                     r
                 }
                 Event::Operate(act) => {
-                    let actor = Actor { by: "op", why: "test", seen: None };
+                    let actor = Actor { by: "op", why: "test", seen: None, origin: Origin::Operator };
                     let r = task.act(act, actor, now, &wf, &policy);
                     let allowed = match act {
                         Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
+use crate::domain::ids::{LeaseToken, OrderId, Sender, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{OperatorAlert, Order, OrderStatus};
 use crate::domain::output::Outputs;
@@ -146,6 +146,12 @@ pub struct TaskRecord {
     #[serde(default)]
     pub step_failures: u32,
     pub reply_to: Option<String>,
+    /// Who sent the order: the principal of its SQS `SenderId` (`ids::Sender`). Only a
+    /// cancel from the same sender applies, and the same id sent by another is refused.
+    /// Absent on records written before it was kept, and in runs whose messages carry no
+    /// sender: any cancel applies to those, as it did before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitter: Option<Sender>,
     /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
     #[serde(default, skip_serializing_if = "Outputs::is_empty")]
     pub outputs: Outputs,
@@ -208,6 +214,18 @@ pub enum Refusal {
     /// An operator's action that does not apply to the task as it is: nothing changed.
     #[error("cannot {act} a task that is {state}: {why}")]
     NotAllowed { act: &'static str, state: &'static str, why: String },
+    /// A message about an order from a sender other than the one that submitted it (an
+    /// app's cancel, or the same order id sent again): nothing changed. It names the
+    /// message's own sender, never the submitter.
+    #[error("order {order_id} was submitted by another sender{}", from_whom(.sent_by.as_ref()))]
+    OtherSender { order_id: OrderId, sent_by: Option<Sender> },
+}
+
+fn from_whom(sent_by: Option<&Sender>) -> String {
+    match sent_by {
+        Some(s) => format!(" (this message came from {s})"),
+        None => " (this message carries no sender)".to_owned(),
+    }
 }
 
 fn in_doubt_unless_stored() -> bool {
@@ -253,6 +271,7 @@ impl TaskRecord {
             failure_count: 0,
             step_failures: 0,
             reply_to,
+            submitter: None,
             outputs: Outputs::new(),
             last_cause: Cause::Submitted,
             last_error: None,
@@ -371,6 +390,25 @@ impl TaskRecord {
     pub fn pinned_to(mut self, wf: &Workflow) -> TaskRecord {
         self.workflow_version = wf.version;
         self
+    }
+
+    /// Submitted by `sender` (none known: anyone may cancel it, as before senders were kept).
+    pub fn submitted_by(mut self, sender: Option<Sender>) -> TaskRecord {
+        self.submitter = sender;
+        self
+    }
+
+    /// Whether a message from `sender` may speak for this order: always when the record
+    /// knows no submitter (written before submitters were kept, or in a run without
+    /// sender ids), else only when it comes from the submitter. A message without a
+    /// sender does not speak for an order that has one.
+    pub fn check_sender(&self, sender: Option<&Sender>) -> Result<(), Refusal> {
+        match &self.submitter {
+            Some(submitter) if Some(submitter) != sender => {
+                Err(Refusal::OtherSender { order_id: self.order_id.clone(), sent_by: sender.cloned() })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Every decision's record gets its timeline entry here, so no move goes unrecorded.
