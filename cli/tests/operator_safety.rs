@@ -1,0 +1,127 @@
+//! The operator commands' safety rules (issue 24, finding 6), as an operator meets them:
+//! the built binary against moto (infra/with-moto.sh sets SAS_TEST_ENDPOINT; without it a
+//! test prints a loud SKIPPED line and passes, except under CI=true), resources made and
+//! read with the plain SDK.
+
+use std::process::Command;
+
+use sas::adapters::aws::DynamoStore;
+use sas::adapters::aws::provision::{Layout, Provisioned, provision};
+use sas::domain::{LineItem, Order, OrderId, Policy, TaskRecord, Timestamp};
+use sas::ports::StateStore;
+
+mod support;
+
+fn unique(what: &str) -> String {
+    format!("{what}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// `sasctl ARGS` as an operator runs it: exit code, stdout, stderr.
+fn sasctl(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(args)
+        .env_remove("SAS_STACK")
+        .env_remove("SAS_PREFIX")
+        .env_remove("SAS_WORKFLOWS")
+        .env_remove("REPLY_TO_EXTRA_QUEUE_ARNS")
+        .output()
+        .expect("sasctl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn deployment(endpoint: &str, prefix: &str) -> (aws_config::SdkConfig, Provisioned) {
+    let sdk = sasctl::endpoint::sdk_config(endpoint).await;
+    let provisioned = provision(&sdk, &Layout::standard(prefix)).await.expect("provisioned");
+    (sdk, provisioned)
+}
+
+async fn remove_resources(sdk: &aws_config::SdkConfig, prefix: &str, extra_queues: &[&str]) {
+    let clients = sas::adapters::aws::Clients::new(sdk);
+    let all = sasctl::resources::existing(&clients, &Layout::standard(prefix)).await.expect("listed");
+    assert!(sasctl::resources::remove(&clients, &all).await.is_empty(), "tidied up after the test");
+    for url in extra_queues {
+        clients.sqs.delete_queue().queue_url(*url).send().await.expect("queue deleted");
+    }
+}
+
+/// A task of the built-in `single-step` workflow, Pending, nothing done yet.
+fn pending_task(id: &str, reply_to: &str) -> TaskRecord {
+    let order = Order {
+        order_id: OrderId::parse(id).unwrap(),
+        customer_id: "c-1".into(),
+        items: vec![LineItem { sku: "A-1".into(), quantity: 1 }],
+        workflow: "single-step".into(),
+        workflow_version: None,
+    };
+    TaskRecord::new(&order, Some(reply_to.to_owned()), Timestamp(1_700_000_000_000), &Policy::default())
+}
+
+async fn bodies(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let got = sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1);
+        let got = got.send().await.expect("received").messages.unwrap_or_default();
+        if got.is_empty() {
+            return out;
+        }
+        for m in got {
+            out.extend(m.body);
+            let receipt = m.receipt_handle.unwrap_or_default();
+            sqs.delete_message().queue_url(url).receipt_handle(receipt).send().await.expect("deleted");
+        }
+    }
+}
+
+/// An order accepted while its reply_to queue was on the allow-list, and the queue taken off
+/// it since: the functions tell it nothing more (every send is checked), and an operator's
+/// action must not either. Before the fix, `tasks` allowed each order's own stored reply_to.
+#[tokio::test]
+async fn an_operator_action_tells_only_a_reply_to_the_deployment_allows() {
+    let Some(endpoint) = support::endpoint("an_operator_action_tells_only_a_reply_to_the_deployment_allows")
+    else {
+        return;
+    };
+    let prefix = unique("rt");
+    let (sdk, provisioned) = deployment(&endpoint, &prefix).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let app = sqs.create_queue().queue_name(format!("{prefix}-app")).send().await.unwrap().queue_url.unwrap();
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), provisioned.tables.clone());
+    store.insert(&pending_task("allowed-1", &provisioned.status_queue)).await.unwrap();
+    store.insert(&pending_task("dropped-1", &app)).await.unwrap();
+
+    for id in ["allowed-1", "dropped-1"] {
+        let (code, out, err) = sasctl(&[
+            "tasks",
+            "cancel",
+            id,
+            "--reason",
+            "customer left",
+            "--json",
+            "--prefix",
+            &prefix,
+            "--endpoint-url",
+            &endpoint,
+        ]);
+        assert_eq!(code, 0, "{id}: {out}{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+        assert_eq!(v["outcome"], "applied", "{v}");
+        if id == "dropped-1" {
+            assert_eq!(
+                v["status_not_sent"],
+                "reply_to names a queue that is not on this deployment's reply_to allow-list",
+                "{v}"
+            );
+        } else {
+            assert!(v.get("status_not_sent").is_none(), "{v}");
+        }
+    }
+    let told = bodies(&sqs, &provisioned.status_queue).await;
+    assert!(!told.is_empty() && told.iter().all(|b| b.contains("allowed-1")), "status queue: {told:?}");
+    let leaked = bodies(&sqs, &app).await;
+    assert!(leaked.is_empty(), "a queue off the allow-list was told: {leaked:?}");
+    remove_resources(&sdk, &prefix, &[&app]).await;
+}
