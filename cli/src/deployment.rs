@@ -337,16 +337,16 @@ impl DeploymentArgs {
         }
     }
 
-    /// SDK configuration: `--endpoint-url` (checked; an emulator gets dummy credentials
-    /// and us-east-1 when none are set), else the SDK's defaults, `AWS_ENDPOINT_URL`
-    /// included. Also returns the endpoint as messages name it.
+    /// SDK configuration: `--endpoint-url` (checked; signed with throwaway credentials
+    /// over plain http, `crate::endpoint::signing`; us-east-1 when no region is set), else
+    /// the SDK's defaults, `AWS_ENDPOINT_URL` included (signed the same way over plain http). Also returns the endpoint as messages name it.
     pub async fn sdk_config(&self) -> Result<(SdkConfig, String), DeploymentError> {
         let sdk = match &self.endpoint_url {
             Some(url) => {
                 crate::endpoint::check_url(url).map_err(|_| DeploymentError::NotAUrl { url: url.clone() })?;
                 crate::endpoint::sdk_config(url).await
             }
-            None => sas::adapters::aws::config_loader().load().await,
+            None => crate::endpoint::default_sdk_config().await,
         };
         let env_url = std::env::var("AWS_ENDPOINT_URL").ok().filter(|u| !u.is_empty());
         let at = match self.endpoint_url.clone().or(env_url) {

@@ -148,7 +148,7 @@ pub async fn publish(args: &PublishArgs) -> Result<ExitCode, String> {
     }
     let config = match &args.endpoint_url {
         Some(url) => crate::endpoint::sdk_config(url).await,
-        None => sas::adapters::aws::config_loader().load().await,
+        None => crate::endpoint::default_sdk_config().await,
     };
     let client = aws_sdk_lambda::Client::new(&config);
     let published = client

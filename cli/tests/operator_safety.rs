@@ -125,3 +125,81 @@ async fn an_operator_action_tells_only_a_reply_to_the_deployment_allows() {
     assert!(leaked.is_empty(), "a queue off the allow-list was told: {leaked:?}");
     remove_resources(&sdk, &prefix, &[&app]).await;
 }
+
+/// A plain-http endpoint that records the head of every request and answers 400 (which
+/// no SDK retries).
+fn recording_endpoint() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            seen.lock().unwrap().push(String::from_utf8_lossy(&buf).to_lowercase());
+            let _ = stream
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (url, heads)
+}
+
+/// `dev`, `up`, `bench` and the operator commands sign requests to a plain-http endpoint
+/// with throwaway credentials: the caller's own (here in the environment, with a session
+/// token) never travel in clear. Before the fix the access key id was in every request's
+/// Authorization header and the session token in X-Amz-Security-Token.
+#[test]
+fn real_credentials_never_go_to_a_plain_http_endpoint() {
+    const KEY_ID: &str = "AKIAREALKEYSHOULDNOT";
+    const TOKEN: &str = "real-session-token-never-in-clear";
+    let (url, heads) = recording_endpoint();
+    let runs: [(&[&str], bool); 4] = [
+        (&["tasks", "list", "--prefix", "p", "--endpoint-url", &url], false),
+        (&["dlq", "list", "orders", "--prefix", "p"], true),
+        (&["dev", "--orders", "1", "--endpoint-url", &url], false),
+        (
+            &["up", "--endpoint-url", &url, "--prefix", "p", "--remote-service-url", "http://127.0.0.1:1"],
+            false,
+        ),
+    ];
+    for (args, from_env) in runs {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sasctl"));
+        command
+            .args(args)
+            .env_remove("SAS_STACK")
+            .env_remove("SAS_PREFIX")
+            .env_remove("AWS_PROFILE")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", KEY_ID)
+            .env("AWS_SECRET_ACCESS_KEY", "real-secret")
+            .env("AWS_SESSION_TOKEN", TOKEN)
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+        if from_env {
+            command.env("AWS_ENDPOINT_URL", &url);
+        } else {
+            command.env_remove("AWS_ENDPOINT_URL");
+        }
+        let before = heads.lock().unwrap().len();
+        let out = command.output().expect("sasctl runs");
+        assert_ne!(out.status.code(), Some(0), "{args:?}: the endpoint answers nothing useful");
+        let heads = heads.lock().unwrap();
+        assert!(heads.len() > before, "{args:?}: no request reached the endpoint");
+        for head in &heads[before..] {
+            assert!(head.contains("authorization: aws4-hmac-sha256 credential=testing/"), "{args:?}: {head}");
+            assert!(
+                !head.contains(&KEY_ID.to_lowercase()),
+                "{args:?}: the real key id went in clear: {head}"
+            );
+            assert!(!head.contains(TOKEN), "{args:?}: the session token went in clear: {head}");
+        }
+    }
+}
