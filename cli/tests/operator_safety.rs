@@ -203,3 +203,58 @@ fn real_credentials_never_go_to_a_plain_http_endpoint() {
         }
     }
 }
+
+/// `dlq redrive` of the orders DLQ holding two orders and an app's cancel: the orders go
+/// back at most --rate a second, the cancel stays (it may be stale: its order resubmitted
+/// since) unless --include-cancels; --dry-run says which would stay. Before the fix every
+/// message went back at once, the cancel with them.
+#[tokio::test]
+async fn a_redrive_is_paced_and_leaves_cancels_in_the_dlq_unless_asked() {
+    let Some(endpoint) = support::endpoint("a_redrive_is_paced_and_leaves_cancels_in_the_dlq_unless_asked")
+    else {
+        return;
+    };
+    let prefix = unique("rd");
+    let (sdk, provisioned) = deployment(&endpoint, &prefix).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let cancel = r#"{"cancel":"o-1","reason":"customer left"}"#;
+    let orders: Vec<String> = (1..=4)
+        .map(|i| format!(r#"{{"order_id":"o-{i}","customer_id":"c","items":[{{"sku":"A","quantity":1}}],"workflow":"single-step"}}"#))
+        .collect();
+    for body in orders.iter().map(String::as_str).chain([cancel]) {
+        sqs.send_message().queue_url(&provisioned.orders_dlq).message_body(body).send().await.unwrap();
+    }
+    let redrive = |extra: &[&str]| {
+        let mut args =
+            vec!["dlq", "redrive", "orders", "--json", "--prefix", &prefix, "--endpoint-url", &endpoint];
+        args.extend_from_slice(extra);
+        let (code, out, err) = sasctl(&args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON lines"))
+            .collect::<Vec<_>>()
+    };
+
+    let preview = redrive(&["--dry-run"]);
+    let stays: Vec<_> = preview.iter().filter(|v| v.get("would_stay").is_some()).collect();
+    assert_eq!(stays.len(), 1, "{preview:?}");
+    assert_eq!(stays[0]["body"], cancel);
+    assert_eq!(preview.iter().filter(|v| v.get("would_move_to").is_some()).count(), 4, "{preview:?}");
+
+    let started = std::time::Instant::now();
+    let done = redrive(&["--rate", "2"]);
+    let elapsed = started.elapsed();
+    assert_eq!((done[0]["moved"].as_u64(), done[0]["held_back"].as_u64()), (Some(4), Some(1)), "{done:?}");
+    // Four at two a second: the last pair is not sent before a second has passed.
+    assert!(elapsed >= std::time::Duration::from_millis(1_500), "4 messages at --rate 2 took {elapsed:?}");
+    let mut back = bodies(&sqs, &provisioned.orders_queue).await;
+    back.sort();
+    assert_eq!(back, orders, "the orders went back");
+    assert_eq!(bodies(&sqs, &provisioned.orders_dlq).await, [cancel], "the cancel stayed");
+
+    sqs.send_message().queue_url(&provisioned.orders_dlq).message_body(cancel).send().await.unwrap();
+    let done = redrive(&["--include-cancels"]);
+    assert_eq!((done[0]["moved"].as_u64(), done[0]["held_back"].as_u64()), (Some(1), Some(0)), "{done:?}");
+    assert_eq!(bodies(&sqs, &provisioned.orders_queue).await, [cancel], "asked for, the cancel went back");
+    remove_resources(&sdk, &prefix, &[]).await;
+}
