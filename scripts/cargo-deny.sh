@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Supply-chain checks of the Rust dependency graph with cargo-deny (deny.toml):
+# Supply-chain checks of the Rust dependency graphs with cargo-deny (deny.toml), of the
+# workspace and of fuzz/ (its own workspace and Cargo.lock, built on nightly only):
 #   bans      duplicate and banned crates, wildcard version requirements
 #   licenses  every crate's license is on deny.toml's allow-list
 #   sources   every crate comes from crates.io (no git or other registries)
@@ -25,4 +26,6 @@ if [[ ! -x "$DENY" ]] || [[ "$("$DENY" --version 2>/dev/null)" != "cargo-deny $V
 fi
 
 cd "$ROOT"
-exec "$DENY" --locked check bans licenses sources
+"$DENY" --locked check bans licenses sources
+# fuzz/ under the same policy: its Cargo.lock is a supply chain too.
+exec "$DENY" --locked --manifest-path fuzz/Cargo.toml --config deny.toml check bans licenses sources

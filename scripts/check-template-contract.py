@@ -12,7 +12,9 @@ infra/ bootstrap expect. This checks that contract:
 - IAM: one role per function, no managed policies, no wildcard action or resource
   (except the log-stream part of the function's own log group), and exactly the
   (action, resource) pairs each function needs -- no more, no less (the agent's secrets
-  only on the deployer's AgentSecretArns, kms:Decrypt only via SSM or Secrets Manager);
+  only on the deployer's AgentSecretArns; every kms action only through the service that
+  uses the key, kms:ViaService: SSM or Secrets Manager for the secrets, SNS for the topic);
+- the functions' one layer (the definition file) is a layer of the stack's own account;
 - alarms: OrdersFailed, depth on every DLQ, Errors and Throttles per function, supervisor
   not running (missing data breaching), StaleReplies; all notify the operator topic;
 - the dashboard body is valid JSON once substituted and shows every alarm;
@@ -180,6 +182,11 @@ for short in ("submission", "scheduler", "agent", "supervisor"):
     unread = env - {v["name"] for v in VARIABLES}
     if unread:
         err(f"{name}: environment sets {sorted(unread)}, which no function reads")
+    # The definition file decides where orders and secrets go: its layer's ARN is built in
+    # this account, never taken whole from a parameter.
+    layers = json.dumps(p.get("Layers", []))
+    if p.get("Layers") and ("${AWS::AccountId}" not in layers or '"Ref": "Workflows' in layers):
+        err(f"{name}: Layers must be built as arn:...:${{AWS::AccountId}}:layer:..., not taken from a parameter: {layers}")
     meta = R[k].get("Metadata", {})
     if meta.get("BuildMethod") != "rust-cargolambda" or meta.get("BuildProperties", {}).get("Binary") != short:
         err(f"{name}: Metadata must be BuildMethod rust-cargolambda, Binary {short}")
@@ -328,10 +335,10 @@ for short, k in fid.items():
                 if resources == {"Ref": "AgentQueueArns"}:
                     grants.add((action, QUEUE_AGENTS))
                     continue
+                # A key is used only through the service that holds what it encrypts.
+                if action.startswith("kms:") and "kms:ViaService" not in st.get("Condition", {}).get("StringEquals", {}):
+                    err(f"{short}: {action} without a kms:ViaService condition")
                 if resources == {"Ref": "AgentSecretArns"}:
-                    # The deployer's keys decrypt only what SSM or Secrets Manager hands over.
-                    if action == "kms:Decrypt" and "kms:ViaService" not in st.get("Condition", {}).get("StringEquals", {}):
-                        err(f"{short}: kms:Decrypt on AgentSecretArns without a kms:ViaService condition")
                     grants.add((action, SECRETS))
                     continue
                 for res in as_list(resources):

@@ -15,6 +15,11 @@
 //! 4. the environment: `SAS_STACK`, else `SAS_PREFIX`, read only when neither `--stack`
 //!    nor `--prefix` is given.
 //!
+//! The `reply_to` allow-list an operator action's status updates go by is the functions':
+//! the status queue (`StatusQueueArn`, `P-status`, or `--status-queue-arn`), the extra
+//! queues (the stack's `ExtraReplyToQueueArns`, else `REPLY_TO_EXTRA_QUEUE_ARNS`), never
+//! one of the deployment's own queues ([`Deployment::reply_to_rules`]).
+//!
 //! `--endpoint-url` points every call at an emulator (moto, LocalStack); without it the
 //! SDK's own rules apply, `AWS_ENDPOINT_URL` included.
 //!
@@ -63,6 +68,10 @@ pub struct DeploymentArgs {
     /// The operator alert topic's ARN.
     #[arg(long, value_name = "ARN")]
     pub alert_topic: Option<String>,
+    /// The status queue's ARN: on the reply_to allow-list an action's status updates go
+    /// by (overrides the stack or prefix).
+    #[arg(long, value_name = "ARN")]
+    pub status_queue_arn: Option<String>,
     /// An AWS endpoint (moto, LocalStack) instead of AWS itself; AWS_ENDPOINT_URL is
     /// honoured as the AWS SDK does.
     #[arg(long, value_name = "URL")]
@@ -109,6 +118,15 @@ impl WorkQueue {
             WorkQueue::Orders => ("OrdersQueueUrl", "OrdersDlqUrl"),
             WorkQueue::Scheduler => ("SchedulerQueueUrl", "SchedulerDlqUrl"),
             WorkQueue::Agent => ("AgentQueueUrl", "AgentDlqUrl"),
+        }
+    }
+
+    /// The functions' variables naming the queue and its DLQ (`sas::config::OWN_QUEUE_VARIABLES`).
+    fn variables(self) -> (&'static str, &'static str) {
+        match self {
+            WorkQueue::Orders => ("ORDERS_QUEUE_URL", "ORDERS_DLQ_URL"),
+            WorkQueue::Scheduler => ("SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL"),
+            WorkQueue::Agent => ("AGENT_QUEUE_URL", "AGENT_DLQ_URL"),
         }
     }
 
@@ -166,6 +184,9 @@ pub enum DeploymentError {
         "cannot tell who is acting (STS GetCallerIdentity at {at}: {reason}); an operator action must name a real identity: check the credentials (aws sts get-caller-identity)"
     )]
     NoIdentity { at: String, reason: String },
+    /// The deployment's `reply_to` rules could not be built from what was found.
+    #[error("the deployment's reply_to allow-list: {0}")]
+    ReplyTo(String),
 }
 
 /// A resource's address, or why it was not found.
@@ -187,6 +208,10 @@ pub struct Deployment {
     queues: [Found; 3],
     dlqs: [Found; 3],
     alert_topic: Found,
+    /// The status queue's ARN: the `reply_to` allow-list's one sure entry.
+    status_queue_arn: Found,
+    /// `--endpoint-url`, else `AWS_ENDPOINT_URL`: the form a local `reply_to` takes.
+    endpoint: Option<String>,
     /// The stack's parameters, with `--stack` (what the functions were configured with).
     parameters: std::collections::BTreeMap<String, String>,
 }
@@ -230,6 +255,30 @@ impl Deployment {
     /// The operator alert topic's ARN.
     pub fn alert_topic_arn(&self) -> Result<&str, DeploymentError> {
         found(&self.alert_topic, "alert topic")
+    }
+
+    /// The `reply_to` rules of the deployment's functions (`sas::config::reply_to_rules`),
+    /// from what was found: the status queue, the extra queues (the stack's
+    /// `ExtraReplyToQueueArns`, else `REPLY_TO_EXTRA_QUEUE_ARNS` as the functions read it),
+    /// the region and endpoint, and the six queues, which `reply_to` may never name.
+    pub fn reply_to_rules(&self) -> Result<sas::domain::ReplyToRules, DeploymentError> {
+        let status = found(&self.status_queue_arn, "status queue")?.to_owned();
+        let extras = match &self.origin {
+            Origin::Stack(_) => self.parameter("ExtraReplyToQueueArns").map(str::to_owned),
+            _ => std::env::var("REPLY_TO_EXTRA_QUEUE_ARNS").ok(),
+        };
+        let mut vars: Vec<(&str, String)> = vec![("STATUS_QUEUE_ARN", status)];
+        vars.extend(extras.map(|e| ("REPLY_TO_EXTRA_QUEUE_ARNS", e)));
+        vars.extend(self.sdk.region().map(|r| ("AWS_REGION", r.to_string())));
+        vars.extend(self.endpoint.clone().map(|e| ("AWS_ENDPOINT_URL", e)));
+        vars.extend(std::env::var("AWS_ENDPOINT_URL_SQS").ok().map(|e| ("AWS_ENDPOINT_URL_SQS", e)));
+        for q in WorkQueue::ALL {
+            let (queue, dlq) = q.variables();
+            vars.extend(self.queues[q.index()].as_ref().ok().map(|u| (queue, u.clone())));
+            vars.extend(self.dlqs[q.index()].as_ref().ok().map(|u| (dlq, u.clone())));
+        }
+        let lookup = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        sas::config::reply_to_rules(&lookup).map_err(|e| DeploymentError::ReplyTo(e.problems.join("; ")))
     }
 
     /// Who is acting: the ARN STS answers for the credentials in use (see [`caller_identity`]).
@@ -288,16 +337,16 @@ impl DeploymentArgs {
         }
     }
 
-    /// SDK configuration: `--endpoint-url` (checked; an emulator gets dummy credentials
-    /// and us-east-1 when none are set), else the SDK's defaults, `AWS_ENDPOINT_URL`
-    /// included. Also returns the endpoint as messages name it.
+    /// SDK configuration: `--endpoint-url` (checked; signed with throwaway credentials
+    /// over plain http, `crate::endpoint::signing`; us-east-1 when no region is set), else
+    /// the SDK's defaults, `AWS_ENDPOINT_URL` included (signed the same way over plain http). Also returns the endpoint as messages name it.
     pub async fn sdk_config(&self) -> Result<(SdkConfig, String), DeploymentError> {
         let sdk = match &self.endpoint_url {
             Some(url) => {
                 crate::endpoint::check_url(url).map_err(|_| DeploymentError::NotAUrl { url: url.clone() })?;
                 crate::endpoint::sdk_config(url).await
             }
-            None => sas::adapters::aws::config_loader().load().await,
+            None => crate::endpoint::default_sdk_config().await,
         };
         let env_url = std::env::var("AWS_ENDPOINT_URL").ok().filter(|u| !u.is_empty());
         let at = match self.endpoint_url.clone().or(env_url) {
@@ -326,6 +375,12 @@ impl DeploymentArgs {
             queues: WorkQueue::ALL.map(|q| Err(unnamed(q.flag()))),
             dlqs: WorkQueue::ALL.map(|q| Err(unnamed(q.flag()))),
             alert_topic: Err(unnamed("--alert-topic")),
+            status_queue_arn: Err(unnamed("--status-queue-arn")),
+            endpoint: self
+                .endpoint_url
+                .clone()
+                .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+                .filter(|u| !u.trim().is_empty()),
             parameters: Default::default(),
             origin: origin.clone(),
             at,
@@ -341,6 +396,9 @@ impl DeploymentArgs {
         }
         if let Some(arn) = &self.alert_topic {
             d.alert_topic = Ok(arn.clone());
+        }
+        if let Some(arn) = &self.status_queue_arn {
+            d.status_queue_arn = Ok(arn.clone());
         }
         let sqs = aws_sdk_sqs::Client::new(&d.sdk);
         for (queue, url) in [
@@ -401,6 +459,7 @@ async fn from_stack(d: &mut Deployment, stack: &str) -> Result<(), DeploymentErr
         .collect();
     d.table = output("StateTableName", "--table");
     d.alert_topic = output("AlertTopicArn", "--alert-topic");
+    d.status_queue_arn = output("StatusQueueArn", "--status-queue-arn");
     for q in WorkQueue::ALL {
         let (queue, dlq) = q.outputs();
         d.queues[q.index()] = output(queue, q.flag());
@@ -432,6 +491,17 @@ async fn from_prefix(d: &mut Deployment, prefix: &str) -> Result<(), DeploymentE
             fix: fix(q.flag()),
         });
     }
+    let status = format!("{prefix}-status");
+    d.status_queue_arn = match queue_url(&sqs, &d.at, &status, None).await? {
+        Some(url) => queue_arn(&sqs, &d.at, &url).await?.ok_or_else(|| Missing {
+            why: format!("queue {status} at {} has no QueueArn attribute", d.at),
+            fix: fix("--status-queue-arn"),
+        }),
+        None => Err(Missing {
+            why: format!("queue {status} does not exist at {}", d.at),
+            fix: fix("--status-queue-arn"),
+        }),
+    };
     let topic = format!("{prefix}-alerts");
     d.alert_topic = topic_arn(&d.sdk, &d.at, &topic).await?.ok_or_else(|| Missing {
         why: format!("topic {topic} does not exist at {}", d.at),
@@ -459,6 +529,24 @@ pub(crate) async fn queue_url(
             reason: aws_reason(&e),
         }),
     }
+}
+
+/// The ARN of the queue at `url` (SQS GetQueueAttributes).
+async fn queue_arn(
+    sqs: &aws_sdk_sqs::Client,
+    at: &str,
+    url: &str,
+) -> Result<Option<String>, DeploymentError> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out =
+        sqs.get_queue_attributes().queue_url(url).attribute_names(A::QueueArn).send().await.map_err(|e| {
+            DeploymentError::Aws {
+                doing: format!("reading the ARN of {url} (SQS GetQueueAttributes)"),
+                at: at.to_owned(),
+                reason: aws_reason(&e),
+            }
+        })?;
+    Ok(out.attributes().and_then(|a| a.get(&A::QueueArn)).filter(|a| !a.is_empty()).cloned())
 }
 
 /// SQS's "no such queue", under either of the codes AWS and emulators answer with.
@@ -640,6 +728,37 @@ mod tests {
         assert_eq!(dlq_arn("{}"), None);
         assert_eq!(arn_account_and_name("arn:aws:sns:us-east-1:1:t"), None);
         assert_eq!(arn_account_and_name("sas-orders-dlq"), None);
+    }
+
+    /// A stack's deployment as `resolve` finds it: the allow-list is the status queue and
+    /// the stack's extra queues, never one of its own queues.
+    #[test]
+    fn the_reply_to_rules_are_the_stacks() {
+        let url = |name: &str| Ok(format!("https://sqs.us-east-1.amazonaws.com/123456789012/{name}"));
+        let d = Deployment {
+            origin: Origin::Stack("sas".into()),
+            at: "AWS (us-east-1)".into(),
+            sdk: SdkConfig::builder().region(aws_config::Region::new("us-east-1")).build(),
+            table: Ok("sas-state".into()),
+            queues: [url("sas-orders"), url("sas-scheduler"), url("sas-agent")],
+            dlqs: [url("sas-orders-dlq"), url("sas-scheduler-dlq"), url("sas-agent-dlq")],
+            alert_topic: Ok("arn:aws:sns:us-east-1:123456789012:sas-alerts".into()),
+            status_queue_arn: Ok("arn:aws:sqs:us-east-1:123456789012:sas-status".into()),
+            endpoint: None,
+            parameters: [(
+                "ExtraReplyToQueueArns".to_owned(),
+                "arn:aws:sqs:us-east-1:210987654321:app".to_owned(),
+            )]
+            .into(),
+        };
+        let rules = d.reply_to_rules().unwrap();
+        assert!(rules.allows("https://sqs.us-east-1.amazonaws.com/123456789012/sas-status").is_ok());
+        assert!(rules.allows("https://sqs.us-east-1.amazonaws.com/210987654321/app").is_ok());
+        for refused in ["sas-scheduler", "sas-orders-dlq", "elsewhere"] {
+            assert!(rules.allows(url(refused).as_ref().unwrap()).is_err(), "{refused}");
+        }
+        let none = Deployment { status_queue_arn: Err(Missing { why: "w".into(), fix: "f".into() }), ..d };
+        assert_eq!(none.reply_to_rules().unwrap_err().to_string(), "no status queue: w; f");
     }
 
     #[test]

@@ -119,24 +119,61 @@ pub async fn probe(sdk: &SdkConfig, url: &str) -> Result<(), EndpointError> {
     })
 }
 
-/// SDK configuration for `endpoint`. Region and credentials come from the usual
-/// environment; an emulator accepts any, so where none are set, fixed dummy ones are
-/// used rather than failing on the first request.
+/// Which credentials sign the requests to an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signing {
+    /// Fixed throwaway credentials ([`THROWAWAY_KEY_ID`]), which emulators accept as they
+    /// accept any.
+    Throwaway,
+    /// The SDK's credential chain (environment, profile, SSO, instance role).
+    Chain,
+}
+
+/// The access key id of the throwaway credentials.
+pub const THROWAWAY_KEY_ID: &str = "testing";
+
+/// The credentials for `endpoint`: throwaway ones over plain http, where every request
+/// travels in clear (the access key id, a replayable signature and any session token
+/// among its headers), so the caller's real credentials never do; the chain over https,
+/// unless none is configured (`configured`: `AWS_ACCESS_KEY_ID` or `AWS_PROFILE` set),
+/// when an emulator behind TLS gets the throwaway ones rather than a failed first request.
+pub fn signing(endpoint: &str, configured: bool) -> Signing {
+    if is_plain_http(endpoint) || !configured { Signing::Throwaway } else { Signing::Chain }
+}
+
+/// `http://...`, in any case: no TLS.
+pub fn is_plain_http(url: &str) -> bool {
+    url.trim_start().get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+}
+
+/// SDK configuration for `endpoint`. The region comes from the usual environment
+/// (us-east-1 where none is set); the credentials as [`signing`] decides.
 pub async fn sdk_config(endpoint: &str) -> SdkConfig {
     let mut loader = sas::adapters::aws::config_loader().endpoint_url(endpoint);
     if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
         loader = loader.region(aws_config::Region::new("us-east-1"));
     }
-    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() && std::env::var_os("AWS_PROFILE").is_none() {
+    let configured =
+        std::env::var_os("AWS_ACCESS_KEY_ID").is_some() || std::env::var_os("AWS_PROFILE").is_some();
+    if signing(endpoint, configured) == Signing::Throwaway {
         loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "testing",
+            THROWAWAY_KEY_ID,
             "testing",
             None,
             None,
-            "sasctl-dev",
+            "sasctl-throwaway",
         ));
     }
     loader.load().await
+}
+
+/// SDK configuration when no `--endpoint-url` is given: the SDK's defaults, except that
+/// an `AWS_ENDPOINT_URL` over plain http is signed as [`sdk_config`] signs it.
+pub async fn default_sdk_config() -> SdkConfig {
+    match std::env::var("AWS_ENDPOINT_URL") {
+        Ok(url) if is_plain_http(&url) => sdk_config(url.trim()).await,
+        _ => sas::adapters::aws::config_loader().load().await,
+    }
 }
 
 /// Queues addressed by the dev run's short names (`orders`, `status`, ...), sent to
@@ -501,6 +538,19 @@ mod tests {
             let e = check_url(bad).expect_err(bad).to_string();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
+    }
+
+    #[test]
+    fn real_credentials_sign_only_over_tls() {
+        for plain in ["http://127.0.0.1:5000", "HTTP://moto:5000", "http://localstack.internal:4566/"] {
+            assert_eq!(signing(plain, true), Signing::Throwaway, "{plain}");
+            assert_eq!(signing(plain, false), Signing::Throwaway, "{plain}");
+        }
+        let tls = "https://localhost.localstack.cloud:4566";
+        assert_eq!(signing(tls, true), Signing::Chain);
+        assert_eq!(signing(tls, false), Signing::Throwaway, "nothing configured: an emulator's dummies");
+        assert!(!is_plain_http("https://sqs.us-east-1.amazonaws.com"));
+        assert!(!is_plain_http("http"));
     }
 
     #[test]

@@ -87,7 +87,7 @@ enum WorkflowsCommand {
         json: bool,
     },
     /// Check a definition file (against --previous) and publish it as a new version of a
-    /// Lambda layer; then point the stack's WorkflowsLayerArn at it (no rebuild).
+    /// Lambda layer; then point the stack's WorkflowsLayerName and WorkflowsLayerVersion at it (no rebuild).
     Publish(sasctl::workflows::PublishArgs),
     /// Print the definition file's JSON Schema (docs/workflows.schema.json is this output).
     Schema,

@@ -2,7 +2,7 @@
 //! before it), publish it as a Lambda layer, print its JSON Schema.
 //!
 //! Where definitions live on AWS: in a Lambda layer (`workflows.json` at its root, so
-//! `/opt/workflows.json` in every function), named by the stack's `WorkflowsLayerArn`.
+//! `/opt/workflows.json` in every function), named by the stack's `WorkflowsLayerName` and `WorkflowsLayerVersion` (a layer of the stack's own account: the template builds the ARN).
 //! Each function reads it once at cold start: no call on the way of an order, and one
 //! immutable file per deployment, so all four functions agree on every version. Publishing
 //! adds a layer version and updates the stack's parameter; the functions are not rebuilt,
@@ -148,7 +148,7 @@ pub async fn publish(args: &PublishArgs) -> Result<ExitCode, String> {
     }
     let config = match &args.endpoint_url {
         Some(url) => crate::endpoint::sdk_config(url).await,
-        None => sas::adapters::aws::config_loader().load().await,
+        None => crate::endpoint::default_sdk_config().await,
     };
     let client = aws_sdk_lambda::Client::new(&config);
     let published = client
@@ -165,16 +165,27 @@ pub async fn publish(args: &PublishArgs) -> Result<ExitCode, String> {
             format!("publishing layer {} at {at} failed: {}", args.layer_name, sdk_failure(&e))
         })?;
     let arn = published.layer_version_arn().unwrap_or_default();
+    let version = published.version();
     if args.json {
-        println!("{}", serde_json::json!({"layer_version_arn": arn, "workflows": versions}));
+        println!(
+            "{}",
+            serde_json::json!({"layer_version_arn": arn, "layer_name": args.layer_name,
+                               "layer_version": version, "workflows": versions})
+        );
     } else {
         println!("published {arn}: {}", versions.join(", "));
         println!("point the stack at it (the functions are not rebuilt):");
-        println!(
-            "  sam deploy --parameter-overrides WorkflowsLayerArn={arn} WorkflowsFile=/opt/workflows.json"
-        );
+        println!("  {}", deploy_line(&args.layer_name, version));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command that points a stack at version `version` of layer `name`: the template takes
+/// the name and version, and builds the ARN in the stack's own account.
+pub fn deploy_line(name: &str, version: i64) -> String {
+    format!(
+        "sam deploy --parameter-overrides WorkflowsLayerName={name} WorkflowsLayerVersion={version} WorkflowsFile=/opt/workflows.json"
+    )
 }
 
 fn problem_json(file: &Path, p: &Problem) -> serde_json::Value {

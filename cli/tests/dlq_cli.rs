@@ -61,7 +61,9 @@ fn bad_or_unreachable_endpoints_are_one_line() {
     assert!(line.starts_with(&format!("sasctl: reading stack sas (CloudFormation DescribeStacks) at {url} failed: it could not be reached (")), "{line}");
     assert!(line.contains("infra/moto.sh start"), "{line}");
 
-    // An endpoint from the environment, as the SDK reads it, but no credentials.
+    // An endpoint from the environment, as the SDK reads it, but no credentials (over
+    // https: a plain-http endpoint is signed with throwaway credentials, never the chain's).
+    let url = format!("https://127.0.0.1:{port}");
     let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
         .args(["dlq", "list", "orders", "--stack", "sas"])
         .env_remove("AWS_ACCESS_KEY_ID")

@@ -166,7 +166,8 @@ async fn dlq_messages_are_listed_in_place_and_redriven_with_their_bodies() {
 
     let redrive = |dry_run| RedriveArgs {
         queue: QueueArg::Work(WorkQueue::Orders),
-        rate: Some(100),
+        rate: 100,
+        include_cancels: false,
         dry_run,
         limit: 50,
         json: true,

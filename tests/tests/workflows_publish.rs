@@ -1,5 +1,5 @@
 //! `sasctl workflows publish` against the emulator: a checked file becomes a new version
-//! of the Lambda layer the stack's `WorkflowsLayerArn` names; a file that changes a
+//! of the Lambda layer the stack's `WorkflowsLayerName` names; a file that changes a
 //! version published before is refused and publishes nothing.
 
 use std::process::ExitCode;

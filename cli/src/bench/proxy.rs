@@ -7,6 +7,12 @@
 //! protocol), the service from the signature's credential scope. Requests are forwarded
 //! byte for byte; the endpoint must not check signatures against its own host (moto and
 //! LocalStack do not).
+//!
+//! Headers are forwarded as they come, `Authorization` included, so the proxy is kept to
+//! this machine at both ends: it listens on loopback only, and it forwards over plain http
+//! only to a loopback endpoint (an https endpoint may be anywhere). What it forwards is
+//! signed with throwaway credentials anyway: its clients see a plain-http endpoint
+//! (`crate::endpoint::signing`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -69,8 +75,9 @@ pub struct CountingProxy {
 }
 
 impl CountingProxy {
-    /// Listens on a free loopback port and forwards to `upstream` (an `http://` URL).
+    /// Listens on a free loopback port and forwards to `upstream` (see [`check_upstream`]).
     pub async fn start(upstream: &str) -> Result<CountingProxy, String> {
+        check_upstream(upstream)?;
         // reqwest is built without a crypto provider of its own (the agent installs ring);
         // the proxy speaks plain HTTP but the client wants one installed all the same.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -105,6 +112,24 @@ impl CountingProxy {
 impl Drop for CountingProxy {
     fn drop(&mut self) {
         self.server.abort();
+    }
+}
+
+/// An endpoint the proxy may forward to: https anywhere, plain http only to loopback
+/// (`localhost`, 127.0.0.0/8, `[::1]`), where the signed headers it forwards stay on this
+/// machine.
+pub fn check_upstream(upstream: &str) -> Result<(), String> {
+    let uri: axum::http::Uri = upstream.parse().map_err(|_| format!("{upstream:?} is not an http(s) URL"))?;
+    let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match uri.scheme_str() {
+        Some("https") if !host.is_empty() => Ok(()),
+        Some("http") if loopback => Ok(()),
+        Some("http") if !host.is_empty() => Err(format!(
+            "the counting proxy forwards signed requests over plain http only to a loopback endpoint (moto or LocalStack on this machine), not {upstream}: use https, or run the endpoint here"
+        )),
+        _ => Err(format!("{upstream:?} is not an http(s) URL with a host")),
     }
 }
 
@@ -216,6 +241,32 @@ mod tests {
         assert_eq!(classify(&h, b"Action=Publish&Version=2010-03-31"), ("sns".into(), "Publish".into()));
         assert_eq!(messages_in(br#"{"Messages":[{"Body":"a"},{"Body":"b"}]}"#), 2);
         assert_eq!(messages_in(b"{}"), 0);
+    }
+
+    #[test]
+    fn plain_http_goes_only_to_loopback() {
+        for ok in [
+            "http://127.0.0.1:5000",
+            "http://localhost:4566/",
+            "http://[::1]:5000",
+            "https://sqs.example.com",
+        ] {
+            assert_eq!(check_upstream(ok), Ok(()), "{ok}");
+        }
+        for refused in ["http://10.0.0.7:4566", "http://moto:5000", "http://0.0.0.0:5000", "ftp://127.0.0.1"]
+        {
+            assert!(check_upstream(refused).is_err(), "{refused}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_proxy_to_a_plain_http_endpoint_elsewhere_does_not_start() {
+        let Err(e) = CountingProxy::start("http://192.0.2.10:4566").await else {
+            panic!("a proxy that would forward signed requests in clear across the network started")
+        };
+        assert!(e.contains("only to a loopback endpoint"), "{e}");
+        let proxy = CountingProxy::start("http://127.0.0.1:9").await.expect("loopback is fine");
+        assert!(proxy.url.starts_with("http://127.0.0.1:"), "listens on loopback only: {}", proxy.url);
     }
 
     #[test]

@@ -12,6 +12,13 @@
 //! ten at a time, deleting a message only after its send succeeded: a failure leaves it in
 //! the DLQ, at worst also in the source queue (a duplicate, which every handler tolerates),
 //! never in neither.
+//!
+//! A redrive goes at most `--rate` messages a second (50 by default), so a DLQ of thousands
+//! does not land on the functions at once. Cancels are held back: a cancel kept in the
+//! orders DLQ may be stale by the time it is redriven (its order resubmitted by an
+//! operator since, or sent again), and sent again it would stop that order. They stay in
+//! the DLQ unless `--include-cancels`; holding them back means reading every message, so
+//! the orders DLQ (or a DLQ named by URL) is then moved by hand, not by a move task.
 
 mod list;
 mod queue;
@@ -35,6 +42,8 @@ pub const PEEK_VISIBILITY_S: i32 = 20;
 pub const MOVE_VISIBILITY_S: i32 = 60;
 /// SQS's limit on a move task's rate, used for the fallback's `--rate` too.
 pub const MAX_RATE: u32 = 500;
+/// `--rate` unless given: a DLQ of thousands trickles back rather than landing at once.
+pub const DEFAULT_RATE: u32 = 50;
 
 /// QUEUE: a work queue whose DLQ is meant, or a DLQ's URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,11 +88,16 @@ pub struct RedriveArgs {
     /// (its source queue is the one queue whose redrive policy names it).
     #[arg(value_name = "QUEUE")]
     pub queue: QueueArg,
-    /// Messages moved per second at most (1 to 500; default: as fast as SQS goes).
-    #[arg(long, value_name = "N", value_parser = whole::<u32>("--rate", 1, MAX_RATE.into()))]
-    pub rate: Option<u32>,
-    /// Move nothing: say where the messages would go and list them (as `list` does,
-    /// hiding them for a few seconds).
+    /// Messages moved per second at most (1 to 500).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RATE,
+          value_parser = whole::<u32>("--rate", 1, MAX_RATE.into()))]
+    pub rate: u32,
+    /// Redrive apps' cancel messages too. Without it they stay in the DLQ: a cancel may be
+    /// stale by now (its order resubmitted or sent again since), and would stop the order.
+    #[arg(long)]
+    pub include_cancels: bool,
+    /// Move nothing: say where the messages would go, or why one would stay, and list them
+    /// (as `list` does, hiding them for a few seconds).
     #[arg(long)]
     pub dry_run: bool,
     /// With --dry-run: messages to list at most (1 to 1000).
@@ -127,6 +141,21 @@ pub enum DlqError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redrive_has_a_rate_and_holds_cancels_back_unless_asked() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            redrive: RedriveArgs,
+        }
+        let args = Cli::try_parse_from(["redrive", "orders"]).unwrap().redrive;
+        assert_eq!((args.rate, args.include_cancels), (DEFAULT_RATE, false));
+        let args =
+            Cli::try_parse_from(["redrive", "orders", "--rate", "7", "--include-cancels"]).unwrap().redrive;
+        assert_eq!((args.rate, args.include_cancels), (7, true));
+    }
 
     #[test]
     fn queue_names_and_urls() {

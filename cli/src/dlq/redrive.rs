@@ -1,18 +1,33 @@
 //! `sasctl dlq redrive`: a DLQ's messages back to their source queue, by SQS's message
 //! move task where the endpoint has it, else by receive, send and delete.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, SendMessageBatchRequestEntry};
+use sas::domain::messages::Intake;
 use sas::handlers::batch::{REASON_ATTRIBUTE, SOURCE_ATTRIBUTE};
 
 use super::list::{peek, warn_unreleased};
 use super::queue::{Source, Target, delete, receive, release, target};
 use super::render::print_messages;
-use super::{DlqError, MOVE_VISIBILITY_S, RedriveArgs};
-use crate::deployment::aws_reason;
+use super::{DlqError, MOVE_VISIBILITY_S, QueueArg, RedriveArgs};
+use crate::deployment::{WorkQueue, aws_reason};
+
+/// Why a message stays in the DLQ: a cancel, held back unless `--include-cancels`.
+pub const CANCEL_HELD_BACK: &str = "a cancel, left in the DLQ: it may be stale (its order resubmitted or sent again since) and would stop the order; redrive it with --include-cancels once it should still apply";
+
+/// Why the message with `body` stays in the DLQ, or `None` when it goes back.
+pub fn held_back(body: &str, include_cancels: bool) -> Option<&'static str> {
+    (!include_cancels && Intake::is_cancel(body)).then_some(CANCEL_HELD_BACK)
+}
+
+/// Whether the DLQ may hold apps' cancels: the orders DLQ, or one named by URL. The
+/// scheduler and agent queues take none (one sent there is rejected again, whatever it says).
+fn may_hold_cancels(queue: &QueueArg) -> bool {
+    !matches!(queue, QueueArg::Work(WorkQueue::Scheduler | WorkQueue::Agent))
+}
 
 /// How the messages went back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -32,6 +47,8 @@ pub struct Redriven {
     /// `None` when there was nothing to move.
     pub method: Option<Method>,
     pub moved: u64,
+    /// Cancels left in the DLQ ([`CANCEL_HELD_BACK`]).
+    pub held_back: u64,
     /// Sent to the source queue but not deleted from the DLQ: each will be there again
     /// (and be redriven again by the next redrive; handlers tolerate the duplicate).
     pub not_deleted: u64,
@@ -43,20 +60,28 @@ pub async fn redrive(args: &RedriveArgs) -> Result<ExitCode, DlqError> {
     let source = target.source.clone().expect("asked for the source");
     if args.dry_run {
         let (kept, not_released) = peek(&target, args.limit).await?;
-        print_messages(&kept, args.json, Some(("would_move_to", source.url.clone().into())));
+        let (stay, go): (Vec<_>, Vec<_>) =
+            kept.into_iter().partition(|k| held_back(&k.body, args.include_cancels).is_some());
+        print_messages(&go, args.json, Some(("would_move_to", source.url.clone().into())));
+        print_messages(&stay, args.json, Some(("would_stay", CANCEL_HELD_BACK.into())));
         let summary = serde_json::json!({
-            "dry_run": true, "dlq": target.dlq, "source": source.url,
-            "messages": target.visible, "in_flight": target.in_flight, "listed": kept.len(),
+            "dry_run": true, "dlq": target.dlq, "source": source.url, "rate": args.rate,
+            "messages": target.visible, "in_flight": target.in_flight, "listed": go.len() + stay.len(),
+            "listed_held_back": stay.len(),
         });
         if args.json {
             println!("{summary}");
         } else {
-            let kept_ones = kept.iter().filter(|k| k.reason.is_some()).count();
+            let kept_ones = go.iter().filter(|k| k.reason.is_some()).count();
+            if !stay.is_empty() {
+                println!("{} listed would stay: {CANCEL_HELD_BACK}", stay.len());
+            }
             println!(
-                "dry run: would move about {} message(s) from {} to {}{}",
-                target.visible,
+                "dry run: would move about {} message(s) from {} to {}, at most {} a second{}",
+                target.visible.saturating_sub(stay.len() as u64),
                 target.dlq,
                 source.url,
+                args.rate,
                 if kept_ones > 0 {
                     format!(
                         "; {kept_ones} listed carry a {REASON_ATTRIBUTE} (rejected input: they are rejected again unless its cause was fixed)"
@@ -75,13 +100,18 @@ pub async fn redrive(args: &RedriveArgs) -> Result<ExitCode, DlqError> {
             source: source.url.clone(),
             method: None,
             moved: 0,
+            held_back: 0,
             not_deleted: 0,
         }
     } else {
         let bar = crate::text::progress_bar(target.visible, "moved");
-        let result = match start_move_task(&target, &source, args.rate).await? {
+        // A move task cannot look inside the messages: where cancels may be, by hand.
+        let hold_back_cancels = !args.include_cancels && may_hold_cancels(&args.queue);
+        let task =
+            if hold_back_cancels { None } else { start_move_task(&target, &source, args.rate).await? };
+        let result = match task {
             Some(handle) => follow_move_task(&target, &source, &handle, &bar).await,
-            None => move_by_hand(&target, &source, args.rate, &bar).await,
+            None => move_by_hand(&target, &source, args.rate, !hold_back_cancels, &bar).await,
         };
         bar.finish_and_clear();
         result?
@@ -108,6 +138,9 @@ pub async fn redrive(args: &RedriveArgs) -> Result<ExitCode, DlqError> {
                 target.in_flight
             );
         }
+        if redriven.held_back > 0 {
+            println!("{} left in the DLQ: {CANCEL_HELD_BACK}", redriven.held_back);
+        }
         if redriven.not_deleted > 0 {
             println!(
                 "{} were sent but could not be deleted from the DLQ: they will be there again (a duplicate, which the functions tolerate)",
@@ -120,11 +153,7 @@ pub async fn redrive(args: &RedriveArgs) -> Result<ExitCode, DlqError> {
 
 /// Starts SQS's message move task from the DLQ to the source queue; `None` when the
 /// endpoint has no such call (then the caller moves the messages itself).
-async fn start_move_task(
-    target: &Target,
-    source: &Source,
-    rate: Option<u32>,
-) -> Result<Option<String>, DlqError> {
+async fn start_move_task(target: &Target, source: &Source, rate: u32) -> Result<Option<String>, DlqError> {
     // No retries: an endpoint without the call answers with a server error, which the
     // SDK would otherwise retry before the fallback could start.
     let no_retries =
@@ -134,7 +163,7 @@ async fn start_move_task(
         .start_message_move_task()
         .source_arn(&target.dlq_arn)
         .destination_arn(&source.arn)
-        .set_max_number_of_messages_per_second(rate.map(|r| r as i32))
+        .max_number_of_messages_per_second(rate as i32)
         .customize()
         .config_override(no_retries)
         .send()
@@ -211,6 +240,7 @@ async fn follow_move_task(
                     source: source.url.clone(),
                     method: Some(Method::MoveTask),
                     moved: moved.max(0) as u64,
+                    held_back: 0,
                     not_deleted: 0,
                 });
             }
@@ -229,22 +259,69 @@ async fn follow_move_task(
 
 /// Receive, send to the source queue, delete from the DLQ, a batch at a time, for about
 /// as many messages as the DLQ held at the start (what arrives later waits for the next
-/// redrive, as with a move task).
+/// redrive, as with a move task), at most `rate` a second. Unless `include_cancels`, a
+/// cancel is not sent: it stays hidden until the end, then is made visible in the DLQ again.
 async fn move_by_hand(
     target: &Target,
     source: &Source,
-    rate: Option<u32>,
+    rate: u32,
+    include_cancels: bool,
     bar: &indicatif::ProgressBar,
 ) -> Result<Redriven, DlqError> {
+    // Held-back messages by id, with their latest receipt: one that comes back (a run
+    // longer than MOVE_VISIBILITY_S) is counted once.
+    let mut held: HashMap<String, String> = HashMap::new();
+    let result = move_batches(target, source, rate, include_cancels, &mut held, bar).await;
+    let not_released = release(target, held.values().cloned().collect()).await;
+    if not_released > 0 {
+        tracing::warn!(not_released, "held-back messages come back after their visibility timeout");
+    }
+    let (moved, not_deleted) = result?;
+    Ok(Redriven {
+        dlq: target.dlq.clone(),
+        source: source.url.clone(),
+        method: Some(Method::ReceiveSendDelete),
+        moved,
+        held_back: held.len() as u64,
+        not_deleted,
+    })
+}
+
+/// [`move_by_hand`]'s loop: how many were moved, and how many not deleted.
+async fn move_batches(
+    target: &Target,
+    source: &Source,
+    rate: u32,
+    include_cancels: bool,
+    held: &mut HashMap<String, String>,
+    bar: &indicatif::ProgressBar,
+) -> Result<(u64, u64), DlqError> {
     let started = Instant::now();
     let mut moved = 0u64;
     let mut not_deleted = 0u64;
-    while moved < target.visible {
+    while moved + (held.len() as u64) < target.visible {
         // A batch no bigger than a second's worth, so a low rate is a trickle, not bursts.
-        let per_batch = rate.map_or(10, |r| u64::from(r).min(10));
-        let wanted = (target.visible - moved).min(per_batch) as usize;
-        let batch = receive(target, wanted, MOVE_VISIBILITY_S).await?;
-        if batch.is_empty() {
+        let per_batch = u64::from(rate).min(10);
+        let wanted = (target.visible - moved - held.len() as u64).min(per_batch) as usize;
+        let received = receive(target, wanted, MOVE_VISIBILITY_S).await?;
+        if received.is_empty() {
+            break;
+        }
+        let mut batch = Vec::new();
+        let mut new_held = 0;
+        for m in received {
+            if held_back(m.body().unwrap_or_default(), include_cancels).is_some() {
+                let id = m.message_id().unwrap_or_default().to_owned();
+                let receipt = m.receipt_handle().unwrap_or_default().to_owned();
+                if held.insert(id, receipt).is_none() {
+                    new_held += 1;
+                }
+            } else {
+                batch.push(m);
+            }
+        }
+        // Only held-back messages seen before: what is left is what we hold.
+        if batch.is_empty() && new_held == 0 {
             break;
         }
         let (sent, failed) = send_to_source(target, source, &batch).await;
@@ -254,7 +331,8 @@ async fn move_by_hand(
         let sent_receipts: Vec<&str> = sent.iter().filter_map(|i| batch[*i].receipt_handle()).collect();
         not_deleted += delete(target, &sent_receipts).await;
         moved += sent.len() as u64;
-        bar.set_position(moved);
+        bar.set_position(moved + held.len() as u64);
+        bar.set_message(format!("moved, {} cancel(s) held back", held.len()));
         if let Some((_, reason)) = failed.first() {
             let _ = release(target, failed_receipts).await;
             return Err(DlqError::NotSent {
@@ -264,20 +342,12 @@ async fn move_by_hand(
                 moved,
             });
         }
-        if let Some(rate) = rate {
-            let due = Duration::from_secs_f64(moved as f64 / f64::from(rate));
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                tokio::time::sleep(wait).await;
-            }
+        let due = Duration::from_secs_f64(moved as f64 / f64::from(rate));
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            tokio::time::sleep(wait).await;
         }
     }
-    Ok(Redriven {
-        dlq: target.dlq.clone(),
-        source: source.url.clone(),
-        method: Some(Method::ReceiveSendDelete),
-        moved,
-        not_deleted,
-    })
+    Ok((moved, not_deleted))
 }
 
 /// The attributes a message goes back with: all of them but `sas-reason` and
@@ -370,6 +440,20 @@ async fn send_to_source(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cancels_are_held_back_unless_asked() {
+        let cancel = r#"{"cancel":"o-1","reason":"customer left"}"#;
+        assert_eq!(held_back(cancel, false), Some(CANCEL_HELD_BACK));
+        assert_eq!(held_back(cancel, true), None);
+        let order =
+            r#"{"order_id":"o-1","customer_id":"c","items":[{"sku":"A","quantity":1}],"workflow":"w"}"#;
+        assert_eq!(held_back(order, false), None);
+        assert_eq!(held_back("not json", false), None);
+        assert!(may_hold_cancels(&QueueArg::Work(WorkQueue::Orders)));
+        assert!(may_hold_cancels(&QueueArg::Url("https://sqs.us-east-1.amazonaws.com/1/x".into())));
+        assert!(!may_hold_cancels(&QueueArg::Work(WorkQueue::Agent)));
+    }
 
     #[test]
     fn the_reason_does_not_go_back() {

@@ -69,11 +69,21 @@ impl Operator {
             random: Arc::new(SystemRandom::new()),
             metrics: Arc::new(CountingMetrics::default()),
         };
+        // Status updates go by the deployment's own allow-list, as the functions' do: an
+        // order whose reply_to it no longer allows hears nothing from an operator either.
+        let reply_to = match d.reply_to_rules() {
+            Ok(rules) => rules,
+            Err(e) => {
+                eprintln!("sasctl: no status update will be sent to any reply_to: {e}");
+                // Queues named, none allowed: every reply_to is refused.
+                ReplyToRules::names(&[], &[])
+            }
+        };
         let settings = Settings::new(
             policy,
             ctx.definitions.workflows.clone(),
             Topology::new(scheduler, agent).with_queue_agents(&ctx.definitions.agents),
-            ReplyToRules::names(&[], &[]),
+            reply_to,
         );
         Ok(Operator { ctx, deps, settings, by })
     }
@@ -93,18 +103,17 @@ impl Operator {
                 file: self.ctx.definitions_from.clone(),
             });
         }
-        let mut settings = self.settings.clone();
-        // The order's reply_to was checked against the deployment's allow-list when it
-        // was accepted, and the order never changes: its stored value is accepted as it
-        // is (the deployment's allow-list is in its functions' configuration, which an
-        // operator's terminal does not have).
-        if let Some(reply_to) = task.reply_to.as_deref() {
-            settings.reply_to = ReplyToRules::names(&[reply_to], &[]);
-        }
+        // The handler checks the reply_to again before each send and skips a refused
+        // one; said here so the operator knows the order heard nothing.
+        let no_status = task
+            .reply_to
+            .as_deref()
+            .and_then(|r| self.settings.reply_to.allows(r).err())
+            .map(|refusal| refusal.to_string());
         let actor = Actor { by: &self.by, why, seen, origin: Origin::Operator };
-        match operate(&self.deps, &settings, &id, act, actor).await {
+        match operate(&self.deps, &self.settings, &id, act, actor).await {
             Ok(Operated::Applied { before, trigger, task }) => {
-                Ok(Outcome::Applied { before, after: task.state, trigger: trigger.as_str() })
+                Ok(Outcome::Applied { before, after: task.state, trigger: trigger.as_str(), no_status })
             }
             Ok(Operated::Refused(r)) => Ok(Outcome::Refused(r.to_string())),
             Ok(Operated::NoSuchTask) => Ok(Outcome::NoTask),
@@ -116,7 +125,13 @@ impl Operator {
 /// What one action came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
-    Applied { before: ProcessState, after: ProcessState, trigger: &'static str },
+    /// `no_status`: why the order's reply_to was told nothing, if it has one it may not be told.
+    Applied {
+        before: ProcessState,
+        after: ProcessState,
+        trigger: &'static str,
+        no_status: Option<String>,
+    },
     Refused(String),
     NoTask,
     Failed(String),
@@ -125,11 +140,12 @@ enum Outcome {
 impl Outcome {
     fn line(&self, id: &str, by: &str, why: &str) -> String {
         match self {
-            Outcome::Applied { before, after, trigger } => format!(
-                "{id}: {} -> {} ({trigger}), by {by}, why {}",
+            Outcome::Applied { before, after, trigger, no_status } => format!(
+                "{id}: {} -> {} ({trigger}), by {by}, why {}{}",
                 before.as_str(),
                 after.as_str(),
-                render::one_line(why, 200)
+                render::one_line(why, 200),
+                no_status.as_ref().map_or(String::new(), |r| format!("; no status sent: {r}"))
             ),
             Outcome::Refused(why) => format!("{id}: refused: {why}"),
             Outcome::NoTask => format!("no task {id}"),
@@ -140,11 +156,14 @@ impl Outcome {
     fn json(&self, id: &str, act: Act, by: &str, why: &str) -> Value {
         let mut v = json!({"id": id, "act": act.as_str(), "by": by, "why": why});
         match self {
-            Outcome::Applied { before, after, trigger } => {
+            Outcome::Applied { before, after, trigger, no_status } => {
                 v["outcome"] = "applied".into();
                 v["from"] = before.as_str().into();
                 v["to"] = after.as_str().into();
                 v["trigger"] = (*trigger).into();
+                if let Some(refusal) = no_status {
+                    v["status_not_sent"] = refusal.clone().into();
+                }
             }
             Outcome::Refused(r) => {
                 v["outcome"] = "refused".into();
@@ -393,6 +412,7 @@ mod tests {
             before: ProcessState::Error,
             after: ProcessState::Pending,
             trigger: "Resubmit",
+            no_status: None,
         };
         assert_eq!(
             applied.line("o-1", "arn:aws:sts::1:user/me", "remote fixed"),
@@ -402,5 +422,18 @@ mod tests {
         let v = applied.json("o-1", Act::Resubmit { from_step: None }, "me", "why");
         assert_eq!(v["outcome"], "applied");
         assert_eq!(v["to"], "Pending");
+        assert!(v.get("status_not_sent").is_none());
+        let quiet = Outcome::Applied {
+            before: ProcessState::Pending,
+            after: ProcessState::Compensated,
+            trigger: "CancelUndone",
+            no_status: Some(
+                "reply_to names a queue that is not on this deployment's reply_to allow-list".into(),
+            ),
+        };
+        assert!(quiet.line("o-2", "me", "why").ends_with(
+            "; no status sent: reply_to names a queue that is not on this deployment's reply_to allow-list"
+        ));
+        assert!(quiet.json("o-2", Act::Cancel, "me", "why")["status_not_sent"].is_string());
     }
 }

@@ -275,6 +275,15 @@ impl SchedulerConfig {
     }
 }
 
+/// The `reply_to` rules of a deployment's functions, from the variables they read them
+/// from (`STATUS_QUEUE_ARN`, `REPLY_TO_EXTRA_QUEUE_ARNS`, the region and endpoint, the six
+/// queues) given through `lookup`. `sasctl tasks` sends an operator action's status
+/// updates under these rules, so it allows no `reply_to` the functions would refuse.
+pub fn reply_to_rules(lookup: &dyn Fn(&str) -> Option<String>) -> Result<ReplyToRules, ConfigError> {
+    // The scheduler reads every one of these variables.
+    read(FunctionName::Scheduler, lookup, |env| env.reply_to())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentConfig {
     /// The agents and workflows (`WORKFLOWS_FILE`): each agent's URL, timeout, retry and
@@ -671,6 +680,25 @@ mod tests {
             assert!(err.problems[0].contains("orders may ask for status there"), "{err}");
         }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_reply_to_rules_alone_are_the_functions_rules() {
+        let vars = [
+            ("ORDERS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-orders"),
+            ("ORDERS_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-orders-dlq"),
+            ("SCHEDULER_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-scheduler"),
+            ("AGENT_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-agent-dlq"),
+            ("STATUS_QUEUE_ARN", STATUS_ARN),
+            ("REPLY_TO_EXTRA_QUEUE_ARNS", "arn:aws:sqs:eu-west-1:210987654321:app-status"),
+            ("AWS_REGION", "us-east-1"),
+        ];
+        let rules = reply_to_rules(&lookup(&vars)).unwrap();
+        let mut all = vec![("STATE_TABLE", "sas-state")];
+        all.extend_from_slice(&vars);
+        assert_eq!(rules, SubmissionConfig::from_lookup(&lookup(&all)).unwrap().state.reply_to);
+        let err = reply_to_rules(&lookup(&[])).unwrap_err();
+        assert_eq!(err.problems, ["STATUS_QUEUE_ARN is not set"]);
     }
 
     #[test]

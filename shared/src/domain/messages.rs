@@ -128,12 +128,17 @@ pub enum Intake {
 }
 
 impl Intake {
+    /// Whether `body` is read as a cancel, valid or not: a JSON object with a `cancel`
+    /// field (what `sasctl dlq redrive` holds back unless asked).
+    pub fn is_cancel(body: &str) -> bool {
+        body.len() <= MAX_BODY_BYTES
+            && serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(body)
+                .is_ok_and(|m| m.contains_key("cancel"))
+    }
+
     /// A JSON object with a `cancel` field is a cancel; anything else is read as an order.
     pub fn parse(body: &str) -> Result<Intake, MessageError> {
-        let is_cancel = body.len() <= MAX_BODY_BYTES
-            && serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(body)
-                .is_ok_and(|m| m.contains_key("cancel"));
-        if is_cancel {
+        if Intake::is_cancel(body) {
             parse_json::<CancelRequest>(body).and_then(CancelRequest::validate).map(Intake::Cancel)
         } else {
             OrderRequest::parse(body).map(Intake::Order)
@@ -525,6 +530,9 @@ mod tests {
         ] {
             assert!(Intake::parse(bad).is_err(), "{bad}");
         }
+        assert!(Intake::is_cancel(r#"{"cancel":"o-1"}"#), "an invalid cancel is still a cancel");
+        assert!(!Intake::is_cancel(r#"{"order_id":"o-1"}"#));
+        assert!(!Intake::is_cancel(r#"["cancel"]"#));
     }
 
     fn order_json(extra: &str) -> String {
