@@ -575,7 +575,7 @@ async fn credentials_refused_again_after_a_fresh_read_are_a_refusal_and_raise_th
 
     // An agent that sends no auth: its 401 is the service refusing the step, at once.
     let body = step_request(&w, "o-9", 2);
-    agent.handle(Inbound { message_id: "m".into(), body, receive_count: 1 }).await.unwrap();
+    agent.handle(Inbound { message_id: "m".into(), body, receive_count: 1, sender: None }).await.unwrap();
     let reply = w.queues.drain(&url("sas-scheduler")).pop().unwrap();
     let SchedulerMessage::Reply(reply) = SchedulerMessage::parse(&reply.body).unwrap() else { panic!() };
     assert!(
