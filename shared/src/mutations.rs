@@ -14,6 +14,7 @@ mod switches {
     static NEWEST_VERSION: AtomicBool = AtomicBool::new(false);
     static OPERATOR_BLIND_WRITE: AtomicBool = AtomicBool::new(false);
     static RESUBMIT_AFTER_UNDO: AtomicBool = AtomicBool::new(false);
+    static WAKE_EARLY: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -39,6 +40,9 @@ mod switches {
         /// Resubmit accepts a task that stopped while undoing (a cancelled task whose
         /// compensation failed): it goes forward again after being cancelled.
         ResubmitAfterUndo,
+        /// A Schedule wakes a waiting timer whatever its wake time: a duplicate of the
+        /// Schedule that put it to sleep wakes it at once.
+        WakeEarly,
     }
 
     impl Mutation {
@@ -51,6 +55,7 @@ mod switches {
                 Mutation::NewestVersion => &NEWEST_VERSION,
                 Mutation::OperatorBlindWrite => &OPERATOR_BLIND_WRITE,
                 Mutation::ResubmitAfterUndo => &RESUBMIT_AFTER_UNDO,
+                Mutation::WakeEarly => &WAKE_EARLY,
             }
         }
         pub fn set(self, on: bool) {
@@ -83,6 +88,9 @@ mod switches {
     }
     pub fn resubmit_after_undo() -> bool {
         Mutation::ResubmitAfterUndo.is_on()
+    }
+    pub fn wake_early() -> bool {
+        Mutation::WakeEarly.is_on()
     }
 }
 
@@ -133,5 +141,11 @@ pub(crate) const fn operator_blind_write() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn resubmit_after_undo() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn wake_early() -> bool {
     false
 }

@@ -228,6 +228,14 @@ pub enum Metric {
     OrderLatencyMs,
     /// An operator's resubmit, compensate or cancel (an app's cancel included) landed.
     OperatorAction,
+    /// A timer step started waiting.
+    TimerStarted,
+    /// A timer step woke (its time came).
+    TimerWoke,
+    /// A Schedule came for a timer before its time: dropped, nothing changed.
+    TimerEarly,
+    /// How long after its wake time a timer woke.
+    TimerLatenessMs,
 }
 
 impl Metric {
@@ -253,10 +261,14 @@ impl Metric {
             Metric::StepLatencyMs => "StepLatency",
             Metric::OrderLatencyMs => "OrderLatency",
             Metric::OperatorAction => "OperatorActions",
+            Metric::TimerStarted => "TimersStarted",
+            Metric::TimerWoke => "TimersWoken",
+            Metric::TimerEarly => "TimerSchedulesEarly",
+            Metric::TimerLatenessMs => "TimerLateness",
         }
     }
     pub fn is_latency(self) -> bool {
-        matches!(self, Metric::StepLatencyMs | Metric::OrderLatencyMs)
+        matches!(self, Metric::StepLatencyMs | Metric::OrderLatencyMs | Metric::TimerLatenessMs)
     }
 }
 

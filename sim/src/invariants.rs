@@ -170,6 +170,9 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
     Some(match &after.last_cause {
         Cause::Submitted => return None,
         Cause::Claimed { .. } => Trigger::Claimed,
+        Cause::Slept { .. } => Trigger::Slept,
+        Cause::Woke { .. } if after.state == Processed => Trigger::Finished,
+        Cause::Woke { .. } => Trigger::Woke,
         Cause::Succeeded { action: Action::Do, .. } if after.state == Processed => Trigger::Finished,
         Cause::Succeeded { action: Action::Do, .. } => Trigger::Advanced,
         Cause::Succeeded { action: Action::Undo, .. } if after.state == Compensated => Trigger::Undone,
