@@ -5,7 +5,7 @@
 use std::fmt;
 
 use sas::domain::definitions::MAX_STEPS;
-use sas::domain::{OnGiveUp, Step, Workflow};
+use sas::domain::{OnGiveUp, Step, Wait, Workflow};
 
 use crate::deployment::Role;
 use crate::ledger::RemoteFaults;
@@ -155,15 +155,18 @@ const WORKFLOW_MIXES: [&[&str]; 6] = [
 /// (one in four) by failing. Its steps' names start with `prefix`.
 pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     let len = if rng.u8(..8) == 0 { rng.usize(6..=MAX_STEPS) } else { rng.usize(1..=5) };
+    let mut agents_before: Vec<String> = Vec::new();
     let steps = (0..len)
         .map(|i| {
             let name = format!("{prefix}{i}");
             let agent = ["a", "b", "c"][rng.usize(..3)];
-            let step = match rng.u8(..3) {
+            let step = match rng.u8(..4) {
                 0 => Step::compensable(&name, agent, &format!("undo-{prefix}{i}")),
                 1 => Step::pivot(&name, agent),
-                _ => Step::read_only(&name, agent),
+                2 => Step::read_only(&name, agent),
+                _ => return timer_step(rng, &name, &agents_before),
             };
+            agents_before.push(name);
             let max_failures = (rng.u8(..3) == 0).then(|| rng.u32(1..=4));
             let timeout_ms = (rng.u8(..3) == 0).then(|| rng.u64(1_000..=2_500));
             Step { max_failures, timeout_ms, ..step }
@@ -176,6 +179,29 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     }
     workflow
 }
+
+/// A timer step: most wait a second or three (woken by their delayed Schedule), one in
+/// four past SQS's longest delay (woken by the supervisor's sweep), and half of those after
+/// an agent step wait until its answer's `release_at` instead (`ledger.rs`), which half
+/// the answers lack: the step then fails for good.
+fn timer_step(rng: &mut fastrand::Rng, name: &str, agents_before: &[String]) -> Step {
+    let for_ms = if rng.u8(..4) == 0 {
+        rng.u64(sas::domain::wait::MAX_DELAYED_WAKE_MS + 1..=LONG_WAIT_MS)
+    } else {
+        rng.u64(1_000..=3_000)
+    };
+    let wait = match agents_before {
+        [] => Wait::for_ms(for_ms),
+        before if rng.bool() => {
+            Wait::until(&format!("$.steps.{}.output.release_at", before[rng.usize(..before.len())]))
+        }
+        _ => Wait::for_ms(for_ms),
+    };
+    Step::timer(name, wait)
+}
+
+/// The longest wait a generated timer has.
+pub const LONG_WAIT_MS: u64 = 960_000;
 
 fn pick(rng: &mut fastrand::Rng, lo: f64, hi: f64) -> f64 {
     lo + rng.f64() * (hi - lo)

@@ -27,6 +27,16 @@ impl Timestamp {
     }
 }
 
+impl Timestamp {
+    /// As RFC 3339 in UTC, to the millisecond: what `parse_rfc3339` reads back.
+    pub fn to_rfc3339(self) -> String {
+        let ms = i64::try_from(self.0).unwrap_or(i64::MAX);
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .unwrap_or_default()
+    }
+}
+
 /// A text that is not an RFC 3339 time.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{got:?} is not an RFC 3339 time such as 2026-03-01T09:00:00Z ({why})")]
@@ -149,6 +159,8 @@ mod tests {
             let e = Timestamp::parse_rfc3339(bad).unwrap_err();
             assert!(e.to_string().contains("is not an RFC 3339 time"), "{bad}: {e}");
         }
+        assert_eq!(utc.plus_ms(250).to_rfc3339(), "2026-03-01T09:00:00.250Z");
+        assert_eq!(Timestamp::parse_rfc3339(&Timestamp(1_234).to_rfc3339()), Ok(Timestamp(1_234)));
         let long = "x".repeat(1_000);
         assert!(Timestamp::parse_rfc3339(&long).unwrap_err().got.len() <= 64);
     }

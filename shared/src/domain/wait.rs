@@ -34,12 +34,19 @@ pub struct Wait {
     /// Wait this long after the step starts, in milliseconds: 1000 (1 s) to 31622400000
     /// (366 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1_000, max = 31_622_400_000u64)))]
     pub for_ms: Option<u64>,
     /// Wait until the RFC 3339 time this path names: `$.order.<key>(.<key>)*` or
     /// `$.steps.<earlier step>.output.<key>(.<key>)*`. A time already past wakes at once;
     /// a missing value, one that is not such a time, or one more than 366 days away fails
     /// the step (giving up as for a refusal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(
+            pattern = r"^\$\.(order|steps\.[A-Za-z0-9_-]{1,64}\.output)(\.[A-Za-z0-9_-]{1,64})+$"
+        ))
+    )]
     pub until: Option<String>,
 }
 
