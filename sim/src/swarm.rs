@@ -155,29 +155,54 @@ const WORKFLOW_MIXES: [&[&str]; 6] = [
 /// (one in four) by failing. Its steps' names start with `prefix`.
 pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     let len = if rng.u8(..8) == 0 { rng.usize(6..=MAX_STEPS) } else { rng.usize(1..=5) };
-    let mut agents_before: Vec<String> = Vec::new();
-    let steps = (0..len)
+    // Timers come from a generator of their own, seeded from (not drawn from) the seed's:
+    // the seed's other draws, and so its other workflows, faults and arrivals, are what
+    // they were before timers existed, and half the seeds' workflows have none.
+    let mut timers = fastrand::Rng::with_seed(rng.clone().u64(..) ^ TIMER_SALT);
+    let steps: Vec<Step> = (0..len)
         .map(|i| {
             let name = format!("{prefix}{i}");
             let agent = ["a", "b", "c"][rng.usize(..3)];
-            let step = match rng.u8(..4) {
+            let step = match rng.u8(..3) {
                 0 => Step::compensable(&name, agent, &format!("undo-{prefix}{i}")),
                 1 => Step::pivot(&name, agent),
-                2 => Step::read_only(&name, agent),
-                _ => return timer_step(rng, &name, &agents_before),
+                _ => Step::read_only(&name, agent),
             };
-            agents_before.push(name);
             let max_failures = (rng.u8(..3) == 0).then(|| rng.u32(1..=4));
             let timeout_ms = (rng.u8(..3) == 0).then(|| rng.u64(1_000..=2_500));
             Step { max_failures, timeout_ms, ..step }
         })
         .collect();
+    let steps = if timers.bool() { with_timers(&mut timers, steps, prefix) } else { steps };
     let mut workflow = Workflow::new("generated", steps);
     workflow.version = rng.u32(1..=3);
     if rng.u8(..4) == 0 {
         workflow.on_give_up = OnGiveUp::Fail;
     }
     workflow
+}
+
+const TIMER_SALT: u64 = 0x7469_6d65_7273;
+
+/// `steps` with a timer before about one in three of them and after the last one time in
+/// two (the workflow's length kept within bounds).
+fn with_timers(rng: &mut fastrand::Rng, steps: Vec<Step>, prefix: &str) -> Vec<Step> {
+    let mut out: Vec<Step> = Vec::new();
+    let room = MAX_STEPS - steps.len();
+    let mut added = 0;
+    let last = steps.len();
+    for (i, step) in steps.into_iter().map(Some).chain([None]).enumerate() {
+        // Before a step one time in three; after the last, one time in two.
+        let chance = if i == last { 2 } else { 3 };
+        if added < room && rng.u8(..chance) == 0 {
+            let agents_before: Vec<String> =
+                out.iter().filter(|s| !s.is_timer()).map(|s| s.name.clone()).collect();
+            out.push(timer_step(rng, &format!("{prefix}t{added}"), &agents_before));
+            added += 1;
+        }
+        out.extend(step);
+    }
+    out
 }
 
 /// A timer step: most wait a second or three (woken by their delayed Schedule), one in
