@@ -15,6 +15,7 @@ mod switches {
     static OPERATOR_BLIND_WRITE: AtomicBool = AtomicBool::new(false);
     static RESUBMIT_AFTER_UNDO: AtomicBool = AtomicBool::new(false);
     static CANCEL_FROM_ANY_SENDER: AtomicBool = AtomicBool::new(false);
+    static WAKE_EARLY: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -43,6 +44,9 @@ mod switches {
         /// An app's cancel is not checked against the order's submitter: any sender
         /// that may write to the orders queue cancels any order.
         CancelFromAnySender,
+        /// A Schedule wakes a waiting timer whatever its wake time: a duplicate of the
+        /// Schedule that put it to sleep wakes it at once.
+        WakeEarly,
     }
 
     impl Mutation {
@@ -56,6 +60,7 @@ mod switches {
                 Mutation::OperatorBlindWrite => &OPERATOR_BLIND_WRITE,
                 Mutation::ResubmitAfterUndo => &RESUBMIT_AFTER_UNDO,
                 Mutation::CancelFromAnySender => &CANCEL_FROM_ANY_SENDER,
+                Mutation::WakeEarly => &WAKE_EARLY,
             }
         }
         pub fn set(self, on: bool) {
@@ -91,6 +96,9 @@ mod switches {
     }
     pub fn cancel_from_any_sender() -> bool {
         Mutation::CancelFromAnySender.is_on()
+    }
+    pub fn wake_early() -> bool {
+        Mutation::WakeEarly.is_on()
     }
 }
 
@@ -147,5 +155,11 @@ pub(crate) const fn resubmit_after_undo() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn cancel_from_any_sender() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn wake_early() -> bool {
     false
 }

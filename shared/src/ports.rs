@@ -240,6 +240,14 @@ pub enum Metric {
     /// A service refused an agent's auth header again after it was read afresh: the step
     /// is refused, and the `auth-refused` alarm fires.
     AuthRefused,
+    /// A timer step started waiting.
+    TimerStarted,
+    /// A timer step woke (its time came).
+    TimerWoke,
+    /// A Schedule came for a timer before its time: dropped, nothing changed.
+    TimerEarly,
+    /// How long after its wake time a timer woke.
+    TimerLatenessMs,
 }
 
 impl Metric {
@@ -267,10 +275,14 @@ impl Metric {
             Metric::OperatorAction => "OperatorActions",
             Metric::AuthRetry => "AuthRetries",
             Metric::AuthRefused => "AuthRefused",
+            Metric::TimerStarted => "TimersStarted",
+            Metric::TimerWoke => "TimersWoken",
+            Metric::TimerEarly => "TimerSchedulesEarly",
+            Metric::TimerLatenessMs => "TimerLateness",
         }
     }
     pub fn is_latency(self) -> bool {
-        matches!(self, Metric::StepLatencyMs | Metric::OrderLatencyMs)
+        matches!(self, Metric::StepLatencyMs | Metric::OrderLatencyMs | Metric::TimerLatenessMs)
     }
 }
 

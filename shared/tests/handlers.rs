@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use sas::domain::{Action, Cause, MAX_BODY_BYTES, OrderStatus, ProcessState, SchedulerMessage};
+use sas::domain::{Action, Cause, MAX_BODY_BYTES, OrderStatus, ProcessState, SchedulerMessage, Timestamp};
 use sas::handlers::{HandlerError, Inbound, REASON_ATTRIBUTE};
 use sas::ports::{Metric, StateStore};
 
@@ -1399,5 +1399,96 @@ async fn a_cancel_for_an_order_that_never_comes_is_kept_with_its_reason() {
     let kept = h.drain(ORDERS_DLQ);
     assert_eq!(kept[0].body, body);
     assert!(kept[0].attributes[REASON_ATTRIBUTE].contains("no order o-404 to cancel"));
+    h.finish();
+}
+
+// ---- timer steps ----
+
+/// Charge (undone by a refund), wait `wait_ms`, then ship.
+fn cool_off(wait_ms: u64) -> Harness {
+    use sas::domain::{Step, Wait, Workflow, Workflows};
+    let wf = Workflow::new(
+        "cool-off",
+        vec![
+            Step::compensable("charge", "payment", "refund"),
+            Step::timer("cool-off", Wait::for_ms(wait_ms)),
+            Step::pivot("ship", "shipping"),
+        ],
+    );
+    Harness::with_workflows(policy(), Workflows::new(vec![wf]))
+}
+
+fn schedule_body(id: &str) -> String {
+    SchedulerMessage::Schedule { order_id: Harness::id(id) }.to_body()
+}
+
+#[tokio::test]
+async fn a_timer_waits_without_dispatching_and_its_delayed_schedule_wakes_it_on_time() {
+    let h = cool_off(5_000);
+    h.submit("o-1", "cool-off").await;
+    h.run_until_quiet().await;
+    let waiting = h.task("o-1");
+    assert_eq!((waiting.state, waiting.step), (ProcessState::Waiting, 1));
+    assert_eq!(waiting.wake_at, Some(h.now().plus_ms(5_000)));
+    assert_eq!(waiting.deadline, waiting.wake_at);
+    assert_eq!(h.remote.calls().len(), 1, "the timer called nothing");
+    assert_eq!(h.depth(AGENT), 0);
+    assert_eq!(h.depth(SCHEDULER), 1, "its wake, delayed");
+
+    // A duplicate Schedule a millisecond early: dropped, counted, nothing written.
+    h.advance(4_999);
+    assert!(h.pump_scheduler().await.is_empty(), "the wake is still delayed");
+    h.send(SCHEDULER, schedule_body("o-1")).await;
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.task("o-1"), waiting);
+    assert_eq!(h.count(Metric::TimerEarly), 1);
+
+    h.advance(1);
+    h.run_until_quiet().await;
+    let done = h.task("o-1");
+    assert_eq!((done.state, done.failure_count), (ProcessState::Processed, 0));
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do), (2, Action::Do)]);
+    assert_eq!((h.count(Metric::TimerStarted), h.count(Metric::TimerWoke)), (1, 1));
+    assert_eq!(h.metrics().samples[&Metric::TimerLatenessMs], vec![0], "on time");
+    assert!(h.status_kinds().contains(&OrderStatus::StepCompleted));
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_timer_longer_than_sqss_delay_is_woken_by_the_sweep_without_a_lapse() {
+    let h = cool_off(3_600_000);
+    h.submit("o-1", "cool-off").await;
+    h.run_until_quiet().await;
+    let wake_at = h.task("o-1").wake_at.unwrap();
+    assert_eq!(h.depth(SCHEDULER), 0, "no message waits an hour: the due index holds the task");
+    h.at(Timestamp(wake_at.0 - 1));
+    assert_eq!(h.sweep().await.examined, 0, "not due yet");
+    h.at(wake_at.plus_ms(30_000));
+    let report = h.sweep().await;
+    assert_eq!((report.woke, report.retried, report.gave_up), (1, 0, 0));
+    h.run_until_quiet().await;
+    let done = h.task("o-1");
+    assert_eq!((done.state, done.failure_count), (ProcessState::Processed, 0));
+    assert_eq!(h.metrics().samples[&Metric::TimerLatenessMs], vec![30_000]);
+    assert_eq!(h.count(Metric::Recovered), 0, "a wake is not a recovery");
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_cancel_during_a_wait_undoes_what_was_done_and_the_late_wake_finds_nothing() {
+    let h = cool_off(5_000);
+    h.submit("o-1", "cool-off").await;
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Waiting);
+    h.send(ORDERS, r#"{"cancel":"o-1","reason":"changed my mind"}"#).await;
+    h.run_until_quiet().await;
+    let t = h.task("o-1");
+    assert_eq!((t.state, t.wake_at), (ProcessState::Compensated, None));
+    assert_eq!(h.remote.steps(), vec![(0, Action::Do), (0, Action::Undo)]);
+    // The timer's own Schedule comes at its time and changes nothing.
+    h.advance(5_000);
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1"), t);
+    assert_eq!(h.remote.steps().len(), 2, "nothing shipped");
     h.finish();
 }

@@ -189,6 +189,32 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             Cause::Claimed { .. } if !is_schedule_of(&message, id) => {
                 add(Invariant::Lifecycle, format!("order {id}: claimed while handling {:?}", ctx.message));
             }
+            Cause::Slept { .. } if !(ctx.role == Some(Role::Scheduler) && is_schedule_of(&message, id)) => {
+                add(
+                    Invariant::Lifecycle,
+                    format!("order {id}: put to sleep while handling {:?}", ctx.message),
+                );
+            }
+            Cause::Woke { .. }
+                if !(ctx.role == Some(Role::Supervisor)
+                    || (ctx.role == Some(Role::Scheduler) && is_schedule_of(&message, id))) =>
+            {
+                add(
+                    Invariant::Lifecycle,
+                    format!("order {id}: woken by {:?} for {:?}", ctx.role, ctx.message),
+                );
+            }
+            // A timer step whose time cannot be read fails for good when a Schedule comes.
+            Cause::Failed { step, action: sas::domain::Action::Do, .. }
+                if ctx.role == Some(Role::Scheduler)
+                    && is_schedule_of(&message, id)
+                    && before.state == ProcessState::Pending
+                    && *step == before.step
+                    && run
+                        .workflows
+                        .get_version(&before.workflow, before.workflow_version)
+                        .and_then(|wf| wf.step(*step))
+                        .is_some_and(|s| s.is_timer()) => {}
             // The fence, checked against the very reply the write was made for.
             Cause::Succeeded { step, action } | Cause::Failed { step, action, .. }
                 if ctx.role == Some(Role::Scheduler) =>
@@ -232,6 +258,30 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 add(Invariant::Fenced, format!("order {id}: a reply's outcome written by {:?}", ctx.role));
             }
             _ => {}
+        }
+    }
+
+    // ---- timers: never early, and on time once the faults stop ----
+    // A wake time is read on the sleeping function's clock and checked on the waking one's;
+    // each may be off true time by the run's skew, so true time allows that much.
+    let faults = &run.swarm.faults;
+    let skew = faults.skew_max_ms;
+    let on_time = crate::deployment::SUPERVISOR_PERIOD_MS + skew + faults.overshoot_max_ms + 1_000;
+    for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
+        let Some(before) = w.before.as_ref().filter(|b| b.state == ProcessState::Waiting) else { continue };
+        let (Cause::Woke { .. }, Some(at)) = (&w.after.last_cause, before.wake_at) else { continue };
+        let id = w.after.order_id.as_str();
+        if ctx.at + skew < at.0 {
+            add(
+                Invariant::TimerNotEarly,
+                format!("order {id}: timer due at {at} woke at {}ms (clock skew allowed: {skew}ms)", ctx.at),
+            );
+        }
+        if at.0 + skew >= run.quiet_at && ctx.at > at.0 + on_time {
+            add(
+                Invariant::TimerOnTime,
+                format!("order {id}: timer due at {at} woke at {}ms, more than {on_time}ms late", ctx.at),
+            );
         }
     }
 

@@ -10,6 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sas::domain::Action;
 
+/// How long after its effect a step's `release_at` answer is (a timer step waiting until
+/// it then sleeps about this long).
+pub const RELEASE_AFTER_MS: u64 = 1_500;
+
 /// The remote service's faults. All zero: it answers every call at once, with success.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RemoteFaults {
@@ -214,7 +218,10 @@ impl Ledger {
                 let answer = if chance.roll("remote_bad_output", faults.bad_output) {
                     Some(format!(r#"{{"ref":"{}","pad":"{}"}}"#, call.key, "x".repeat(TOO_LARGE)))
                 } else if chance.coin() {
-                    Some(format!(r#"{{"ref":"{}"}}"#, call.key))
+                    // `release_at`: a time a later timer step may wait until (`Swarm`'s
+                    // generated workflows do), shortly after the effect.
+                    let release_at = sas::domain::Timestamp(at + RELEASE_AFTER_MS).to_rfc3339();
+                    Some(format!(r#"{{"ref":"{}","release_at":"{release_at}"}}"#, call.key))
                 } else {
                     None
                 };

@@ -35,7 +35,9 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World) -> Decision {
     let act = match task.state {
         ProcessState::Error if w.rng.bool() => Act::Compensate,
         ProcessState::Error => resubmit(w),
-        ProcessState::Pending | ProcessState::Processing if w.rng.u8(..4) > 0 => Act::Cancel,
+        ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting if w.rng.u8(..4) > 0 => {
+            Act::Cancel
+        }
         _ => match w.rng.u8(..3) {
             0 => Act::Cancel,
             1 => Act::Compensate,

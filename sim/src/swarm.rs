@@ -5,7 +5,7 @@
 use std::fmt;
 
 use sas::domain::definitions::MAX_STEPS;
-use sas::domain::{OnGiveUp, Step, Workflow};
+use sas::domain::{OnGiveUp, Step, Wait, Workflow};
 
 use crate::deployment::Role;
 use crate::ledger::RemoteFaults;
@@ -155,7 +155,11 @@ const WORKFLOW_MIXES: [&[&str]; 6] = [
 /// (one in four) by failing. Its steps' names start with `prefix`.
 pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     let len = if rng.u8(..8) == 0 { rng.usize(6..=MAX_STEPS) } else { rng.usize(1..=5) };
-    let steps = (0..len)
+    // Timers come from a generator of their own, seeded from (not drawn from) the seed's:
+    // the seed's other draws, and so its other workflows, faults and arrivals, are what
+    // they were before timers existed, and half the seeds' workflows have none.
+    let mut timers = fastrand::Rng::with_seed(rng.clone().u64(..) ^ TIMER_SALT);
+    let steps: Vec<Step> = (0..len)
         .map(|i| {
             let name = format!("{prefix}{i}");
             let agent = ["a", "b", "c"][rng.usize(..3)];
@@ -169,6 +173,7 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
             Step { max_failures, timeout_ms, ..step }
         })
         .collect();
+    let steps = if timers.bool() { with_timers(&mut timers, steps, prefix) } else { steps };
     let mut workflow = Workflow::new("generated", steps);
     workflow.version = rng.u32(1..=3);
     if rng.u8(..4) == 0 {
@@ -176,6 +181,52 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     }
     workflow
 }
+
+const TIMER_SALT: u64 = 0x7469_6d65_7273;
+
+/// `steps` with a timer before about one in three of them and after the last one time in
+/// two (the workflow's length kept within bounds).
+fn with_timers(rng: &mut fastrand::Rng, steps: Vec<Step>, prefix: &str) -> Vec<Step> {
+    let mut out: Vec<Step> = Vec::new();
+    let room = MAX_STEPS - steps.len();
+    let mut added = 0;
+    let last = steps.len();
+    for (i, step) in steps.into_iter().map(Some).chain([None]).enumerate() {
+        // Before a step one time in three; after the last, one time in two.
+        let chance = if i == last { 2 } else { 3 };
+        if added < room && rng.u8(..chance) == 0 {
+            let agents_before: Vec<String> =
+                out.iter().filter(|s| !s.is_timer()).map(|s| s.name.clone()).collect();
+            out.push(timer_step(rng, &format!("{prefix}t{added}"), &agents_before));
+            added += 1;
+        }
+        out.extend(step);
+    }
+    out
+}
+
+/// A timer step: most wait a second or three (woken by their delayed Schedule), one in
+/// four past SQS's longest delay (woken by the supervisor's sweep), and half of those after
+/// an agent step wait until its answer's `release_at` instead (`ledger.rs`), which half
+/// the answers lack: the step then fails for good.
+fn timer_step(rng: &mut fastrand::Rng, name: &str, agents_before: &[String]) -> Step {
+    let for_ms = if rng.u8(..4) == 0 {
+        rng.u64(sas::domain::wait::MAX_DELAYED_WAKE_MS + 1..=LONG_WAIT_MS)
+    } else {
+        rng.u64(1_000..=3_000)
+    };
+    let wait = match agents_before {
+        [] => Wait::for_ms(for_ms),
+        before if rng.bool() => {
+            Wait::until(&format!("$.steps.{}.output.release_at", before[rng.usize(..before.len())]))
+        }
+        _ => Wait::for_ms(for_ms),
+    };
+    Step::timer(name, wait)
+}
+
+/// The longest wait a generated timer has.
+pub const LONG_WAIT_MS: u64 = 960_000;
 
 fn pick(rng: &mut fastrand::Rng, lo: f64, hi: f64) -> f64 {
     lo + rng.f64() * (hi - lo)

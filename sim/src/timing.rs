@@ -41,5 +41,19 @@ pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows
         + faults.overshoot_max_ms;
     let cycles = u64::from(2 * longest - 1) * budget + u64::from(longest) + 1;
     let in_flight = WORK.iter().map(|w| w.visibility_timeout_ms).max().unwrap_or(0) + faults.delay_max_ms;
-    cycles * cycle + in_flight + 5_000
+    // Timers: each waits its length (an `until`, a little after its step's effect) and
+    // then up to a supervisor period; waiting is no failure, so it adds no cycles.
+    let waits = workflows
+        .all()
+        .iter()
+        .map(|w| {
+            w.steps
+                .iter()
+                .filter_map(|s| s.wait.as_ref())
+                .map(|wait| wait.for_ms.unwrap_or(crate::ledger::RELEASE_AFTER_MS + cycle) + cycle)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    cycles * cycle + in_flight + waits + 5_000
 }

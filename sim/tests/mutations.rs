@@ -128,6 +128,14 @@ fn a_cancel_from_any_sender_is_caught() {
     );
 }
 
+/// A Schedule that wakes a waiting timer whatever its wake time: the duplicate of the
+/// Schedule that put it to sleep wakes it at once.
+#[test]
+fn waking_a_timer_before_its_time_is_caught() {
+    let found = caught(Mutation::WakeEarly);
+    assert!(found.contains_key(&Invariant::TimerNotEarly), "no timer was found waking early: {found:?}");
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {

@@ -92,6 +92,8 @@ pub enum StateArg {
     Compensating,
     Processing,
     Pending,
+    /// A timer step waiting for its time.
+    Waiting,
     /// Live, with its deadline passed.
     Stuck,
 }
@@ -103,6 +105,7 @@ impl StateArg {
             StateArg::Compensating => "compensating",
             StateArg::Processing => "processing",
             StateArg::Pending => "pending",
+            StateArg::Waiting => "waiting",
             StateArg::Stuck => "stuck",
         }
     }
@@ -113,6 +116,7 @@ impl StateArg {
             StateArg::Compensating => Some(ProcessState::Compensating),
             StateArg::Processing => Some(ProcessState::Processing),
             StateArg::Pending => Some(ProcessState::Pending),
+            StateArg::Waiting => Some(ProcessState::Waiting),
             StateArg::Stuck => None,
         }
     }

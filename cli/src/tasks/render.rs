@@ -25,7 +25,7 @@ pub fn step_name(wf: Option<&Workflow>, step: u32) -> Option<String> {
 
 /// A listed task as one JSON object.
 pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
-    json!({
+    let mut v = json!({
         "id": task.order_id.as_str(),
         "state": task.state.as_str(),
         "workflow": task.workflow,
@@ -35,7 +35,19 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
         "failure_count": task.failure_count,
         "updated_at": iso(task.updated_at),
         "last_error": task.last_error,
-    })
+    });
+    if let Some(at) = task.wake_at {
+        v["wake_at"] = json!(iso(at));
+    }
+    v
+}
+
+/// The state as a listing shows it: a waiting timer with its wake time.
+fn state_cell(task: &TaskRecord) -> String {
+    match task.wake_at {
+        Some(at) => format!("{} until {}", task.state.as_str(), iso(at)),
+        None => task.state.as_str().to_owned(),
+    }
 }
 
 /// The header and rows of a listing's table, columns padded.
@@ -56,7 +68,7 @@ pub fn table(tasks: &[(&TaskRecord, Option<&Workflow>)]) -> String {
         };
         rows.push([
             task.order_id.to_string(),
-            task.state.as_str().to_owned(),
+            state_cell(task),
             format!("{} v{}", task.workflow, task.workflow_version),
             step,
             task.failure_count.to_string(),
@@ -163,7 +175,9 @@ pub fn next_commands(
             Act::Cancel => {
                 matches!(
                     task.state,
-                    sas::domain::ProcessState::Pending | sas::domain::ProcessState::Processing
+                    sas::domain::ProcessState::Pending
+                        | sas::domain::ProcessState::Processing
+                        | sas::domain::ProcessState::Waiting
                 )
             }
         },
@@ -201,6 +215,9 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
             None => "none (ended)".to_owned(),
         },
     );
+    if let Some(w) = task.wake_at {
+        field("wakes at", format!("{} (a timer step: nothing runs until then)", iso(w)));
+    }
     if let Some(h) = task.hold_until {
         field("hold until", format!("{} (a cancelled attempt may still run until then)", iso(h)));
     }
@@ -248,6 +265,9 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     v["deadline_passed"] = json!(task.deadline.is_some_and(|d| d <= now));
     v["complete_by"] = json!(time(task.complete_by));
     v["hold_until"] = json!(time(task.hold_until));
+    if task.wake_at.is_some() {
+        v["wake_at"] = json!(time(task.wake_at));
+    }
     v["redo_until"] = json!(task.redo_until);
     // Each output with its value, by step name: what a refund needs of its charge.
     v["outputs"] = Value::Object(task.outputs.iter().map(|(step, o)| (step.clone(), o.to_value())).collect());
@@ -377,5 +397,39 @@ mod tests {
             show_text(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[])
                 .contains("  outputs       charge\n")
         );
+    }
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::*;
+    use sas::domain::{Policy, ProcessState};
+
+    fn task(state: ProcessState) -> TaskRecord {
+        crate::fixtures::task("o-1", state)
+    }
+
+    /// A timer's task shows when it wakes, in the listing, `show` and their JSON, and can
+    /// be cancelled.
+    #[test]
+    fn a_waiting_task_shows_its_wake_time() {
+        let mut t = task(ProcessState::Waiting);
+        t.wake_at = Some(Timestamp(1_700_000_060_000));
+        t.deadline = t.wake_at;
+        let listed = table(&[(&t, None)]);
+        assert!(listed.contains("Waiting until 2023-11-14T22:14:20.000Z"), "{listed}");
+        assert_eq!(task_summary_json(&t, None)["wake_at"], "2023-11-14T22:14:20.000Z");
+        let now = Timestamp(1_700_000_001_000);
+        let text = show_text(&t, None, now, &[]);
+        assert!(text.contains("  wakes at      2023-11-14T22:14:20.000Z (a timer step"), "{text}");
+        assert_eq!(show_json(&t, None, now, &[])["wake_at"], "2023-11-14T22:14:20.000Z");
+        assert_eq!(
+            next_commands(&t, None, &Policy::default(), now, ""),
+            ["sasctl tasks cancel o-1 --reason TEXT"]
+        );
+        // Any other task has no such field.
+        let pending = task(ProcessState::Pending);
+        assert!(task_summary_json(&pending, None).get("wake_at").is_none());
+        assert!(show_json(&pending, None, now, &[]).get("wake_at").is_none());
     }
 }

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::breaker::BreakerPolicy;
 use super::retry::Backoff;
 use super::secrets::{self, SecretSource};
-use super::workflow::{StepEffect, StepKind, Workflow, Workflows};
+use super::wait::{MAX_WAIT_MS, MIN_WAIT_MS, Wait, WaitPath};
+use super::workflow::{Step, StepEffect, StepKind, Workflow, Workflows};
 
 /// The shortest and longest complete-by a step may have, as for the deployment's own
 /// `STEP_TIMEOUT_MS`: Lambda's 15-minute limit is far off, but a step's attempt must end
@@ -497,7 +498,15 @@ impl DefinitionFile {
                 if !names.insert(step.name.as_str()) {
                     error(at("name"), "is used by two steps".into());
                 }
-                if !self.agents.contains_key(&step.agent) {
+                if let Some(wait) = &step.wait {
+                    for problem in timer_problems(wf, step, wait) {
+                        error(at(problem.0), problem.1);
+                    }
+                    continue;
+                }
+                if step.agent.is_empty() {
+                    error(at("agent"), "a step needs an agent (or a wait, to be a timer step)".into());
+                } else if !self.agents.contains_key(&step.agent) {
                     let known: Vec<&str> = self.agents.keys().map(String::as_str).collect();
                     error(
                         at("agent"),
@@ -559,6 +568,65 @@ impl DefinitionFile {
         out.extend(warnings);
         out
     }
+}
+
+/// The order's fields, as a `$.order.<key>` path may name them (`messages.rs`'s `Order`;
+/// a test holds the two to each other).
+const ORDER_FIELDS: [&str; 5] = ["order_id", "customer_id", "items", "workflow", "workflow_version"];
+
+/// What is wrong with a timer step, by field: a timer calls nothing, undoes nothing and
+/// cannot fail, and waits for a length in range or until a time an earlier agent step
+/// (or the order) gives.
+fn timer_problems(wf: &Workflow, step: &Step, wait: &Wait) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let not_for_timer = "does not apply to a timer step: it calls nothing and cannot fail";
+    if !step.agent.is_empty() {
+        out.push(("agent", "a timer step calls no agent: remove agent or wait".to_owned()));
+    }
+    if step.compensation.is_some() {
+        out.push(("compensation", "a timer step has nothing to undo".to_owned()));
+    }
+    if step.effect != StepEffect::Writes {
+        out.push(("effect", "does not apply to a timer step: it changes nothing".to_owned()));
+    }
+    if step.timeout_ms.is_some() {
+        out.push(("timeout_ms", not_for_timer.to_owned()));
+    }
+    if step.max_failures.is_some() {
+        out.push(("max_failures", not_for_timer.to_owned()));
+    }
+    match (wait.for_ms, &wait.until) {
+        (Some(_), Some(_)) => out.push(("wait", "set for_ms or until, not both".to_owned())),
+        (None, None) => out.push(("wait", "needs for_ms (how long) or until (a path to a time)".to_owned())),
+        (Some(ms), None) if !(MIN_WAIT_MS..=MAX_WAIT_MS).contains(&ms) => out.push((
+            "wait.for_ms",
+            format!("{ms} is out of range: {MIN_WAIT_MS} (1 s) to {MAX_WAIT_MS} (366 days)"),
+        )),
+        (Some(_), None) => {}
+        (None, Some(path)) => match WaitPath::parse(path) {
+            Err(e) => out.push(("wait.until", e.to_string())),
+            Ok(WaitPath::Order(keys)) if !ORDER_FIELDS.contains(&keys[0].as_str()) => out.push((
+                "wait.until",
+                format!("the order has no field {:?}; it has: {}", keys[0], ORDER_FIELDS.join(", ")),
+            )),
+            Ok(WaitPath::Order(_)) => {}
+            Ok(WaitPath::Output { step: named, .. }) => {
+                let this = wf.steps.iter().position(|s| s.name == step.name);
+                let earlier = wf.steps.iter().position(|s| s.name == named).filter(|&i| Some(i) < this);
+                match earlier.map(|i| &wf.steps[i]) {
+                    None => out.push((
+                        "wait.until",
+                        format!("names step {named:?}, which is not an earlier step of this workflow"),
+                    )),
+                    Some(s) if s.is_timer() => {
+                        out.push(("wait.until", format!("names timer step {named:?}, which has no output")))
+                    }
+                    Some(_) => {}
+                }
+            }
+        },
+    }
+    out
 }
 
 impl DefinitionFile {
@@ -680,6 +748,86 @@ mod tests {
         }
         assert_eq!(got.len(), want.len(), "{got:#?}");
         assert!(Definitions::parse(text).is_err());
+    }
+
+    #[test]
+    fn timer_steps_wait_for_a_length_or_until_a_time_from_an_earlier_step() {
+        let text = r#"{"agents": {"pay": {}, "ship": {}}, "workflows": [{"name": "w", "steps": [
+            {"name": "charge", "agent": "pay", "compensation": "refund"},
+            {"name": "cool-off", "wait": {"for_ms": 86400000}},
+            {"name": "hold", "wait": {"until": "$.steps.charge.output.release_at"}},
+            {"name": "by", "wait": {"until": "$.order.customer_id"}},
+            {"name": "ship", "agent": "ship"}]}]}"#;
+        let d = Definitions::parse(text).unwrap();
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        let wf = d.workflows.get("w").unwrap();
+        assert_eq!(wf.step(1).unwrap().wait, Some(Wait::for_ms(86_400_000)));
+        assert_eq!(wf.step(1).unwrap().kind(), StepKind::ReadOnly);
+        // The longest wait is a year and a day; the shortest a second.
+        for ms in [MIN_WAIT_MS, MAX_WAIT_MS] {
+            let ok = text.replace("86400000", &ms.to_string());
+            assert!(Definitions::parse(&ok).is_ok(), "{ms}");
+        }
+        const { assert!(MAX_WAIT_MS >= 365 * 24 * 3_600_000) };
+    }
+
+    #[test]
+    fn every_problem_of_a_timer_step_is_one_located_line() {
+        let text = r#"{"agents": {"pay": {}}, "workflows": [{"name": "w", "steps": [
+            {"name": "early", "wait": {"until": "$.steps.charge.output.at"}},
+            {"name": "charge", "agent": "pay"},
+            {"name": "both", "wait": {"for_ms": 5000, "until": "$.order.customer_id"}},
+            {"name": "neither", "wait": {}},
+            {"name": "short", "wait": {"for_ms": 999}},
+            {"name": "long", "wait": {"for_ms": 31622400001}},
+            {"name": "agented", "agent": "pay", "compensation": "undo", "timeout_ms": 5000, "max_failures": 2, "effect": "none", "wait": {"for_ms": 5000}},
+            {"name": "syntax", "wait": {"until": "$.steps.charge.output[0]"}},
+            {"name": "unknown", "wait": {"until": "$.steps.nope.output.at"}},
+            {"name": "on-timer", "wait": {"until": "$.steps.short.output.at"}},
+            {"name": "no-field", "wait": {"until": "$.order.ship_by"}},
+            {"name": "nothing"}]}]}"#;
+        let got = problems(text);
+        let want = [
+            r#"error: workflow w v1, step early, wait.until: names step "charge", which is not an earlier step of this workflow"#,
+            "error: workflow w v1, step both, wait: set for_ms or until, not both",
+            "error: workflow w v1, step neither, wait: needs for_ms (how long) or until (a path to a time)",
+            "error: workflow w v1, step short, wait.for_ms: 999 is out of range: 1000 (1 s) to 31622400000 (366 days)",
+            "error: workflow w v1, step long, wait.for_ms: 31622400001 is out of range: 1000 (1 s) to 31622400000 (366 days)",
+            "error: workflow w v1, step agented, agent: a timer step calls no agent: remove agent or wait",
+            "error: workflow w v1, step agented, compensation: a timer step has nothing to undo",
+            "error: workflow w v1, step agented, effect: does not apply to a timer step: it changes nothing",
+            "error: workflow w v1, step agented, timeout_ms: does not apply to a timer step: it calls nothing and cannot fail",
+            "error: workflow w v1, step agented, max_failures: does not apply to a timer step: it calls nothing and cannot fail",
+            r#"error: workflow w v1, step syntax, wait.until: "$.steps.charge.output[0]" is not a path: write $.order.<key>(.<key>)* or $.steps.<step name>.output.<key>(.<key>)*, each key 1 to 64 of A-Z a-z 0-9 - _"#,
+            r#"error: workflow w v1, step unknown, wait.until: names step "nope", which is not an earlier step of this workflow"#,
+            r#"error: workflow w v1, step on-timer, wait.until: names timer step "short", which has no output"#,
+            r#"error: workflow w v1, step no-field, wait.until: the order has no field "ship_by"; it has: order_id, customer_id, items, workflow, workflow_version"#,
+            "error: workflow w v1, step nothing, agent: a step needs an agent (or a wait, to be a timer step)",
+        ];
+        assert_eq!(got, want, "{got:#?}");
+        // A wait with an unknown key is refused by the parser, located.
+        let got = problems(
+            r#"{"agents": {}, "workflows": [{"name": "w", "steps": [{"name": "t", "wait": {"for": 5}}]}]}"#,
+        );
+        assert!(got.len() == 1 && got[0].contains("unknown field `for`"), "{got:?}");
+    }
+
+    #[test]
+    fn the_order_fields_a_path_may_name_are_the_orders() {
+        let order = super::super::messages::Order {
+            order_id: super::super::ids::OrderId::parse("o").unwrap(),
+            customer_id: "c".into(),
+            items: vec![],
+            workflow: "w".into(),
+            workflow_version: Some(1),
+        };
+        let value = serde_json::to_value(order).unwrap();
+        let keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut want = ORDER_FIELDS.to_vec();
+        want.sort();
+        let mut keys = keys;
+        keys.sort();
+        assert_eq!(keys, want);
     }
 
     #[test]

@@ -15,6 +15,39 @@ impl Timestamp {
     pub fn millis_since(self, earlier: Timestamp) -> u64 {
         self.0.saturating_sub(earlier.0)
     }
+
+    /// An RFC 3339 time (`2026-03-01T09:00:00Z`, `2026-03-01T10:00:00.250+01:00`) as
+    /// milliseconds since the epoch; a time before the epoch is the epoch (for a timer,
+    /// both are long past). Only a date, only a time, or no offset is an error: a wait
+    /// until a local time would depend on where it runs.
+    pub fn parse_rfc3339(text: &str) -> Result<Timestamp, TimeError> {
+        let parsed = chrono::DateTime::parse_from_rfc3339(text)
+            .map_err(|e| TimeError { got: cut(text), why: e.to_string() })?;
+        Ok(Timestamp(u64::try_from(parsed.timestamp_millis()).unwrap_or(0)))
+    }
+}
+
+impl Timestamp {
+    /// As RFC 3339 in UTC, to the millisecond: what `parse_rfc3339` reads back.
+    pub fn to_rfc3339(self) -> String {
+        let ms = i64::try_from(self.0).unwrap_or(i64::MAX);
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .unwrap_or_default()
+    }
+}
+
+/// A text that is not an RFC 3339 time.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{got:?} is not an RFC 3339 time such as 2026-03-01T09:00:00Z ({why})")]
+pub struct TimeError {
+    pub got: String,
+    pub why: String,
+}
+
+/// At most 64 characters of what was given, for an error message.
+fn cut(text: &str) -> String {
+    text.chars().take(64).collect()
 }
 
 impl fmt::Display for Timestamp {
@@ -150,5 +183,25 @@ mod tests {
         assert_eq!(of(""), None);
         assert_eq!(of(":session"), None);
         assert_ne!(of("AROAONE:s"), of("AROATWO:s"));
+    }
+
+    #[test]
+    fn rfc3339_times_parse_with_their_offsets() {
+        let utc = Timestamp::parse_rfc3339("2026-03-01T09:00:00Z").unwrap();
+        assert_eq!(utc, Timestamp(1_772_355_600_000));
+        // The same instant written with an offset, lower case, and a fraction.
+        assert_eq!(Timestamp::parse_rfc3339("2026-03-01T10:00:00+01:00"), Ok(utc));
+        assert_eq!(Timestamp::parse_rfc3339("2026-03-01t04:30:00-04:30"), Ok(utc));
+        assert_eq!(Timestamp::parse_rfc3339("2026-03-01T09:00:00.250Z"), Ok(utc.plus_ms(250)));
+        assert_eq!(Timestamp::parse_rfc3339("1969-12-31T23:59:59Z"), Ok(Timestamp(0)), "before the epoch");
+        for bad in ["2026-03-01", "09:00:00Z", "2026-03-01T09:00:00", "2026-02-30T09:00:00Z", "tomorrow", ""]
+        {
+            let e = Timestamp::parse_rfc3339(bad).unwrap_err();
+            assert!(e.to_string().contains("is not an RFC 3339 time"), "{bad}: {e}");
+        }
+        assert_eq!(utc.plus_ms(250).to_rfc3339(), "2026-03-01T09:00:00.250Z");
+        assert_eq!(Timestamp::parse_rfc3339(&Timestamp(1_234).to_rfc3339()), Ok(Timestamp(1_234)));
+        let long = "x".repeat(1_000);
+        assert!(Timestamp::parse_rfc3339(&long).unwrap_err().got.len() <= 64);
     }
 }

@@ -10,6 +10,10 @@ pub enum ProcessState {
     Pending,
     /// Claimed: an agent works on the current step under a lease until complete-by.
     Processing,
+    /// A timer step (or, later, a step waiting for an outside event) waits with no lease
+    /// and nothing running: its deadline is its wake time, so the due index holds it and
+    /// nothing runs until then.
+    Waiting,
     /// Undoing completed steps in reverse order; claimable when unlocked.
     Compensating,
     /// Terminal: every step succeeded.
@@ -23,9 +27,10 @@ pub enum ProcessState {
 }
 
 impl ProcessState {
-    pub const ALL: [ProcessState; 6] = [
+    pub const ALL: [ProcessState; 7] = [
         ProcessState::Pending,
         ProcessState::Processing,
+        ProcessState::Waiting,
         ProcessState::Compensating,
         ProcessState::Processed,
         ProcessState::Error,
@@ -40,6 +45,7 @@ impl ProcessState {
         match self {
             ProcessState::Pending => "Pending",
             ProcessState::Processing => "Processing",
+            ProcessState::Waiting => "Waiting",
             ProcessState::Compensating => "Compensating",
             ProcessState::Processed => "Processed",
             ProcessState::Error => "Error",
@@ -56,8 +62,13 @@ pub enum Trigger {
     Claimed,
     /// A forward step succeeded and more remain.
     Advanced,
-    /// The last forward step succeeded.
+    /// The last forward step succeeded (an agent's, or a timer's when it woke).
     Finished,
+    /// A timer step started waiting: nothing is dispatched, and no failure can happen.
+    Slept,
+    /// A waiting timer's time came and more steps remain: on to the next, no failure
+    /// counted.
+    Woke,
     /// The deadline passed (or an attempt was lost) below the failure threshold: try again.
     Retry,
     /// Give up with no way to undo: operator needed.
@@ -85,10 +96,12 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 13] = [
+    pub const ALL: [Trigger; 15] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
+        Trigger::Slept,
+        Trigger::Woke,
         Trigger::Retry,
         Trigger::Fail,
         Trigger::ForwardOnly,
@@ -112,6 +125,8 @@ impl Trigger {
             Trigger::Claimed => "Claimed",
             Trigger::Advanced => "Advanced",
             Trigger::Finished => "Finished",
+            Trigger::Slept => "Slept",
+            Trigger::Woke => "Woke",
             Trigger::Retry => "Retry",
             Trigger::Fail => "Fail",
             Trigger::ForwardOnly => "ForwardOnly",
@@ -160,6 +175,13 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Processing, Cancel, Compensating),
     (Pending, CancelUndone, Compensated),
     (Processing, CancelUndone, Compensated),
+    // Timer steps: a claim of one waits instead of dispatching; its time wakes it on to the
+    // next step (or the end). No row retries or fails a waiting task: waiting cannot fail.
+    (Pending, Slept, Waiting),
+    (Waiting, Woke, Pending),
+    (Waiting, Finished, Processed),
+    (Waiting, Cancel, Compensating),
+    (Waiting, CancelUndone, Compensated),
 ];
 
 /// The next state, or `None` when the table has no such move.
@@ -230,6 +252,27 @@ mod tests {
         assert_eq!(next(Compensating, Undo), None);
         // Compensation never starts past a pivot, so it never meets one.
         assert_eq!(next(Compensating, ForwardOnly), None);
+    }
+
+    #[test]
+    fn a_waiting_task_only_wakes_or_is_cancelled() {
+        let leaving: Vec<(Trigger, ProcessState)> =
+            TRANSITIONS.iter().filter(|(f, _, _)| *f == Waiting).map(|(_, t, to)| (*t, *to)).collect();
+        assert_eq!(
+            leaving,
+            [(Woke, Pending), (Finished, Processed), (Cancel, Compensating), (CancelUndone, Compensated)]
+        );
+        // Nothing it does can fail, and nothing claims it: no lapse, no lease.
+        for trigger in [Claimed, Retry, Fail, ForwardOnly, Undo, Undone, Advanced, Slept] {
+            assert_eq!(next(Waiting, trigger), None, "{trigger:?}");
+        }
+        // Only a forward step waits; undoing never does, and only Pending starts a wait.
+        let into: Vec<ProcessState> =
+            TRANSITIONS.iter().filter(|(_, _, to)| *to == Waiting).map(|(f, _, _)| *f).collect();
+        assert_eq!(into, [Pending]);
+        for state in ProcessState::ALL.into_iter().filter(|s| *s != Waiting) {
+            assert_eq!(next(state, Woke), None, "{state:?}");
+        }
     }
 
     #[test]

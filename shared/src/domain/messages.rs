@@ -333,6 +333,8 @@ pub enum RequestMismatch {
     Field { workflow: String, step: u32, field: &'static str, got: String, want: String },
     #[error("agent request undoes step {step} of {workflow}, which has no compensation")]
     NoCompensation { workflow: String, step: u32 },
+    #[error("agent request names step {step} of {workflow}, a timer step, which calls no agent")]
+    Timer { workflow: String, step: u32 },
     #[error("agent request's {0} does not match its order id, step and action")]
     Inconsistent(&'static str),
 }
@@ -356,6 +358,9 @@ impl AgentRequest {
             workflow: workflow.name.clone(),
             step: self.step,
         })?;
+        if step.is_timer() {
+            return Err(RequestMismatch::Timer { workflow: workflow.name.clone(), step: self.step });
+        }
         // Only a step with a compensation is ever undone: an undo of a pivot would call
         // the pivot's own action again under a new key.
         let name = match (self.action, &step.compensation) {
@@ -533,6 +538,45 @@ mod tests {
         assert!(Intake::is_cancel(r#"{"cancel":"o-1"}"#), "an invalid cancel is still a cancel");
         assert!(!Intake::is_cancel(r#"{"order_id":"o-1"}"#));
         assert!(!Intake::is_cancel(r#"["cancel"]"#));
+    }
+
+    /// A forged request naming a timer step (its agent empty, as the step's) reaches no
+    /// endpoint: a timer calls nothing.
+    #[test]
+    fn a_request_for_a_timer_step_is_refused() {
+        use crate::domain::wait::Wait;
+        use crate::domain::workflow::{Step, Workflow};
+        let wf = Workflow::new("w", vec![Step::timer("t", Wait::for_ms(1_000)), Step::pivot("p", "a")]);
+        let workflows = Workflows::new(vec![wf]);
+        let order_id = OrderId::parse("o-1").unwrap();
+        let order = Order {
+            order_id: order_id.clone(),
+            customer_id: "c".into(),
+            items: vec![],
+            workflow: "w".into(),
+            workflow_version: None,
+        };
+        let request = |step: u32, name: &str, agent: &str| AgentRequest {
+            order_id: order_id.clone(),
+            workflow: "w".into(),
+            workflow_version: 1,
+            step,
+            step_name: name.into(),
+            agent: agent.into(),
+            action: Action::Do,
+            attempt: 1,
+            lease: LeaseToken(uuid::Uuid::nil()),
+            complete_by: Timestamp(1),
+            idempotency_key: super::super::workflow::idempotency_key(&order_id, step, Action::Do),
+            order: order.clone(),
+            outputs: BTreeMap::new(),
+            reply_queue: None,
+        };
+        assert_eq!(request(1, "p", "a").check(&workflows), Ok(()));
+        assert_eq!(
+            request(0, "t", "").check(&workflows),
+            Err(RequestMismatch::Timer { workflow: "w".into(), step: 0 })
+        );
     }
 
     fn order_json(extra: &str) -> String {

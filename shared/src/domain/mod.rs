@@ -13,7 +13,9 @@
 //!    - `breaker.rs`: the circuit breaker of one remote service.
 //!    - `secrets.rs`: where an agent's auth header value lives.
 //!    - `reply_to.rs`: which queues an order may name for its status updates.
-//! 2. `timeline.rs`: a task's bounded history.
+//! 2. Above the leaves:
+//!    - `timeline.rs`: a task's bounded history.
+//!    - `wait.rs`: timer steps: how long or until when, and the path that names the time.
 //! 3. `workflow.rs`: steps and workflows, the saga's terms (compensable, pivot, read-only),
 //!    and the idempotency key of one action of one step.
 //! 4. `messages.rs`: every message on a queue or topic, and its parser.
@@ -34,6 +36,7 @@ pub mod retry;
 pub mod secrets;
 pub mod task;
 pub mod timeline;
+pub mod wait;
 pub mod workflow;
 
 pub use definitions::{Definitions, Invalid};
@@ -46,6 +49,7 @@ pub use reply_to::{QueueId, ReplyToError, ReplyToRules};
 pub use secrets::{SECRET_RETRY_MS, SECRET_TTL_MS, SecretSource, SecretValue};
 pub use task::*;
 pub use timeline::{Entry, Happened};
+pub use wait::{Wait, WaitPath};
 pub use workflow::{
     Action, OnGiveUp, Step, StepEffect, StepKind, Workflow, Workflows, idempotency_key, is_idempotency_key,
 };

@@ -238,7 +238,7 @@ impl TaskRecord {
     ) -> Result<Decision, Refusal> {
         let act = Act::Cancel;
         match self.state {
-            ProcessState::Pending | ProcessState::Processing => {}
+            ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting => {}
             ProcessState::Compensating => {
                 return Err(self.refused(act, "it is undoing its steps already"));
             }

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ids::{IdempotencyKey, OrderId};
+use super::wait::Wait;
 
 /// Which way a step runs: its forward action or its compensation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -86,8 +87,14 @@ pub enum StepKind {
 pub struct Step {
     /// The step's name, e.g. `charge-payment`.
     pub name: String,
-    /// The remote service (agent) that performs it, e.g. `payment`.
+    /// The remote service (agent) that performs it, e.g. `payment`. Absent (empty) exactly
+    /// for a timer step, which calls nothing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub agent: String,
+    /// A timer step: instead of calling an agent, the task waits (`wait.rs`). A timer has
+    /// no agent and no compensation, and nothing to undo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<Wait>,
     /// The compensating action's name, e.g. `refund-payment`; `None` when the step
     /// has nothing to undo (read-only) or cannot be undone (a pivot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,6 +117,7 @@ impl Step {
         Step {
             name: name.into(),
             agent: agent.into(),
+            wait: None,
             compensation: Some(compensation.into()),
             effect: StepEffect::Writes,
             max_failures: None,
@@ -121,6 +129,7 @@ impl Step {
         Step {
             name: name.into(),
             agent: agent.into(),
+            wait: None,
             compensation: None,
             effect: StepEffect::Writes,
             max_failures: None,
@@ -131,11 +140,19 @@ impl Step {
     pub fn read_only(name: &str, agent: &str) -> Step {
         Step { effect: StepEffect::None, ..Step::pivot(name, agent) }
     }
+    /// A timer step: it waits, and calls nothing.
+    pub fn timer(name: &str, wait: Wait) -> Step {
+        Step { wait: Some(wait), ..Step::pivot(name, "") }
+    }
     pub fn with_max_failures(self, max_failures: u32) -> Step {
         Step { max_failures: Some(max_failures), ..self }
     }
 
     pub fn kind(&self) -> StepKind {
+        // A timer changes nothing anywhere: it is never undone and never stands in the way.
+        if self.wait.is_some() {
+            return StepKind::ReadOnly;
+        }
         match (&self.compensation, self.effect) {
             (Some(_), _) => StepKind::Compensable,
             (None, StepEffect::Writes) => StepKind::Pivot,
@@ -144,6 +161,9 @@ impl Step {
     }
     pub fn is_pivot(&self) -> bool {
         self.kind() == StepKind::Pivot
+    }
+    pub fn is_timer(&self) -> bool {
+        self.wait.is_some()
     }
 }
 
@@ -240,6 +260,12 @@ impl Workflows {
         assert!(
             all.iter().flat_map(|w| &w.steps).all(|s| s.max_failures != Some(0)),
             "a step's failure budget is at least one"
+        );
+        assert!(
+            all.iter()
+                .flat_map(|w| &w.steps)
+                .all(|s| !s.is_timer() || (s.agent.is_empty() && s.compensation.is_none())),
+            "a timer step calls no agent and has no compensation"
         );
         Workflows { all }
     }
@@ -351,6 +377,20 @@ mod tests {
         .unwrap();
         assert_eq!(s, Step::read_only("check", "a").with_max_failures(2));
         assert_eq!(serde_json::to_string(&Step::pivot("p", "a")).unwrap(), r#"{"name":"p","agent":"a"}"#);
+    }
+
+    #[test]
+    fn a_timer_step_reads_from_json_without_an_agent_and_is_never_undone() {
+        let s: Step = serde_json::from_str(r#"{"name":"cool-off","wait":{"for_ms":86400000}}"#).unwrap();
+        assert_eq!(s, Step::timer("cool-off", Wait::for_ms(86_400_000)));
+        assert_eq!(s.kind(), StepKind::ReadOnly);
+        assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"name":"cool-off","wait":{"for_ms":86400000}}"#);
+        let w = Workflow::new(
+            "w",
+            vec![Step::compensable("charge", "pay", "refund"), s, Step::pivot("ship", "ship")],
+        );
+        assert_eq!(w.compensable_at_or_below(Some(1)), Some(0), "undoing walks past the timer");
+        assert_eq!(w.pivot_before(2), None, "a timer is no pivot");
     }
 
     #[test]

@@ -168,8 +168,15 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
     use crate::domain::Trigger::*;
     let m = &deps.metrics;
     let task = &decision.next;
+    if let crate::domain::Cause::Woke { late_ms, .. } = task.last_cause {
+        m.record(Metric::TimerWoke, 1);
+        m.record(Metric::TimerLatenessMs, late_ms);
+    }
     match decision.trigger {
         Claimed => m.record(Metric::Claimed, 1),
+        Slept => m.record(Metric::TimerStarted, 1),
+        // Counted above, with its lateness.
+        Woke => {}
         Advanced => m.record(Metric::StepSucceeded, 1),
         Finished => {
             m.record(Metric::StepSucceeded, 1);

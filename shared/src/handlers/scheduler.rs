@@ -4,7 +4,7 @@
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, Transition, perform, transition};
-use crate::domain::{AgentReply, OrderId, Refusal, SchedulerMessage};
+use crate::domain::{AgentReply, OrderId, Refusal, SchedulerMessage, Trigger};
 use crate::ports::Metric;
 
 #[derive(Clone)]
@@ -31,13 +31,27 @@ impl Scheduler {
             let lease = self.deps.random.lease();
             let policy = self.settings.policy;
             match transition(&self.deps, &self.settings, order_id, |task, wf, now| {
-                task.claim(lease, now, wf, &policy)
+                task.schedule(lease, now, wf, &policy)
             })
             .await?
             {
                 Transition::Applied { decision, .. } => {
-                    tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %lease, "claimed");
+                    match decision.trigger {
+                        Trigger::Claimed => {
+                            tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %lease, "claimed")
+                        }
+                        trigger => {
+                            tracing::info!(step = decision.next.step, ?trigger, wake_at = ?decision.next.wake_at, "timer")
+                        }
+                    }
                     perform(&self.deps, &self.settings, &decision).await
+                }
+                // A duplicate of the Schedule that put the timer to sleep, or one from before:
+                // the timer's own delayed Schedule (or the supervisor) wakes it on time.
+                Transition::Refused(refusal @ Refusal::Asleep { .. }) => {
+                    tracing::info!(%refusal, "schedule before the timer's time ignored");
+                    self.deps.metrics.record(Metric::TimerEarly, 1);
+                    Ok(())
                 }
                 // Held: the cancel's own delayed Schedule (or the supervisor) claims it later.
                 Transition::Refused(refusal @ (Refusal::ClaimLost { .. } | Refusal::Held { .. })) => {

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::coalesce::join_round;
 use super::{Deps, HandlerError, Settings, Transition, perform, transition};
-use crate::domain::{OrderId, Refusal, Trigger};
+use crate::domain::{OrderId, ProcessState, Refusal, Trigger};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -13,6 +13,8 @@ pub struct SweepReport {
     pub examined: usize,
     /// Put back to wait for another attempt.
     pub retried: usize,
+    /// Waiting timers whose time came, woken (no failure counted).
+    pub woke: usize,
     /// Given up on: Error, or compensation started or finished.
     pub gave_up: usize,
     /// Moved by someone else between the index read and our write.
@@ -56,7 +58,8 @@ impl Supervisor {
             let outcomes = join_round(due.iter().map(|id| self.recover(id))).await;
             for outcome in outcomes {
                 match outcome {
-                    Ok(Some(Trigger::Retry)) => report.retried += 1,
+                    Ok(Some((_, Trigger::Retry))) => report.retried += 1,
+                    Ok(Some((ProcessState::Waiting, _))) => report.woke += 1,
                     Ok(Some(_)) => report.gave_up += 1,
                     Ok(None) => {
                         report.skipped += 1;
@@ -79,12 +82,13 @@ impl Supervisor {
         Ok(report)
     }
 
-    async fn recover(&self, order_id: &OrderId) -> Result<Option<Trigger>, HandlerError> {
+    /// The state the task was found in and the trigger that moved it, if it moved.
+    async fn recover(&self, order_id: &OrderId) -> Result<Option<(ProcessState, Trigger)>, HandlerError> {
         let policy = self.settings.policy;
         let jitter = self.deps.random.jitter();
         // Decided on a fresh read: the index entry may be stale.
         match transition(&self.deps, &self.settings, order_id, |task, wf, now| {
-            task.lapse(now, wf, &policy, jitter)
+            task.recover(now, wf, &policy, jitter)
         })
         .await?
         {
@@ -94,7 +98,7 @@ impl Supervisor {
                     failure_count = decision.next.failure_count, trigger = ?decision.trigger, "recovered"
                 );
                 perform(&self.deps, &self.settings, &decision).await?;
-                Ok(Some(decision.trigger))
+                Ok(Some((before.state, decision.trigger)))
             }
             Transition::Refused(Refusal::NotDue { .. }) | Transition::NoSuchTask => Ok(None),
             Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),

@@ -143,6 +143,10 @@ impl Harness {
     }
 
     pub fn with_policy(policy: Policy) -> Harness {
+        Harness::with_workflows(policy, Workflows::builtin())
+    }
+
+    pub fn with_workflows(policy: Policy, workflows: Workflows) -> Harness {
         let clock = Arc::new(ManualClock::at(START));
         let store = Arc::new(EmbeddedStore::new());
         let queues = Arc::new(EmbeddedQueues::new(clock.clone(), 7));
@@ -174,12 +178,8 @@ impl Harness {
             random: Arc::new(FastRandom::seeded(42)),
             metrics: metrics.clone(),
         };
-        let settings = Settings::new(
-            policy,
-            Workflows::builtin(),
-            queue_names::topology(),
-            queue_names::reply_to_rules(),
-        );
+        let settings =
+            Settings::new(policy, workflows, queue_names::topology(), queue_names::reply_to_rules());
         let agent = Agent::new(
             AgentDeps {
                 queues: queues.clone(),

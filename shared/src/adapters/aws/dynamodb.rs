@@ -508,6 +508,25 @@ mod tests {
         t
     }
 
+    /// A timer's task is found by the sweep at its wake time: the wake time is its
+    /// deadline, in the due index, and comes back as written.
+    #[test]
+    fn a_waiting_task_keeps_its_wake_time_and_stays_in_the_due_index() {
+        let mut waiting = task("o-6");
+        waiting.state = ProcessState::Waiting;
+        waiting.wake_at = Some(Timestamp(90_000));
+        waiting.deadline = waiting.wake_at;
+        let item = task_item(&waiting, &tables(30)).unwrap();
+        assert_eq!(item.get("wake_at"), Some(&AttributeValue::N("90000".into())));
+        assert_eq!(item.get(DEADLINE), Some(&AttributeValue::N("90000".into())));
+        assert!(item.contains_key(DUE_SHARD));
+        assert!(!item.contains_key(EXPIRES_AT) && !item.contains_key(ERROR_SHARD));
+        assert_eq!(task_from_item(item).unwrap(), waiting);
+        // Every other record has no attribute for it: workflows without timers write
+        // exactly what they wrote before.
+        assert!(!task_item(&task("o-7"), &tables(30)).unwrap().contains_key("wake_at"));
+    }
+
     #[test]
     fn only_tasks_in_error_carry_the_error_index_key() {
         let error = task_item(&finished(ProcessState::Error, 5_000), &tables(30)).unwrap();
@@ -517,7 +536,12 @@ mod tests {
         for state in [ProcessState::Processed, ProcessState::Compensated] {
             assert!(!task_item(&finished(state, 5_000), &tables(30)).unwrap().contains_key(ERROR_SHARD));
         }
-        for state in [ProcessState::Pending, ProcessState::Processing, ProcessState::Compensating] {
+        for state in [
+            ProcessState::Pending,
+            ProcessState::Processing,
+            ProcessState::Waiting,
+            ProcessState::Compensating,
+        ] {
             let mut live = task("o-4");
             live.state = state;
             assert!(!task_item(&live, &tables(30)).unwrap().contains_key(ERROR_SHARD), "{state:?}");
@@ -540,7 +564,12 @@ mod tests {
         let kept = task_item(&finished(ProcessState::Error, 5_000), &tables(0)).unwrap();
         assert!(!kept.contains_key(EXPIRES_AT));
         // A live task has none: a resubmitted Error task, written whole, loses it.
-        for state in [ProcessState::Pending, ProcessState::Processing, ProcessState::Compensating] {
+        for state in [
+            ProcessState::Pending,
+            ProcessState::Processing,
+            ProcessState::Waiting,
+            ProcessState::Compensating,
+        ] {
             let mut live = task("o-5");
             live.state = state;
             assert!(!task_item(&live, &tables(30)).unwrap().contains_key(EXPIRES_AT), "{state:?}");

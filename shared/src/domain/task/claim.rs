@@ -4,7 +4,7 @@
 use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
-use crate::domain::workflow::Workflow;
+use crate::domain::workflow::{Action, Workflow};
 
 impl TaskRecord {
     /// Scheduler: take the task for its current step (Pending, or Compensating and unlocked).
@@ -40,6 +40,13 @@ impl TaskRecord {
         }
         self.check_workflow(wf)?;
         let action = self.action();
+        // A timer step is never claimed: `schedule` (`timer.rs`) puts it to sleep instead.
+        if action == Action::Do && wf.step(self.step).is_some_and(|s| s.is_timer()) && !unconditional {
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: format!("step {} is a timer: it sleeps, it is not claimed", self.step),
+            });
+        }
         let cause = Cause::Claimed { step: self.step, action };
         let mut next = if unconditional && lifecycle::next(self.state, Trigger::Claimed).is_none() {
             self.overwritten_by_claim(now, cause)
@@ -86,7 +93,7 @@ impl TaskRecord {
 mod tests {
     use super::*;
     use crate::domain::task::fixtures::*;
-    use crate::domain::workflow::{Action, Step};
+    use crate::domain::workflow::Step;
 
     #[test]
     fn claim_from_pending_takes_a_lease_until_complete_by() {

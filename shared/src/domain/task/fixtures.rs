@@ -6,6 +6,7 @@ use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, LineItem, OperatorAlert, Order, OrderStatus, ReplyOutcome};
 use crate::domain::operator::{Actor, Origin};
 use crate::domain::retry::Backoff;
+use crate::domain::wait::Wait;
 use crate::domain::workflow::{OnGiveUp, Step, Workflow};
 
 use super::{Act, Decision, Effect, Policy, Refusal, TaskRecord};
@@ -88,10 +89,16 @@ pub(in crate::domain) fn lapse(task: &TaskRecord, wf: &Workflow, jitter: u64) ->
     checked(task, task.lapse(now, wf, &policy(), jitter))
 }
 
-/// Claim and succeed steps until the task sits Pending at `step`.
+/// Claim and succeed steps (a timer's: sleep, then wake at its time) until the task sits
+/// Pending at `step`.
 pub(in crate::domain) fn pending_at(wf: &Workflow, step: u32) -> TaskRecord {
     let mut task = new_task(wf);
     for s in 0..step {
+        if wf.step(s).is_some_and(Step::is_timer) {
+            task = sleep(&task, wf, T0);
+            task = checked(&task, task.wake(task.wake_at.unwrap(), wf, &policy())).next;
+            continue;
+        }
         task = claim(&task, wf, 100 + s as u128, T0);
         task = reply(&task, wf, ok(), T0).next;
     }
@@ -117,6 +124,39 @@ pub(in crate::domain) fn statuses(d: &Decision) -> Vec<OrderStatus> {
             _ => None,
         })
         .collect()
+}
+
+/// A Schedule for a task Pending at a timer step: it sleeps.
+pub(in crate::domain) fn sleep(task: &TaskRecord, wf: &Workflow, now: Timestamp) -> TaskRecord {
+    let d = checked(task, task.schedule(lease(99), now, wf, &policy()));
+    assert_eq!((d.trigger, d.next.state), (Trigger::Slept, ProcessState::Waiting));
+    d.next
+}
+
+/// Charge (compensable, answering when to release), a 5 s cool-off, a hold until the
+/// charge's `release_at`, then ship (a pivot).
+pub(in crate::domain) fn timed() -> Workflow {
+    Workflow::new(
+        "timed",
+        vec![
+            Step::compensable("charge", "pay", "refund"),
+            Step::timer("cool-off", Wait::for_ms(5_000)),
+            Step::timer("hold", Wait::until("$.steps.charge.output.release_at")),
+            Step::pivot("ship", "ship"),
+        ],
+    )
+}
+
+/// A timer first, then a compensable step, then a timer last.
+pub(in crate::domain) fn timer_first() -> Workflow {
+    Workflow::new(
+        "timer-first",
+        vec![
+            Step::timer("wait", Wait::for_ms(1_000)),
+            Step::compensable("reserve", "stock", "release"),
+            Step::timer("settle", Wait::for_ms(2_000_000)),
+        ],
+    )
 }
 
 /// Lapses (claiming in between when `claim_between`) until the decision is not a retry.

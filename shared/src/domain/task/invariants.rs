@@ -80,7 +80,28 @@ fn every_row_of_the_table_is_a_decision() {
         (&processing, act(&processing, &three, Act::Cancel)),
         (&looking, act(&looking, &reads_first, Act::Cancel)),
     ];
-    let cases: Vec<_> = cases.into_iter().chain(operator_cases).collect();
+    // Timers: sleep, wake on (or at the end), and a cancel while waiting.
+    let timed = timed();
+    let first = timer_first();
+    let cooling = pending_at(&timed, 1);
+    let cool_sleeping = sleep(&cooling, &timed, T0);
+    let first_sleeping = sleep(&new_task(&first), &first, T0);
+    let last_sleeping = sleep(&pending_at(&first, 2), &first, T0);
+    let at = |t: &TaskRecord| t.wake_at.unwrap();
+    let timer_cases: Vec<(&TaskRecord, Decision)> = vec![
+        (&cooling, checked(&cooling, cooling.schedule(lease(10), T0, &timed, &policy()))),
+        (
+            &cool_sleeping,
+            checked(&cool_sleeping, cool_sleeping.schedule(lease(11), at(&cool_sleeping), &timed, &policy())),
+        ),
+        (
+            &last_sleeping,
+            checked(&last_sleeping, last_sleeping.recover(at(&last_sleeping), &first, &policy(), 0)),
+        ),
+        (&cool_sleeping, act(&cool_sleeping, &timed, Act::Cancel)),
+        (&first_sleeping, act(&first_sleeping, &first, Act::Cancel)),
+    ];
+    let cases: Vec<_> = cases.into_iter().chain(operator_cases).chain(timer_cases).collect();
     for (before, d) in &cases {
         note(before, d);
     }
@@ -153,10 +174,10 @@ proptest! {
 
     #[test]
     fn random_event_sequences_keep_every_invariant(
-        which in 0usize..3,
+        which in 0usize..5,
         events in prop::collection::vec(event(), 0..80),
     ) {
-        let wf = [Workflow::single_step(), Workflow::three_step(), mixed()][which].clone();
+        let wf = [Workflow::single_step(), Workflow::three_step(), mixed(), timed(), timer_first()][which].clone();
         let policy = policy();
         let mut task = new_task(&wf);
         let mut now = T0;
@@ -178,12 +199,26 @@ proptest! {
                 }
                 Event::Claim => {
                     leases += 1;
-                    let r = task.claim(lease(leases), now, &wf, &policy);
+                    // A Schedule message's decision: wake, sleep or claim.
+                    let r = task.schedule(lease(leases), now, &wf, &policy);
                     let claimable = task.locked_by.is_none()
                         && matches!(task.state, ProcessState::Pending | ProcessState::Compensating)
                         && task.hold_until.is_none_or(|h| now >= h.plus_ms(policy.reply_grace_ms));
-                    prop_assert_eq!(r.is_ok(), claimable, "{:?}", r);
-                    if let Ok(d) = &r {
+                    let wakes = task.state == ProcessState::Waiting && task.wake_at.is_some_and(|w| now >= w);
+                    prop_assert_eq!(r.is_ok(), claimable || wakes, "{:?}", r);
+                    if task.state == ProcessState::Waiting && !wakes {
+                        prop_assert!(matches!(r, Err(Refusal::Asleep { .. })), "{:?}", r);
+                    }
+                    let timer = task.state == ProcessState::Pending && wf.step(task.step).is_some_and(Step::is_timer);
+                    if let Ok(d) = &r && (timer || wakes) {
+                        prop_assert!(d.effects.iter().all(|e| !matches!(e, Effect::Dispatch { .. })), "a timer dispatches nothing");
+                        prop_assert_eq!((d.next.attempt, d.next.failure_count), (task.attempt, task.failure_count));
+                        if d.next.state == ProcessState::Waiting {
+                            prop_assert!(d.next.wake_at >= Some(now));
+                            prop_assert!(!cancelled, "a cancelled task slept on a step");
+                        }
+                    }
+                    if let Ok(d) = &r && d.trigger == Trigger::Claimed {
                         let action = d.next.action();
                         dispatched.push(Dispatched {
                             lease: lease(leases),
@@ -240,16 +275,19 @@ proptest! {
                     r
                 }
                 Event::Lapse { jitter } => {
-                    let r = task.lapse(now, &wf, &policy, jitter);
+                    let r = task.recover(now, &wf, &policy, jitter);
                     let due = task.deadline.is_some_and(|d| d <= now);
                     prop_assert_eq!(r.is_ok(), due, "{:?}", r);
+                    if task.state == ProcessState::Waiting && let Ok(d) = &r {
+                        prop_assert_eq!(d.next.failure_count, task.failure_count, "waiting is no failure");
+                    }
                     r
                 }
                 Event::Operate(act) => {
                     let actor = Actor { by: "op", why: "test", seen: None, origin: Origin::Operator };
                     let r = task.act(act, actor, now, &wf, &policy);
                     let allowed = match act {
-                        Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing),
+                        Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting),
                         Act::Compensate | Act::Resubmit { .. } => task.state == ProcessState::Error,
                     };
                     if !allowed {
@@ -286,6 +324,10 @@ proptest! {
             prop_assert!(d.next.revision > before.revision);
             prop_assert_eq!(d.next.shape_violation(), None);
             prop_assert!(d.next.attempt >= before.attempt);
+            // A timer never wakes before its time.
+            if before.state == ProcessState::Waiting && matches!(d.trigger, Trigger::Woke | Trigger::Finished) {
+                prop_assert!(before.wake_at.is_some_and(|w| now >= w), "woke at {:?} before {:?}", now, before.wake_at);
+            }
             let alert_count = d.effects.iter().filter(|e| matches!(e, Effect::Alert(_))).count();
             prop_assert!(alert_count <= 1);
             if d.next.state == ProcessState::Error {
@@ -308,6 +350,10 @@ proptest! {
                         undone.push(step);
                     }
                 }
+            }
+            if let Cause::Woke { step, .. } = d.next.last_cause {
+                prop_assert_eq!(step as usize, forward_done.len(), "a timer wakes in its turn");
+                forward_done.push(step);
             }
             if let Cause::Failed { step, action: Action::Do, .. } = d.next.last_cause {
                 refused.insert(step);

@@ -17,7 +17,10 @@
 //!    - `claim.rs`: a scheduler takes the task for its current step.
 //!    - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
 //! 3. `recovery.rs`: a lapse past the deadline, and the give-up rule.
-//! 4. `reply.rs`: the fence, then an agent's reply.
+//! 4. Peers:
+//!    - `reply.rs`: the fence, then an agent's reply.
+//!    - `timer.rs`: a Schedule's decision (wake, sleep at a timer step, or claim), and
+//!      the supervisor's (wake or lapse).
 //! 5. Tests only:
 //!    - `fixtures.rs`: tasks in the states tests start from; checked decisions.
 //!    - `invariants.rs`: every decision against the table, in random sequences too.
@@ -28,6 +31,7 @@ mod compensation;
 mod record;
 mod recovery;
 mod reply;
+mod timer;
 
 #[cfg(test)]
 pub(super) mod fixtures;

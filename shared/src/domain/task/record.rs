@@ -71,6 +71,16 @@ pub enum Cause {
         step: u32,
         state: ProcessState,
     },
+    /// A timer step started waiting until `wake_at`.
+    Slept {
+        step: u32,
+        wake_at: Timestamp,
+    },
+    /// A timer step's time came (`late_ms` after it: the wake's lateness).
+    Woke {
+        step: u32,
+        late_ms: u64,
+    },
     /// An operator (or an app's cancel message) acted on the task at `step`.
     Operator {
         step: u32,
@@ -136,6 +146,11 @@ pub struct TaskRecord {
     /// nothing is undone: a give-up stops in Error and a cancel is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redo_until: Option<u32>,
+    /// Only while Waiting: when its timer step wakes (the deadline too, so the due index
+    /// brings the supervisor then). Kept apart from the deadline because a later kind of
+    /// wait (for an outside event) has a deadline that is not a wake time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<Timestamp>,
     /// When the supervisor acts if nothing else has. `None` exactly when terminal,
     /// which keeps finished tasks out of the sparse due index.
     pub deadline: Option<Timestamp>,
@@ -207,6 +222,9 @@ pub enum Refusal {
     /// Not claimable yet: held after a cancel until the cancelled attempt is over.
     #[error("held until {until}: the cancelled attempt may still be running")]
     Held { until: Timestamp },
+    /// A Schedule for a waiting timer that came before its time: nothing changes.
+    #[error("asleep until {wake_at}: woken early at {now}")]
+    Asleep { wake_at: Timestamp, now: Timestamp },
     #[error("not due: deadline {deadline:?} is after {now}")]
     NotDue { deadline: Option<Timestamp>, now: Timestamp },
     #[error("task record does not fit workflow {workflow:?}: {why}")]
@@ -267,6 +285,7 @@ impl TaskRecord {
             complete_by: None,
             hold_until: None,
             redo_until: None,
+            wake_at: None,
             deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
             failure_count: 0,
             step_failures: 0,
@@ -317,6 +336,12 @@ impl TaskRecord {
         if self.hold_until.is_some() && (s != ProcessState::Compensating || self.locked_by.is_some()) {
             return Some(format!("{s:?} held for a cancelled attempt"));
         }
+        if (s == ProcessState::Waiting) != self.wake_at.is_some() {
+            return Some(format!("{s:?} with wake time {:?}", self.wake_at));
+        }
+        if s == ProcessState::Waiting && self.deadline != self.wake_at {
+            return Some(format!("Waiting until {:?} with deadline {:?}", self.wake_at, self.deadline));
+        }
         None
     }
 
@@ -334,6 +359,9 @@ impl TaskRecord {
         next.state = state;
         if state != ProcessState::Compensating {
             next.hold_until = None;
+        }
+        if state != ProcessState::Waiting {
+            next.wake_at = None;
         }
         next.revision += 1;
         next.updated_at = now;
