@@ -316,7 +316,13 @@ mod tests {
         assert_eq!(l.applied["o:0:do"], 1);
         assert_eq!(l.effects.len(), 1);
         assert_eq!(l.settled["o:0:do"], Settled::Applied { at: 1 });
-        assert_eq!(l.answer("o:0:do"), r#"{"ref":"o:0:do"}"#, "the same answer every time");
+        // Its `release_at` is a time after the effect (at 1 ms) that a later timer step
+        // may wait until.
+        assert_eq!(
+            l.answer("o:0:do"),
+            r#"{"ref":"o:0:do","release_at":"1970-01-01T00:00:01.501Z"}"#,
+            "the same answer every time"
+        );
 
         let mut l = Ledger::default();
         assert_eq!(
