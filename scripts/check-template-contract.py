@@ -336,7 +336,9 @@ for short, k in fid.items():
                     grants.add((action, QUEUE_AGENTS))
                     continue
                 # A key is used only through the service that holds what it encrypts.
-                if action.startswith("kms:") and "kms:ViaService" not in st.get("Condition", {}).get("StringEquals", {}):
+                conditions = st.get("Condition", {})
+                via = {**conditions.get("StringEquals", {}), **conditions.get("StringLike", {})}
+                if action.startswith("kms:") and "kms:ViaService" not in via:
                     err(f"{short}: {action} without a kms:ViaService condition")
                 if resources == {"Ref": "AgentSecretArns"}:
                     grants.add((action, SECRETS))

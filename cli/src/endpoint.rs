@@ -156,24 +156,50 @@ pub async fn sdk_config(endpoint: &str) -> SdkConfig {
     let configured =
         std::env::var_os("AWS_ACCESS_KEY_ID").is_some() || std::env::var_os("AWS_PROFILE").is_some();
     if signing(endpoint, configured) == Signing::Throwaway {
-        loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            THROWAWAY_KEY_ID,
-            "testing",
-            None,
-            None,
-            "sasctl-throwaway",
-        ));
+        loader = throwaway(loader);
     }
     loader.load().await
 }
 
 /// SDK configuration when no `--endpoint-url` is given: the SDK's defaults, except that
-/// an `AWS_ENDPOINT_URL` over plain http is signed as [`sdk_config`] signs it.
+/// an `AWS_ENDPOINT_URL` over plain http is signed as [`sdk_config`] signs it, and so is
+/// every client when any per-service `AWS_ENDPOINT_URL_<SERVICE>` is plain http (the SDK
+/// sends that service's requests there).
 pub async fn default_sdk_config() -> SdkConfig {
-    match std::env::var("AWS_ENDPOINT_URL") {
-        Ok(url) if is_plain_http(&url) => sdk_config(url.trim()).await,
-        _ => sas::adapters::aws::config_loader().load().await,
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    match plain_http_endpoint(&vars) {
+        Some(PlainHttp::Global(url)) => sdk_config(url.trim()).await,
+        Some(PlainHttp::Service) => throwaway(sas::adapters::aws::config_loader()).load().await,
+        None => sas::adapters::aws::config_loader().load().await,
     }
+}
+
+/// Which of the environment's endpoints travel in clear.
+#[derive(Debug, PartialEq, Eq)]
+enum PlainHttp {
+    /// `AWS_ENDPOINT_URL`, for every service.
+    Global(String),
+    /// An `AWS_ENDPOINT_URL_<SERVICE>`.
+    Service,
+}
+
+fn plain_http_endpoint(vars: &[(String, String)]) -> Option<PlainHttp> {
+    if let Some((_, url)) = vars.iter().find(|(k, v)| k == "AWS_ENDPOINT_URL" && is_plain_http(v)) {
+        return Some(PlainHttp::Global(url.clone()));
+    }
+    vars.iter()
+        .any(|(k, v)| k.starts_with("AWS_ENDPOINT_URL_") && is_plain_http(v))
+        .then_some(PlainHttp::Service)
+}
+
+fn throwaway(loader: aws_config::ConfigLoader) -> aws_config::ConfigLoader {
+    loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
+        THROWAWAY_KEY_ID,
+        "testing",
+        None,
+        None,
+        "sasctl-throwaway",
+    ))
 }
 
 /// Queues addressed by the dev run's short names (`orders`, `status`, ...), sent to
@@ -551,6 +577,24 @@ mod tests {
         assert_eq!(signing(tls, false), Signing::Throwaway, "nothing configured: an emulator's dummies");
         assert!(!is_plain_http("https://sqs.us-east-1.amazonaws.com"));
         assert!(!is_plain_http("http"));
+    }
+
+    #[test]
+    fn a_per_service_endpoint_over_plain_http_gets_the_throwaway_credentials_too() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert_eq!(plain_http_endpoint(&env(&[])), None);
+        assert_eq!(plain_http_endpoint(&env(&[("AWS_ENDPOINT_URL", "https://x.example")])), None);
+        assert_eq!(
+            plain_http_endpoint(&env(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")])),
+            Some(PlainHttp::Global("http://127.0.0.1:5000".into()))
+        );
+        for service in ["AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_STS"] {
+            let vars = env(&[("AWS_ENDPOINT_URL", "https://x.example"), (service, "http://10.0.0.5:4566")]);
+            assert_eq!(plain_http_endpoint(&vars), Some(PlainHttp::Service), "{service}");
+        }
+        assert_eq!(plain_http_endpoint(&env(&[("AWS_ENDPOINT_URL_SQS", "https://sqs.example")])), None);
     }
 
     #[test]

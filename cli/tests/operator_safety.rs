@@ -153,7 +153,7 @@ fn recording_endpoint() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>
     (url, heads)
 }
 
-/// `dev`, `up`, `bench` and the operator commands sign requests to a plain-http endpoint
+/// `dev`, `up` and the operator commands (`tasks`, `dlq`) sign requests to a plain-http endpoint
 /// with throwaway credentials: the caller's own (here in the environment, with a session
 /// token) never travel in clear. Before the fix the access key id was in every request's
 /// Authorization header and the session token in X-Amz-Security-Token.

@@ -820,10 +820,12 @@ fn an_apps_cancel_binds_to_the_orders_submitter() {
         assert_eq!(o1(), before, "{sender:?}: the task changed");
         assert!(w.drain("status").is_empty(), "{sender:?}: the submitter's reply_to was told");
     }
-    // The same order sent again by another sender: kept, and no `received` for it.
+    // The same order sent again by another sender: kept, and nothing told: neither
+    // `received` nor a `rejected` that would read as the live order's.
     let report = w.batch_from("orders", &[(order("o-1"), Some(INTRUDER))]);
     assert_eq!(report.kept, 1);
     assert_eq!((o1(), w.drain("scheduler").len()), (before, 0));
+    assert!(w.drain("status").is_empty(), "the squatter's reply_to was told about o-1");
     // The submitter's own duplicate delivery, from another container, is still one.
     let report = w.batch_from("orders", &[(order("o-1"), Some("AROASHOP:shop-container-2"))]);
     assert_eq!(report, BatchReport::default());

@@ -141,6 +141,11 @@ pub async fn redrive(args: &RedriveArgs) -> Result<ExitCode, DlqError> {
         if redriven.held_back > 0 {
             println!("{} left in the DLQ: {CANCEL_HELD_BACK}", redriven.held_back);
         }
+        if redriven.moved > 0 && may_hold_cancels(&args.queue) {
+            println!(
+                "note: redriven orders arrive under the identity that sent them again, not their app's:                  an order its app already sent is refused as taken (kept again, nobody told), and a new one                  can be cancelled only by that identity (docs/DEPLOY.md, \"Who may cancel an order\")"
+            );
+        }
         if redriven.not_deleted > 0 {
             println!(
                 "{} were sent but could not be deleted from the DLQ: they will be there again (a duplicate, which the functions tolerate)",
@@ -342,8 +347,11 @@ async fn move_batches(
                 moved,
             });
         }
+        // Paced between batches; none is owed after the last.
         let due = Duration::from_secs_f64(moved as f64 / f64::from(rate));
-        if let Some(wait) = due.checked_sub(started.elapsed()) {
+        if moved + (held.len() as u64) < target.visible
+            && let Some(wait) = due.checked_sub(started.elapsed())
+        {
             tokio::time::sleep(wait).await;
         }
     }

@@ -281,7 +281,10 @@ fn is_link_local(url: &url::Url) -> bool {
         Some(url::Host::Ipv4(ip)) => ip.is_link_local(),
         Some(url::Host::Ipv6(ip)) => {
             let s = ip.segments();
-            (s[0] & 0xffc0) == 0xfe80 || (s[0] == 0xfd00 && s[1] == 0x0ec2)
+            (s[0] & 0xffc0) == 0xfe80
+                || (s[0] == 0xfd00 && s[1] == 0x0ec2)
+                // `[::ffff:169.254.169.254]` is the IPv4 address, written as IPv6.
+                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local())
         }
         _ => false,
     }
@@ -440,11 +443,12 @@ impl DefinitionFile {
         }
         // One secret, one host: a definition that hands the payment token to a second
         // host hands it to whoever runs that host.
-        let mut secret_hosts: BTreeMap<SecretSource, (&str, String)> = BTreeMap::new();
+        // Compared as the store knows the secret: its name and its ARN are one secret.
+        let mut secret_hosts: BTreeMap<(&str, String), (&str, String)> = BTreeMap::new();
         for (name, agent) in &self.agents {
             let Some(source) = agent.auth.as_ref().and_then(AuthDef::source) else { continue };
             let Some(host) = agent.url.as_deref().and_then(secret_host) else { continue };
-            match secret_hosts.get(&source) {
+            match secret_hosts.get(&source.identity()) {
                 Some((first, first_host)) if *first_host != host => error(
                     format!("agent {name}, auth.secret"),
                     format!(
@@ -453,7 +457,7 @@ impl DefinitionFile {
                 ),
                 Some(_) => {}
                 None => {
-                    secret_hosts.insert(source, (name, host));
+                    secret_hosts.insert(source.identity(), (name, host));
                 }
             }
         }
@@ -1038,6 +1042,15 @@ mod tests {
             ],
             "{got:#?}"
         );
+        // The same secret by its ARN is the same secret.
+        let by_arn = auth("ssm:arn:aws:ssm:us-east-1:123456789012:parameter/sas/pay");
+        let got = problems(&file(&format!(
+            r#""a": {{"url": "https://pay.example", {pay}}}, "b": {{"url": "https://evil.example", {by_arn}}}"#
+        )));
+        assert!(
+            got.iter().any(|p| p.starts_with("error: agent b, auth.secret:") && p.contains("evil.example")),
+            "{got:#?}"
+        );
         // Without auth, an agent may still use the deployment's URL, or loopback http.
         assert!(Definitions::parse(&file(r#""a": {}, "b": {"url": "http://127.0.0.1:3000"}"#)).is_ok());
     }
@@ -1059,6 +1072,7 @@ mod tests {
             "http://169.254.170.2/v2/credentials",
             "https://[fe80::1]/x",
             "https://[fd00:ec2::254]/latest",
+            "https://[::ffff:169.254.169.254]/latest/meta-data",
         ] {
             assert!(!remote_url_allowed(bad), "{bad}");
         }

@@ -87,6 +87,32 @@ impl SecretSource {
     }
 }
 
+impl SecretSource {
+    /// The secret as the store knows it, however it is written: a name or an ARN of the
+    /// same parameter or secret give the same key. Errs towards one secret: a Parameter
+    /// Store name with and without its leading `/` are one key (their ARNs are the same),
+    /// and so are a Secrets Manager name and the name with AWS's `-XXXXXX` suffix.
+    pub fn identity(&self) -> (&'static str, String) {
+        let after = |id: &str, marker: &str| -> Option<String> {
+            id.strip_prefix("arn:").and_then(|rest| rest.split_once(marker)).map(|(_, name)| name.to_owned())
+        };
+        match self {
+            SecretSource::Ssm(id) => {
+                let name = after(id, ":parameter/").unwrap_or_else(|| id.clone());
+                ("ssm", name.trim_start_matches('/').to_owned())
+            }
+            SecretSource::SecretsManager(id) => {
+                let name = after(id, ":secret:").unwrap_or_else(|| id.clone());
+                let suffixed = name.len() > 7
+                    && name.as_bytes()[name.len() - 7] == b'-'
+                    && name[name.len() - 6..].bytes().all(|b| b.is_ascii_alphanumeric());
+                let name = if suffixed { name[..name.len() - 7].to_owned() } else { name };
+                ("secretsmanager", name)
+            }
+        }
+    }
+}
+
 /// As the definition file writes it: it names the secret, it is not the secret, so it may
 /// be logged.
 impl fmt::Display for SecretSource {
@@ -141,6 +167,27 @@ impl fmt::Debug for SecretValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_written_by_name_or_by_arn_is_one_secret() {
+        let id = |text: &str| SecretSource::parse(text).unwrap().identity();
+        let pay = id("ssm:/sas/pay");
+        assert_eq!(id("ssm:sas/pay"), pay);
+        assert_eq!(id("ssm:arn:aws:ssm:eu-west-1:123456789012:parameter/sas/pay"), pay);
+        assert_ne!(id("ssm:/sas/payroll"), pay);
+        let key = id("secretsmanager:inventory-key");
+        assert_eq!(
+            id("secretsmanager:arn:aws:secretsmanager:us-east-1:123456789012:secret:inventory-key-Ab12Cd"),
+            key
+        );
+        assert_eq!(
+            id("secretsmanager:arn:aws:secretsmanager:us-east-1:123456789012:secret:inventory-key"),
+            key
+        );
+        assert_eq!(id("secretsmanager:inventory-key-Ab12Cd"), key);
+        assert_ne!(id("secretsmanager:inventory"), key);
+        assert_ne!(id("ssm:inventory-key"), key, "another store, another secret");
+    }
 
     #[test]
     fn sources_name_their_store() {

@@ -124,9 +124,11 @@ impl Submission {
                 }
                 // The id is taken by another sender's order: never a duplicate delivery, even
                 // with the same payload (order ids are one namespace for every writer).
+                // Nor does it tell the message's reply_to: `rejected` under this id would
+                // read, wherever status is shared, as the live order's own rejection.
                 Inserted::Exists(existing) if let Err(refusal) = existing.check_sender(sender.as_ref()) => {
                     let reason = format!("{refusal}; this id is taken");
-                    self.reject(&message.body, MessageError::Invalid(reason)).await
+                    self.keep_untold(&message.body, MessageError::Invalid(reason))
                 }
                 Inserted::Exists(existing) if existing.order.payload() == order.payload() => {
                     tracing::info!("duplicate delivery of an accepted order");
@@ -159,6 +161,15 @@ impl Submission {
         }
         .instrument(span)
         .await
+    }
+
+    /// Kept in the DLQ with its reason, and nobody told: for a message whose status would
+    /// speak for an order that is not its sender's.
+    fn keep_untold(&self, body: &str, error: MessageError) -> Result<(), HandlerError> {
+        let reason = error.to_string();
+        tracing::warn!(order_id = sniff_order_id(body).as_ref().map(|o| o.as_str()), %reason, "order rejected");
+        self.deps.metrics.record(Metric::OrderRejected, 1);
+        Err(HandlerError::Reject(reason))
     }
 
     async fn reject(&self, body: &str, error: MessageError) -> Result<(), HandlerError> {
