@@ -48,6 +48,14 @@ pub struct Report {
     pub remote_refusals: u64,
     pub order_latency_ms: Percentiles,
     pub step_latency_ms: Percentiles,
+    /// Timer steps that began to wait, and that woke.
+    pub timers_started: u64,
+    pub timers_woken: u64,
+    /// Schedules that came for a timer before its time: dropped, nothing changed.
+    pub timer_schedules_early: u64,
+    /// How long after its wake time each timer woke (on its delayed Schedule or the
+    /// supervisor's sweep).
+    pub timer_lateness_ms: Percentiles,
     pub elapsed_s: f64,
     pub orders_per_second: f64,
     pub violations: Vec<(String, String)>,
@@ -123,6 +131,10 @@ impl Report {
             remote_refusals: run.ledger.refusals,
             order_latency_ms: pct(Metric::OrderLatencyMs),
             step_latency_ms: pct(Metric::StepLatencyMs),
+            timers_started: m.count(Metric::TimerStarted),
+            timers_woken: m.count(Metric::TimerWoke),
+            timer_schedules_early: m.count(Metric::TimerEarly),
+            timer_lateness_ms: pct(Metric::TimerLatenessMs),
             elapsed_s,
             orders_per_second: if elapsed_s > 0.0 { run.tasks.len() as f64 / elapsed_s } else { 0.0 },
             violations: violations
@@ -203,12 +215,24 @@ impl Report {
         line(w, &self.remote_transient_failures, "failed transiently (503)");
         line(w, &self.remote_refusals, "refused for good (422): the step had no effect");
 
+        // Only where the workflow waits: a run without timers reads as it always has.
+        if self.timers_started > 0 {
+            let _ = writeln!(w, "\ntimers");
+            line(w, &self.timers_started, "began to wait (a timer step claimed)");
+            line(w, &self.timers_woken, "woke: on their delayed schedule or the supervisor's sweep");
+            line(w, &self.timer_schedules_early, "early schedules dropped: came before the wake time");
+        }
+
         let opt = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
         let _ = writeln!(w, "\n{:<36}{:>8}{:>8}{:>8}{:>8}", "latency in ms", "p50", "p90", "p99", "max");
-        for (name, p) in [
+        let mut rows = vec![
             ("order: accepted to Processed", &self.order_latency_ms),
             ("step: claimed to reply applied", &self.step_latency_ms),
-        ] {
+        ];
+        if self.timers_started > 0 {
+            rows.push(("timer: wake time to woken", &self.timer_lateness_ms));
+        }
+        for (name, p) in rows {
             let _ = writeln!(
                 w,
                 "  {name:<34}{:>8}{:>8}{:>8}{:>8}",
