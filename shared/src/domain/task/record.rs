@@ -387,6 +387,40 @@ impl TaskRecord {
         self
     }
 
+    /// The current forward step is done (answered, or its timer woke, by `onward`): on
+    /// to the next step, scheduled at once, or Processed after the last.
+    pub(in crate::domain) fn step_done(
+        self,
+        onward: Trigger,
+        now: Timestamp,
+        cause: Cause,
+        wf: &Workflow,
+        policy: &Policy,
+        name: String,
+    ) -> Result<Decision, Refusal> {
+        if self.step + 1 < wf.len() {
+            let next = self.step + 1;
+            Ok(Decision {
+                trigger: onward,
+                next: self.moved(onward, now, cause)?.waiting(now, 0, policy).starting_step(next),
+                effects: vec![
+                    Effect::Schedule { delay_ms: 0 },
+                    Effect::Status { status: OrderStatus::StepCompleted, step: Some(name), reason: None },
+                ],
+            })
+        } else {
+            Ok(Decision {
+                trigger: Trigger::Finished,
+                next: self.moved(Trigger::Finished, now, cause)?.unlocked(),
+                effects: vec![Effect::Status {
+                    status: OrderStatus::Processed,
+                    step: Some(name),
+                    reason: None,
+                }],
+            })
+        }
+    }
+
     pub(in crate::domain) fn waiting(mut self, now: Timestamp, delay_ms: u64, policy: &Policy) -> TaskRecord {
         self.deadline = Some(now.plus_ms(delay_ms).plus_ms(policy.pending_timeout_ms));
         self.unlocked()

@@ -1,11 +1,11 @@
 //! An agent's reply: the fence it must pass (the live lease of this very attempt, in
 //! time), then the step's success, refusal or unusable output.
 
-use super::record::{Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};
+use super::record::{Cause, Decision, Policy, Refusal, StaleReason, TaskRecord};
 use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
-use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
+use crate::domain::messages::{AgentReply, ReplyOutcome, cut_reason};
 use crate::domain::output::StepOutput;
 use crate::domain::workflow::{Action, Workflow};
 
@@ -76,35 +76,7 @@ impl TaskRecord {
                 if let Some(step_output) = step_output {
                     done.outputs.insert(name.clone(), step_output);
                 }
-                if step + 1 < wf.len() {
-                    let next = done
-                        .moved(Trigger::Advanced, now, cause)?
-                        .waiting(now, 0, policy)
-                        .starting_step(step + 1);
-                    Ok(Decision {
-                        trigger: Trigger::Advanced,
-                        next,
-                        effects: vec![
-                            Effect::Schedule { delay_ms: 0 },
-                            Effect::Status {
-                                status: OrderStatus::StepCompleted,
-                                step: Some(name),
-                                reason: None,
-                            },
-                        ],
-                    })
-                } else {
-                    let next = done.moved(Trigger::Finished, now, cause)?.unlocked();
-                    Ok(Decision {
-                        trigger: Trigger::Finished,
-                        next,
-                        effects: vec![Effect::Status {
-                            status: OrderStatus::Processed,
-                            step: Some(name),
-                            reason: None,
-                        }],
-                    })
-                }
+                done.step_done(Trigger::Advanced, now, cause, wf, policy, name)
             }
             // A compensation's answer is not kept: nothing runs after it that could use it.
             (ReplyOutcome::Succeeded { .. } | ReplyOutcome::BadOutput { .. }, Action::Undo) => {
@@ -154,7 +126,9 @@ impl TaskRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::messages::OrderStatus;
     use crate::domain::task::fixtures::*;
+    use crate::domain::task::record::Effect;
 
     #[test]
     fn fence_refuses_every_reply_but_the_live_attempts_in_time() {

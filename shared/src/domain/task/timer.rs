@@ -7,7 +7,7 @@ use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use super::recovery::GiveUpReason;
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{ProcessState, Trigger};
-use crate::domain::messages::{OrderStatus, cut_reason};
+use crate::domain::messages::cut_reason;
 use crate::domain::output::StepOutput;
 use crate::domain::wait::{MAX_DELAYED_WAKE_MS, Wait};
 use crate::domain::workflow::{Action, Workflow};
@@ -105,36 +105,17 @@ impl TaskRecord {
         let step = self.step;
         let name = self.step_name(wf, step, Action::Do);
         let cause = Cause::Woke { step, late_ms: now.millis_since(wake_at) };
-        if step + 1 < wf.len() {
-            let next = self.moved(Trigger::Woke, now, cause)?.waiting(now, 0, policy).starting_step(step + 1);
-            Ok(Decision {
-                trigger: Trigger::Woke,
-                next,
-                effects: vec![
-                    Effect::Schedule { delay_ms: 0 },
-                    Effect::Status { status: OrderStatus::StepCompleted, step: Some(name), reason: None },
-                ],
-            })
-        } else {
-            let next = self.moved(Trigger::Finished, now, cause)?.unlocked();
-            Ok(Decision {
-                trigger: Trigger::Finished,
-                next,
-                effects: vec![Effect::Status {
-                    status: OrderStatus::Processed,
-                    step: Some(name),
-                    reason: None,
-                }],
-            })
-        }
+        self.clone().step_done(Trigger::Woke, now, cause, wf, policy, name)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::messages::OrderStatus;
     use crate::domain::task::Act;
     use crate::domain::task::fixtures::*;
+    use crate::domain::task::record::Effect;
     use crate::domain::workflow::Step;
 
     /// T0 + 200 s, as the charge's service writes it.
