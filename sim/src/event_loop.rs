@@ -40,6 +40,9 @@ pub struct EventLoop {
     next_sweep: u64,
     quiet_at: u64,
     quiet: bool,
+    /// True time the world first ran with the faults off: `quiet_at`, or later when a
+    /// time jump of the fault window carried the clock past it.
+    resumed_at: u64,
     deadline: u64,
     steps: u64,
     started: u64,
@@ -58,6 +61,7 @@ pub struct Ended {
     pub deployed: Deployed,
     pub arrivals: Vec<Arrival>,
     pub quiet_at: u64,
+    pub resumed_at: u64,
     pub steps: u64,
     pub invocations: u64,
     pub crashes: u64,
@@ -95,6 +99,7 @@ impl EventLoop {
             next_sweep: SUPERVISOR_PERIOD_MS,
             quiet_at,
             quiet: false,
+            resumed_at: quiet_at,
             deadline,
             steps: 0,
             started: 0,
@@ -116,6 +121,7 @@ impl EventLoop {
             deployed: self.deployed,
             arrivals: self.arrivals,
             quiet_at: self.quiet_at,
+            resumed_at: self.resumed_at,
             steps: self.steps,
             invocations: self.started,
             crashes: self.crashes,
@@ -147,6 +153,7 @@ impl EventLoop {
             self.start_operator_actions(now);
             if !self.quiet && now >= self.quiet_at {
                 self.quiet = true;
+                self.resumed_at = now;
                 let mut w = self.shared.w();
                 w.faults = w.faults.quiet();
                 w.trace.note(now, || "quiet: faults off".into());

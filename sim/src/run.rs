@@ -44,6 +44,9 @@ pub struct Outcome {
     pub ledger: Ledger,
     /// True time the faults stopped, and the bound everything had to end within after.
     pub quiet_at: u64,
+    /// True time the world first ran after the faults stopped (later than `quiet_at` when
+    /// a time jump that began in the fault window carried the clock past it).
+    pub resumed_at: u64,
     pub bound_ms: u64,
     pub ended_at: u64,
     pub steps: u64,
@@ -73,7 +76,18 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
 }
 
 fn outcome(seed: u64, ended: Ended) -> Outcome {
-    let Ended { swarm, shared, deployed, arrivals, quiet_at, steps, invocations, crashes, runtime } = ended;
+    let Ended {
+        swarm,
+        shared,
+        deployed,
+        arrivals,
+        quiet_at,
+        resumed_at,
+        steps,
+        invocations,
+        crashes,
+        runtime,
+    } = ended;
     let tasks = deployed.store.tasks();
     let orders = tasks.iter().map(|t| (t.order_id.clone(), t.order.clone())).collect();
     let dead_letters = [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ]
@@ -94,6 +108,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         alerts: deployed.alerts.all(),
         ledger: std::mem::take(&mut w.ledger),
         quiet_at,
+        resumed_at,
         bound_ms: liveness_bound_ms(&policy(), &swarm.faults, &workflows(&swarm)),
         ended_at: w.now,
         steps,
