@@ -62,12 +62,15 @@ enum DlqCommand {
     List(sasctl::dlq::ListArgs),
     /// Move a DLQ's messages back to the queue they came from (after fixing the cause).
     ///
-    /// Uses SQS's message move task where the endpoint has it, and otherwise (moto)
-    /// receives, sends to the source queue and deletes from the DLQ, 10 at a time: a
-    /// message is deleted only after its send succeeded. Messages kept with a sas-reason
-    /// (rejected input) are rejected again unless that cause was fixed; by hand the
-    /// sas-reason and sas-source attributes are dropped (a move task keeps every
-    /// attribute). Moves about as many messages as the DLQ holds when it starts.
+    /// The scheduler and agent DLQs go back by SQS's message move task where the endpoint
+    /// has it. Otherwise (moto), and for the orders DLQ (or one named by URL) unless
+    /// --include-cancels, by hand: receive, send to the source queue and delete from the
+    /// DLQ, 10 at a time, a message deleted only after its send succeeded, so that
+    /// apps' cancels can stay behind. Messages kept with a sas-reason (rejected input)
+    /// are rejected again unless that cause was fixed; by hand the sas-reason and
+    /// sas-source attributes are dropped (a move task keeps every attribute). A
+    /// redriven order arrives under the identity that sent it again, not its app's.
+    /// Moves about as many messages as the DLQ holds when it starts.
     Redrive(sasctl::dlq::RedriveArgs),
 }
 
