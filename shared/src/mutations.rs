@@ -16,6 +16,7 @@ mod switches {
     static RESUBMIT_AFTER_UNDO: AtomicBool = AtomicBool::new(false);
     static CANCEL_FROM_ANY_SENDER: AtomicBool = AtomicBool::new(false);
     static WAKE_EARLY: AtomicBool = AtomicBool::new(false);
+    static ACCEPT_OLD_TOKENS: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -47,6 +48,9 @@ mod switches {
         /// A Schedule wakes a waiting timer whatever its wake time: a duplicate of the
         /// Schedule that put it to sleep wakes it at once.
         WakeEarly,
+        /// A callback token is checked for its order and step only: a completion with the
+        /// token of an earlier attempt (or a forged one) applies.
+        AcceptOldTokens,
     }
 
     impl Mutation {
@@ -61,6 +65,7 @@ mod switches {
                 Mutation::ResubmitAfterUndo => &RESUBMIT_AFTER_UNDO,
                 Mutation::CancelFromAnySender => &CANCEL_FROM_ANY_SENDER,
                 Mutation::WakeEarly => &WAKE_EARLY,
+                Mutation::AcceptOldTokens => &ACCEPT_OLD_TOKENS,
             }
         }
         pub fn set(self, on: bool) {
@@ -99,6 +104,9 @@ mod switches {
     }
     pub fn wake_early() -> bool {
         Mutation::WakeEarly.is_on()
+    }
+    pub fn accept_old_tokens() -> bool {
+        Mutation::AcceptOldTokens.is_on()
     }
 }
 
@@ -161,5 +169,11 @@ pub(crate) const fn cancel_from_any_sender() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn wake_early() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn accept_old_tokens() -> bool {
     false
 }

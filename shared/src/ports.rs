@@ -144,6 +144,8 @@ pub trait Clock: Send + Sync {
 pub trait Random: Send + Sync {
     fn lease(&self) -> LeaseToken;
     fn jitter(&self) -> u64;
+    /// The unguessable part of a callback token (`domain::callback`).
+    fn callback_secret(&self) -> crate::domain::CallbackSecret;
 }
 
 /// One call of one action of one step, as the agent makes it.
@@ -157,6 +159,8 @@ pub struct RemoteCall<'a> {
     pub order: &'a Order,
     /// The outputs of earlier steps (of the undone step, for a compensation), by name.
     pub outputs: &'a std::collections::BTreeMap<String, serde_json::Value>,
+    /// A callback step's token, for the service to hand to whoever completes the step.
+    pub callback_token: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -248,6 +252,17 @@ pub enum Metric {
     TimerEarly,
     /// How long after its wake time a timer woke.
     TimerLatenessMs,
+    /// A callback step's agent started the work; the task waits for the outside.
+    CallbackStarted,
+    /// A completion (success or failure) from the outside was applied.
+    CallbackApplied,
+    /// A heartbeat from the outside was applied.
+    CallbackHeartbeat,
+    /// A completion or heartbeat changed nothing: an old, foreign, forged or malformed
+    /// token, or one for a step that has ended.
+    CallbackRefused,
+    /// A callback's timeout or heartbeat passed with no word from the outside.
+    CallbackTimedOut,
 }
 
 impl Metric {
@@ -279,6 +294,11 @@ impl Metric {
             Metric::TimerWoke => "TimersWoken",
             Metric::TimerEarly => "TimerSchedulesEarly",
             Metric::TimerLatenessMs => "TimerLateness",
+            Metric::CallbackStarted => "CallbacksStarted",
+            Metric::CallbackApplied => "CallbackCompletionsApplied",
+            Metric::CallbackHeartbeat => "CallbackHeartbeats",
+            Metric::CallbackRefused => "CallbackCompletionsRefused",
+            Metric::CallbackTimedOut => "CallbacksTimedOut",
         }
     }
     pub fn is_latency(self) -> bool {

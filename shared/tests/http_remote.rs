@@ -55,6 +55,7 @@ async fn call(base: &str) -> Result<Vec<u8>, RemoteError> {
         idempotency_key: &key,
         order: &order,
         outputs: &outputs,
+        callback_token: None,
     };
     HttpRemote::new(base).call(&call, 5_000).await
 }
@@ -217,6 +218,7 @@ async fn call_agent(remote: &HttpRemote, agent: &str) -> Result<Vec<u8>, RemoteE
         idempotency_key: &key,
         order: &order,
         outputs: &outputs,
+        callback_token: None,
     };
     remote.call(&call, 5_000).await
 }

@@ -188,6 +188,10 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
         Cause::Succeeded { action: Action::Do, .. } => Trigger::Advanced,
         Cause::Succeeded { action: Action::Undo, .. } if after.state == Compensated => Trigger::Undone,
         Cause::Succeeded { action: Action::Undo, .. } => Trigger::UndoAdvanced,
+        Cause::Started { .. } => Trigger::Started,
+        Cause::Heartbeat { .. } => Trigger::Heartbeat,
+        Cause::Completed { .. } if after.state == Processed => Trigger::Finished,
+        Cause::Completed { .. } => Trigger::Advanced,
         Cause::Operator { act, .. } => match (act, after.state) {
             (sas::domain::Act::Resubmit { .. }, _) => Trigger::Resubmit,
             (sas::domain::Act::Compensate, _) => Trigger::OperatorUndo,

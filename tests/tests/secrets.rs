@@ -91,6 +91,7 @@ async fn call(remote: &HttpRemote, agent: &str) -> Result<Vec<u8>, RemoteError> 
         idempotency_key: &key,
         order: &order,
         outputs: &outputs,
+        callback_token: None,
     };
     remote.call(&call, 5_000).await
 }

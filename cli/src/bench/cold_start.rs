@@ -156,6 +156,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 order,
                 outputs: Default::default(),
                 reply_queue: None,
+                callback_token: None,
             };
             ColdStartCase {
                 function: Some("agent"),

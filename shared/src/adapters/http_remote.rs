@@ -1,6 +1,7 @@
 //! The remote services over HTTP: `POST {agent's url}/{action-name}` (by default
 //! `{REMOTE_SERVICE_URL}/{agent}/{action-name}`) with the order as JSON and the
-//! idempotency key in the `Idempotency-Key` header, and the outputs of earlier steps.
+//! idempotency key in the `Idempotency-Key` header, the outputs of earlier steps, and a
+//! callback step's token.
 //! 2xx is success, its body the step's output; 3xx (not followed),
 //! 408, 409, 429 and 5xx are transient; any other 4xx is a refusal, except a 401 or 403
 //! to a call with the agent's auth header, which may be a rotated secret
@@ -304,6 +305,10 @@ struct CallBody<'a> {
     order: &'a crate::domain::Order,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     outputs: &'a BTreeMap<String, serde_json::Value>,
+    /// Only for a callback step: what completes it (in the body, not a header, which
+    /// proxies and access logs keep more often).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    callback_token: Option<&'a str>,
 }
 
 #[async_trait]
@@ -318,6 +323,7 @@ impl RemoteService for HttpRemote {
             action: call.action,
             order: call.order,
             outputs: call.outputs,
+            callback_token: call.callback_token,
         };
         // The secret's first read comes out of the time left until complete-by, not the
         // agent's own call timeout (which is about the remote service); the call gets

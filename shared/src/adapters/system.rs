@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 
 use crate::domain::{LeaseToken, Timestamp};
+use crate::domain::CallbackSecret;
 use crate::ports::{Clock, Random};
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -56,6 +57,14 @@ impl Random for SystemRandom {
     fn jitter(&self) -> u64 {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).u64(..)
     }
+    fn callback_secret(&self) -> CallbackSecret {
+        use ring::rand::SecureRandom;
+        let mut bytes = [0u8; 32];
+        // The operating system's generator failing is not something to carry on from: a
+        // token with a guessable secret would be worse than a claim that does not happen.
+        ring::rand::SystemRandom::new().fill(&mut bytes).expect("the operating system's random generator");
+        CallbackSecret(bytes)
+    }
 }
 
 /// Replayable leases and jitter from a seeded generator, for in-process runs only: its
@@ -80,6 +89,13 @@ impl Random for FastRandom {
     }
     fn jitter(&self) -> u64 {
         self.with(|r| r.u64(..))
+    }
+    fn callback_secret(&self) -> CallbackSecret {
+        let (a, b) = self.with(|r| (r.u128(..), r.u128(..)));
+        let mut bytes = [0u8; 32];
+        bytes[..16].copy_from_slice(&a.to_le_bytes());
+        bytes[16..].copy_from_slice(&b.to_le_bytes());
+        CallbackSecret(bytes)
     }
 }
 

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::breaker::BreakerPolicy;
 use super::retry::Backoff;
 use super::secrets::{self, SecretSource};
+use super::callback::{Callback, MAX_CALLBACK_MS, MIN_CALLBACK_MS};
 use super::wait::{MAX_WAIT_MS, MIN_WAIT_MS, Wait, WaitPath};
 use super::workflow::{Step, StepEffect, StepKind, Workflow, Workflows};
 
@@ -518,6 +519,11 @@ impl DefinitionFile {
                     );
                 }
                 used_agents.insert(step.agent.as_str());
+                if let Some(cb) = &step.callback {
+                    for (field, why) in callback_problems(cb) {
+                        error(at(field), why);
+                    }
+                }
                 if let Some(c) = &step.compensation {
                     if !name_ok(c) {
                         error(at("compensation"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
@@ -599,6 +605,9 @@ fn timer_problems(wf: &Workflow, step: &Step, wait: &Wait) -> Vec<(&'static str,
     if step.max_failures.is_some() {
         out.push(("max_failures", not_for_timer.to_owned()));
     }
+    if step.callback.is_some() {
+        out.push(("callback", "a timer step waits for its time, not for the outside: remove wait or callback".to_owned()));
+    }
     match (wait.for_ms, &wait.until) {
         (Some(_), Some(_)) => out.push(("wait", "set for_ms or until, not both".to_owned())),
         (None, None) => out.push(("wait", "needs for_ms (how long) or until (a path to a time)".to_owned())),
@@ -629,6 +638,30 @@ fn timer_problems(wf: &Workflow, step: &Step, wait: &Wait) -> Vec<(&'static str,
                 }
             }
         },
+    }
+    out
+}
+
+/// What is wrong with a callback step's timeout and heartbeat, by field.
+fn callback_problems(cb: &Callback) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let range = |ms: u64| (MIN_CALLBACK_MS..=MAX_CALLBACK_MS).contains(&ms);
+    if !range(cb.timeout_ms) {
+        out.push((
+            "callback.timeout_ms",
+            format!("{} is out of range: {MIN_CALLBACK_MS} (1 s) to {MAX_CALLBACK_MS} (366 days)", cb.timeout_ms),
+        ));
+    }
+    match cb.heartbeat_ms {
+        Some(ms) if !range(ms) => out.push((
+            "callback.heartbeat_ms",
+            format!("{ms} is out of range: {MIN_CALLBACK_MS} (1 s) to the callback's timeout_ms"),
+        )),
+        Some(ms) if ms > cb.timeout_ms => out.push((
+            "callback.heartbeat_ms",
+            format!("{ms} is longer than the callback's timeout_ms ({}): it could never be missed", cb.timeout_ms),
+        )),
+        _ => {}
     }
     out
 }
@@ -773,6 +806,41 @@ mod tests {
             assert!(Definitions::parse(&ok).is_ok(), "{ms}");
         }
         const { assert!(MAX_WAIT_MS >= 365 * 24 * 3_600_000) };
+    }
+
+    #[test]
+    fn callback_steps_need_an_agent_and_a_timeout_in_range() {
+        let text = r#"{"agents": {"approvals": {}}, "workflows": [{"name": "w", "steps": [
+            {"name": "approve", "agent": "approvals", "compensation": "withdraw",
+             "callback": {"timeout_ms": 604800000, "heartbeat_ms": 3600000}}]}]}"#;
+        let d = Definitions::parse(text).unwrap();
+        let step = d.workflows.get("w").unwrap().step(0).unwrap();
+        assert_eq!(step.callback, Some(Callback { timeout_ms: 604_800_000, heartbeat_ms: Some(3_600_000) }));
+        let bad = r#"{"agents": {"approvals": {}}, "workflows": [{"name": "w", "steps": [
+            {"name": "short", "agent": "approvals", "callback": {"timeout_ms": 999}},
+            {"name": "long", "agent": "approvals", "callback": {"timeout_ms": 31622400001}},
+            {"name": "beat", "agent": "approvals", "callback": {"timeout_ms": 5000, "heartbeat_ms": 6000}},
+            {"name": "tick", "agent": "approvals", "callback": {"timeout_ms": 5000, "heartbeat_ms": 10}},
+            {"name": "both", "wait": {"for_ms": 5000}, "callback": {"timeout_ms": 5000}},
+            {"name": "nobody", "callback": {"timeout_ms": 5000}}]}]}"#;
+        let got = problems(bad);
+        let want = [
+            "error: workflow w v1, step short, callback.timeout_ms: 999 is out of range: 1000 (1 s) to 31622400000 (366 days)",
+            "error: workflow w v1, step long, callback.timeout_ms: 31622400001 is out of range: 1000 (1 s) to 31622400000 (366 days)",
+            "error: workflow w v1, step beat, callback.heartbeat_ms: 6000 is longer than the callback's timeout_ms (5000): it could never be missed",
+            "error: workflow w v1, step tick, callback.heartbeat_ms: 10 is out of range: 1000 (1 s) to the callback's timeout_ms",
+            "error: workflow w v1, step both, callback: a timer step waits for its time, not for the outside: remove wait or callback",
+            "error: workflow w v1, step nobody, agent: a step needs an agent (or a wait, to be a timer step)",
+        ];
+        for w in want {
+            assert!(got.iter().any(|g| g == w), "missing {w:?} in {got:#?}");
+        }
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        // A callback with no timeout is one clear line too.
+        let none = r#"{"agents": {"a": {}}, "workflows": [{"name": "w", "steps": [
+            {"name": "s", "agent": "a", "callback": {"heartbeat_ms": 5000}}]}]}"#;
+        let e = Definitions::parse(none).unwrap_err().to_string();
+        assert!(e.contains("missing field `timeout_ms`"), "{e}");
     }
 
     #[test]

@@ -10,9 +10,10 @@ pub enum ProcessState {
     Pending,
     /// Claimed: an agent works on the current step under a lease until complete-by.
     Processing,
-    /// A timer step (or, later, a step waiting for an outside event) waits with no lease
-    /// and nothing running: its deadline is its wake time, so the due index holds it and
-    /// nothing runs until then.
+    /// A timer step, or a callback step whose agent started the work, waits with no lease
+    /// and nothing running: its deadline is its wake time (a timer) or when its callback
+    /// is due (the timeout or the next heartbeat), so the due index holds it and nothing
+    /// runs until then.
     Waiting,
     /// Undoing completed steps in reverse order; claimable when unlocked.
     Compensating,
@@ -69,6 +70,12 @@ pub enum Trigger {
     /// A waiting timer's time came and more steps remain: on to the next, no failure
     /// counted.
     Woke,
+    /// A callback step's agent answered that it started the work: wait for the outside
+    /// to complete it.
+    Started,
+    /// The outside says a callback step is still being worked on: its heartbeat deadline
+    /// moves out; nothing else changes.
+    Heartbeat,
     /// The deadline passed (or an attempt was lost) below the failure threshold: try again.
     Retry,
     /// Give up with no way to undo: operator needed.
@@ -96,12 +103,14 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 15] = [
+    pub const ALL: [Trigger; 17] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
         Trigger::Slept,
         Trigger::Woke,
+        Trigger::Started,
+        Trigger::Heartbeat,
         Trigger::Retry,
         Trigger::Fail,
         Trigger::ForwardOnly,
@@ -127,6 +136,8 @@ impl Trigger {
             Trigger::Finished => "Finished",
             Trigger::Slept => "Slept",
             Trigger::Woke => "Woke",
+            Trigger::Started => "Started",
+            Trigger::Heartbeat => "Heartbeat",
             Trigger::Retry => "Retry",
             Trigger::Fail => "Fail",
             Trigger::ForwardOnly => "ForwardOnly",
@@ -182,6 +193,21 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Waiting, Finished, Processed),
     (Waiting, Cancel, Compensating),
     (Waiting, CancelUndone, Compensated),
+    // Callback steps: the claim dispatches the agent as for any step, and its answer that
+    // the work started waits for the outside. The outside's completion (also before the
+    // agent's answer, while Processing) ends the step as an agent's reply would: success
+    // goes on, failure is a refusal. A missed timeout or heartbeat is a lapse like any
+    // other, so only a callback's wait (never a timer's: `timer.rs` wakes those) retries
+    // or gives up from Waiting.
+    (Processing, Started, Waiting),
+    (Processing, Heartbeat, Processing),
+    (Waiting, Heartbeat, Waiting),
+    (Waiting, Advanced, Pending),
+    (Waiting, Retry, Pending),
+    (Waiting, Fail, Error),
+    (Waiting, ForwardOnly, Error),
+    (Waiting, Undo, Compensating),
+    (Waiting, Undone, Compensated),
 ];
 
 /// The next state, or `None` when the table has no such move.
@@ -255,23 +281,41 @@ mod tests {
     }
 
     #[test]
-    fn a_waiting_task_only_wakes_or_is_cancelled() {
+    fn a_waiting_task_wakes_is_completed_lapses_or_is_cancelled() {
         let leaving: Vec<(Trigger, ProcessState)> =
             TRANSITIONS.iter().filter(|(f, _, _)| *f == Waiting).map(|(_, t, to)| (*t, *to)).collect();
         assert_eq!(
             leaving,
-            [(Woke, Pending), (Finished, Processed), (Cancel, Compensating), (CancelUndone, Compensated)]
+            [
+                (Woke, Pending),
+                (Finished, Processed),
+                (Cancel, Compensating),
+                (CancelUndone, Compensated),
+                (Heartbeat, Waiting),
+                (Advanced, Pending),
+                (Retry, Pending),
+                (Fail, Error),
+                (ForwardOnly, Error),
+                (Undo, Compensating),
+                (Undone, Compensated),
+            ]
         );
-        // Nothing it does can fail, and nothing claims it: no lapse, no lease.
-        for trigger in [Claimed, Retry, Fail, ForwardOnly, Undo, Undone, Advanced, Slept] {
+        // Nothing claims a waiting task: no lease while it waits.
+        for trigger in [Claimed, Slept, Started, UndoAdvanced] {
             assert_eq!(next(Waiting, trigger), None, "{trigger:?}");
         }
-        // Only a forward step waits; undoing never does, and only Pending starts a wait.
+        // Only a forward step waits: a timer from Pending, a callback from its claim.
         let into: Vec<ProcessState> =
             TRANSITIONS.iter().filter(|(_, _, to)| *to == Waiting).map(|(f, _, _)| *f).collect();
-        assert_eq!(into, [Pending]);
+        assert_eq!(into, [Pending, Processing, Waiting]);
         for state in ProcessState::ALL.into_iter().filter(|s| *s != Waiting) {
             assert_eq!(next(state, Woke), None, "{state:?}");
+        }
+        // A heartbeat never moves a task to another state.
+        for &(from, trigger, to) in TRANSITIONS {
+            if trigger == Heartbeat {
+                assert_eq!(from, to);
+            }
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::callback::{CallbackToken, Completion};
 use super::ids::{LeaseToken, OrderId, Timestamp};
 use super::workflow::{Action, Workflows};
 
@@ -273,6 +274,68 @@ pub fn sniff_reply_to(body: &str) -> Option<String> {
     (!r.trim().is_empty() && r.len() <= MAX_REPLY_TO_LEN).then(|| r.to_owned())
 }
 
+/// What the callback queue carries: the outside's word on a callback step.
+/// `{"token": "sas1...", "outcome": "success", "output": {...}}`,
+/// `{"token": "...", "outcome": "failure", "reason": "declined"}` or
+/// `{"token": "...", "outcome": "heartbeat"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackMessage {
+    pub token: String,
+    pub outcome: CallbackOutcome,
+    /// With `success`: the step's output (a JSON object, at most 4 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
+    /// With `failure`: why, for the order's submitter and the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallbackOutcome {
+    Success,
+    Failure,
+    Heartbeat,
+}
+
+impl CallbackMessage {
+    pub fn parse(body: &str) -> Result<CallbackMessage, MessageError> {
+        parse_json(body)
+    }
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(self).expect("messages always serialize")
+    }
+    pub fn new(token: &str, completion: &Completion) -> CallbackMessage {
+        let (outcome, output, reason) = match completion {
+            Completion::Success { output } => (CallbackOutcome::Success, output.clone(), None),
+            Completion::Failure { reason } => (CallbackOutcome::Failure, None, Some(reason.clone())),
+            Completion::Heartbeat => (CallbackOutcome::Heartbeat, None, None),
+        };
+        CallbackMessage { token: token.to_owned(), outcome, output, reason }
+    }
+    /// What it says, if its fields fit its outcome.
+    pub fn completion(&self) -> Result<Completion, String> {
+        match (self.outcome, &self.output, &self.reason) {
+            (CallbackOutcome::Success, output, None) => Ok(Completion::Success { output: output.clone() }),
+            (CallbackOutcome::Failure, None, Some(reason)) if !reason.trim().is_empty() => {
+                Ok(Completion::Failure { reason: reason.clone() })
+            }
+            (CallbackOutcome::Failure, None, _) => Err("a failure needs a reason".to_owned()),
+            (CallbackOutcome::Heartbeat, None, None) => Ok(Completion::Heartbeat),
+            (outcome, _, _) => Err(format!(
+                "{} takes {}",
+                serde_json::to_string(&outcome).unwrap_or_default(),
+                match outcome {
+                    CallbackOutcome::Success => "an output and no reason",
+                    CallbackOutcome::Failure => "a reason and no output",
+                    CallbackOutcome::Heartbeat => "neither output nor reason",
+                }
+            )),
+        }
+    }
+}
+
 /// Everything the scheduler's queue carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -318,6 +381,10 @@ pub struct AgentRequest {
     /// For a `queue` agent's worker: the scheduler's queue, where its reply goes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_queue: Option<String>,
+    /// For a callback step: the token the outside completes the step with (only here
+    /// whole; shown redacted everywhere else).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_token: Option<CallbackToken>,
 }
 
 /// How an agent request disagrees with the workflow it names. The agent's queue is
@@ -489,6 +556,9 @@ pub enum OrderStatus {
     Cancelled,
     /// A cancel message could not be applied (the reason says why); nothing changed.
     CancelRefused,
+    /// The task waits at `step`: a callback step's work started and waits for the
+    /// outside to complete it.
+    Waiting,
 }
 
 /// What the operators' topic receives when a task needs a human.
@@ -571,6 +641,7 @@ mod tests {
             order: order.clone(),
             outputs: BTreeMap::new(),
             reply_queue: None,
+            callback_token: None,
         };
         assert_eq!(request(1, "p", "a").check(&workflows), Ok(()));
         assert_eq!(

@@ -16,6 +16,8 @@
 //! 2. Above the leaves:
 //!    - `timeline.rs`: a task's bounded history.
 //!    - `wait.rs`: timer steps: how long or until when, and the path that names the time.
+//!    - `callback.rs`: callback steps: the token the outside completes them with, and the
+//!      wait a record keeps for one.
 //! 3. `workflow.rs`: steps and workflows, the saga's terms (compensable, pivot, read-only),
 //!    and the idempotency key of one action of one step.
 //! 4. `messages.rs`: every message on a queue or topic, and its parser.
@@ -25,6 +27,7 @@
 //! 8. `mod.rs`: this index and the re-exports.
 
 pub mod breaker;
+pub mod callback;
 pub mod definitions;
 pub mod ids;
 pub mod lifecycle;
@@ -39,6 +42,7 @@ pub mod timeline;
 pub mod wait;
 pub mod workflow;
 
+pub use callback::{Awaiting, Callback, CallbackSecret, CallbackToken, Completion, CompletionRefused, TokenClaims, TokenError};
 pub use definitions::{Definitions, Invalid};
 pub use ids::{IdempotencyKey, LeaseToken, OrderId, Sender, Timestamp};
 pub use lifecycle::{ProcessState, Trigger};

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ids::{IdempotencyKey, OrderId};
 use super::wait::Wait;
+use super::callback::Callback;
 
 /// Which way a step runs: its forward action or its compensation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -95,6 +96,11 @@ pub struct Step {
     /// no agent and no compensation, and nothing to undo.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<Wait>,
+    /// A callback step: its agent starts the work and answers at once, and the step ends
+    /// when the outside completes it with the step's token (`callback.rs`), or fails when
+    /// the callback's timeout or a heartbeat is missed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<Callback>,
     /// The compensating action's name, e.g. `refund-payment`; `None` when the step
     /// has nothing to undo (read-only) or cannot be undone (a pivot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,6 +124,7 @@ impl Step {
             name: name.into(),
             agent: agent.into(),
             wait: None,
+            callback: None,
             compensation: Some(compensation.into()),
             effect: StepEffect::Writes,
             max_failures: None,
@@ -130,6 +137,7 @@ impl Step {
             name: name.into(),
             agent: agent.into(),
             wait: None,
+            callback: None,
             compensation: None,
             effect: StepEffect::Writes,
             max_failures: None,
@@ -143,6 +151,10 @@ impl Step {
     /// A timer step: it waits, and calls nothing.
     pub fn timer(name: &str, wait: Wait) -> Step {
         Step { wait: Some(wait), ..Step::pivot(name, "") }
+    }
+    /// This step, waiting for the outside to complete it after its agent answers.
+    pub fn with_callback(self, callback: Callback) -> Step {
+        Step { callback: Some(callback), ..self }
     }
     pub fn with_max_failures(self, max_failures: u32) -> Step {
         Step { max_failures: Some(max_failures), ..self }
@@ -164,6 +176,9 @@ impl Step {
     }
     pub fn is_timer(&self) -> bool {
         self.wait.is_some()
+    }
+    pub fn is_callback(&self) -> bool {
+        self.callback.is_some()
     }
 }
 

@@ -220,6 +220,7 @@ impl Agent {
             idempotency_key: &request.idempotency_key,
             order: &request.order,
             outputs: &request.outputs,
+            callback_token: request.callback_token.as_ref().map(|t| t.expose()),
         };
         let mut calls = 0u32;
         let mut failures = 0u32;

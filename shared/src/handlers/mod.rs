@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod batch;
+pub mod callbacks;
 pub mod coalesce;
 pub mod operator;
 pub mod scheduler;
@@ -21,6 +22,7 @@ use crate::ports::{
 };
 
 pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
+pub use callbacks::{Callbacks, Completed, complete};
 pub use batch::{BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch};
 pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
 pub use operator::{Operated, operate};
@@ -132,7 +134,9 @@ pub(crate) async fn perform(
     let mut first_error = None;
     for effect in &decision.effects {
         let result = match effect {
-            Effect::Dispatch { step, action } => dispatch(deps, settings, task, *step, *action).await,
+            Effect::Dispatch { step, action, callback } => {
+                dispatch(deps, settings, task, *step, *action, callback.clone()).await
+            }
             Effect::Schedule { delay_ms } => schedule(deps, settings, &task.order_id, *delay_ms).await,
             Effect::Status { status, step, reason } => {
                 send_status(
@@ -172,8 +176,14 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
         m.record(Metric::TimerWoke, 1);
         m.record(Metric::TimerLatenessMs, late_ms);
     }
+    // Only a callback's wait lapses from Waiting (a timer wakes instead).
+    if let crate::domain::Cause::DeadlinePassed { state: crate::domain::ProcessState::Waiting, .. } = task.last_cause {
+        m.record(Metric::CallbackTimedOut, 1);
+    }
     match decision.trigger {
         Claimed => m.record(Metric::Claimed, 1),
+        Started => m.record(Metric::CallbackStarted, 1),
+        Heartbeat => m.record(Metric::CallbackHeartbeat, 1),
         Slept => m.record(Metric::TimerStarted, 1),
         // Counted above, with its lateness.
         Woke => {}
@@ -213,6 +223,7 @@ async fn dispatch(
     task: &TaskRecord,
     step: u32,
     action: crate::domain::Action,
+    callback_token: Option<crate::domain::CallbackToken>,
 ) -> Result<(), HandlerError> {
     let workflow = settings.workflow(task)?;
     let step_def = workflow
@@ -240,6 +251,7 @@ async fn dispatch(
         order: (*task.order).clone(),
         outputs: outputs_for(task, workflow, step, action),
         reply_queue: None,
+        callback_token,
     };
     // A queue agent's worker is outside: it gets the request on its own queue, with where
     // to reply; the agent function knows that already.

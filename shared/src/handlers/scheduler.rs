@@ -4,7 +4,7 @@
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, Transition, perform, transition};
-use crate::domain::{AgentReply, OrderId, Refusal, SchedulerMessage, Trigger};
+use crate::domain::{AgentReply, Mint, OrderId, Refusal, SchedulerMessage, Trigger};
 use crate::ports::Metric;
 
 #[derive(Clone)]
@@ -29,9 +29,13 @@ impl Scheduler {
         let span = tracing::info_span!("scheduler", order_id = %order_id);
         async {
             let lease = self.deps.random.lease();
+            // Drawn once, only for a callback step (the claim mints its token from it).
+            let secret = std::sync::OnceLock::new();
             let policy = self.settings.policy;
             match transition(&self.deps, &self.settings, order_id, |task, wf, now| {
-                task.schedule(lease, now, wf, &policy)
+                let callback = wf.step(task.step).is_some_and(|s| s.is_callback());
+                let secret = callback.then(|| *secret.get_or_init(|| self.deps.random.callback_secret()));
+                task.schedule(Mint { lease, secret }, now, wf, &policy)
             })
             .await?
             {

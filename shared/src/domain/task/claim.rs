@@ -2,25 +2,41 @@
 //! dispatch of the step's action.
 
 use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use crate::domain::callback::{Awaiting, CallbackSecret, CallbackToken};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::workflow::{Action, Workflow};
+
+/// What a scheduler brings to a claim: a fresh lease and, for a callback step, the
+/// secret of the token it mints (both from the `Random` port). A bare lease claims any
+/// step but a callback step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mint {
+    pub lease: LeaseToken,
+    pub secret: Option<CallbackSecret>,
+}
+
+impl From<LeaseToken> for Mint {
+    fn from(lease: LeaseToken) -> Mint {
+        Mint { lease, secret: None }
+    }
+}
 
 impl TaskRecord {
     /// Scheduler: take the task for its current step (Pending, or Compensating and unlocked).
     pub fn claim(
         &self,
-        lease: LeaseToken,
+        mint: impl Into<Mint>,
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
-        self.logged(now, self.decide_claim(lease, now, wf, policy), None)
+        self.logged(now, self.decide_claim(mint.into(), now, wf, policy), None)
     }
 
     fn decide_claim(
         &self,
-        lease: LeaseToken,
+        Mint { lease, secret }: Mint,
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
@@ -68,10 +84,31 @@ impl TaskRecord {
         }
         next.attempt += 1;
         next.step_attempts += 1;
+        let callback = match wf.step(self.step).and_then(|s| s.callback) {
+            Some(cb) if action == Action::Do => {
+                let secret = secret.ok_or_else(|| Refusal::Corrupt {
+                    workflow: self.workflow.clone(),
+                    why: format!("step {} waits for a callback: its claim needs a token's secret", self.step),
+                })?;
+                let token = CallbackToken::mint(&self.order_id, self.step, next.attempt, &secret);
+                next.callback = Some(Awaiting {
+                    step: self.step,
+                    attempt: next.attempt,
+                    digest: token.digest(),
+                    timeout_at: now.plus_ms(cb.timeout_ms),
+                    heartbeat_ms: cb.heartbeat_ms,
+                    last_heartbeat: None,
+                    started_at: None,
+                    since: now,
+                });
+                Some(token)
+            }
+            _ => None,
+        };
         Ok(Decision {
             trigger: Trigger::Claimed,
             next,
-            effects: vec![Effect::Dispatch { step: self.step, action }],
+            effects: vec![Effect::Dispatch { step: self.step, action, callback }],
         })
     }
 
@@ -110,7 +147,7 @@ mod tests {
         assert_eq!((d.next.attempt, d.next.step_attempts, d.next.step), (1, 1, 0));
         assert_eq!(d.next.last_cause, Cause::Claimed { step: 0, action: Action::Do });
         assert_eq!(d.next.updated_at, now);
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do }]);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do, callback: None }]);
     }
 
     #[test]
@@ -140,7 +177,7 @@ mod tests {
         assert_eq!(d.next.locked_by, Some(lease(2)));
         assert_eq!(d.next.step_attempts, 1);
         assert_eq!(d.next.attempt, compensating.attempt + 1);
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo }]);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo, callback: None }]);
     }
 
     #[test]

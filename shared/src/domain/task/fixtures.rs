@@ -9,7 +9,8 @@ use crate::domain::retry::Backoff;
 use crate::domain::wait::Wait;
 use crate::domain::workflow::{OnGiveUp, Step, Workflow};
 
-use super::{Act, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::{Act, Decision, Effect, Mint, Policy, Refusal, TaskRecord};
+use crate::domain::callback::{Callback, CallbackSecret, CallbackToken, TokenClaims};
 
 pub(in crate::domain) const T0: Timestamp = Timestamp(1_000_000);
 
@@ -52,7 +53,50 @@ pub(in crate::domain) fn checked(before: &TaskRecord, result: Result<Decision, R
 }
 
 pub(in crate::domain) fn claim(task: &TaskRecord, wf: &Workflow, n: u128, now: Timestamp) -> TaskRecord {
-    checked(task, task.claim(lease(n), now, wf, &policy())).next
+    checked(task, task.claim(mint(n), now, wf, &policy())).next
+}
+
+/// Lease `n`, and a secret of its own for a callback step's token.
+pub(in crate::domain) fn mint(n: u128) -> Mint {
+    Mint { lease: lease(n), secret: Some(CallbackSecret([n as u8; 32])) }
+}
+
+/// charge (compensable), approve (a callback, 10 s, heartbeat 3 s, compensable), ship (pivot).
+pub(in crate::domain) fn approval() -> Workflow {
+    Workflow::new(
+        "approval",
+        vec![
+            Step::compensable("charge", "pay", "refund"),
+            Step::compensable("approve", "approvals", "withdraw")
+                .with_callback(Callback { timeout_ms: 10_000, heartbeat_ms: Some(3_000) }),
+            Step::pivot("ship", "carrier"),
+        ],
+    )
+}
+
+/// Claimed at `wf`'s callback step `step` at `at` (earlier steps answered at T0), and the
+/// token its dispatch carries.
+pub(in crate::domain) fn claimed_callback(wf: &Workflow, step: u32, at: Timestamp) -> (TaskRecord, CallbackToken) {
+    let mut t = new_task(wf);
+    for n in 0..step {
+        t = reply(&claim(&t, wf, 100 + n as u128, T0), wf, ok(), T0).next;
+    }
+    let d = checked(&t, t.claim(mint(2), at, wf, &policy()));
+    let Some(Effect::Dispatch { callback: Some(token), .. }) = d.effects.first().cloned() else {
+        panic!("no token dispatched: {:?}", d.effects)
+    };
+    (d.next, token)
+}
+
+/// Waiting at `wf`'s callback step `step`: its agent answered (with a ticket) at T0 + 5.
+pub(in crate::domain) fn started_callback(wf: &Workflow, step: u32) -> (TaskRecord, CallbackToken) {
+    let (t, token) = claimed_callback(wf, step, T0);
+    let d = checked(&t, t.apply_reply(&reply_for(&t, output(r#"{"ticket":"A-1"}"#)), T0.plus_ms(5), wf, &policy()));
+    (d.next, token)
+}
+
+pub(in crate::domain) fn claims_of(token: &CallbackToken) -> TokenClaims {
+    CallbackToken::parse(token.expose()).unwrap().1
 }
 
 /// The reply the live lease's agent would send.

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
+use crate::domain::callback::{Callback, CallbackToken, Completion};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, ReplyOutcome};
@@ -101,12 +102,58 @@ fn every_row_of_the_table_is_a_decision() {
         (&cool_sleeping, act(&cool_sleeping, &timed, Act::Cancel)),
         (&first_sleeping, act(&first_sleeping, &first, Act::Cancel)),
     ];
-    let cases: Vec<_> = cases.into_iter().chain(operator_cases).chain(timer_cases).collect();
+    // Callbacks: started, heartbeats while claimed and waiting, completed, failed with each
+    // give-up, and lapsed.
+    let approval = approval();
+    let (claimed_cb, token) = claimed_callback(&approval, 1, T0);
+    let (waiting_cb, _) = started_callback(&approval, 1);
+    let claims = claims_of(&token);
+    let beat = Completion::Heartbeat;
+    let done = Completion::Success { output: None };
+    let no = Completion::Failure { reason: "declined".into() };
+    let complete = |t: &TaskRecord, wf: &Workflow, c: &Completion| {
+        checked(t, t.complete(&token, &claims, c, T0.plus_ms(10), wf, &policy()))
+    };
+    // Nothing compensates: a refusal ends in Error.
+    let lone = Workflow::new(
+        "lone",
+        vec![Step::read_only("approve", "a").with_callback(Callback { timeout_ms: 5_000, heartbeat_ms: None })],
+    );
+    let (lone_waiting, lone_token) = started_callback(&lone, 0);
+    // A pivot before it: only forward.
+    let after_pivot = Workflow::new("after-pivot", vec![Step::pivot("charge", "a"), approval.steps[1].clone()]);
+    let (pivot_waiting, _) = started_callback(&after_pivot, 1);
+    // Only a read before it: a refusal leaves nothing to undo.
+    let after_read = Workflow::new("after-read", vec![Step::read_only("look", "a"), approval.steps[1].clone()]);
+    let (read_waiting, _) = started_callback(&after_read, 1);
+    let lone_done = checked(
+        &lone_waiting,
+        lone_waiting.complete(&lone_token, &claims_of(&lone_token), &done, T0.plus_ms(10), &lone, &policy()),
+    );
+    let due = waiting_cb.deadline.unwrap();
+    let callback_cases: Vec<(&TaskRecord, Decision)> = vec![
+        (&claimed_cb, reply(&claimed_cb, &approval, ok(), T0)),
+        (&claimed_cb, complete(&claimed_cb, &approval, &beat)),
+        (&waiting_cb, complete(&waiting_cb, &approval, &beat)),
+        (&waiting_cb, complete(&waiting_cb, &approval, &done)),
+        (&lone_waiting, lone_done),
+        (&waiting_cb, checked(&waiting_cb, waiting_cb.recover(due, &approval, &policy(), 0))),
+        (&lone_waiting, complete_with(&lone_waiting, &lone, &lone_token, &no)),
+        (&pivot_waiting, complete(&pivot_waiting, &after_pivot, &no)),
+        (&waiting_cb, complete(&waiting_cb, &approval, &no)),
+        (&read_waiting, complete(&read_waiting, &after_read, &no)),
+    ];
+    let cases: Vec<_> =
+        cases.into_iter().chain(operator_cases).chain(timer_cases).chain(callback_cases).collect();
     for (before, d) in &cases {
         note(before, d);
     }
     let table: BTreeSet<_> = lifecycle::TRANSITIONS.iter().copied().collect();
     assert_eq!(made, table, "rows made by decisions vs the table");
+}
+
+fn complete_with(t: &TaskRecord, wf: &Workflow, token: &CallbackToken, c: &Completion) -> Decision {
+    checked(t, t.complete(token, &claims_of(token), c, T0.plus_ms(10), wf, &policy()))
 }
 
 #[derive(Debug, Clone, Copy)]

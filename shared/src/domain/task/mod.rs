@@ -21,11 +21,14 @@
 //!    - `reply.rs`: the fence, then an agent's reply.
 //!    - `timer.rs`: a Schedule's decision (wake, sleep at a timer step, or claim), and
 //!      the supervisor's (wake or lapse).
+//!    - `callback.rs`: a callback step's agent started the work; the outside's
+//!      completion, failure or heartbeat through the step's token.
 //! 5. Tests only:
 //!    - `fixtures.rs`: tasks in the states tests start from; checked decisions.
 //!    - `invariants.rs`: every decision against the table, in random sequences too.
 //! 6. `mod.rs`: this index and the re-exports.
 
+mod callback;
 mod claim;
 mod compensation;
 mod record;
@@ -38,4 +41,5 @@ pub(super) mod fixtures;
 #[cfg(test)]
 mod invariants;
 
+pub use claim::Mint;
 pub use record::{Act, Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};

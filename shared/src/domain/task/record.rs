@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::callback::{Awaiting, CallbackToken, CompletionRefused};
 use crate::domain::ids::{LeaseToken, OrderId, Sender, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{OperatorAlert, Order, OrderStatus};
@@ -81,6 +82,18 @@ pub enum Cause {
         step: u32,
         late_ms: u64,
     },
+    /// A callback step's agent started the work; the task waits for the outside.
+    Started {
+        step: u32,
+    },
+    /// The outside sent a heartbeat for a callback step.
+    Heartbeat {
+        step: u32,
+    },
+    /// The outside completed a callback step with success.
+    Completed {
+        step: u32,
+    },
     /// An operator (or an app's cancel message) acted on the task at `step`.
     Operator {
         step: u32,
@@ -151,6 +164,11 @@ pub struct TaskRecord {
     /// wait (for an outside event) has a deadline that is not a wake time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_at: Option<Timestamp>,
+    /// Only at a callback step, from its claim until the step ends (Processing while its
+    /// agent starts the work, then Waiting): the attempt whose token completes it, the
+    /// token's digest, and when it is due (`callback.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<Awaiting>,
     /// When the supervisor acts if nothing else has. `None` exactly when terminal,
     /// which keeps finished tasks out of the sparse due index.
     pub deadline: Option<Timestamp>,
@@ -187,10 +205,12 @@ pub struct TaskRecord {
 /// Something to do once the decision's write has landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Send the agent request for the claimed step.
+    /// Send the agent request for the claimed step, with the callback token of a callback
+    /// step (the only time the token exists whole: the record keeps its digest).
     Dispatch {
         step: u32,
         action: Action,
+        callback: Option<CallbackToken>,
     },
     /// Put a `Schedule` message on the scheduler's queue.
     Schedule {
@@ -227,6 +247,9 @@ pub enum Refusal {
     Asleep { wake_at: Timestamp, now: Timestamp },
     #[error("not due: deadline {deadline:?} is after {now}")]
     NotDue { deadline: Option<Timestamp>, now: Timestamp },
+    /// A callback completion or heartbeat that does not apply: nothing changed.
+    #[error("completion refused: {0}")]
+    Completion(CompletionRefused),
     #[error("task record does not fit workflow {workflow:?}: {why}")]
     Corrupt { workflow: String, why: String },
     /// An operator's action that does not apply to the task as it is: nothing changed.
@@ -286,6 +309,7 @@ impl TaskRecord {
             hold_until: None,
             redo_until: None,
             wake_at: None,
+            callback: None,
             deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
             failure_count: 0,
             step_failures: 0,
@@ -336,11 +360,28 @@ impl TaskRecord {
         if self.hold_until.is_some() && (s != ProcessState::Compensating || self.locked_by.is_some()) {
             return Some(format!("{s:?} held for a cancelled attempt"));
         }
-        if (s == ProcessState::Waiting) != self.wake_at.is_some() {
+        if self.wake_at.is_some() && s != ProcessState::Waiting {
             return Some(format!("{s:?} with wake time {:?}", self.wake_at));
         }
-        if s == ProcessState::Waiting && self.deadline != self.wake_at {
+        if s == ProcessState::Waiting && self.wake_at.is_some() == self.callback.is_some() {
+            return Some("Waiting for neither (or both) a timer and a callback".into());
+        }
+        if self.wake_at.is_some() && self.deadline != self.wake_at {
             return Some(format!("Waiting until {:?} with deadline {:?}", self.wake_at, self.deadline));
+        }
+        if let Some(cb) = &self.callback {
+            if !matches!(s, ProcessState::Processing | ProcessState::Waiting) {
+                return Some(format!("{s:?} holding a callback"));
+            }
+            if (cb.step, cb.attempt) != (self.step, self.attempt) {
+                return Some(format!(
+                    "callback of step {} attempt {} on a task at step {} attempt {}",
+                    cb.step, cb.attempt, self.step, self.attempt
+                ));
+            }
+            if s == ProcessState::Waiting && self.deadline != Some(cb.due()) {
+                return Some(format!("Waiting for a callback due {:?} with deadline {:?}", cb.due(), self.deadline));
+            }
         }
         None
     }
@@ -362,6 +403,11 @@ impl TaskRecord {
         }
         if state != ProcessState::Waiting {
             next.wake_at = None;
+        }
+        // A callback's token lives as long as its attempt: claimed (Processing), then
+        // waiting for the outside. Any other state ends the attempt, and the token with it.
+        if !matches!(state, ProcessState::Processing | ProcessState::Waiting) {
+            next.callback = None;
         }
         next.revision += 1;
         next.updated_at = now;

@@ -32,6 +32,13 @@ impl TaskRecord {
             deadline => return Err(Refusal::NotDue { deadline, now }),
         }
         self.check_workflow(wf)?;
+        // A timer cannot fail: its time wakes it (`recover`), it never lapses.
+        if self.wake_at.is_some() {
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: format!("step {} is a timer: it wakes, it does not lapse", self.step),
+            });
+        }
         let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
         let mut counted = self.clone();
         counted.failure_count += 1;
@@ -42,6 +49,12 @@ impl TaskRecord {
             ProcessState::Processing | ProcessState::Compensating if self.locked_by.is_some() => {
                 format!("attempt {} passed its deadline without a reply", self.attempt)
             }
+            ProcessState::Waiting => match &self.callback {
+                Some(cb) if cb.due() < cb.timeout_at => {
+                    format!("attempt {} missed a heartbeat: none came by {}", self.attempt, cb.due().to_rfc3339())
+                }
+                _ => format!("attempt {} was not completed by its callback timeout", self.attempt),
+            },
             _ => "waited past its deadline without being claimed".to_owned(),
         });
         if step_failures < budget {
@@ -193,7 +206,7 @@ pub(super) struct GiveUpReason<'a> {
 }
 
 impl<'a> GiveUpReason<'a> {
-    fn plain(told: &'a str) -> GiveUpReason<'a> {
+    pub(super) fn plain(told: &'a str) -> GiveUpReason<'a> {
         GiveUpReason { told, detail: None }
     }
     fn for_operator(&self) -> String {

@@ -76,6 +76,10 @@ impl TaskRecord {
                 if let Some(step_output) = step_output {
                     done.outputs.insert(name.clone(), step_output);
                 }
+                // A callback step's agent only started the work: the outside ends it.
+                if wf.step(step).is_some_and(|s| s.is_callback()) {
+                    return done.started(now, name);
+                }
                 done.step_done(Trigger::Advanced, now, cause, wf, policy, name)
             }
             // A compensation's answer is not kept: nothing runs after it that could use it.

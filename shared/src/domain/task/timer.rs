@@ -5,7 +5,8 @@
 
 use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use super::recovery::GiveUpReason;
-use crate::domain::ids::{LeaseToken, Timestamp};
+use super::claim::Mint;
+use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::cut_reason;
 use crate::domain::output::StepOutput;
@@ -17,7 +18,7 @@ impl TaskRecord {
     /// at a timer step to sleep, or claim the task for its step.
     pub fn schedule(
         &self,
-        lease: LeaseToken,
+        mint: impl Into<Mint>,
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
@@ -29,7 +30,7 @@ impl TaskRecord {
             Some(wait) if self.state == ProcessState::Pending => {
                 self.logged(now, self.decide_sleep(wait, now, wf, policy), None)
             }
-            _ => self.claim(lease, now, wf, policy),
+            _ => self.claim(mint, now, wf, policy),
         }
     }
 
@@ -42,7 +43,8 @@ impl TaskRecord {
         policy: &Policy,
         jitter: u64,
     ) -> Result<Decision, Refusal> {
-        if self.state != ProcessState::Waiting {
+        // A callback's wait lapses like an attempt (its timeout or heartbeat was missed).
+        if self.state != ProcessState::Waiting || self.callback.is_some() {
             return self.lapse(now, wf, policy, jitter);
         }
         self.wake(now, wf, policy).map_err(|refusal| match refusal {

@@ -1,0 +1,288 @@
+//! Callback steps, after their claim (`claim.rs` mints the token): the agent's answer that
+//! the work started, then the outside's completion, failure or heartbeat, each presented
+//! with the token of the attempt it is for.
+//!
+//! A completion passes its own fence, the token's: the record still waits on the token's
+//! step and attempt (so a completion applies at most once, and a token of an earlier
+//! attempt is dead), the token's digest is the record's, and the callback is not yet due.
+
+use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::recovery::GiveUpReason;
+use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};
+use crate::domain::ids::Timestamp;
+use crate::domain::lifecycle::{ProcessState, Trigger};
+use crate::domain::messages::{OrderStatus, cut_reason};
+use crate::domain::output::StepOutput;
+use crate::domain::timeline::Happened;
+use crate::domain::workflow::{Action, Workflow};
+
+impl TaskRecord {
+    /// The callback step's agent answered success: the work started (its answer is kept
+    /// as the step's output until the completion brings the final one). The task waits,
+    /// due when the callback is.
+    pub(in crate::domain) fn started(mut self, now: Timestamp, name: String) -> Result<Decision, Refusal> {
+        let Some(mut awaiting) = self.callback.take() else {
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: format!("callback step {} was claimed without a callback", self.step),
+            });
+        };
+        awaiting.started_at = Some(now);
+        let cause = Cause::Started { step: self.step };
+        let mut next = self.moved(Trigger::Started, now, cause)?.unlocked();
+        next.deadline = Some(awaiting.due());
+        next.callback = Some(awaiting);
+        Ok(Decision {
+            trigger: Trigger::Started,
+            next,
+            effects: vec![Effect::Status { status: OrderStatus::Waiting, step: Some(name), reason: None }],
+        })
+    }
+
+    /// The token's fence: the wait it completes, if it may.
+    pub fn awaiting_token(
+        &self,
+        token: &CallbackToken,
+        claims: &TokenClaims,
+        now: Timestamp,
+    ) -> Result<&Awaiting, CompletionRefused> {
+        let current = self.callback.as_ref().map(|cb| (cb.step, cb.attempt));
+        let waiting = matches!(self.state, ProcessState::Processing | ProcessState::Waiting);
+        let awaiting = match &self.callback {
+            Some(cb)
+                if waiting
+                    && (cb.step == claims.step
+                        && (cb.attempt == claims.attempt || crate::mutations::accept_old_tokens())) =>
+            {
+                cb
+            }
+            _ => return Err(CompletionRefused::Ended { step: claims.step, attempt: claims.attempt, current }),
+        };
+        if token.digest() != awaiting.digest && !crate::mutations::accept_old_tokens() {
+            return Err(CompletionRefused::Forged { step: claims.step, attempt: claims.attempt });
+        }
+        if now > awaiting.due() {
+            return Err(CompletionRefused::TimedOut { step: claims.step, attempt: claims.attempt, due: awaiting.due() });
+        }
+        Ok(awaiting)
+    }
+
+    /// The outside's word on a callback step, presented with its token.
+    pub fn complete(
+        &self,
+        token: &CallbackToken,
+        claims: &TokenClaims,
+        completion: &Completion,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        let decided = self.decide_completion(token, claims, completion, now, wf, policy);
+        let mut d = self.logged(now, decided, None)?;
+        // Heartbeats would push the rest of the history out of the bounded timeline: the
+        // newest one stands for a run of them (the record counts them in `last_heartbeat`).
+        if d.trigger == Trigger::Heartbeat
+            && let [.., before, _] = d.next.timeline.as_slice()
+            && before.what == Happened::Moved(Trigger::Heartbeat)
+            && (before.step, before.attempt) == (self.step, self.attempt)
+        {
+            let at = d.next.timeline.len() - 2;
+            d.next.timeline.remove(at);
+        }
+        Ok(d)
+    }
+
+    fn decide_completion(
+        &self,
+        token: &CallbackToken,
+        claims: &TokenClaims,
+        completion: &Completion,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        self.awaiting_token(token, claims, now).map_err(Refusal::Completion)?;
+        self.check_workflow(wf)?;
+        let step = self.step;
+        let name = self.step_name(wf, step, Action::Do);
+        match completion {
+            Completion::Heartbeat => {
+                let mut next = self.moved(Trigger::Heartbeat, now, Cause::Heartbeat { step })?;
+                if let Some(cb) = next.callback.as_mut() {
+                    cb.last_heartbeat = Some(now);
+                    if next.state == ProcessState::Waiting {
+                        next.deadline = Some(cb.due());
+                    }
+                }
+                Ok(Decision { trigger: Trigger::Heartbeat, next, effects: Vec::new() })
+            }
+            Completion::Success { output } => {
+                let step_output = match output.as_ref().map(StepOutput::from_value).transpose() {
+                    Ok(step_output) => step_output,
+                    Err(e) => {
+                        // It took effect: like an agent's unusable answer, the step is in doubt.
+                        let reason = format!("step {name} was completed, but its output cannot be kept: {e}");
+                        let cause = Cause::Failed { step, action: Action::Do, reason: reason.clone(), in_doubt: true };
+                        let unlocked = self.clone().unlocked();
+                        return unlocked.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), true, true);
+                    }
+                };
+                let mut done = self.clone().unlocked();
+                match step_output {
+                    Some(o) => {
+                        done.outputs.insert(name.clone(), o);
+                    }
+                    // No output: the agent's answer at the start does not stand for the
+                    // outside's at the end.
+                    None => {
+                        done.outputs.remove(&name);
+                    }
+                }
+                let cause = Cause::Completed { step };
+                done.step_done(Trigger::Advanced, now, cause, wf, policy, name)
+            }
+            Completion::Failure { reason } => {
+                let reason = cut_reason(reason.clone());
+                let cause = Cause::Failed { step, action: Action::Do, reason: reason.clone(), in_doubt: false };
+                // A refusal from the outside: the step had no effect, as for an agent's.
+                let gave_up = GiveUpReason { told: &reason, detail: None };
+                self.clone().unlocked().give_up(now, wf, policy, cause, gave_up, false, false)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::callback::CallbackSecret;
+    use crate::domain::task::fixtures::*;
+
+    fn claimed_approval(wf: &Workflow, at: Timestamp) -> (TaskRecord, CallbackToken) {
+        claimed_callback(wf, 1, at)
+    }
+
+    fn started(wf: &Workflow) -> (TaskRecord, CallbackToken) {
+        started_callback(wf, 1)
+    }
+
+    #[test]
+    fn a_callback_steps_claim_mints_a_token_bound_to_its_attempt_and_keeps_only_its_digest() {
+        let wf = approval();
+        let (t, token) = claimed_approval(&wf, T0);
+        let claims = claims_of(&token);
+        assert_eq!((claims.order_id.clone(), claims.step, claims.attempt), (t.order_id.clone(), 1, t.attempt));
+        let cb = t.callback.clone().unwrap();
+        assert_eq!(cb.digest, token.digest());
+        assert!(!serde_json::to_string(&t).unwrap().contains(token.expose()), "the record never holds the token");
+        assert_eq!((cb.timeout_at, cb.heartbeat_ms), (T0.plus_ms(10_000), Some(3_000)));
+        // Without a secret, a callback step cannot be claimed (a bare lease is for the rest).
+        let pending = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, ok(), T0).next;
+        assert!(matches!(pending.claim(lease(2), T0, &wf, &policy()), Err(Refusal::Corrupt { .. })));
+    }
+
+    #[test]
+    fn the_agents_success_starts_the_wait_due_at_the_first_heartbeat() {
+        let wf = approval();
+        let (t, _) = started(&wf);
+        assert_eq!((t.state, t.step, t.locked_by), (ProcessState::Waiting, 1, None));
+        assert_eq!(t.deadline, Some(T0.plus_ms(3_000)), "the heartbeat comes before the timeout");
+        assert_eq!(t.outputs.get("approve").unwrap().to_value()["ticket"], "A-1");
+    }
+
+    #[test]
+    fn a_completion_applies_once_and_goes_on_with_its_output() {
+        let wf = approval();
+        let (t, token) = started(&wf);
+        let done = Completion::Success { output: Some(serde_json::json!({"approved_by": "ana"})) };
+        let d = checked(&t, t.complete(&token, &claims_of(&token), &done, T0.plus_ms(100), &wf, &policy()));
+        assert_eq!((d.trigger, d.next.state, d.next.step, d.next.callback.clone()), (Trigger::Advanced, ProcessState::Pending, 2, None));
+        assert_eq!(d.next.outputs.get("approve").unwrap().to_value()["approved_by"], "ana");
+        // Again: the step has ended, and nothing changes.
+        let again = d.next.complete(&token, &claims_of(&token), &done, T0.plus_ms(101), &wf, &policy());
+        assert!(matches!(again, Err(Refusal::Completion(CompletionRefused::Ended { step: 1, .. }))), "{again:?}");
+    }
+
+    #[test]
+    fn a_completion_may_come_before_the_agents_answer_which_is_then_fenced_out() {
+        let wf = approval();
+        let (t, token) = claimed_approval(&wf, T0);
+        let done = Completion::Success { output: None };
+        let d = checked(&t, t.complete(&token, &claims_of(&token), &done, T0.plus_ms(1), &wf, &policy()));
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Pending, 2));
+        let late = d.next.apply_reply(&reply_for(&t, ok()), T0.plus_ms(2), &wf, &policy());
+        assert!(matches!(late, Err(Refusal::StaleReply(_))));
+    }
+
+    #[test]
+    fn a_forged_old_or_late_token_changes_nothing() {
+        let wf = approval();
+        let (t, token) = started(&wf);
+        let ok = Completion::Success { output: None };
+        let claims = claims_of(&token);
+        // Forged: the right order, step and attempt, another secret.
+        let forged = CallbackToken::mint(&t.order_id, 1, t.attempt, &CallbackSecret([8; 32]));
+        let e = t.complete(&forged, &claims_of(&forged), &ok, T0.plus_ms(10), &wf, &policy());
+        assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::Forged { .. }))), "{e:?}");
+        // Another attempt's.
+        let old = CallbackToken::mint(&t.order_id, 1, t.attempt - 1, &CallbackSecret([2; 32]));
+        let e = t.complete(&old, &claims_of(&old), &ok, T0.plus_ms(10), &wf, &policy());
+        assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::Ended { .. }))), "{e:?}");
+        // Past the heartbeat due.
+        let e = t.complete(&token, &claims, &ok, T0.plus_ms(3_001), &wf, &policy());
+        assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::TimedOut { .. }))), "{e:?}");
+    }
+
+    #[test]
+    fn a_heartbeat_moves_the_deadline_out_but_never_past_the_timeout() {
+        let wf = approval();
+        let (t, token) = started(&wf);
+        let claims = claims_of(&token);
+        let d = checked(&t, t.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(2_000), &wf, &policy()));
+        assert_eq!((d.trigger, d.next.state, d.next.deadline), (Trigger::Heartbeat, ProcessState::Waiting, Some(T0.plus_ms(5_000))));
+        let d1 = checked(&d.next, d.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(4_500), &wf, &policy()));
+        assert_eq!(d1.next.deadline, Some(T0.plus_ms(7_500)));
+        let d2 = checked(&d1.next, d1.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(7_400), &wf, &policy()));
+        assert_eq!(d2.next.deadline, Some(T0.plus_ms(10_000)), "the timeout caps it");
+        // A run of heartbeats is one timeline entry.
+        let beats = d2.next.timeline.iter().filter(|e| e.what == Happened::Moved(Trigger::Heartbeat)).count();
+        assert_eq!(beats, 1);
+    }
+
+    #[test]
+    fn a_missed_heartbeat_is_a_lapse_and_the_retry_kills_the_old_token() {
+        let wf = approval();
+        let (t, token) = started(&wf);
+        let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
+        assert_eq!((d.trigger, d.next.state, d.next.callback.clone()), (Trigger::Retry, ProcessState::Pending, None));
+        let e = d.next.complete(&token, &claims_of(&token), &Completion::Heartbeat, T0.plus_ms(3_001), &wf, &policy());
+        assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::Ended { .. }))));
+        // The next attempt has a token of its own.
+        let again = checked(&d.next, d.next.claim(mint(3), d.next.deadline.unwrap(), &wf, &policy()));
+        assert_ne!(again.next.callback.unwrap().digest, token.digest());
+    }
+
+    #[test]
+    fn a_failure_from_the_outside_is_a_refusal_and_undoes_what_came_before() {
+        let wf = approval();
+        let (t, token) = started(&wf);
+        let no = Completion::Failure { reason: "declined by ana".into() };
+        let d = checked(&t, t.complete(&token, &claims_of(&token), &no, T0.plus_ms(10), &wf, &policy()));
+        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Undo, ProcessState::Compensating, 0), "only charge is refunded");
+    }
+
+    #[test]
+    fn a_timeout_with_the_budget_spent_undoes_the_started_step_too() {
+        let wf = Workflow { steps: vec![approval().steps[0].clone(), approval().steps[1].clone().with_max_failures(1)], ..approval() };
+        let (t, _) = started(&wf);
+        let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
+        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Undo, ProcessState::Compensating, 1), "the approval may have taken effect");
+    }
+
+    #[test]
+    fn a_schedule_for_a_waiting_callback_changes_nothing() {
+        let wf = approval();
+        let (t, _) = started(&wf);
+        assert!(matches!(t.schedule(mint(9), T0.plus_ms(10), &wf, &policy()), Err(Refusal::ClaimLost { .. })));
+    }
+}
