@@ -17,6 +17,7 @@ mod switches {
     static CANCEL_FROM_ANY_SENDER: AtomicBool = AtomicBool::new(false);
     static WAKE_EARLY: AtomicBool = AtomicBool::new(false);
     static ACCEPT_OLD_TOKENS: AtomicBool = AtomicBool::new(false);
+    static CLAIM_WHILE_PAUSED: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -51,6 +52,8 @@ mod switches {
         /// A callback token is checked for its order and step only: a completion with the
         /// token of an earlier attempt (or a forged one) applies.
         AcceptOldTokens,
+        /// A claim ignores the pause: a paused task dispatches its next step.
+        ClaimWhilePaused,
     }
 
     impl Mutation {
@@ -66,6 +69,7 @@ mod switches {
                 Mutation::CancelFromAnySender => &CANCEL_FROM_ANY_SENDER,
                 Mutation::WakeEarly => &WAKE_EARLY,
                 Mutation::AcceptOldTokens => &ACCEPT_OLD_TOKENS,
+                Mutation::ClaimWhilePaused => &CLAIM_WHILE_PAUSED,
             }
         }
         pub fn set(self, on: bool) {
@@ -107,6 +111,9 @@ mod switches {
     }
     pub fn accept_old_tokens() -> bool {
         Mutation::AcceptOldTokens.is_on()
+    }
+    pub fn claim_while_paused() -> bool {
+        Mutation::ClaimWhilePaused.is_on()
     }
 }
 
@@ -175,5 +182,11 @@ pub(crate) const fn wake_early() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn accept_old_tokens() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn claim_while_paused() -> bool {
     false
 }

@@ -197,6 +197,8 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
             (sas::domain::Act::Compensate, _) => Trigger::OperatorUndo,
             (sas::domain::Act::Cancel, Compensated) => Trigger::CancelUndone,
             (sas::domain::Act::Cancel, _) => Trigger::Cancel,
+            (sas::domain::Act::Pause, _) => Trigger::Pause,
+            (sas::domain::Act::Resume, _) => Trigger::Resume,
         },
         Cause::Failed { .. } | Cause::DeadlinePassed { .. } => match (before.state, after.state) {
             (_, Error) if wf.is_some_and(|wf| forward_only(before, after, wf)) => Trigger::ForwardOnly,

@@ -217,6 +217,8 @@ fn check_state(act: Act, state: StateArg) -> Result<(), TasksError> {
     let fits = match act {
         Act::Resubmit { .. } | Act::Compensate => state == StateArg::Error,
         Act::Cancel => state != StateArg::Error && state != StateArg::Compensating,
+        Act::Pause => state != StateArg::Error && state != StateArg::Paused,
+        Act::Resume => state == StateArg::Paused,
     };
     if fits {
         return Ok(());
@@ -226,6 +228,11 @@ fn check_state(act: Act, state: StateArg) -> Result<(), TasksError> {
             "cancel applies to live tasks: --state pending, processing or stuck (not {})",
             state.as_str()
         ),
+        Act::Pause => format!(
+            "pause applies to live tasks that are not paused: --state pending, processing, waiting, compensating or stuck (not {})",
+            state.as_str()
+        ),
+        Act::Resume => format!("resume applies to paused tasks: --state paused (not {})", state.as_str()),
         _ => {
             format!("{} applies to tasks in Error only: --state error (not {})", act.as_str(), state.as_str())
         }

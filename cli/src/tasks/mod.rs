@@ -2,7 +2,7 @@
 //!
 //! - `list` selects tasks through the table's indexes, never a Scan (`list.rs`);
 //! - `show` prints one task's record and timeline, and what can be done with it (`show.rs`);
-//! - `resubmit`, `compensate` and `cancel` act on one task, or on a listing's tasks in
+//! - `resubmit`, `compensate`, `cancel`, `pause` and `resume` act on one task, or on a listing's tasks in
 //!   bulk (`act.rs`), each through the same handler the functions use
 //!   (`sas::handlers::operate`): a decision on a fresh read and one conditional write, so
 //!   an action that raced anything else changes the task at most once.
@@ -63,6 +63,14 @@ pub enum TasksCommand {
     /// Stop a live task and undo what it may have done; or every task of a listing (a
     /// live --state). An attempt in flight loses its lease; the undo waits until it is over.
     Cancel(ActArgs),
+    /// Hold a live task where it is; or every task of a listing (a live --state). Nothing
+    /// new is dispatched, forward or undo: a step already running finishes and its reply
+    /// is applied, a timer still wakes and a callback's completion still lands, and then
+    /// the task waits, off the supervisor's sweep, counting no failure, until resumed.
+    Pause(ActArgs),
+    /// Let a paused task go on from where it stopped; or every paused task of a listing
+    /// (--state paused).
+    Resume(ActArgs),
 }
 
 /// What every `tasks` command takes.
@@ -96,6 +104,8 @@ pub enum StateArg {
     Waiting,
     /// Live, with its deadline passed.
     Stuck,
+    /// Live and paused by an operator (in any live state).
+    Paused,
 }
 
 impl StateArg {
@@ -107,6 +117,7 @@ impl StateArg {
             StateArg::Pending => "pending",
             StateArg::Waiting => "waiting",
             StateArg::Stuck => "stuck",
+            StateArg::Paused => "paused",
         }
     }
 
@@ -117,7 +128,7 @@ impl StateArg {
             StateArg::Processing => Some(ProcessState::Processing),
             StateArg::Pending => Some(ProcessState::Pending),
             StateArg::Waiting => Some(ProcessState::Waiting),
-            StateArg::Stuck => None,
+            StateArg::Stuck | StateArg::Paused => None,
         }
     }
 }
@@ -317,6 +328,8 @@ pub async fn run(command: TasksCommand) -> Result<ExitCode, TasksError> {
         }
         TasksCommand::Compensate(args) => act::run(sas::domain::Act::Compensate, &args).await,
         TasksCommand::Cancel(args) => act::run(sas::domain::Act::Cancel, &args).await,
+        TasksCommand::Pause(args) => act::run(sas::domain::Act::Pause, &args).await,
+        TasksCommand::Resume(args) => act::run(sas::domain::Act::Resume, &args).await,
     }
 }
 

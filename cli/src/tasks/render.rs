@@ -39,15 +39,19 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
     if let Some(at) = task.wake_at {
         v["wake_at"] = json!(iso(at));
     }
+    if task.paused {
+        v["paused"] = json!(true);
+    }
     v
 }
 
 /// The state as a listing shows it: a waiting timer with its wake time.
 fn state_cell(task: &TaskRecord) -> String {
-    match task.wake_at {
+    let state = match task.wake_at {
         Some(at) => format!("{} until {}", task.state.as_str(), iso(at)),
         None => task.state.as_str().to_owned(),
-    }
+    };
+    if task.paused { format!("{state} (paused)") } else { state }
 }
 
 /// The header and rows of a listing's table, columns padded.
@@ -165,7 +169,7 @@ pub fn next_commands(
     flags: &str,
 ) -> Vec<String> {
     let id = task.order_id.as_str();
-    let acts = [Act::Resubmit { from_step: None }, Act::Compensate, Act::Cancel];
+    let acts = [Act::Resubmit { from_step: None }, Act::Compensate, Act::Cancel, Act::Pause, Act::Resume];
     let applies = |act: Act| match wf {
         Some(wf) => task
             .act(act, Actor { by: "-", why: "-", seen: None, origin: Origin::Operator }, now, wf, policy)
@@ -180,6 +184,8 @@ pub fn next_commands(
                         | sas::domain::ProcessState::Waiting
                 )
             }
+            Act::Pause => !task.state.is_terminal() && !task.paused,
+            Act::Resume => task.paused,
         },
     };
     acts.into_iter()
@@ -217,6 +223,14 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     );
     if let Some(w) = task.wake_at {
         field("wakes at", format!("{} (a timer step: nothing runs until then)", iso(w)));
+    }
+    if task.paused {
+        let held = if task.parked() {
+            "it waits for a resume, off the supervisor's sweep"
+        } else {
+            "what runs or waits now goes on; nothing new is dispatched"
+        };
+        field("paused", format!("yes: {held} (sasctl tasks resume)"));
     }
     if let Some(h) = task.hold_until {
         field("hold until", format!("{} (a cancelled attempt may still run until then)", iso(h)));
@@ -350,11 +364,17 @@ mod tests {
         let pending = task(ProcessState::Pending);
         assert_eq!(
             next_commands(&pending, Some(&wf()), &policy, now, ""),
-            ["sasctl tasks cancel o-1 --reason TEXT"]
+            ["sasctl tasks cancel o-1 --reason TEXT", "sasctl tasks pause o-1 --reason TEXT"]
+        );
+        let mut paused = task(ProcessState::Pending);
+        paused.paused = true;
+        assert_eq!(
+            next_commands(&paused, Some(&wf()), &policy, now, ""),
+            ["sasctl tasks cancel o-1 --reason TEXT", "sasctl tasks resume o-1 --reason TEXT"]
         );
         assert_eq!(
             next_commands(&pending, None, &policy, now, ""),
-            ["sasctl tasks cancel o-1 --reason TEXT"]
+            ["sasctl tasks cancel o-1 --reason TEXT", "sasctl tasks pause o-1 --reason TEXT"]
         );
         let done = task(ProcessState::Processed);
         assert!(next_commands(&done, Some(&wf()), &policy, now, "").is_empty());
@@ -425,7 +445,7 @@ mod waiting_tests {
         assert_eq!(show_json(&t, None, now, &[])["wake_at"], "2023-11-14T22:14:20.000Z");
         assert_eq!(
             next_commands(&t, None, &Policy::default(), now, ""),
-            ["sasctl tasks cancel o-1 --reason TEXT"]
+            ["sasctl tasks cancel o-1 --reason TEXT", "sasctl tasks pause o-1 --reason TEXT"]
         );
         // Any other task has no such field.
         let pending = task(ProcessState::Pending);

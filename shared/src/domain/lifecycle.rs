@@ -100,10 +100,16 @@ pub enum Trigger {
     Cancel,
     /// Cancel, where nothing the task did needs undoing.
     CancelUndone,
+    /// Operator: hold a live task where it is: nothing new is dispatched (an attempt in
+    /// flight finishes and its reply applies; timers and callbacks still arrive), and a
+    /// task that comes to wait for a claim is parked off the supervisor's sweep.
+    Pause,
+    /// Operator: let a paused task go on from where it stopped.
+    Resume,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 17] = [
+    pub const ALL: [Trigger; 19] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
@@ -121,12 +127,22 @@ impl Trigger {
         Trigger::OperatorUndo,
         Trigger::Cancel,
         Trigger::CancelUndone,
+        Trigger::Pause,
+        Trigger::Resume,
     ];
 
     /// Triggers only an operator (or an app's cancel) pulls: the only moves out of a
     /// terminal state are theirs.
     pub fn is_operator(self) -> bool {
-        matches!(self, Trigger::Resubmit | Trigger::OperatorUndo | Trigger::Cancel | Trigger::CancelUndone)
+        matches!(
+            self,
+            Trigger::Resubmit
+                | Trigger::OperatorUndo
+                | Trigger::Cancel
+                | Trigger::CancelUndone
+                | Trigger::Pause
+                | Trigger::Resume
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -148,6 +164,8 @@ impl Trigger {
             Trigger::OperatorUndo => "OperatorUndo",
             Trigger::Cancel => "Cancel",
             Trigger::CancelUndone => "CancelUndone",
+            Trigger::Pause => "Pause",
+            Trigger::Resume => "Resume",
         }
     }
 
@@ -208,6 +226,17 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Waiting, ForwardOnly, Error),
     (Waiting, Undo, Compensating),
     (Waiting, Undone, Compensated),
+    // Pause and resume: an operator's hold on a live task changes no state; what it
+    // changes is what a claim may do (`claim.rs`) and whether a task waiting for a claim
+    // is due (`record.rs`, `parked`).
+    (Pending, Pause, Pending),
+    (Processing, Pause, Processing),
+    (Waiting, Pause, Waiting),
+    (Compensating, Pause, Compensating),
+    (Pending, Resume, Pending),
+    (Processing, Resume, Processing),
+    (Waiting, Resume, Waiting),
+    (Compensating, Resume, Compensating),
 ];
 
 /// The next state, or `None` when the table has no such move.
@@ -246,6 +275,12 @@ mod tests {
         for trigger in Trigger::ALL {
             assert_eq!(next(Processed, trigger), None);
             assert_eq!(next(Compensated, trigger), None);
+        }
+        // Pausing is for live tasks: it changes no state, only whether anything is dispatched.
+        for &(from, trigger, to) in TRANSITIONS {
+            if matches!(trigger, Pause | Resume) {
+                assert!(!from.is_terminal() && from == to, "{from:?} {trigger:?}");
+            }
         }
         // Cancelling is for live tasks; one that is undoing already is left to it.
         for state in [Error, Compensating] {
@@ -298,6 +333,8 @@ mod tests {
                 (ForwardOnly, Error),
                 (Undo, Compensating),
                 (Undone, Compensated),
+                (Pause, Waiting),
+                (Resume, Waiting),
             ]
         );
         // Nothing claims a waiting task: no lease while it waits.
@@ -307,7 +344,7 @@ mod tests {
         // Only a forward step waits: a timer from Pending, a callback from its claim.
         let into: Vec<ProcessState> =
             TRANSITIONS.iter().filter(|(_, _, to)| *to == Waiting).map(|(f, _, _)| *f).collect();
-        assert_eq!(into, [Pending, Processing, Waiting]);
+        assert_eq!(into, [Pending, Processing, Waiting, Waiting, Waiting]);
         for state in ProcessState::ALL.into_iter().filter(|s| *s != Waiting) {
             assert_eq!(next(state, Woke), None, "{state:?}");
         }

@@ -13,6 +13,12 @@
 //! - cancel: stop a live task and undo what it may have done; the attempt in flight loses
 //!   its lease, so its reply is stale. Its `last_error` becomes who cancelled and why.
 //!
+//! - pause: hold a live task: nothing new is dispatched (no claim, forward or undo); an
+//!   attempt in flight finishes and its reply applies, and a timer's wake or a callback's
+//!   completion still lands. A task that comes to wait for a claim is parked, off the
+//!   supervisor's sweep, so no failure is counted while paused.
+//! - resume: lift the pause; a parked task is scheduled at once.
+//!
 //! An app acts only on the orders its sender submitted: before any other rule, an app's
 //! action from a sender other than the record's submitter is refused
 //! (`TaskRecord::check_sender`). An operator (`sasctl tasks`) may act on every task.
@@ -83,6 +89,8 @@ impl TaskRecord {
             Act::Resubmit { from_step } => self.resubmit(from_step, now, wf, policy),
             Act::Compensate => self.operator_undo(now, wf, policy),
             Act::Cancel => self.cancel(now, wf, policy, actor),
+            Act::Pause => self.pause(now, wf),
+            Act::Resume => self.resume(now, wf, policy),
         };
         self.logged(now, decided, Some((actor.by, actor.why)))
     }
@@ -129,6 +137,38 @@ impl TaskRecord {
             )),
             _ => None,
         }
+    }
+
+    fn pause(&self, now: Timestamp, wf: &Workflow) -> Result<Decision, Refusal> {
+        let act = Act::Pause;
+        if self.state.is_terminal() {
+            return Err(self.refused(act, "it has ended"));
+        }
+        if self.paused {
+            return Err(self.refused(act, "it is paused already"));
+        }
+        self.check_workflow(wf)?;
+        let mut next = self.moved(Trigger::Pause, now, self.operator_cause(act))?;
+        next.paused = true;
+        // `logged` parks it if it waits for a claim; anything running or waiting goes on.
+        Ok(Decision { trigger: Trigger::Pause, next, effects: Vec::new() })
+    }
+
+    fn resume(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision, Refusal> {
+        let act = Act::Resume;
+        if !self.paused {
+            return Err(self.refused(act, "it is not paused"));
+        }
+        self.check_workflow(wf)?;
+        let mut next = self.moved(Trigger::Resume, now, self.operator_cause(act))?;
+        next.paused = false;
+        let mut effects = Vec::new();
+        if self.parked() {
+            // It waited for a claim: claim it now, due as any task that waits for one.
+            next = next.waiting(now, 0, policy);
+            effects.push(Effect::Schedule { delay_ms: 0 });
+        }
+        Ok(Decision { trigger: Trigger::Resume, next, effects })
     }
 
     fn operator_cause(&self, act: Act) -> Cause {
@@ -620,5 +660,74 @@ mod tests {
             let d = checked(&old, old.act(Act::Cancel, actor, T0, &wf, &policy()));
             assert_eq!(d.trigger, Trigger::Cancel, "{actor:?}");
         }
+    }
+
+    /// When the operator acts in these tests (`fixtures::act`).
+    const AT: Timestamp = Timestamp(T0.0 + 50_000);
+
+    #[test]
+    fn a_paused_task_waiting_for_a_claim_is_parked_off_the_sweep_and_resumes_at_once() {
+        let wf = Workflow::three_step();
+        let pending = pending_at(&wf, 1);
+        let d = act(&pending, &wf, Act::Pause);
+        assert_eq!((d.trigger, d.next.state, d.next.paused), (Trigger::Pause, ProcessState::Pending, true));
+        assert!(d.effects.is_empty(), "nothing is scheduled while paused");
+        assert_eq!(d.next.deadline, Some(AT.plus_ms(crate::domain::task::PARKED_MS)), "off the sweep");
+        let paused = d.next;
+        assert_eq!(paused.schedule(lease(5), AT, &wf, &policy()), Err(Refusal::Paused));
+        assert!(matches!(paused.recover(AT.plus_ms(3_600_000), &wf, &policy(), 0), Err(Refusal::NotDue { .. })));
+        assert!(refused(&paused, &wf, Act::Pause).contains("paused already"));
+        let r = act(&paused, &wf, Act::Resume);
+        assert_eq!((r.trigger, r.next.paused), (Trigger::Resume, false));
+        assert_eq!(r.effects, vec![Effect::Schedule { delay_ms: 0 }]);
+        assert_eq!(r.next.deadline, Some(AT.plus_ms(policy().pending_timeout_ms)));
+        assert!(r.next.claim(lease(6), AT, &wf, &policy()).is_ok(), "goes on from where it stopped");
+        assert!(refused(&r.next, &wf, Act::Resume).contains("not paused"));
+    }
+
+    #[test]
+    fn a_step_running_when_paused_finishes_and_its_reply_applies_but_nothing_new_is_dispatched() {
+        let wf = Workflow::three_step();
+        let running = claim(&pending_at(&wf, 1), &wf, 3, T0);
+        let paused = act(&running, &wf, Act::Pause).next;
+        assert_eq!((paused.state, paused.locked_by.is_some()), (ProcessState::Processing, true));
+        let d = checked(&paused, paused.apply_reply(&reply_for(&paused, ok()), T0.plus_ms(10), &wf, &policy()));
+        assert_eq!((d.next.state, d.next.step, d.next.paused), (ProcessState::Pending, 2, true));
+        assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. })), "{:?}", d.effects);
+        assert!(d.next.parked());
+    }
+
+    #[test]
+    fn timers_and_callbacks_are_not_lost_while_paused() {
+        let wf = timed();
+        let sleeping = sleep(&pending_at(&wf, 1), &wf, T0);
+        let paused = act(&sleeping, &wf, Act::Pause).next;
+        assert_eq!(paused.deadline, sleeping.deadline, "the timer keeps its wake time");
+        let woke = checked(&paused, paused.recover(paused.wake_at.unwrap(), &wf, &policy(), 0));
+        assert_eq!((woke.trigger, woke.next.state, woke.next.step), (Trigger::Woke, ProcessState::Pending, 2));
+        assert!(woke.next.parked(), "woken, then held");
+        // A callback's completion lands while paused, and the task is held after it.
+        let approval = approval();
+        let (waiting, token) = started_callback(&approval, 1);
+        let paused = act(&waiting, &approval, Act::Pause).next;
+        let done = crate::domain::callback::Completion::Success { output: None };
+        let d = checked(&paused, paused.complete(&token, &claims_of(&token), &done, T0.plus_ms(20), &approval, &policy()));
+        assert_eq!((d.next.state, d.next.step), (ProcessState::Pending, 2));
+        assert!(d.next.parked());
+    }
+
+    #[test]
+    fn a_cancelled_paused_task_undoes_once_resumed() {
+        let wf = Workflow::three_step();
+        let paused = act(&pending_at(&wf, 2), &wf, Act::Pause).next;
+        let d = act(&paused, &wf, Act::Cancel);
+        assert_eq!((d.next.state, d.next.paused), (ProcessState::Compensating, true));
+        assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. })));
+        assert_eq!(d.next.claim(lease(7), AT, &wf, &policy()), Err(Refusal::Paused));
+        let r = act(&d.next, &wf, Act::Resume);
+        assert!(r.next.claim(lease(7), AT, &wf, &policy()).is_ok());
+        // Ended tasks are neither paused nor resumed.
+        let ended = reply(&claim(&new_task(&Workflow::single_step()), &Workflow::single_step(), 1, T0), &Workflow::single_step(), ok(), T0).next;
+        assert!(refused(&ended, &Workflow::single_step(), Act::Pause).contains("ended"));
     }
 }

@@ -203,7 +203,7 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
             }
             m.record(Metric::Compensated, 1);
         }
-        Resubmit | OperatorUndo | Cancel => m.record(Metric::OperatorAction, 1),
+        Resubmit | OperatorUndo | Cancel | Pause | Resume => m.record(Metric::OperatorAction, 1),
         CancelUndone => {
             m.record(Metric::OperatorAction, 1);
             m.record(Metric::Compensated, 1);

@@ -58,7 +58,10 @@ impl Scheduler {
                     Ok(())
                 }
                 // Held: the cancel's own delayed Schedule (or the supervisor) claims it later.
-                Transition::Refused(refusal @ (Refusal::ClaimLost { .. } | Refusal::Held { .. })) => {
+                // Paused: the resume sends a Schedule of its own.
+                Transition::Refused(
+                    refusal @ (Refusal::ClaimLost { .. } | Refusal::Held { .. } | Refusal::Paused),
+                ) => {
                     tracing::info!(%refusal, "schedule ignored");
                     self.deps.metrics.record(Metric::ClaimLost, 1);
                     Ok(())

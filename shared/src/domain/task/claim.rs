@@ -48,6 +48,9 @@ impl TaskRecord {
         {
             return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
         }
+        if self.paused && !unconditional && !crate::mutations::claim_while_paused() {
+            return Err(Refusal::Paused);
+        }
         if let Some(until) = self.hold_until.map(|h| h.plus_ms(policy.reply_grace_ms))
             && now < until
             && !unconditional

@@ -143,8 +143,22 @@ fn every_row_of_the_table_is_a_decision() {
         (&waiting_cb, complete(&waiting_cb, &approval, &no)),
         (&read_waiting, complete(&read_waiting, &after_read, &no)),
     ];
-    let cases: Vec<_> =
-        cases.into_iter().chain(operator_cases).chain(timer_cases).chain(callback_cases).collect();
+    // Pause and resume every live state.
+    let live: [&TaskRecord; 4] = [&pending, &processing, &cool_sleeping, &undoing];
+    let wf_of = |t: &TaskRecord| if t.workflow == timed.name { timed.clone() } else { three.clone() };
+    let paused: Vec<TaskRecord> = live.iter().map(|t| act(t, &wf_of(t), Act::Pause).next).collect();
+    let mut pause_cases: Vec<(&TaskRecord, Decision)> = Vec::new();
+    for (t, p) in live.into_iter().zip(&paused) {
+        pause_cases.push((t, act(t, &wf_of(t), Act::Pause)));
+        pause_cases.push((p, act(p, &wf_of(p), Act::Resume)));
+    }
+    let cases: Vec<_> = cases
+        .into_iter()
+        .chain(operator_cases)
+        .chain(timer_cases)
+        .chain(callback_cases)
+        .chain(pause_cases)
+        .collect();
     for (before, d) in &cases {
         note(before, d);
     }
@@ -202,6 +216,8 @@ fn event() -> impl Strategy<Value = Event> {
             Just(Act::Compensate),
             Just(Act::Resubmit { from_step: None }),
             (0u32..6).prop_map(|n| Act::Resubmit { from_step: Some(n) }),
+            Just(Act::Pause),
+            Just(Act::Resume),
         ].prop_map(Event::Operate),
     ]
 }
@@ -250,7 +266,11 @@ proptest! {
                     let r = task.schedule(lease(leases), now, &wf, &policy);
                     let claimable = task.locked_by.is_none()
                         && matches!(task.state, ProcessState::Pending | ProcessState::Compensating)
-                        && task.hold_until.is_none_or(|h| now >= h.plus_ms(policy.reply_grace_ms));
+                        && task.hold_until.is_none_or(|h| now >= h.plus_ms(policy.reply_grace_ms))
+                        && !task.paused;
+                    if task.parked() {
+                        prop_assert!(matches!(r, Err(Refusal::Paused)), "a paused task claimed: {:?}", r);
+                    }
                     let wakes = task.state == ProcessState::Waiting && task.wake_at.is_some_and(|w| now >= w);
                     prop_assert_eq!(r.is_ok(), claimable || wakes, "{:?}", r);
                     if task.state == ProcessState::Waiting && !wakes {
@@ -323,7 +343,7 @@ proptest! {
                 }
                 Event::Lapse { jitter } => {
                     let r = task.recover(now, &wf, &policy, jitter);
-                    let due = task.deadline.is_some_and(|d| d <= now);
+                    let due = task.deadline.is_some_and(|d| d <= now) && !task.parked();
                     prop_assert_eq!(r.is_ok(), due, "{:?}", r);
                     if task.state == ProcessState::Waiting && let Ok(d) = &r {
                         prop_assert_eq!(d.next.failure_count, task.failure_count, "waiting is no failure");
@@ -336,7 +356,12 @@ proptest! {
                     let allowed = match act {
                         Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting),
                         Act::Compensate | Act::Resubmit { .. } => task.state == ProcessState::Error,
+                        Act::Pause => !task.state.is_terminal() && !task.paused,
+                        Act::Resume => task.paused,
                     };
+                    if matches!(act, Act::Pause | Act::Resume) {
+                        prop_assert_eq!(r.is_ok(), allowed, "{:?}: {:?}", act, r);
+                    }
                     if !allowed {
                         prop_assert!(matches!(r, Err(Refusal::NotAllowed { .. })), "{:?} on {:?}: {:?}", act, task.state, r);
                     }
@@ -371,6 +396,15 @@ proptest! {
             prop_assert!(d.next.revision > before.revision);
             prop_assert_eq!(d.next.shape_violation(), None);
             prop_assert!(d.next.attempt >= before.attempt);
+            // A paused task dispatches nothing, and one that waits for a claim is off the sweep.
+            if before.paused {
+                prop_assert!(d.trigger != Trigger::Claimed, "a paused task was claimed");
+            }
+            if d.next.parked() {
+                let quiet = d.effects.iter().all(|e| !matches!(e, Effect::Schedule { .. } | Effect::Dispatch { .. }));
+                prop_assert!(quiet, "a parked task sent {:?}", d.effects);
+                prop_assert!(d.next.deadline.is_some_and(|dl| dl.millis_since(now) >= super::record::PARKED_MS));
+            }
             // A timer never wakes before its time.
             if before.state == ProcessState::Waiting && matches!(d.trigger, Trigger::Woke | Trigger::Finished) {
                 prop_assert!(before.wake_at.is_some_and(|w| now >= w), "woke at {:?} before {:?}", now, before.wake_at);

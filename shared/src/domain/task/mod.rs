@@ -42,4 +42,4 @@ pub(super) mod fixtures;
 mod invariants;
 
 pub use claim::Mint;
-pub use record::{Act, Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};
+pub use record::{Act, Cause, Decision, Effect, PARKED_MS, Policy, Refusal, StaleReason, TaskRecord};

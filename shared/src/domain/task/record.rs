@@ -111,6 +111,8 @@ pub enum Act {
     },
     Compensate,
     Cancel,
+    Pause,
+    Resume,
 }
 
 impl Act {
@@ -119,9 +121,16 @@ impl Act {
             Act::Resubmit { .. } => "resubmit",
             Act::Compensate => "compensate",
             Act::Cancel => "cancel",
+            Act::Pause => "pause",
+            Act::Resume => "resume",
         }
     }
 }
+
+/// How far out a paused task's deadline goes while it waits for a claim (`parked`): it
+/// leaves the supervisor's sweep, which reads only what is due. A task paused longer is
+/// read again by each sweep, which changes nothing, until it is resumed.
+pub const PARKED_MS: u64 = 366 * 24 * 60 * 60 * 1_000;
 
 /// The state table's row. It carries the order it runs, so accepting an order is one
 /// conditional write of one item and claiming a step reads the order with the task.
@@ -185,6 +194,9 @@ pub struct TaskRecord {
     /// sender: any cancel applies to those, as it did before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitter: Option<Sender>,
+    /// Held by an operator (`Act::Pause`): no claim while set. Only on live tasks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
     /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
     #[serde(default, skip_serializing_if = "Outputs::is_empty")]
     pub outputs: Outputs,
@@ -239,6 +251,9 @@ pub enum Refusal {
     ClaimLost { state: ProcessState, locked: bool },
     #[error("stale reply: {0}")]
     StaleReply(StaleReason),
+    /// Paused by an operator: nothing is claimed until it is resumed.
+    #[error("paused: nothing is dispatched until it is resumed")]
+    Paused,
     /// Not claimable yet: held after a cancel until the cancelled attempt is over.
     #[error("held until {until}: the cancelled attempt may still be running")]
     Held { until: Timestamp },
@@ -315,6 +330,7 @@ impl TaskRecord {
             step_failures: 0,
             reply_to,
             submitter: None,
+            paused: false,
             outputs: Outputs::new(),
             last_cause: Cause::Submitted,
             last_error: None,
@@ -356,6 +372,9 @@ impl TaskRecord {
         }
         if !matches!(s, ProcessState::Processing | ProcessState::Compensating) && self.locked_by.is_some() {
             return Some(format!("{s:?} holding a lease"));
+        }
+        if self.paused && s.is_terminal() {
+            return Some(format!("{s:?} and paused"));
         }
         if self.hold_until.is_some() && (s != ProcessState::Compensating || self.locked_by.is_some()) {
             return Some(format!("{s:?} held for a cancelled attempt"));
@@ -414,6 +433,7 @@ impl TaskRecord {
         next.last_cause = cause;
         if state.is_terminal() {
             next.deadline = None;
+            next.paused = false;
         }
         Ok(next)
     }
@@ -494,6 +514,13 @@ impl TaskRecord {
         Ok(())
     }
 
+    /// Paused, with nothing running or waiting: only a resume moves it on.
+    pub fn parked(&self) -> bool {
+        self.paused
+            && self.locked_by.is_none()
+            && matches!(self.state, ProcessState::Pending | ProcessState::Compensating)
+    }
+
     /// Pinned to the version `wf` is (the latest, when an order is accepted).
     pub fn pinned_to(mut self, wf: &Workflow) -> TaskRecord {
         self.workflow_version = wf.version;
@@ -528,6 +555,12 @@ impl TaskRecord {
         by: Option<(&str, &str)>,
     ) -> Result<Decision, Refusal> {
         let mut d = decided?;
+        if d.next.parked() {
+            // Paused and waiting for a claim: no Schedule (it would only be refused), and
+            // off the sweep until resumed.
+            d.effects.retain(|e| !matches!(e, Effect::Schedule { .. }));
+            d.next.deadline = Some(now.plus_ms(PARKED_MS));
+        }
         let past_redo = d.next.redo_until.is_some_and(|u| d.next.step > u);
         if past_redo || matches!(d.next.state, ProcessState::Processed | ProcessState::Compensated) {
             d.next.redo_until = None;

@@ -26,6 +26,10 @@ impl TaskRecord {
         if self.state == ProcessState::Waiting {
             return self.wake(now, wf, policy);
         }
+        // Paused: not even a timer starts (its wait would run on while the task is held).
+        if self.paused && !crate::mutations::claim_while_paused() {
+            return Err(Refusal::Paused);
+        }
         match wf.step(self.step).and_then(|s| s.wait.as_ref()) {
             Some(wait) if self.state == ProcessState::Pending => {
                 self.logged(now, self.decide_sleep(wait, now, wf, policy), None)
@@ -43,6 +47,11 @@ impl TaskRecord {
         policy: &Policy,
         jitter: u64,
     ) -> Result<Decision, Refusal> {
+        // Parked: its deadline is the pause's, not a lapse (read only by a sweep more
+        // than `PARKED_MS` after the pause).
+        if self.parked() {
+            return Err(Refusal::NotDue { deadline: self.deadline, now });
+        }
         // A callback's wait lapses like an attempt (its timeout or heartbeat was missed).
         if self.state != ProcessState::Waiting || self.callback.is_some() {
             return self.lapse(now, wf, policy, jitter);
