@@ -289,6 +289,19 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         }
     }
 
+    // ---- a paused task holds still: nothing is claimed and no timer starts ----
+    for w in &run.writes {
+        let Some(before) = w.before.as_ref().filter(|b| b.paused) else { continue };
+        if matches!(w.after.last_cause, Cause::Claimed { .. } | Cause::Slept { .. })
+            && w.after.revision > before.revision
+        {
+            add(
+                Invariant::PausedHoldsStill,
+                format!("order {}: {:?} while paused", w.after.order_id, w.after.last_cause),
+            );
+        }
+    }
+
     // ---- liveness: every order ended within the bound after the faults stopped ----
     let deadline = run.quiet_at + run.bound_ms;
     for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {

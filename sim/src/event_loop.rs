@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use futures::FutureExt;
-use sas::domain::{OrderId, Timestamp};
+use sas::domain::{Act, OrderId, TaskRecord, Timestamp};
 use sas::handlers::{DeadLetters, Inbound};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
@@ -160,6 +160,9 @@ impl EventLoop {
             }
             if now >= self.next_sweep {
                 self.next_sweep += SUPERVISOR_PERIOD_MS;
+                if self.quiet {
+                    self.resume_held();
+                }
                 self.start_sweep();
                 let p = self.shared.w().faults.double_supervisor;
                 if self.roll_outside("double_supervisor", p) {
@@ -437,6 +440,24 @@ impl EventLoop {
             let (order_id, why, seen) = (task.order_id.clone(), why.clone(), task.revision);
             self.note(|| format!("inv {id} operator {act:?} on {order_id} ({why})"));
             let future: InvocationFuture = operator::command(submission, order_id, act, why, seen);
+            self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
+        }
+        self.run_ready();
+    }
+
+    /// After the faults stop, the operator lifts every hold it left, once a supervisor
+    /// period (a pause that lands after a resume is lifted the next time), so every order
+    /// can end: a paused task waits for its operator, not for the liveness bound.
+    fn resume_held(&mut self) {
+        let held: Vec<TaskRecord> = self.deployed.store.tasks().into_iter().filter(|t| t.paused).collect();
+        for task in held {
+            self.operator_actions += 1;
+            let why = format!("op-{} (lift the hold)", self.operator_actions);
+            let (id, crash_at) = self.new_invocation(Role::Operator);
+            let submission = self.deployed.submission[self.generation()].clone();
+            let (order_id, seen) = (task.order_id.clone(), task.revision);
+            self.note(|| format!("inv {id} operator Resume on {order_id} ({why})"));
+            let future: InvocationFuture = operator::command(submission, order_id, Act::Resume, why, seen);
             self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
         }
         self.run_ready();

@@ -46,10 +46,11 @@ pub enum Invariant {
     CancelBySubmitter,
     TimerNotEarly,
     TimerOnTime,
+    PausedHoldsStill,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 27] = [
+    pub const ALL: [Invariant; 28] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -77,6 +78,7 @@ impl Invariant {
         Invariant::CancelBySubmitter,
         Invariant::TimerNotEarly,
         Invariant::TimerOnTime,
+        Invariant::PausedHoldsStill,
     ];
 
     /// The invariant in words, as the README states it.
@@ -122,6 +124,9 @@ impl Invariant {
             Invariant::TimerNotEarly => "a timer never wakes before its time",
             Invariant::TimerOnTime => {
                 "a due timer wakes within one supervisor period (plus the run's clock slack) once the faults stop"
+            }
+            Invariant::PausedHoldsStill => {
+                "a paused task dispatches nothing: no step is claimed and no timer starts"
             }
         }
     }

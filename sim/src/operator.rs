@@ -20,7 +20,9 @@ pub struct Decision {
 }
 
 /// Picks a task of `tasks` (not empty) and what its state calls for (or, now and then,
-/// what it does not: that must be refused). One in three is sent twice.
+/// what it does not: that must be refused). One in three is sent twice. A live task is
+/// paused one time in four; a paused one is mostly resumed (and whatever is still paused
+/// when the faults stop is resumed by the loop, `resume_held`).
 pub fn decide(tasks: &[TaskRecord], w: &mut World) -> Decision {
     // Mostly a task in Error, when there is one: that is what operators act on.
     let errors: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == ProcessState::Error).collect();
@@ -33,6 +35,15 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World) -> Decision {
         from_step: (w.rng.u8(..3) == 0).then(|| w.rng.u32(0..=task.step + 1)),
     };
     let act = match task.state {
+        // A paused task is mostly resumed; now and then paused again (refused).
+        _ if task.paused => {
+            if w.rng.u8(..4) > 0 {
+                Act::Resume
+            } else {
+                Act::Pause
+            }
+        }
+        state if !state.is_terminal() && w.rng.u8(..4) == 0 => Act::Pause,
         ProcessState::Error if w.rng.bool() => Act::Compensate,
         ProcessState::Error => resubmit(w),
         ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting if w.rng.u8(..4) > 0 => {

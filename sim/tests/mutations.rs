@@ -136,6 +136,14 @@ fn waking_a_timer_before_its_time_is_caught() {
     assert!(found.contains_key(&Invariant::TimerNotEarly), "no timer was found waking early: {found:?}");
 }
 
+/// A claim that ignores the pause: a Schedule that was on its way when the operator paused
+/// the task (or a redelivered one) dispatches its next step.
+#[test]
+fn a_claim_of_a_paused_task_is_caught() {
+    let found = caught(Mutation::ClaimWhilePaused);
+    assert!(found.contains_key(&Invariant::PausedHoldsStill), "no paused task was found claimed: {found:?}");
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {

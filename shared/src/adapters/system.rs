@@ -11,8 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use crate::domain::{LeaseToken, Timestamp};
 use crate::domain::CallbackSecret;
+use crate::domain::{LeaseToken, Timestamp};
 use crate::ports::{Clock, Random};
 
 #[derive(Debug, Default, Clone, Copy)]

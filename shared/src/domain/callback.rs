@@ -97,12 +97,14 @@ impl CallbackToken {
         if *prefix != PREFIX {
             return Err(TokenError::Malformed("does not start with sas1"));
         }
-        let order_id = OrderId::parse(order_id).map_err(|_| TokenError::Malformed("has no valid order id"))?;
+        let order_id =
+            OrderId::parse(order_id).map_err(|_| TokenError::Malformed("has no valid order id"))?;
         let number = |s: &str| s.parse::<u32>().ok().filter(|_| s.bytes().all(|b| b.is_ascii_digit()));
         let (Some(step), Some(attempt)) = (number(step), number(attempt)) else {
             return Err(TokenError::Malformed("has no valid step and attempt numbers"));
         };
-        if secret.len() != SECRET_BYTES * 2 || !secret.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if secret.len() != SECRET_BYTES * 2 || !secret.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
             return Err(TokenError::Malformed("does not end in 64 lower-case hex digits"));
         }
         Ok((CallbackToken(text.trim().to_owned()), TokenClaims { order_id, step, attempt }))

@@ -14,9 +14,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::breaker::BreakerPolicy;
+use super::callback::{Callback, MAX_CALLBACK_MS, MIN_CALLBACK_MS};
 use super::retry::Backoff;
 use super::secrets::{self, SecretSource};
-use super::callback::{Callback, MAX_CALLBACK_MS, MIN_CALLBACK_MS};
 use super::wait::{MAX_WAIT_MS, MIN_WAIT_MS, Wait, WaitPath};
 use super::workflow::{Step, StepEffect, StepKind, Workflow, Workflows};
 
@@ -606,7 +606,10 @@ fn timer_problems(wf: &Workflow, step: &Step, wait: &Wait) -> Vec<(&'static str,
         out.push(("max_failures", not_for_timer.to_owned()));
     }
     if step.callback.is_some() {
-        out.push(("callback", "a timer step waits for its time, not for the outside: remove wait or callback".to_owned()));
+        out.push((
+            "callback",
+            "a timer step waits for its time, not for the outside: remove wait or callback".to_owned(),
+        ));
     }
     match (wait.for_ms, &wait.until) {
         (Some(_), Some(_)) => out.push(("wait", "set for_ms or until, not both".to_owned())),
@@ -649,7 +652,10 @@ fn callback_problems(cb: &Callback) -> Vec<(&'static str, String)> {
     if !range(cb.timeout_ms) {
         out.push((
             "callback.timeout_ms",
-            format!("{} is out of range: {MIN_CALLBACK_MS} (1 s) to {MAX_CALLBACK_MS} (366 days)", cb.timeout_ms),
+            format!(
+                "{} is out of range: {MIN_CALLBACK_MS} (1 s) to {MAX_CALLBACK_MS} (366 days)",
+                cb.timeout_ms
+            ),
         ));
     }
     match cb.heartbeat_ms {
@@ -659,7 +665,10 @@ fn callback_problems(cb: &Callback) -> Vec<(&'static str, String)> {
         )),
         Some(ms) if ms > cb.timeout_ms => out.push((
             "callback.heartbeat_ms",
-            format!("{ms} is longer than the callback's timeout_ms ({}): it could never be missed", cb.timeout_ms),
+            format!(
+                "{ms} is longer than the callback's timeout_ms ({}): it could never be missed",
+                cb.timeout_ms
+            ),
         )),
         _ => {}
     }

@@ -42,7 +42,9 @@ pub mod timeline;
 pub mod wait;
 pub mod workflow;
 
-pub use callback::{Awaiting, Callback, CallbackSecret, CallbackToken, Completion, CompletionRefused, TokenClaims, TokenError};
+pub use callback::{
+    Awaiting, Callback, CallbackSecret, CallbackToken, Completion, CompletionRefused, TokenClaims, TokenError,
+};
 pub use definitions::{Definitions, Invalid};
 pub use ids::{IdempotencyKey, LeaseToken, OrderId, Sender, Timestamp};
 pub use lifecycle::{ProcessState, Trigger};

@@ -675,7 +675,10 @@ mod tests {
         assert_eq!(d.next.deadline, Some(AT.plus_ms(crate::domain::task::PARKED_MS)), "off the sweep");
         let paused = d.next;
         assert_eq!(paused.schedule(lease(5), AT, &wf, &policy()), Err(Refusal::Paused));
-        assert!(matches!(paused.recover(AT.plus_ms(3_600_000), &wf, &policy(), 0), Err(Refusal::NotDue { .. })));
+        assert!(matches!(
+            paused.recover(AT.plus_ms(3_600_000), &wf, &policy(), 0),
+            Err(Refusal::NotDue { .. })
+        ));
         assert!(refused(&paused, &wf, Act::Pause).contains("paused already"));
         let r = act(&paused, &wf, Act::Resume);
         assert_eq!((r.trigger, r.next.paused), (Trigger::Resume, false));
@@ -691,7 +694,8 @@ mod tests {
         let running = claim(&pending_at(&wf, 1), &wf, 3, T0);
         let paused = act(&running, &wf, Act::Pause).next;
         assert_eq!((paused.state, paused.locked_by.is_some()), (ProcessState::Processing, true));
-        let d = checked(&paused, paused.apply_reply(&reply_for(&paused, ok()), T0.plus_ms(10), &wf, &policy()));
+        let d =
+            checked(&paused, paused.apply_reply(&reply_for(&paused, ok()), T0.plus_ms(10), &wf, &policy()));
         assert_eq!((d.next.state, d.next.step, d.next.paused), (ProcessState::Pending, 2, true));
         assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. })), "{:?}", d.effects);
         assert!(d.next.parked());
@@ -704,14 +708,20 @@ mod tests {
         let paused = act(&sleeping, &wf, Act::Pause).next;
         assert_eq!(paused.deadline, sleeping.deadline, "the timer keeps its wake time");
         let woke = checked(&paused, paused.recover(paused.wake_at.unwrap(), &wf, &policy(), 0));
-        assert_eq!((woke.trigger, woke.next.state, woke.next.step), (Trigger::Woke, ProcessState::Pending, 2));
+        assert_eq!(
+            (woke.trigger, woke.next.state, woke.next.step),
+            (Trigger::Woke, ProcessState::Pending, 2)
+        );
         assert!(woke.next.parked(), "woken, then held");
         // A callback's completion lands while paused, and the task is held after it.
         let approval = approval();
         let (waiting, token) = started_callback(&approval, 1);
         let paused = act(&waiting, &approval, Act::Pause).next;
         let done = crate::domain::callback::Completion::Success { output: None };
-        let d = checked(&paused, paused.complete(&token, &claims_of(&token), &done, T0.plus_ms(20), &approval, &policy()));
+        let d = checked(
+            &paused,
+            paused.complete(&token, &claims_of(&token), &done, T0.plus_ms(20), &approval, &policy()),
+        );
         assert_eq!((d.next.state, d.next.step), (ProcessState::Pending, 2));
         assert!(d.next.parked());
     }
@@ -727,7 +737,13 @@ mod tests {
         let r = act(&d.next, &wf, Act::Resume);
         assert!(r.next.claim(lease(7), AT, &wf, &policy()).is_ok());
         // Ended tasks are neither paused nor resumed.
-        let ended = reply(&claim(&new_task(&Workflow::single_step()), &Workflow::single_step(), 1, T0), &Workflow::single_step(), ok(), T0).next;
+        let ended = reply(
+            &claim(&new_task(&Workflow::single_step()), &Workflow::single_step(), 1, T0),
+            &Workflow::single_step(),
+            ok(),
+            T0,
+        )
+        .next;
         assert!(refused(&ended, &Workflow::single_step(), Act::Pause).contains("ended"));
     }
 }

@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::callback::Callback;
 use super::ids::{IdempotencyKey, OrderId};
 use super::wait::Wait;
-use super::callback::Callback;
 
 /// Which way a step runs: its forward action or its compensation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -22,8 +22,8 @@ use crate::ports::{
 };
 
 pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
-pub use callbacks::{Callbacks, Completed, complete};
 pub use batch::{BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch};
+pub use callbacks::{Callbacks, Completed, complete};
 pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
 pub use operator::{Operated, operate};
 pub use scheduler::Scheduler;
@@ -177,7 +177,9 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
         m.record(Metric::TimerLatenessMs, late_ms);
     }
     // Only a callback's wait lapses from Waiting (a timer wakes instead).
-    if let crate::domain::Cause::DeadlinePassed { state: crate::domain::ProcessState::Waiting, .. } = task.last_cause {
+    if let crate::domain::Cause::DeadlinePassed { state: crate::domain::ProcessState::Waiting, .. } =
+        task.last_cause
+    {
         m.record(Metric::CallbackTimedOut, 1);
     }
     match decision.trigger {

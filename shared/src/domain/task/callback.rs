@@ -56,13 +56,19 @@ impl TaskRecord {
             {
                 cb
             }
-            _ => return Err(CompletionRefused::Ended { step: claims.step, attempt: claims.attempt, current }),
+            _ => {
+                return Err(CompletionRefused::Ended { step: claims.step, attempt: claims.attempt, current });
+            }
         };
         if token.digest() != awaiting.digest && !crate::mutations::accept_old_tokens() {
             return Err(CompletionRefused::Forged { step: claims.step, attempt: claims.attempt });
         }
         if now > awaiting.due() {
-            return Err(CompletionRefused::TimedOut { step: claims.step, attempt: claims.attempt, due: awaiting.due() });
+            return Err(CompletionRefused::TimedOut {
+                step: claims.step,
+                attempt: claims.attempt,
+                due: awaiting.due(),
+            });
         }
         Ok(awaiting)
     }
@@ -122,9 +128,22 @@ impl TaskRecord {
                     Err(e) => {
                         // It took effect: like an agent's unusable answer, the step is in doubt.
                         let reason = format!("step {name} was completed, but its output cannot be kept: {e}");
-                        let cause = Cause::Failed { step, action: Action::Do, reason: reason.clone(), in_doubt: true };
+                        let cause = Cause::Failed {
+                            step,
+                            action: Action::Do,
+                            reason: reason.clone(),
+                            in_doubt: true,
+                        };
                         let unlocked = self.clone().unlocked();
-                        return unlocked.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), true, true);
+                        return unlocked.give_up(
+                            now,
+                            wf,
+                            policy,
+                            cause,
+                            GiveUpReason::plain(&reason),
+                            true,
+                            true,
+                        );
                     }
                 };
                 let mut done = self.clone().unlocked();
@@ -143,7 +162,8 @@ impl TaskRecord {
             }
             Completion::Failure { reason } => {
                 let reason = cut_reason(reason.clone());
-                let cause = Cause::Failed { step, action: Action::Do, reason: reason.clone(), in_doubt: false };
+                let cause =
+                    Cause::Failed { step, action: Action::Do, reason: reason.clone(), in_doubt: false };
                 // A refusal from the outside: the step had no effect, as for an agent's.
                 let gave_up = GiveUpReason { told: &reason, detail: None };
                 self.clone().unlocked().give_up(now, wf, policy, cause, gave_up, false, false)
@@ -171,10 +191,16 @@ mod tests {
         let wf = approval();
         let (t, token) = claimed_approval(&wf, T0);
         let claims = claims_of(&token);
-        assert_eq!((claims.order_id.clone(), claims.step, claims.attempt), (t.order_id.clone(), 1, t.attempt));
+        assert_eq!(
+            (claims.order_id.clone(), claims.step, claims.attempt),
+            (t.order_id.clone(), 1, t.attempt)
+        );
         let cb = t.callback.clone().unwrap();
         assert_eq!(cb.digest, token.digest());
-        assert!(!serde_json::to_string(&t).unwrap().contains(token.expose()), "the record never holds the token");
+        assert!(
+            !serde_json::to_string(&t).unwrap().contains(token.expose()),
+            "the record never holds the token"
+        );
         assert_eq!((cb.timeout_at, cb.heartbeat_ms), (T0.plus_ms(10_000), Some(3_000)));
         // Without a secret, a callback step cannot be claimed (a bare lease is for the rest).
         let pending = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, ok(), T0).next;
@@ -196,11 +222,17 @@ mod tests {
         let (t, token) = started(&wf);
         let done = Completion::Success { output: Some(serde_json::json!({"approved_by": "ana"})) };
         let d = checked(&t, t.complete(&token, &claims_of(&token), &done, T0.plus_ms(100), &wf, &policy()));
-        assert_eq!((d.trigger, d.next.state, d.next.step, d.next.callback.clone()), (Trigger::Advanced, ProcessState::Pending, 2, None));
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.step, d.next.callback.clone()),
+            (Trigger::Advanced, ProcessState::Pending, 2, None)
+        );
         assert_eq!(d.next.outputs.get("approve").unwrap().to_value()["approved_by"], "ana");
         // Again: the step has ended, and nothing changes.
         let again = d.next.complete(&token, &claims_of(&token), &done, T0.plus_ms(101), &wf, &policy());
-        assert!(matches!(again, Err(Refusal::Completion(CompletionRefused::Ended { step: 1, .. }))), "{again:?}");
+        assert!(
+            matches!(again, Err(Refusal::Completion(CompletionRefused::Ended { step: 1, .. }))),
+            "{again:?}"
+        );
     }
 
     #[test]
@@ -238,11 +270,23 @@ mod tests {
         let wf = approval();
         let (t, token) = started(&wf);
         let claims = claims_of(&token);
-        let d = checked(&t, t.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(2_000), &wf, &policy()));
-        assert_eq!((d.trigger, d.next.state, d.next.deadline), (Trigger::Heartbeat, ProcessState::Waiting, Some(T0.plus_ms(5_000))));
-        let d1 = checked(&d.next, d.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(4_500), &wf, &policy()));
+        let d = checked(
+            &t,
+            t.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(2_000), &wf, &policy()),
+        );
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.deadline),
+            (Trigger::Heartbeat, ProcessState::Waiting, Some(T0.plus_ms(5_000)))
+        );
+        let d1 = checked(
+            &d.next,
+            d.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(4_500), &wf, &policy()),
+        );
         assert_eq!(d1.next.deadline, Some(T0.plus_ms(7_500)));
-        let d2 = checked(&d1.next, d1.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(7_400), &wf, &policy()));
+        let d2 = checked(
+            &d1.next,
+            d1.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(7_400), &wf, &policy()),
+        );
         assert_eq!(d2.next.deadline, Some(T0.plus_ms(10_000)), "the timeout caps it");
         // A run of heartbeats is one timeline entry.
         let beats = d2.next.timeline.iter().filter(|e| e.what == Happened::Moved(Trigger::Heartbeat)).count();
@@ -254,8 +298,18 @@ mod tests {
         let wf = approval();
         let (t, token) = started(&wf);
         let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
-        assert_eq!((d.trigger, d.next.state, d.next.callback.clone()), (Trigger::Retry, ProcessState::Pending, None));
-        let e = d.next.complete(&token, &claims_of(&token), &Completion::Heartbeat, T0.plus_ms(3_001), &wf, &policy());
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.callback.clone()),
+            (Trigger::Retry, ProcessState::Pending, None)
+        );
+        let e = d.next.complete(
+            &token,
+            &claims_of(&token),
+            &Completion::Heartbeat,
+            T0.plus_ms(3_001),
+            &wf,
+            &policy(),
+        );
         assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::Ended { .. }))));
         // The next attempt has a token of its own.
         let again = checked(&d.next, d.next.claim(mint(3), d.next.deadline.unwrap(), &wf, &policy()));
@@ -268,21 +322,35 @@ mod tests {
         let (t, token) = started(&wf);
         let no = Completion::Failure { reason: "declined by ana".into() };
         let d = checked(&t, t.complete(&token, &claims_of(&token), &no, T0.plus_ms(10), &wf, &policy()));
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Undo, ProcessState::Compensating, 0), "only charge is refunded");
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.step),
+            (Trigger::Undo, ProcessState::Compensating, 0),
+            "only charge is refunded"
+        );
     }
 
     #[test]
     fn a_timeout_with_the_budget_spent_undoes_the_started_step_too() {
-        let wf = Workflow { steps: vec![approval().steps[0].clone(), approval().steps[1].clone().with_max_failures(1)], ..approval() };
+        let wf = Workflow {
+            steps: vec![approval().steps[0].clone(), approval().steps[1].clone().with_max_failures(1)],
+            ..approval()
+        };
         let (t, _) = started(&wf);
         let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Undo, ProcessState::Compensating, 1), "the approval may have taken effect");
+        assert_eq!(
+            (d.trigger, d.next.state, d.next.step),
+            (Trigger::Undo, ProcessState::Compensating, 1),
+            "the approval may have taken effect"
+        );
     }
 
     #[test]
     fn a_schedule_for_a_waiting_callback_changes_nothing() {
         let wf = approval();
         let (t, _) = started(&wf);
-        assert!(matches!(t.schedule(mint(9), T0.plus_ms(10), &wf, &policy()), Err(Refusal::ClaimLost { .. })));
+        assert!(matches!(
+            t.schedule(mint(9), T0.plus_ms(10), &wf, &policy()),
+            Err(Refusal::ClaimLost { .. })
+        ));
     }
 }

@@ -141,7 +141,10 @@ mod tests {
         let mut undone = Vec::new();
         loop {
             let claimed = checked(&task, task.claim(lease(50 + undone.len() as u128), T0, &wf, &policy()));
-            assert_eq!(claimed.effects, vec![Effect::Dispatch { step: task.step, action: Action::Undo, callback: None }]);
+            assert_eq!(
+                claimed.effects,
+                vec![Effect::Dispatch { step: task.step, action: Action::Undo, callback: None }]
+            );
             let d = reply(&claimed.next, &wf, ok(), T0);
             undone.push(task.step);
             task = d.next;

@@ -76,7 +76,11 @@ pub(in crate::domain) fn approval() -> Workflow {
 
 /// Claimed at `wf`'s callback step `step` at `at` (earlier steps answered at T0), and the
 /// token its dispatch carries.
-pub(in crate::domain) fn claimed_callback(wf: &Workflow, step: u32, at: Timestamp) -> (TaskRecord, CallbackToken) {
+pub(in crate::domain) fn claimed_callback(
+    wf: &Workflow,
+    step: u32,
+    at: Timestamp,
+) -> (TaskRecord, CallbackToken) {
     let mut t = new_task(wf);
     for n in 0..step {
         t = reply(&claim(&t, wf, 100 + n as u128, T0), wf, ok(), T0).next;
@@ -91,7 +95,10 @@ pub(in crate::domain) fn claimed_callback(wf: &Workflow, step: u32, at: Timestam
 /// Waiting at `wf`'s callback step `step`: its agent answered (with a ticket) at T0 + 5.
 pub(in crate::domain) fn started_callback(wf: &Workflow, step: u32) -> (TaskRecord, CallbackToken) {
     let (t, token) = claimed_callback(wf, step, T0);
-    let d = checked(&t, t.apply_reply(&reply_for(&t, output(r#"{"ticket":"A-1"}"#)), T0.plus_ms(5), wf, &policy()));
+    let d = checked(
+        &t,
+        t.apply_reply(&reply_for(&t, output(r#"{"ticket":"A-1"}"#)), T0.plus_ms(5), wf, &policy()),
+    );
     (d.next, token)
 }
 

@@ -117,14 +117,18 @@ fn every_row_of_the_table_is_a_decision() {
     // Nothing compensates: a refusal ends in Error.
     let lone = Workflow::new(
         "lone",
-        vec![Step::read_only("approve", "a").with_callback(Callback { timeout_ms: 5_000, heartbeat_ms: None })],
+        vec![
+            Step::read_only("approve", "a").with_callback(Callback { timeout_ms: 5_000, heartbeat_ms: None }),
+        ],
     );
     let (lone_waiting, lone_token) = started_callback(&lone, 0);
     // A pivot before it: only forward.
-    let after_pivot = Workflow::new("after-pivot", vec![Step::pivot("charge", "a"), approval.steps[1].clone()]);
+    let after_pivot =
+        Workflow::new("after-pivot", vec![Step::pivot("charge", "a"), approval.steps[1].clone()]);
     let (pivot_waiting, _) = started_callback(&after_pivot, 1);
     // Only a read before it: a refusal leaves nothing to undo.
-    let after_read = Workflow::new("after-read", vec![Step::read_only("look", "a"), approval.steps[1].clone()]);
+    let after_read =
+        Workflow::new("after-read", vec![Step::read_only("look", "a"), approval.steps[1].clone()]);
     let (read_waiting, _) = started_callback(&after_read, 1);
     let lone_done = checked(
         &lone_waiting,

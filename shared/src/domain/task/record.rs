@@ -399,7 +399,11 @@ impl TaskRecord {
                 ));
             }
             if s == ProcessState::Waiting && self.deadline != Some(cb.due()) {
-                return Some(format!("Waiting for a callback due {:?} with deadline {:?}", cb.due(), self.deadline));
+                return Some(format!(
+                    "Waiting for a callback due {:?} with deadline {:?}",
+                    cb.due(),
+                    self.deadline
+                ));
             }
         }
         None

@@ -51,7 +51,11 @@ impl TaskRecord {
             }
             ProcessState::Waiting => match &self.callback {
                 Some(cb) if cb.due() < cb.timeout_at => {
-                    format!("attempt {} missed a heartbeat: none came by {}", self.attempt, cb.due().to_rfc3339())
+                    format!(
+                        "attempt {} missed a heartbeat: none came by {}",
+                        self.attempt,
+                        cb.due().to_rfc3339()
+                    )
                 }
                 _ => format!("attempt {} was not completed by its callback timeout", self.attempt),
             },

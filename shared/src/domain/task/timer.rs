@@ -3,9 +3,9 @@
 //! then); the time wakes it, through a delayed Schedule or the supervisor's sweep,
 //! whichever comes first, and never before the time.
 
+use super::claim::Mint;
 use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use super::recovery::GiveUpReason;
-use super::claim::Mint;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::cut_reason;
