@@ -8,7 +8,7 @@ use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
-use crate::domain::messages::cut_reason;
+use crate::domain::messages::{OrderStatus, cut_reason};
 use crate::domain::output::StepOutput;
 use crate::domain::wait::{MAX_DELAYED_WAKE_MS, Wait};
 use crate::domain::workflow::{Action, Workflow};
@@ -99,8 +99,9 @@ impl TaskRecord {
         // Within SQS's longest delay, a delayed Schedule wakes it on time; past that, the
         // supervisor's sweep does (at most one period late), and the task costs nothing
         // until then.
-        let effects =
+        let mut effects =
             if delay_ms <= MAX_DELAYED_WAKE_MS { vec![Effect::Schedule { delay_ms }] } else { Vec::new() };
+        effects.push(Effect::Status { status: OrderStatus::Waiting, step: Some(name), reason: None });
         Ok(Decision { trigger: Trigger::Slept, next, effects })
     }
 
@@ -151,7 +152,12 @@ mod tests {
         assert_eq!((d.next.attempt, d.next.failure_count), (pending.attempt, 0), "nothing dispatched");
         assert_eq!(d.next.last_cause, Cause::Slept { step: 1, wake_at: now.plus_ms(5_000) });
         // Within SQS's longest delay: a delayed Schedule wakes it on time.
-        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 5_000 }]);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 5_000 });
+        // The app hears that the order waits, and at which step.
+        assert_eq!(
+            d.effects[1..],
+            [Effect::Status { status: OrderStatus::Waiting, step: Some("cool-off".into()), reason: None }]
+        );
     }
 
     #[test]
@@ -160,12 +166,12 @@ mod tests {
         let settling = pending_at(&wf, 2);
         let d = checked(&settling, settling.schedule(lease(3), T0, &wf, &policy()));
         assert_eq!(d.next.wake_at, Some(T0.plus_ms(2_000_000)));
-        assert!(d.effects.is_empty(), "{:?}", d.effects);
+        assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. })), "{:?}", d.effects);
         // Exactly 15 minutes still goes as a delayed message.
         let quarter = Workflow::new("q", vec![Step::timer("t", Wait::for_ms(MAX_DELAYED_WAKE_MS))]);
         let t = new_task(&quarter);
         let d = checked(&t, t.schedule(lease(1), T0, &quarter, &policy()));
-        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: MAX_DELAYED_WAKE_MS }]);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: MAX_DELAYED_WAKE_MS });
     }
 
     #[test]
@@ -178,13 +184,13 @@ mod tests {
         let holding = cooled(RELEASE_AT);
         let d = checked(&holding, holding.schedule(lease(3), T0.plus_ms(5_000), &wf, &policy()));
         assert_eq!(d.next.wake_at, Some(Timestamp(1_200_000)));
-        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 1_200_000 - 1_005_000 }]);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 1_200_000 - 1_005_000 });
 
         let past = cooled(r#"{"release_at":"1970-01-01T00:00:01Z"}"#);
         let now = T0.plus_ms(5_000);
         let d = checked(&past, past.schedule(lease(3), now, &wf, &policy()));
         assert_eq!(d.next.wake_at, Some(now), "a time past wakes at once");
-        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 0 }]);
+        assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
         let woke = checked(&d.next, d.next.schedule(lease(4), now, &wf, &policy()));
         assert_eq!((woke.trigger, woke.next.step), (Trigger::Woke, 3));
     }
