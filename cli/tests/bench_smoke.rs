@@ -20,10 +20,11 @@ async fn throughput_processes_every_order() {
     }
 }
 
+/// Waiting tasks (timers and callbacks not yet due) cost a sweep nothing, like finished ones.
 #[tokio::test]
 async fn sweep_reads_only_due_items() {
-    let small = sweep_once(100, 10).await;
-    let large = sweep_once(2_000, 10).await;
+    let small = sweep_once(100, 0, 10).await;
+    let large = sweep_once(2_000, 2_000, 10).await;
     for row in [&small, &large] {
         assert_eq!(row.items_read, 10);
         assert_eq!(row.recovered, 10);

@@ -111,11 +111,15 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         repeats: usize,
     },
-    /// Items read per supervisor sweep with 100 due tasks among N finished ones.
+    /// Items read per supervisor sweep with 100 due tasks among N finished ones and W
+    /// waiting ones (timers and callbacks not yet due).
     Sweep {
         /// Finished-task counts, comma separated.
         #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000,1000000")]
         finished: Vec<usize>,
+        /// Waiting-task counts, comma separated: one row per finished and waiting count.
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        waiting: Vec<usize>,
         #[arg(long, default_value_t = 100)]
         due: usize,
     },
@@ -261,10 +265,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             }
             emit(args.json, &reports, |all| all.iter().map(ToString::to_string).collect());
         }
-        BenchCommand::Sweep { finished, due } => {
+        BenchCommand::Sweep { finished, waiting, due } => {
             let mut rows = Vec::new();
             for n in finished {
-                rows.push(sweep_once(n, due).await);
+                for &w in &waiting {
+                    rows.push(sweep_once(n, w, due).await);
+                }
             }
             emit(args.json, &SweepReport(rows), ToString::to_string);
         }

@@ -1,5 +1,6 @@
 //! `bench sweep`: what one supervisor sweep reads with 100 due tasks among N finished
-//! ones (the sparse due index keeps it independent of N).
+//! ones and W waiting ones (timers and callbacks not yet due): the sparse due index keeps
+//! it independent of both.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,7 @@ use sas::adapters::embedded::{
     CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
 };
 use sas::adapters::system::FastRandom;
-use sas::domain::{Policy, ProcessState, TaskRecord, Workflows};
+use sas::domain::{Awaiting, Policy, ProcessState, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{Deps, Settings, Supervisor};
 use sas::ports::{Clock, StateStore};
 
@@ -21,6 +22,9 @@ use super::counting::{AwsUsage, CountingStore};
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepRow {
     pub finished: usize,
+    /// Tasks waiting (half on a timer a year out, half on a callback due in a week): in
+    /// the due index, not yet due.
+    pub waiting: usize,
     pub due: usize,
     /// Index entries read by the sweep (`EmbeddedStore::due_items_read`).
     pub items_read: u64,
@@ -30,9 +34,9 @@ pub struct SweepRow {
     pub sweep_ms: f64,
 }
 
-/// 100 (`due`) due tasks among `finished` terminal ones, inserted through the store
-/// port; one supervisor sweep.
-pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
+/// 100 (`due`) due tasks among `finished` terminal ones and `waiting` waiting ones,
+/// inserted through the store port; one supervisor sweep.
+pub async fn sweep_once(finished: usize, waiting: usize, due: usize) -> SweepRow {
     let manual = Arc::new(ManualClock::at(1_000_000));
     let policy = Policy::default();
     let store = Arc::new(EmbeddedStore::new());
@@ -44,6 +48,10 @@ pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
         task.deadline = None;
         task.step = 1;
         store.insert(&task).await.expect("insert");
+    }
+    for i in 0..waiting {
+        let order = super::listing::order(&format!("wait-{i:08}"));
+        store.insert(&waiting_task(&order, i, manual.now(), &policy)).await.expect("insert");
     }
     for i in 0..due {
         let order = super::listing::order(&format!("due-{i:08}"));
@@ -73,12 +81,42 @@ pub async fn sweep_once(finished: usize, due: usize) -> SweepRow {
     let usage = usage.lock().unwrap_or_else(|p| p.into_inner()).clone();
     SweepRow {
         finished,
+        waiting,
         due,
         items_read: store.due_items_read() - before,
         task_reads: usage.ddb_gets,
         recovered: report.retried + report.gave_up,
         sweep_ms,
     }
+}
+
+/// A task waiting at step 1, as the domain leaves one: every other on a timer that wakes
+/// in a year, the rest on a callback due in a week.
+fn waiting_task(order: &sas::domain::Order, i: usize, now: Timestamp, policy: &Policy) -> TaskRecord {
+    const DAY_MS: u64 = 24 * 3_600_000;
+    let mut task = TaskRecord::new(order, None, now, policy);
+    task.state = ProcessState::Waiting;
+    task.step = 1;
+    task.attempt = 1;
+    if i % 2 == 0 {
+        task.wake_at = Some(now.plus_ms(365 * DAY_MS));
+        task.deadline = task.wake_at;
+    } else {
+        let awaiting = Awaiting {
+            step: 1,
+            attempt: 1,
+            digest: "0".repeat(64),
+            timeout_at: now.plus_ms(7 * DAY_MS),
+            heartbeat_ms: None,
+            last_heartbeat: None,
+            started_at: Some(now),
+            since: now,
+        };
+        task.deadline = Some(awaiting.due());
+        task.callback = Some(awaiting);
+    }
+    debug_assert_eq!(task.shape_violation(), None);
+    task
 }
 
 /// One sweep per finished-task count: a table in text, an array of rows in JSON.
@@ -88,12 +126,12 @@ pub struct SweepReport(pub Vec<SweepRow>);
 
 impl fmt::Display for SweepReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "finished  due  index items read  task re-reads  recovered  sweep ms")?;
+        writeln!(f, "finished  waiting  due  index items read  task re-reads  recovered  sweep ms")?;
         for r in &self.0 {
             writeln!(
                 f,
-                "{:>8}  {:>3}  {:>16}  {:>13}  {:>9}  {:>8.2}",
-                r.finished, r.due, r.items_read, r.task_reads, r.recovered, r.sweep_ms
+                "{:>8}  {:>7}  {:>3}  {:>16}  {:>13}  {:>9}  {:>8.2}",
+                r.finished, r.waiting, r.due, r.items_read, r.task_reads, r.recovered, r.sweep_ms
             )?;
         }
         Ok(())
