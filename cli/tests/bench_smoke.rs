@@ -58,6 +58,12 @@ async fn cost_counts_requests() {
     let faulty = cost("three-step", 100, true, &a).await;
     assert_eq!(faulty.processed + faulty.compensated + faulty.failed, 100);
     assert!(faulty.remote_calls_per_order >= 3.0);
+    // A callback step completed by the outside, then an hour's timer woken by the sweep.
+    let waits = cost("callback-timer", 50, false, &a).await;
+    assert_eq!(waits.processed, 50, "{waits:?}");
+    assert_eq!(waits.per_order["sqs_completion_sends"], 1.0);
+    assert_eq!(waits.remote_calls_per_order, 1.0, "the callback step's agent only, once");
+    assert!(waits.step_functions_express.is_none(), "Express waits 5 minutes at most");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,7 +38,8 @@ pub struct CostRow {
     pub dollars_per_million: BTreeMap<String, f64>,
     pub sas_total: f64,
     pub step_functions_standard: f64,
-    pub step_functions_express: f64,
+    /// `None` where Express cannot run the workflow (a wait longer than its 5 minutes).
+    pub step_functions_express: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -85,14 +86,17 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
     let invocations: u64 =
         u.invocations.iter().filter(|(k, _)| k.as_str() != "supervisor").map(|(_, v)| v).sum();
     let gb_s = invocations as f64 * (a.memory_mb as f64 / 1024.0) * (a.invocation_ms as f64 / 1000.0);
-    // The application's own SendMessage of each order, as in Step Functions' intake below.
+    // The application's own SendMessage of each order, as in Step Functions' intake below,
+    // and the outside party's of each callback completion.
     let order_sends = n;
-    let sqs_requests = order_sends + (u.sqs_sends + u.sqs_receives + u.sqs_deletes) as f64;
+    let completion_sends = rig.completions_sent.load(Ordering::Relaxed) as f64;
+    let sqs_requests = order_sends + completion_sends + (u.sqs_sends + u.sqs_receives + u.sqs_deletes) as f64;
     let per_order: BTreeMap<String, f64> = [
         ("ddb_wru", u.wru / n),
         ("ddb_rru", u.rru / n),
         ("ddb_requests", (u.ddb_gets + u.ddb_puts) as f64 / n),
         ("sqs_order_sends", order_sends / n),
+        ("sqs_completion_sends", completion_sends / n),
         ("sqs_sends", u.sqs_sends as f64 / n),
         ("sqs_receives", u.sqs_receives as f64 / n),
         ("sqs_deletes", u.sqs_deletes as f64 / n),
@@ -120,7 +124,15 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
     // remote call (a Retry is a transition too), one terminal state per order; each Task
     // invokes the agent Lambda once, unbatched. Intake (orders queue -> StartExecution)
     // costs one SQS send + receive/delete at batch 10 + one Lambda invocation per 10.
-    let transitions = calls + n;
+    // A timer is a Wait state: one more transition each. A callback is a Task with
+    // `.waitForTaskToken`, already one per call; SendTaskSuccess itself is not billed.
+    let wf = super::rig::bench_workflows().get(workflow).cloned();
+    let timers = wf.as_ref().map_or(0, |w| w.steps.iter().filter(|s| s.is_timer()).count()) as f64;
+    let longest_wait_ms = wf
+        .as_ref()
+        .and_then(|w| w.steps.iter().filter_map(|s| s.wait.as_ref().and_then(|w| w.for_ms)).max())
+        .unwrap_or(0);
+    let transitions = calls + n * (1.0 + timers);
     let agent_lambda = calls
         * (LAMBDA_PER_MILLION_REQUESTS / 1e6
             + (a.memory_mb as f64 / 1024.0) * (a.remote_call_ms as f64 / 1000.0) * LAMBDA_ARM_PER_GB_SECOND);
@@ -134,6 +146,9 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
         + agent_lambda
         + intake)
         * m;
+    // Express runs at most 5 minutes, and has no `.waitForTaskToken`.
+    let has_callback = wf.as_ref().is_some_and(|w| w.steps.iter().any(|s| s.is_callback()));
+    let express = (longest_wait_ms <= 300_000 && !has_callback).then_some(express);
     CostRow {
         workflow: workflow.into(),
         failures,
@@ -167,10 +182,13 @@ impl fmt::Display for CostRow {
         writeln!(f, "  per order: {}", per.join(", "))?;
         let d: Vec<String> = self.dollars_per_million.iter().map(|(k, v)| format!("{k} ${v:.2}")).collect();
         writeln!(f, "  $/million orders: {}", d.join(", "))?;
+        let express = self
+            .step_functions_express
+            .map_or("n/a (over 5 minutes, or a task token)".to_owned(), |e| format!("${e:.2}"));
         writeln!(
             f,
-            "  sas ${:.2}  |  Step Functions Standard ${:.2}  Express ${:.2}",
-            self.sas_total, self.step_functions_standard, self.step_functions_express
+            "  sas ${:.2}  |  Step Functions Standard ${:.2}  Express {express}",
+            self.sas_total, self.step_functions_standard
         )
     }
 }

@@ -296,6 +296,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                     rows.push(cost(wf, orders, failures, &a).await);
                 }
             }
+            rows.push(cost(rig::CALLBACK_TIMER, orders, false, &a).await);
             emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
         }
         BenchCommand::ColdStart { binaries, repeats } => {

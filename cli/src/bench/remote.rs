@@ -14,6 +14,9 @@ pub struct InstantRemote {
     permanent_rate: f64,
     rng: Mutex<fastrand::Rng>,
     pub calls: AtomicU64,
+    /// The callback tokens of the calls that started a callback step, for the rig's
+    /// outside party to complete.
+    pub started: Mutex<Vec<String>>,
 }
 
 impl InstantRemote {
@@ -23,15 +26,19 @@ impl InstantRemote {
             permanent_rate,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             calls: AtomicU64::new(0),
+            started: Mutex::default(),
         }
     }
 }
 
 #[async_trait]
 impl RemoteService for InstantRemote {
-    async fn call(&self, _call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
+    async fn call(&self, call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if self.transient_rate == 0.0 && self.permanent_rate == 0.0 {
+            if let Some(token) = call.callback_token {
+                self.started.lock().unwrap_or_else(|p| p.into_inner()).push(token.to_owned());
+            }
             return Ok(Vec::new());
         }
         let r = self.rng.lock().unwrap_or_else(|p| p.into_inner()).f64();

@@ -18,8 +18,8 @@ use sas::domain::breaker::BreakerPolicy;
 use sas::domain::retry::Backoff;
 use sas::domain::{OrderId, Policy, Timestamp, Workflows};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
-    Settings, Submission, Supervisor, run_batch,
+    Agent, AgentDeps, AgentSettings, Callbacks, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler,
+    SendCoalescer, Settings, Submission, Supervisor, run_batch,
 };
 use sas::ports::{Alerts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
 
@@ -28,6 +28,27 @@ use super::remote::InstantRemote;
 
 /// Messages per receive, as the event source mappings' batch size.
 const BATCH: usize = 10;
+/// The callback queue and its dead-letter queue: the scheduler's second event source.
+const CALLBACKS: &str = "callbacks";
+const CALLBACKS_DLQ: &str = "callbacks-dlq";
+/// The benchmarks' own workflow beside the built-in ones: a callback step (the outside
+/// completes it as soon as its agent started it) and a one-hour timer.
+pub const CALLBACK_TIMER: &str = "callback-timer";
+
+/// The built-in workflows and `CALLBACK_TIMER`.
+pub fn bench_workflows() -> Workflows {
+    use sas::domain::{Callback, Step, Wait, Workflow};
+    let mut all = Workflows::builtin().all().to_vec();
+    all.push(Workflow::new(
+        CALLBACK_TIMER,
+        vec![
+            Step::compensable("approve", "approvals", "withdraw")
+                .with_callback(Callback { timeout_ms: 24 * 3_600_000, heartbeat_ms: None }),
+            Step::timer("cool-off", Wait::for_ms(3_600_000)),
+        ],
+    ));
+    Workflows::new(all)
+}
 
 /// The agent's view of a manual clock: it reads the shared time, but its retry sleeps
 /// take no simulated time. On one shared manual clock an agent's backoff sleep would jump
@@ -82,6 +103,8 @@ pub enum LambdaFunction {
     Submission,
     Scheduler,
     Agent,
+    /// The scheduler function invoked by its callback queue's event source.
+    SchedulerCallbacks,
 }
 
 impl LambdaFunction {
@@ -90,6 +113,7 @@ impl LambdaFunction {
             LambdaFunction::Submission => "submission",
             LambdaFunction::Scheduler => "scheduler",
             LambdaFunction::Agent => "agent",
+            LambdaFunction::SchedulerCallbacks => "scheduler-callbacks",
         }
     }
 }
@@ -97,9 +121,9 @@ impl LambdaFunction {
 /// Time spent and messages handled per function.
 #[derive(Debug, Default)]
 struct HandlerTimes {
-    nanos: [AtomicU64; 3],
-    messages: [AtomicU64; 3],
-    batches: [AtomicU64; 3],
+    nanos: [AtomicU64; 4],
+    messages: [AtomicU64; 4],
+    batches: [AtomicU64; 4],
 }
 
 /// The pipeline in-process: all four handlers over the embedded backend, driven by
@@ -116,8 +140,11 @@ pub struct Rig {
     submission: Submission,
     scheduler: Scheduler,
     agent: Agent,
+    callbacks: Callbacks,
     pub supervisor: Supervisor,
-    dead_letters: [DeadLetters; 3],
+    dead_letters: [DeadLetters; 4],
+    /// Completions the outside party sent (its own SendMessage each, as the app's orders).
+    pub completions_sent: AtomicU64,
     times: HandlerTimes,
     crash_rng: Mutex<fastrand::Rng>,
     pub crashes: Mutex<Vec<(OrderId, Timestamp)>>,
@@ -135,7 +162,7 @@ impl Rig {
         let usage = Arc::new(Mutex::new(AwsUsage::default()));
         let store = Arc::new(EmbeddedStore::new());
         let queues = Arc::new(EmbeddedQueues::new(clock.clone(), options.seed));
-        for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS] {
+        for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, STATUS, CALLBACKS_DLQ] {
             queues.create(q, QueueSettings::default());
         }
         let step = options.policy.step_timeout_ms;
@@ -148,6 +175,7 @@ impl Rig {
         queues.create(ORDERS, qs(60_000, ORDERS_DLQ));
         queues.create(SCHEDULER, qs(90_000, SCHEDULER_DLQ));
         queues.create(AGENT, qs(step * 6, AGENT_DLQ));
+        queues.create(CALLBACKS, qs(90_000, CALLBACKS_DLQ));
         let (state, send, alerts): (Arc<dyn StateStore>, Arc<dyn Queues>, Arc<dyn Alerts>) = if options.count
         {
             (
@@ -175,7 +203,7 @@ impl Rig {
         };
         let settings = Settings::new(
             options.policy,
-            Workflows::builtin(),
+            bench_workflows(),
             queue_names::topology(),
             queue_names::reply_to_rules(),
         );
@@ -208,8 +236,15 @@ impl Rig {
             submission: Submission::new(deps.clone(), settings.clone()),
             scheduler: Scheduler::new(deps.clone(), settings.clone()),
             agent,
+            callbacks: Callbacks::new(deps.clone(), settings.clone()),
             supervisor: Supervisor::new(deps, settings),
-            dead_letters: [dl(ORDERS, ORDERS_DLQ), dl(SCHEDULER, SCHEDULER_DLQ), dl(AGENT, AGENT_DLQ)],
+            dead_letters: [
+                dl(ORDERS, ORDERS_DLQ),
+                dl(SCHEDULER, SCHEDULER_DLQ),
+                dl(AGENT, AGENT_DLQ),
+                dl(CALLBACKS, CALLBACKS_DLQ),
+            ],
+            completions_sent: AtomicU64::new(0),
             crash_rng: Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0xc7a5)),
             crashes: Mutex::default(),
             options,
@@ -254,6 +289,7 @@ impl Rig {
             LambdaFunction::Submission => ORDERS,
             LambdaFunction::Scheduler => SCHEDULER,
             LambdaFunction::Agent => AGENT,
+            LambdaFunction::SchedulerCallbacks => CALLBACKS,
         };
         let started = Instant::now();
         let batch = self.queues.receive(queue, BATCH).expect("queue exists");
@@ -293,6 +329,7 @@ impl Rig {
             LambdaFunction::Submission => run_batch(inbound, dl, |m| self.submission.handle(m)).await,
             LambdaFunction::Scheduler => run_batch(inbound, dl, |m| self.scheduler.handle(m)).await,
             LambdaFunction::Agent => run_batch(inbound, dl, |m| self.agent.handle(m)).await,
+            LambdaFunction::SchedulerCallbacks => run_batch(inbound, dl, |m| self.callbacks.handle(m)).await,
         };
         let mut deleted = 0;
         for receipt in &receipts {
@@ -316,11 +353,31 @@ impl Rig {
         true
     }
 
+    /// The outside party: completes every callback step the remote service started, one
+    /// SendMessage to the callback queue each (as a webhook through the template's API
+    /// would). False if there was nothing to complete.
+    async fn complete_started(&self) -> bool {
+        let started = std::mem::take(&mut *self.remote.started.lock().unwrap_or_else(|p| p.into_inner()));
+        let url = QueueUrl(CALLBACKS.into());
+        for token in &started {
+            let done = sas::domain::Completion::Success { output: None };
+            let body = sas::domain::CallbackMessage::new(token, &done).to_body();
+            self.queues.send(&url, Outgoing::new(body)).await.expect("callback queue exists");
+        }
+        self.completions_sent.fetch_add(started.len() as u64, Ordering::Relaxed);
+        !started.is_empty()
+    }
+
     /// Invokes the functions round-robin until no queue has a visible message.
     pub async fn drain(&self) {
         loop {
-            let mut any = false;
-            for f in [LambdaFunction::Submission, LambdaFunction::Scheduler, LambdaFunction::Agent] {
+            let mut any = self.complete_started().await;
+            for f in [
+                LambdaFunction::Submission,
+                LambdaFunction::Scheduler,
+                LambdaFunction::Agent,
+                LambdaFunction::SchedulerCallbacks,
+            ] {
                 // Several batches of one function before moving on, like parallel pollers.
                 for _ in 0..4 {
                     if !self.invoke(f).await {
@@ -356,8 +413,10 @@ impl Rig {
             if all >= expected && terminal == all && self.queues.depth(ORDERS) == 0 {
                 break;
             }
-            let next_msg =
-                [ORDERS, SCHEDULER, AGENT].iter().filter_map(|q| self.queues.next_visible(q)).min();
+            let next_msg = [ORDERS, SCHEDULER, AGENT, CALLBACKS]
+                .iter()
+                .filter_map(|q| self.queues.next_visible(q))
+                .min();
             match next_msg {
                 Some(at) if at < next_tick => manual.set(at),
                 _ => {
@@ -385,23 +444,28 @@ impl Rig {
 
     /// Microseconds per message and messages per invocation, per function.
     pub fn handler_times(&self) -> BTreeMap<String, HandlerTime> {
-        [LambdaFunction::Submission, LambdaFunction::Scheduler, LambdaFunction::Agent]
-            .iter()
-            .map(|&f| {
-                let i = f as usize;
-                let nanos = self.times.nanos[i].load(Ordering::Relaxed) as f64;
-                let messages = self.times.messages[i].load(Ordering::Relaxed);
-                let batches = self.times.batches[i].load(Ordering::Relaxed);
-                (
-                    f.name().to_owned(),
-                    HandlerTime {
-                        messages,
-                        batches,
-                        us_per_message: if messages == 0 { 0.0 } else { nanos / 1_000.0 / messages as f64 },
-                    },
-                )
-            })
-            .collect()
+        [
+            LambdaFunction::Submission,
+            LambdaFunction::Scheduler,
+            LambdaFunction::Agent,
+            LambdaFunction::SchedulerCallbacks,
+        ]
+        .iter()
+        .map(|&f| {
+            let i = f as usize;
+            let nanos = self.times.nanos[i].load(Ordering::Relaxed) as f64;
+            let messages = self.times.messages[i].load(Ordering::Relaxed);
+            let batches = self.times.batches[i].load(Ordering::Relaxed);
+            (
+                f.name().to_owned(),
+                HandlerTime {
+                    messages,
+                    batches,
+                    us_per_message: if messages == 0 { 0.0 } else { nanos / 1_000.0 / messages as f64 },
+                },
+            )
+        })
+        .collect()
     }
 
     pub fn sender(&self) -> Arc<dyn Queues> {
