@@ -98,7 +98,7 @@ fn waiting_task(order: &sas::domain::Order, i: usize, now: Timestamp, policy: &P
     task.state = ProcessState::Waiting;
     task.step = 1;
     task.attempt = 1;
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         task.wake_at = Some(now.plus_ms(365 * DAY_MS));
         task.deadline = task.wake_at;
     } else {
