@@ -121,3 +121,27 @@ async fn listing_reads_only_what_it_lists() {
     let text = r.to_string();
     assert!(text.contains("300 finished, 60 in Error, 7 live (367 items"), "{text}");
 }
+
+/// The longest wait there is (366 days) wakes, through the supervisor's sweep (here once a
+/// simulated day), never before its time and at most one sweep late.
+#[tokio::test]
+async fn the_longest_timer_wakes_after_a_year_and_a_day() {
+    use sasctl::bench::{Rig, RigOptions};
+    const DAY_MS: u64 = 24 * 3_600_000;
+    let rig = Rig::new(
+        RigOptions {
+            workflow: "longest-timer".into(),
+            supervisor_period_ms: DAY_MS,
+            ..RigOptions::default()
+        },
+        true,
+    );
+    rig.send_orders(0, 10).await;
+    let start = rig.clock.now();
+    let took = rig.run_simulated(10, start.plus_ms(DAY_MS)).await;
+    assert_eq!(rig.terminal(), (10, 10));
+    let processed = rig.store.state_counts().get(&sas::domain::ProcessState::Processed).copied();
+    assert_eq!(processed, Some(10));
+    let wait = sas::domain::wait::MAX_WAIT_MS;
+    assert!((wait..=wait + DAY_MS).contains(&took), "took {took} ms");
+}

@@ -34,8 +34,10 @@ const CALLBACKS_DLQ: &str = "callbacks-dlq";
 /// The benchmarks' own workflow beside the built-in ones: a callback step (the outside
 /// completes it as soon as its agent started it) and a one-hour timer.
 pub const CALLBACK_TIMER: &str = "callback-timer";
+/// And one timer of the longest wait there is (`wait::MAX_WAIT_MS`, 366 days).
+pub const LONGEST_TIMER: &str = "longest-timer";
 
-/// The built-in workflows and `CALLBACK_TIMER`.
+/// The built-in workflows, `CALLBACK_TIMER` and `LONGEST_TIMER`.
 pub fn bench_workflows() -> Workflows {
     use sas::domain::{Callback, Step, Wait, Workflow};
     let mut all = Workflows::builtin().all().to_vec();
@@ -46,6 +48,10 @@ pub fn bench_workflows() -> Workflows {
                 .with_callback(Callback { timeout_ms: 24 * 3_600_000, heartbeat_ms: None }),
             Step::timer("cool-off", Wait::for_ms(3_600_000)),
         ],
+    ));
+    all.push(Workflow::new(
+        LONGEST_TIMER,
+        vec![Step::timer("a-year-and-a-day", Wait::for_ms(sas::domain::wait::MAX_WAIT_MS))],
     ));
     Workflows::new(all)
 }
