@@ -145,3 +145,15 @@ async fn the_longest_timer_wakes_after_a_year_and_a_day() {
     let wait = sas::domain::wait::MAX_WAIT_MS;
     assert!((wait..=wait + DAY_MS).contains(&took), "took {took} ms");
 }
+
+/// A timer within SQS's delay wakes on its message, on time; a longer one on the sweep, at
+/// most one period late; none early.
+#[tokio::test]
+async fn timers_wake_on_time_both_ways() {
+    let rows = sasctl::bench::timers(40, 60_000).await;
+    let (short, long) = (&rows[0], &rows[1]);
+    assert!(short.all_processed && long.all_processed);
+    assert_eq!((short.woken, long.woken), (40, 40));
+    assert_eq!(short.max_late_ms, 0, "{short:?}");
+    assert!(long.max_late_ms <= 60_000 && long.max_late_ms > 0, "{long:?}");
+}

@@ -40,6 +40,17 @@ pub struct CostRow {
     pub step_functions_standard: f64,
     /// `None` where Express cannot run the workflow (a wait longer than its 5 minutes).
     pub step_functions_express: Option<f64>,
+    /// Timers woken, and how late the latest woke (ms after its time), when the workflow
+    /// has timer steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timers: Option<TimerLateness>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TimerLateness {
+    pub woken: u64,
+    pub p50_late_ms: u64,
+    pub max_late_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -149,7 +160,15 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
     // Express runs at most 5 minutes, and has no `.waitForTaskToken`.
     let has_callback = wf.as_ref().is_some_and(|w| w.steps.iter().any(|s| s.is_callback()));
     let express = (longest_wait_ms <= 300_000 && !has_callback).then_some(express);
+    let counted = rig.metrics.snapshot();
+    let woken = counted.count(sas::ports::Metric::TimerWoke);
+    let timers = (woken > 0).then(|| TimerLateness {
+        woken,
+        p50_late_ms: counted.percentile(sas::ports::Metric::TimerLatenessMs, 50.0).unwrap_or(0),
+        max_late_ms: counted.percentile(sas::ports::Metric::TimerLatenessMs, 100.0).unwrap_or(0),
+    });
     CostRow {
+        timers,
         workflow: workflow.into(),
         failures,
         orders,

@@ -41,6 +41,7 @@ mod rig;
 mod starvation;
 mod sweep;
 mod throughput;
+mod timers;
 mod traffic;
 
 use serde::Serialize;
@@ -51,7 +52,7 @@ pub use cold_start::{
     BENCH_STATE_TABLE, ColdStartCase, ColdStartReport, ColdStartRun, ColdStartTable, cold_start,
     cold_start_case, cold_start_once, judge,
 };
-pub use cost::{CostAssumptions, CostRow, cost, prices};
+pub use cost::{CostAssumptions, CostRow, TimerLateness, cost, prices};
 pub use counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
@@ -62,6 +63,7 @@ pub use rig::{HandlerTime, LambdaFunction, Rig, RigOptions};
 pub use starvation::{Latencies, StarvationOptions, StarvationReport, starvation};
 pub use sweep::{SweepReport, SweepRow, sweep_once};
 pub use throughput::{ThroughputReport, ThroughputRun, throughput, throughput_once};
+pub use timers::{TimerRow, timer_lateness, timers};
 pub use traffic::{IDLE_POLLERS, IdleReport, TrafficOptions, TrafficReport, TrafficRow, idle, traffic};
 
 use crate::up::Windows;
@@ -122,6 +124,14 @@ pub enum BenchCommand {
         waiting: Vec<usize>,
         #[arg(long, default_value_t = 100)]
         due: usize,
+    },
+    /// How late timers wake, both ways: a 5-minute wait on its delayed Schedule, an hour's
+    /// on the supervisor's sweep (simulated time, orders spread over one period).
+    Timers {
+        #[arg(long, default_value_t = 1_000)]
+        orders: usize,
+        #[arg(long, default_value_t = 60_000)]
+        supervisor_period_ms: u64,
     },
     /// Simulated time from an agent crash to the order's completion.
     Recovery {
@@ -273,6 +283,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 }
             }
             emit(args.json, &SweepReport(rows), ToString::to_string);
+        }
+        BenchCommand::Timers { orders, supervisor_period_ms } => {
+            let rows = timers(orders, supervisor_period_ms).await;
+            emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
         }
         BenchCommand::Recovery {
             orders,

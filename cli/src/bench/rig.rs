@@ -34,10 +34,14 @@ const CALLBACKS_DLQ: &str = "callbacks-dlq";
 /// The benchmarks' own workflow beside the built-in ones: a callback step (the outside
 /// completes it as soon as its agent started it) and a one-hour timer.
 pub const CALLBACK_TIMER: &str = "callback-timer";
+/// Timers of 5 minutes (woken by their delayed Schedule) and of an hour (by the sweep).
+pub const SHORT_TIMER: &str = "timer-5m";
+pub const LONG_TIMER: &str = "timer-1h";
 /// And one timer of the longest wait there is (`wait::MAX_WAIT_MS`, 366 days).
 pub const LONGEST_TIMER: &str = "longest-timer";
 
-/// The built-in workflows, `CALLBACK_TIMER` and `LONGEST_TIMER`.
+/// The built-in workflows, `CALLBACK_TIMER`, the timers of `bench timers` and
+/// `LONGEST_TIMER`.
 pub fn bench_workflows() -> Workflows {
     use sas::domain::{Callback, Step, Wait, Workflow};
     let mut all = Workflows::builtin().all().to_vec();
@@ -49,6 +53,8 @@ pub fn bench_workflows() -> Workflows {
             Step::timer("cool-off", Wait::for_ms(3_600_000)),
         ],
     ));
+    all.push(Workflow::new(SHORT_TIMER, vec![Step::timer("five-minutes", Wait::for_ms(300_000))]));
+    all.push(Workflow::new(LONG_TIMER, vec![Step::timer("an-hour", Wait::for_ms(3_600_000))]));
     all.push(Workflow::new(
         LONGEST_TIMER,
         vec![Step::timer("a-year-and-a-day", Wait::for_ms(sas::domain::wait::MAX_WAIT_MS))],
@@ -142,6 +148,8 @@ pub struct Rig {
     pub manual: Option<Arc<ManualClock>>,
     pub usage: Arc<Mutex<AwsUsage>>,
     pub remote: Arc<InstantRemote>,
+    /// What the handlers counted (timer lateness among it).
+    pub metrics: Arc<CountingMetrics>,
     send: Arc<dyn Queues>,
     submission: Submission,
     scheduler: Scheduler,
@@ -195,7 +203,8 @@ impl Rig {
         // As the Lambda functions send: each invocation's sends coalesced, the counting
         // wrapper inside so it counts the requests that would reach SQS.
         let send: Arc<dyn Queues> = Arc::new(SendCoalescer::new(send, DEFAULT_MAX_HOLD));
-        let metrics: Arc<dyn Metrics> = Arc::new(CountingMetrics::default());
+        let counted = Arc::new(CountingMetrics::default());
+        let metrics: Arc<dyn Metrics> = counted.clone();
         let random = Arc::new(FastRandom::seeded(options.seed));
         let remote =
             Arc::new(InstantRemote::new(options.transient_rate, options.permanent_rate, options.seed));
@@ -260,6 +269,7 @@ impl Rig {
             manual,
             usage,
             remote,
+            metrics: counted,
             send,
             times: HandlerTimes::default(),
         }
