@@ -10,7 +10,7 @@ use std::fmt;
 use serde::Serialize;
 
 use sas::domain::ProcessState;
-use sas::ports::Metric;
+use sas::ports::{Clock, Metric};
 
 use super::rig::{LONG_TIMER, Rig, RigOptions, SHORT_TIMER};
 
