@@ -8,50 +8,18 @@
 //! kept in the callback DLQ with their reason and change nothing; the real completion
 //! ends the task Processed with the completion's output; sent again, it is refused.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::StatusCode;
-use axum::routing::post;
 use sas::adapters::aws::DynamoStore;
 use sas::domain::{CallbackToken, OrderId, ProcessState, TaskRecord};
-use sas::handlers::REASON_ATTRIBUTE;
 use sas::ports::StateStore;
+use sas_tests::callbacks::{Approvals, forged, take};
+use sas_tests::depth;
 use sasctl::up::{self, EventLog, UpOptions, Windows};
 use tokio::sync::watch;
 
 const TEST: &str = "a_callback_step_waits_and_is_completed_through_the_callback_queue";
-
-/// The tokens the approvals service was sent, by order id.
-type Tokens = Arc<Mutex<BTreeMap<String, String>>>;
-
-/// The callback step's remote service: it starts the work (answers at once with a ticket)
-/// and keeps the token the outside will complete the step with.
-async fn approvals() -> (String, Tokens) {
-    async fn start(
-        State(tokens): State<Tokens>,
-        UrlPath(step): UrlPath<String>,
-        body: axum::Json<serde_json::Value>,
-    ) -> (StatusCode, String) {
-        let order = body["order_id"].as_str().unwrap_or_default().to_owned();
-        match body["callback_token"].as_str() {
-            Some(token) if step == "approve" => {
-                tokens.lock().unwrap().insert(order, token.to_owned());
-                (StatusCode::OK, r#"{"ticket":"T-1"}"#.into())
-            }
-            _ => (StatusCode::BAD_REQUEST, format!("no callback token for step {step}")),
-        }
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/approvals", listener.local_addr().unwrap());
-    let tokens = Tokens::default();
-    let app = Router::new().route("/approvals/{step}", post(start)).with_state(tokens.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (base, tokens)
-}
 
 /// Polls `check` every 200 ms until it gives something, for at most `within`.
 async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
@@ -69,63 +37,16 @@ where
     }
 }
 
-/// Every message of `queue` until `n` have come (each body with its `sas-reason`), removed.
-async fn take(sqs: &aws_sdk_sqs::Client, queue: &str, n: usize) -> BTreeMap<String, Option<String>> {
-    let mut got = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while got.len() < n {
-        assert!(Instant::now() < deadline, "only {} of {n} messages in {queue}: {got:?}", got.len());
-        let out = sqs
-            .receive_message()
-            .queue_url(queue)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .expect("receive");
-        for m in out.messages() {
-            let reason = m
-                .message_attributes()
-                .and_then(|a| a.get(REASON_ATTRIBUTE))
-                .and_then(|v| v.string_value())
-                .map(str::to_owned);
-            got.insert(m.body().unwrap_or_default().to_owned(), reason);
-            sqs.delete_message()
-                .queue_url(queue)
-                .receipt_handle(m.receipt_handle().unwrap())
-                .send()
-                .await
-                .unwrap();
-        }
-    }
-    got
-}
-
-async fn depth(sqs: &aws_sdk_sqs::Client, queue: &str) -> u64 {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(queue)
-        .attribute_names(A::ApproximateNumberOfMessages)
-        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .unwrap();
-    out.attributes().into_iter().flatten().filter_map(|(_, v)| v.parse::<u64>().ok()).sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
     let Some(endpoint) = sas_tests::endpoint(TEST) else { return };
-    let (url, tokens) = approvals().await;
+    let approvals = Approvals::serve().await;
     let dir = std::env::temp_dir().join(format!("sas-callbacks-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let workflows = dir.join("workflows.json");
     let definitions = serde_json::json!({
-        "agents": {"approvals": {"url": url, "timeout_ms": 2000}},
-        "workflows": [{"name": "approve", "steps": [
-            {"name": "approve", "agent": "approvals", "callback": {"timeout_ms": 600000}}]}],
+        "agents": {"approvals": approvals.agent()},
+        "workflows": [sas_tests::callbacks::workflow()],
     });
     std::fs::write(&workflows, definitions.to_string()).unwrap();
 
@@ -163,7 +84,7 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
         task().await.filter(|t| t.state == ProcessState::Waiting)
     })
     .await;
-    let token = tokens.lock().unwrap().get(&id).cloned().expect("the agent was sent the token");
+    let token = approvals.token(&id, Duration::from_secs(5)).await;
     let (parsed, claims) = CallbackToken::parse(&token).expect("a well-formed token");
     assert_eq!((claims.order_id.as_str(), claims.step), (id.as_str(), 0));
     let awaiting = waiting.callback.clone().expect("the record waits on the token");
@@ -172,9 +93,8 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
 
     // Forged (its order, step and attempt, another secret) and malformed: each kept in the
     // callback DLQ with its reason, and the task not written.
-    let (head, secret) = token.rsplit_once('.').unwrap();
-    let other = if secret.starts_with('0') { "1" } else { "0" }.repeat(64);
-    let forged = serde_json::json!({"token": format!("{head}.{other}"), "outcome": "success"}).to_string();
+    let head = token.rsplit_once('.').unwrap().0;
+    let forged = serde_json::json!({"token": forged(&token), "outcome": "success"}).to_string();
     let not_json = "approved!".to_owned();
     let bad_token = serde_json::json!({"token": format!("{head}.xyz"), "outcome": "success"}).to_string();
     let no_reason = serde_json::json!({"token": token, "outcome": "failure"}).to_string();
