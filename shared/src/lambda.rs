@@ -330,7 +330,7 @@ mod tests {
             record("x1", None),
             // Same name, another account: not the callback queue.
             record("o1", Some("arn:aws:sqs:us-east-1:210987654321:sas-callbacks")),
-            // A local endpoint's URL names the queue by the same account and name.
+            // Another region in the ARN: the region is not compared.
             record("c2", Some("arn:aws:sqs:eu-west-1:123456789012:sas-callbacks")),
         ]}))
         .unwrap();

@@ -173,7 +173,8 @@ impl env::Env<'_> {
     /// A queue agent's requests carry lease tokens and orders, and its worker may answer
     /// on the scheduler queue. Pointed at one of the deployment's own queues, requests
     /// would land among the pipeline's messages (a Schedule queue that parses them as
-    /// bad input, the orders queue that would read them as orders); pointed at a queue
+    /// bad input, the orders queue that would read them as orders, the callback queue as
+    /// completions; `OWN_QUEUE_VARIABLES` names them all); pointed at a queue
     /// status may go to, every app reading status would see the leases.
     fn queue_agents_apart(&mut self, config: &StateConfig) {
         for (name, agent) in &config.definitions.agents {
