@@ -6,17 +6,24 @@ infra/ bootstrap expect. This checks that contract:
 
 - resource names (with Prefix = sas), keys, the sparse due-index and error-index GSIs and
   TTL on expires_at;
-- every work queue redrives to its DLQ after 5 receives, with visibility >= 6x the
-  timeout of the function consuming it + its batching window (each allowed value); SQS event sources report batch item failures;
+- every work queue (orders, scheduler, agent, callbacks) redrives to its DLQ after 5
+  receives, with visibility >= 6x the timeout of the function consuming it + its batching
+  window (each allowed value); SQS event sources report batch item failures; the scheduler
+  consumes its own queue and the callback queue, nothing else does;
+- queue policies: every queue refuses requests without TLS, and the only thing any queue
+  policy allows is sqs:SendMessage on the callback queue to CallbackSenderArns;
 - the four functions: provided.al2023, arm64, JSON logs, the environment the code reads;
 - IAM: one role per function, no managed policies, no wildcard action or resource
   (except the log-stream part of the function's own log group), and exactly the
   (action, resource) pairs each function needs -- no more, no less (the agent's secrets
   only on the deployer's AgentSecretArns; every kms action only through the service that
   uses the key, kms:ViaService: SSM or Secrets Manager for the secrets, SNS for the topic);
+  the optional callback endpoint's role (API Gateway) may only send to the callback queue,
+  and its integration sends there with that role;
 - the functions' one layer (the definition file) is a layer of the stack's own account;
 - alarms: OrdersFailed, depth on every DLQ, Errors and Throttles per function, supervisor
-  not running (missing data breaching), StaleReplies; all notify the operator topic;
+  not running (missing data breaching), StaleReplies, CallbacksTimedOut; all notify the
+  operator topic;
 - the dashboard body is valid JSON once substituted and shows every alarm;
 - outputs carry queue URLs, table names and the topic ARN.
 
@@ -133,8 +140,9 @@ if f"{PREFIX}-state" in tables:
 # ---------------------------------------------------------------- queues
 queues = {sub_name(v["Properties"].get("QueueName")): (k, v["Properties"]) for k, v in of_type("AWS::SQS::Queue").items()}
 qid = {name: k for name, (k, _) in queues.items()}
-expected_queues = [f"{PREFIX}-{q}" for q in ("orders", "scheduler", "agent")]
-for name in expected_queues + [f"{PREFIX}-{q}-dlq" for q in ("orders", "scheduler", "agent")] + [f"{PREFIX}-status"]:
+WORK_QUEUES = ("orders", "scheduler", "agent", "callbacks")
+expected_queues = [f"{PREFIX}-{q}" for q in WORK_QUEUES]
+for name in expected_queues + [f"{PREFIX}-{q}-dlq" for q in WORK_QUEUES] + [f"{PREFIX}-status"]:
     if name not in queues:
         err(f"queue {name} missing (have {sorted(queues)})")
 for name in expected_queues:
@@ -215,8 +223,13 @@ def visibility_by_window(vis, window, qname):
     return pairs
 
 
-# event sources: which queue drives which function
-consumer = {"submission": f"{PREFIX}-orders", "scheduler": f"{PREFIX}-scheduler", "agent": f"{PREFIX}-agent"}
+# event sources: which queues drive which function (the scheduler: its own queue, and the
+# callback queue, whose records it tells apart by their eventSourceARN)
+consumer = {
+    "submission": [f"{PREFIX}-orders"],
+    "scheduler": [f"{PREFIX}-scheduler", f"{PREFIX}-callbacks"],
+    "agent": [f"{PREFIX}-agent"],
+}
 esms = of_type("AWS::Lambda::EventSourceMapping")
 seen = set()
 for k, v in esms.items():
@@ -225,10 +238,10 @@ for k, v in esms.items():
     q = ref_target(p["EventSourceArn"])
     short = next((s for s, f in fid.items() if f == fn), None)
     qname = next((n for n, i in qid.items() if i == q), None)
-    seen.add(short)
-    if short not in consumer or consumer[short] != qname:
+    if short not in consumer or qname not in consumer[short]:
         err(f"event source {k}: {short} must consume {consumer.get(short)}, not {qname}")
         continue
+    seen.add((short, qname))
     if p.get("FunctionResponseTypes") != ["ReportBatchItemFailures"]:
         err(f"event source {k}: FunctionResponseTypes must be [ReportBatchItemFailures]")
     if p.get("BatchSize") != 10:
@@ -243,14 +256,51 @@ for k, v in esms.items():
     for w, v in visibility_by_window(vis, window, qname):
         if not isinstance(timeout, int) or v < 6 * timeout + w:
             err(f"{qname}: visibility {v} s < 6 x {short} timeout {timeout} s + window {w} s")
-for short in consumer:
-    if short not in seen:
-        err(f"{short}: no SQS event source")
+for short, names in consumer.items():
+    for qname in names:
+        if (short, qname) not in seen:
+            err(f"{short}: no SQS event source on {qname}")
 rules = of_type("AWS::Events::Rule")
 if not any(ref_target(tg["Arn"]) == fid.get("supervisor") for r in rules.values() for tg in r["Properties"].get("Targets", [])):
     err("supervisor: no EventBridge schedule")
 if not any(r["Properties"].get("ScheduleExpression") == {"Ref": "SupervisorSchedule"} for r in rules.values()):
     err("supervisor schedule must be the SupervisorSchedule parameter")
+
+def statements(doc):
+    """A policy's statements, both branches of a conditional one (Fn::If) included."""
+    for st in as_list(doc.get("Statement", [])):
+        if isinstance(st, dict) and "Fn::If" in st:
+            for branch in st["Fn::If"][1:]:
+                if isinstance(branch, dict) and "Ref" not in branch:
+                    yield branch
+        else:
+            yield st
+
+
+# ---------------------------------------------------------------- queue policies
+# Every queue refuses plain http; the one thing a queue policy grants is SendMessage on the
+# callback queue to the deployer's CallbackSenderArns (outside systems completing callback
+# steps: they can write no Schedule, agent reply or order).
+tls_only = set()
+for k, v in of_type("AWS::SQS::QueuePolicy").items():
+    p = v["Properties"]
+    for st in statements(p["PolicyDocument"]):
+        resources = {ref_target(r) for r in as_list(st.get("Resource"))}
+        if st.get("Effect") == "Deny":
+            if st.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}} and st.get("Action") == "sqs:*":
+                tls_only |= resources
+            continue
+        allowed = (
+            as_list(st.get("Action")) == ["sqs:SendMessage"]
+            and resources == {"CallbackQueue"}
+            and st.get("Principal") == {"AWS": {"Ref": "CallbackSenderArns"}}
+            and not st.get("Condition")
+        )
+        if not allowed:
+            err(f"queue policy {k}: grants more than SendMessage on the callback queue to CallbackSenderArns: {st}")
+for name, (k, _) in queues.items():
+    if k not in tls_only:
+        err(f"queue {name}: no policy refuses it without TLS")
 
 # ---------------------------------------------------------------- IAM
 S = "StatusQueue"
@@ -276,8 +326,8 @@ EXPECTED = {
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "OrdersDlq"), ("sqs:SendMessage", S),
         ("sqs:SendMessage", EXTRA),
     },
-    "scheduler": logs("SchedulerLogGroup") | consume("SchedulerQueue") | {
-        ("dynamodb:GetItem", "StateTable"), ("dynamodb:PutItem", "StateTable"),
+    "scheduler": logs("SchedulerLogGroup") | consume("SchedulerQueue") | consume("CallbackQueue") | {
+        ("dynamodb:GetItem", "StateTable"), ("dynamodb:PutItem", "StateTable"), ("sqs:SendMessage", "CallbackDlq"),
         ("sqs:SendMessage", "AgentQueue"), ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "SchedulerDlq"),
         ("sqs:SendMessage", S), ("sqs:SendMessage", EXTRA), ("sns:Publish", "AlertTopic"),
         ("kms:GenerateDataKey", "AlertTopicKey"), ("kms:Decrypt", "AlertTopicKey"),
@@ -295,16 +345,6 @@ EXPECTED = {
         ("kms:GenerateDataKey", "AlertTopicKey"), ("kms:Decrypt", "AlertTopicKey"),
     },
 }
-
-
-def statements(doc):
-    for st in as_list(doc.get("Statement", [])):
-        if isinstance(st, dict) and "Fn::If" in st:
-            for branch in st["Fn::If"][1:]:
-                if isinstance(branch, dict) and "Ref" not in branch:
-                    yield branch
-        else:
-            yield st
 
 
 roles_used = {}
@@ -352,6 +392,43 @@ for short, k in fid.items():
             err(f"{short}: grant not in the contract: {extra}")
         for missing in sorted(EXPECTED[short] - grants):
             err(f"{short}: grant missing: {missing}")
+# The optional callback endpoint's role: API Gateway's, sending to the callback queue only.
+# SSE-SQS (SQS-owned keys) needs no kms grant; a kms grant would mean the queue changed.
+API_ROLE = "CallbackApiRole"
+API_EXPECTED = {("sqs:SendMessage", "CallbackQueue")}
+if API_ROLE in R:
+    rp = R[API_ROLE]["Properties"]
+    trust = [st.get("Principal") for st in as_list(rp["AssumeRolePolicyDocument"]["Statement"])]
+    if trust != [{"Service": "apigateway.amazonaws.com"}]:
+        err(f"{API_ROLE}: only API Gateway may assume it (trust: {trust})")
+    if rp.get("ManagedPolicyArns"):
+        err(f"{API_ROLE}: managed policies {rp['ManagedPolicyArns']}")
+    grants = set()
+    for pol in rp.get("Policies", []):
+        for st in statements(pol["PolicyDocument"]):
+            if st.get("Effect") != "Allow" or "NotAction" in st or "NotResource" in st or st.get("Condition"):
+                err(f"{API_ROLE}: unexpected statement shape {st}")
+            for action in as_list(st["Action"]):
+                for res in as_list(st["Resource"]):
+                    grants.add((action, ref_target(res)))
+    if grants != API_EXPECTED:
+        err(f"{API_ROLE}: grants {sorted(grants)}, the contract is {sorted(API_EXPECTED)}")
+    roles_used["callback-api"] = API_ROLE
+    # The endpoint's one method sends to the callback queue with that role, and nothing else.
+    methods = of_type("AWS::ApiGateway::Method")
+    if len(methods) != 1:
+        err(f"callback endpoint: one method expected, have {sorted(methods)}")
+    for k, v in methods.items():
+        integration = v["Properties"].get("Integration", {})
+        uri = json.dumps(integration.get("Uri"))
+        if integration.get("Type") != "AWS" or ":sqs:path/" not in uri or "CallbackQueue.QueueName" not in uri:
+            err(f"{k}: must integrate with SQS on the callback queue, not {uri}")
+        if ref_target(integration.get("Credentials")) != API_ROLE:
+            err(f"{k}: must send with {API_ROLE}")
+        if "Action=SendMessage" not in json.dumps(integration.get("RequestTemplates", {})):
+            err(f"{k}: its request template must be a SendMessage")
+elif of_type("AWS::ApiGateway::RestApi"):
+    err("an API Gateway API without CallbackApiRole")
 for k, v in of_type("AWS::IAM::Role").items():
     if k not in roles_used.values():
         err(f"role {k} belongs to no function")
@@ -387,7 +464,7 @@ sup = [a["Properties"] for a in alarms.values() if a["Properties"].get("MetricNa
 if not sup or sup[0].get("TreatMissingData") != "breaching" or sup[0].get("ComparisonOperator") != "LessThanThreshold":
     err("supervisor: no 'not running' alarm (Invocations < threshold, missing data breaching)")
 flat = json.dumps(alarms)
-for metric in ("OrdersFailed", "StaleReplies"):
+for metric in ("OrdersFailed", "StaleReplies", "CallbacksTimedOut"):
     if f'"{metric}"' not in flat:
         err(f"no alarm on {metric}")
 
@@ -448,8 +525,8 @@ if levels - {"TRACE", "DEBUG", "INFO"}:
 
 # ---------------------------------------------------------------- outputs
 outputs = {ref_target(o["Value"]) for o in t.get("Outputs", {}).values()}
-for k in ["OrdersQueue", "SchedulerQueue", "AgentQueue", "OrdersDlq", "SchedulerDlq", "AgentDlq", "StatusQueue",
-          "StateTable", "AlertTopic"]:
+for k in ["OrdersQueue", "SchedulerQueue", "AgentQueue", "CallbackQueue", "OrdersDlq", "SchedulerDlq", "AgentDlq",
+          "CallbackDlq", "StatusQueue", "StateTable", "AlertTopic"]:
     if k not in outputs:
         err(f"outputs: nothing for {k}")
 

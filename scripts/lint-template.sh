@@ -3,7 +3,8 @@
 #   1. cfn-lint on the SAM template,
 #   2. cfn-lint on the SAM-transformed template (aws-sam-translator, offline),
 #   3. project contract checks on the transformed template (check-template-contract.py),
-#   4. checkov (--skip-download) on the SAM template and on the transformed one,
+#   4. checkov (--skip-download) on the SAM template, on the transformed one, and on the
+#      SAM template with the optional callback endpoint turned on (EnableCallbackApi),
 #   5. sam validate --lint,
 #   6. optionally (SAS_LINT_SAM_BUILD=1) sam build.
 # Exits non-zero on any cfn-lint error or warning, any failed checkov check, or any
@@ -202,6 +203,16 @@ PY
 }
 run_checkov "$TEMPLATE" template
 [[ -f $TRANSFORMED ]] && run_checkov "$TRANSFORMED" transformed
+# checkov leaves out resources whose Condition is false under the parameters' defaults, so
+# the optional callback endpoint (EnableCallbackApi, off by default) is judged on a copy
+# of the template with it on. cfn-lint and the contract checks see every resource anyway.
+WITH_API="$OUT/template.callback-api.yaml"
+sed '/^  EnableCallbackApi:$/,/^    Default:/ s/^    Default: "false"$/    Default: "true"/' "$TEMPLATE" >"$WITH_API"
+if grep -A2 '^  EnableCallbackApi:$' "$WITH_API" | grep -q '^    Default: "true"$'; then
+    run_checkov "$WITH_API" callback-api
+else
+    fail "checkov callback-api: could not turn EnableCallbackApi on in a copy of the template"
+fi
 
 # 4. sam validate --lint (no credentials needed).
 if [[ $WITH_SAM == 1 ]]; then

@@ -1,12 +1,13 @@
-//! Finding a deployment for the operator commands: the state table, the three work
-//! queues with their dead-letter queues, and the alert topic, and who is acting.
+//! Finding a deployment for the operator commands: the state table, the four work
+//! queues (orders, scheduler, agent, callbacks) with their dead-letter queues, and the
+//! alert topic, and who is acting.
 //!
 //! Every operator command flattens [`DeploymentArgs`] into its own arguments and calls
 //! [`DeploymentArgs::resolve`]. What it finds comes from, highest precedence first:
 //!
 //! 1. explicit flags (`--table`, `--orders-queue`, `--scheduler-queue`, `--agent-queue`,
-//!    `--alert-topic`); a queue given this way has its dead-letter queue read from its
-//!    redrive policy;
+//!    `--callback-queue`, `--alert-topic`); a queue given this way has its dead-letter
+//!    queue read from its redrive policy;
 //! 2. `--stack NAME`: the stack's outputs (`StateTableName`, `OrdersQueueUrl`,
 //!    `OrdersDlqUrl`, ..., `AlertTopicArn`, as template.yaml declares them);
 //! 3. `--prefix P`: the names every deployment uses (`P-state`, `P-orders`,
@@ -65,6 +66,10 @@ pub struct DeploymentArgs {
     /// The agent queue's URL; its DLQ is read from its redrive policy.
     #[arg(long, value_name = "URL")]
     pub agent_queue: Option<String>,
+    /// The callback queue's URL (callback steps' completions); its DLQ is read from its
+    /// redrive policy.
+    #[arg(long, value_name = "URL")]
+    pub callback_queue: Option<String>,
     /// The operator alert topic's ARN.
     #[arg(long, value_name = "ARN")]
     pub alert_topic: Option<String>,
@@ -78,28 +83,32 @@ pub struct DeploymentArgs {
     pub endpoint_url: Option<String>,
 }
 
-/// One of the three work queues, each with a dead-letter queue. On the command line:
-/// `orders`, `scheduler`, `agent`.
+/// One of the four work queues, each with a dead-letter queue. On the command line:
+/// `orders`, `scheduler`, `agent`, `callbacks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkQueue {
     Orders,
     Scheduler,
     Agent,
+    /// The outside's completions of callback steps, which the scheduler consumes.
+    Callbacks,
 }
 
 impl WorkQueue {
-    pub const ALL: [WorkQueue; 3] = [WorkQueue::Orders, WorkQueue::Scheduler, WorkQueue::Agent];
+    pub const ALL: [WorkQueue; 4] =
+        [WorkQueue::Orders, WorkQueue::Scheduler, WorkQueue::Agent, WorkQueue::Callbacks];
 
     pub fn as_str(self) -> &'static str {
         match self {
             WorkQueue::Orders => "orders",
             WorkQueue::Scheduler => "scheduler",
             WorkQueue::Agent => "agent",
+            WorkQueue::Callbacks => "callbacks",
         }
     }
 
-    /// `orders`, `scheduler` or `agent`, as typed; anything else is `None`.
+    /// `orders`, `scheduler`, `agent` or `callbacks`, as typed; anything else is `None`.
     pub fn parse(name: &str) -> Option<WorkQueue> {
         WorkQueue::ALL.into_iter().find(|q| q.as_str() == name)
     }
@@ -109,6 +118,7 @@ impl WorkQueue {
             WorkQueue::Orders => "--orders-queue",
             WorkQueue::Scheduler => "--scheduler-queue",
             WorkQueue::Agent => "--agent-queue",
+            WorkQueue::Callbacks => "--callback-queue",
         }
     }
 
@@ -118,6 +128,7 @@ impl WorkQueue {
             WorkQueue::Orders => ("OrdersQueueUrl", "OrdersDlqUrl"),
             WorkQueue::Scheduler => ("SchedulerQueueUrl", "SchedulerDlqUrl"),
             WorkQueue::Agent => ("AgentQueueUrl", "AgentDlqUrl"),
+            WorkQueue::Callbacks => ("CallbackQueueUrl", "CallbackDlqUrl"),
         }
     }
 
@@ -127,6 +138,7 @@ impl WorkQueue {
             WorkQueue::Orders => ("ORDERS_QUEUE_URL", "ORDERS_DLQ_URL"),
             WorkQueue::Scheduler => ("SCHEDULER_QUEUE_URL", "SCHEDULER_DLQ_URL"),
             WorkQueue::Agent => ("AGENT_QUEUE_URL", "AGENT_DLQ_URL"),
+            WorkQueue::Callbacks => ("CALLBACK_QUEUE_URL", "CALLBACK_DLQ_URL"),
         }
     }
 
@@ -205,8 +217,8 @@ pub struct Deployment {
     at: String,
     sdk: SdkConfig,
     table: Found,
-    queues: [Found; 3],
-    dlqs: [Found; 3],
+    queues: [Found; 4],
+    dlqs: [Found; 4],
     alert_topic: Found,
     /// The status queue's ARN: the `reply_to` allow-list's one sure entry.
     status_queue_arn: Found,
@@ -260,7 +272,7 @@ impl Deployment {
     /// The `reply_to` rules of the deployment's functions (`sas::config::reply_to_rules`),
     /// from what was found: the status queue, the extra queues (the stack's
     /// `ExtraReplyToQueueArns`, else `REPLY_TO_EXTRA_QUEUE_ARNS` as the functions read it),
-    /// the region and endpoint, and the six queues, which `reply_to` may never name.
+    /// the region and endpoint, and the eight queues, which `reply_to` may never name.
     pub fn reply_to_rules(&self) -> Result<sas::domain::ReplyToRules, DeploymentError> {
         let status = found(&self.status_queue_arn, "status queue")?.to_owned();
         let extras = match &self.origin {
@@ -405,6 +417,7 @@ impl DeploymentArgs {
             (WorkQueue::Orders, &self.orders_queue),
             (WorkQueue::Scheduler, &self.scheduler_queue),
             (WorkQueue::Agent, &self.agent_queue),
+            (WorkQueue::Callbacks, &self.callback_queue),
         ] {
             if let Some(url) = url {
                 d.queues[queue.index()] = Ok(url.clone());
@@ -715,6 +728,7 @@ mod tests {
     fn work_queues_by_name() {
         assert_eq!(WorkQueue::parse("orders"), Some(WorkQueue::Orders));
         assert_eq!(WorkQueue::parse("agent"), Some(WorkQueue::Agent));
+        assert_eq!(WorkQueue::parse("callbacks"), Some(WorkQueue::Callbacks));
         assert_eq!(WorkQueue::parse("status"), None);
         assert_eq!(WorkQueue::parse("Orders"), None);
     }
@@ -740,8 +754,13 @@ mod tests {
             at: "AWS (us-east-1)".into(),
             sdk: SdkConfig::builder().region(aws_config::Region::new("us-east-1")).build(),
             table: Ok("sas-state".into()),
-            queues: [url("sas-orders"), url("sas-scheduler"), url("sas-agent")],
-            dlqs: [url("sas-orders-dlq"), url("sas-scheduler-dlq"), url("sas-agent-dlq")],
+            queues: [url("sas-orders"), url("sas-scheduler"), url("sas-agent"), url("sas-callbacks")],
+            dlqs: [
+                url("sas-orders-dlq"),
+                url("sas-scheduler-dlq"),
+                url("sas-agent-dlq"),
+                url("sas-callbacks-dlq"),
+            ],
             alert_topic: Ok("arn:aws:sns:us-east-1:123456789012:sas-alerts".into()),
             status_queue_arn: Ok("arn:aws:sqs:us-east-1:123456789012:sas-status".into()),
             endpoint: None,
@@ -754,7 +773,8 @@ mod tests {
         let rules = d.reply_to_rules().unwrap();
         assert!(rules.allows("https://sqs.us-east-1.amazonaws.com/123456789012/sas-status").is_ok());
         assert!(rules.allows("https://sqs.us-east-1.amazonaws.com/210987654321/app").is_ok());
-        for refused in ["sas-scheduler", "sas-orders-dlq", "elsewhere"] {
+        for refused in ["sas-scheduler", "sas-orders-dlq", "sas-callbacks", "sas-callbacks-dlq", "elsewhere"]
+        {
             assert!(rules.allows(url(refused).as_ref().unwrap()).is_err(), "{refused}");
         }
         let none = Deployment { status_queue_arn: Err(Missing { why: "w".into(), fix: "f".into() }), ..d };

@@ -21,17 +21,19 @@ enum Command {
     /// Run the four functions continuously against an AWS endpoint (moto, LocalStack)
     /// until Ctrl-C: orders sent to its queue run for real.
     ///
-    /// The state table, the orders, scheduler and agent queues (each with its
+    /// The state table, the orders, scheduler, agent and callback queues (each with its
     /// dead-letter queue, redrive after 5 receives), the status queue and the alerts
     /// topic are created under --prefix if missing, and found if not: a second `up` with the same prefix carries on with them, and `up` never
     /// removes them. Each function is configured as its Lambda binary is (the functions'
     /// tuning variables, e.g. STEP_TIMEOUT_MS and FAILURE_THRESHOLD, are read from the
-    /// environment as the functions read them). The orders, scheduler and agent queues
-    /// are pumped as Lambda's SQS event source mapping does it: receives of up to 10,
+    /// environment as the functions read them). The orders, scheduler, agent and callback
+    /// queues are pumped as Lambda's SQS event source mapping does it: receives of up to 10,
     /// each batch to its handler, the messages it did not report as failed deleted, the
-    /// failed ones left to come back after the visibility timeout. The supervisor fires
-    /// on a timer. HTTP agents call their URLs for real; `queue` agents' requests go to
-    /// their queues, for a worker of yours to serve (docs/WORKERS.md): `up` does not.
+    /// failed ones left to come back after the visibility timeout (the callback queue's to
+    /// the scheduler's callback handler, which keeps a refused completion in the callback
+    /// DLQ with its reason). The supervisor fires on a timer. HTTP agents call their URLs
+    /// for real; `queue` agents' requests go to their queues, for a worker of yours to
+    /// serve (docs/WORKERS.md): `up` does not.
     ///
     /// Ctrl-C or SIGTERM stops receiving, lets the batches in flight finish (their
     /// deletes included), prints a summary and exits 0; a second Ctrl-C quits at once,
@@ -62,8 +64,8 @@ enum DlqCommand {
     List(sasctl::dlq::ListArgs),
     /// Move a DLQ's messages back to the queue they came from (after fixing the cause).
     ///
-    /// The scheduler and agent DLQs go back by SQS's message move task where the endpoint
-    /// has it. Otherwise (moto), and for the orders DLQ (or one named by URL) unless
+    /// The scheduler, agent and callback DLQs go back by SQS's message move task where the
+    /// endpoint has it. Otherwise (moto), and for the orders DLQ (or one named by URL) unless
     /// --include-cancels, by hand: receive, send to the source queue and delete from the
     /// DLQ, 10 at a time, a message deleted only after its send succeeded, so that
     /// apps' cancels can stay behind. Messages kept with a sas-reason (rejected input)

@@ -42,7 +42,7 @@ pub struct Resource {
 /// the alerts topic.
 pub fn names(layout: &Layout) -> Vec<(Kind, String)> {
     let mut out = vec![(Kind::Table, layout.tables.state.clone())];
-    for q in [&layout.orders, &layout.scheduler, &layout.agent, &layout.status] {
+    for q in [&layout.orders, &layout.scheduler, &layout.agent, &layout.callbacks, &layout.status] {
         out.push((Kind::Queue, q.name.clone()));
         if q.max_receives.is_some() {
             out.push((Kind::Queue, format!("{}-dlq", q.name)));

@@ -1,5 +1,5 @@
 //! How sasctl writes what it prints, the same in every command: times, text cut to one
-//! line, progress bars.
+//! line, progress bars, message bodies with their callback tokens redacted.
 
 /// RFC 3339 (ISO 8601), UTC, to the millisecond, always three digits of it: times one
 /// above the other line up (`20.500Z`, not `20.5Z`).
@@ -35,9 +35,52 @@ pub fn progress_bar(len: u64, unit: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// A message body as sasctl prints it: a callback message's `token` (a capability that
+/// completes its step) shown redacted, as the functions log it (its order, step, attempt
+/// and the secret's first four digits; `…` for a value that is no token at all). Any other
+/// body as it is.
+pub fn redact_token(body: &str) -> String {
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_str::<serde_json::Value>(body) else {
+        return body.to_owned();
+    };
+    let Some(token) = fields.get("token") else { return body.to_owned() };
+    let shown = match token.as_str().map(sas::domain::CallbackToken::parse) {
+        Some(Ok((token, _))) => token.redacted(),
+        _ => "…".to_owned(),
+    };
+    fields.insert("token".to_owned(), shown.into());
+    serde_json::Value::Object(fields).to_string()
+}
+
+/// The order a callback message's token names, when it is one.
+pub fn token_order(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let (_, claims) = sas::domain::CallbackToken::parse(v.get("token")?.as_str()?).ok()?;
+    Some(claims.order_id.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn callback_tokens_are_never_printed_whole() {
+        let secret = "ab".repeat(32);
+        let body =
+            format!(r#"{{"token":"sas1.o-1.0.2.{secret}","outcome":"success","output":{{"ok":true}}}}"#);
+        let shown = redact_token(&body);
+        assert!(!shown.contains(&secret), "{shown}");
+        assert!(shown.contains(r#""token":"sas1.o-1.0.2.abab…""#), "{shown}");
+        assert!(shown.contains(r#""output":{"ok":true}"#), "{shown}");
+        assert_eq!(token_order(&body).as_deref(), Some("o-1"));
+        // Not a token, and not a callback message: as they are, except the no-token.
+        let shown: serde_json::Value =
+            serde_json::from_str(&redact_token(r#"{"token":"hunter2","outcome":"success"}"#)).unwrap();
+        assert_eq!(shown, serde_json::json!({"token": "…", "outcome": "success"}));
+        for other in ["{", r#"{"order_id":"o-1"}"#, "[1]"] {
+            assert_eq!(redact_token(other), other);
+        }
+    }
 
     #[test]
     fn text_is_cut_to_one_short_line() {

@@ -6,7 +6,9 @@
 //! The resources are created under a prefix when missing and found when not, so a
 //! second `up` with the same prefix carries on where the first stopped; `up` never
 //! removes them. Each queue is pumped as Lambda's event source mapping does it
-//! (`pump`), the supervisor fires on a timer instead of EventBridge.
+//! (`pump`), the supervisor fires on a timer instead of EventBridge. The scheduler's
+//! second event source, the callback queue, is pumped into the callback handler with the
+//! callback DLQ, as the deployed scheduler routes that queue's records.
 
 mod args;
 mod events;
@@ -24,8 +26,8 @@ use sas::adapters::system::{SystemClock, SystemRandom};
 use sas::config::{AgentConfig, SchedulerConfig, Source, SubmissionConfig, SupervisorConfig};
 use sas::domain::Definitions;
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
-    Submission, Supervisor,
+    Agent, AgentDeps, AgentSettings, Callbacks, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
+    Settings, Submission, Supervisor,
 };
 use sas::ports::{QueueConsumer, QueueUrl, Queues};
 use tokio::signal::unix::{SignalKind, signal};
@@ -245,7 +247,9 @@ impl Startup<'_> {
                     "queues": {
                         "orders": p.orders_queue, "orders_dlq": p.orders_dlq,
                         "scheduler": p.scheduler_queue, "scheduler_dlq": p.scheduler_dlq,
-                        "agent": p.agent_queue, "agent_dlq": p.agent_dlq, "status": p.status_queue,
+                        "agent": p.agent_queue, "agent_dlq": p.agent_dlq,
+                        "callbacks": p.callback_queue, "callbacks_dlq": p.callback_dlq,
+                        "status": p.status_queue,
                     },
                     "table": p.tables.state, "topic": p.alert_topic_arn,
                     "workflows_file": file, "workflows": workflows, "agents": self.targets,
@@ -267,6 +271,10 @@ impl Startup<'_> {
             format!("  orders queue     {}  (rejected orders: {})", p.orders_queue, p.orders_dlq),
             format!("  scheduler queue  {}", p.scheduler_queue),
             format!("  agent queue      {}", p.agent_queue),
+            format!(
+                "  callback queue   {}  (completes callback steps: {{\"token\": ..., \"outcome\": \"success\"}}; refused: {})",
+                p.callback_queue, p.callback_dlq
+            ),
             format!("  status queue     {}  (an order's reply_to may name it)", p.status_queue),
             format!("  state table      {}", p.tables.state),
             format!("  alerts topic     {}", p.alert_topic_arn),
@@ -466,6 +474,7 @@ pub fn start(
     .with_agents(&agent_config.definitions.agents);
     let submission = Submission::new(deps.clone(), Settings::from_config(&configs.submission.state));
     let scheduler = Scheduler::new(deps.clone(), Settings::from_config(&configs.scheduler.state));
+    let callbacks = Callbacks::new(deps.clone(), Settings::from_config(&configs.scheduler.state));
     let supervisor = Supervisor::new(deps.clone(), Settings::from_config(&configs.supervisor.state));
 
     let pumps = Pumps {
@@ -500,6 +509,11 @@ pub fn start(
         pumps.spawn(&agent_config.agent_queue, &agent_config.agent_dlq, options.windows.agent_ms, move |m| {
             let a = agent.clone();
             async move { a.handle(m).await }
+        }),
+        // The deployed event source of the callback queue has no batching window.
+        pumps.spawn(&scheduler_queue.callback_queue, &scheduler_queue.callback_dlq, 0, move |m| {
+            let c = callbacks.clone();
+            async move { c.handle(m).await }
         }),
         tokio::spawn(supervise(supervisor, options.supervisor_period, events, stop)),
     ]

@@ -61,9 +61,9 @@ async fn a_dev_run_names_the_resources_it_made_and_removes_them() {
     let Some(endpoint) = endpoint("a_dev_run_names_the_resources_it_made_and_removes_them") else { return };
     let report = dev_run(&endpoint, &[]);
     let (head, prefix, names) = resources_section(&report);
-    assert_eq!(head, format!("resources made at {endpoint}: 9, removed at the end (--keep keeps them)"));
+    assert_eq!(head, format!("resources made at {endpoint}: 11, removed at the end (--keep keeps them)"));
     let layout = Layout::standard(&prefix);
-    assert_eq!(names, all_names(&layout), "a table, seven queues and a topic, each named");
+    assert_eq!(names, all_names(&layout), "a table, nine queues and a topic, each named");
 
     let clients = Clients::new(&sasctl::endpoint::sdk_config(&endpoint).await);
     let left = resources::existing(&clients, &layout).await.expect("the endpoint answers");
@@ -75,7 +75,7 @@ async fn keep_leaves_the_resources_and_names_them() {
     let Some(endpoint) = endpoint("keep_leaves_the_resources_and_names_them") else { return };
     let report = dev_run(&endpoint, &["--keep"]);
     let (head, prefix, names) = resources_section(&report);
-    assert_eq!(head, format!("resources made at {endpoint}: 9, kept (--keep)"));
+    assert_eq!(head, format!("resources made at {endpoint}: 11, kept (--keep)"));
     let layout = Layout::standard(&prefix);
     assert_eq!(names, all_names(&layout));
 
@@ -108,7 +108,7 @@ async fn only_what_was_made_is_removed_and_removing_is_tolerant() {
 
     provision::provision(&sdk, &layout).await.expect("provisioned");
     let made: Vec<Resource> = resources::made(&before, resources::existing(&clients, &layout).await.unwrap());
-    assert_eq!(made.len(), 7, "seven of nine were made: {made:?}");
+    assert_eq!(made.len(), 9, "nine of eleven were made: {made:?}");
     assert!(made.iter().all(|r| !theirs.iter().any(|(_, n)| *n == r.name)), "{made:?}");
 
     assert!(resources::remove(&clients, &made).await.is_empty());

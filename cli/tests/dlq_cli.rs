@@ -36,7 +36,7 @@ fn a_queue_that_is_neither_a_work_queue_nor_a_url_is_one_line() {
     for verb in ["list", "redrive"] {
         assert_eq!(
             one_line_and_exit_2(&["dlq", verb, "status"]),
-            "sasctl: <QUEUE>: must be orders, scheduler, agent or a DLQ's URL (got \"status\")"
+            "sasctl: <QUEUE>: must be orders, scheduler, agent, callbacks or a DLQ's URL (got \"status\")"
         );
     }
 }

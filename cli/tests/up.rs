@@ -305,7 +305,7 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
 
     let up = Up::start(&endpoint, &prefix, &workflows).await;
     let startup = up.stdout();
-    assert!(startup.contains(&format!("prefix {prefix} (all 9 created)")), "{startup}");
+    assert!(startup.contains(&format!("prefix {prefix} (all 11 created)")), "{startup}");
     assert!(startup.contains(&format!("svc: POST {url}/<step>")), "{startup}");
     assert!(
         startup.contains(&format!("aws --endpoint-url {endpoint} sqs send-message --queue-url ")),
@@ -348,7 +348,7 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
     // the order waiting in them.
     aws.send_order("ok-4").await;
     let up = Up::start(&endpoint, &prefix, &workflows).await;
-    assert!(up.stdout().contains("(all 9 found and reused)"), "{}", up.stdout());
+    assert!(up.stdout().contains("(all 11 found and reused)"), "{}", up.stdout());
     assert_eq!(aws.wait_until_ended(&["ok-4"], Duration::from_secs(90)).await, ["Processed"]);
     up.wait_for_line(|l| l.contains("Processed") && l.contains("ok-4"), Duration::from_secs(10)).await;
     up.interrupt();

@@ -15,7 +15,7 @@ use crate::adapters::aws::{AwsSecrets, DynamoStore, SnsAlerts, SqsQueues};
 use crate::adapters::emf::EmfMetrics;
 use crate::adapters::system::{SystemClock, SystemRandom};
 use crate::config::{AlertConfig, ConfigError, Deployment, FunctionName, StateConfig, TableNames};
-use crate::domain::{OperatorAlert, Timestamp};
+use crate::domain::{OperatorAlert, QueueId, Timestamp};
 use crate::handlers::{
     BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
 };
@@ -109,6 +109,78 @@ where
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let deadline = Timestamp(event.context.deadline);
         let report = run_batch(inbound_batch(event.payload), dead_letters, |m| handle(m, deadline)).await;
+        Ok::<_, Error>(batch_response(&report))
+    }))
+    .await
+}
+
+/// One SQS event source of a function: the queue it polls (`dead_letters.source`), where
+/// that queue's bad messages are kept (`dead_letters.dead_letter_queue`), and its handler.
+pub struct SqsSource<F> {
+    pub dead_letters: DeadLetters,
+    pub handle: F,
+}
+
+/// Whether `record` came from `queue`: its `eventSourceARN` names the queue's account and
+/// name. A queue's URL and its ARN name it the same way whatever the endpoint, and an
+/// event source mapping polls a queue of its function's own region, so the region is not
+/// compared. A record without an ARN (one invoked by hand) comes from no named queue.
+pub fn is_from(record: &SqsMessage, queue: &QueueUrl) -> bool {
+    let Some(arn) = record.event_source_arn.as_deref().and_then(QueueId::from_arn) else { return false };
+    QueueId::account_and_name(&queue.0)
+        .is_some_and(|(account, name)| arn.account == account && arn.name == name)
+}
+
+/// An event's messages by where they came from: those of `queue`, then all the others.
+pub fn split_by_source(event: SqsEvent, queue: &QueueUrl) -> (Vec<Inbound>, Vec<Inbound>) {
+    let (from, others): (Vec<SqsMessage>, Vec<SqsMessage>) =
+        event.records.into_iter().partition(|record| is_from(record, queue));
+    (from.into_iter().map(inbound).collect(), others.into_iter().map(inbound).collect())
+}
+
+/// One batch of a function with two event sources: the messages of `second`'s queue go to
+/// its handler and dead letters, every other message to `first`'s, the two parts at once.
+/// Lambda hands a function one event source's records at a time; a mixed batch (a hand
+/// invocation) is split the same way. One report: both parts' failures and kept counts.
+pub async fn run_routed<F, Fut, G, Gut>(
+    event: SqsEvent,
+    first: &SqsSource<F>,
+    second: &SqsSource<G>,
+) -> BatchReport
+where
+    F: Fn(Inbound) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+    G: Fn(Inbound) -> Gut,
+    Gut: Future<Output = Result<(), HandlerError>>,
+{
+    let (theirs, others) = split_by_source(event, &second.dead_letters.source);
+    let (a, b) = futures::join!(run_part(others, first), run_part(theirs, second));
+    BatchReport { failures: [a.failures, b.failures].concat(), kept: a.kept + b.kept }
+}
+
+async fn run_part<F, Fut>(messages: Vec<Inbound>, source: &SqsSource<F>) -> BatchReport
+where
+    F: Fn(Inbound) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    if messages.is_empty() {
+        return BatchReport::default();
+    }
+    run_batch(messages, &source.dead_letters, |m| (source.handle)(m)).await
+}
+
+/// Runs an SQS-triggered function fed by two event source mappings (the scheduler: its
+/// own queue, and the callback queue): each event through [`run_routed`].
+pub async fn serve_sqs_routed<F, Fut, G, Gut>(first: SqsSource<F>, second: SqsSource<G>) -> Result<(), Error>
+where
+    F: Fn(Inbound) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+    G: Fn(Inbound) -> Gut,
+    Gut: Future<Output = Result<(), HandlerError>>,
+{
+    let (first, second) = (&first, &second);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        let report = run_routed(event.payload, first, second).await;
         Ok::<_, Error>(batch_response(&report))
     }))
     .await
@@ -240,6 +312,115 @@ mod tests {
         assert_eq!(got[0], Inbound { message_id: "m1".into(), body: "{}".into(), receive_count: 3, sender });
         let none = Inbound { message_id: "m2".into(), body: String::new(), receive_count: 1, sender: None };
         assert_eq!(got[1], none);
+    }
+
+    const SCHEDULER: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/sas-scheduler";
+    const CALLBACKS: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/sas-callbacks";
+
+    fn record(id: &str, arn: Option<&str>) -> serde_json::Value {
+        serde_json::json!({"messageId": id, "body": id, "attributes": {}, "messageAttributes": {},
+                           "eventSource": "aws:sqs", "eventSourceARN": arn})
+    }
+
+    #[test]
+    fn records_are_told_apart_by_the_queue_they_came_from() {
+        let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [
+            record("s1", Some("arn:aws:sqs:us-east-1:123456789012:sas-scheduler")),
+            record("c1", Some("arn:aws:sqs:us-east-1:123456789012:sas-callbacks")),
+            record("x1", None),
+            // Same name, another account: not the callback queue.
+            record("o1", Some("arn:aws:sqs:us-east-1:210987654321:sas-callbacks")),
+            // Another region in the ARN: the region is not compared.
+            record("c2", Some("arn:aws:sqs:eu-west-1:123456789012:sas-callbacks")),
+        ]}))
+        .unwrap();
+        let ids = |v: Vec<Inbound>| v.into_iter().map(|m| m.message_id).collect::<Vec<_>>();
+        let (callbacks, others) = split_by_source(event.clone(), &QueueUrl(CALLBACKS.into()));
+        assert_eq!(
+            (ids(callbacks), ids(others)),
+            (vec!["c1".into(), "c2".into()], vec!["s1".into(), "x1".into(), "o1".into()])
+        );
+        let local = QueueUrl("http://127.0.0.1:5000/123456789012/sas-callbacks".into());
+        assert_eq!(split_by_source(event, &local).0.len(), 2);
+    }
+
+    /// A mixed batch: each part runs under its own handler and DLQ, and the report holds
+    /// both parts' failures and kept messages.
+    #[tokio::test]
+    async fn a_mixed_batch_runs_each_part_under_its_own_handler_and_dlq() {
+        use crate::adapters::embedded::{CountingMetrics, EmbeddedQueues, ManualClock, QueueSettings};
+        use crate::handlers::batch::{REASON_ATTRIBUTE, SOURCE_ATTRIBUTE};
+        use std::sync::Mutex;
+
+        let queues = Arc::new(EmbeddedQueues::new(Arc::new(ManualClock::at(1_000)), 1));
+        let (scheduler_dlq, callbacks_dlq) = (format!("{SCHEDULER}-dlq"), format!("{CALLBACKS}-dlq"));
+        for q in [&scheduler_dlq, &callbacks_dlq] {
+            queues.create(q, QueueSettings::default());
+        }
+        let metrics = Arc::new(CountingMetrics::default());
+        let dead_letters = |source: &str, dlq: &str| DeadLetters {
+            queues: queues.clone(),
+            source: QueueUrl(source.into()),
+            dead_letter_queue: QueueUrl(dlq.into()),
+            metrics: metrics.clone(),
+        };
+        let seen: Arc<Mutex<Vec<(&str, String)>>> = Arc::default();
+        let handler = |name: &'static str| {
+            let seen = seen.clone();
+            move |m: Inbound| {
+                seen.lock().unwrap().push((name, m.message_id.clone()));
+                async move {
+                    match m.message_id.as_str() {
+                        "s2" | "c3" => Err(HandlerError::Retry("try again".into())),
+                        "s3" | "c2" => Err(HandlerError::Reject(format!("bad {}", m.message_id))),
+                        _ => Ok(()),
+                    }
+                }
+            }
+        };
+        let scheduler =
+            SqsSource { dead_letters: dead_letters(SCHEDULER, &scheduler_dlq), handle: handler("scheduler") };
+        let callbacks =
+            SqsSource { dead_letters: dead_letters(CALLBACKS, &callbacks_dlq), handle: handler("callbacks") };
+        let scheduler_arn = Some("arn:aws:sqs:us-east-1:123456789012:sas-scheduler");
+        let callbacks_arn = Some("arn:aws:sqs:us-east-1:123456789012:sas-callbacks");
+        let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [
+            record("s1", scheduler_arn), record("c1", callbacks_arn), record("s2", scheduler_arn),
+            record("c2", callbacks_arn), record("s3", scheduler_arn), record("c3", callbacks_arn),
+        ]}))
+        .unwrap();
+
+        let mut report = run_routed(event, &scheduler, &callbacks).await;
+        report.failures.sort();
+        assert_eq!(report, BatchReport { failures: vec!["c3".into(), "s2".into()], kept: 2 });
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        let want: Vec<(&str, String)> = [
+            ("callbacks", "c1"),
+            ("callbacks", "c2"),
+            ("callbacks", "c3"),
+            ("scheduler", "s1"),
+            ("scheduler", "s2"),
+            ("scheduler", "s3"),
+        ]
+        .into_iter()
+        .map(|(h, m)| (h, m.to_owned()))
+        .collect();
+        assert_eq!(seen, want);
+        for (dlq, source, body) in [(&callbacks_dlq, CALLBACKS, "c2"), (&scheduler_dlq, SCHEDULER, "s3")] {
+            let kept = queues.drain(dlq);
+            assert_eq!(kept.len(), 1, "{dlq}");
+            assert_eq!(kept[0].body, body);
+            assert_eq!(
+                kept[0].attributes.get(REASON_ATTRIBUTE).map(String::as_str),
+                Some(format!("bad {body}").as_str())
+            );
+            assert_eq!(kept[0].attributes.get(SOURCE_ATTRIBUTE).map(String::as_str), Some(source));
+        }
+        // Only one source in the event: the other part is not run at all.
+        let only: SqsEvent =
+            serde_json::from_value(serde_json::json!({"Records": [record("c1", callbacks_arn)]})).unwrap();
+        assert_eq!(run_routed(only, &scheduler, &callbacks).await, BatchReport::default());
     }
 
     #[test]

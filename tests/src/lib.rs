@@ -6,6 +6,7 @@
 //! `CI=true`, where a missing emulator is a failure: CI must never go green by
 //! skipping.
 
+pub mod callbacks;
 pub mod conformance;
 
 use std::sync::Arc;
@@ -181,6 +182,20 @@ impl Backend {
             Time::Real => 1_000,
         }
     }
+}
+
+/// Messages of the queue at `url`, visible and in flight.
+pub async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("queue attributes");
+    out.attributes().into_iter().flatten().filter_map(|(_, v)| v.parse::<u64>().ok()).sum()
 }
 
 /// Log output captured in memory: a `tracing_subscriber` writer the log tests read back.

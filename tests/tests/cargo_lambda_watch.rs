@@ -3,12 +3,17 @@
 //! mode, so the binaries are the test command's own build, not a second compile) with
 //! exactly what `infra/bootstrap.sh` printed plus the variables the docs tell a user to add, against
 //! the test endpoint (moto under infra/with-moto.sh). This test stands in for Lambda's
-//! event sources: it receives from the orders, scheduler and agent queues, invokes the
-//! matching function with an `SqsEvent` through cargo-lambda's invoke endpoint, deletes
-//! the messages not named in the response's `batchItemFailures`, and invokes the
-//! supervisor with a scheduled EventBridge event every few seconds. A loopback remote
-//! service answers the agent and refuses every `charge-payment`, so single-step orders
-//! end Processed and three-step orders end Compensated.
+//! event sources: it receives from the orders, scheduler, agent and callback queues,
+//! invokes the matching function with an `SqsEvent` through cargo-lambda's invoke
+//! endpoint (the scheduler for both of its queues, each record carrying its queue's
+//! `eventSourceARN`), deletes the messages not named in the response's
+//! `batchItemFailures`, and invokes the supervisor with a scheduled EventBridge event every
+//! few seconds. A loopback remote service answers the agent and refuses every
+//! `charge-payment`, so single-step orders end Processed and three-step orders end
+//! Compensated. The definition file (`WORKFLOWS_FILE`, the built-in workflows plus one
+//! with a callback step) has an order wait for the outside: a completion with a forged
+//! token, sent to the callback queue, is kept in the callback DLQ with its reason by the
+//! scheduler binary, and the real one ends the order Processed.
 //!
 //! cargo-lambda comes from the project venv that `scripts/cargo-lambda-venv.sh` installs
 //! (the test command runs it). Without it, or without moto, the test fails under
@@ -25,6 +30,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use sas::adapters::aws::{DynamoStore, TableNames};
 use sas::domain::{Action, OrderId, ProcessState};
 use sas::ports::StateStore;
+use sas_tests::callbacks::{self, Approvals};
 use sasctl::remote_sim::{LoopbackRemote, RemoteFaults};
 use serde_json::{Value, json};
 
@@ -329,13 +335,23 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     )
     .await
     .expect("remote service");
-    let added = format!(
-        "REMOTE_SERVICE_URL={}\nAWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\n\
-         AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
-        remote.base_url()
-    );
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cargo-lambda-watch-{prefix}"));
     std::fs::create_dir_all(&dir).expect("work dir");
+    // The definition file: the built-in workflows, and `approve`, whose one step waits for
+    // the outside, its agent a loopback service that keeps the token it is handed.
+    let approvals = Approvals::serve().await;
+    let builtin = std::fs::read_to_string(root.join("examples/workflows.json")).expect("built-in workflows");
+    let mut definitions: Value = serde_json::from_str(&builtin).expect("JSON");
+    definitions["agents"][callbacks::AGENT] = approvals.agent();
+    definitions["workflows"].as_array_mut().expect("workflows").push(callbacks::workflow());
+    let workflows = dir.join("workflows.json");
+    std::fs::write(&workflows, definitions.to_string()).expect("definition file");
+    let added = format!(
+        "REMOTE_SERVICE_URL={}\nWORKFLOWS_FILE={}\nAWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\n\
+         AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
+        remote.base_url(),
+        workflows.display()
+    );
     let env_file = dir.join("local.env");
     std::fs::write(&env_file, format!("{printed}{added}")).expect("env file");
 
@@ -422,6 +438,13 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
             .expect("order sent");
         expected.insert(id, end);
     }
+    let waits = format!("w-{prefix}-cb");
+    sqs.send_message()
+        .queue_url(&orders_url)
+        .message_body(order(&waits, callbacks::STEP, &status_url))
+        .send()
+        .await
+        .expect("order sent");
 
     // The event sources run until every order has ended (or time is up).
     let stop = Arc::new(AtomicBool::new(false));
@@ -430,6 +453,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         ("ORDERS_QUEUE_URL", "submission"),
         ("SCHEDULER_QUEUE_URL", "scheduler"),
         ("AGENT_QUEUE_URL", "agent"),
+        ("CALLBACK_QUEUE_URL", "scheduler"),
     ] {
         let (sources, url) = (sources.clone(), vars[queue].to_owned());
         let arn =
@@ -455,6 +479,30 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
             ok
         })
     };
+
+    // The outside completes the waiting order through the callback queue, which the
+    // scheduler binary serves as its second event source: first with a forged token (kept
+    // in the callback DLQ with its reason), then with the token its agent was handed.
+    let token = approvals.token(&waits, ORDERS_WITHIN).await;
+    let (_, claims) = sas::domain::CallbackToken::parse(&token).expect("a token");
+    let forged = json!({"token": callbacks::forged(&token), "outcome": "success"}).to_string();
+    let send =
+        |body: String| sqs.send_message().queue_url(vars["CALLBACK_QUEUE_URL"]).message_body(body).send();
+    send(forged.clone()).await.expect("completion sent");
+    let kept = callbacks::take(&sqs, vars["CALLBACK_DLQ_URL"], 1).await;
+    assert_eq!(
+        kept.get(&forged).cloned().flatten(),
+        Some(format!(
+            "callback refused: the token does not match the one issued for step 0 attempt {}",
+            claims.attempt
+        )),
+        "kept by the scheduler binary: {kept:?}\n{}",
+        watch.tail()
+    );
+    send(json!({"token": token, "outcome": "success", "output": {"approved_by": "ops"}}).to_string())
+        .await
+        .expect("completion sent");
+    expected.insert(waits.clone(), ProcessState::Processed);
 
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), TableNames::new(vars["STATE_TABLE"]));
     let deadline = Instant::now() + ORDERS_WITHIN;
@@ -493,7 +541,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     // The remote service saw it: each single-step order applied once; each three-step
     // order reserved, was refused its payment, and had its reservation released.
     let ledger = remote.ledger();
-    for (id, end) in &expected {
+    for (id, end) in expected.iter().filter(|(id, _)| **id != waits) {
         let effects: Vec<(u32, Action)> =
             ledger.effects.iter().filter(|e| &e.1 == id).map(|e| (e.2, e.3)).collect();
         let want = match end {
@@ -502,6 +550,9 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         };
         assert_eq!(effects, want, "{id}");
     }
+
+    // Nothing of the callback queue was taken for a scheduler message.
+    assert_eq!(sas_tests::depth(&sqs, vars["SCHEDULER_DLQ_URL"]).await, 0, "the scheduler DLQ is empty");
 
     // The agent said once why it ignores cargo-lambda's deadline.
     let log = std::fs::read_to_string(&watch.log).unwrap_or_default();

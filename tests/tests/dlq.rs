@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use aws_sdk_sqs::types::MessageAttributeValue;
 use sas::adapters::aws::provision::{self, Layout, Provisioned};
-use sas_tests::{endpoint, sdk_config, unique_prefix};
+use sas_tests::{depth, endpoint, sdk_config, unique_prefix};
 use sasctl::deployment::{DeploymentArgs, DeploymentError, Origin, WorkQueue};
 use sasctl::dlq::{self, ListArgs, QueueArg, RedriveArgs};
 
@@ -56,6 +56,8 @@ async fn a_deployment_is_found_by_its_stack_its_prefix_or_flags() {
             ("SchedulerDlqUrl", &made.scheduler_dlq),
             ("AgentQueueUrl", &made.agent_queue),
             ("AgentDlqUrl", &made.agent_dlq),
+            ("CallbackQueueUrl", &made.callback_queue),
+            ("CallbackDlqUrl", &made.callback_dlq),
             ("AlertTopicArn", &made.alert_topic_arn),
         ],
     )
@@ -72,6 +74,8 @@ async fn a_deployment_is_found_by_its_stack_its_prefix_or_flags() {
         assert_eq!(d.dlq(WorkQueue::Scheduler), Ok(made.scheduler_dlq.as_str()));
         assert_eq!(d.queue(WorkQueue::Agent), Ok(made.agent_queue.as_str()));
         assert_eq!(d.dlq(WorkQueue::Agent), Ok(made.agent_dlq.as_str()));
+        assert_eq!(d.queue(WorkQueue::Callbacks), Ok(made.callback_queue.as_str()));
+        assert_eq!(d.dlq(WorkQueue::Callbacks), Ok(made.callback_dlq.as_str()));
         assert_eq!(d.alert_topic_arn(), Ok(made.alert_topic_arn.as_str()));
     }
     assert_eq!(by_stack.caller_identity().await, Ok("arn:aws:sts::123456789012:user/moto".to_owned()));
@@ -88,11 +92,21 @@ async fn a_deployment_is_found_by_its_stack_its_prefix_or_flags() {
     assert_eq!(d.dlq(WorkQueue::Agent), Ok(made.orders_dlq.as_str()));
     assert_eq!(d.dlq(WorkQueue::Scheduler), Ok(made.scheduler_dlq.as_str()));
 
+    // --callback-queue: the callback DLQ from the queue's redrive policy.
+    let flags = DeploymentArgs { callback_queue: Some(made.callback_queue.clone()), ..at(&endpoint) };
+    assert_eq!(flags.resolve().await.unwrap().dlq(WorkQueue::Callbacks), Ok(made.callback_dlq.as_str()));
+
     // An older stack without some outputs: each missing one is named, with the fix.
     let old = format!("{prefix}-old");
     stack(&endpoint, &old, &[("OrdersQueueUrl", &made.orders_queue)]).await;
     let d = DeploymentArgs { stack: Some(old.clone()), ..at(&endpoint) }.resolve().await.unwrap();
     assert_eq!(d.queue(WorkQueue::Orders), Ok(made.orders_queue.as_str()));
+    assert_eq!(
+        d.dlq(WorkQueue::Callbacks).unwrap_err().to_string(),
+        format!(
+            "no callbacks DLQ: stack {old} has no output CallbackDlqUrl; deploy the current template.yaml (sam deploy), or give --callback-queue"
+        )
+    );
     assert_eq!(
         d.dlq(WorkQueue::Orders).unwrap_err().to_string(),
         format!(
@@ -217,16 +231,44 @@ async fn dlq_messages_are_listed_in_place_and_redriven_with_their_bodies() {
     );
 }
 
-/// Messages visible and in flight.
-async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(A::ApproximateNumberOfMessages)
-        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+/// The callback DLQ by its name: a refused completion is listed in place and redriven to
+/// the callback queue with its body (and its token) whole.
+#[tokio::test]
+async fn a_refused_completion_is_listed_and_redriven_to_the_callback_queue() {
+    let Some(endpoint) = endpoint("dlq_callbacks") else { return };
+    let (prefix, made) = deployed("dlq-callbacks", &endpoint).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config(&endpoint).await);
+    let body = format!(r#"{{"token":"sas1.o-1.0.1.{}","outcome":"success"}}"#, "ab".repeat(32));
+    sqs.send_message()
+        .queue_url(&made.callback_dlq)
+        .message_body(&body)
+        .message_attributes("sas-reason", text("callback refused: the step has ended"))
+        .message_attributes("sas-source", text(&made.callback_queue))
         .send()
         .await
         .unwrap();
-    out.attributes().into_iter().flatten().filter_map(|(_, v)| v.parse::<u64>().ok()).sum()
+    let deployment = DeploymentArgs { prefix: Some(prefix), ..at(&endpoint) };
+    let queue: QueueArg = "callbacks".parse().unwrap();
+    let target = dlq::target(&queue, &deployment, true).await.unwrap();
+    assert_eq!(target.source.as_ref().map(|s| s.url.as_str()), Some(made.callback_queue.as_str()));
+    let (kept, _) = dlq::peek(&target, 10).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        (kept[0].body.as_str(), kept[0].reason.as_deref()),
+        (body.as_str(), Some("callback refused: the step has ended"))
+    );
+    let redrive = RedriveArgs {
+        queue,
+        rate: 100,
+        include_cancels: false,
+        dry_run: false,
+        limit: 50,
+        json: true,
+        deployment,
+    };
+    assert_eq!(dlq::redrive(&redrive).await, Ok(ExitCode::SUCCESS));
+    assert_eq!(depth(&sqs, &made.callback_dlq).await, 0);
+    let back =
+        sqs.receive_message().queue_url(&made.callback_queue).wait_time_seconds(2).send().await.unwrap();
+    assert_eq!(back.messages().iter().filter_map(|m| m.body()).collect::<Vec<_>>(), [body.as_str()]);
 }

@@ -30,6 +30,9 @@ const POLL_WAIT_MS: u64 = 20_000;
 /// optimises down to two when the mapping sets no maximum concurrency; the template sets
 /// one on each queue (docs/BENCHMARKS.md, section 8).
 pub const IDLE_POLLERS: u64 = 5;
+/// The queues with an event source mapping, each polled while idle: orders, scheduler,
+/// agent, and the callback queue (the scheduler's second event source).
+pub const POLLED_QUEUES: f64 = 4.0;
 const MINUTES_PER_MONTH: f64 = 30.0 * 24.0 * 60.0;
 
 #[derive(Debug, Clone)]
@@ -440,7 +443,7 @@ pub async fn idle(endpoint: &str, seconds: u64) -> Result<IdleReport, String> {
     running.finish().await?;
 
     let minutes = elapsed / 60.0;
-    let receives_per_poller_minute = counted.op("sqs", "ReceiveMessage") as f64 / 3.0 / minutes;
+    let receives_per_poller_minute = counted.op("sqs", "ReceiveMessage") as f64 / POLLED_QUEUES / minutes;
     let mut without_receives = counted.clone();
     if let Some(sqs) = without_receives.requests.get_mut("sqs") {
         sqs.remove("ReceiveMessage");
@@ -449,7 +452,7 @@ pub async fn idle(endpoint: &str, seconds: u64) -> Result<IdleReport, String> {
     let per_run = per(&without_receives, runs.max(1) as f64);
     let ddb_per_run: f64 = per_run.get("dynamodb").map_or(0.0, |ops| ops.values().sum());
     // At rate(1 minute): one supervisor run a minute.
-    let receives = receives_per_poller_minute * 3.0 * IDLE_POLLERS as f64 * MINUTES_PER_MONTH;
+    let receives = receives_per_poller_minute * POLLED_QUEUES * IDLE_POLLERS as f64 * MINUTES_PER_MONTH;
     let runs_month = MINUTES_PER_MONTH;
     let queries = ddb_per_run * runs_month;
     let a = CostAssumptions::default();

@@ -19,6 +19,10 @@
 //! operator since, or sent again), and sent again it would stop that order. They stay in
 //! the DLQ unless `--include-cancels`; holding them back means reading every message, so
 //! the orders DLQ (or a DLQ named by URL) is then moved by hand, not by a move task.
+//!
+//! The callback DLQ holds completions of callback steps the scheduler refused (a dead or
+//! forged token, a malformed message), each with its reason. Their bodies carry tokens,
+//! which complete steps: `list` shows them redacted; a redrive moves them whole.
 
 mod list;
 mod queue;
@@ -61,14 +65,15 @@ impl FromStr for QueueArg {
         if crate::endpoint::check_url(s).is_ok() {
             return Ok(QueueArg::Url(s.to_owned()));
         }
-        Err(format!("must be orders, scheduler, agent or a DLQ's URL (got {s:?})"))
+        Err(format!("must be orders, scheduler, agent, callbacks or a DLQ's URL (got {s:?})"))
     }
 }
 
 /// `sasctl dlq list`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListArgs {
-    /// orders, scheduler or agent (the work queue whose DLQ to read), or a DLQ's URL.
+    /// orders, scheduler, agent or callbacks (the work queue whose DLQ to read), or a DLQ's
+    /// URL.
     #[arg(value_name = "QUEUE")]
     pub queue: QueueArg,
     /// Messages to show at most (1 to 1000).
@@ -84,8 +89,8 @@ pub struct ListArgs {
 /// `sasctl dlq redrive`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedriveArgs {
-    /// orders, scheduler or agent (the work queue whose DLQ to redrive), or a DLQ's URL
-    /// (its source queue is the one queue whose redrive policy names it).
+    /// orders, scheduler, agent or callbacks (the work queue whose DLQ to redrive), or a
+    /// DLQ's URL (its source queue is the one queue whose redrive policy names it).
     #[arg(value_name = "QUEUE")]
     pub queue: QueueArg,
     /// Messages moved per second at most (1 to 500).
@@ -123,7 +128,7 @@ pub enum DlqError {
     )]
     NotADlq { url: String },
     #[error(
-        "{why}: name the work queue (orders, scheduler, agent) with --stack or --prefix instead of the URL"
+        "{why}: name the work queue (orders, scheduler, agent, callbacks) with --stack or --prefix instead of the URL"
     )]
     NoSource { why: String },
     #[error("{doing} at {at} failed: {reason}")]
@@ -161,11 +166,12 @@ mod tests {
     fn queue_names_and_urls() {
         assert_eq!("orders".parse(), Ok(QueueArg::Work(WorkQueue::Orders)));
         assert_eq!("agent".parse(), Ok(QueueArg::Work(WorkQueue::Agent)));
+        assert_eq!("callbacks".parse(), Ok(QueueArg::Work(WorkQueue::Callbacks)));
         let url = "https://sqs.us-east-1.amazonaws.com/123456789012/sas-orders-dlq";
         assert_eq!(url.parse(), Ok(QueueArg::Url(url.into())));
         assert_eq!(
             "status".parse::<QueueArg>(),
-            Err("must be orders, scheduler, agent or a DLQ's URL (got \"status\")".into())
+            Err("must be orders, scheduler, agent, callbacks or a DLQ's URL (got \"status\")".into())
         );
     }
 }

@@ -24,9 +24,10 @@ pub fn held_back(body: &str, include_cancels: bool) -> Option<&'static str> {
 }
 
 /// Whether the DLQ may hold apps' cancels: the orders DLQ, or one named by URL. The
-/// scheduler and agent queues take none (one sent there is rejected again, whatever it says).
+/// scheduler, agent and callback queues take none (one sent there is rejected again,
+/// whatever it says).
 fn may_hold_cancels(queue: &QueueArg) -> bool {
-    !matches!(queue, QueueArg::Work(WorkQueue::Scheduler | WorkQueue::Agent))
+    !matches!(queue, QueueArg::Work(WorkQueue::Scheduler | WorkQueue::Agent | WorkQueue::Callbacks))
 }
 
 /// How the messages went back.
@@ -461,6 +462,7 @@ mod tests {
         assert!(may_hold_cancels(&QueueArg::Work(WorkQueue::Orders)));
         assert!(may_hold_cancels(&QueueArg::Url("https://sqs.us-east-1.amazonaws.com/1/x".into())));
         assert!(!may_hold_cancels(&QueueArg::Work(WorkQueue::Agent)));
+        assert!(!may_hold_cancels(&QueueArg::Work(WorkQueue::Callbacks)));
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! How `dlq` prints messages: a table, or one JSON object each.
 
 use super::list::DlqMessage;
-use crate::text::{iso_ms as time, one_line as preview};
+use crate::text::{iso_ms as time, one_line as preview, redact_token};
 
 impl DlqMessage {
+    /// The message as printed: a callback message's token redacted (the callback DLQ's
+    /// bodies carry tokens, which complete steps; a redrive moves them whole).
     pub(super) fn json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("a kept message serializes");
         v["first_seen"] = self.first_seen_ms.map(time).into();
+        v["body"] = redact_token(&self.body).into();
         v
     }
 }
@@ -33,7 +36,7 @@ pub(super) fn print_messages(kept: &[DlqMessage], json: bool, extra: Option<(&st
             k.first_seen_ms.map(time).unwrap_or_else(|| "-".into()),
             k.receive_count,
             k.reason.as_deref().map(|r| preview(r, 40)).unwrap_or_else(|| "-".into()),
-            preview(&k.body, 60)
+            preview(&redact_token(&k.body), 60)
         );
     }
 }

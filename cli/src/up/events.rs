@@ -339,18 +339,22 @@ impl RejectionTap {
             "rejected",
             &rejected_text(queue_name(&queue.0), &message.body, reason),
             serde_json::json!({
-                "order_id": named_order(&message.body), "queue": queue.0, "reason": reason, "body": message.body,
+                "order_id": named_order(&message.body), "queue": queue.0, "reason": reason,
+                "body": crate::text::redact_token(&message.body),
             }),
         );
     }
 }
 
-/// The order a kept message names, when its body can be read: an order's `order_id`, or
-/// the order a cancel names (as written, even when not a valid id: that may be why).
+/// The order a kept message names, when its body can be read: an order's `order_id`, the
+/// order a cancel names (as written, even when not a valid id: that may be why), or the
+/// order a callback message's token is for.
 fn named_order(body: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    let id = v.get("order_id").or_else(|| v.get("cancel"))?.as_str()?;
-    Some(crate::text::one_line(id, 80))
+    let Some(id) = v.get("order_id").or_else(|| v.get("cancel")) else {
+        return crate::text::token_order(body);
+    };
+    Some(crate::text::one_line(id.as_str()?, 80))
 }
 
 /// A `rejected` line: the order, when the body names one, where it was kept, and why.

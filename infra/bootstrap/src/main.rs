@@ -127,6 +127,8 @@ mod tests {
             scheduler_dlq: url("sas-scheduler-dlq"),
             agent_queue: url("sas-agent"),
             agent_dlq: url("sas-agent-dlq"),
+            callback_queue: url("sas-callbacks"),
+            callback_dlq: url("sas-callbacks-dlq"),
             status_queue: url("sas-status"),
             status_queue_arn: "arn:aws:sqs:us-east-1:000000000000:sas-status".into(),
             alert_topic_arn: "arn:aws:sns:us-east-1:000000000000:sas-alerts".into(),

@@ -175,7 +175,7 @@ impl Env<'_> {
     }
 
     /// The `reply_to` rules: SQS URLs only, the status queue plus the extra ARNs, never
-    /// one of the six queues of the deployment (`domain::reply_to`).
+    /// one of the eight queues of the deployment (`domain::reply_to`).
     pub(super) fn reply_to(&mut self) -> ReplyToRules {
         let status_arn = self.required("STATUS_QUEUE_ARN");
         let status = (!status_arn.is_empty()).then(|| QueueId::from_arn(&status_arn)).flatten();

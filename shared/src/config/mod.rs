@@ -41,14 +41,17 @@ pub const MAX_SEND_MAX_HOLD_MS: u64 = 1_000;
 /// The one limit on a step's lease, the same as `StepTimeoutMs` in template.yaml: an
 /// attempt must end, reply included, within the agent function's 60 s timeout.
 pub use crate::domain::definitions::{MAX_STEP_TIMEOUT_MS, MIN_STEP_TIMEOUT_MS};
-/// The queues of the deployment itself: `reply_to` may never name one of them.
-pub const OWN_QUEUE_VARIABLES: [&str; 6] = [
+/// The queues of the deployment itself: `reply_to` may never name one of them, nor a
+/// queue agent's `queue_url`.
+pub const OWN_QUEUE_VARIABLES: [&str; 8] = [
     "ORDERS_QUEUE_URL",
     "ORDERS_DLQ_URL",
     "SCHEDULER_QUEUE_URL",
     "SCHEDULER_DLQ_URL",
     "AGENT_QUEUE_URL",
     "AGENT_DLQ_URL",
+    "CALLBACK_QUEUE_URL",
+    "CALLBACK_DLQ_URL",
 ];
 
 /// Stands in for `AGENT_QUEUE_URL` in functions that never dispatch (submission and
@@ -170,7 +173,8 @@ impl env::Env<'_> {
     /// A queue agent's requests carry lease tokens and orders, and its worker may answer
     /// on the scheduler queue. Pointed at one of the deployment's own queues, requests
     /// would land among the pipeline's messages (a Schedule queue that parses them as
-    /// bad input, the orders queue that would read them as orders); pointed at a queue
+    /// bad input, the orders queue that would read them as orders, the callback queue as
+    /// completions; `OWN_QUEUE_VARIABLES` names them all); pointed at a queue
     /// status may go to, every app reading status would see the leases.
     fn queue_agents_apart(&mut self, config: &StateConfig) {
         for (name, agent) in &config.definitions.agents {
@@ -225,6 +229,24 @@ impl env::Env<'_> {
         }
     }
 
+    /// `CALLBACK_QUEUE_URL`: a queue named by account and name (the scheduler matches
+    /// each record's `eventSourceARN` against it; `reply_to` reports a URL without them,
+    /// as for every queue of the deployment), other than the scheduler queue, whose
+    /// records would then all be read as completions.
+    fn callback_queue(&mut self, scheduler_queue: &QueueUrl) -> QueueUrl {
+        let url = self.queue("CALLBACK_QUEUE_URL");
+        let id = QueueId::account_and_name(&url.0);
+        if id.is_some() && id == QueueId::account_and_name(&scheduler_queue.0) {
+            self.check(
+                "CALLBACK_QUEUE_URL",
+                &url.0,
+                false,
+                "a queue of its own: it names the scheduler queue (SCHEDULER_QUEUE_URL), whose messages would all be read as completions",
+            );
+        }
+        url
+    }
+
     fn alerts(&mut self, tables: &TableNames) -> AlertConfig {
         AlertConfig { deployment: self.deployment(tables), topic_arn: self.arn("ALERT_TOPIC_ARN") }
     }
@@ -258,6 +280,11 @@ pub struct SchedulerConfig {
     /// Its `agent_queue` is always set: the scheduler requires `AGENT_QUEUE_URL`.
     pub state: StateConfig,
     pub scheduler_dlq: QueueUrl,
+    /// The callback queue, the function's second event source: its records are told
+    /// apart from the scheduler queue's by this queue (`lambda::serve_sqs_routed`).
+    pub callback_queue: QueueUrl,
+    /// Where a refused or malformed completion is kept with its reason.
+    pub callback_dlq: QueueUrl,
     pub alerts: AlertConfig,
 }
 
@@ -269,14 +296,16 @@ impl SchedulerConfig {
         read(FunctionName::Scheduler, lookup, |env| {
             let state = env.state(Need::Required);
             let scheduler_dlq = env.queue("SCHEDULER_DLQ_URL");
+            let callback_queue = env.callback_queue(&state.scheduler_queue);
+            let callback_dlq = env.queue("CALLBACK_DLQ_URL");
             let alerts = env.alerts(&state.tables);
-            SchedulerConfig { state, scheduler_dlq, alerts }
+            SchedulerConfig { state, scheduler_dlq, callback_queue, callback_dlq, alerts }
         })
     }
 }
 
 /// The `reply_to` rules of a deployment's functions, from the variables they read them
-/// from (`STATUS_QUEUE_ARN`, `REPLY_TO_EXTRA_QUEUE_ARNS`, the region and endpoint, the six
+/// from (`STATUS_QUEUE_ARN`, `REPLY_TO_EXTRA_QUEUE_ARNS`, the region and endpoint, the eight
 /// queues) given through `lookup`. `sasctl tasks` sends an operator action's status
 /// updates under these rules, so it allows no `reply_to` the functions would refuse.
 pub fn reply_to_rules(lookup: &dyn Fn(&str) -> Option<String>) -> Result<ReplyToRules, ConfigError> {
@@ -379,10 +408,12 @@ mod tests {
             "FAILURE_THRESHOLD=\"five\"",
             "RETRY_CAP_MS (100) is below RETRY_BASE_MS (5000)",
             "STATUS_QUEUE_ARN is not set",
+            "CALLBACK_QUEUE_URL is not set",
+            "CALLBACK_DLQ_URL is not set",
         ] {
             assert!(text.contains(want), "missing {want:?} in {text}");
         }
-        assert_eq!(err.problems.len(), 9, "{text}");
+        assert_eq!(err.problems.len(), 11, "{text}");
     }
 
     #[test]
@@ -611,6 +642,8 @@ mod tests {
             ("SCHEDULER_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-scheduler-dlq"),
             ("AGENT_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-agent"),
             ("AGENT_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-agent-dlq"),
+            ("CALLBACK_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-callbacks"),
+            ("CALLBACK_DLQ_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/sas-callbacks-dlq"),
             ("STATUS_QUEUE_ARN", STATUS_ARN),
         ];
         vars.extend_from_slice(extra);
@@ -634,6 +667,8 @@ mod tests {
             "sas-scheduler-dlq",
             "sas-agent",
             "sas-agent-dlq",
+            "sas-callbacks",
+            "sas-callbacks-dlq",
         ] {
             let url = format!("https://sqs.us-east-1.amazonaws.com/123456789012/{own}");
             assert_eq!(r.check(&url), Err(crate::domain::ReplyToError::OwnQueue), "{own}");
@@ -645,6 +680,70 @@ mod tests {
         // A local endpoint's form, in the configured region.
         let c = submission(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")]).unwrap();
         assert!(c.state.reply_to.check("http://127.0.0.1:5000/123456789012/sas-status").is_ok());
+    }
+
+    fn scheduler(extra: &[(&str, &str)]) -> Result<SchedulerConfig, ConfigError> {
+        let sqs = "https://sqs.us-east-1.amazonaws.com/123456789012";
+        let urls: Vec<(&str, String)> = [
+            ("SCHEDULER_QUEUE_URL", "sas-scheduler"),
+            ("SCHEDULER_DLQ_URL", "sas-scheduler-dlq"),
+            ("AGENT_QUEUE_URL", "sas-agent"),
+            ("CALLBACK_QUEUE_URL", "sas-callbacks"),
+            ("CALLBACK_DLQ_URL", "sas-callbacks-dlq"),
+        ]
+        .into_iter()
+        .map(|(name, queue)| (name, format!("{sqs}/{queue}")))
+        .collect();
+        let mut vars: Vec<(&str, &str)> = vec![
+            ("STATE_TABLE", "sas-state"),
+            ("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:123456789012:sas-alerts"),
+            ("STATUS_QUEUE_ARN", STATUS_ARN),
+        ];
+        vars.extend(urls.iter().map(|(name, url)| (*name, url.as_str())));
+        // Later entries win: `extra` overrides the defaults above.
+        vars.extend_from_slice(extra);
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        SchedulerConfig::from_lookup(&move |k| map.get(k).cloned())
+    }
+
+    /// The scheduler reads the callback queue and its DLQ once, and stops on one it
+    /// could not tell apart from its own queue; every function keeps reply_to off both.
+    #[test]
+    fn the_scheduler_knows_the_callback_queue_and_reply_to_may_not_name_it() {
+        let c = scheduler(&[]).unwrap();
+        let sqs = "https://sqs.us-east-1.amazonaws.com/123456789012";
+        assert_eq!(c.callback_queue, QueueUrl(format!("{sqs}/sas-callbacks")));
+        assert_eq!(c.callback_dlq, QueueUrl(format!("{sqs}/sas-callbacks-dlq")));
+        for own in ["sas-callbacks", "sas-callbacks-dlq"] {
+            let url = format!("{sqs}/{own}");
+            assert_eq!(c.state.reply_to.check(&url), Err(crate::domain::ReplyToError::OwnQueue), "{own}");
+        }
+        let s = submission(&[]).unwrap();
+        let url = format!("{sqs}/sas-callbacks-dlq");
+        assert_eq!(s.state.reply_to.check(&url), Err(crate::domain::ReplyToError::OwnQueue));
+
+        // The scheduler queue again (in another form of its URL): records could not be told apart.
+        let err = scheduler(&[("CALLBACK_QUEUE_URL", "http://127.0.0.1:5000/123456789012/sas-scheduler")])
+            .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "CALLBACK_QUEUE_URL=\"http://127.0.0.1:5000/123456789012/sas-scheduler\" is not a queue of its own: it names the scheduler queue (SCHEDULER_QUEUE_URL), whose messages would all be read as completions"
+            ]
+        );
+        // Malformed: named once, with what was expected.
+        let err = scheduler(&[("CALLBACK_QUEUE_URL", "sas-callbacks")]).unwrap_err();
+        assert_eq!(err.problems, ["CALLBACK_QUEUE_URL=\"sas-callbacks\" is not an http(s) URL"]);
+        let err = scheduler(&[("CALLBACK_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/sas-callbacks")])
+            .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "CALLBACK_QUEUE_URL=\"https://sqs.us-east-1.amazonaws.com/sas-callbacks\" is not a queue URL ending in /<account>/<queue name>"
+            ]
+        );
+        let err = scheduler(&[("CALLBACK_DLQ_URL", "")]).unwrap_err();
+        assert_eq!(err.problems, ["CALLBACK_DLQ_URL is not set"]);
     }
 
     #[test]
@@ -666,7 +765,7 @@ mod tests {
             submission(&[("WORKFLOWS_FILE", path.as_str()), ("REPLY_TO_EXTRA_QUEUE_ARNS", extra)])
         };
         assert!(with(&format!("{sqs}/123456789012/fulfilment-worker")).is_ok());
-        for own in ["sas-orders", "sas-scheduler", "sas-agent", "sas-agent-dlq"] {
+        for own in ["sas-orders", "sas-scheduler", "sas-agent", "sas-agent-dlq", "sas-callbacks"] {
             let err = with(&format!("{sqs}/123456789012/{own}")).unwrap_err();
             assert_eq!(err.problems.len(), 1, "{own}: {err}");
             assert!(err.problems[0].contains("it is one of this deployment's own queues"), "{err}");
@@ -776,6 +875,8 @@ mod tests {
                 "SCHEDULER_QUEUE_URL=\"x\" is not an http(s) URL",
                 "SCHEDULER_DLQ_URL is not set",
                 "AGENT_QUEUE_URL is not set",
+                "CALLBACK_QUEUE_URL is not set",
+                "CALLBACK_DLQ_URL is not set",
                 "ALERT_TOPIC_ARN is not set",
                 "STATUS_QUEUE_ARN is not set",
                 "RETRY_CAP_MS (1) is below RETRY_BASE_MS (2)",

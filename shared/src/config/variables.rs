@@ -143,6 +143,23 @@ pub const VARIABLES: &[Variable] = &[
         source: Source::Resource,
         about: "the agent queue's DLQ",
     },
+    // Required by the scheduler, which consumes the callback queue through a second event
+    // source and tells its records apart by this URL: a scheduler that did not know it
+    // would read completions as scheduler messages and keep every one in the scheduler
+    // DLQ. The template always sets both; the others read them only to keep reply_to off
+    // them, as they do the other queues.
+    Variable {
+        name: "CALLBACK_QUEUE_URL",
+        read_by: &[(S, O), (C, R), (V, O)],
+        source: Source::Resource,
+        about: "the callback queue: the outside's completions, failures and heartbeats of callback steps, which the scheduler applies",
+    },
+    Variable {
+        name: "CALLBACK_DLQ_URL",
+        read_by: &[(S, O), (C, R), (V, O)],
+        source: Source::Resource,
+        about: "the callback queue's DLQ, where a refused or malformed completion is kept with its reason",
+    },
     Variable {
         name: "ALERT_TOPIC_ARN",
         read_by: &[(C, R), (V, R)],

@@ -56,6 +56,8 @@ pub struct Layout {
     pub orders: QueueSpec,
     pub scheduler: QueueSpec,
     pub agent: QueueSpec,
+    /// The outside's completions of callback steps, which the scheduler consumes.
+    pub callbacks: QueueSpec,
     /// Where example clients ask for status (`reply_to`); no function reads it.
     pub status: QueueSpec,
     pub alert_topic: String,
@@ -79,6 +81,8 @@ impl Layout {
             orders: queue("orders", 65, true),
             scheduler: queue("scheduler", 90, true),
             agent: queue("agent", 360, true),
+            // Consumed by the scheduler (15 s) through an event source without a window.
+            callbacks: queue("callbacks", 90, true),
             status: queue("status", 30, false),
             alert_topic: format!("{prefix}-alerts"),
         }
@@ -87,7 +91,9 @@ impl Layout {
     /// Sets every work queue's visibility timeout: short ones make redelivery quick
     /// in local runs and tests.
     pub fn with_visibility_timeout(mut self, seconds: u32) -> Layout {
-        for q in [&mut self.orders, &mut self.scheduler, &mut self.agent, &mut self.status] {
+        for q in
+            [&mut self.orders, &mut self.scheduler, &mut self.agent, &mut self.callbacks, &mut self.status]
+        {
             q.visibility_timeout_s = seconds;
         }
         self
@@ -104,6 +110,8 @@ pub struct Provisioned {
     pub scheduler_dlq: String,
     pub agent_queue: String,
     pub agent_dlq: String,
+    pub callback_queue: String,
+    pub callback_dlq: String,
     pub status_queue: String,
     /// The status queue's ARN as the endpoint gives it (GetQueueAttributes): the
     /// `reply_to` allow-list names queues by ARN.
@@ -127,6 +135,8 @@ impl Provisioned {
             ("SCHEDULER_DLQ_URL", self.scheduler_dlq.clone()),
             ("AGENT_QUEUE_URL", self.agent_queue.clone()),
             ("AGENT_DLQ_URL", self.agent_dlq.clone()),
+            ("CALLBACK_QUEUE_URL", self.callback_queue.clone()),
+            ("CALLBACK_DLQ_URL", self.callback_dlq.clone()),
             ("ALERT_TOPIC_ARN", self.alert_topic_arn.clone()),
             ("STATUS_QUEUE_ARN", self.status_queue_arn.clone()),
             ("STATUS_QUEUE_URL", self.status_queue.clone()),
@@ -143,6 +153,7 @@ pub async fn provision(sdk: &SdkConfig, layout: &Layout) -> Result<Provisioned, 
     let (orders_queue, orders_dlq) = create_queue(&sqs, &layout.orders).await?;
     let (scheduler_queue, scheduler_dlq) = create_queue(&sqs, &layout.scheduler).await?;
     let (agent_queue, agent_dlq) = create_queue(&sqs, &layout.agent).await?;
+    let (callback_queue, callback_dlq) = create_queue(&sqs, &layout.callbacks).await?;
     let (status_queue, _) = create_queue(&sqs, &layout.status).await?;
     let status_queue_arn = queue_arn(&sqs, &status_queue, &layout.status.name).await?;
     let alert_topic_arn = create_topic(&sns, &layout.alert_topic).await?;
@@ -153,9 +164,11 @@ pub async fn provision(sdk: &SdkConfig, layout: &Layout) -> Result<Provisioned, 
         orders_dlq: missing(orders_dlq, &layout.orders.name)?,
         scheduler_dlq: missing(scheduler_dlq, &layout.scheduler.name)?,
         agent_dlq: missing(agent_dlq, &layout.agent.name)?,
+        callback_dlq: missing(callback_dlq, &layout.callbacks.name)?,
         orders_queue,
         scheduler_queue,
         agent_queue,
+        callback_queue,
         status_queue,
         status_queue_arn,
         alert_topic_arn,
