@@ -46,7 +46,8 @@ enum Command {
     #[command(subcommand)]
     Dlq(DlqCommand),
     /// A deployment's tasks: list them by state, show one with its timeline, resubmit,
-    /// compensate or cancel one or a listing's worth (who acts and why are recorded).
+    /// compensate or cancel one or a listing's worth (who acts and why are recorded), and
+    /// complete, fail or heartbeat a callback step by its token.
     #[command(subcommand)]
     Tasks(sasctl::tasks::TasksCommand),
 }
