@@ -45,14 +45,17 @@ pub enum TasksCommand {
     /// Never scans the table. `--state error` (the default) is one Query of the sparse
     /// error index, which holds only tasks in Error, newest first: it reads only what it
     /// shows (with --workflow, up to 1000 to pick from). The live states (pending,
-    /// processing, compensating, stuck) are Queries of the due index (one per shard)
-    /// and one consistent read per live task (BatchGetItem, 100 a request), oldest
+    /// processing, waiting, compensating, stuck) are Queries of the due index (one per
+    /// shard) and one consistent read per live task (BatchGetItem, 100 a request), oldest
     /// deadline first, of at most 1000 live tasks; `stuck` is a
     /// live task whose deadline has passed (the supervisor has not recovered it yet).
+    /// A waiting task's STATE says what it waits for: a timer until its wake time, or a
+    /// callback and when its heartbeat or completion is due (with --json, `waits_for`).
     List(ListArgs),
-    /// Show one task: its state, step, lease and deadline, failures, outputs (with --json,
-    /// each with its value), last error, its timeline (who did what, when and why) and the
-    /// commands that apply to it.
+    /// Show one task: its state, step, lease and deadline, what a waiting task waits for
+    /// (a timer's wake time; a callback's attempt, start, timeout, heartbeats and next
+    /// due), failures, outputs (with --json, each with its value), last error, its
+    /// timeline (who did what, when and why) and the commands that apply to it.
     Show(ShowArgs),
     /// Send a task in Error forward again from its failed step (or an earlier one, with
     /// --from-step), keeping what is done; or every task of a listing (--state error).
