@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::args::{rate, whole};
 use crate::dev::{self, DevOptions};
-use crate::remote_sim::RemoteFaults;
+use crate::remote_sim::{CallbackFaults, RemoteFaults};
 use crate::report::Report;
 
 #[derive(Args)]
@@ -49,6 +49,42 @@ pub struct DevArgs {
     /// `--agent-fault payment=fail:0.3`. Repeatable.
     #[arg(long, value_name = "NAME=KIND:RATE")]
     pub agent_fault: Vec<crate::agent_fault::AgentFault>,
+    /// Callback steps: the simulated service answers a callback step's call at once
+    /// (the work started) and, as its outside party, completes it through the real path,
+    /// a message on the callback queue, up to this long after the call (uniform), in ms
+    /// (0 to 60000). It sends a heartbeat before each is due while it works.
+    #[arg(long, default_value_t = 200, value_parser = whole::<u64>("--callback-delay-ms", 0, 60_000),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_delay_ms: u64,
+    /// Probability an attempt's word is a failure: the work was declined, with no effect
+    /// (the task's failure rules follow: compensation, or Error).
+    #[arg(long, default_value_t = 0.05, value_parser = rate("--callback-failure-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_failure_rate: f64,
+    /// Probability an attempt's word is sent after the step's callback timeout (it is
+    /// refused, and the wait lapses: retried, or given up with the step in doubt).
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-late-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_late_rate: f64,
+    /// Probability an attempt gets no word and no heartbeat at all (its wait lapses). The
+    /// failure, late and never rates must add up to at most 1.
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-never-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_never_rate: f64,
+    /// Probability an attempt's word is sent twice (the second copy is refused).
+    #[arg(long, default_value_t = 0.05, value_parser = rate("--callback-duplicate-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_duplicate_rate: f64,
+    /// Probability a completion with the token of an earlier attempt of the step (a
+    /// forged one when there is none) is sent while the attempt waits (it is refused).
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-stale-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_stale_rate: f64,
+    /// Probability a completion with a forged token (the right order, step and attempt,
+    /// a wrong secret) is sent while the attempt waits (it is refused).
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-forged-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_forged_rate: f64,
     /// Share of orders sent twice, 0 to 1.
     #[arg(long, default_value_t = 0.05, value_parser = rate("--duplicate-rate"))]
     pub duplicate_rate: f64,
@@ -113,6 +149,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         crate::endpoint::check_url(url).map_err(|e| e.to_string())?;
     }
     check_rates(args.failure_rate, args.permanent_rate, args.hang_rate)?;
+    check_callback_rates(args.callback_failure_rate, args.callback_late_rate, args.callback_never_rate)?;
     let definitions = crate::workflows::load(args.workflows.as_deref())?;
     let workflows = &definitions.workflows;
     for name in args.workflow.split(',') {
@@ -134,12 +171,22 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
     };
     let agents: Vec<&str> = definitions.agents.keys().map(String::as_str).collect();
     let agent_faults = crate::agent_fault::per_agent(&args.agent_fault, faults, &agents)?;
+    let callbacks = CallbackFaults {
+        delay_max_ms: args.callback_delay_ms,
+        failure: args.callback_failure_rate,
+        late: args.callback_late_rate,
+        never: args.callback_never_rate,
+        duplicate: args.callback_duplicate_rate,
+        stale: args.callback_stale_rate,
+        forged: args.callback_forged_rate,
+    };
     let options = DevOptions {
         orders: args.orders,
         definitions,
         workflow: args.workflow,
         faults,
         agent_faults,
+        callbacks,
         duplicate_rate: args.duplicate_rate,
         malformed: args.malformed,
         queue_duplicate_rate: args.queue_duplicate_rate,
@@ -159,6 +206,12 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         let states: Vec<String> = p.by_state.iter().map(|(s, n)| format!("{} {n}", s.as_str())).collect();
         bar.set_message(states.join(" "));
     };
+    if args.endpoint_url.is_some() && !options.callback_steps().is_empty() {
+        return Err(format!(
+            "callback steps ({}) run in `sasctl dev` on the embedded backend only: drop --endpoint-url",
+            options.callback_steps().join(", ")
+        ));
+    }
     if args.endpoint_url.is_some() && !options.queue_agents().is_empty() {
         return Err(format!(
             "queue agents ({}) run in `sasctl dev` on the embedded backend only: drop --endpoint-url, or run their workers yourself",
@@ -215,6 +268,19 @@ fn check_rates(failure: f64, permanent: f64, hang: f64) -> Result<(), String> {
     ))
 }
 
+/// The three fates of a callback attempt's word that are not a success: at most all of them.
+fn check_callback_rates(failure: f64, late: f64, never: f64) -> Result<(), String> {
+    let sum = failure + late + never;
+    if sum <= 1.0 + 1e-9 {
+        return Ok(());
+    }
+    let shown = (sum * 1e9).round() / 1e9;
+    Err(format!(
+        "--callback-failure-rate + --callback-late-rate + --callback-never-rate must add up to at most 1 \
+         (got {failure} + {late} + {never} = {shown})"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +291,12 @@ mod tests {
         assert_eq!(
             check_rates(0.6, 0.01, 0.5).unwrap_err(),
             "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got 0.6 + 0.01 + 0.5 = 1.11)"
+        );
+        assert_eq!(check_callback_rates(1.0, 0.0, 0.0), Ok(()));
+        assert_eq!(check_callback_rates(0.7, 0.2, 0.1), Ok(()));
+        assert_eq!(
+            check_callback_rates(0.5, 0.5, 0.1).unwrap_err(),
+            "--callback-failure-rate + --callback-late-rate + --callback-never-rate must add up to at most 1 (got 0.5 + 0.5 + 0.1 = 1.1)"
         );
     }
 }
