@@ -76,3 +76,38 @@ fn callback_rates_that_leave_no_room_are_one_line() {
         "sasctl: --callback-forged-rate must be a number from 0 to 1 (got 2)"
     );
 }
+
+/// The human report has a callbacks section, each figure with what it counts, in 80
+/// columns; a run without callback steps has none.
+#[test]
+fn the_report_says_what_each_callback_figure_counts() {
+    let file = example("approval.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["dev", "--workflows", &file, "--workflow", "approval", "--orders", "40", "--seed", "3"])
+        .args(["--callback-forged-rate", "0.5", "--step-timeout-ms", "400", "--supervisor-period-ms", "100"])
+        .output()
+        .expect("sasctl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let section = &text[text.find("\ncallbacks (").unwrap_or_else(|| panic!("no callbacks section: {text}"))..];
+    let section = &section[..section.find("\n\n").unwrap()];
+    for meaning in [
+        "attempts the service started",
+        "of them waited",
+        "completed: a success or failure from the outside applied",
+        "heartbeats applied",
+        "refused: words that changed nothing",
+        "timed out: waits that lapsed",
+        "bad words sent, each to be refused",
+    ] {
+        assert!(section.contains(meaning), "{meaning:?} missing from {section}");
+    }
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "over 80 columns: {line:?}");
+    }
+    let plain = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["dev", "--orders", "10", "--malformed", "0"])
+        .output()
+        .expect("sasctl runs");
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("\ncallbacks ("));
+}

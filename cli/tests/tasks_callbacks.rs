@@ -120,7 +120,8 @@ async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
     // show says what it waits for, never the digest.
     let (code, out, err) = run(&["tasks", "show", "appr-1"], "");
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("  waits for     a callback: step 0 approve, attempt 1 ("), "{out}");
+    assert!(out.contains("  waits for     a callback on step 0 approve, attempt 1: the token sas1.appr-1.0.1.… completes it\n"), "{out}");
+    assert!(out.contains("\n  sasctl tasks complete TOKEN --output JSON --prefix "), "{out}");
     assert!(out.contains("  heartbeat     every 10m, none yet\n"), "{out}");
     let (code, out, _) = run(&["tasks", "show", "appr-1", "--json"], "");
     assert_eq!(code, 0);

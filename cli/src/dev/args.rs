@@ -49,10 +49,13 @@ pub struct DevArgs {
     /// `--agent-fault payment=fail:0.3`. Repeatable.
     #[arg(long, value_name = "NAME=KIND:RATE")]
     pub agent_fault: Vec<crate::agent_fault::AgentFault>,
-    /// Callback steps: the simulated service answers a callback step's call at once
-    /// (the work started) and, as its outside party, completes it through the real path,
-    /// a message on the callback queue, up to this long after the call (uniform), in ms
-    /// (0 to 60000). It sends a heartbeat before each is due while it works.
+    /// Callback steps (e.g. examples/approval.json): the simulated service answers a
+    /// callback step's call at once (the work started) and, as its outside party, sends
+    /// its word on it (a completion with the service's answer as the step's output, or a
+    /// failure) through the real path, a message on the callback queue, up to this long
+    /// after the call (uniform), in ms (0 to 60000). While it works it sends a heartbeat
+    /// before each is due, for steps that ask for them. Each attempt's word, and which bad
+    /// ones go with it, is drawn from the seed, the step's key and the attempt.
     #[arg(long, default_value_t = 200, value_parser = whole::<u64>("--callback-delay-ms", 0, 60_000),
           help_heading = "Callback steps (the simulated outside party)")]
     pub callback_delay_ms: u64,
@@ -119,7 +122,8 @@ pub struct DevArgs {
     /// The seed fixes the orders sent (bodies, which are sent twice, the bad messages)
     /// and the simulated remote service's answer to each call, chosen by the call's
     /// idempotency key and how many calls that key had before: the same orders are
-    /// refused, and the same calls fail, hang or succeed. It cannot fix timing: how many
+    /// refused, and the same calls fail, hang or succeed. A callback step's outside party
+    /// draws each attempt's word the same way, by the step's key and the attempt number. It cannot fix timing: how many
     /// calls fit before a step's deadline, retry jitter, which internal message is
     /// delivered twice. So supervisor recoveries, stale replies, lost claims, retries,
     /// the hangs counted and latencies vary from run to run; final states repeat unless
@@ -136,7 +140,8 @@ pub struct DevArgs {
     /// Run on the real adapters (DynamoDB, SQS, SNS) against this AWS endpoint, e.g.
     /// moto or LocalStack at http://127.0.0.1:4566. The run creates a table, seven
     /// queues and a topic under a fresh dev-xxxxxxxx prefix, lists them at the end and
-    /// removes them (even on Ctrl-C), unless --keep.
+    /// removes them (even on Ctrl-C), unless --keep. Workflows with callback steps or
+    /// queue agents run on the embedded backend only.
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
     /// With --endpoint-url: leave the run's resources in place (the report names them).

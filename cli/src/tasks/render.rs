@@ -86,7 +86,13 @@ pub fn span(ms: u64) -> String {
 
 /// A callback step's wait as `show` prints it, one field a line: what it waits for, and
 /// when it started, times out, last heard and is next due. Never its digest.
-fn callback_lines(cb: &Awaiting, state: sas::domain::ProcessState, wf: Option<&Workflow>, now: Timestamp) -> Vec<(&'static str, String)> {
+fn callback_lines(
+    task: &TaskRecord,
+    cb: &Awaiting,
+    wf: Option<&Workflow>,
+    now: Timestamp,
+) -> Vec<(&'static str, String)> {
+    let state = task.state;
     let step = match step_name(wf, cb.step) {
         Some(name) => format!("step {} {name}", cb.step),
         None => format!("step {}", cb.step),
@@ -94,8 +100,8 @@ fn callback_lines(cb: &Awaiting, state: sas::domain::ProcessState, wf: Option<&W
     let mut out = vec![(
         "waits for",
         format!(
-            "a callback: {step}, attempt {} (its outside party answers with the token: sasctl tasks complete|fail|heartbeat TOKEN)",
-            cb.attempt
+            "a callback on {step}, attempt {}: the token sas1.{}.{}.{}.… completes it",
+            cb.attempt, task.order_id, cb.step, cb.attempt
         ),
     )];
     out.push((
@@ -272,10 +278,20 @@ pub fn next_commands(
             }
         },
     };
-    acts.into_iter()
+    let mut next: Vec<String> = acts
+        .into_iter()
         .filter(|a| applies(*a))
         .map(|a| format!("sasctl tasks {} {id} --reason TEXT{flags}", a.as_str()))
-        .collect()
+        .collect();
+    // A callback step's word, for whoever holds its token (the record keeps only its digest).
+    if task.callback.is_some()
+        && matches!(task.state, sas::domain::ProcessState::Processing | sas::domain::ProcessState::Waiting)
+    {
+        next.push(format!("sasctl tasks complete TOKEN --output JSON{flags}"));
+        next.push(format!("sasctl tasks fail TOKEN --reason TEXT{flags}"));
+        next.push(format!("sasctl tasks heartbeat TOKEN{flags}"));
+    }
+    next
 }
 
 /// The record as lines of text, its timeline last.
@@ -309,7 +325,7 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         field("wakes at", format!("{} (a timer step: nothing runs until then)", iso(w)));
     }
     if let Some(cb) = &task.callback {
-        for (name, value) in callback_lines(cb, task.state, wf, now) {
+        for (name, value) in callback_lines(task, cb, wf, now) {
             field(name, value);
         }
     }
@@ -539,7 +555,7 @@ mod waiting_tests {
 #[cfg(test)]
 mod callback_tests {
     use super::*;
-    use sas::domain::{ProcessState, Step};
+    use sas::domain::{Policy, ProcessState, Step};
 
     fn wf() -> Workflow {
         let mut approve = Step::compensable("approve", "approvals", "withdraw");
@@ -573,7 +589,7 @@ mod callback_tests {
         let now = Timestamp(1_700_000_700_000);
         let text = show_text(&t, Some(&wf()), now, &[]);
         for want in [
-            "  waits for     a callback: step 1 approve, attempt 2 (its outside party answers with the token: sasctl tasks complete|fail|heartbeat TOKEN)\n",
+            "  waits for     a callback on step 1 approve, attempt 2: the token sas1.o-1.1.2.… completes it\n",
             "  started       2023-11-14T22:13:20.500Z (the agent began the work; claimed 2023-11-14T22:13:20.000Z)\n",
             "  times out at  2023-11-15T22:13:20.000Z\n",
             "  heartbeat     every 1h, last 2023-11-14T22:23:20.000Z\n",
@@ -607,7 +623,7 @@ mod callback_tests {
         cb.last_heartbeat = None;
         cb.heartbeat_ms = None;
         let text = show_text(&t, None, Timestamp(1_700_000_001_000), &[]);
-        assert!(text.contains("  waits for     a callback: step 1, attempt 2 ("), "{text}");
+        assert!(text.contains("  waits for     a callback on step 1, attempt 2: the token sas1.o-1.1.2.… completes it\n"), "{text}");
         assert!(text.contains("  started       not yet: claimed 2023-11-14T22:13:20.000Z, the agent has not answered\n"), "{text}");
         assert!(text.contains("  heartbeat     none asked for\n"), "{text}");
         assert!(text.contains("  next due      2023-11-15T22:13:20.000Z (the completion)\n"), "{text}");
@@ -628,6 +644,17 @@ mod callback_tests {
         assert_eq!((v["waits_for"].as_str(), v["callback_attempt"].as_u64()), (Some("callback"), Some(2)));
         assert_eq!(v["callback_due"], "2023-11-14T23:23:20.000Z");
         assert_eq!(task_summary_json(&timer, None)["waits_for"], "timer");
+        // Whoever holds the token is shown how to use it.
+        let next = next_commands(&cb, Some(&wf()), &Policy::default(), Timestamp(1_700_000_700_000), " --prefix p");
+        assert_eq!(
+            next,
+            [
+                "sasctl tasks cancel o-1 --reason TEXT --prefix p",
+                "sasctl tasks complete TOKEN --output JSON --prefix p",
+                "sasctl tasks fail TOKEN --reason TEXT --prefix p",
+                "sasctl tasks heartbeat TOKEN --prefix p"
+            ]
+        );
         assert_eq!(span(1_500), "1500 ms");
         assert_eq!(span(90_000), "90s");
         assert_eq!(span(604_800_000), "168h");
