@@ -446,7 +446,8 @@ pub async fn run_on(
         )
     });
     let remote =
-        LoopbackRemote::start_with(options.faults, options.agent_faults.clone(), options.seed, outside).await?;
+        LoopbackRemote::start_with(options.faults, options.agent_faults.clone(), options.seed, outside)
+            .await?;
     // Every agent at the simulated service, each with its own call timeout; without its
     // auth, which the simulated service does not ask for (and no secret store is read).
     let at_the_simulated_service: std::collections::BTreeMap<_, _> = options

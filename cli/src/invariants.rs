@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sas::adapters::embedded::WriteRecord;
-use sas::domain::{Action, Awaiting, CallbackOutcome, Cause, OrderStatus, ProcessState, StatusUpdate, TaskRecord};
+use sas::domain::{
+    Action, Awaiting, CallbackOutcome, Cause, OrderStatus, ProcessState, StatusUpdate, TaskRecord,
+};
 use sas::handlers::REASON_ATTRIBUTE;
 pub use sas_sim::invariants::{Invariant, Violation};
 use sas_sim::invariants::{Records, check_records};
@@ -161,11 +163,21 @@ fn callback_checks(run: &DevOutcome, add: &mut impl FnMut(Invariant, String)) {
         if !within_its_wait(before, &w.after, cb) {
             add(
                 Invariant::Fenced,
-                format!("{what} applied from {:?} at {}, its wait due at {}", before.state, w.after.updated_at, cb.due()),
+                format!(
+                    "{what} applied from {:?} at {}, its wait due at {}",
+                    before.state,
+                    w.after.updated_at,
+                    cb.due()
+                ),
             );
         }
-        if !run.callback_sends.is_empty() && !genuine.contains(&(id, cb.step, cb.attempt, outcome_name(outcome))) {
-            add(Invariant::Fenced, format!("{what} applied, but the outside party sent that attempt none but bad ones"));
+        if !run.callback_sends.is_empty()
+            && !genuine.contains(&(id, cb.step, cb.attempt, outcome_name(outcome)))
+        {
+            add(
+                Invariant::Fenced,
+                format!("{what} applied, but the outside party sent that attempt none but bad ones"),
+            );
         }
         if outcome != CallbackOutcome::Heartbeat {
             *completed.entry((id, cb.step, cb.attempt)).or_default() += 1;
@@ -173,7 +185,10 @@ fn callback_checks(run: &DevOutcome, add: &mut impl FnMut(Invariant, String)) {
     }
     for ((id, step, attempt), n) in completed {
         if n > 1 {
-            add(Invariant::Fenced, format!("callback: order {id} step {step} attempt {attempt} completed {n} times"));
+            add(
+                Invariant::Fenced,
+                format!("callback: order {id} step {step} attempt {attempt} completed {n} times"),
+            );
         }
     }
     if run.timed_out {

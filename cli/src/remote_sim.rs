@@ -19,7 +19,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use sas::adapters::http_remote::IDEMPOTENCY_HEADER;
-use sas::domain::{Action, CallbackMessage, CallbackOutcome, CallbackSecret, CallbackToken, Completion, StepOutput};
+use sas::domain::{
+    Action, CallbackMessage, CallbackOutcome, CallbackSecret, CallbackToken, Completion, StepOutput,
+};
 use sas::ports::{Outgoing, QueueUrl, Queues};
 use sas_sim::ledger::{Call, Settled, Verdict};
 pub use sas_sim::ledger::{Ledger, RemoteFaults};
@@ -368,7 +370,14 @@ impl Outside {
     /// with `answer`) carried `token`. Once per token: an agent's retry of the same
     /// attempt plans nothing more. A failure is settled in `ledger` at once (the key is
     /// refused from now on, its effect never stood).
-    fn plan(&self, ledger: &mut Ledger, call: &Call<'_>, token: &str, answer: &str, at: u64) -> Vec<(u64, CallbackSend)> {
+    fn plan(
+        &self,
+        ledger: &mut Ledger,
+        call: &Call<'_>,
+        token: &str,
+        answer: &str,
+        at: u64,
+    ) -> Vec<(u64, CallbackSend)> {
         let Ok((token, claims)) = CallbackToken::parse(token) else { return Vec::new() };
         let Some(cb) = self.steps.get(&(call.agent.to_owned(), call.name.to_owned())).copied() else {
             return Vec::new();
@@ -413,7 +422,8 @@ impl Outside {
         let delay = rng.u64(0..=f.delay_max_ms);
         let mut secret = [0u8; 32];
         rng.fill(&mut secret);
-        let forged_token = CallbackToken::mint(&claims.order_id, claims.step, claims.attempt, &CallbackSecret(secret));
+        let forged_token =
+            CallbackToken::mint(&claims.order_id, claims.step, claims.attempt, &CallbackSecret(secret));
         if fate == Fate::Failure {
             declined(ledger, call);
         }
@@ -598,12 +608,25 @@ mod tests {
         }
         assert!(!ledger.is_applied("o-1:0:do") && ledger.effects.is_empty());
         assert_eq!(ledger.settled["o-1:0:do"], Settled::Refused);
-        assert!(CallbackMessage::parse(&plan.last().unwrap().1.body).unwrap().reason.unwrap().contains("declined"));
+        assert!(
+            CallbackMessage::parse(&plan.last().unwrap().1.body)
+                .unwrap()
+                .reason
+                .unwrap()
+                .contains("declined")
+        );
     }
 
     #[test]
     fn bad_sends_are_late_second_copies_old_or_forged_tokens() {
-        let all = CallbackFaults { delay_max_ms: 100, late: 1.0, duplicate: 1.0, stale: 1.0, forged: 1.0, ..Default::default() };
+        let all = CallbackFaults {
+            delay_max_ms: 100,
+            late: 1.0,
+            duplicate: 1.0,
+            stale: 1.0,
+            forged: 1.0,
+            ..Default::default()
+        };
         let o = outside(all, None);
         let mut ledger = Ledger::default();
         // The first attempt: no earlier token, so the stale send is forged.
@@ -611,7 +634,10 @@ mod tests {
         let mut got = kinds(&first);
         got.sort();
         let s = "success";
-        assert_eq!(got, [(SendKind::Late, s), (SendKind::Copy, s), (SendKind::Forged, s), (SendKind::Forged, s)]);
+        assert_eq!(
+            got,
+            [(SendKind::Late, s), (SendKind::Copy, s), (SendKind::Forged, s), (SendKind::Forged, s)]
+        );
         let late = first.iter().find(|(_, x)| x.kind == SendKind::Late).unwrap().0;
         assert!(late > 3_000, "after the timeout: {late}");
         for (_, x) in first.iter().filter(|(_, x)| x.kind == SendKind::Forged) {

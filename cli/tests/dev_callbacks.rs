@@ -11,8 +11,9 @@ fn example(name: &str) -> String {
 fn dev(args: &[&str]) -> (i32, serde_json::Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_sasctl")).arg("dev").args(args).output().expect("sasctl runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let report = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not a JSON report ({e}): {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("not a JSON report ({e}): {}\n{stderr}", String::from_utf8_lossy(&out.stdout))
+    });
     (out.status.code().unwrap_or(-1), report, stderr)
 }
 
@@ -24,11 +25,35 @@ fn n(v: &serde_json::Value) -> u64 {
 fn the_approval_example_under_callback_faults_reports_consistent_figures() {
     let file = example("approval.json");
     let (code, report, stderr) = dev(&[
-        "--workflows", &file, "--workflow", "approval", "--orders", "120", "--seed", "7",
-        "--step-timeout-ms", "400", "--supervisor-period-ms", "100", "--max-seconds", "120",
-        "--callback-delay-ms", "150", "--callback-failure-rate", "0.1", "--callback-late-rate", "0.05",
-        "--callback-never-rate", "0.05", "--callback-duplicate-rate", "0.2", "--callback-stale-rate", "0.2",
-        "--callback-forged-rate", "0.3", "--json",
+        "--workflows",
+        &file,
+        "--workflow",
+        "approval",
+        "--orders",
+        "120",
+        "--seed",
+        "7",
+        "--step-timeout-ms",
+        "400",
+        "--supervisor-period-ms",
+        "100",
+        "--max-seconds",
+        "120",
+        "--callback-delay-ms",
+        "150",
+        "--callback-failure-rate",
+        "0.1",
+        "--callback-late-rate",
+        "0.05",
+        "--callback-never-rate",
+        "0.05",
+        "--callback-duplicate-rate",
+        "0.2",
+        "--callback-stale-rate",
+        "0.2",
+        "--callback-forged-rate",
+        "0.3",
+        "--json",
     ]);
     assert_eq!(code, 0, "violations: {}\n{stderr}", report["violations"]);
     assert_eq!(report["violations"], serde_json::json!([]));
@@ -89,7 +114,8 @@ fn the_report_says_what_each_callback_figure_counts() {
         .expect("sasctl runs");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    let section = &text[text.find("\ncallbacks (").unwrap_or_else(|| panic!("no callbacks section: {text}"))..];
+    let section =
+        &text[text.find("\ncallbacks (").unwrap_or_else(|| panic!("no callbacks section: {text}"))..];
     let section = &section[..section.find("\n\n").unwrap()];
     for meaning in [
         "attempts the service started",

@@ -297,7 +297,12 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
         assert!(kinds.contains(&kind), "no {kind:?} send in {kinds:?}");
     }
     let completions = |r: &DevOutcome| -> Vec<usize> {
-        r.writes.iter().enumerate().filter(|(_, w)| matches!(w.after.last_cause, Cause::Completed { .. })).map(|(i, _)| i).collect()
+        r.writes
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| matches!(w.after.last_cause, Cause::Completed { .. }))
+            .map(|(i, _)| i)
+            .collect()
     };
     assert!(!completions(&base).is_empty());
 
@@ -321,7 +326,9 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
     let mut forged = clone(&base);
     let w = &forged.writes[completions(&forged)[0]];
     let (id, cb) = (w.after.order_id.to_string(), w.before.as_ref().unwrap().callback.clone().unwrap());
-    forged.callback_sends.retain(|s| !(s.order_id == id && s.step == cb.step && s.attempt == cb.attempt && s.kind == SendKind::Genuine));
+    forged.callback_sends.retain(|s| {
+        !(s.order_id == id && s.step == cb.step && s.attempt == cb.attempt && s.kind == SendKind::Genuine)
+    });
     assert!(found(&forged, Invariant::Fenced, "none but bad ones"));
     // A bad send that was not refused.
     let mut taken = clone(&base);

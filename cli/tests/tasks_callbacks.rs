@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 use sas::adapters::aws::DynamoStore;
 use sas::adapters::aws::provision::{Layout, provision};
 use sas::domain::{
-    AgentReply, CallbackSecret, CallbackToken, Definitions, Effect, LeaseToken, LineItem, Mint, Order, OrderId,
-    Policy, ReplyOutcome, TaskRecord, Timestamp,
+    AgentReply, CallbackSecret, CallbackToken, Definitions, Effect, LeaseToken, LineItem, Mint, Order,
+    OrderId, Policy, ReplyOutcome, TaskRecord, Timestamp,
 };
 use sas::ports::{Clock as _, StateStore};
 
@@ -72,7 +72,8 @@ fn waiting_task(id: &str, secret: u8) -> (TaskRecord, CallbackToken) {
     let now = sas::adapters::system::SystemClock.now();
     let task = TaskRecord::new(&order, None, now, &policy);
     let lease = LeaseToken(uuid::Uuid::new_v4());
-    let claimed = task.claim(Mint { lease, secret: Some(CallbackSecret([secret; 32])) }, now, wf, &policy).unwrap();
+    let claimed =
+        task.claim(Mint { lease, secret: Some(CallbackSecret([secret; 32])) }, now, wf, &policy).unwrap();
     let token = claimed
         .effects
         .iter()
@@ -96,7 +97,8 @@ fn waiting_task(id: &str, secret: u8) -> (TaskRecord, CallbackToken) {
 
 #[tokio::test]
 async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
-    let Some(endpoint) = support::endpoint("a_token_completes_its_step_once_and_a_forged_one_changes_nothing")
+    let Some(endpoint) =
+        support::endpoint("a_token_completes_its_step_once_and_a_forged_one_changes_nothing")
     else {
         return;
     };
@@ -126,11 +128,17 @@ async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
     let (code, out, _) = run(&["tasks", "show", "appr-1", "--json"], "");
     assert_eq!(code, 0);
     let shown: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!((shown["waits_for"].as_str(), shown["callback"]["attempt"].as_u64()), (Some("callback"), Some(1)));
+    assert_eq!(
+        (shown["waits_for"].as_str(), shown["callback"]["attempt"].as_u64()),
+        (Some("callback"), Some(1))
+    );
     assert!(!out.contains(&task.callback.as_ref().unwrap().digest), "the digest is shown: {out}");
     let (code, out, _) = run(&["tasks", "list", "--state", "waiting"], "");
     assert_eq!(code, 0);
-    assert!(out.lines().any(|l| l.starts_with("appr-1") && l.contains("Waiting for callback, due ")), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("appr-1") && l.contains("Waiting for callback, due ")),
+        "{out}"
+    );
 
     // Forged: the right order, step and attempt, another secret. One line, exit 1.
     let forged = CallbackToken::mint(&task.order_id, 0, 1, &CallbackSecret([8; 32]));
@@ -157,9 +165,15 @@ async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
         run(&["tasks", "complete", "-", "--output", r#"{"approved_by":"ana"}"#, "--json"], token.expose());
     assert_eq!(code, 0, "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!((v["from"].as_str(), v["to"].as_str(), v["trigger"].as_str()), (Some("Waiting"), Some("Pending"), Some("Advanced")));
+    assert_eq!(
+        (v["from"].as_str(), v["to"].as_str(), v["trigger"].as_str()),
+        (Some("Waiting"), Some("Pending"), Some("Advanced"))
+    );
     let after = store.task(&task.order_id).await.unwrap().unwrap();
-    assert_eq!((after.step, after.outputs.get("approve").unwrap().to_value()["approved_by"].as_str()), (1, Some("ana")));
+    assert_eq!(
+        (after.step, after.outputs.get("approve").unwrap().to_value()["approved_by"].as_str()),
+        (1, Some("ana"))
+    );
     // Again: the step has ended; nothing changes.
     let (code, out, err) = run(&["tasks", "complete", token.expose()], "");
     assert_eq!((code, out.as_str()), (1, ""), "{err}");
@@ -224,8 +238,12 @@ fn an_unreachable_deployment_is_exit_3() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}");
     let token = CallbackToken::mint(&OrderId::parse("o-1").unwrap(), 1, 2, &CallbackSecret([5; 32]));
-    let (code, out, err) = sasctl(&["tasks", "complete", token.expose(), "--prefix", "p", "--endpoint-url", &url]);
+    let (code, out, err) =
+        sasctl(&["tasks", "complete", token.expose(), "--prefix", "p", "--endpoint-url", &url]);
     assert_eq!((code, out.as_str()), (3, ""), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("sasctl: sas1.o-1.1.2.0505…: not applied: ") && err.contains("could not be reached"), "{err}");
+    assert!(
+        err.starts_with("sasctl: sas1.o-1.1.2.0505…: not applied: ") && err.contains("could not be reached"),
+        "{err}"
+    );
 }

@@ -48,9 +48,8 @@ pub(super) fn pipeline(ctx: &Context, policy: Policy) -> Result<(Deps, Settings)
     let d = &ctx.deployment;
     let scheduler = QueueUrl(d.queue(WorkQueue::Scheduler)?.to_owned());
     // Operator actions never dispatch to an agent; the queue is the deployment's when found.
-    let agent = QueueUrl(
-        d.queue(WorkQueue::Agent).map_or(sas::config::UNUSED_AGENT_QUEUE.to_owned(), str::to_owned),
-    );
+    let agent =
+        QueueUrl(d.queue(WorkQueue::Agent).map_or(sas::config::UNUSED_AGENT_QUEUE.to_owned(), str::to_owned));
     let sdk = d.sdk_config();
     let alerts: Arc<dyn Alerts> = match d.alert_topic_arn() {
         Ok(arn) => {

@@ -112,9 +112,7 @@ impl Verb {
 pub fn read_token(given: &str, stdin: &mut dyn BufRead) -> Result<(CallbackToken, TokenClaims), TasksError> {
     let text = if given == "-" {
         let mut line = String::new();
-        stdin
-            .read_line(&mut line)
-            .map_err(|e| TasksError::Usage(format!("TOKEN -: reading stdin: {e}")))?;
+        stdin.read_line(&mut line).map_err(|e| TasksError::Usage(format!("TOKEN -: reading stdin: {e}")))?;
         if line.trim().is_empty() {
             return Err(TasksError::Usage("TOKEN -: stdin had no token (give it on one line)".into()));
         }
@@ -138,15 +136,19 @@ pub fn output_of(output: Option<&str>, file: Option<&Path>) -> Result<Option<Val
         }
         (None, None) => return Ok(None),
     };
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|e| TasksError::Usage(format!("{flag} is not JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| TasksError::Usage(format!("{flag} is not JSON: {e}")))?;
     StepOutput::from_value(&value)
         .map_err(|e| TasksError::Usage(format!("{flag} cannot be the step's output: {e}")))?;
     Ok(Some(value))
 }
 
 /// Runs one of the three commands.
-pub async fn run(verb: Verb, completion_of: CompletionOf<'_>, args: &TokenArgs) -> Result<ExitCode, TasksError> {
+pub async fn run(
+    verb: Verb,
+    completion_of: CompletionOf<'_>,
+    args: &TokenArgs,
+) -> Result<ExitCode, TasksError> {
     let (token, claims) = read_token(&args.token, &mut std::io::stdin().lock())?;
     let completion = match completion_of {
         CompletionOf::Success { output, file } => Completion::Success { output: output_of(output, file)? },
@@ -326,7 +328,12 @@ mod tests {
         let e = read_token("-", &mut std::io::Cursor::new("\n")).unwrap_err().to_string();
         assert_eq!(e, "TOKEN -: stdin had no token (give it on one line)");
         let e = read_token("sas1.o-1.1.3.abab", &mut std::io::empty()).unwrap_err().to_string();
-        assert!(e.starts_with("TOKEN: a callback token is sas1.<order id>.<step>.<attempt>.<64 hex digits>; this one "), "{e}");
+        assert!(
+            e.starts_with(
+                "TOKEN: a callback token is sas1.<order id>.<step>.<attempt>.<64 hex digits>; this one "
+            ),
+            "{e}"
+        );
         // A near miss (one digit off the alphabet) is not echoed.
         let near = format!("{}G", &whole[..whole.len() - 1]);
         let e = read_token(&near, &mut std::io::empty()).unwrap_err().to_string();
@@ -336,7 +343,10 @@ mod tests {
     #[test]
     fn an_output_must_be_json_that_a_step_can_keep() {
         assert_eq!(output_of(None, None).unwrap(), None);
-        assert_eq!(output_of(Some(r#"{"approved_by":"ana"}"#), None).unwrap(), Some(json!({"approved_by": "ana"})));
+        assert_eq!(
+            output_of(Some(r#"{"approved_by":"ana"}"#), None).unwrap(),
+            Some(json!({"approved_by": "ana"}))
+        );
         let e = output_of(Some("{approved_by: ana}"), None).unwrap_err().to_string();
         assert!(e.starts_with("--output is not JSON: key must be a string at line 1 column 2"), "{e}");
         let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(5_000));
@@ -366,7 +376,10 @@ mod tests {
             name: Some("approve".into()),
             task: Box::new(task.clone()),
         };
-        assert_eq!(applied.line(&t, &claims), "o-1: step 1 approve, attempt 3: Waiting -> Pending (Advanced)");
+        assert_eq!(
+            applied.line(&t, &claims),
+            "o-1: step 1 approve, attempt 3: Waiting -> Pending (Advanced)"
+        );
         let v = applied.json(Verb::Complete, &t, &claims);
         assert_eq!(v["outcome"], "applied");
         assert_eq!((v["from"].as_str(), v["to"].as_str()), (Some("Waiting"), Some("Pending")));
@@ -398,7 +411,10 @@ mod tests {
         assert_eq!(beat.json(Verb::Heartbeat, &t, &claims)["next_due"], "2023-11-14T22:13:50.000Z");
         let refused = Outcome::Refused("the token does not match the one issued for step 1 attempt 3".into());
         let line = refused.line(&t, &claims);
-        assert_eq!(line, "sas1.o-1.1.3.abab…: refused: the token does not match the one issued for step 1 attempt 3");
+        assert_eq!(
+            line,
+            "sas1.o-1.1.3.abab…: refused: the token does not match the one issued for step 1 attempt 3"
+        );
         let v = refused.json(Verb::Fail, &t, &claims);
         for shown in [line, v.to_string()] {
             assert!(!shown.contains(&t.expose()[20..]), "{shown}");

@@ -1,7 +1,9 @@
 //! How tasks are printed: a table row and a JSON object per listed task, a record with
 //! its timeline, and the command lines an operator can paste next.
 
-use sas::domain::{Act, Actor, Awaiting, Definitions, Entry, Origin, Policy, TaskRecord, Timestamp, Workflow};
+use sas::domain::{
+    Act, Actor, Awaiting, Definitions, Entry, Origin, Policy, TaskRecord, Timestamp, Workflow,
+};
 use serde_json::{Value, json};
 
 use crate::deployment::DeploymentArgs;
@@ -124,7 +126,11 @@ fn callback_lines(
         },
     ));
     let due = cb.due();
-    let what = if cb.heartbeat_ms.is_some() && due < cb.timeout_at { "a heartbeat or the completion" } else { "the completion" };
+    let what = if cb.heartbeat_ms.is_some() && due < cb.timeout_at {
+        "a heartbeat or the completion"
+    } else {
+        "the completion"
+    };
     let passed = if due <= now { ", passed: the supervisor fails the attempt" } else { "" };
     out.push(("next due", format!("{} ({what}{passed})", iso(due))));
     out
@@ -559,7 +565,8 @@ mod callback_tests {
 
     fn wf() -> Workflow {
         let mut approve = Step::compensable("approve", "approvals", "withdraw");
-        approve.callback = Some(sas::domain::Callback { timeout_ms: 86_400_000, heartbeat_ms: Some(3_600_000) });
+        approve.callback =
+            Some(sas::domain::Callback { timeout_ms: 86_400_000, heartbeat_ms: Some(3_600_000) });
         Workflow::new("w", vec![Step::compensable("charge", "payment", "refund"), approve])
     }
 
@@ -611,7 +618,10 @@ mod callback_tests {
         }
         // Past its due, the supervisor fails the attempt.
         let late = show_text(&t, Some(&wf()), Timestamp(1_700_005_000_000), &[]);
-        assert!(late.contains("(a heartbeat or the completion, passed: the supervisor fails the attempt)"), "{late}");
+        assert!(
+            late.contains("(a heartbeat or the completion, passed: the supervisor fails the attempt)"),
+            "{late}"
+        );
     }
 
     #[test]
@@ -623,8 +633,18 @@ mod callback_tests {
         cb.last_heartbeat = None;
         cb.heartbeat_ms = None;
         let text = show_text(&t, None, Timestamp(1_700_000_001_000), &[]);
-        assert!(text.contains("  waits for     a callback on step 1, attempt 2: the token sas1.o-1.1.2.… completes it\n"), "{text}");
-        assert!(text.contains("  started       not yet: claimed 2023-11-14T22:13:20.000Z, the agent has not answered\n"), "{text}");
+        assert!(
+            text.contains(
+                "  waits for     a callback on step 1, attempt 2: the token sas1.o-1.1.2.… completes it\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  started       not yet: claimed 2023-11-14T22:13:20.000Z, the agent has not answered\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("  heartbeat     none asked for\n"), "{text}");
         assert!(text.contains("  next due      2023-11-15T22:13:20.000Z (the completion)\n"), "{text}");
         // Not Waiting yet: the listing has nothing to say of it.
@@ -645,7 +665,8 @@ mod callback_tests {
         assert_eq!(v["callback_due"], "2023-11-14T23:23:20.000Z");
         assert_eq!(task_summary_json(&timer, None)["waits_for"], "timer");
         // Whoever holds the token is shown how to use it.
-        let next = next_commands(&cb, Some(&wf()), &Policy::default(), Timestamp(1_700_000_700_000), " --prefix p");
+        let next =
+            next_commands(&cb, Some(&wf()), &Policy::default(), Timestamp(1_700_000_700_000), " --prefix p");
         assert_eq!(
             next,
             [
