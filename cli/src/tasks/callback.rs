@@ -105,6 +105,15 @@ impl Verb {
             Verb::Heartbeat => "heartbeat",
         }
     }
+
+    /// What it gives the step, for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Verb::Complete => "completion",
+            Verb::Fail => "failure",
+            Verb::Heartbeat => "heartbeat",
+        }
+    }
 }
 
 /// The token as given: `-` reads one line of stdin. Blank, or not a token's shape, is a
@@ -212,11 +221,14 @@ async fn apply(
             Outcome::Applied { before, after: task.state, trigger: trigger.as_str(), name, task }
         }
         Ok(Completed::Refused(why)) => Outcome::Refused(why.to_string()),
+        // The store, a queue or the alerts topic failed: before the write (nothing
+        // changed), or after it (its effects are the supervisor's to recover).
         Err(HandlerError::Retry(why)) => {
-            return Err(TasksError::Store {
-                table: ctx.table.clone(),
+            return Err(TasksError::Aws {
+                doing: format!("applying the {} to task {}", verb.noun(), claims.order_id),
+                at: ctx.deployment.at().to_owned(),
                 reason: format!(
-                    "{}; if the write landed before this, running it again says the step has ended",
+                    "{}; run it again (if it landed, the second run says the step has ended)",
                     crate::endpoint::one_line(&why)
                 ),
             });
