@@ -17,9 +17,9 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 1_000, value_parser = whole::<usize>("--orders", 1, 10_000_000))]
     pub orders: usize,
     /// Workflow every order runs (a name from the definition file); several, comma
-    /// separated, are taken in turn.
-    #[arg(long, default_value = "single-step")]
-    pub workflow: String,
+    /// separated, are taken in turn. Default: single-step, or the file's only workflow.
+    #[arg(long, value_name = "NAME")]
+    pub workflow: Option<String>,
     /// Definition file of the workflows and agents (default: the built-in
     /// examples/workflows.json). Every agent calls the simulated remote service.
     #[arg(long, value_name = "FILE")]
@@ -157,7 +157,11 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
     check_callback_rates(args.callback_failure_rate, args.callback_late_rate, args.callback_never_rate)?;
     let definitions = crate::workflows::load(args.workflows.as_deref())?;
     let workflows = &definitions.workflows;
-    for name in args.workflow.split(',') {
+    let workflow = match &args.workflow {
+        Some(names) => names.clone(),
+        None => default_workflow(&workflows.names())?,
+    };
+    for name in workflow.split(',') {
         if workflows.get(name).is_none() {
             return Err(format!(
                 "unknown workflow {name:?}: the file defines {}",
@@ -188,7 +192,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
     let options = DevOptions {
         orders: args.orders,
         definitions,
-        workflow: args.workflow,
+        workflow,
         faults,
         agent_faults,
         callbacks,
@@ -273,6 +277,19 @@ fn check_rates(failure: f64, permanent: f64, hang: f64) -> Result<(), String> {
     ))
 }
 
+/// Without --workflow: `single-step` where the file has it (the built-in one does), else
+/// the file's only workflow; a file of several must be told which.
+fn default_workflow(names: &[&str]) -> Result<String, String> {
+    match names {
+        _ if names.contains(&"single-step") => Ok("single-step".to_owned()),
+        [only] => Ok((*only).to_owned()),
+        _ => Err(format!(
+            "give --workflow NAME (several, comma separated): the file defines {}",
+            names.join(", ")
+        )),
+    }
+}
+
 /// The three fates of a callback attempt's word that are not a success: at most all of them.
 fn check_callback_rates(failure: f64, late: f64, never: f64) -> Result<(), String> {
     let sum = failure + late + never;
@@ -296,6 +313,12 @@ mod tests {
         assert_eq!(
             check_rates(0.6, 0.01, 0.5).unwrap_err(),
             "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got 0.6 + 0.01 + 0.5 = 1.11)"
+        );
+        assert_eq!(default_workflow(&["single-step", "three-step"]), Ok("single-step".to_owned()));
+        assert_eq!(default_workflow(&["approval"]), Ok("approval".to_owned()));
+        assert_eq!(
+            default_workflow(&["a", "b"]).unwrap_err(),
+            "give --workflow NAME (several, comma separated): the file defines a, b"
         );
         assert_eq!(check_callback_rates(1.0, 0.0, 0.0), Ok(()));
         assert_eq!(check_callback_rates(0.7, 0.2, 0.1), Ok(()));
