@@ -129,7 +129,17 @@ pub fn read_token(given: &str, stdin: &mut dyn BufRead) -> Result<(CallbackToken
     } else {
         given.to_owned()
     };
-    CallbackToken::parse(text.trim()).map_err(|e| TasksError::Usage(format!("TOKEN: {e}")))
+    let text = text.trim();
+    CallbackToken::parse(text).map_err(|e| {
+        // An order id is no secret: say what was given instead of a token.
+        if sas::domain::OrderId::parse(text).is_ok() {
+            TasksError::Usage(format!(
+                "TOKEN {text:?} is an order id, not a callback token: give the token the step's agent request carried (sasctl tasks show {text} says which step and attempt wait for one)"
+            ))
+        } else {
+            TasksError::Usage(format!("TOKEN: {e}"))
+        }
+    })
 }
 
 /// The completion `--output` or `--output-file` describes, checked as the step's output
@@ -339,6 +349,11 @@ mod tests {
         assert_eq!(read_token("-", &mut piped).unwrap().0, token());
         let e = read_token("-", &mut std::io::Cursor::new("\n")).unwrap_err().to_string();
         assert_eq!(e, "TOKEN -: stdin had no token (give it on one line)");
+        let e = read_token("o-1", &mut std::io::empty()).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "TOKEN \"o-1\" is an order id, not a callback token: give the token the step's agent request carried (sasctl tasks show o-1 says which step and attempt wait for one)"
+        );
         let e = read_token("sas1.o-1.1.3.abab", &mut std::io::empty()).unwrap_err().to_string();
         assert!(
             e.starts_with(
