@@ -80,6 +80,16 @@ fn the_approval_example_under_callback_faults_reports_consistent_figures() {
 }
 
 #[test]
+fn the_approval_example_is_valid() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["workflows", "validate", &example("approval.json")])
+        .output()
+        .expect("sasctl runs");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("valid (0 warnings)\n"), "{out:?}");
+}
+
+#[test]
 fn callback_rates_that_leave_no_room_are_one_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_sasctl"))
         .args(["dev", "--callback-failure-rate", "0.6", "--callback-never-rate", "0.5"])

@@ -458,3 +458,46 @@ mod tests {
         assert!(!unavailable(&TasksError::NoTable { table: "t".into(), at: "a".into() }));
     }
 }
+
+#[cfg(test)]
+mod parsing_tests {
+    use clap::Parser;
+
+    use super::super::TasksCommand;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: TasksCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<TasksCommand, clap::Error> {
+        Cli::try_parse_from([&["tasks"], args].concat()).map(|c| c.command)
+    }
+
+    #[test]
+    fn the_three_commands_take_a_token_or_a_dash() {
+        match parse(&["complete", "-", "--output", "{}", "--prefix", "p"]).unwrap() {
+            TasksCommand::Complete(a) => {
+                assert_eq!((a.token.token.as_str(), a.output.as_deref()), ("-", Some("{}")));
+                assert_eq!(a.token.common.deployment.prefix.as_deref(), Some("p"));
+            }
+            _ => panic!("not complete"),
+        }
+        match parse(&["fail", "sas1.x", "--reason", " no ", "--json"]).unwrap() {
+            TasksCommand::Fail(a) => assert_eq!((a.reason.as_str(), a.token.common.json), ("no", true)),
+            _ => panic!("not fail"),
+        }
+        assert!(matches!(parse(&["heartbeat", "sas1.x"]).unwrap(), TasksCommand::Heartbeat(_)));
+        use clap::error::ErrorKind;
+        let kind = |args: &[&str]| parse(args).err().map(|e| e.kind());
+        assert_eq!(
+            kind(&["complete", "t", "--output", "1", "--output-file", "f"]),
+            Some(ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(kind(&["fail", "t"]), Some(ErrorKind::MissingRequiredArgument));
+        assert_eq!(kind(&["fail", "t", "--reason", " "]), Some(ErrorKind::ValueValidation));
+        assert_eq!(kind(&["heartbeat"]), Some(ErrorKind::MissingRequiredArgument));
+        assert_eq!(kind(&["heartbeat", "t", "--output", "{}"]), Some(ErrorKind::UnknownArgument));
+    }
+}
