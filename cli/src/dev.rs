@@ -3,7 +3,8 @@
 //! function's handler is pumped from its queue the way Lambda's SQS event source
 //! mapping does it (batches, partial batch failures, redelivery after the visibility
 //! timeout), the supervisor fires on a schedule, and the agents call a simulated remote
-//! service over loopback HTTP.
+//! service over loopback HTTP, which also plays the outside party of callback steps: it
+//! completes them on the callback queue, which is pumped into the callbacks' handler.
 
 mod args;
 
@@ -23,14 +24,16 @@ use sas::domain::definitions::AgentDef;
 use sas::domain::retry::Backoff;
 use sas::domain::{Definitions, OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer, Settings,
-    Submission, Supervisor,
+    Agent, AgentDeps, AgentSettings, Callbacks, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
+    Settings, Submission, Supervisor,
 };
 use sas::ports::{Alerts, Clock, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 use tokio::sync::watch;
 
 use crate::pump::{PumpSettings, Quiet, pump};
-use crate::remote_sim::{Ledger, LoopbackRemote, RemoteFaults};
+use crate::remote_sim::{
+    CallbackAttempt, CallbackFaults, CallbackSend, Ledger, LoopbackRemote, Outside, RemoteFaults,
+};
 
 pub use args::{DevArgs, run_command};
 pub use sas::adapters::embedded::queue_names::{self, *};
@@ -40,6 +43,11 @@ pub use sas::adapters::embedded::queue_names::{self, *};
 /// same: call the service, reply on the scheduler's queue with the lease and attempt.
 pub const WORKER: &str = "worker";
 pub const WORKER_DLQ: &str = "worker-dlq";
+
+/// Where the outside party of callback steps sends its word in a dev run, and where the
+/// messages the callbacks' handler refused are kept (with their `sas-reason`).
+pub const CALLBACKS: &str = "callbacks";
+pub const CALLBACKS_DLQ: &str = "callbacks-dlq";
 
 /// The `SenderId` a dev run's app sends with on the embedded backend (an IAM user's
 /// unique id, as SQS would give it); against an endpoint, the endpoint sets its own.
@@ -55,6 +63,8 @@ pub struct DevOptions {
     pub faults: RemoteFaults,
     /// Agents whose simulated service fails differently from `faults`.
     pub agent_faults: std::collections::BTreeMap<String, RemoteFaults>,
+    /// How the simulated outside party answers callback steps.
+    pub callbacks: CallbackFaults,
     /// Share of orders submitted a second time, byte for byte.
     pub duplicate_rate: f64,
     /// Bad messages sent alongside the orders (malformed, invalid, conflicting).
@@ -92,6 +102,15 @@ impl Default for DevOptions {
                 ignores_undone: false,
             },
             agent_faults: Default::default(),
+            callbacks: CallbackFaults {
+                delay_max_ms: 200,
+                failure: 0.05,
+                late: 0.02,
+                never: 0.02,
+                duplicate: 0.05,
+                stale: 0.02,
+                forged: 0.02,
+            },
             duplicate_rate: 0.05,
             malformed: 10,
             queue_duplicate_rate: 0.01,
@@ -112,6 +131,23 @@ impl DevOptions {
     /// The definitions' `queue` agents: a dev run serves them with its own worker.
     pub fn queue_agents(&self) -> Vec<&str> {
         self.definitions.agents.iter().filter(|(_, d)| d.queue().is_some()).map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// The names of the definitions' callback steps: a dev run then plays their outside
+    /// party and pumps the callback queue.
+    pub fn callback_steps(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .definitions
+            .workflows
+            .all()
+            .iter()
+            .flat_map(|w| &w.steps)
+            .filter(|s| s.is_callback())
+            .map(|s| s.name.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
     }
 
     pub fn policy(&self) -> Policy {
@@ -147,6 +183,12 @@ pub struct DevOutcome {
     pub alerts: Vec<OperatorAlert>,
     pub metrics: MetricsSnapshot,
     pub ledger: Ledger,
+    /// Every attempt of a callback step the outside party was handed, with its word.
+    pub callback_attempts: Vec<CallbackAttempt>,
+    /// Everything the outside party of callback steps sent, bad tokens included.
+    pub callback_sends: Vec<CallbackSend>,
+    /// What the callbacks' handler refused, kept in the callback queue's DLQ with the reason.
+    pub callback_kept: Vec<StoredMessage>,
     pub supervisor_runs: u64,
     pub elapsed: Duration,
     pub timed_out: bool,
@@ -280,13 +322,14 @@ impl Embedded {
     pub fn new(options: &DevOptions, clock: Arc<dyn Clock>) -> Embedded {
         let queues = Arc::new(EmbeddedQueues::new(clock, options.seed));
         let dup = options.queue_duplicate_rate;
-        for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, STATUS] {
+        for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, CALLBACKS_DLQ, STATUS] {
             queues.create(dlq, QueueSettings::default());
         }
         queues.create(ORDERS, queue_settings(5_000, Some(ORDERS_DLQ), dup));
         queues.create(SCHEDULER, queue_settings(5_000, Some(SCHEDULER_DLQ), dup));
         queues.create(AGENT, queue_settings(options.step_timeout_ms * 6, Some(AGENT_DLQ), dup));
         queues.create(WORKER, queue_settings(options.step_timeout_ms * 6, Some(WORKER_DLQ), dup));
+        queues.create(CALLBACKS, queue_settings(5_000, Some(CALLBACKS_DLQ), dup));
         Embedded {
             store: Arc::new(EmbeddedStore::new()),
             queues,
@@ -391,7 +434,20 @@ pub async fn run_on(
     let started = Instant::now();
     let metrics = Arc::new(CountingMetrics::default());
     let random = Arc::new(FastRandom::seeded(options.seed));
-    let remote = LoopbackRemote::start(options.faults, options.agent_faults.clone(), options.seed).await?;
+    let callbacks = !options.callback_steps().is_empty();
+    // The outside party sends as an app would: straight to the queue, no coalescing.
+    let outside = callbacks.then(|| {
+        Outside::new(
+            options.callbacks,
+            options.seed,
+            &options.definitions.workflows,
+            backend.queues(),
+            QueueUrl(CALLBACKS.into()),
+        )
+    });
+    let remote =
+        LoopbackRemote::start_with(options.faults, options.agent_faults.clone(), options.seed, outside)
+            .await?;
     // Every agent at the simulated service, each with its own call timeout; without its
     // auth, which the simulated service does not ask for (and no secret store is read).
     let at_the_simulated_service: std::collections::BTreeMap<_, _> = options
@@ -439,6 +495,7 @@ pub async fn run_on(
     )
     .with_agents(&options.definitions.agents);
     let supervisor = Supervisor::new(deps.clone(), settings.clone());
+    let completions = Callbacks::new(deps.clone(), settings.clone());
 
     let (stop_all, stop) = watch::channel(false);
     let (s, c, a, w) = (submission.clone(), scheduler.clone(), agent.clone(), agent.clone());
@@ -498,6 +555,21 @@ pub async fn run_on(
             },
         ));
     }
+    if callbacks {
+        workers.push(spawn_pump(
+            backend,
+            sends.clone(),
+            CALLBACKS,
+            CALLBACKS_DLQ,
+            &options,
+            metrics.clone(),
+            stop.clone(),
+            move |m| {
+                let c = completions.clone();
+                async move { c.handle(m).await }
+            },
+        ));
+    }
     let supervisor_runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     {
         let (stop, runs, period) = (stop.clone(), supervisor_runs.clone(), options.supervisor_period_ms);
@@ -532,7 +604,13 @@ pub async fn run_on(
             bad_sent = true;
             continue;
         }
-        if bad_sent && terminal == accepted && backend.depth(ORDERS).await? == 0 {
+        // The outside party's last words (a late or second copy, due after its order
+        // ended) are waited for too: each must reach the handler to be judged.
+        if bad_sent
+            && terminal == accepted
+            && backend.depth(ORDERS).await? == 0
+            && (!callbacks || backend.depth(CALLBACKS).await? == 0)
+        {
             break;
         }
         if started.elapsed() > options.max_runtime {
@@ -552,6 +630,7 @@ pub async fn run_on(
     if !options.queue_agents().is_empty() {
         internal_dead_letters.extend(backend.drain(WORKER_DLQ).await?);
     }
+    let callback_kept = if callbacks { backend.drain(CALLBACKS_DLQ).await? } else { Vec::new() };
     Ok(DevOutcome {
         sent,
         tasks: backend.final_tasks().await?,
@@ -562,6 +641,9 @@ pub async fn run_on(
         alerts: backend.raised_alerts(),
         metrics: metrics.snapshot(),
         ledger: remote.ledger(),
+        callback_attempts: remote.callback_attempts(),
+        callback_sends: remote.callback_sends(),
+        callback_kept,
         supervisor_runs: supervisor_runs.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
         timed_out,

@@ -1,20 +1,25 @@
 //! `sasctl dev`'s checker: the invariants shared with the simulation over the run's
 //! records (`sas_sim::invariants`: the write log, final records, alerts and the remote
 //! service's ledger), plus what only a `dev` run shows: what was sent and what was
-//! kept, the internal dead-letter queues, the status queue and whether it finished.
+//! kept, the internal dead-letter queues, the status queue and whether it finished; and,
+//! for callback steps, what the simulated outside party sent (`callback_checks`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use sas::domain::{OrderStatus, ProcessState, StatusUpdate};
+use sas::adapters::embedded::WriteRecord;
+use sas::domain::{
+    Action, Awaiting, CallbackOutcome, Cause, OrderStatus, ProcessState, StatusUpdate, TaskRecord,
+};
 use sas::handlers::REASON_ATTRIBUTE;
 pub use sas_sim::invariants::{Invariant, Violation};
 use sas_sim::invariants::{Records, check_records};
 
 use crate::dev::DevOutcome;
+use crate::remote_sim::DECLINED;
 
 /// Every violation found; empty means the run upheld every invariant.
 pub fn check(run: &DevOutcome) -> Vec<Violation> {
-    let mut found = check_records(&Records {
+    let shared = check_records(&Records {
         workflows: &run.workflows,
         policy: &run.options.policy(),
         tasks: &run.tasks,
@@ -22,7 +27,9 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
         alerts: &run.alerts,
         ledger: &run.ledger,
     });
+    let mut found = without_callback_words_read_as_replies(run, shared);
     let mut add = |invariant: Invariant, detail: String| found.push(Violation::new(invariant, detail));
+    callback_checks(run, &mut add);
 
     // No loss: every valid order has a task; every bad message is kept with its reason.
     let tasks: BTreeSet<&str> = run.tasks.iter().map(|t| t.order_id.as_str()).collect();
@@ -100,6 +107,187 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
         }
     }
     found
+}
+
+/// The outside's word a write applied, if it is one: the step and attempt its token was
+/// for (the wait the record held before), and what the word was. A failure counts only
+/// when it is the dev outside party's (an agent's refusal is a `Failed` cause too).
+fn callback_word(w: &WriteRecord) -> Option<(&Awaiting, CallbackOutcome)> {
+    let before = w.before.as_ref()?;
+    let (step, outcome) = match &w.after.last_cause {
+        Cause::Completed { step } => (*step, CallbackOutcome::Success),
+        Cause::Heartbeat { step } => (*step, CallbackOutcome::Heartbeat),
+        Cause::Failed { step, action: Action::Do, reason, .. } if reason.starts_with(DECLINED) => {
+            (*step, CallbackOutcome::Failure)
+        }
+        _ => return None,
+    };
+    before.callback.as_ref().filter(|cb| cb.step == step).map(|cb| (cb, outcome))
+}
+
+fn outcome_name(o: CallbackOutcome) -> &'static str {
+    match o {
+        CallbackOutcome::Success => "success",
+        CallbackOutcome::Failure => "failure",
+        CallbackOutcome::Heartbeat => "heartbeat",
+    }
+}
+
+/// The token's fence, as the write log shows it: the record waited on the attempt (its
+/// agent's answer due, or started), and the word landed no later than the wait was due.
+fn within_its_wait(before: &TaskRecord, after: &TaskRecord, cb: &Awaiting) -> bool {
+    matches!(before.state, ProcessState::Processing | ProcessState::Waiting) && after.updated_at <= cb.due()
+}
+
+/// Callback steps, against what the simulated outside party sent (`remote_sim::Outside`):
+/// - a step's attempt is completed (success or failure) at most once;
+/// - every word applied landed within its attempt's wait, and the outside party sent
+///   that attempt a genuine word of that kind: none applied came from a bad token alone
+///   (a forged one, an earlier attempt's, one past the timeout);
+/// - every bad send (second copy, stale, forged, late) that reached the handler was
+///   refused: it is kept in the callback queue's DLQ with its reason. A run that timed
+///   out may have stopped before its last sends were read, so this one waits for a
+///   finished run.
+fn callback_checks(run: &DevOutcome, add: &mut impl FnMut(Invariant, String)) {
+    let genuine: BTreeSet<(&str, u32, u32, &str)> = run
+        .callback_sends
+        .iter()
+        .filter(|s| !s.kind.is_bad())
+        .map(|s| (s.order_id.as_str(), s.step, s.attempt, outcome_name(s.outcome)))
+        .collect();
+    let mut completed: BTreeMap<(&str, u32, u32), usize> = BTreeMap::new();
+    for w in &run.writes {
+        let (Some(before), Some((cb, outcome))) = (&w.before, callback_word(w)) else { continue };
+        let id = w.after.order_id.as_str();
+        let what = format!("callback: order {id} step {} attempt {}: a {outcome:?}", cb.step, cb.attempt);
+        if !within_its_wait(before, &w.after, cb) {
+            add(
+                Invariant::Fenced,
+                format!(
+                    "{what} applied from {:?} at {}, its wait due at {}",
+                    before.state,
+                    w.after.updated_at,
+                    cb.due()
+                ),
+            );
+        }
+        if !run.callback_sends.is_empty()
+            && !genuine.contains(&(id, cb.step, cb.attempt, outcome_name(outcome)))
+        {
+            add(
+                Invariant::Fenced,
+                format!("{what} applied, but the outside party sent that attempt none but bad ones"),
+            );
+        }
+        if outcome != CallbackOutcome::Heartbeat {
+            *completed.entry((id, cb.step, cb.attempt)).or_default() += 1;
+        }
+    }
+    for ((id, step, attempt), n) in completed {
+        if n > 1 {
+            add(
+                Invariant::Fenced,
+                format!("callback: order {id} step {step} attempt {attempt} completed {n} times"),
+            );
+        }
+    }
+    if run.timed_out {
+        return;
+    }
+    let mut refused: Vec<&str> = run
+        .callback_kept
+        .iter()
+        .filter(|m| m.attributes.get(REASON_ATTRIBUTE).is_some_and(|r| r.contains("callback refused")))
+        .map(|m| m.body.as_str())
+        .collect();
+    for send in run.callback_sends.iter().filter(|s| s.kind.is_bad()) {
+        match refused.iter().position(|body| *body == send.body) {
+            Some(i) => {
+                refused.swap_remove(i);
+            }
+            None => add(
+                Invariant::Fenced,
+                format!(
+                    "callback: a {} {:?} sent to order {} step {} attempt {} was not refused (not kept in the callback DLQ)",
+                    send.kind.as_str(),
+                    send.outcome,
+                    send.order_id,
+                    send.step,
+                    send.attempt
+                ),
+            ),
+        }
+    }
+}
+
+/// The shared checker (sim/src/invariants.rs) predates callback steps: it counts a step
+/// done only on an agent's success or a timer's wake, and fences every `Failed` cause as
+/// an agent's reply (by lease and complete-by). So it reads two things of a callback step
+/// as violations: a Processed task whose callback step the outside completed ("Processed
+/// with steps ... done"), and the outside's failure of a started step, which holds no
+/// lease ("reply ... applied ... lease None"). Each such finding is dropped here only
+/// where its write (or task) is exactly that case, with the same words the shared
+/// checker gives it; `callback_checks` holds those writes to the token's fence instead.
+fn without_callback_words_read_as_replies(run: &DevOutcome, found: Vec<Violation>) -> Vec<Violation> {
+    let mut explained: Vec<(Invariant, String)> = Vec::new();
+    let mut done: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let mut completed: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let mut undone: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for w in &run.writes {
+        let id = w.after.order_id.as_str();
+        match &w.after.last_cause {
+            Cause::Succeeded { step, action: Action::Do } | Cause::Woke { step, .. } => {
+                done.entry(id).or_default().insert(*step);
+            }
+            Cause::Succeeded { step, action: Action::Undo } => undone.entry(id).or_default().push(*step),
+            Cause::Completed { step } => {
+                completed.entry(id).or_default().insert(*step);
+            }
+            _ => {}
+        }
+        if let (Some(before), Some((cb, CallbackOutcome::Failure))) = (&w.before, callback_word(w))
+            && within_its_wait(before, &w.after, cb)
+            && let Cause::Failed { step, action, .. } = &w.after.last_cause
+        {
+            explained.push((
+                Invariant::Fenced,
+                format!(
+                    "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
+                    before.step,
+                    before.action(),
+                    before.locked_by,
+                    before.complete_by,
+                    w.after.updated_at
+                ),
+            ));
+        }
+    }
+    for t in run.tasks.iter().filter(|t| t.state == ProcessState::Processed) {
+        let id = t.order_id.as_str();
+        let (Some(wf), Some(by_callback)) =
+            (run.workflows.get_version(&t.workflow, t.workflow_version), completed.get(id))
+        else {
+            continue;
+        };
+        let done = done.get(id).cloned().unwrap_or_default();
+        let undone = undone.get(id).cloned().unwrap_or_default();
+        if undone.is_empty() && done.union(by_callback).count() as u32 == wf.len() {
+            explained.push((
+                Invariant::Compensation,
+                format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
+            ));
+        }
+    }
+    let mut kept = Vec::with_capacity(found.len());
+    for v in found {
+        match explained.iter().position(|(i, d)| *i == v.invariant && *d == v.detail) {
+            Some(at) => {
+                explained.swap_remove(at);
+            }
+            None => kept.push(v),
+        }
+    }
+    kept
 }
 
 fn is_final(s: OrderStatus) -> bool {

@@ -17,6 +17,12 @@ struct Cli {
 enum Command {
     /// Run the whole pipeline in-process on the embedded backend against a simulated
     /// remote service with injected faults; exit non-zero if any invariant is violated.
+    ///
+    /// The simulated service also plays the outside party of callback steps: it answers
+    /// their calls at once and completes them later on the callback queue, with faults
+    /// of its own (--callback-*). The report gives orders by final state, recoveries,
+    /// alerts, the remote service's ledger, timers and callbacks (when the workflow has
+    /// them) and latencies, each figure with what it counts (--json: one object).
     Dev(sasctl::dev::DevArgs),
     /// Run the four functions continuously against an AWS endpoint (moto, LocalStack)
     /// until Ctrl-C: orders sent to its queue run for real.
@@ -48,7 +54,8 @@ enum Command {
     #[command(subcommand)]
     Dlq(DlqCommand),
     /// A deployment's tasks: list them by state, show one with its timeline, resubmit,
-    /// compensate or cancel one or a listing's worth (who acts and why are recorded).
+    /// compensate or cancel one or a listing's worth (who acts and why are recorded), and
+    /// complete, fail or heartbeat a callback step by its token.
     #[command(subcommand)]
     Tasks(sasctl::tasks::TasksCommand),
 }

@@ -2,6 +2,12 @@
 //! of a well-behaved service (`sas_sim::ledger`: seeded transient failures, permanent
 //! refusals and hangs, deduplication by idempotency key, a ledger of every call and
 //! every applied effect) served over real HTTP in real time.
+//!
+//! It also plays the outside party of callback steps ([`Outside`]): a call that carries a
+//! `callback_token` is answered 2xx at once (the work started), and the service later
+//! completes it through the real completion path, a `CallbackMessage` on the callback
+//! queue, with the faults of [`CallbackFaults`]: failures, second copies, late sends,
+//! an earlier attempt's token, forged tokens, silence; and heartbeats before each is due.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -13,8 +19,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use sas::adapters::http_remote::IDEMPOTENCY_HEADER;
-use sas::domain::Action;
-use sas_sim::ledger::{Call, Verdict};
+use sas::domain::{
+    Action, CallbackMessage, CallbackOutcome, CallbackSecret, CallbackToken, Completion, StepOutput,
+};
+use sas::ports::{Outgoing, QueueUrl, Queues};
+use sas_sim::ledger::{Call, Settled, Verdict};
 pub use sas_sim::ledger::{Ledger, RemoteFaults};
 
 struct Service {
@@ -26,6 +35,8 @@ struct Service {
     /// The ledger, and how many calls each idempotency key has had, behind one lock: a
     /// key is settled under it once.
     state: Mutex<(HashMap<String, u64>, Ledger)>,
+    /// The outside party of callback steps, when the run has any.
+    outside: Option<Outside>,
 }
 
 /// The dice for the `nth` call under `key`: drawn from the seed, the key and `nth`
@@ -48,6 +59,9 @@ struct CallBody {
     action: Action,
     #[serde(default)]
     outputs: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Only a callback step's call carries one.
+    #[serde(default)]
+    callback_token: Option<String>,
 }
 
 /// No answer can take longer than this; the agent's own timeout ends the call first.
@@ -63,7 +77,7 @@ async fn call(
         return (StatusCode::BAD_REQUEST, "missing Idempotency-Key".into());
     };
     let handed = serde_json::to_string(&body.outputs).unwrap_or_default();
-    let (verdict, answer) = {
+    let (verdict, answer, plan) = {
         let mut state = service.state.lock().unwrap_or_else(|p| p.into_inner());
         let (calls, ledger) = &mut *state;
         let nth = calls.entry(key.to_owned()).or_default();
@@ -82,8 +96,20 @@ async fn call(
         };
         let faults = service.agent_faults.get(&agent).unwrap_or(&service.faults);
         let verdict = ledger.call(faults, &mut rng, at, call);
-        (verdict, ledger.answer(key).to_owned())
+        let answer = ledger.answer(key).to_owned();
+        // The work of a callback step started: the outside party plans its word now (a
+        // decided failure settles the key as refused, under this same lock).
+        let plan = match (&service.outside, &body.callback_token, verdict) {
+            (Some(outside), Some(token), Verdict::Answer { .. }) if body.action == Action::Do => {
+                outside.plan(ledger, &call, token, &answer, at)
+            }
+            _ => Vec::new(),
+        };
+        (verdict, answer, plan)
     };
+    if let Some(outside) = &service.outside {
+        outside.send(plan).await;
+    }
     match verdict {
         Verdict::Answer { latency_ms } => {
             if latency_ms > 0 {
@@ -114,12 +140,23 @@ impl LoopbackRemote {
         agent_faults: BTreeMap<String, RemoteFaults>,
         seed: u64,
     ) -> std::io::Result<LoopbackRemote> {
+        LoopbackRemote::start_with(faults, agent_faults, seed, None).await
+    }
+
+    /// As `start`, and with `outside` playing the outside party of callback steps.
+    pub async fn start_with(
+        faults: RemoteFaults,
+        agent_faults: BTreeMap<String, RemoteFaults>,
+        seed: u64,
+        outside: Option<Outside>,
+    ) -> std::io::Result<LoopbackRemote> {
         let service = Arc::new(Service {
             faults,
             agent_faults,
             seed,
             started: Instant::now(),
             state: Mutex::new((HashMap::new(), Ledger::default())),
+            outside,
         });
         let router = Router::new().route("/{agent}/{action}", post(call)).with_state(service.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -140,6 +177,16 @@ impl LoopbackRemote {
         self.service.state.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
     }
 
+    /// Everything the outside party sent to the callback queue, in the order planned.
+    pub fn callback_sends(&self) -> Vec<CallbackSend> {
+        self.service.outside.as_ref().map(Outside::sends).unwrap_or_default()
+    }
+
+    /// Every attempt whose call the outside party answered, with the word it drew.
+    pub fn callback_attempts(&self) -> Vec<CallbackAttempt> {
+        self.service.outside.as_ref().map(Outside::attempts).unwrap_or_default()
+    }
+
     /// Stops at once: hung calls are abandoned, as a real outage would leave them.
     pub fn stop(&self) {
         self.server.abort();
@@ -149,5 +196,461 @@ impl LoopbackRemote {
 impl Drop for LoopbackRemote {
     fn drop(&mut self) {
         self.server.abort();
+    }
+}
+
+/// How the simulated outside party answers callback steps. Per attempt it draws one word:
+/// never (`never`), too late (`late`), a failure (`failure`), else a success; and, each on
+/// its own, whether to send it twice, and whether to send a completion with a bad token
+/// while the attempt waits.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CallbackFaults {
+    /// The word comes up to this long after the call (uniform), in ms.
+    pub delay_max_ms: u64,
+    /// The word is a failure: the work was declined, and it had no effect (the service's
+    /// ledger records the step's key as refused).
+    pub failure: f64,
+    /// The word is sent after the step's callback timeout: it is refused, and the wait lapses.
+    pub late: f64,
+    /// No word at all, and no heartbeats: the wait lapses.
+    pub never: f64,
+    /// The word is sent twice: the second copy is refused.
+    pub duplicate: f64,
+    /// While the attempt waits, a success is sent with the token of an earlier attempt
+    /// of the step (a forged token when there was none).
+    pub stale: f64,
+    /// While the attempt waits, a success is sent with a forged token: the attempt's
+    /// order, step and attempt, another secret.
+    pub forged: f64,
+}
+
+/// The reason of every failure the outside party sends.
+pub const DECLINED: &str = "declined by the outside party (sasctl dev)";
+
+/// What a send of the outside party was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendKind {
+    /// The attempt's own word (completion, failure or heartbeat), in time.
+    Genuine,
+    /// The attempt's own word, sent after its callback timeout.
+    Late,
+    /// The second copy of a word.
+    Copy,
+    /// A completion with the token of an earlier attempt of the step.
+    Stale,
+    /// A completion with a forged token.
+    Forged,
+}
+
+impl SendKind {
+    /// A send that must change nothing.
+    pub fn is_bad(self) -> bool {
+        self != SendKind::Genuine
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SendKind::Genuine => "genuine",
+            SendKind::Late => "late",
+            SendKind::Copy => "second copy",
+            SendKind::Stale => "stale",
+            SendKind::Forged => "forged",
+        }
+    }
+}
+
+/// One message the outside party put on the callback queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackSend {
+    pub order_id: String,
+    pub step: u32,
+    /// The attempt whose wait it was sent to (a stale send's token names an earlier one).
+    pub attempt: u32,
+    pub kind: SendKind,
+    pub outcome: CallbackOutcome,
+    /// The `CallbackMessage` as sent.
+    pub body: String,
+    /// When it was due to arrive, ms after the service started.
+    pub at_ms: u64,
+}
+
+/// The outside party of callback steps: it takes each started attempt's token from the
+/// call and answers later on the callback queue, through the real completion path.
+pub struct Outside {
+    faults: CallbackFaults,
+    seed: u64,
+    /// Each callback step's timeout and heartbeat, by (agent, step name): the call names
+    /// no workflow version, so the longest timeout and the shortest heartbeat of the
+    /// versions that have it.
+    steps: BTreeMap<(String, String), sas::domain::Callback>,
+    queues: Arc<dyn Queues>,
+    queue: QueueUrl,
+    state: Mutex<OutsideState>,
+}
+
+#[derive(Default)]
+struct OutsideState {
+    /// The tokens each (order, step) was called with, by attempt.
+    tokens: HashMap<(String, u32), BTreeMap<u32, String>>,
+    attempts: Vec<CallbackAttempt>,
+    sends: Vec<CallbackSend>,
+}
+
+/// The word an attempt gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fate {
+    Success,
+    Failure,
+    Late,
+    Never,
+}
+
+impl Fate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fate::Success => "success",
+            Fate::Failure => "failure",
+            Fate::Late => "late",
+            Fate::Never => "never",
+        }
+    }
+}
+
+/// An attempt of a callback step whose call the outside party answered (the work
+/// started), and the word it drew for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackAttempt {
+    pub order_id: String,
+    pub step: u32,
+    pub attempt: u32,
+    pub fate: Fate,
+}
+
+impl Outside {
+    /// The outside party of the callback steps of `workflows`, sending on `queue`.
+    pub fn new(
+        faults: CallbackFaults,
+        seed: u64,
+        workflows: &sas::domain::Workflows,
+        queues: Arc<dyn Queues>,
+        queue: QueueUrl,
+    ) -> Outside {
+        let mut steps: BTreeMap<(String, String), sas::domain::Callback> = BTreeMap::new();
+        for step in workflows.all().iter().flat_map(|w| &w.steps) {
+            let Some(cb) = step.callback else { continue };
+            steps
+                .entry((step.agent.clone(), step.name.clone()))
+                .and_modify(|kept| {
+                    kept.timeout_ms = kept.timeout_ms.max(cb.timeout_ms);
+                    kept.heartbeat_ms = match (kept.heartbeat_ms, cb.heartbeat_ms) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                })
+                .or_insert(cb);
+        }
+        Outside { faults, seed, steps, queues, queue, state: Mutex::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, OutsideState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn sends(&self) -> Vec<CallbackSend> {
+        self.lock().sends.clone()
+    }
+
+    pub fn attempts(&self) -> Vec<CallbackAttempt> {
+        self.lock().attempts.clone()
+    }
+
+    /// What to send, and after how long, for the attempt whose call (answered 2xx at `at`
+    /// with `answer`) carried `token`. Once per token: an agent's retry of the same
+    /// attempt plans nothing more. A failure is settled in `ledger` at once (the key is
+    /// refused from now on, its effect never stood).
+    fn plan(
+        &self,
+        ledger: &mut Ledger,
+        call: &Call<'_>,
+        token: &str,
+        answer: &str,
+        at: u64,
+    ) -> Vec<(u64, CallbackSend)> {
+        let Ok((token, claims)) = CallbackToken::parse(token) else { return Vec::new() };
+        let Some(cb) = self.steps.get(&(call.agent.to_owned(), call.name.to_owned())).copied() else {
+            return Vec::new();
+        };
+        // An answer a step cannot keep gives the step up at the agent: nothing to complete.
+        let output = match answer {
+            "" => None,
+            text => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(v) if StepOutput::from_value(&v).is_ok() => Some(v),
+                _ => return Vec::new(),
+            },
+        };
+        let earlier = {
+            let mut state = self.lock();
+            let seen = state.tokens.entry((call.order_id.to_owned(), call.step)).or_default();
+            if seen.contains_key(&claims.attempt) {
+                return Vec::new();
+            }
+            let earlier = seen.range(..claims.attempt).next_back().map(|(_, t)| t.clone());
+            seen.insert(claims.attempt, token.expose().to_owned());
+            earlier
+        };
+        let f = &self.faults;
+        let mut rng = dice(self.seed ^ 0xca11_bac4_0000_0000, call.key, claims.attempt.into());
+        let roll = rng.f64();
+        let fate = if roll < f.never {
+            Fate::Never
+        } else if roll < f.never + f.late {
+            Fate::Late
+        } else if roll < f.never + f.late + f.failure {
+            Fate::Failure
+        } else {
+            Fate::Success
+        };
+        let (duplicate, stale, forged) = (rng.f64() < f.duplicate, rng.f64() < f.stale, rng.f64() < f.forged);
+        self.lock().attempts.push(CallbackAttempt {
+            order_id: call.order_id.to_owned(),
+            step: call.step,
+            attempt: claims.attempt,
+            fate,
+        });
+        let delay = rng.u64(0..=f.delay_max_ms);
+        let mut secret = [0u8; 32];
+        rng.fill(&mut secret);
+        let forged_token =
+            CallbackToken::mint(&claims.order_id, claims.step, claims.attempt, &CallbackSecret(secret));
+        if fate == Fate::Failure {
+            declined(ledger, call);
+        }
+        let word = match fate {
+            Fate::Failure => Completion::Failure { reason: DECLINED.to_owned() },
+            _ => Completion::Success { output: output.clone() },
+        };
+        let success = Completion::Success { output };
+        let mut out = Vec::new();
+        let mut push = |after: u64, kind: SendKind, token: &str, completion: &Completion| {
+            let message = CallbackMessage::new(token, completion);
+            out.push((
+                after,
+                CallbackSend {
+                    order_id: call.order_id.to_owned(),
+                    step: call.step,
+                    attempt: claims.attempt,
+                    kind,
+                    outcome: message.outcome,
+                    body: message.to_body(),
+                    at_ms: at + after,
+                },
+            ));
+        };
+        let own = token.expose();
+        // Heartbeats, one well before each is due, while the word is still to come.
+        if let Some(every) = cb.heartbeat_ms.filter(|_| fate != Fate::Never) {
+            let half = (every / 2).max(1);
+            let until = match fate {
+                Fate::Late => cb.timeout_ms.saturating_sub(half),
+                _ => delay,
+            };
+            // A sign of life halfway to a word that takes a while.
+            if fate != Fate::Late && delay >= 50 {
+                push(delay / 2, SendKind::Genuine, own, &Completion::Heartbeat);
+            }
+            let mut t = half;
+            while t < until {
+                push(t, SendKind::Genuine, own, &Completion::Heartbeat);
+                t += half;
+            }
+        }
+        let copy_after = 1 + rng.u64(0..20);
+        match fate {
+            Fate::Never => {}
+            Fate::Late => {
+                let t = cb.timeout_ms + 100 + delay;
+                push(t, SendKind::Late, own, &word);
+                if duplicate {
+                    push(t + copy_after, SendKind::Copy, own, &word);
+                }
+            }
+            Fate::Success | Fate::Failure => {
+                push(delay, SendKind::Genuine, own, &word);
+                if duplicate {
+                    push(delay + copy_after, SendKind::Copy, own, &word);
+                }
+            }
+        }
+        // Bad tokens, while the attempt still waits.
+        if stale {
+            match &earlier {
+                Some(old) => push(delay / 3, SendKind::Stale, old, &success),
+                None => push(delay / 3, SendKind::Forged, forged_token.expose(), &success),
+            }
+        }
+        if forged {
+            push(delay / 3, SendKind::Forged, forged_token.expose(), &success);
+        }
+        out
+    }
+
+    /// Puts each planned message on the callback queue, delayed until it is due (as
+    /// SQS's per-message delay does), and logs it.
+    async fn send(&self, plan: Vec<(u64, CallbackSend)>) {
+        for (after, sent) in plan {
+            let message = Outgoing::delayed(sent.body.clone(), after);
+            match self.queues.send(&self.queue, message).await {
+                Ok(()) => self.lock().sends.push(sent),
+                Err(e) => tracing::error!(error = %e, "the outside party could not send its callback"),
+            }
+        }
+    }
+}
+
+/// The outside declined the work of `call`'s step: it had no effect, and the key is
+/// refused from now on (the ledger's answer stays: the agent was handed it at the start).
+fn declined(ledger: &mut Ledger, call: &Call<'_>) {
+    if ledger.applied.remove(call.key).is_some() {
+        ledger.effects.retain(|(_, order, step, action)| {
+            !(order == call.order_id && *step == call.step && *action == Action::Do)
+        });
+    }
+    ledger.settled.insert(call.key.to_owned(), Settled::Refused);
+    ledger.refusals += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sas::domain::{Callback, OrderId, Step, Workflow, Workflows};
+
+    struct Nowhere;
+
+    #[async_trait::async_trait]
+    impl Queues for Nowhere {
+        async fn send_batch(&self, _: &QueueUrl, _: Vec<Outgoing>) -> Result<(), sas::ports::QueueError> {
+            Ok(())
+        }
+    }
+
+    fn outside(faults: CallbackFaults, heartbeat_ms: Option<u64>) -> Outside {
+        let mut approve = Step::compensable("approve", "approvals", "withdraw");
+        approve.callback = Some(Callback { timeout_ms: 3_000, heartbeat_ms });
+        let wf = Workflow::new("w", vec![approve]);
+        Outside::new(faults, 7, &Workflows::new(vec![wf]), Arc::new(Nowhere), QueueUrl("callbacks".into()))
+    }
+
+    fn call(key: &str) -> Call<'_> {
+        Call {
+            key,
+            order_id: "o-1",
+            step: 0,
+            action: Action::Do,
+            timeout_ms: 1_000,
+            agent: "approvals",
+            name: "approve",
+            handed: "{}",
+        }
+    }
+
+    fn token(attempt: u32, fill: u8) -> String {
+        CallbackToken::mint(&OrderId::parse("o-1").unwrap(), 0, attempt, &CallbackSecret([fill; 32]))
+            .expose()
+            .to_owned()
+    }
+
+    fn kinds(plan: &[(u64, CallbackSend)]) -> Vec<(SendKind, &'static str)> {
+        let word = |o: CallbackOutcome| match o {
+            CallbackOutcome::Success => "success",
+            CallbackOutcome::Failure => "failure",
+            CallbackOutcome::Heartbeat => "heartbeat",
+        };
+        plan.iter().map(|(_, s)| (s.kind, word(s.outcome))).collect()
+    }
+
+    #[test]
+    fn a_started_attempt_is_completed_once_with_the_services_answer() {
+        let o = outside(CallbackFaults { delay_max_ms: 200, ..Default::default() }, None);
+        let mut ledger = Ledger::default();
+        let plan = o.plan(&mut ledger, &call("o-1:0:do"), &token(1, 1), r#"{"ticket":"A-1"}"#, 10);
+        assert_eq!(kinds(&plan), [(SendKind::Genuine, "success")]);
+        let sent = CallbackMessage::parse(&plan[0].1.body).unwrap();
+        assert_eq!(sent.token, token(1, 1));
+        assert_eq!(sent.output, Some(serde_json::json!({"ticket": "A-1"})));
+        assert!(plan[0].0 <= 200 && plan[0].1.at_ms == 10 + plan[0].0);
+        // The same attempt's call again (an agent's retry): nothing more.
+        assert!(o.plan(&mut ledger, &call("o-1:0:do"), &token(1, 1), "", 20).is_empty());
+        // A step that is no callback step, or an answer no step can keep: nothing.
+        let other = Call { name: "other", ..call("o-1:0:do") };
+        assert!(o.plan(&mut ledger, &other, &token(2, 1), "", 20).is_empty());
+        assert!(o.plan(&mut ledger, &call("o-1:0:do"), &token(3, 1), "not json", 20).is_empty());
+    }
+
+    #[test]
+    fn heartbeats_come_before_each_is_due_and_a_failure_settles_the_key_refused() {
+        let faults = CallbackFaults { delay_max_ms: 2_600, failure: 1.0, ..Default::default() };
+        let o = outside(faults, Some(1_000));
+        let mut ledger = Ledger::default();
+        ledger.applied.insert("o-1:0:do".into(), 1);
+        ledger.effects.push((5, "o-1".into(), 0, Action::Do));
+        let plan = o.plan(&mut ledger, &call("o-1:0:do"), &token(1, 1), "", 10);
+        let word = plan.iter().find(|(_, s)| s.outcome == CallbackOutcome::Failure).unwrap().0;
+        let mut beats: Vec<u64> =
+            plan.iter().filter(|(_, s)| s.outcome == CallbackOutcome::Heartbeat).map(|(t, _)| *t).collect();
+        beats.sort();
+        // From the call on, no gap of a whole interval without a heartbeat before the word.
+        let mut last = 0;
+        for t in beats.iter().copied().chain([word]) {
+            assert!(t - last < 1_000, "a gap from {last} to {t}: {beats:?}, word at {word}");
+            last = t;
+        }
+        assert!(!ledger.is_applied("o-1:0:do") && ledger.effects.is_empty());
+        assert_eq!(ledger.settled["o-1:0:do"], Settled::Refused);
+        assert!(
+            CallbackMessage::parse(&plan.last().unwrap().1.body)
+                .unwrap()
+                .reason
+                .unwrap()
+                .contains("declined")
+        );
+    }
+
+    #[test]
+    fn bad_sends_are_late_second_copies_old_or_forged_tokens() {
+        let all = CallbackFaults {
+            delay_max_ms: 100,
+            late: 1.0,
+            duplicate: 1.0,
+            stale: 1.0,
+            forged: 1.0,
+            ..Default::default()
+        };
+        let o = outside(all, None);
+        let mut ledger = Ledger::default();
+        // The first attempt: no earlier token, so the stale send is forged.
+        let first = o.plan(&mut ledger, &call("o-1:0:do"), &token(1, 1), "", 0);
+        let mut got = kinds(&first);
+        got.sort();
+        let s = "success";
+        assert_eq!(
+            got,
+            [(SendKind::Late, s), (SendKind::Copy, s), (SendKind::Forged, s), (SendKind::Forged, s)]
+        );
+        let late = first.iter().find(|(_, x)| x.kind == SendKind::Late).unwrap().0;
+        assert!(late > 3_000, "after the timeout: {late}");
+        for (_, x) in first.iter().filter(|(_, x)| x.kind == SendKind::Forged) {
+            let t = CallbackMessage::parse(&x.body).unwrap().token;
+            assert!(t.starts_with("sas1.o-1.0.1.") && t != token(1, 1), "{t}");
+        }
+        // The second attempt: the stale send carries the first's token.
+        let second = o.plan(&mut ledger, &call("o-1:0:do"), &token(2, 2), "", 0);
+        let stale = second.iter().find(|(_, x)| x.kind == SendKind::Stale).unwrap();
+        assert_eq!(CallbackMessage::parse(&stale.1.body).unwrap().token, token(1, 1));
+        assert_eq!(stale.1.attempt, 2);
+        // Never: not a word, not a heartbeat.
+        let never = outside(CallbackFaults { never: 1.0, ..Default::default() }, Some(1_000));
+        assert!(never.plan(&mut Ledger::default(), &call("o-1:0:do"), &token(1, 1), "", 0).is_empty());
     }
 }

@@ -56,12 +56,51 @@ pub struct Report {
     /// How long after its wake time each timer woke (on its delayed Schedule or the
     /// supervisor's sweep).
     pub timer_lateness_ms: Percentiles,
+    /// Timers in brief: `fired` (woke), `early` (schedules that came early, dropped) and
+    /// `max_late_ms` (the latest wake past its time; null when none woke).
+    pub timers: Timers,
+    /// Callback steps and the simulated outside party's word on them.
+    pub callbacks: CallbackFigures,
     pub elapsed_s: f64,
     pub orders_per_second: f64,
     pub violations: Vec<(String, String)>,
     /// The resources of a run against an endpoint (`--endpoint-url`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Timers {
+    /// Timer steps that woke.
+    pub fired: u64,
+    /// Schedules that came for a timer before its time: dropped, nothing changed.
+    pub early: u64,
+    /// The latest a timer woke after its wake time, in ms.
+    pub max_late_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CallbackFigures {
+    /// Completions (success or failure) from the outside that were applied: at most one
+    /// per attempt.
+    pub completed: u64,
+    /// Completions and heartbeats that changed nothing: a second copy, an earlier
+    /// attempt's token, a forged one, one past the callback's timeout or heartbeat, a
+    /// heartbeat for a step already ended.
+    pub refused: u64,
+    /// Callback waits that lapsed: the timeout or a heartbeat passed with no word.
+    pub timed_out: u64,
+    /// Attempts whose call the outside party answered (the work started), by the word
+    /// each drew: `success`, `failure`, `late` or `never`.
+    pub attempts: BTreeMap<String, usize>,
+    /// Attempts whose agent's answer was applied first (the task then waited); a word
+    /// that came before it was taken while the agent's call was still in flight.
+    pub started: u64,
+    /// Heartbeats applied.
+    pub heartbeats: u64,
+    /// What the outside party sent that must change nothing, by kind: `late`,
+    /// `second_copy`, `stale`, `forged`.
+    pub bad_sent: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -135,6 +174,32 @@ impl Report {
             timers_woken: m.count(Metric::TimerWoke),
             timer_schedules_early: m.count(Metric::TimerEarly),
             timer_lateness_ms: pct(Metric::TimerLatenessMs),
+            timers: Timers {
+                fired: m.count(Metric::TimerWoke),
+                early: m.count(Metric::TimerEarly),
+                max_late_ms: m.percentile(Metric::TimerLatenessMs, 100.0),
+            },
+            callbacks: CallbackFigures {
+                completed: m.count(Metric::CallbackApplied),
+                refused: m.count(Metric::CallbackRefused),
+                timed_out: m.count(Metric::CallbackTimedOut),
+                attempts: {
+                    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+                    for a in &run.callback_attempts {
+                        *by.entry(a.fate.as_str().to_owned()).or_default() += 1;
+                    }
+                    by
+                },
+                started: m.count(Metric::CallbackStarted),
+                heartbeats: m.count(Metric::CallbackHeartbeat),
+                bad_sent: {
+                    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+                    for s in run.callback_sends.iter().filter(|s| s.kind.is_bad()) {
+                        *by.entry(s.kind.as_str().replace(' ', "_")).or_default() += 1;
+                    }
+                    by
+                },
+            },
             elapsed_s,
             orders_per_second: if elapsed_s > 0.0 { run.tasks.len() as f64 / elapsed_s } else { 0.0 },
             violations: violations
@@ -221,6 +286,43 @@ impl Report {
             line(w, &self.timers_started, "began to wait (a timer step claimed)");
             line(w, &self.timers_woken, "woke: on their delayed schedule or the supervisor's sweep");
             line(w, &self.timer_schedules_early, "early schedules dropped: came before the wake time");
+        }
+
+        // Only where the workflow has callback steps, as for timers.
+        let c = &self.callbacks;
+        if c.started > 0 || c.completed > 0 || c.refused > 0 || !c.attempts.is_empty() {
+            let _ = writeln!(w, "\ncallbacks (the simulated outside party's word on each started step)");
+            let handed: usize = c.attempts.values().sum();
+            let count = |map: &BTreeMap<String, usize>, k: &str| map.get(k).copied().unwrap_or(0);
+            let fates = format!(
+                "attempts the service started (its 2xx to the agent), whose word was\n         \
+                 {} success, {} failure, {} late, {} never",
+                count(&c.attempts, "success"),
+                count(&c.attempts, "failure"),
+                count(&c.attempts, "late"),
+                count(&c.attempts, "never")
+            );
+            line(w, &handed, &fates);
+            line(w, &c.started, "of them waited: the agent's answer came before the word");
+            line(w, &c.completed, "completed: a success or failure from the outside applied");
+            line(w, &c.heartbeats, "heartbeats applied: the outside said it was still working");
+            line(
+                w,
+                &c.refused,
+                "refused: words that changed nothing (a second copy, an earlier\n         \
+                 attempt's token, a forged one, one too late, a heartbeat after the end)",
+            );
+            line(w, &c.timed_out, "timed out: waits that lapsed (the timeout or a heartbeat missed)");
+            let bad: usize = c.bad_sent.values().sum();
+            let sent = format!(
+                "bad words sent, each to be refused: {} second copies, {} stale,\n         \
+                 {} forged, {} late",
+                count(&c.bad_sent, "second_copy"),
+                count(&c.bad_sent, "stale"),
+                count(&c.bad_sent, "forged"),
+                count(&c.bad_sent, "late")
+            );
+            line(w, &bad, &sent);
         }
 
         let opt = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());

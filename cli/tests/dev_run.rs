@@ -235,6 +235,9 @@ fn clone(run: &DevOutcome) -> DevOutcome {
         alerts: run.alerts.clone(),
         metrics: run.metrics.clone(),
         ledger: run.ledger.clone(),
+        callback_attempts: run.callback_attempts.clone(),
+        callback_sends: run.callback_sends.clone(),
+        callback_kept: run.callback_kept.clone(),
         supervisor_runs: run.supervisor_runs,
         elapsed: run.elapsed,
         timed_out: run.timed_out,
@@ -261,4 +264,87 @@ async fn the_fulfil_example_with_a_queue_agent_and_a_failing_payment_service() {
     assert!(called.contains("mailer"), "the queue agent's worker called its service: {called:?}");
     assert!(run.tasks.iter().all(|t| t.workflow_version == 2), "new orders run the latest version");
     assert!(run.ledger.handed.values().flatten().any(|h| h.contains("reserve")), "outputs were handed on");
+}
+
+fn approval() -> sas::domain::Definitions {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/approval.json")).unwrap();
+    sas::domain::Definitions::parse(&text).unwrap()
+}
+
+/// The approval example (examples/approval.json): a callback step between a charge and a
+/// shipment, its outside party failing, late, silent, repeating itself and sending old and
+/// forged tokens; then each callback check broken on purpose in a copy of its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_invariant() {
+    use sasctl::remote_sim::{CallbackFaults, SendKind};
+    let mut options = DevOptions { definitions: approval(), ..options("approval", 150, 31) };
+    options.callbacks = CallbackFaults {
+        delay_max_ms: 150,
+        failure: 0.1,
+        late: 0.05,
+        never: 0.05,
+        duplicate: 0.2,
+        stale: 0.2,
+        forged: 0.2,
+    };
+    let base = dev::run(options, |_| {}).await.expect("dev run starts");
+    assert_clean(&base);
+    assert!(base.tasks.iter().any(|t| t.state == ProcessState::Processed));
+    assert!(base.tasks.iter().any(|t| t.state == ProcessState::Compensated));
+    let kinds: std::collections::BTreeSet<SendKind> = base.callback_sends.iter().map(|s| s.kind).collect();
+    for kind in [SendKind::Genuine, SendKind::Copy, SendKind::Forged, SendKind::Late] {
+        assert!(kinds.contains(&kind), "no {kind:?} send in {kinds:?}");
+    }
+    let completions = |r: &DevOutcome| -> Vec<usize> {
+        r.writes
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| matches!(w.after.last_cause, Cause::Completed { .. }))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    assert!(!completions(&base).is_empty());
+
+    let found = |r: &DevOutcome, invariant: Invariant, words: &str| {
+        invariants::check(r).iter().any(|v| v.invariant == invariant && v.detail.contains(words))
+    };
+    // A completion applied twice to one attempt.
+    let mut twice = clone(&base);
+    let i = completions(&twice)[0];
+    let again = twice.writes[i].clone();
+    twice.writes.insert(i + 1, again);
+    assert!(found(&twice, Invariant::Fenced, "completed 2 times"));
+    // A completion applied after its wait was due.
+    let mut late = clone(&base);
+    let i = completions(&late)[0];
+    let due = late.writes[i].before.as_ref().unwrap().callback.as_ref().unwrap().due();
+    late.writes[i].after.updated_at = due.plus_ms(1);
+    assert!(found(&late, Invariant::Fenced, "its wait due at"));
+    // A completion whose attempt the outside sent nothing genuine: only a bad token can
+    // have applied it.
+    let mut forged = clone(&base);
+    let w = &forged.writes[completions(&forged)[0]];
+    let (id, cb) = (w.after.order_id.to_string(), w.before.as_ref().unwrap().callback.clone().unwrap());
+    forged.callback_sends.retain(|s| {
+        !(s.order_id == id && s.step == cb.step && s.attempt == cb.attempt && s.kind == SendKind::Genuine)
+    });
+    assert!(found(&forged, Invariant::Fenced, "none but bad ones"));
+    // A bad send that was not refused.
+    let mut taken = clone(&base);
+    let bad = taken.callback_sends.iter().find(|s| s.kind == SendKind::Forged).unwrap().body.clone();
+    taken.callback_kept.retain(|m| m.body != bad);
+    assert!(found(&taken, Invariant::Fenced, "forged"));
+    // The shared checker's reading of a callback step is set aside only where the step was
+    // completed: a Processed task whose callback step never was is still caught.
+    let mut skipped = clone(&base);
+    let i = completions(&skipped)
+        .into_iter()
+        .find(|i| {
+            let id = &skipped.writes[*i].after.order_id;
+            skipped.tasks.iter().any(|t| &t.order_id == id && t.state == ProcessState::Processed)
+        })
+        .unwrap();
+    skipped.writes[i].after.last_cause = Cause::Heartbeat { step: 1 };
+    assert!(found(&skipped, Invariant::Compensation, "Processed with steps"));
 }

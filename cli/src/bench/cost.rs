@@ -202,7 +202,11 @@ impl fmt::Display for CostRow {
         let d: Vec<String> = self.dollars_per_million.iter().map(|(k, v)| format!("{k} ${v:.2}")).collect();
         writeln!(f, "  $/million orders: {}", d.join(", "))?;
         if let Some(t) = &self.timers {
-            writeln!(f, "  timers: {} woken, late by p50 {} ms, max {} ms", t.woken, t.p50_late_ms, t.max_late_ms)?;
+            writeln!(
+                f,
+                "  timers: {} woken, late by p50 {} ms, max {} ms",
+                t.woken, t.p50_late_ms, t.max_late_ms
+            )?;
         }
         let express = self
             .step_functions_express

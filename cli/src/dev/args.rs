@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::args::{rate, whole};
 use crate::dev::{self, DevOptions};
-use crate::remote_sim::RemoteFaults;
+use crate::remote_sim::{CallbackFaults, RemoteFaults};
 use crate::report::Report;
 
 #[derive(Args)]
@@ -17,9 +17,9 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 1_000, value_parser = whole::<usize>("--orders", 1, 10_000_000))]
     pub orders: usize,
     /// Workflow every order runs (a name from the definition file); several, comma
-    /// separated, are taken in turn.
-    #[arg(long, default_value = "single-step")]
-    pub workflow: String,
+    /// separated, are taken in turn. Default: single-step, or the file's only workflow.
+    #[arg(long, value_name = "NAME")]
+    pub workflow: Option<String>,
     /// Definition file of the workflows and agents (default: the built-in
     /// examples/workflows.json). Every agent calls the simulated remote service.
     #[arg(long, value_name = "FILE")]
@@ -49,6 +49,45 @@ pub struct DevArgs {
     /// `--agent-fault payment=fail:0.3`. Repeatable.
     #[arg(long, value_name = "NAME=KIND:RATE")]
     pub agent_fault: Vec<crate::agent_fault::AgentFault>,
+    /// Callback steps (e.g. examples/approval.json): the simulated service answers a
+    /// callback step's call at once (the work started) and, as its outside party, sends
+    /// its word on it (a completion with the service's answer as the step's output, or a
+    /// failure) through the real path, a message on the callback queue, up to this long
+    /// after the call (uniform), in ms (0 to 60000). While it works it sends a heartbeat
+    /// before each is due, for steps that ask for them. Each attempt's word, and which bad
+    /// ones go with it, is drawn from the seed, the step's key and the attempt.
+    #[arg(long, default_value_t = 200, value_parser = whole::<u64>("--callback-delay-ms", 0, 60_000),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_delay_ms: u64,
+    /// Probability an attempt's word is a failure: the work was declined, with no effect
+    /// (the task's failure rules follow: compensation, or Error).
+    #[arg(long, default_value_t = 0.05, value_parser = rate("--callback-failure-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_failure_rate: f64,
+    /// Probability an attempt's word is sent after the step's callback timeout (it is
+    /// refused, and the wait lapses: retried, or given up with the step in doubt).
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-late-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_late_rate: f64,
+    /// Probability an attempt gets no word and no heartbeat at all (its wait lapses). The
+    /// failure, late and never rates must add up to at most 1.
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-never-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_never_rate: f64,
+    /// Probability an attempt's word is sent twice (the second copy is refused).
+    #[arg(long, default_value_t = 0.05, value_parser = rate("--callback-duplicate-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_duplicate_rate: f64,
+    /// Probability a completion with the token of an earlier attempt of the step (a
+    /// forged one when there is none) is sent while the attempt waits (it is refused).
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-stale-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_stale_rate: f64,
+    /// Probability a completion with a forged token (the right order, step and attempt,
+    /// a wrong secret) is sent while the attempt waits (it is refused).
+    #[arg(long, default_value_t = 0.02, value_parser = rate("--callback-forged-rate"),
+          help_heading = "Callback steps (the simulated outside party)")]
+    pub callback_forged_rate: f64,
     /// Share of orders sent twice, 0 to 1.
     #[arg(long, default_value_t = 0.05, value_parser = rate("--duplicate-rate"))]
     pub duplicate_rate: f64,
@@ -83,7 +122,8 @@ pub struct DevArgs {
     /// The seed fixes the orders sent (bodies, which are sent twice, the bad messages)
     /// and the simulated remote service's answer to each call, chosen by the call's
     /// idempotency key and how many calls that key had before: the same orders are
-    /// refused, and the same calls fail, hang or succeed. It cannot fix timing: how many
+    /// refused, and the same calls fail, hang or succeed. A callback step's outside party
+    /// draws each attempt's word the same way, by the step's key and the attempt number. It cannot fix timing: how many
     /// calls fit before a step's deadline, retry jitter, which internal message is
     /// delivered twice. So supervisor recoveries, stale replies, lost claims, retries,
     /// the hangs counted and latencies vary from run to run; final states repeat unless
@@ -100,7 +140,8 @@ pub struct DevArgs {
     /// Run on the real adapters (DynamoDB, SQS, SNS) against this AWS endpoint, e.g.
     /// moto or LocalStack at http://127.0.0.1:4566. The run creates a table, seven
     /// queues and a topic under a fresh dev-xxxxxxxx prefix, lists them at the end and
-    /// removes them (even on Ctrl-C), unless --keep.
+    /// removes them (even on Ctrl-C), unless --keep. Workflows with callback steps or
+    /// queue agents run on the embedded backend only.
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
     /// With --endpoint-url: leave the run's resources in place (the report names them).
@@ -113,9 +154,14 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         crate::endpoint::check_url(url).map_err(|e| e.to_string())?;
     }
     check_rates(args.failure_rate, args.permanent_rate, args.hang_rate)?;
+    check_callback_rates(args.callback_failure_rate, args.callback_late_rate, args.callback_never_rate)?;
     let definitions = crate::workflows::load(args.workflows.as_deref())?;
     let workflows = &definitions.workflows;
-    for name in args.workflow.split(',') {
+    let workflow = match &args.workflow {
+        Some(names) => names.clone(),
+        None => default_workflow(&workflows.names())?,
+    };
+    for name in workflow.split(',') {
         if workflows.get(name).is_none() {
             return Err(format!(
                 "unknown workflow {name:?}: the file defines {}",
@@ -134,12 +180,22 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
     };
     let agents: Vec<&str> = definitions.agents.keys().map(String::as_str).collect();
     let agent_faults = crate::agent_fault::per_agent(&args.agent_fault, faults, &agents)?;
+    let callbacks = CallbackFaults {
+        delay_max_ms: args.callback_delay_ms,
+        failure: args.callback_failure_rate,
+        late: args.callback_late_rate,
+        never: args.callback_never_rate,
+        duplicate: args.callback_duplicate_rate,
+        stale: args.callback_stale_rate,
+        forged: args.callback_forged_rate,
+    };
     let options = DevOptions {
         orders: args.orders,
         definitions,
-        workflow: args.workflow,
+        workflow,
         faults,
         agent_faults,
+        callbacks,
         duplicate_rate: args.duplicate_rate,
         malformed: args.malformed,
         queue_duplicate_rate: args.queue_duplicate_rate,
@@ -159,6 +215,12 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         let states: Vec<String> = p.by_state.iter().map(|(s, n)| format!("{} {n}", s.as_str())).collect();
         bar.set_message(states.join(" "));
     };
+    if args.endpoint_url.is_some() && !options.callback_steps().is_empty() {
+        return Err(format!(
+            "callback steps ({}) run in `sasctl dev` on the embedded backend only: drop --endpoint-url",
+            options.callback_steps().join(", ")
+        ));
+    }
     if args.endpoint_url.is_some() && !options.queue_agents().is_empty() {
         return Err(format!(
             "queue agents ({}) run in `sasctl dev` on the embedded backend only: drop --endpoint-url, or run their workers yourself",
@@ -215,6 +277,32 @@ fn check_rates(failure: f64, permanent: f64, hang: f64) -> Result<(), String> {
     ))
 }
 
+/// Without --workflow: `single-step` where the file has it (the built-in one does), else
+/// the file's only workflow; a file of several must be told which.
+fn default_workflow(names: &[&str]) -> Result<String, String> {
+    match names {
+        _ if names.contains(&"single-step") => Ok("single-step".to_owned()),
+        [only] => Ok((*only).to_owned()),
+        _ => Err(format!(
+            "give --workflow NAME (several, comma separated): the file defines {}",
+            names.join(", ")
+        )),
+    }
+}
+
+/// The three fates of a callback attempt's word that are not a success: at most all of them.
+fn check_callback_rates(failure: f64, late: f64, never: f64) -> Result<(), String> {
+    let sum = failure + late + never;
+    if sum <= 1.0 + 1e-9 {
+        return Ok(());
+    }
+    let shown = (sum * 1e9).round() / 1e9;
+    Err(format!(
+        "--callback-failure-rate + --callback-late-rate + --callback-never-rate must add up to at most 1 \
+         (got {failure} + {late} + {never} = {shown})"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +313,18 @@ mod tests {
         assert_eq!(
             check_rates(0.6, 0.01, 0.5).unwrap_err(),
             "--failure-rate + --permanent-rate + --hang-rate must add up to less than 1 (got 0.6 + 0.01 + 0.5 = 1.11)"
+        );
+        assert_eq!(default_workflow(&["single-step", "three-step"]), Ok("single-step".to_owned()));
+        assert_eq!(default_workflow(&["approval"]), Ok("approval".to_owned()));
+        assert_eq!(
+            default_workflow(&["a", "b"]).unwrap_err(),
+            "give --workflow NAME (several, comma separated): the file defines a, b"
+        );
+        assert_eq!(check_callback_rates(1.0, 0.0, 0.0), Ok(()));
+        assert_eq!(check_callback_rates(0.7, 0.2, 0.1), Ok(()));
+        assert_eq!(
+            check_callback_rates(0.5, 0.5, 0.1).unwrap_err(),
+            "--callback-failure-rate + --callback-late-rate + --callback-never-rate must add up to at most 1 (got 0.5 + 0.5 + 0.1 = 1.1)"
         );
     }
 }

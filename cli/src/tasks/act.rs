@@ -30,7 +30,8 @@ struct Operator {
 }
 
 /// Stands in for the alert topic when the deployment's cannot be found: no operator
-/// action raises an alert, so the topic is not worth failing the command over.
+/// action raises an alert, so the topic is not worth failing the command over (a callback
+/// failure that gives up does raise one: it then fails with this reason).
 struct NoTopic(String);
 
 #[async_trait]
@@ -40,51 +41,58 @@ impl Alerts for NoTopic {
     }
 }
 
+/// The ports and settings a handler runs with against the deployment `ctx` found: its
+/// table, its scheduler queue (and agent queue, when found), its alert topic (a stand-in
+/// that refuses every alert when none is found) and its `reply_to` allow-list.
+pub(super) fn pipeline(ctx: &Context, policy: Policy) -> Result<(Deps, Settings), TasksError> {
+    let d = &ctx.deployment;
+    let scheduler = QueueUrl(d.queue(WorkQueue::Scheduler)?.to_owned());
+    // Operator actions never dispatch to an agent; the queue is the deployment's when found.
+    let agent =
+        QueueUrl(d.queue(WorkQueue::Agent).map_or(sas::config::UNUSED_AGENT_QUEUE.to_owned(), str::to_owned));
+    let sdk = d.sdk_config();
+    let alerts: Arc<dyn Alerts> = match d.alert_topic_arn() {
+        Ok(arn) => {
+            let named = match d.origin() {
+                crate::deployment::Origin::Stack(s) => sas::config::Deployment::Stack(s.clone()),
+                crate::deployment::Origin::Prefix(p) => sas::config::Deployment::Prefix(p.clone()),
+                crate::deployment::Origin::Flags => sas::config::Deployment::Unnamed,
+            };
+            Arc::new(SnsAlerts::new(aws_sdk_sns::Client::new(sdk), arn, named))
+        }
+        Err(e) => Arc::new(NoTopic(e.to_string())),
+    };
+    let deps = Deps {
+        store: ctx.store.clone(),
+        queues: Arc::new(SqsQueues::new(aws_sdk_sqs::Client::new(sdk))),
+        alerts,
+        clock: Arc::new(SystemClock),
+        random: Arc::new(SystemRandom::new()),
+        metrics: Arc::new(CountingMetrics::default()),
+    };
+    // Status updates go by the deployment's own allow-list, as the functions' do: an
+    // order whose reply_to it no longer allows hears nothing from an operator either.
+    let reply_to = match d.reply_to_rules() {
+        Ok(rules) => rules,
+        Err(e) => {
+            eprintln!("sasctl: no status update will be sent to any reply_to: {e}");
+            // Queues named, none allowed: every reply_to is refused.
+            ReplyToRules::names(&[], &[])
+        }
+    };
+    let settings = Settings::new(
+        policy,
+        ctx.definitions.workflows.clone(),
+        Topology::new(scheduler, agent).with_queue_agents(&ctx.definitions.agents),
+        reply_to,
+    );
+    Ok((deps, settings))
+}
+
 impl Operator {
     async fn new(ctx: Context, policy: Policy) -> Result<Operator, TasksError> {
         let by = ctx.deployment.caller_identity().await?;
-        let d = &ctx.deployment;
-        let scheduler = QueueUrl(d.queue(WorkQueue::Scheduler)?.to_owned());
-        // Operator actions never dispatch to an agent; the queue is the deployment's when found.
-        let agent = QueueUrl(
-            d.queue(WorkQueue::Agent).map_or(sas::config::UNUSED_AGENT_QUEUE.to_owned(), str::to_owned),
-        );
-        let sdk = d.sdk_config();
-        let alerts: Arc<dyn Alerts> = match d.alert_topic_arn() {
-            Ok(arn) => {
-                let named = match d.origin() {
-                    crate::deployment::Origin::Stack(s) => sas::config::Deployment::Stack(s.clone()),
-                    crate::deployment::Origin::Prefix(p) => sas::config::Deployment::Prefix(p.clone()),
-                    crate::deployment::Origin::Flags => sas::config::Deployment::Unnamed,
-                };
-                Arc::new(SnsAlerts::new(aws_sdk_sns::Client::new(sdk), arn, named))
-            }
-            Err(e) => Arc::new(NoTopic(e.to_string())),
-        };
-        let deps = Deps {
-            store: ctx.store.clone(),
-            queues: Arc::new(SqsQueues::new(aws_sdk_sqs::Client::new(sdk))),
-            alerts,
-            clock: Arc::new(SystemClock),
-            random: Arc::new(SystemRandom::new()),
-            metrics: Arc::new(CountingMetrics::default()),
-        };
-        // Status updates go by the deployment's own allow-list, as the functions' do: an
-        // order whose reply_to it no longer allows hears nothing from an operator either.
-        let reply_to = match d.reply_to_rules() {
-            Ok(rules) => rules,
-            Err(e) => {
-                eprintln!("sasctl: no status update will be sent to any reply_to: {e}");
-                // Queues named, none allowed: every reply_to is refused.
-                ReplyToRules::names(&[], &[])
-            }
-        };
-        let settings = Settings::new(
-            policy,
-            ctx.definitions.workflows.clone(),
-            Topology::new(scheduler, agent).with_queue_agents(&ctx.definitions.agents),
-            reply_to,
-        );
+        let (deps, settings) = pipeline(&ctx, policy)?;
         Ok(Operator { ctx, deps, settings, by })
     }
 

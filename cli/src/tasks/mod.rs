@@ -5,11 +5,15 @@
 //! - `resubmit`, `compensate`, `cancel`, `pause` and `resume` act on one task, or on a listing's tasks in
 //!   bulk (`act.rs`), each through the same handler the functions use
 //!   (`sas::handlers::operate`): a decision on a fresh read and one conditional write, so
-//!   an action that raced anything else changes the task at most once.
+//!   an action that raced anything else changes the task at most once;
+//! - `complete`, `fail` and `heartbeat` give a callback step the outside's word with its
+//!   token (`callback.rs`), through the callback queue's own handler
+//!   (`sas::handlers::complete`).
 //!
 //! Text and JSON output: `render.rs`.
 
 mod act;
+pub mod callback;
 mod list;
 mod render;
 mod show;
@@ -41,14 +45,17 @@ pub enum TasksCommand {
     /// Never scans the table. `--state error` (the default) is one Query of the sparse
     /// error index, which holds only tasks in Error, newest first: it reads only what it
     /// shows (with --workflow, up to 1000 to pick from). The live states (pending,
-    /// processing, compensating, stuck) are Queries of the due index (one per shard)
-    /// and one consistent read per live task (BatchGetItem, 100 a request), oldest
+    /// processing, waiting, compensating, stuck) are Queries of the due index (one per
+    /// shard) and one consistent read per live task (BatchGetItem, 100 a request), oldest
     /// deadline first, of at most 1000 live tasks; `stuck` is a
     /// live task whose deadline has passed (the supervisor has not recovered it yet).
+    /// A waiting task's STATE says what it waits for: a timer until its wake time, or a
+    /// callback and when its heartbeat or completion is due (with --json, `waits_for`).
     List(ListArgs),
-    /// Show one task: its state, step, lease and deadline, failures, outputs (with --json,
-    /// each with its value), last error, its timeline (who did what, when and why) and the
-    /// commands that apply to it.
+    /// Show one task: its state, step, lease and deadline, what a waiting task waits for
+    /// (a timer's wake time; a callback's attempt, start, timeout, heartbeats and next
+    /// due), failures, outputs (with --json, each with its value), last error, its
+    /// timeline (who did what, when and why) and the commands that apply to it.
     Show(ShowArgs),
     /// Send a task in Error forward again from its failed step (or an earlier one, with
     /// --from-step), keeping what is done; or every task of a listing (--state error).
@@ -71,6 +78,31 @@ pub enum TasksCommand {
     /// Let a paused task go on from where it stopped; or every paused task of a listing
     /// (--state paused).
     Resume(ActArgs),
+    /// Complete a callback step with success, by its token: the step's output is
+    /// --output (or --output-file) and the task goes on to its next step.
+    ///
+    /// TOKEN is the callback token the step's agent request carried (give - to read it
+    /// from stdin, out of shell history); it is never printed whole. The completion goes
+    /// through the callback queue's own handler: the token's fence on a fresh read (the
+    /// task still waits on the token's step and attempt, the token is the one issued, the
+    /// callback is not yet due), then one conditional write. So a token completes its
+    /// attempt at most once, and an old, forged or late one changes nothing: there is no
+    /// --dry-run. Prints one line (the order, step and attempt, and the move); a refusal
+    /// is one line on stderr with its reason (with --json, one object on stdout either way).
+    Complete(callback::CompleteArgs),
+    /// Fail a callback step by its token, with --reason: as the step's agent refusing it
+    /// (the step had no effect); the task's failure rules decide what follows
+    /// (compensation, or Error and an operator alert).
+    ///
+    /// TOKEN as for `complete` (- reads it from stdin). One conditional write through the
+    /// callback queue's own handler; a token's attempt ends at most once.
+    Fail(callback::FailArgs),
+    /// Tell a callback step its outside party is still working, by its token: the step's
+    /// next heartbeat is due one heartbeat interval from now (never past its timeout).
+    ///
+    /// TOKEN as for `complete` (- reads it from stdin). Prints when the next heartbeat or
+    /// the completion is due.
+    Heartbeat(callback::HeartbeatArgs),
 }
 
 /// What every `tasks` command takes.
@@ -100,7 +132,7 @@ pub enum StateArg {
     Compensating,
     Processing,
     Pending,
-    /// A timer step waiting for its time.
+    /// A timer step waiting for its time, or a callback step for its outside party.
     Waiting,
     /// Live, with its deadline passed.
     Stuck,
@@ -330,6 +362,20 @@ pub async fn run(command: TasksCommand) -> Result<ExitCode, TasksError> {
         TasksCommand::Cancel(args) => act::run(sas::domain::Act::Cancel, &args).await,
         TasksCommand::Pause(args) => act::run(sas::domain::Act::Pause, &args).await,
         TasksCommand::Resume(args) => act::run(sas::domain::Act::Resume, &args).await,
+        TasksCommand::Complete(args) => {
+            let of = callback::CompletionOf::Success {
+                output: args.output.as_deref(),
+                file: args.output_file.as_deref(),
+            };
+            callback::run(callback::Verb::Complete, of, &args.token).await
+        }
+        TasksCommand::Fail(args) => {
+            let of = callback::CompletionOf::Failure { reason: &args.reason };
+            callback::run(callback::Verb::Fail, of, &args.token).await
+        }
+        TasksCommand::Heartbeat(args) => {
+            callback::run(callback::Verb::Heartbeat, callback::CompletionOf::Heartbeat, &args.token).await
+        }
     }
 }
 

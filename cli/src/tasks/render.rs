@@ -1,7 +1,9 @@
 //! How tasks are printed: a table row and a JSON object per listed task, a record with
 //! its timeline, and the command lines an operator can paste next.
 
-use sas::domain::{Act, Actor, Definitions, Entry, Origin, Policy, TaskRecord, Timestamp, Workflow};
+use sas::domain::{
+    Act, Actor, Awaiting, Definitions, Entry, Origin, Policy, TaskRecord, Timestamp, Workflow,
+};
 use serde_json::{Value, json};
 
 use crate::deployment::DeploymentArgs;
@@ -42,16 +44,116 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
     if task.paused {
         v["paused"] = json!(true);
     }
+    if let Some(kind) = waits_for(task) {
+        v["waits_for"] = json!(kind);
+    }
+    if let (Some("callback"), Some(cb)) = (waits_for(task), &task.callback) {
+        v["callback_attempt"] = json!(cb.attempt);
+        v["callback_due"] = json!(iso(cb.due()));
+    }
     v
 }
 
-/// The state as a listing shows it: a waiting timer with its wake time.
+/// What a Waiting task waits for: `timer` (its wake time) or `callback` (the outside).
+pub fn waits_for(task: &TaskRecord) -> Option<&'static str> {
+    if task.state != sas::domain::ProcessState::Waiting {
+        return None;
+    }
+    match (task.wake_at, &task.callback) {
+        (Some(_), _) => Some("timer"),
+        (None, Some(_)) => Some("callback"),
+        (None, None) => None,
+    }
+}
+
+/// The state as a listing shows it: a waiting timer with its wake time, a waiting
+/// callback with when its heartbeat or completion is due.
 fn state_cell(task: &TaskRecord) -> String {
-    let state = match task.wake_at {
-        Some(at) => format!("{} until {}", task.state.as_str(), iso(at)),
-        None => task.state.as_str().to_owned(),
+    let state = match (task.wake_at, waits_for(task), &task.callback) {
+        (Some(at), ..) => format!("{} until {}", task.state.as_str(), iso(at)),
+        (None, Some("callback"), Some(cb)) => {
+            format!("{} for callback, due {}", task.state.as_str(), iso(cb.due()))
+        }
+        _ => task.state.as_str().to_owned(),
     };
     if task.paused { format!("{state} (paused)") } else { state }
+}
+
+/// A length of time as people write it: `90s`, `15m`, `1h`, `1500 ms`.
+pub fn span(ms: u64) -> String {
+    match ms {
+        0 => "0 ms".to_owned(),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms} ms"),
+    }
+}
+
+/// A callback step's wait as `show` prints it, one field a line: what it waits for, and
+/// when it started, times out, last heard and is next due. Never its digest.
+fn callback_lines(
+    task: &TaskRecord,
+    cb: &Awaiting,
+    wf: Option<&Workflow>,
+    now: Timestamp,
+) -> Vec<(&'static str, String)> {
+    let state = task.state;
+    let step = match step_name(wf, cb.step) {
+        Some(name) => format!("step {} {name}", cb.step),
+        None => format!("step {}", cb.step),
+    };
+    let mut out = vec![(
+        "waits for",
+        format!(
+            "a callback on {step}, attempt {}: the token sas1.{}.{}.{}.… completes it",
+            cb.attempt, task.order_id, cb.step, cb.attempt
+        ),
+    )];
+    out.push((
+        "started",
+        match cb.started_at {
+            Some(at) => format!("{} (the agent began the work; claimed {})", iso(at), iso(cb.since)),
+            None if state == sas::domain::ProcessState::Processing => {
+                format!("not yet: claimed {}, the agent has not answered", iso(cb.since))
+            }
+            None => format!("claimed {}", iso(cb.since)),
+        },
+    ));
+    out.push(("times out at", iso(cb.timeout_at)));
+    out.push((
+        "heartbeat",
+        match (cb.heartbeat_ms, cb.last_heartbeat) {
+            (None, _) => "none asked for".to_owned(),
+            (Some(ms), Some(last)) => format!("every {}, last {}", span(ms), iso(last)),
+            (Some(ms), None) => format!("every {}, none yet", span(ms)),
+        },
+    ));
+    let due = cb.due();
+    let what = if cb.heartbeat_ms.is_some() && due < cb.timeout_at {
+        "a heartbeat or the completion"
+    } else {
+        "the completion"
+    };
+    let passed = if due <= now { ", passed: the supervisor fails the attempt" } else { "" };
+    out.push(("next due", format!("{} ({what}{passed})", iso(due))));
+    out
+}
+
+/// A callback step's wait as `show --json` gives it: the record's `callback` with times
+/// in ISO-8601, its step's name and when it is next due, without the token's digest.
+pub fn callback_json(cb: &Awaiting, wf: Option<&Workflow>) -> Value {
+    json!({
+        "step": cb.step,
+        "step_name": step_name(wf, cb.step),
+        "attempt": cb.attempt,
+        "since": iso(cb.since),
+        "started_at": cb.started_at.map(iso),
+        "timeout_at": iso(cb.timeout_at),
+        "heartbeat_ms": cb.heartbeat_ms,
+        "last_heartbeat": cb.last_heartbeat.map(iso),
+        "due": iso(cb.due()),
+    })
 }
 
 /// The header and rows of a listing's table, columns padded.
@@ -188,10 +290,20 @@ pub fn next_commands(
             Act::Resume => task.paused,
         },
     };
-    acts.into_iter()
+    let mut next: Vec<String> = acts
+        .into_iter()
         .filter(|a| applies(*a))
         .map(|a| format!("sasctl tasks {} {id} --reason TEXT{flags}", a.as_str()))
-        .collect()
+        .collect();
+    // A callback step's word, for whoever holds its token (the record keeps only its digest).
+    if task.callback.is_some()
+        && matches!(task.state, sas::domain::ProcessState::Processing | sas::domain::ProcessState::Waiting)
+    {
+        next.push(format!("sasctl tasks complete TOKEN --output JSON{flags}"));
+        next.push(format!("sasctl tasks fail TOKEN --reason TEXT{flags}"));
+        next.push(format!("sasctl tasks heartbeat TOKEN{flags}"));
+    }
+    next
 }
 
 /// The record as lines of text, its timeline last.
@@ -223,6 +335,11 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     );
     if let Some(w) = task.wake_at {
         field("wakes at", format!("{} (a timer step: nothing runs until then)", iso(w)));
+    }
+    if let Some(cb) = &task.callback {
+        for (name, value) in callback_lines(task, cb, wf, now) {
+            field(name, value);
+        }
     }
     if task.paused {
         let held = if task.parked() {
@@ -281,6 +398,13 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     v["hold_until"] = json!(time(task.hold_until));
     if task.wake_at.is_some() {
         v["wake_at"] = json!(time(task.wake_at));
+    }
+    if let Some(kind) = waits_for(task) {
+        v["waits_for"] = json!(kind);
+    }
+    // Curated as the rest: times in ISO-8601, and no digest (harmless, but nobody's to use).
+    if let Some(cb) = &task.callback {
+        v["callback"] = callback_json(cb, wf);
     }
     v["redo_until"] = json!(task.redo_until);
     // Each output with its value, by step name: what a refund needs of its charge.
@@ -451,5 +575,130 @@ mod waiting_tests {
         let pending = task(ProcessState::Pending);
         assert!(task_summary_json(&pending, None).get("wake_at").is_none());
         assert!(show_json(&pending, None, now, &[]).get("wake_at").is_none());
+    }
+}
+
+#[cfg(test)]
+mod callback_tests {
+    use super::*;
+    use sas::domain::{Policy, ProcessState, Step};
+
+    fn wf() -> Workflow {
+        let mut approve = Step::compensable("approve", "approvals", "withdraw");
+        approve.callback =
+            Some(sas::domain::Callback { timeout_ms: 86_400_000, heartbeat_ms: Some(3_600_000) });
+        Workflow::new("w", vec![Step::compensable("charge", "payment", "refund"), approve])
+    }
+
+    /// A task waiting at a callback step: started, one heartbeat heard.
+    fn waiting() -> TaskRecord {
+        let mut t = crate::fixtures::task("o-1", ProcessState::Waiting);
+        t.step = 1;
+        t.attempt = 2;
+        let cb = Awaiting {
+            step: 1,
+            attempt: 2,
+            digest: "d1gestd1gestd1gestd1gestd1gestd1gestd1gestd1gestd1gestd1gest0000".into(),
+            timeout_at: Timestamp(1_700_086_400_000),
+            heartbeat_ms: Some(3_600_000),
+            last_heartbeat: Some(Timestamp(1_700_000_600_000)),
+            started_at: Some(Timestamp(1_700_000_000_500)),
+            since: Timestamp(1_700_000_000_000),
+        };
+        t.deadline = Some(cb.due());
+        t.callback = Some(cb);
+        t
+    }
+
+    #[test]
+    fn show_says_what_a_callback_waits_for_and_when_it_is_due_never_its_digest() {
+        let t = waiting();
+        let now = Timestamp(1_700_000_700_000);
+        let text = show_text(&t, Some(&wf()), now, &[]);
+        for want in [
+            "  waits for     a callback on step 1 approve, attempt 2: the token sas1.o-1.1.2.… completes it\n",
+            "  started       2023-11-14T22:13:20.500Z (the agent began the work; claimed 2023-11-14T22:13:20.000Z)\n",
+            "  times out at  2023-11-15T22:13:20.000Z\n",
+            "  heartbeat     every 1h, last 2023-11-14T22:23:20.000Z\n",
+            "  next due      2023-11-14T23:23:20.000Z (a heartbeat or the completion)\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        let v = show_json(&t, Some(&wf()), now, &[]);
+        assert_eq!(v["waits_for"], "callback");
+        assert_eq!(
+            v["callback"],
+            json!({"step": 1, "step_name": "approve", "attempt": 2, "since": "2023-11-14T22:13:20.000Z",
+                   "started_at": "2023-11-14T22:13:20.500Z", "timeout_at": "2023-11-15T22:13:20.000Z",
+                   "heartbeat_ms": 3_600_000, "last_heartbeat": "2023-11-14T22:23:20.000Z",
+                   "due": "2023-11-14T23:23:20.000Z"})
+        );
+        for shown in [text, v.to_string()] {
+            assert!(!shown.contains("d1gest"), "the digest is shown: {shown}");
+        }
+        // Past its due, the supervisor fails the attempt.
+        let late = show_text(&t, Some(&wf()), Timestamp(1_700_005_000_000), &[]);
+        assert!(
+            late.contains("(a heartbeat or the completion, passed: the supervisor fails the attempt)"),
+            "{late}"
+        );
+    }
+
+    #[test]
+    fn a_callback_claimed_but_not_started_says_so() {
+        let mut t = waiting();
+        t.state = ProcessState::Processing;
+        let cb = t.callback.as_mut().unwrap();
+        cb.started_at = None;
+        cb.last_heartbeat = None;
+        cb.heartbeat_ms = None;
+        let text = show_text(&t, None, Timestamp(1_700_000_001_000), &[]);
+        assert!(
+            text.contains(
+                "  waits for     a callback on step 1, attempt 2: the token sas1.o-1.1.2.… completes it\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  started       not yet: claimed 2023-11-14T22:13:20.000Z, the agent has not answered\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  heartbeat     none asked for\n"), "{text}");
+        assert!(text.contains("  next due      2023-11-15T22:13:20.000Z (the completion)\n"), "{text}");
+        // Not Waiting yet: the listing has nothing to say of it.
+        assert!(show_json(&t, None, Timestamp(0), &[]).get("waits_for").is_none());
+        assert!(task_summary_json(&t, None).get("waits_for").is_none());
+    }
+
+    #[test]
+    fn the_listing_says_what_each_waiting_task_waits_for() {
+        let cb = waiting();
+        let mut timer = crate::fixtures::task("o-2", ProcessState::Waiting);
+        timer.wake_at = Some(Timestamp(1_700_000_060_000));
+        let listed = table(&[(&cb, Some(&wf())), (&timer, None)]);
+        assert!(listed.contains("Waiting for callback, due 2023-11-14T23:23:20.000Z"), "{listed}");
+        assert!(listed.contains("Waiting until 2023-11-14T22:14:20.000Z"), "{listed}");
+        let v = task_summary_json(&cb, Some(&wf()));
+        assert_eq!((v["waits_for"].as_str(), v["callback_attempt"].as_u64()), (Some("callback"), Some(2)));
+        assert_eq!(v["callback_due"], "2023-11-14T23:23:20.000Z");
+        assert_eq!(task_summary_json(&timer, None)["waits_for"], "timer");
+        // Whoever holds the token is shown how to use it.
+        let next =
+            next_commands(&cb, Some(&wf()), &Policy::default(), Timestamp(1_700_000_700_000), " --prefix p");
+        assert_eq!(
+            next,
+            [
+                "sasctl tasks cancel o-1 --reason TEXT --prefix p",
+                "sasctl tasks pause o-1 --reason TEXT --prefix p",
+                "sasctl tasks complete TOKEN --output JSON --prefix p",
+                "sasctl tasks fail TOKEN --reason TEXT --prefix p",
+                "sasctl tasks heartbeat TOKEN --prefix p"
+            ]
+        );
+        assert_eq!(span(1_500), "1500 ms");
+        assert_eq!(span(90_000), "90s");
+        assert_eq!(span(604_800_000), "168h");
     }
 }

@@ -1,0 +1,503 @@
+//! `sasctl tasks complete|fail|heartbeat TOKEN`: the outside's word on a callback step,
+//! given by hand. Each is `sas::handlers::complete` on the AWS adapters, exactly what the
+//! callback queue's handler runs: the token's fence on a fresh read (the record still
+//! waits on the token's step and attempt, the token's digest is the record's, the
+//! callback is not yet due), then one conditional write through the domain and its
+//! effects (the next step's Schedule, the order's status). A token completes its attempt
+//! at most once, so there is nothing to preview: a refused one changes nothing.
+//!
+//! The token is a capability: it is read from the command line or from stdin (`-`, to
+//! keep it out of shell history) and never printed whole (`CallbackToken`'s `Display`).
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use sas::domain::{CallbackToken, Completion, ProcessState, StepOutput, TaskRecord, TokenClaims};
+use sas::handlers::{Completed, HandlerError, complete};
+use serde_json::{Value, json};
+
+use super::{Common, Context, TasksError, policy, render};
+use crate::args::non_empty;
+use crate::deployment::DeploymentError;
+
+/// Exit status: the completion was applied.
+pub const EXIT_APPLIED: u8 = 0;
+/// Exit status: refused, nothing changed (the token's step ended, it is forged, late, or
+/// names no order).
+pub const EXIT_REFUSED: u8 = 1;
+/// Exit status: bad input (usage, a malformed token, an --output that is not JSON or
+/// cannot be kept, definitions that do not hold the task's workflow).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status: the deployment could not be reached, read or written.
+pub const EXIT_UNAVAILABLE: u8 = 3;
+
+/// What `--help` says of the three commands' exit status (kept beside the codes above).
+pub const EXIT_HELP: &str = "Exit status: 0 applied; 1 refused, nothing changed (the \
+reason is printed: the token's step has ended, the token is forged, it came after the \
+callback's timeout or heartbeat was due, or it names no order); 2 bad input (usage, a \
+malformed token, --output that is not JSON or cannot be kept, definitions without the \
+task's workflow); 3 the deployment could not be reached, read or written: run it again \
+(a completion applies at most once: if the first one landed, the second is refused as \
+ended).";
+
+/// The token, as every one of the three commands takes it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TokenArgs {
+    /// The callback token the step's agent request carried
+    /// (sas1.<order id>.<step>.<attempt>.<64 hex digits>), or - to read it from stdin
+    /// (one line), which keeps it out of shell history. Never printed whole.
+    #[arg(value_name = "TOKEN", allow_hyphen_values = true)]
+    pub token: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `sasctl tasks complete`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = EXIT_HELP)]
+pub struct CompleteArgs {
+    /// The step's output, a JSON value of at most 4 KiB (compact) nested at most 32
+    /// deep: kept under the step's name and handed to the later steps and the step's
+    /// compensation. Without it (or --output-file) the step has no output.
+    #[arg(long, value_name = "JSON", conflicts_with = "output_file")]
+    pub output: Option<String>,
+    /// The step's output, read from a file (as --output).
+    #[arg(long, value_name = "PATH")]
+    pub output_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub token: TokenArgs,
+}
+
+/// `sasctl tasks fail`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = EXIT_HELP)]
+pub struct FailArgs {
+    /// Why the step failed: recorded in the task's timeline and told to the order's
+    /// reply_to (required).
+    #[arg(long, value_name = "TEXT", required = true, value_parser = non_empty("--reason"))]
+    pub reason: String,
+    #[command(flatten)]
+    pub token: TokenArgs,
+}
+
+/// `sasctl tasks heartbeat`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = EXIT_HELP)]
+pub struct HeartbeatArgs {
+    #[command(flatten)]
+    pub token: TokenArgs,
+}
+
+/// Which of the three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Complete,
+    Fail,
+    Heartbeat,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Complete => "complete",
+            Verb::Fail => "fail",
+            Verb::Heartbeat => "heartbeat",
+        }
+    }
+
+    /// What it gives the step, for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Verb::Complete => "completion",
+            Verb::Fail => "failure",
+            Verb::Heartbeat => "heartbeat",
+        }
+    }
+}
+
+/// The token as given: `-` reads one line of stdin. Blank, or not a token's shape, is a
+/// usage error; the message never repeats the token.
+pub fn read_token(given: &str, stdin: &mut dyn BufRead) -> Result<(CallbackToken, TokenClaims), TasksError> {
+    let text = if given == "-" {
+        let mut line = String::new();
+        stdin.read_line(&mut line).map_err(|e| TasksError::Usage(format!("TOKEN -: reading stdin: {e}")))?;
+        if line.trim().is_empty() {
+            return Err(TasksError::Usage("TOKEN -: stdin had no token (give it on one line)".into()));
+        }
+        line
+    } else {
+        given.to_owned()
+    };
+    let text = text.trim();
+    CallbackToken::parse(text).map_err(|e| {
+        // An order id is no secret: say what was given instead of a token.
+        if sas::domain::OrderId::parse(text).is_ok() {
+            TasksError::Usage(format!(
+                "TOKEN {text:?} is an order id, not a callback token: give the token the step's agent request carried (sasctl tasks show {text} says which step and attempt wait for one)"
+            ))
+        } else {
+            TasksError::Usage(format!("TOKEN: {e}"))
+        }
+    })
+}
+
+/// The completion `--output` or `--output-file` describes, checked as the step's output
+/// would be: one that could not be kept would give the step up, so it is refused here.
+pub fn output_of(output: Option<&str>, file: Option<&Path>) -> Result<Option<Value>, TasksError> {
+    let (flag, text) = match (output, file) {
+        (Some(text), _) => ("--output".to_owned(), text.to_owned()),
+        (None, Some(path)) => {
+            let flag = format!("--output-file {}", path.display());
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| TasksError::Usage(format!("{flag}: cannot read it: {e}")))?;
+            (flag, text)
+        }
+        (None, None) => return Ok(None),
+    };
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| TasksError::Usage(format!("{flag} is not JSON: {e}")))?;
+    StepOutput::from_value(&value)
+        .map_err(|e| TasksError::Usage(format!("{flag} cannot be the step's output: {e}")))?;
+    Ok(Some(value))
+}
+
+/// Runs one of the three commands.
+pub async fn run(
+    verb: Verb,
+    completion_of: CompletionOf<'_>,
+    args: &TokenArgs,
+) -> Result<ExitCode, TasksError> {
+    let (token, claims) = read_token(&args.token, &mut std::io::stdin().lock())?;
+    let completion = match completion_of {
+        CompletionOf::Success { output, file } => Completion::Success { output: output_of(output, file)? },
+        CompletionOf::Failure { reason } => Completion::Failure { reason: reason.to_owned() },
+        CompletionOf::Heartbeat => Completion::Heartbeat,
+    };
+    match apply(verb, &token, &claims, &completion, &args.common).await {
+        Ok(code) => Ok(code),
+        Err(e) if unavailable(&e) => {
+            eprintln!("sasctl: {token}: not applied: {e}");
+            Ok(ExitCode::from(EXIT_UNAVAILABLE))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What the command line says the outside's word is.
+#[derive(Debug, Clone, Copy)]
+pub enum CompletionOf<'a> {
+    Success { output: Option<&'a str>, file: Option<&'a Path> },
+    Failure { reason: &'a str },
+    Heartbeat,
+}
+
+/// Trouble with the deployment itself (worth running again), as opposed to input that
+/// is wrong (which running again cannot fix).
+fn unavailable(e: &TasksError) -> bool {
+    matches!(
+        e,
+        TasksError::Aws { .. }
+            | TasksError::Store { .. }
+            | TasksError::Deployment(DeploymentError::Aws { .. } | DeploymentError::NoIdentity { .. })
+    )
+}
+
+async fn apply(
+    verb: Verb,
+    token: &CallbackToken,
+    claims: &TokenClaims,
+    completion: &Completion,
+    common: &Common,
+) -> Result<ExitCode, TasksError> {
+    let policy = policy()?;
+    let ctx = Context::connect(common).await?;
+    // Read first, only to say clearly when these definitions cannot decide for the task
+    // (the handler would only say it cannot); no task is the handler's refusal too.
+    if let Some(task) = ctx.task(&claims.order_id).await?
+        && render::workflow_of(&ctx.definitions, &task).is_none()
+    {
+        return Err(TasksError::UnknownWorkflow {
+            id: task.order_id.to_string(),
+            workflow: task.workflow.clone(),
+            version: task.workflow_version,
+            file: ctx.definitions_from.clone(),
+        });
+    }
+    let (deps, settings) = super::act::pipeline(&ctx, policy)?;
+    let outcome = match complete(&deps, &settings, token.expose(), completion).await {
+        Ok(Completed::Applied { before, trigger, task }) => {
+            let name = render::step_name(render::workflow_of(&ctx.definitions, &task), claims.step);
+            Outcome::Applied { before, after: task.state, trigger: trigger.as_str(), name, task }
+        }
+        Ok(Completed::Refused(why)) => Outcome::Refused(why.to_string()),
+        // The store, a queue or the alerts topic failed: before the write (nothing
+        // changed), or after it (its effects are the supervisor's to recover).
+        Err(HandlerError::Retry(why)) => {
+            return Err(TasksError::Aws {
+                doing: format!("applying the {} to task {}", verb.noun(), claims.order_id),
+                at: ctx.deployment.at().to_owned(),
+                reason: format!(
+                    "{}; run it again (if it landed, the second run says the step has ended)",
+                    crate::endpoint::one_line(&why)
+                ),
+            });
+        }
+        Err(HandlerError::Reject(why)) => Outcome::Refused(crate::endpoint::one_line(&why)),
+    };
+    if common.json {
+        println!("{}", outcome.json(verb, token, claims));
+    } else {
+        match &outcome {
+            Outcome::Applied { .. } => println!("{}", outcome.line(token, claims)),
+            Outcome::Refused(_) => eprintln!("sasctl: {}", outcome.line(token, claims)),
+        }
+    }
+    Ok(ExitCode::from(match outcome {
+        Outcome::Applied { .. } => EXIT_APPLIED,
+        Outcome::Refused(_) => EXIT_REFUSED,
+    }))
+}
+
+/// What the completion came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The task was `before`, moved by `trigger` to `after`; `task` is the record written.
+    Applied {
+        before: ProcessState,
+        after: ProcessState,
+        trigger: &'static str,
+        name: Option<String>,
+        task: Box<TaskRecord>,
+    },
+    Refused(String),
+}
+
+impl Outcome {
+    /// One line: the order, step and attempt the token is for, and what moved (or why not).
+    pub fn line(&self, token: &CallbackToken, claims: &TokenClaims) -> String {
+        match self {
+            Outcome::Applied { before, after, trigger, name, task } => {
+                let step = match name {
+                    Some(n) => format!("step {} {n}", claims.step),
+                    None => format!("step {}", claims.step),
+                };
+                let mut line = format!(
+                    "{}: {step}, attempt {}: {} -> {} ({trigger})",
+                    claims.order_id,
+                    claims.attempt,
+                    before.as_str(),
+                    after.as_str()
+                );
+                if let Some(due) = next_due(task) {
+                    line.push_str(&format!("; next heartbeat or completion due by {}", render::iso(due)));
+                }
+                line
+            }
+            Outcome::Refused(why) => format!("{token}: refused: {why}"),
+        }
+    }
+
+    pub fn json(&self, verb: Verb, token: &CallbackToken, claims: &TokenClaims) -> Value {
+        let mut v = json!({
+            "act": verb.as_str(),
+            "token": token.to_string(),
+            "id": claims.order_id.as_str(),
+            "step": claims.step,
+            "attempt": claims.attempt,
+        });
+        match self {
+            Outcome::Applied { before, after, trigger, name, task } => {
+                v["outcome"] = "applied".into();
+                v["step_name"] = json!(name);
+                v["from"] = before.as_str().into();
+                v["to"] = after.as_str().into();
+                v["trigger"] = (*trigger).into();
+                if let Some(due) = next_due(task) {
+                    v["next_due"] = render::iso(due).into();
+                }
+            }
+            Outcome::Refused(why) => {
+                v["outcome"] = "refused".into();
+                v["reason"] = why.clone().into();
+            }
+        }
+        v
+    }
+}
+
+/// After a heartbeat, when the step is due again (it still waits on the same attempt).
+fn next_due(task: &TaskRecord) -> Option<sas::domain::Timestamp> {
+    task.callback.as_ref().map(|cb| cb.due())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sas::domain::{CallbackSecret, OrderId, Timestamp};
+
+    fn token() -> CallbackToken {
+        CallbackToken::mint(&OrderId::parse("o-1").unwrap(), 1, 3, &CallbackSecret([0xab; 32]))
+    }
+
+    #[test]
+    fn a_token_is_read_from_the_argument_or_one_line_of_stdin() {
+        let whole = token().expose().to_owned();
+        let (t, claims) = read_token(&whole, &mut std::io::empty()).unwrap();
+        assert_eq!((t, claims.step, claims.attempt), (token(), 1, 3));
+        let mut piped = std::io::Cursor::new(format!("{whole}\nsomething else\n"));
+        assert_eq!(read_token("-", &mut piped).unwrap().0, token());
+        let e = read_token("-", &mut std::io::Cursor::new("\n")).unwrap_err().to_string();
+        assert_eq!(e, "TOKEN -: stdin had no token (give it on one line)");
+        let e = read_token("o-1", &mut std::io::empty()).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "TOKEN \"o-1\" is an order id, not a callback token: give the token the step's agent request carried (sasctl tasks show o-1 says which step and attempt wait for one)"
+        );
+        let e = read_token("sas1.o-1.1.3.abab", &mut std::io::empty()).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "TOKEN: a callback token is sas1.<order id>.<step>.<attempt>.<64 hex digits>; this one "
+            ),
+            "{e}"
+        );
+        // A near miss (one digit off the alphabet) is not echoed.
+        let near = format!("{}G", &whole[..whole.len() - 1]);
+        let e = read_token(&near, &mut std::io::empty()).unwrap_err().to_string();
+        assert!(!e.contains(&near[near.len() - 20..]), "{e}");
+    }
+
+    #[test]
+    fn an_output_must_be_json_that_a_step_can_keep() {
+        assert_eq!(output_of(None, None).unwrap(), None);
+        assert_eq!(
+            output_of(Some(r#"{"approved_by":"ana"}"#), None).unwrap(),
+            Some(json!({"approved_by": "ana"}))
+        );
+        let e = output_of(Some("{approved_by: ana}"), None).unwrap_err().to_string();
+        assert!(e.starts_with("--output is not JSON: key must be a string at line 1 column 2"), "{e}");
+        let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(5_000));
+        let e = output_of(Some(&big), None).unwrap_err().to_string();
+        assert!(e.starts_with("--output cannot be the step's output: "), "{e}");
+        let e = output_of(None, Some(Path::new("/nonexistent/out.json"))).unwrap_err().to_string();
+        assert!(e.starts_with("--output-file /nonexistent/out.json: cannot read it: "), "{e}");
+        let dir = std::env::temp_dir().join(format!("sasctl-output-{}", std::process::id()));
+        std::fs::write(&dir, "[1, 2").unwrap();
+        let e = output_of(None, Some(&dir)).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("--output-file {} is not JSON: ", dir.display())), "{e}");
+        std::fs::write(&dir, "[1, 2]\n").unwrap();
+        assert_eq!(output_of(None, Some(&dir)).unwrap(), Some(json!([1, 2])));
+        let _ = std::fs::remove_file(&dir);
+    }
+
+    #[test]
+    fn outcomes_are_one_line_that_never_shows_the_token_whole() {
+        let t = token();
+        let claims = CallbackToken::parse(t.expose()).unwrap().1;
+        let mut task = crate::fixtures::task("o-1", ProcessState::Pending);
+        task.step = 2;
+        let applied = Outcome::Applied {
+            before: ProcessState::Waiting,
+            after: ProcessState::Pending,
+            trigger: "Advanced",
+            name: Some("approve".into()),
+            task: Box::new(task.clone()),
+        };
+        assert_eq!(
+            applied.line(&t, &claims),
+            "o-1: step 1 approve, attempt 3: Waiting -> Pending (Advanced)"
+        );
+        let v = applied.json(Verb::Complete, &t, &claims);
+        assert_eq!(v["outcome"], "applied");
+        assert_eq!((v["from"].as_str(), v["to"].as_str()), (Some("Waiting"), Some("Pending")));
+        assert_eq!(v["token"], "sas1.o-1.1.3.abab…");
+        assert!(v.get("next_due").is_none());
+        // A heartbeat says when the next is due.
+        let mut waiting = crate::fixtures::task("o-1", ProcessState::Waiting);
+        waiting.callback = Some(sas::domain::Awaiting {
+            step: 1,
+            attempt: 3,
+            digest: t.digest(),
+            timeout_at: Timestamp(1_700_000_100_000),
+            heartbeat_ms: Some(10_000),
+            last_heartbeat: Some(Timestamp(1_700_000_020_000)),
+            started_at: Some(Timestamp(1_700_000_001_000)),
+            since: Timestamp(1_700_000_000_000),
+        });
+        let beat = Outcome::Applied {
+            before: ProcessState::Waiting,
+            after: ProcessState::Waiting,
+            trigger: "Heartbeat",
+            name: None,
+            task: Box::new(waiting),
+        };
+        assert_eq!(
+            beat.line(&t, &claims),
+            "o-1: step 1, attempt 3: Waiting -> Waiting (Heartbeat); next heartbeat or completion due by 2023-11-14T22:13:50.000Z"
+        );
+        assert_eq!(beat.json(Verb::Heartbeat, &t, &claims)["next_due"], "2023-11-14T22:13:50.000Z");
+        let refused = Outcome::Refused("the token does not match the one issued for step 1 attempt 3".into());
+        let line = refused.line(&t, &claims);
+        assert_eq!(
+            line,
+            "sas1.o-1.1.3.abab…: refused: the token does not match the one issued for step 1 attempt 3"
+        );
+        let v = refused.json(Verb::Fail, &t, &claims);
+        for shown in [line, v.to_string()] {
+            assert!(!shown.contains(&t.expose()[20..]), "{shown}");
+        }
+        assert_eq!(v["outcome"], "refused");
+    }
+
+    #[test]
+    fn trouble_with_the_deployment_is_told_apart_from_bad_input() {
+        let aws = TasksError::Aws { doing: "x".into(), at: "y".into(), reason: "z".into() };
+        assert!(unavailable(&aws));
+        assert!(unavailable(&TasksError::Store { table: "t".into(), reason: "r".into() }));
+        assert!(!unavailable(&TasksError::Usage("u".into())));
+        assert!(!unavailable(&TasksError::NoTable { table: "t".into(), at: "a".into() }));
+    }
+}
+
+#[cfg(test)]
+mod parsing_tests {
+    use clap::Parser;
+
+    use super::super::TasksCommand;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: TasksCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<TasksCommand, clap::Error> {
+        Cli::try_parse_from([&["tasks"], args].concat()).map(|c| c.command)
+    }
+
+    #[test]
+    fn the_three_commands_take_a_token_or_a_dash() {
+        match parse(&["complete", "-", "--output", "{}", "--prefix", "p"]).unwrap() {
+            TasksCommand::Complete(a) => {
+                assert_eq!((a.token.token.as_str(), a.output.as_deref()), ("-", Some("{}")));
+                assert_eq!(a.token.common.deployment.prefix.as_deref(), Some("p"));
+            }
+            _ => panic!("not complete"),
+        }
+        match parse(&["fail", "sas1.x", "--reason", " no ", "--json"]).unwrap() {
+            TasksCommand::Fail(a) => assert_eq!((a.reason.as_str(), a.token.common.json), ("no", true)),
+            _ => panic!("not fail"),
+        }
+        assert!(matches!(parse(&["heartbeat", "sas1.x"]).unwrap(), TasksCommand::Heartbeat(_)));
+        use clap::error::ErrorKind;
+        let kind = |args: &[&str]| parse(args).err().map(|e| e.kind());
+        assert_eq!(
+            kind(&["complete", "t", "--output", "1", "--output-file", "f"]),
+            Some(ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(kind(&["fail", "t"]), Some(ErrorKind::MissingRequiredArgument));
+        assert_eq!(kind(&["fail", "t", "--reason", " "]), Some(ErrorKind::ValueValidation));
+        assert_eq!(kind(&["heartbeat"]), Some(ErrorKind::MissingRequiredArgument));
+        assert_eq!(kind(&["heartbeat", "t", "--output", "{}"]), Some(ErrorKind::UnknownArgument));
+    }
+}
