@@ -17,6 +17,7 @@ mod switches {
     static CANCEL_FROM_ANY_SENDER: AtomicBool = AtomicBool::new(false);
     static WAKE_EARLY: AtomicBool = AtomicBool::new(false);
     static ACCEPT_OLD_TOKENS: AtomicBool = AtomicBool::new(false);
+    static SWEEP_SKIPS_TIMERS: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -51,6 +52,10 @@ mod switches {
         /// A callback token is checked for its order and step only: a completion with the
         /// token of an earlier attempt (or a forged one) applies.
         AcceptOldTokens,
+        /// The supervisor's sweep never wakes a waiting timer (its `recover` answers "not
+        /// due"): only the timer's delayed Schedule does, so a wait past SQS's longest delay,
+        /// or one whose Schedule was lost, never ends.
+        SweepSkipsTimers,
     }
 
     impl Mutation {
@@ -66,6 +71,7 @@ mod switches {
                 Mutation::CancelFromAnySender => &CANCEL_FROM_ANY_SENDER,
                 Mutation::WakeEarly => &WAKE_EARLY,
                 Mutation::AcceptOldTokens => &ACCEPT_OLD_TOKENS,
+                Mutation::SweepSkipsTimers => &SWEEP_SKIPS_TIMERS,
             }
         }
         pub fn set(self, on: bool) {
@@ -107,6 +113,9 @@ mod switches {
     }
     pub fn accept_old_tokens() -> bool {
         Mutation::AcceptOldTokens.is_on()
+    }
+    pub fn sweep_skips_timers() -> bool {
+        Mutation::SweepSkipsTimers.is_on()
     }
 }
 
@@ -175,5 +184,11 @@ pub(crate) const fn wake_early() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn accept_old_tokens() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn sweep_skips_timers() -> bool {
     false
 }

@@ -27,6 +27,7 @@ fn seeds_keep_every_invariant() {
     );
     println!("faults injected: {:?}", summary.faults);
     println!("pipeline counters: {:?}", summary.metrics);
+    println!("the outside party's words: {:?}", summary.outside);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     println!("{}", summary.coverage_table());
     let mut report = String::new();
@@ -120,6 +121,8 @@ fn without_faults_every_order_is_processed() {
         // Nobody cancels or acts on a task either: every order runs to its end.
         swarm.operator_actions = 0;
         swarm.app_cancels = 0;
+        // And the outside party of callback steps answers every one in time, with success.
+        swarm.outside = sas_sim::outside::OutsideRates::default();
         let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
         assert_eq!(v.outcome.crashes, 0);
