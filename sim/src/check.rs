@@ -431,13 +431,15 @@ fn callbacks(run: &Outcome, words: &BTreeSet<&str>, add: &mut impl FnMut(Invaria
                 ),
             );
         }
-        let fits = match (&completion, &after.last_cause) {
-            (Completion::Heartbeat, Cause::Heartbeat { .. }) => true,
-            (Completion::Success { .. }, Cause::Completed { .. }) => true,
-            (Completion::Success { .. }, Cause::Failed { in_doubt: true, .. }) => true,
-            (Completion::Failure { .. }, Cause::Failed { in_doubt: false, .. }) => true,
-            _ => false,
-        };
+        let fits = matches!(
+            (&completion, &after.last_cause),
+            (Completion::Heartbeat, Cause::Heartbeat { .. })
+                | (Completion::Success { .. }, Cause::Completed { .. })
+                // An output that cannot be kept: the step gives up in doubt.
+                | (Completion::Success { .. }, Cause::Failed { in_doubt: true, .. })
+                // The outside declined: a refusal.
+                | (Completion::Failure { .. }, Cause::Failed { in_doubt: false, .. })
+        );
         if !fits {
             add(
                 Invariant::RefusedCompletionChangesNothing,

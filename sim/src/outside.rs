@@ -55,7 +55,7 @@ pub struct OutsideRates {
     pub too_large: bool,
 }
 
-const OUTSIDE_SALT: u64 = 0x6f75_7473_6964_65;
+const OUTSIDE_SALT: u64 = 0x006f_7574_7369_6465;
 
 impl OutsideRates {
     /// The seed's rates, from a generator of their own (seeded from `seed`, not drawn from

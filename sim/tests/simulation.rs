@@ -6,7 +6,10 @@
 //! `SIM_SEED=<n> cargo test -p sas-sim --test simulation replay -- --nocapture` replays one
 //! with its full trace.
 
-use sas_sim::{Options, check, run_seed, run_seeds, seeds_from_env, threads};
+use sas::domain::Cause;
+use sas_sim::invariants::Invariant;
+use sas_sim::outside::{Sent, Word};
+use sas_sim::{CheckedRun, Options, check, run_seed, run_seeds, seeds_from_env, threads};
 
 #[test]
 fn seeds_keep_every_invariant() {
@@ -38,6 +41,23 @@ fn seeds_keep_every_invariant() {
     assert_eq!(summary.seeds, seeds.end - seeds.start);
     if summary.seeds >= 500 {
         assert!(summary.uncovered().is_empty(), "transitions never taken: {:?}", summary.uncovered());
+        // The outside party said every kind of word, and the pipeline refused some and took some.
+        for word in [Word::Live, Word::Late, Word::Duplicate, Word::Stale, Word::Forged, Word::Malformed] {
+            assert!(
+                summary.outside.get(word.name()).is_some_and(|n| *n > 0),
+                "no {word:?} word: {:?}",
+                summary.outside
+            );
+        }
+        assert!(summary.outside.get("outside_direct").is_some_and(|n| *n > 0), "{:?}", summary.outside);
+        for counter in [
+            "CallbackCompletionsApplied",
+            "CallbackCompletionsRefused",
+            "CallbackHeartbeats",
+            "CallbacksTimedOut",
+        ] {
+            assert!(summary.metrics.get(counter).is_some_and(|n| *n > 0), "{counter}: {:?}", summary.metrics);
+        }
     }
 }
 
@@ -167,6 +187,58 @@ fn the_checker_rejects_a_planted_stale_write() {
             .any(|f| f.invariant == sas_sim::invariants::Invariant::Fenced
                 && f.detail.contains("applied to step")),
         "{found:?}"
+    );
+}
+
+/// The first of the seeds from 0 whose history has a write of cause `cause`, and where.
+fn first_with(cause: fn(&Cause) -> bool) -> (u64, CheckedRun, usize) {
+    (0..300)
+        .find_map(|seed| {
+            let v = run_seed(seed, &Options::default());
+            let at = v.outcome.writes.iter().position(|w| cause(&w.after.last_cause))?;
+            Some((seed, v, at))
+        })
+        .expect("some seed writes it")
+}
+
+/// The checker on a history it must reject: a callback step's attempt completed twice (the
+/// write that completed it, landed again as if a second word had passed the token's fence).
+#[test]
+fn the_checker_rejects_a_planted_second_completion() {
+    let (seed, mut v, at) = first_with(|c| matches!(c, Cause::Completed { .. }));
+    assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
+    let (write, ctx) = (v.outcome.writes[at].clone(), v.outcome.write_ctx[at].clone());
+    v.outcome.writes.insert(at + 1, write);
+    v.outcome.write_ctx.insert(at + 1, ctx);
+    let found = check::check(&v.outcome);
+    assert!(found.iter().any(|f| f.invariant == Invariant::CallbackOnce), "seed {seed}: {found:?}");
+}
+
+/// And one where the word a completion was written for carried a forged token: the outside
+/// sent it (so the checker judges it), with the attempt's order, step and attempt and
+/// another secret.
+#[test]
+fn the_checker_rejects_a_completion_with_a_planted_forged_token() {
+    let (seed, mut v, at) = first_with(|c| matches!(c, Cause::Completed { .. }));
+    let body = v.outcome.write_ctx[at].message.as_deref().expect("made for a word").to_owned();
+    let mut word = sas::domain::CallbackMessage::parse(&body).expect("a callback message");
+    let (head, secret) = word.token.rsplit_once('.').expect("a token");
+    let other = if secret.starts_with('0') { "1" } else { "0" };
+    word.token = format!("{head}.{other}{}", &secret[1..]);
+    let forged = word.to_body();
+    v.outcome.outside.sent.push(Sent {
+        at: 0,
+        body: forged.clone(),
+        word: Word::Forged,
+        direct: true,
+        expect: None,
+    });
+    v.outcome.write_ctx[at].message = Some(forged.as_str().into());
+    let found = check::check(&v.outcome);
+    assert!(
+        found.iter().any(|f| f.invariant == Invariant::RefusedCompletionChangesNothing
+            && f.detail.contains("a forged token")),
+        "seed {seed}: {found:?}"
     );
 }
 
