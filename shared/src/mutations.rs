@@ -18,6 +18,7 @@ mod switches {
     static WAKE_EARLY: AtomicBool = AtomicBool::new(false);
     static ACCEPT_OLD_TOKENS: AtomicBool = AtomicBool::new(false);
     static CLAIM_WHILE_PAUSED: AtomicBool = AtomicBool::new(false);
+    static SWEEP_SKIPS_TIMERS: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -54,6 +55,10 @@ mod switches {
         AcceptOldTokens,
         /// A claim ignores the pause: a paused task dispatches its next step.
         ClaimWhilePaused,
+        /// The supervisor's sweep never wakes a waiting timer (its `recover` answers "not
+        /// due"): only the timer's delayed Schedule does, so a wait past SQS's longest delay,
+        /// or one whose Schedule was lost, never ends.
+        SweepSkipsTimers,
     }
 
     impl Mutation {
@@ -70,6 +75,7 @@ mod switches {
                 Mutation::WakeEarly => &WAKE_EARLY,
                 Mutation::AcceptOldTokens => &ACCEPT_OLD_TOKENS,
                 Mutation::ClaimWhilePaused => &CLAIM_WHILE_PAUSED,
+                Mutation::SweepSkipsTimers => &SWEEP_SKIPS_TIMERS,
             }
         }
         pub fn set(self, on: bool) {
@@ -114,6 +120,9 @@ mod switches {
     }
     pub fn claim_while_paused() -> bool {
         Mutation::ClaimWhilePaused.is_on()
+    }
+    pub fn sweep_skips_timers() -> bool {
+        Mutation::SweepSkipsTimers.is_on()
     }
 }
 
@@ -188,5 +197,11 @@ pub(crate) const fn accept_old_tokens() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn claim_while_paused() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn sweep_skips_timers() -> bool {
     false
 }

@@ -6,10 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ};
-use sas::domain::{Act, Cause, MessageError, OrderRequest, ProcessState, SchedulerMessage, Trigger};
+use sas::domain::{
+    Act, CallbackMessage, CallbackToken, Cause, Completion, MessageError, OrderRequest, ProcessState,
+    SchedulerMessage, Trigger,
+};
 use sas::handlers::REASON_ATTRIBUTE;
 
-use crate::deployment::{MAX_RECEIVES, Role};
+use crate::deployment::{CALLBACKS, CALLBACKS_DLQ, MAX_RECEIVES, Role};
 pub use crate::invariants::{Invariant, Violation};
 use crate::invariants::{Records, check_records};
 use crate::run::Outcome;
@@ -50,6 +53,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         ORDERS => ORDERS_DLQ,
         SCHEDULER => SCHEDULER_DLQ,
         AGENT => AGENT_DLQ,
+        CALLBACKS => CALLBACKS_DLQ,
         _ => unreachable!("arrivals go to the work queues"),
     };
     let kept = |queue: &str, body: &str| -> Vec<Option<&str>> {
@@ -133,10 +137,32 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             }
         }
     }
+    // The outside's words: a malformed one is kept with its reason; any other may be refused
+    // (late, stale, forged, a duplicate, a step that ended) and is then kept with the reason
+    // it was refused for, as README says of the callback queue.
+    let words: BTreeSet<&str> = run.outside.sent.iter().map(|s| s.body.as_str()).collect();
+    for sent in run.outside.sent.iter().filter(|s| !s.direct) {
+        let Some(expect) = sent.expect else { continue };
+        let ok = kept(CALLBACKS, &sent.body).into_iter().any(|r| r.is_some_and(|r| r.contains(expect)))
+            || redriven(CALLBACKS, &sent.body);
+        if !ok {
+            add(
+                Invariant::BadInputKept,
+                format!(
+                    "malformed callback message not kept with {expect:?}: {} (kept as {:?})",
+                    short(&sent.body),
+                    kept(CALLBACKS, &sent.body)
+                ),
+            );
+        }
+    }
     for (dlq, messages) in &run.dead_letters {
         for m in messages {
             let Some(r) = reason(m) else { continue };
             if bad_bodies.contains(m.body.as_str()) {
+                continue;
+            }
+            if *dlq == CALLBACKS_DLQ && words.contains(m.body.as_str()) {
                 continue;
             }
             if *dlq == ORDERS_DLQ {
@@ -165,6 +191,10 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
         let (Some(before), after) = (&w.before, &w.after) else { continue };
         let id = after.order_id.as_str();
+        // Made for a word of the outside: judged with the callbacks, below.
+        if ctx.message.as_deref().is_some_and(|m| words.contains(m)) {
+            continue;
+        }
         let message = ctx.message.as_deref().map(SchedulerMessage::parse);
         match &after.last_cause {
             Cause::DeadlinePassed { .. } if ctx.role != Some(Role::Supervisor) => {
@@ -215,10 +245,18 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                         .get_version(&before.workflow, before.workflow_version)
                         .and_then(|wf| wf.step(*step))
                         .is_some_and(|s| s.is_timer()) => {}
-            // The fence, checked against the very reply the write was made for.
-            Cause::Succeeded { step, action } | Cause::Failed { step, action, .. }
+            // The fence, checked against the very reply the write was made for (a callback
+            // step's agent answering success starts the outside's work).
+            Cause::Succeeded { .. } | Cause::Failed { .. } | Cause::Started { .. }
                 if ctx.role == Some(Role::Scheduler) =>
             {
+                let (step, action) = match &after.last_cause {
+                    Cause::Succeeded { step, action } | Cause::Failed { step, action, .. } => {
+                        (*step, *action)
+                    }
+                    Cause::Started { step } => (*step, sas::domain::Action::Do),
+                    _ => unreachable!("matched above"),
+                };
                 let Some(Ok(SchedulerMessage::Reply(reply))) = message else {
                     add(
                         Invariant::Fenced,
@@ -226,13 +264,13 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     );
                     continue;
                 };
-                let succeeded = matches!(after.last_cause, Cause::Succeeded { .. });
+                let succeeded = matches!(after.last_cause, Cause::Succeeded { .. } | Cause::Started { .. });
                 let live = reply.order_id.as_str() == id
                     && before.locked_by == Some(reply.lease)
                     && before.attempt == reply.attempt
                     && before.step == reply.step
                     && before.action() == reply.action
-                    && (*step, *action) == (reply.step, reply.action)
+                    && (step, action) == (reply.step, reply.action)
                     && succeeded == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded { .. })
                     && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
                 if !live {
@@ -254,8 +292,17 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     );
                 }
             }
-            Cause::Succeeded { .. } | Cause::Failed { .. } => {
+            Cause::Succeeded { .. } | Cause::Failed { .. } | Cause::Started { .. } => {
                 add(Invariant::Fenced, format!("order {id}: a reply's outcome written by {:?}", ctx.role));
+            }
+            Cause::Completed { .. } | Cause::Heartbeat { .. } => {
+                add(
+                    Invariant::RefusedCompletionChangesNothing,
+                    format!(
+                        "order {id}: {:?} written by {:?} for {:?}, no word of the outside",
+                        after.last_cause, ctx.role, ctx.message
+                    ),
+                );
             }
             _ => {}
         }
@@ -289,6 +336,28 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         }
     }
 
+    // None is lost: a timer that went to sleep and was never woken (nor cancelled) by the
+    // time the run ended, past its wake time by more than the slack, was lost.
+    let mut asleep: BTreeMap<&str, sas::domain::Timestamp> = BTreeMap::new();
+    for w in &run.writes {
+        let id = w.after.order_id.as_str();
+        match (w.after.state, w.after.wake_at) {
+            (ProcessState::Waiting, Some(at)) => asleep.insert(id, at),
+            _ => asleep.remove(id),
+        };
+    }
+    for (id, at) in asleep {
+        let from = at.0.max(run.resumed_at);
+        if run.ended_at > from + on_time {
+            add(
+                Invariant::TimerOnTime,
+                format!("order {id}: timer due at {at} never woke (the run ended at {}ms)", run.ended_at),
+            );
+        }
+    }
+
+    callbacks(run, &words, &mut add);
+
     // ---- a paused task holds still: nothing is claimed and no timer starts ----
     for w in &run.writes {
         let Some(before) = w.before.as_ref().filter(|b| b.paused) else { continue };
@@ -318,4 +387,100 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         }
     }
     found
+}
+
+/// The outside's words against the writes made for them. The outside party knows which
+/// token it sent (`outside::Sent`) and the remote which the pipeline minted, for which
+/// attempt (`outside::Handed`), so each write made for a word is judged by README's rules
+/// for callback steps, not by the domain's code:
+/// - `RefusedCompletionChangesNothing`: a write is made for a word only when the word is
+///   well formed, its token is one the pipeline minted, for the attempt the record waits on
+///   (same step and attempt, the record's digest being the token's), while the record still
+///   waits (Processing or Waiting) and before the callback is due; and it is the move the
+///   word asks for (a heartbeat, a completion, or a failure as a refusal; a success whose
+///   output cannot be kept gives up with the step in doubt). No write names a completion
+///   or heartbeat that no word of the outside was handled for (above).
+/// - `CallbackOnce`: an attempt is completed (success or failure) by at most one write,
+///   counted both by the attempt the record waited on and by the attempt the token names.
+fn callbacks(run: &Outcome, words: &BTreeSet<&str>, add: &mut impl FnMut(Invariant, String)) {
+    let mut completions: BTreeMap<(&str, u32, u32), u32> = BTreeMap::new();
+    for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        let Some(body) = ctx.message.as_deref().filter(|m| words.contains(m)) else { continue };
+        let id = after.order_id.as_str();
+        let word = CallbackMessage::parse(body).ok().and_then(|m| Some((m.completion().ok()?, m.token)));
+        let Some((completion, token)) = word else {
+            add(
+                Invariant::RefusedCompletionChangesNothing,
+                format!("order {id}: {:?} written for a malformed message {}", after.last_cause, short(body)),
+            );
+            continue;
+        };
+        let handed = run.outside.handed.get(&token);
+        let digest = CallbackToken::parse(&token).map(|(t, _)| t.digest()).ok();
+        let waits = before.callback.as_ref();
+        let live = handed.is_some_and(|h| {
+            h.order_id == id
+                && waits.is_some_and(|cb| {
+                    (cb.step, cb.attempt) == (h.step, h.attempt) && Some(&cb.digest) == digest.as_ref()
+                })
+        }) && matches!(before.state, ProcessState::Processing | ProcessState::Waiting)
+            && waits.is_some_and(|cb| after.updated_at <= cb.due());
+        if !live {
+            add(
+                Invariant::RefusedCompletionChangesNothing,
+                format!(
+                    "order {id}: {} with {} token {} (step, attempt {:?}) moved {:?} waiting on {:?} (due {:?}) to {:?} ({:?}) at {}",
+                    completion.as_str(),
+                    if handed.is_some() { "a minted" } else { "a forged" },
+                    CallbackToken::parse(&token).map(|(t, _)| t.redacted()).unwrap_or_default(),
+                    handed.map(|h| (h.step, h.attempt)),
+                    before.state,
+                    waits.map(|cb| (cb.step, cb.attempt)),
+                    waits.map(|cb| cb.due()),
+                    after.state,
+                    after.last_cause,
+                    after.updated_at
+                ),
+            );
+        }
+        let fits = matches!(
+            (&completion, &after.last_cause),
+            (Completion::Heartbeat, Cause::Heartbeat { .. })
+                | (Completion::Success { .. }, Cause::Completed { .. })
+                // An output that cannot be kept: the step gives up in doubt.
+                | (Completion::Success { .. }, Cause::Failed { in_doubt: true, .. })
+                // The outside declined: a refusal.
+                | (Completion::Failure { .. }, Cause::Failed { in_doubt: false, .. })
+        );
+        if !fits {
+            add(
+                Invariant::RefusedCompletionChangesNothing,
+                format!("order {id}: a {} wrote {:?}", completion.as_str(), after.last_cause),
+            );
+        }
+        if completion == Completion::Heartbeat {
+            continue;
+        }
+        let mut attempts = BTreeSet::new();
+        attempts.extend(waits.map(|cb| (id, cb.step, cb.attempt)));
+        attempts.extend(handed.map(|h| (h.order_id.as_str(), h.step, h.attempt)));
+        for attempt in attempts {
+            *completions.entry(attempt).or_default() += 1;
+        }
+    }
+    for ((id, step, attempt), n) in completions {
+        if n > 1 {
+            add(
+                Invariant::CallbackOnce,
+                format!(
+                    "order {id}: step {step} attempt {attempt} completed {n} times; history: {}",
+                    crate::invariants::history_of(
+                        &run.writes,
+                        &sas::domain::OrderId::parse(id).expect("a stored id")
+                    )
+                ),
+            );
+        }
+    }
 }

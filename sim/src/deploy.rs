@@ -11,11 +11,14 @@ use sas::adapters::embedded::{
 };
 use sas::adapters::system::FastRandom;
 use sas::domain::Workflows;
-use sas::handlers::{Agent, AgentDeps, Deps, Scheduler, SendCoalescer, Settings, Submission, Supervisor};
+use sas::handlers::{
+    Agent, AgentDeps, Callbacks, Deps, Scheduler, SendCoalescer, Settings, Submission, Supervisor,
+};
 use sas::ports::{QueueUrl, Queues};
 
 use crate::deployment::{
-    QUEUE_AGENT, SEND_MAX_HOLD_MS, WORK, WORKER, WORKER_DLQ, agent_settings, policy, workflows_before_publish,
+    CALLBACKS_DLQ, QUEUE_AGENT, SEND_MAX_HOLD_MS, WORK, WORKER, WORKER_DLQ, agent_settings, policy,
+    workflows_before_publish,
 };
 use crate::faults::{SimAlerts, SimClock, SimQueues, SimStore, TrueClock};
 use crate::remote::SimRemote;
@@ -41,6 +44,9 @@ pub struct Deployed {
     pub metrics: Arc<CountingMetrics>,
     pub submission: [Submission; 2],
     pub scheduler: [Scheduler; 2],
+    /// The scheduler function's handler of the callback queue (and of `sasctl tasks
+    /// complete`, which runs the same `complete`).
+    pub callbacks: [Callbacks; 2],
     pub supervisor: [Supervisor; 2],
     /// One agent per unit of the agent's concurrency, as Lambda runs a container per
     /// concurrent invocation: each keeps its own circuit breakers.
@@ -52,7 +58,7 @@ pub struct Deployed {
 pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> Deployed {
     let store = Arc::new(EmbeddedStore::new());
     let queues = Arc::new(EmbeddedQueues::new(Arc::new(TrueClock { shared: shared.clone() }), rng.u64(..)));
-    for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, STATUS] {
+    for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, CALLBACKS_DLQ, STATUS] {
         queues.create(q, QueueSettings::default());
     }
     for work in WORK {
@@ -102,6 +108,7 @@ pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> D
     Deployed {
         submission: generations.map(|g| Submission::new(deps.clone(), g.clone())),
         scheduler: generations.map(|g| Scheduler::new(deps.clone(), g.clone())),
+        callbacks: generations.map(|g| Callbacks::new(deps.clone(), g.clone())),
         supervisor,
         agents,
         store,

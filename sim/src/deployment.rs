@@ -19,6 +19,9 @@ pub enum Role {
     Supervisor,
     /// An operator's `sasctl tasks` command: resubmit, compensate or cancel one task.
     Operator,
+    /// The outside party's `sasctl tasks complete|fail|heartbeat`: a callback step's word
+    /// sent directly rather than on the callback queue (`outside.rs`).
+    Outside,
 }
 
 /// The queue of the `queue` agent `c` (`Swarm::queue_agent`), and its dead letters. Its
@@ -28,6 +31,12 @@ pub const WORKER: &str = "worker-c";
 pub const WORKER_DLQ: &str = "worker-c-dlq";
 /// The agent that is a queue agent in the seeds that have one.
 pub const QUEUE_AGENT: &str = "c";
+
+/// The callback queue, where the outside completes, fails or beats for callback steps
+/// (`CallbackMessage`); the scheduler function takes its messages with its `Callbacks`
+/// handler. A refused word is kept in its dead-letter queue with the reason.
+pub const CALLBACKS: &str = "callbacks";
+pub const CALLBACKS_DLQ: &str = "callbacks-dlq";
 
 /// A queue that feeds a function, as Lambda's SQS event source mapping reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,11 +70,12 @@ const fn work(
 }
 
 /// The work queues.
-pub const WORK: [WorkQueue; 4] = [
+pub const WORK: [WorkQueue; 5] = [
     work(ORDERS, ORDERS_DLQ, 3_000, Role::Submission),
     work(SCHEDULER, SCHEDULER_DLQ, 3_000, Role::Scheduler),
     work(AGENT, AGENT_DLQ, 6_000, Role::Agent),
     work(WORKER, WORKER_DLQ, 6_000, Role::Agent),
+    work(CALLBACKS, CALLBACKS_DLQ, 3_000, Role::Scheduler),
 ];
 pub const MAX_RECEIVES: u32 = 5;
 pub const SUPERVISOR_PERIOD_MS: u64 = 1_000;

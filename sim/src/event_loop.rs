@@ -14,9 +14,9 @@ use sas::handlers::{DeadLetters, Inbound};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
 use crate::deploy::{Deployed, workflows};
-use crate::deployment::{Role, SUPERVISOR_PERIOD_MS, WORK, policy};
+use crate::deployment::{CALLBACKS, Role, SUPERVISOR_PERIOD_MS, WORK, policy};
 use crate::invariants::{Invariant, Violation};
-use crate::invocation::{Invocation, InvocationFuture, Returned, run_messages, sweep};
+use crate::invocation::{Invocation, InvocationFuture, Returned, outside_command, run_messages, sweep};
 use crate::operator;
 use crate::swarm::Swarm;
 use crate::timing::{IO_WEIGHT, MAX_STEPS, START_WEIGHT, TICK_MAX_MS, TICK_WEIGHT, liveness_bound_ms};
@@ -37,6 +37,8 @@ pub struct EventLoop {
     operator_times: Vec<u64>,
     next_operator: usize,
     operator_actions: usize,
+    /// The operator's pause choices (`Swarm::pauses`), apart from the world's generator.
+    pause_rng: Option<fastrand::Rng>,
     next_sweep: u64,
     quiet_at: u64,
     quiet: bool,
@@ -96,6 +98,7 @@ impl EventLoop {
             operator_times,
             next_operator: 0,
             operator_actions: 0,
+            pause_rng: swarm.pauses.map(fastrand::Rng::with_seed),
             next_sweep: SUPERVISOR_PERIOD_MS,
             quiet_at,
             quiet: false,
@@ -150,6 +153,7 @@ impl EventLoop {
             self.run_ready();
             let now = self.now();
             self.deliver_arrivals(now);
+            self.deliver_outside(now);
             self.start_operator_actions(now);
             if !self.quiet && now >= self.quiet_at {
                 self.quiet = true;
@@ -231,7 +235,7 @@ impl EventLoop {
             Role::Submission => self.swarm.submission_concurrency,
             Role::Scheduler => self.swarm.scheduler_concurrency,
             Role::Agent => self.swarm.agent_concurrency,
-            Role::Supervisor | Role::Operator => 0,
+            Role::Supervisor | Role::Operator | Role::Outside => 0,
         }
     }
 
@@ -274,6 +278,9 @@ impl EventLoop {
         }
         if let Some(t) = self.operator_times.get(self.next_operator) {
             next = next.min(*t);
+        }
+        if let Some(t) = self.shared.w().outside.next_send() {
+            next = next.min(t);
         }
         if !self.quiet {
             next = next.min(self.quiet_at);
@@ -339,6 +346,40 @@ impl EventLoop {
         }
     }
 
+    /// The outside party's words due now (`outside.rs`): on the callback queue (where,
+    /// like any message from outside, one may arrive twice), or run directly as `sasctl
+    /// tasks complete|fail|heartbeat` on a scheduler function's container.
+    fn deliver_outside(&mut self, now: u64) {
+        let due = self.shared.w().outside.due(now);
+        for planned in due {
+            let body = planned.body;
+            match planned.direct {
+                Some((token, completion)) => {
+                    let (id, crash_at) = self.new_invocation(Role::Outside);
+                    let callbacks = self.deployed.callbacks[self.generation()].clone();
+                    self.note(|| format!("inv {id} outside {:?} {body}", planned.word));
+                    let future = outside_command(callbacks, self.shared.clone(), body, token, completion);
+                    self.invocations
+                        .insert(id, Invocation::unqueued(Role::Outside, future, crash_at, Vec::new()));
+                    self.run_ready();
+                }
+                None => {
+                    let p = self.shared.w().faults.duplicate;
+                    let copies = if self.roll_outside("duplicate", p) { 2 } else { 1 };
+                    for _ in 0..copies {
+                        self.note(|| format!("outside {:?} {body}", planned.word));
+                        let sent = self
+                            .deployed
+                            .queues
+                            .send(&QueueUrl(CALLBACKS.into()), Outgoing::new(body.clone()))
+                            .now_or_never();
+                        assert!(matches!(sent, Some(Ok(()))), "the embedded queue accepts at once");
+                    }
+                }
+            }
+        }
+    }
+
     fn finished(&self) -> bool {
         self.next_arrival == self.arrivals.len()
             && self.next_operator == self.operator_times.len()
@@ -398,6 +439,10 @@ impl EventLoop {
             Role::Submission => {
                 run_messages(self.deployed.submission[generation].clone(), shared, messages, dead_letters)
             }
+            // The scheduler function takes the callback queue with its `Callbacks` handler.
+            Role::Scheduler if queue == CALLBACKS => {
+                run_messages(self.deployed.callbacks[generation].clone(), shared, messages, dead_letters)
+            }
             Role::Scheduler => {
                 run_messages(self.deployed.scheduler[generation].clone(), shared, messages, dead_letters)
             }
@@ -407,7 +452,9 @@ impl EventLoop {
                 agent_slot = Some(slot);
                 run_messages(self.deployed.agents[slot][generation].clone(), shared, messages, dead_letters)
             }
-            Role::Supervisor | Role::Operator => unreachable!("{role:?} is not fed by a queue"),
+            Role::Supervisor | Role::Operator | Role::Outside => {
+                unreachable!("{role:?} is not fed by a queue")
+            }
         };
         let invocation = Invocation::batch(role, future, queue, received, crash_at, agent_slot);
         self.invocations.insert(id, invocation);
@@ -431,7 +478,8 @@ impl EventLoop {
         if tasks.is_empty() {
             return;
         }
-        let operator::Decision { task, act, twins } = operator::decide(&tasks, &mut self.shared.w());
+        let operator::Decision { task, act, twins } =
+            operator::decide(&tasks, &mut self.shared.w(), self.pause_rng.as_mut());
         self.operator_actions += 1;
         let why = format!("op-{}", self.operator_actions);
         for _ in 0..1 + usize::from(twins) {
@@ -450,6 +498,9 @@ impl EventLoop {
     /// can end: a paused task waits for its operator, not for the liveness bound.
     fn resume_held(&mut self) {
         let held: Vec<TaskRecord> = self.deployed.store.tasks().into_iter().filter(|t| t.paused).collect();
+        if held.is_empty() {
+            return;
+        }
         for task in held {
             self.operator_actions += 1;
             let why = format!("op-{} (lift the hold)", self.operator_actions);
@@ -594,6 +645,13 @@ impl EventLoop {
             }
             Returned::Operator(result) => {
                 self.note(|| format!("finish inv {id} operator {result:?}"));
+            }
+            Returned::Outside(result) => {
+                let result = result.map(|c| match c {
+                    sas::handlers::Completed::Applied { trigger, .. } => format!("applied {trigger:?}"),
+                    sas::handlers::Completed::Refused(why) => format!("refused: {why}"),
+                });
+                self.note(|| format!("finish inv {id} outside {result:?}"));
             }
             Returned::Sweep(result) => {
                 let faulted = self.shared.w().running.get(&id).is_some_and(|m| m.faulted);

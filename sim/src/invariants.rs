@@ -47,10 +47,12 @@ pub enum Invariant {
     TimerNotEarly,
     TimerOnTime,
     PausedHoldsStill,
+    CallbackOnce,
+    RefusedCompletionChangesNothing,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 28] = [
+    pub const ALL: [Invariant; 30] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -79,6 +81,8 @@ impl Invariant {
         Invariant::TimerNotEarly,
         Invariant::TimerOnTime,
         Invariant::PausedHoldsStill,
+        Invariant::CallbackOnce,
+        Invariant::RefusedCompletionChangesNothing,
     ];
 
     /// The invariant in words, as the README states it.
@@ -123,7 +127,13 @@ impl Invariant {
             Invariant::CancelBySubmitter => "no order is cancelled by a sender other than its submitter",
             Invariant::TimerNotEarly => "a timer never wakes before its time",
             Invariant::TimerOnTime => {
-                "a due timer wakes within one supervisor period (plus the run's clock slack) once the faults stop"
+                "a due timer wakes within one supervisor period (plus the run's clock slack) once the faults stop; none is lost"
+            }
+            Invariant::CallbackOnce => {
+                "a callback step's attempt is completed (success or failure) at most once"
+            }
+            Invariant::RefusedCompletionChangesNothing => {
+                "a completion, failure or heartbeat changes a task only with the live attempt's own token, in time"
             }
             Invariant::PausedHoldsStill => {
                 "a paused task dispatches nothing: no step is claimed and no timer starts"
@@ -172,7 +182,10 @@ pub struct Records<'a> {
 /// stand, restated from the README's lifecycle (not from the domain's code) so the
 /// checker can tell `ForwardOnly` from `Fail`.
 fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool {
-    let in_doubt = matches!(after.last_cause, Cause::DeadlinePassed { .. }) && before.step_attempts > 0;
+    // In doubt: dispatched and never answered for good, or answered with something that
+    // cannot be kept (an agent's output, or the outside's completion, too large).
+    let in_doubt = (matches!(after.last_cause, Cause::DeadlinePassed { .. }) && before.step_attempts > 0)
+        || matches!(after.last_cause, Cause::Failed { in_doubt: true, .. });
     let redoing = before.redo_until.is_some_and(|u| before.step <= u);
     before.action() == Action::Do
         && (redoing
@@ -303,6 +316,7 @@ fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String)) {
         if !(timer && before.state == ProcessState::Pending) {
             replies_fenced(before, after, add);
         }
+        completions_fenced(before, after, add);
     }
 }
 
@@ -439,28 +453,69 @@ fn failures_within_budget(
     }
 }
 
-/// A reply lands only on the live lease's own step, in time.
+/// A reply lands only on the live lease's own step, in time. A callback step's failure may
+/// also be the outside's word, which passes the token's fence instead.
 fn replies_fenced(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(Invariant, String)) {
     let id = after.order_id.as_str();
-    if let Cause::Succeeded { step, action } | Cause::Failed { step, action, .. } = &after.last_cause {
-        let fenced = before.locked_by.is_some()
-            && matches!(before.state, ProcessState::Processing | ProcessState::Compensating)
-            && before.step == *step
-            && before.action() == *action
-            && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
-        if !fenced {
-            add(
-                Invariant::Fenced,
-                format!(
-                    "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
-                    before.step,
-                    before.action(),
-                    before.locked_by,
-                    before.complete_by,
-                    after.updated_at
-                ),
-            );
-        }
+    let (step, action) = match &after.last_cause {
+        Cause::Succeeded { step, action } | Cause::Failed { step, action, .. } => (*step, *action),
+        // The agent's success at a callback step: the work started.
+        Cause::Started { step } => (*step, Action::Do),
+        _ => return,
+    };
+    let leased = before.locked_by.is_some()
+        && matches!(before.state, ProcessState::Processing | ProcessState::Compensating)
+        && before.step == step
+        && before.action() == action
+        && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
+    let by_token = matches!(after.last_cause, Cause::Failed { .. })
+        && action == Action::Do
+        && token_fenced(before, after, step);
+    if !(leased || by_token) {
+        add(
+            Invariant::Fenced,
+            format!(
+                "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
+                before.step,
+                before.action(),
+                before.locked_by,
+                before.complete_by,
+                after.updated_at
+            ),
+        );
+    }
+}
+
+/// The token's fence, restated from ARCHITECTURE.md ("Callback steps"): the record still
+/// waits on a callback of this step (claimed or started), and the callback is not yet due.
+/// Which attempt's token, and whether it was genuine, only the simulation knows (`check.rs`).
+fn token_fenced(before: &TaskRecord, after: &TaskRecord, step: u32) -> bool {
+    before.callback.as_ref().is_some_and(|cb| {
+        cb.step == step
+            && before.step == step
+            && before.action() == Action::Do
+            && matches!(before.state, ProcessState::Processing | ProcessState::Waiting)
+            && after.updated_at <= cb.due()
+    })
+}
+
+/// The outside's completion and heartbeat land only through the token's fence.
+fn completions_fenced(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(Invariant, String)) {
+    let (Cause::Completed { step } | Cause::Heartbeat { step }) = &after.last_cause else { return };
+    if !token_fenced(before, after, *step) {
+        add(
+            Invariant::RefusedCompletionChangesNothing,
+            format!(
+                "order {}: {:?} landed on step {} ({:?}, waiting on {:?}, due {:?}) at {}",
+                after.order_id,
+                after.last_cause,
+                before.step,
+                before.state,
+                before.callback.as_ref().map(|cb| (cb.step, cb.attempt)),
+                before.callback.as_ref().map(|cb| cb.due()),
+                after.updated_at
+            ),
+        );
     }
 }
 
@@ -492,7 +547,9 @@ impl Ran {
                 Cause::Claimed { step, action: Action::Do } => {
                     ran.claimed_do.insert(*step);
                 }
-                Cause::Succeeded { step, action: Action::Do } | Cause::Woke { step, .. } => {
+                Cause::Succeeded { step, action: Action::Do }
+                | Cause::Woke { step, .. }
+                | Cause::Completed { step } => {
                     ran.done.insert(*step);
                 }
                 Cause::Succeeded { step, action: Action::Undo } => ran.undone.push(*step),
@@ -538,7 +595,8 @@ fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) {
         compensated_in_the_records(task, workflow, &ran, add);
         let effects = remote_effects(r.ledger, id);
         compensated_at_the_remote(id, &effects, add);
-        pivot_goes_forward(r.ledger, id, workflow, &effects, add);
+        let declined = declined(history);
+        pivot_goes_forward(r.ledger, id, workflow, &effects, &declined, add);
         if task.order.workflow_version.is_some_and(|v| v != task.workflow_version) {
             add(
                 Invariant::Pinned,
@@ -549,8 +607,31 @@ fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) {
             );
         }
         check_outputs_and_pins(r.ledger, id, workflow, add);
-        remote_agrees(r, task, workflow, add);
+        remote_agrees(r, task, workflow, &declined, add);
     }
+}
+
+/// Callback steps whose work the outside declined (README: the outside's failure is a
+/// refusal: the step had no effect), as the task last heard: a failure of the step while it
+/// waited on a callback, not followed by the work starting or completing again. The remote's
+/// ledger shows such a step's call applied (the work started), yet nothing of it stands.
+fn declined(history: &[&WriteRecord]) -> BTreeSet<u32> {
+    let mut declined = BTreeSet::new();
+    for w in history {
+        let Some(before) = &w.before else { continue };
+        match &w.after.last_cause {
+            Cause::Failed { step, action: Action::Do, in_doubt: false, .. }
+                if before.callback.as_ref().is_some_and(|cb| cb.step == *step) =>
+            {
+                declined.insert(*step);
+            }
+            Cause::Started { step } | Cause::Completed { step } => {
+                declined.remove(step);
+            }
+            _ => {}
+        }
+    }
+    declined
 }
 
 /// After a cancel, no write claims a forward step.
@@ -688,10 +769,14 @@ fn pivot_goes_forward(
     id: &OrderId,
     workflow: &Workflow,
     effects: &[(u32, Action)],
+    declined: &BTreeSet<u32>,
     add: &mut impl FnMut(Invariant, String),
 ) {
-    let pivot_applied = (0..workflow.len())
-        .find(|&s| workflow.step(s).is_some_and(|d| d.is_pivot()) && applied(ledger, id, s, Action::Do));
+    let pivot_applied = (0..workflow.len()).find(|&s| {
+        workflow.step(s).is_some_and(|d| d.is_pivot())
+            && applied(ledger, id, s, Action::Do)
+            && !declined.contains(&s)
+    });
     if let Some(pivot) = pivot_applied
         && let Some((step, _)) = effects.iter().find(|(_, a)| *a == Action::Undo)
     {
@@ -708,6 +793,7 @@ fn remote_agrees(
     r: &Records,
     task: &TaskRecord,
     workflow: &Workflow,
+    declined: &BTreeSet<u32>,
     add: &mut impl FnMut(Invariant, String),
 ) {
     let id = &task.order_id;
@@ -720,7 +806,8 @@ fn remote_agrees(
                 Invariant::RemoteAgrees,
                 format!("order {id} Processed but step {step}: applied {done}, undone {undone}"),
             ),
-            ProcessState::Compensated if done => {
+            // A callback step the outside declined had no effect, whatever the call started.
+            ProcessState::Compensated if done && !declined.contains(&step) => {
                 let stands = match def.kind() {
                     StepKind::ReadOnly => false,
                     StepKind::Compensable => !undone,
@@ -803,6 +890,13 @@ fn check_outputs_and_pins(
         let answer = ledger.answer(&idempotency_key(id, step, Action::Do).0);
         (!answer.is_empty() && answer.len() <= sas::domain::MAX_OUTPUT_BYTES).then_some(answer)
     };
+    // A callback step's output is the outside's (its completion's), not the agent's answer
+    // that the work started: that one is kept only while the step waits.
+    let outside = |step: u32| -> Option<&str> {
+        let output = ledger.callback_outputs.get(&idempotency_key(id, step, Action::Do).0)?;
+        (output.len() <= sas::domain::MAX_OUTPUT_BYTES).then_some(output.as_str())
+    };
+    let is_callback = |step: u32| workflow.step(step).is_some_and(|s| s.is_callback());
     let called =
         |step: u32, action: Action| ledger.keys.contains_key(&(id.as_str().to_owned(), step, action));
     for step in 0..=workflow.len() {
@@ -854,7 +948,21 @@ fn check_outputs_and_pins(
                     // Every step below was answered for good before this one ran; the
                     // undone step's own answer is known once the task went past it.
                     let must = below < step || called(step + 1, Action::Do);
-                    match (got.get(name).map(|v| v.to_string()), kept(below)) {
+                    let handed = got.get(name).map(|v| v.to_string());
+                    if is_callback(below) {
+                        callback_output_handed(
+                            id,
+                            (step, action),
+                            name,
+                            handed,
+                            must,
+                            kept(below),
+                            outside(below),
+                            add,
+                        );
+                        continue;
+                    }
+                    match (handed, kept(below)) {
                         (Some(g), Some(w)) if g != w => add(
                             Invariant::Outputs,
                             format!("order {id}: step {step} {action:?} handed {name}'s output {g}, not {w}"),
@@ -874,5 +982,41 @@ fn check_outputs_and_pins(
                 }
             }
         }
+    }
+}
+
+/// What a call of `(step, action)` was handed as the output of callback step `name`: once the
+/// task went past it, the outside's output from the completion that ended it (or nothing,
+/// when the outside answers none); before, only its own compensation sees it, and then
+/// either the agent's answer that the work started or the outside's.
+#[allow(clippy::too_many_arguments)]
+fn callback_output_handed(
+    id: &OrderId,
+    (step, action): (u32, Action),
+    name: &str,
+    handed: Option<String>,
+    past: bool,
+    agents: Option<&str>,
+    outsides: Option<&str>,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    match (handed, outsides) {
+        (Some(g), w) if past && w != Some(g.as_str()) => add(
+            Invariant::Outputs,
+            format!(
+                "order {id}: step {step} {action:?} handed callback step {name}'s output {g}, not the outside's {w:?}"
+            ),
+        ),
+        (None, Some(w)) if past => add(
+            Invariant::Outputs,
+            format!("order {id}: step {step} {action:?} not handed callback step {name}'s output {w}"),
+        ),
+        (Some(g), w) if !past && w != Some(g.as_str()) && agents != Some(g.as_str()) => add(
+            Invariant::Outputs,
+            format!(
+                "order {id}: step {step} {action:?} handed callback step {name}'s output {g}, which neither its agent nor the outside gave"
+            ),
+        ),
+        _ => {}
     }
 }

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use sas::adapters::embedded::Received;
+use sas::domain::Completion;
 use sas::domain::OrderId;
 use sas::handlers::{
-    Agent, BatchReport, DeadLetters, HandlerError, Inbound, Operated, Scheduler, Submission, Supervisor,
-    SweepReport, run_batch,
+    Agent, BatchReport, Callbacks, Completed, DeadLetters, HandlerError, Inbound, Operated, Scheduler,
+    Submission, Supervisor, SweepReport, run_batch,
 };
 
 use crate::deployment::Role;
@@ -25,6 +26,8 @@ pub enum Returned {
     Batch(BatchReport),
     Sweep(Result<SweepReport, HandlerError>),
     Operator(Result<Operated, HandlerError>),
+    /// The outside's word, sent directly (`sasctl tasks complete|fail|heartbeat`).
+    Outside(Result<Completed, HandlerError>),
 }
 
 /// An invocation's handlers as one future, boxed: the loop holds invocations of every
@@ -123,6 +126,12 @@ impl QueueFed for Scheduler {
     }
 }
 
+impl QueueFed for Callbacks {
+    fn handle_message(&self, message: Inbound) -> impl Future<Output = Result<(), HandlerError>> + '_ {
+        self.handle(message)
+    }
+}
+
 impl QueueFed for Agent {
     fn handle_message(&self, message: Inbound) -> impl Future<Output = Result<(), HandlerError>> + '_ {
         self.handle(message)
@@ -145,6 +154,22 @@ pub fn run_messages(
             })
             .await,
         )
+    })
+}
+
+/// The outside party's `sasctl tasks complete|fail|heartbeat`: the word `body` stands for,
+/// through `handlers::complete` on a scheduler function's container; its writes record
+/// `body` as what they were made for, as the queue's would.
+pub fn outside_command(
+    callbacks: Callbacks,
+    shared: Arc<Shared>,
+    body: String,
+    token: String,
+    completion: Completion,
+) -> InvocationFuture {
+    Box::pin(async move {
+        let word = sas::handlers::complete(&callbacks.deps, &callbacks.settings, &token, &completion);
+        Returned::Outside(with_msg(&shared, &body, word).await)
     })
 }
 

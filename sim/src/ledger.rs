@@ -77,6 +77,14 @@ pub struct Ledger {
     pub handed: BTreeMap<String, BTreeSet<String>>,
     /// Per key: every (agent, action name) it was called as.
     pub called_as: BTreeMap<String, BTreeSet<(String, String)>>,
+    /// Calls that reached the service (answered, refused, or hung after it saw them), as
+    /// opposed to a 503 or a hang on the way: a callback step's token is handed to whoever
+    /// completes the work only by a call the service saw (`sim/src/outside.rs`).
+    pub reached: u64,
+    /// A callback step's final output, by its forward key: what the outside party that
+    /// completes the work answers with when it answers anything (the same every time, as
+    /// `answers` for a key), which later steps must be handed in place of the agent's.
+    pub callback_outputs: BTreeMap<String, String>,
 }
 
 /// The longest answer the model gives when it gives one too large to keep.
@@ -165,6 +173,7 @@ impl Ledger {
             // Half the hangs reached the service, which settled the key before the
             // answer was lost: a late `do` there is refused like any other.
             if chance.coin() {
+                self.reached += 1;
                 if self.is_late(faults, settled, call) {
                     self.refuse_late(call);
                 } else {
@@ -176,16 +185,20 @@ impl Ledger {
             self.transient += 1;
             Verdict::Transient
         } else if settled == Some(Settled::Refused) {
+            self.reached += 1;
             Verdict::Refused
         } else if self.is_late(faults, settled, call) {
+            self.reached += 1;
             self.refuse_late(call);
             Verdict::Refused
         } else if settled.is_none() && chance.roll(permanent_kind, permanent) {
+            self.reached += 1;
             self.refusals += 1;
             self.settled.insert(call.key.to_owned(), Settled::Refused);
             self.answered_undo(call);
             Verdict::Refused
         } else {
+            self.reached += 1;
             self.apply(faults, chance, settled, at, call);
             let latency_ms = if faults.latency_max_ms > 0 { chance.upto(faults.latency_max_ms) } else { 0 };
             if latency_ms >= call.timeout_ms {

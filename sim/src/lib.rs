@@ -14,6 +14,7 @@ pub mod invariants;
 mod invocation;
 pub mod ledger;
 mod operator;
+pub mod outside;
 pub mod remote;
 pub mod run;
 pub mod swarm;
@@ -53,6 +54,8 @@ pub struct SeedsSummary {
     pub crashes: u64,
     pub steps: u64,
     pub faults: BTreeMap<&'static str, u64>,
+    /// The outside party's words of callback steps, by kind (`outside::Word`).
+    pub outside: BTreeMap<&'static str, u64>,
     pub metrics: BTreeMap<&'static str, u64>,
     /// The longest an order took to end after the faults stopped, in simulated ms.
     pub max_tail_ms: u64,
@@ -84,6 +87,9 @@ impl SeedsSummary {
         for (k, n) in &o.metrics {
             *self.metrics.entry(k).or_default() += n;
         }
+        for (k, n) in o.outside.counts() {
+            *self.outside.entry(k).or_default() += n;
+        }
         for (w, ctx) in o.writes.iter().zip(&o.write_ctx) {
             if w.after.state.is_terminal() && w.before.as_ref().is_some_and(|b| !b.state.is_terminal()) {
                 self.max_tail_ms = self.max_tail_ms.max(ctx.at.saturating_sub(o.quiet_at));
@@ -111,6 +117,9 @@ impl SeedsSummary {
         }
         for (k, n) in other.metrics {
             *self.metrics.entry(k).or_default() += n;
+        }
+        for (k, n) in other.outside {
+            *self.outside.entry(k).or_default() += n;
         }
         self.max_tail_ms = self.max_tail_ms.max(other.max_tail_ms);
         self.simulated_ms += other.simulated_ms;

@@ -37,6 +37,7 @@ fn main() {
     println!("final states: {:?}", summary.final_states);
     println!("faults injected: {:?}", summary.faults);
     println!("pipeline counters: {:?}", summary.metrics);
+    println!("the outside party's words: {:?}", summary.outside);
     println!("forward calls the remote refused because their undo came first: {}", summary.late_do_refused);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     print!("{}", summary.coverage_table());

@@ -23,7 +23,7 @@ pub struct Decision {
 /// what it does not: that must be refused). One in three is sent twice. A live task is
 /// paused one time in four; a paused one is mostly resumed (and whatever is still paused
 /// when the faults stop is resumed by the loop, `resume_held`).
-pub fn decide(tasks: &[TaskRecord], w: &mut World) -> Decision {
+pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand::Rng>) -> Decision {
     // Mostly a task in Error, when there is one: that is what operators act on.
     let errors: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == ProcessState::Error).collect();
     let task = if !errors.is_empty() && w.rng.u8(..3) > 0 {
@@ -34,16 +34,20 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World) -> Decision {
     let resubmit = |w: &mut World| Act::Resubmit {
         from_step: (w.rng.u8(..3) == 0).then(|| w.rng.u32(0..=task.step + 1)),
     };
-    let act = match task.state {
-        // A paused task is mostly resumed; now and then paused again (refused).
-        _ if task.paused => {
-            if w.rng.u8(..4) > 0 {
-                Act::Resume
-            } else {
-                Act::Pause
-            }
+    // Pauses come from their own generator, so a seed without them runs as before them.
+    if let Some(p) = pauses {
+        let act = match task.state {
+            // A paused task is mostly resumed; now and then paused again (refused).
+            _ if task.paused && p.u8(..4) > 0 => Some(Act::Resume),
+            _ if task.paused => Some(Act::Pause),
+            state if !state.is_terminal() && p.u8(..4) == 0 => Some(Act::Pause),
+            _ => None,
+        };
+        if let Some(act) = act {
+            return Decision { task, act, twins: p.u8(..3) == 0 };
         }
-        state if !state.is_terminal() && w.rng.u8(..4) == 0 => Act::Pause,
+    }
+    let act = match task.state {
         ProcessState::Error if w.rng.bool() => Act::Compensate,
         ProcessState::Error => resubmit(w),
         ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting if w.rng.u8(..4) > 0 => {

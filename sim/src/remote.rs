@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use sas::domain::Action;
 use sas::ports::{RemoteCall, RemoteError, RemoteService};
 
 use crate::ledger::{Call, Chance, Verdict};
@@ -42,6 +43,7 @@ impl RemoteService for SimRemote {
             let faults = w.faults.remote;
             // The ledger lives in the world, and so does the generator the chance borrows.
             let mut ledger = std::mem::take(&mut w.ledger);
+            let reached = ledger.reached;
             let verdict = ledger.call(
                 &faults,
                 &mut WorldChance(w),
@@ -58,6 +60,15 @@ impl RemoteService for SimRemote {
                 },
             );
             let body = ledger.answer(key).as_bytes().to_vec();
+            // A callback step's work started at the service: whoever finishes it now holds
+            // the token (only a call the service saw hands it over).
+            if let Some(token) = call.callback_token
+                && call.action == Action::Do
+                && ledger.reached > reached
+                && ledger.is_applied(key)
+            {
+                w.outside.hand(now, token, &call.order.workflow, call.step_name, key, &mut ledger);
+            }
             w.ledger = ledger;
             // The caller's timeout may fire late (a hang past complete-by).
             let overshoot = w.faults.overshoot_max_ms;

@@ -10,10 +10,11 @@ use sas::adapters::embedded::{StoredMessage, WriteRecord};
 use sas::domain::{OperatorAlert, Order, OrderId, Policy, TaskRecord, Workflows};
 
 use crate::deploy::{deploy, workflows};
-use crate::deployment::{WORKER_DLQ, policy};
+use crate::deployment::{CALLBACKS_DLQ, WORKER_DLQ, policy};
 use crate::event_loop::{Ended, EventLoop};
 use crate::invariants::Violation;
 use crate::ledger::Ledger;
+use crate::outside::Outside;
 use crate::swarm::Swarm;
 use crate::timing::liveness_bound_ms;
 use crate::workload::{self, Arrival};
@@ -42,6 +43,9 @@ pub struct Outcome {
     pub dead_letters: BTreeMap<&'static str, Vec<StoredMessage>>,
     pub alerts: Vec<OperatorAlert>,
     pub ledger: Ledger,
+    /// The outside party of callback steps: the tokens the remote service was handed and
+    /// every word it sent.
+    pub outside: Outside,
     /// True time the faults stopped, and the bound everything had to end within after.
     pub quiet_at: u64,
     /// True time the world first ran after the faults stopped (later than `quiet_at` when
@@ -70,6 +74,7 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let swarm = options.swarm.clone().unwrap_or(drawn);
     let arrivals = workload::generate(&mut rng, &swarm);
     let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace);
+    shared.w().outside = Outside::new(seed, swarm.outside, &workflows(&swarm));
     let deployed = deploy(&swarm, &shared, &mut rng);
     let ended = EventLoop::new(swarm, shared, deployed, arrivals, &mut rng).run();
     outcome(seed, ended)
@@ -90,7 +95,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
     } = ended;
     let tasks = deployed.store.tasks();
     let orders = tasks.iter().map(|t| (t.order_id.clone(), t.order.clone())).collect();
-    let dead_letters = [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ]
+    let dead_letters = [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, CALLBACKS_DLQ]
         .into_iter()
         .map(|q| (q, deployed.queues.drain(q)))
         .collect();
@@ -107,6 +112,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         dead_letters,
         alerts: deployed.alerts.all(),
         ledger: std::mem::take(&mut w.ledger),
+        outside: std::mem::take(&mut w.outside),
         quiet_at,
         resumed_at,
         bound_ms: liveness_bound_ms(&policy(), &swarm.faults, &workflows(&swarm)),

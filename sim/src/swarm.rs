@@ -5,10 +5,11 @@
 use std::fmt;
 
 use sas::domain::definitions::MAX_STEPS;
-use sas::domain::{OnGiveUp, Step, Wait, Workflow};
+use sas::domain::{Callback, OnGiveUp, Step, Wait, Workflow};
 
 use crate::deployment::Role;
 use crate::ledger::RemoteFaults;
+use crate::outside::OutsideRates;
 
 /// Probabilities and bounds of every fault. All zero: a fault-free world.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -126,6 +127,12 @@ pub struct Swarm {
     pub operator_actions: usize,
     /// Apps' cancel messages on the orders queue.
     pub app_cancels: usize,
+    /// How the outside party of callback steps misbehaves (`outside.rs`).
+    pub outside: OutsideRates,
+    /// The operator also pauses and resumes tasks (`operator.rs`), drawing those choices
+    /// from a generator of their own seeded with this; `None`: it never pauses, and the
+    /// seed runs as it did before pauses existed.
+    pub pauses: Option<u64>,
 }
 
 /// A new version of a workflow published during the run, as a deploy rolls it out: from
@@ -152,13 +159,16 @@ const WORKFLOW_MIXES: [&[&str]; 6] = [
 /// A random workflow as a team might define one: 1 to 5 steps (one in eight up to the
 /// most a workflow may have), each compensable, a pivot or read-only, on one of three
 /// agents, some with their own failure budget and timeout, giving up by compensating or
-/// (one in four) by failing. Its steps' names start with `prefix`.
+/// (one in four) by failing; in half the workflows some steps wait for a callback, in half
+/// there are timers. Its steps' names start with `prefix`.
 pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     let len = if rng.u8(..8) == 0 { rng.usize(6..=MAX_STEPS) } else { rng.usize(1..=5) };
     // Timers come from a generator of their own, seeded from (not drawn from) the seed's:
     // the seed's other draws, and so its other workflows, faults and arrivals, are what
     // they were before timers existed, and half the seeds' workflows have none.
     let mut timers = fastrand::Rng::with_seed(rng.clone().u64(..) ^ TIMER_SALT);
+    // Callbacks too, for the same reason.
+    let mut callbacks = fastrand::Rng::with_seed(rng.clone().u64(..) ^ CALLBACK_SALT);
     let steps: Vec<Step> = (0..len)
         .map(|i| {
             let name = format!("{prefix}{i}");
@@ -173,6 +183,7 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
             Step { max_failures, timeout_ms, ..step }
         })
         .collect();
+    let steps = if callbacks.bool() { with_callbacks(&mut callbacks, steps) } else { steps };
     let steps = if timers.bool() { with_timers(&mut timers, steps, prefix) } else { steps };
     let mut workflow = Workflow::new("generated", steps);
     workflow.version = rng.u32(1..=3);
@@ -183,6 +194,31 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
 }
 
 const TIMER_SALT: u64 = 0x7469_6d65_7273;
+const CALLBACK_SALT: u64 = 0x6361_6c6c_6261_636b;
+
+/// `steps` with about two in five (three in four of a single step) waiting for a callback
+/// once their agent answers: compensable, pivot and read-only ones alike, before and after
+/// pivots.
+fn with_callbacks(rng: &mut fastrand::Rng, steps: Vec<Step>) -> Vec<Step> {
+    let chance = if steps.len() == 1 { 0.75 } else { 0.4 };
+    steps
+        .into_iter()
+        .map(|step| if rng.f64() < chance { step.with_callback(callback(rng)) } else { step })
+        .collect()
+}
+
+/// A callback's timeout and heartbeat: most time out within 1.5 to 4 s (so a slow or silent
+/// outside makes them lapse), some within 4 to 10 s, a few within 1 to 1.5 s (about the
+/// agent's own complete-by); half must hear a heartbeat every 1 to 3 s.
+fn callback(rng: &mut fastrand::Rng) -> Callback {
+    let timeout_ms = match rng.u8(..10) {
+        0 => rng.u64(1_000..=1_500),
+        1..=6 => rng.u64(1_500..=4_000),
+        _ => rng.u64(4_000..=10_000),
+    };
+    let heartbeat_ms = rng.bool().then(|| rng.u64(1_000..=timeout_ms.min(3_000)));
+    Callback { timeout_ms, heartbeat_ms }
+}
 
 /// `steps` with a timer before about one in three of them and after the last one time in
 /// two (the workflow's length kept within bounds).
@@ -304,6 +340,11 @@ impl Swarm {
             let at_ms = rng.u64(0..=fault_window_ms / 2);
             Publish { at_ms, rollout_ms: rng.u64(0..=fault_window_ms / 2), workflow }
         });
+        // The outside party's rates come from a generator of their own too (`outside.rs`).
+        let outside = OutsideRates::for_seed(rng.get_seed());
+        // Half the seeds pause, from a side generator again.
+        let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ PAUSE_SALT);
+        let pauses = side.bool().then(|| side.u64(..));
         Swarm {
             faults,
             orders,
@@ -323,7 +364,27 @@ impl Swarm {
             page_size: [1, 2, 100][rng.usize(..3)],
             operator_actions: if rng.bool() { rng.usize(1..=6) } else { 0 },
             app_cancels: if rng.u8(..4) == 0 { rng.usize(1..=2) } else { 0 },
+            outside,
+            pauses,
         }
+    }
+}
+
+/// Salts the pause choices' generator away from the others.
+const PAUSE_SALT: u64 = 0x9a05_e5ed;
+
+impl Swarm {
+    /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.
+    pub fn callback_steps(&self) -> String {
+        let workflows = std::iter::once(&self.generated).chain(self.publish.as_ref().map(|p| &p.workflow));
+        let steps: Vec<String> = workflows
+            .flat_map(|w| w.steps.iter())
+            .filter_map(|s| {
+                let cb = s.callback?;
+                Some(format!("{}({}/{:?})", s.name, cb.timeout_ms, cb.heartbeat_ms))
+            })
+            .collect();
+        if steps.is_empty() { "none".to_owned() } else { steps.join(" ") }
     }
 }
 
@@ -331,7 +392,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}",
+            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; outside: {}",
             self.orders,
             self.workflows.join("/"),
             self.resends,
@@ -344,7 +405,9 @@ impl fmt::Display for Swarm {
             self.agent_concurrency,
             self.batch_size,
             self.page_size,
-            self.faults.enabled().join(", ")
+            self.faults.enabled().join(", "),
+            self.callback_steps(),
+            self.outside.enabled().join(", ")
         )
     }
 }

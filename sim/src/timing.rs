@@ -21,9 +21,9 @@ pub const MAX_STEPS: u64 = 2_000_000;
 
 /// How long after the faults stop every order must have ended: the worst case of every
 /// step, forward and then undone, using its whole failure budget, each failure costing a
-/// lease, its grace, a pending timeout, the longest backoff, a supervisor period and the
-/// clocks' skew; plus one visibility timeout and one message delay still in flight, and
-/// some slack.
+/// lease (a callback step's: its agent's and its callback's timeout), its grace, a pending
+/// timeout, the longest backoff, a supervisor period and the clocks' skew; plus one
+/// visibility timeout and one message delay still in flight, and some slack.
 pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows) -> u64 {
     let longest = workflows.all().iter().map(|w| w.len()).max().unwrap_or(1);
     let largest = |of_step: &dyn Fn(&Workflow, u32) -> u64, default: u64| {
@@ -31,7 +31,15 @@ pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows
     };
     let threshold = policy.failure_threshold;
     let budget = largest(&|w, i| u64::from(w.max_failures(i, threshold)), u64::from(threshold));
-    let step_timeout = largest(&|w, i| w.timeout_ms(i, policy.step_timeout_ms), policy.step_timeout_ms);
+    // A callback step's attempt lasts until its callback's timeout at most (heartbeats
+    // only bring a lapse sooner), counted from its claim: past its agent's complete-by.
+    let step_timeout = largest(
+        &|w, i| {
+            let callback = w.step(i).and_then(|s| s.callback).map_or(0, |cb| cb.timeout_ms);
+            w.timeout_ms(i, policy.step_timeout_ms) + callback
+        },
+        policy.step_timeout_ms,
+    );
     let cycle = step_timeout
         + policy.reply_grace_ms
         + policy.pending_timeout_ms

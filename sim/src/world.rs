@@ -14,6 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use crate::deployment::Role;
 use crate::ledger::Ledger;
+use crate::outside::Outside;
 use crate::swarm::Faults;
 
 /// Which invocation (Lambda run) is executing; assigned by the loop.
@@ -119,6 +120,9 @@ pub struct World {
     pub trace: Trace,
     pub write_ctx: Vec<WriteCtx>,
     pub ledger: Ledger,
+    /// The outside party of callback steps: the tokens the remote service was handed, and
+    /// the words it plans and sent (`outside.rs`).
+    pub outside: Outside,
     /// Faults injected, by kind.
     pub fault_counts: BTreeMap<&'static str, u64>,
 }
@@ -216,6 +220,7 @@ impl Shared {
             trace: Trace { lines: keep_trace.then(Vec::new), ..Trace::default() },
             write_ctx: Vec::new(),
             ledger: Ledger::default(),
+            outside: Outside::default(),
             fault_counts: BTreeMap::new(),
         })))
     }

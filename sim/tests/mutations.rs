@@ -144,6 +144,25 @@ fn a_claim_of_a_paused_task_is_caught() {
     assert!(found.contains_key(&Invariant::PausedHoldsStill), "no paused task was found claimed: {found:?}");
 }
 
+/// A callback token checked for its order and step only: the outside party's token of an
+/// earlier attempt, or a forged one (right order, step and attempt, another secret), lands.
+#[test]
+fn accepting_an_old_or_forged_callback_token_is_caught() {
+    let found = caught(Mutation::AcceptOldTokens);
+    assert!(
+        found.contains_key(&Invariant::RefusedCompletionChangesNothing),
+        "no completion was found landing with a token not the live attempt's own: {found:?}"
+    );
+}
+
+/// A supervisor whose sweep never wakes a waiting timer: a wait past SQS's longest delay
+/// (the seeds' timers of 900 to 960 s), or one whose delayed Schedule was lost, never ends.
+#[test]
+fn a_sweep_that_skips_timers_is_caught() {
+    let found = caught(Mutation::SweepSkipsTimers);
+    assert!(found.contains_key(&Invariant::TimerOnTime), "no timer was found lost: {found:?}");
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -158,6 +177,9 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::OperatorBlindWrite,
             Mutation::ResubmitAfterUndo,
             Mutation::CancelFromAnySender,
+            Mutation::WakeEarly,
+            Mutation::AcceptOldTokens,
+            Mutation::SweepSkipsTimers,
         ]
         .iter()
         .all(|m| !m.is_on())

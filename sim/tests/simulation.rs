@@ -6,7 +6,10 @@
 //! `SIM_SEED=<n> cargo test -p sas-sim --test simulation replay -- --nocapture` replays one
 //! with its full trace.
 
-use sas_sim::{Options, check, run_seed, run_seeds, seeds_from_env, threads};
+use sas::domain::Cause;
+use sas_sim::invariants::Invariant;
+use sas_sim::outside::{Sent, Word};
+use sas_sim::{CheckedRun, Options, check, run_seed, run_seeds, seeds_from_env, threads};
 
 #[test]
 fn seeds_keep_every_invariant() {
@@ -27,6 +30,7 @@ fn seeds_keep_every_invariant() {
     );
     println!("faults injected: {:?}", summary.faults);
     println!("pipeline counters: {:?}", summary.metrics);
+    println!("the outside party's words: {:?}", summary.outside);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     println!("{}", summary.coverage_table());
     let mut report = String::new();
@@ -37,6 +41,23 @@ fn seeds_keep_every_invariant() {
     assert_eq!(summary.seeds, seeds.end - seeds.start);
     if summary.seeds >= 500 {
         assert!(summary.uncovered().is_empty(), "transitions never taken: {:?}", summary.uncovered());
+        // The outside party said every kind of word, and the pipeline refused some and took some.
+        for word in [Word::Live, Word::Late, Word::Duplicate, Word::Stale, Word::Forged, Word::Malformed] {
+            assert!(
+                summary.outside.get(word.name()).is_some_and(|n| *n > 0),
+                "no {word:?} word: {:?}",
+                summary.outside
+            );
+        }
+        assert!(summary.outside.get("outside_direct").is_some_and(|n| *n > 0), "{:?}", summary.outside);
+        for counter in [
+            "CallbackCompletionsApplied",
+            "CallbackCompletionsRefused",
+            "CallbackHeartbeats",
+            "CallbacksTimedOut",
+        ] {
+            assert!(summary.metrics.get(counter).is_some_and(|n| *n > 0), "{counter}: {:?}", summary.metrics);
+        }
     }
 }
 
@@ -120,6 +141,8 @@ fn without_faults_every_order_is_processed() {
         // Nobody cancels or acts on a task either: every order runs to its end.
         swarm.operator_actions = 0;
         swarm.app_cancels = 0;
+        // And the outside party of callback steps answers every one in time, with success.
+        swarm.outside = sas_sim::outside::OutsideRates::default();
         let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
         assert_eq!(v.outcome.crashes, 0);
@@ -167,6 +190,58 @@ fn the_checker_rejects_a_planted_stale_write() {
     );
 }
 
+/// The first of the seeds from 0 whose history has a write of cause `cause`, and where.
+fn first_with(cause: fn(&Cause) -> bool) -> (u64, CheckedRun, usize) {
+    (0..300)
+        .find_map(|seed| {
+            let v = run_seed(seed, &Options::default());
+            let at = v.outcome.writes.iter().position(|w| cause(&w.after.last_cause))?;
+            Some((seed, v, at))
+        })
+        .expect("some seed writes it")
+}
+
+/// The checker on a history it must reject: a callback step's attempt completed twice (the
+/// write that completed it, landed again as if a second word had passed the token's fence).
+#[test]
+fn the_checker_rejects_a_planted_second_completion() {
+    let (seed, mut v, at) = first_with(|c| matches!(c, Cause::Completed { .. }));
+    assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
+    let (write, ctx) = (v.outcome.writes[at].clone(), v.outcome.write_ctx[at].clone());
+    v.outcome.writes.insert(at + 1, write);
+    v.outcome.write_ctx.insert(at + 1, ctx);
+    let found = check::check(&v.outcome);
+    assert!(found.iter().any(|f| f.invariant == Invariant::CallbackOnce), "seed {seed}: {found:?}");
+}
+
+/// And one where the word a completion was written for carried a forged token: the outside
+/// sent it (so the checker judges it), with the attempt's order, step and attempt and
+/// another secret.
+#[test]
+fn the_checker_rejects_a_completion_with_a_planted_forged_token() {
+    let (seed, mut v, at) = first_with(|c| matches!(c, Cause::Completed { .. }));
+    let body = v.outcome.write_ctx[at].message.as_deref().expect("made for a word").to_owned();
+    let mut word = sas::domain::CallbackMessage::parse(&body).expect("a callback message");
+    let (head, secret) = word.token.rsplit_once('.').expect("a token");
+    let other = if secret.starts_with('0') { "1" } else { "0" };
+    word.token = format!("{head}.{other}{}", &secret[1..]);
+    let forged = word.to_body();
+    v.outcome.outside.sent.push(Sent {
+        at: 0,
+        body: forged.clone(),
+        word: Word::Forged,
+        direct: true,
+        expect: None,
+    });
+    v.outcome.write_ctx[at].message = Some(forged.as_str().into());
+    let found = check::check(&v.outcome);
+    assert!(
+        found.iter().any(|f| f.invariant == Invariant::RefusedCompletionChangesNothing
+            && f.detail.contains("a forged token")),
+        "seed {seed}: {found:?}"
+    );
+}
+
 /// Seed 194484 (1M seeds at 3da31a1): an operator cancelled a task whose forward request
 /// was held up (the world stalled 1.5 s) past its complete-by and the reply grace, so the
 /// cancel's hold had passed and the undo reached the service first. No wait on sas's side
@@ -179,6 +254,11 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
     let v = run_seed(seed, &Options::default());
     assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
     assert_eq!(v.outcome.ledger.late_do_refused, 1, "the held-up `do` arrived after its undo");
+    // Its history from before callback steps, too (`regression_seeds`).
+    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(without_callbacks(seed)) });
+    assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
+    assert_eq!(v.outcome.hash, 0x853b_00fa_2882_d59a, "the history without callback steps or pauses");
+    assert_eq!(v.outcome.ledger.late_do_refused, 1);
 
     let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
     assert!(!swarm.faults.remote.ignores_undone);
@@ -207,10 +287,39 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
 ///   (a task claimed between the index read and the recovery), leaving the due tasks
 ///   behind it untouched until the next run. Fixed by paging past the entries a run has
 ///   already examined.
+///
+/// Callback steps (drawn from a generator of their own) changed the histories of 16, 20 and
+/// 2816, and of 194484 above: each runs as it is now, and again with its workflows as they
+/// were before callback steps and no pauses, to a pinned trace hash. The hashes were pinned
+/// when the waiting status (a timer's sleep now tells `reply_to`) changed those histories
+/// once more; they catch any change to them from here that was not meant.
 #[test]
 fn regression_seeds() {
     for seed in [2, 7, 16, 17, 20, 135, 1341, 1460, 332, 2816, 4895] {
         let v = run_seed(seed, &Options::default());
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
     }
+    for (seed, hash) in
+        [(16, 0x7629_4e8a_4f3e_e4d8), (20, 0xb052_77f3_7d5c_6f43), (2816, 0xf333_ed69_1a26_c8a0)]
+    {
+        let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(without_callbacks(seed)) });
+        assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
+        assert_eq!(
+            v.outcome.hash, hash,
+            "seed {seed} without callback steps or pauses replays its pinned history"
+        );
+    }
+}
+
+/// Seed `seed`'s swarm with its generated workflows' callback steps made plain steps, and
+/// no pauses.
+fn without_callbacks(seed: u64) -> sas_sim::swarm::Swarm {
+    let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
+    swarm.pauses = None;
+    let plain = |w: &mut sas::domain::Workflow| w.steps.iter_mut().for_each(|s| s.callback = None);
+    plain(&mut swarm.generated);
+    if let Some(p) = swarm.publish.as_mut() {
+        plain(&mut p.workflow);
+    }
+    swarm
 }

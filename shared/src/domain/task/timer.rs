@@ -56,6 +56,9 @@ impl TaskRecord {
         if self.state != ProcessState::Waiting || self.callback.is_some() {
             return self.lapse(now, wf, policy, jitter);
         }
+        if crate::mutations::sweep_skips_timers() {
+            return Err(Refusal::NotDue { deadline: self.deadline, now });
+        }
         self.wake(now, wf, policy).map_err(|refusal| match refusal {
             Refusal::Asleep { now, .. } => Refusal::NotDue { deadline: self.deadline, now },
             other => other,
