@@ -27,7 +27,7 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
         alerts: &run.alerts,
         ledger: &run.ledger,
     });
-    let mut found = without_callback_words_read_as_replies(run, shared);
+    let mut found = shared;
     let mut add = |invariant: Invariant, detail: String| found.push(Violation::new(invariant, detail));
     callback_checks(run, &mut add);
 
@@ -218,76 +218,6 @@ fn callback_checks(run: &DevOutcome, add: &mut impl FnMut(Invariant, String)) {
             ),
         }
     }
-}
-
-/// The shared checker (sim/src/invariants.rs) predates callback steps: it counts a step
-/// done only on an agent's success or a timer's wake, and fences every `Failed` cause as
-/// an agent's reply (by lease and complete-by). So it reads two things of a callback step
-/// as violations: a Processed task whose callback step the outside completed ("Processed
-/// with steps ... done"), and the outside's failure of a started step, which holds no
-/// lease ("reply ... applied ... lease None"). Each such finding is dropped here only
-/// where its write (or task) is exactly that case, with the same words the shared
-/// checker gives it; `callback_checks` holds those writes to the token's fence instead.
-fn without_callback_words_read_as_replies(run: &DevOutcome, found: Vec<Violation>) -> Vec<Violation> {
-    let mut explained: Vec<(Invariant, String)> = Vec::new();
-    let mut done: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    let mut completed: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    let mut undone: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for w in &run.writes {
-        let id = w.after.order_id.as_str();
-        match &w.after.last_cause {
-            Cause::Succeeded { step, action: Action::Do } | Cause::Woke { step, .. } => {
-                done.entry(id).or_default().insert(*step);
-            }
-            Cause::Succeeded { step, action: Action::Undo } => undone.entry(id).or_default().push(*step),
-            Cause::Completed { step } => {
-                completed.entry(id).or_default().insert(*step);
-            }
-            _ => {}
-        }
-        if let (Some(before), Some((cb, CallbackOutcome::Failure))) = (&w.before, callback_word(w))
-            && within_its_wait(before, &w.after, cb)
-            && let Cause::Failed { step, action, .. } = &w.after.last_cause
-        {
-            explained.push((
-                Invariant::Fenced,
-                format!(
-                    "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
-                    before.step,
-                    before.action(),
-                    before.locked_by,
-                    before.complete_by,
-                    w.after.updated_at
-                ),
-            ));
-        }
-    }
-    for t in run.tasks.iter().filter(|t| t.state == ProcessState::Processed) {
-        let id = t.order_id.as_str();
-        let (Some(wf), Some(by_callback)) =
-            (run.workflows.get_version(&t.workflow, t.workflow_version), completed.get(id))
-        else {
-            continue;
-        };
-        let done = done.get(id).cloned().unwrap_or_default();
-        let undone = undone.get(id).cloned().unwrap_or_default();
-        if undone.is_empty() && done.union(by_callback).count() as u32 == wf.len() {
-            explained.push((
-                Invariant::Compensation,
-                format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
-            ));
-        }
-    }
-    let mut kept = Vec::with_capacity(found.len());
-    for v in found {
-        match explained.iter().position(|(i, d)| *i == v.invariant && *d == v.detail) {
-            Some(at) => {
-                explained.swap_remove(at);
-            }
-            None => kept.push(v),
-        }
-    }
-    kept
 }
 
 fn is_final(s: OrderStatus) -> bool {

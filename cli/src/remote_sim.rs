@@ -431,6 +431,11 @@ impl Outside {
             Fate::Failure => Completion::Failure { reason: DECLINED.to_owned() },
             _ => Completion::Success { output: output.clone() },
         };
+        // The step's output is the outside's once it completes (the shared checker's
+        // `Outputs` reads it here): the service's answer, as this party completes with it.
+        if let Some(o) = &output {
+            ledger.callback_outputs.insert(call.key.to_owned(), o.to_string());
+        }
         let success = Completion::Success { output };
         let mut out = Vec::new();
         let mut push = |after: u64, kind: SendKind, token: &str, completion: &Completion| {
