@@ -742,6 +742,11 @@ mod tests {
                 "CALLBACK_QUEUE_URL=\"https://sqs.us-east-1.amazonaws.com/sas-callbacks\" is not a queue URL ending in /<account>/<queue name>"
             ]
         );
+        // One the records' source cannot be matched against (a trailing slash): refused,
+        // or every completion would reach the scheduler's own handler.
+        let slash = "https://sqs.us-east-1.amazonaws.com/123456789012/sas-callbacks/";
+        let err = scheduler(&[("CALLBACK_QUEUE_URL", slash)]).unwrap_err();
+        assert!(err.problems.iter().all(|p| p.starts_with("CALLBACK_QUEUE_URL=")), "{:?}", err.problems);
         let err = scheduler(&[("CALLBACK_DLQ_URL", "")]).unwrap_err();
         assert_eq!(err.problems, ["CALLBACK_DLQ_URL is not set"]);
     }
