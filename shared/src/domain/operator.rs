@@ -164,9 +164,12 @@ impl TaskRecord {
         next.paused = false;
         let mut effects = Vec::new();
         if self.parked() {
-            // It waited for a claim: claim it now, due as any task that waits for one.
-            next = next.waiting(now, 0, policy);
-            effects.push(Effect::Schedule { delay_ms: 0 });
+            // It waited for a claim: claim it now, due as any task that waits for one; or,
+            // cancelled while paused with an attempt in flight, once that attempt is over
+            // (as the cancel itself would have: its delayed Schedule was never sent).
+            let delay_ms = self.hold_until.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now));
+            next = next.waiting(now, delay_ms, policy);
+            effects.push(Effect::Schedule { delay_ms });
         }
         Ok(Decision { trigger: Trigger::Resume, next, effects })
     }
@@ -724,6 +727,23 @@ mod tests {
         );
         assert_eq!((d.next.state, d.next.step), (ProcessState::Pending, 2));
         assert!(d.next.parked());
+    }
+
+    /// Cancelled while paused with an attempt in flight, then resumed before that attempt's
+    /// complete-by: the undo is scheduled for when the attempt is over, as the cancel's own
+    /// Schedule would have been, so it is neither refused as held nor left to lapse.
+    #[test]
+    fn a_resume_inside_a_cancels_hold_waits_for_the_attempt() {
+        let wf = Workflow::three_step();
+        let running = claim(&pending_at(&wf, 1), &wf, 3, AT);
+        let paused = checked(&running, running.act(Act::Pause, OPS, AT, &wf, &policy())).next;
+        let cancelled = checked(&paused, paused.act(Act::Cancel, OPS, AT, &wf, &policy())).next;
+        assert!(cancelled.parked() && cancelled.hold_until.is_some());
+        let resumed = checked(&cancelled, cancelled.act(Act::Resume, OPS, AT.plus_ms(10), &wf, &policy()));
+        let ready = cancelled.hold_until.unwrap().plus_ms(policy().reply_grace_ms);
+        assert_eq!(resumed.effects, vec![Effect::Schedule { delay_ms: ready.millis_since(AT.plus_ms(10)) }]);
+        assert!(resumed.next.deadline.unwrap() > ready, "due only after the held Schedule");
+        assert!(resumed.next.claim(lease(8), ready, &wf, &policy()).is_ok());
     }
 
     #[test]

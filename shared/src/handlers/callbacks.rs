@@ -46,7 +46,13 @@ pub async fn complete(
                 if decision.trigger != Trigger::Heartbeat {
                     deps.metrics.record(Metric::CallbackApplied, 1);
                 }
-                perform(deps, settings, &decision).await?;
+                // The write landed: the completion is applied whatever its effects do. Were
+                // the message redelivered for a failed Schedule or status, it would find its
+                // step ended and be kept as refused; the deadline just written brings the
+                // supervisor instead, as for an operator's action.
+                if let Err(e) = perform(deps, settings, &decision).await {
+                    tracing::warn!(error = %e, "callback applied; its effects are left to the supervisor");
+                }
                 Ok(Completed::Applied {
                     before: before.state,
                     trigger: decision.trigger,
