@@ -157,3 +157,29 @@ async fn timers_wake_on_time_both_ways() {
     assert_eq!(short.max_late_ms, 0, "{short:?}");
     assert!(long.max_late_ms <= 60_000 && long.max_late_ms > 0, "{long:?}");
 }
+
+/// A task waiting on a callback step (the callback-timer order, its agent's answer in):
+/// its record, as DynamoDB bills it, is one write unit; `--nocapture` prints its size
+/// (docs/BENCHMARKS.md, section 9, prices a waiting month from it).
+#[tokio::test]
+async fn a_waiting_record_fits_one_write_unit() {
+    use sas::ports::StateStore;
+    use sasctl::bench::{LambdaFunction, Rig, RigOptions};
+    let rig = Rig::new(RigOptions { workflow: "callback-timer".into(), ..RigOptions::default() }, true);
+    rig.send_orders(0, 1).await;
+    // Accepted, claimed, started by its agent, and the start applied: now it waits.
+    for f in [
+        LambdaFunction::Submission,
+        LambdaFunction::Scheduler,
+        LambdaFunction::Agent,
+        LambdaFunction::Scheduler,
+    ] {
+        assert!(rig.invoke(f).await, "{f:?} had a message");
+    }
+    let id = sas::domain::OrderId::parse("order-00000000").unwrap();
+    let task = rig.store.task(&id).await.unwrap().expect("the order's task");
+    assert_eq!(task.state, sas::domain::ProcessState::Waiting);
+    let bytes = serde_json::to_string(&task).unwrap().len();
+    println!("waiting record: {bytes} bytes of JSON");
+    assert!(bytes + 100 <= 1_024, "{bytes} bytes");
+}
