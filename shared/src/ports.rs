@@ -148,8 +148,9 @@ pub trait Random: Send + Sync {
     fn callback_secret(&self) -> crate::domain::CallbackSecret;
 }
 
-/// One call of one action of one step, as the agent makes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One call of one action of one step, as the agent makes it. Its `Debug` shows a callback
+/// token only up to its secret, as the token's own does.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RemoteCall<'a> {
     pub agent: &'a str,
     pub action: Action,
@@ -161,6 +162,25 @@ pub struct RemoteCall<'a> {
     pub outputs: &'a std::collections::BTreeMap<String, serde_json::Value>,
     /// A callback step's token, for the service to hand to whoever completes the step.
     pub callback_token: Option<&'a str>,
+}
+
+impl std::fmt::Debug for RemoteCall<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let token = self.callback_token.map(|t| match t.rsplit_once('.') {
+            Some((head, _)) => format!("{head}.…"),
+            None => "…".to_owned(),
+        });
+        f.debug_struct("RemoteCall")
+            .field("agent", &self.agent)
+            .field("action", &self.action)
+            .field("step", &self.step)
+            .field("step_name", &self.step_name)
+            .field("idempotency_key", &self.idempotency_key)
+            .field("order", &self.order)
+            .field("outputs", &self.outputs)
+            .field("callback_token", &token)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -378,3 +378,27 @@ async fn a_401_or_403_with_auth_drops_the_value_and_the_next_call_reads_it_afres
     );
     assert_eq!(heads.lock().unwrap().len(), 6);
 }
+
+/// A call printed with `{:?}` (a log line someone may add) shows a callback token only up
+/// to its secret.
+#[test]
+fn a_calls_debug_never_shows_a_callback_tokens_secret() {
+    let order = order();
+    let key = IdempotencyKey("o-1:0:do".into());
+    let outputs = std::collections::BTreeMap::new();
+    let secret = "ab".repeat(32);
+    let token = format!("sas1.o-1.0.1.{secret}");
+    let call = RemoteCall {
+        agent: "approvals",
+        action: Action::Do,
+        step: 0,
+        step_name: "approve",
+        idempotency_key: &key,
+        order: &order,
+        outputs: &outputs,
+        callback_token: Some(&token),
+    };
+    let shown = format!("{call:?}");
+    assert!(!shown.contains(&secret), "{shown}");
+    assert!(shown.contains("sas1.o-1.0.1.…"), "{shown}");
+}
