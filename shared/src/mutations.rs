@@ -19,6 +19,8 @@ mod switches {
     static ACCEPT_OLD_TOKENS: AtomicBool = AtomicBool::new(false);
     static CLAIM_WHILE_PAUSED: AtomicBool = AtomicBool::new(false);
     static SWEEP_SKIPS_TIMERS: AtomicBool = AtomicBool::new(false);
+    static JOIN_EARLY: AtomicBool = AtomicBool::new(false);
+    static UNDO_EVERY_BRANCH: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -59,6 +61,12 @@ mod switches {
         /// due"): only the timer's delayed Schedule does, so a wait past SQS's longest delay,
         /// or one whose Schedule was lost, never ends.
         SweepSkipsTimers,
+        /// A parallel stage completes on the success of all its branches but one: the
+        /// last branch's reply is never waited for.
+        JoinEarly,
+        /// Undoing a parallel stage compensates every branch that has a compensation,
+        /// also those never dispatched or refused (which had no effect to undo).
+        UndoEveryBranch,
     }
 
     impl Mutation {
@@ -76,6 +84,8 @@ mod switches {
                 Mutation::AcceptOldTokens => &ACCEPT_OLD_TOKENS,
                 Mutation::ClaimWhilePaused => &CLAIM_WHILE_PAUSED,
                 Mutation::SweepSkipsTimers => &SWEEP_SKIPS_TIMERS,
+                Mutation::JoinEarly => &JOIN_EARLY,
+                Mutation::UndoEveryBranch => &UNDO_EVERY_BRANCH,
             }
         }
         pub fn set(self, on: bool) {
@@ -123,6 +133,12 @@ mod switches {
     }
     pub fn sweep_skips_timers() -> bool {
         Mutation::SweepSkipsTimers.is_on()
+    }
+    pub fn join_early() -> bool {
+        Mutation::JoinEarly.is_on()
+    }
+    pub fn undo_every_branch() -> bool {
+        Mutation::UndoEveryBranch.is_on()
     }
 }
 
@@ -203,5 +219,17 @@ pub(crate) const fn claim_while_paused() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn sweep_skips_timers() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn join_early() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn undo_every_branch() -> bool {
     false
 }

@@ -51,16 +51,17 @@ const DOMAIN: &[(&str, u32)] = &[
 
 /// `task/`'s layers, lowest first.
 const TASK: &[(&str, u32)] = &[
-    ("record.rs", 1),
-    ("claim.rs", 2),
-    ("compensation.rs", 2),
-    ("recovery.rs", 3),
-    ("reply.rs", 4),
-    ("timer.rs", 4),
-    ("callback.rs", 4),
-    ("fixtures.rs", 5),
-    ("invariants.rs", 5),
-    ("mod.rs", 6),
+    ("branches.rs", 1),
+    ("record.rs", 2),
+    ("claim.rs", 3),
+    ("compensation.rs", 3),
+    ("recovery.rs", 4),
+    ("reply.rs", 5),
+    ("timer.rs", 5),
+    ("callback.rs", 5),
+    ("fixtures.rs", 6),
+    ("invariants.rs", 6),
+    ("mod.rs", 7),
 ];
 
 /// Each folder under the domain with its layers; "" is the domain itself.

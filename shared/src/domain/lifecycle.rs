@@ -65,6 +65,9 @@ pub enum Trigger {
     Advanced,
     /// The last forward step succeeded (an agent's, or a timer's when it woke).
     Finished,
+    /// A branch of a parallel stage succeeded while others still run: the stage waits
+    /// for them, under the same lease.
+    BranchDone,
     /// A timer step started waiting: nothing is dispatched, and no failure can happen.
     Slept,
     /// A waiting timer's time came and more steps remain: on to the next, no failure
@@ -109,10 +112,11 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 19] = [
+    pub const ALL: [Trigger; 20] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
+        Trigger::BranchDone,
         Trigger::Slept,
         Trigger::Woke,
         Trigger::Started,
@@ -150,6 +154,7 @@ impl Trigger {
             Trigger::Claimed => "Claimed",
             Trigger::Advanced => "Advanced",
             Trigger::Finished => "Finished",
+            Trigger::BranchDone => "BranchDone",
             Trigger::Slept => "Slept",
             Trigger::Woke => "Woke",
             Trigger::Started => "Started",
@@ -237,6 +242,11 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Processing, Resume, Processing),
     (Waiting, Resume, Waiting),
     (Compensating, Resume, Compensating),
+    // Parallel stages: the claim of a stage dispatches every branch still to do under one
+    // lease, each with its own attempt. A branch's success while others run keeps the
+    // task Processing; the last one's is Advanced or Finished, and a refusal or a lapse
+    // gives up through the rows above, as a lone step's would.
+    (Processing, BranchDone, Processing),
 ];
 
 /// The next state, or `None` when the table has no such move.

@@ -130,6 +130,16 @@ impl TaskRecord {
                 pivot.name
             ));
         }
+        if let Some(run) = self.stage_run(wf) {
+            return run.each().find_map(|(i, b)| {
+                let pivot = wf.step(i).filter(|s| s.is_pivot() && b.may_have_taken_effect())?;
+                Some(format!(
+                    "pivot step {} of stage {} may have taken effect and has no compensation, so the task only goes forward",
+                    pivot.name,
+                    wf.stage_of(i).map_or("", |s| s.name.as_str())
+                ))
+            });
+        }
         match wf.step(self.step) {
             Some(current) if in_doubt && current.is_pivot() => Some(format!(
                 "pivot step {} may have taken effect and has no compensation, so the task only goes forward",
@@ -200,6 +210,15 @@ impl TaskRecord {
             ));
         }
         let from = from_step.unwrap_or(self.step);
+        if let Some(stage) = wf.stage_of(from).filter(|s| s.start != from) {
+            return Err(self.refused(
+                act,
+                format!(
+                    "step {from} is a branch of parallel stage {}: resubmit from its first step, {}",
+                    stage.name, stage.start
+                ),
+            ));
+        }
         if from > self.step {
             return Err(self.refused(
                 act,
@@ -221,9 +240,26 @@ impl TaskRecord {
             next.redo_until = Some(self.redo_until.unwrap_or(0).max(self.step));
         }
         next.last_error = None;
+        // At the stage it failed in, the branches that succeeded stand and keep their
+        // outputs; the others run again with a fresh budget (each still in doubt if it
+        // was dispatched). From an earlier step, the whole stage runs again.
+        let mut kept = Vec::new();
+        match next.stage.as_mut().filter(|run| run.at == from) {
+            Some(run) => {
+                for (i, b) in run.steps().zip(run.branches.iter_mut()) {
+                    if b.outcome == crate::domain::task::Outcome::Succeeded {
+                        kept.push(i);
+                    } else {
+                        b.outcome = crate::domain::task::Outcome::Open;
+                        b.failures = 0;
+                    }
+                }
+            }
+            None => next.stage = None,
+        }
         // The steps that run again answer again: later steps must be handed only the
         // outputs of the steps before them.
-        for s in from..wf.len() {
+        for s in (from..wf.len()).filter(|s| !kept.contains(s)) {
             if let Some(step) = wf.step(s) {
                 next.outputs.remove(&step.name);
             }

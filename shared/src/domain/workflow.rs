@@ -208,22 +208,180 @@ fn is_first_version(v: &u32) -> bool {
     *v == 1
 }
 
+/// A workflow as the definition file writes it: its steps, some of them parallel stages.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Workflow {
+pub struct WorkflowText {
     pub name: String,
     #[serde(default = "first_version", skip_serializing_if = "is_first_version")]
     pub version: u32,
     #[serde(default, skip_serializing_if = "OnGiveUp::is_compensate")]
     pub on_give_up: OnGiveUp,
+    /// Run in this order; a parallel stage runs its steps at once and joins before the next.
+    pub steps: Vec<Entry>,
+}
+
+/// One entry of a workflow's steps: a step, or a parallel stage of steps.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Entry {
+    Parallel { parallel: StageText },
+    Step(Step),
+}
+
+/// A parallel stage as written: its name and its branches, one step each.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageText {
+    /// The stage's name, e.g. `reserve-all`.
+    pub name: String,
+    /// Its branches, dispatched together: 2 to `MAX_BRANCHES` agent steps (no timers, no
+    /// callbacks), each with its own name, attempt, failure budget and compensation.
     pub steps: Vec<Step>,
+}
+
+impl<'de> Deserialize<'de> for Entry {
+    /// By its one distinguishing key, so a step's typo is reported as the step's own
+    /// error (an untagged enum would only say that nothing matched).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Entry, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(d)?;
+        match value.get("parallel") {
+            Some(_) => {
+                #[derive(Deserialize)]
+                #[serde(deny_unknown_fields)]
+                struct Parallel {
+                    parallel: StageText,
+                }
+                let p: Parallel = serde_json::from_value(value).map_err(D::Error::custom)?;
+                Ok(Entry::Parallel { parallel: p.parallel })
+            }
+            None => serde_json::from_value(value).map(Entry::Step).map_err(D::Error::custom),
+        }
+    }
+}
+
+/// A parallel stage's place among the workflow's steps: its branches are the steps
+/// `start..start + len`, so every branch keeps a step index of its own (its idempotency
+/// key, its reply's fence) and undoing walks them like any other steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    pub name: String,
+    pub start: u32,
+    pub len: u32,
+}
+
+impl Stage {
+    pub fn end(&self) -> u32 {
+        self.start + self.len
+    }
+    pub fn contains(&self, step: u32) -> bool {
+        (self.start..self.end()).contains(&step)
+    }
+    pub fn branches(&self) -> std::ops::Range<u32> {
+        self.start..self.end()
+    }
+}
+
+/// A workflow as sas runs it: its steps in one list, a parallel stage's branches next to
+/// each other, and where the stages are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WorkflowText", into = "WorkflowText")]
+pub struct Workflow {
+    pub name: String,
+    pub version: u32,
+    pub on_give_up: OnGiveUp,
+    pub steps: Vec<Step>,
+    pub stages: Vec<Stage>,
+}
+
+/// The definition file's shape is the schema's: a workflow is written as its text.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Workflow {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Workflow".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        WorkflowText::json_schema(generator)
+    }
+}
+
+impl From<WorkflowText> for Workflow {
+    fn from(text: WorkflowText) -> Workflow {
+        let mut steps = Vec::new();
+        let mut stages = Vec::new();
+        for entry in text.steps {
+            match entry {
+                Entry::Step(step) => steps.push(step),
+                Entry::Parallel { parallel } => {
+                    let start = steps.len() as u32;
+                    stages.push(Stage { name: parallel.name, start, len: parallel.steps.len() as u32 });
+                    steps.extend(parallel.steps);
+                }
+            }
+        }
+        Workflow { name: text.name, version: text.version, on_give_up: text.on_give_up, steps, stages }
+    }
+}
+
+impl From<Workflow> for WorkflowText {
+    fn from(wf: Workflow) -> WorkflowText {
+        let mut entries = Vec::new();
+        let mut at = 0u32;
+        let mut steps = wf.steps.into_iter();
+        for stage in &wf.stages {
+            while at < stage.start {
+                entries.extend(steps.next().map(Entry::Step));
+                at += 1;
+            }
+            let branches: Vec<Step> = steps.by_ref().take(stage.len as usize).collect();
+            at += stage.len;
+            entries
+                .push(Entry::Parallel { parallel: StageText { name: stage.name.clone(), steps: branches } });
+        }
+        entries.extend(steps.map(Entry::Step));
+        WorkflowText { name: wf.name, version: wf.version, on_give_up: wf.on_give_up, steps: entries }
+    }
 }
 
 impl Workflow {
     /// Version 1, compensating on give-up.
     pub fn new(name: &str, steps: Vec<Step>) -> Workflow {
-        Workflow { name: name.into(), version: 1, on_give_up: OnGiveUp::Compensate, steps }
+        Workflow {
+            name: name.into(),
+            version: 1,
+            on_give_up: OnGiveUp::Compensate,
+            steps,
+            stages: Vec::new(),
+        }
+    }
+    /// Version 1 of steps and parallel stages as a definition file writes them.
+    pub fn of_entries(name: &str, entries: Vec<Entry>) -> Workflow {
+        Workflow::from(WorkflowText {
+            name: name.into(),
+            version: 1,
+            on_give_up: OnGiveUp::Compensate,
+            steps: entries,
+        })
+    }
+    /// The parallel stage that `step` is a branch of.
+    pub fn stage_of(&self, step: u32) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.contains(step))
+    }
+    /// The parallel stage that starts at `step`: what a task at `step` runs, going forward.
+    pub fn stage_at(&self, step: u32) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.start == step && s.len > 0)
+    }
+    /// Where a task goes forward after `step`: past the whole stage it belongs to.
+    pub fn after(&self, step: u32) -> u32 {
+        self.stage_of(step).map_or(step + 1, Stage::end)
+    }
+    /// The steps that run together at `step`: a stage's branches, or the step alone.
+    pub fn together(&self, step: u32) -> std::ops::Range<u32> {
+        self.stage_of(step).map_or(step..step + 1, Stage::branches)
     }
     pub fn len(&self) -> u32 {
         self.steps.len() as u32
@@ -281,6 +439,13 @@ impl Workflows {
                 .flat_map(|w| &w.steps)
                 .all(|s| !s.is_timer() || (s.agent.is_empty() && s.compensation.is_none())),
             "a timer step calls no agent and has no compensation"
+        );
+        assert!(
+            all.iter().all(|w| w.stages.iter().all(|st| st.len >= 2
+                && w.steps[st.start as usize..st.end() as usize]
+                    .iter()
+                    .all(|s| !s.is_timer() && !s.is_callback()))),
+            "a parallel stage has at least two branches, each an agent step without a timer or callback"
         );
         Workflows { all }
     }

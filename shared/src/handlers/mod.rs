@@ -189,7 +189,7 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
         Slept => m.record(Metric::TimerStarted, 1),
         // Counted above, with its lateness.
         Woke => {}
-        Advanced => m.record(Metric::StepSucceeded, 1),
+        Advanced | BranchDone => m.record(Metric::StepSucceeded, 1),
         Finished => {
             m.record(Metric::StepSucceeded, 1);
             m.record(Metric::Processed, 1);
@@ -231,7 +231,9 @@ async fn dispatch(
     let step_def = workflow
         .step(step)
         .ok_or_else(|| HandlerError::Reject(format!("workflow {} has no step {step}", workflow.name)))?;
-    let (Some(lease), Some(complete_by)) = (task.locked_by, task.complete_by) else {
+    // A branch of a parallel stage carries its own attempt and complete-by.
+    let (attempt, complete_by) = task.dispatch_of(step);
+    let (Some(lease), Some(complete_by)) = (task.locked_by, complete_by) else {
         return Err(HandlerError::Reject(format!("task {} dispatched without a lease", task.order_id)));
     };
     let step_name = match action {
@@ -246,7 +248,7 @@ async fn dispatch(
         step_name,
         agent: step_def.agent.clone(),
         action,
-        attempt: task.attempt,
+        attempt,
         lease,
         complete_by,
         idempotency_key: idempotency_key(&task.order_id, step, action),
@@ -277,9 +279,11 @@ fn outputs_for(
     step: u32,
     action: crate::domain::Action,
 ) -> std::collections::BTreeMap<String, serde_json::Value> {
+    // A branch of a parallel stage gets what came before its stage; a compensation gets
+    // every output up to the end of its step's stage (its siblings' too).
     let upto = match action {
-        crate::domain::Action::Do => step,
-        crate::domain::Action::Undo => step + 1,
+        crate::domain::Action::Do => workflow.together(step).start,
+        crate::domain::Action::Undo => workflow.after(step),
     };
     let mut names: Vec<&str> = workflow.steps.iter().take(upto as usize).map(|s| s.name.as_str()).collect();
     if crate::mutations::forget_outputs() && action == crate::domain::Action::Do {

@@ -1,6 +1,7 @@
 //! A scheduler takes the task for its current step: a lease until complete-by, and the
 //! dispatch of the step's action.
 
+use super::branches::{Outcome, StageRun};
 use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use crate::domain::callback::{Awaiting, CallbackSecret, CallbackToken};
 use crate::domain::ids::{LeaseToken, Timestamp};
@@ -66,6 +67,9 @@ impl TaskRecord {
                 why: format!("step {} is a timer: it sleeps, it is not claimed", self.step),
             });
         }
+        if let Some(run) = self.stage_run(wf) {
+            return self.claim_stage(run, lease, now, wf, policy);
+        }
         let cause = Cause::Claimed { step: self.step, action };
         let mut next = if unconditional && lifecycle::next(self.state, Trigger::Claimed).is_none() {
             self.overwritten_by_claim(now, cause)
@@ -113,6 +117,49 @@ impl TaskRecord {
             next,
             effects: vec![Effect::Dispatch { step: self.step, action, callback }],
         })
+    }
+
+    /// The claim of a parallel stage: every branch not yet succeeded is dispatched at
+    /// once under the one lease, each with an attempt of its own (the task's counter,
+    /// bumped per branch) and its own complete-by; the stage's complete-by is the latest.
+    fn claim_stage(
+        &self,
+        mut run: StageRun,
+        lease: LeaseToken,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        let cause = Cause::Claimed { step: self.step, action: Action::Do };
+        let mut next = self.moved(Trigger::Claimed, now, cause)?;
+        let mut effects = Vec::new();
+        for step in run.steps() {
+            let branch = run.branch_mut(step).expect("a step of the run");
+            if branch.outcome == Outcome::Succeeded {
+                continue;
+            }
+            next.attempt += 1;
+            branch.attempt = next.attempt;
+            branch.dispatches += 1;
+            branch.complete_by = Some(now.plus_ms(wf.timeout_ms(step, policy.step_timeout_ms)));
+            effects.push(Effect::Dispatch { step, action: Action::Do, callback: None });
+        }
+        let Some(complete_by) = run.latest_complete_by() else {
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: format!("stage at step {} has nothing left to dispatch", self.step),
+            });
+        };
+        next.locked_by = Some(lease);
+        next.complete_by = Some(complete_by);
+        next.hold_until = None;
+        let needed = complete_by.plus_ms(policy.reply_grace_ms);
+        if next.deadline.is_none_or(|d| d < needed) {
+            next.deadline = Some(needed);
+        }
+        next.step_attempts += 1;
+        next.stage = Some(run);
+        Ok(Decision { trigger: Trigger::Claimed, next, effects })
     }
 
     /// The planted bug of `Mutation::UnconditionalClaim`: a claim written as a plain

@@ -1,6 +1,7 @@
 //! Undoing: what forbids it (a pivot's effect that stands or may stand, a task re-running
 //! steps that took effect before), and moving from one compensation to the next.
 
+use super::branches::Outcome;
 use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use crate::domain::ids::{IdempotencyKey, Timestamp};
 use crate::domain::lifecycle::Trigger;
@@ -38,6 +39,29 @@ impl TaskRecord {
                 key,
             ));
         }
+        if let Some(run) = self.stage_run(wf) {
+            // A pivot among the branches: one that succeeded stands, one dispatched without
+            // a definitive answer may stand.
+            return run.each().find_map(|(i, b)| {
+                let pivot = wf.step(i).filter(|s| s.is_pivot() && b.may_have_taken_effect())?;
+                Some(match b.outcome {
+                    Outcome::Succeeded => (
+                        format!("{reason}; nothing undone: pivot step {} took effect", pivot.name),
+                        None,
+                    ),
+                    _ => {
+                        let key = idempotency_key(&self.order_id, i, Action::Do);
+                        (
+                            format!(
+                                "{reason}; nothing undone: pivot step {} outcome unknown (idempotency key {key})",
+                                pivot.name
+                            ),
+                            Some(key),
+                        )
+                    }
+                })
+            });
+        }
         match key {
             Some(key) if current.is_pivot() => Some((
                 format!(
@@ -52,9 +76,28 @@ impl TaskRecord {
 
     /// The newest step to undo: the current one if it may have taken effect (`in_doubt`),
     /// else the one before it, down to the first that has a compensation.
+    /// At a stage, the newest of its branches that may have taken effect (or the steps
+    /// before the stage when none did).
     pub(in crate::domain) fn first_to_undo(&self, wf: &Workflow, in_doubt: bool) -> Option<u32> {
-        let undo_from = if in_doubt { Some(self.step) } else { self.step.checked_sub(1) };
-        wf.compensable_at_or_below(undo_from)
+        let top = match self.stage_run(wf) {
+            Some(run) => run.steps().end.checked_sub(1),
+            None if in_doubt => Some(self.step),
+            None => self.step.checked_sub(1),
+        };
+        self.compensable_below(wf, top, in_doubt)
+    }
+
+    /// The highest step at or below `from` that has a compensation and may have taken
+    /// effect: a stage's branches that never ran, or were refused, are passed over.
+    fn compensable_below(&self, wf: &Workflow, from: Option<u32>, in_doubt: bool) -> Option<u32> {
+        let mut from = from;
+        while let Some(candidate) = wf.compensable_at_or_below(from) {
+            if self.may_have_taken_effect(candidate, in_doubt) || crate::mutations::undo_every_branch() {
+                return Some(candidate);
+            }
+            from = candidate.checked_sub(1);
+        }
+        None
     }
 
     /// Why the task only goes forward while it re-runs steps that took effect already.
@@ -77,7 +120,7 @@ impl TaskRecord {
     ) -> Result<Decision, Refusal> {
         let (step, action) = (self.step, Action::Undo);
         let cause = Cause::Succeeded { step, action };
-        match wf.compensable_at_or_below(step.checked_sub(1)) {
+        match self.compensable_below(wf, step.checked_sub(1), false) {
             Some(below) => {
                 let next = self
                     .moved(Trigger::UndoAdvanced, now, cause)?

@@ -294,3 +294,32 @@ pub(in crate::domain) fn error_while_undoing() -> TaskRecord {
     assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Fail, ProcessState::Error, 1));
     d.next
 }
+
+/// check (reads), then stage `reserve-all` of reserve-a and reserve-b (compensable) and
+/// notify (a pivot), then ship (a pivot).
+pub(in crate::domain) fn parallel() -> Workflow {
+    use crate::domain::workflow::{Entry, StageText};
+    Workflow::of_entries(
+        "parallel",
+        vec![
+            Entry::Step(Step::read_only("check", "a")),
+            Entry::Parallel {
+                parallel: StageText {
+                    name: "reserve-all".into(),
+                    steps: vec![
+                        Step::compensable("reserve-a", "wh-a", "release-a"),
+                        Step::compensable("reserve-b", "wh-b", "release-b"),
+                        Step::read_only("notify", "crm"),
+                    ],
+                },
+            },
+            Entry::Step(Step::pivot("ship", "carrier")),
+        ],
+    )
+}
+
+/// The reply branch `step` of a claimed stage would send.
+pub(in crate::domain) fn branch_reply(task: &TaskRecord, step: u32, outcome: ReplyOutcome) -> AgentReply {
+    let (attempt, _) = task.dispatch_of(step);
+    AgentReply { step, attempt, ..reply_for(task, outcome) }
+}

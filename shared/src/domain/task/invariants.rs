@@ -156,8 +156,20 @@ fn every_row_of_the_table_is_a_decision() {
         pause_cases.push((t, act(t, &wf_of(t), Act::Pause)));
         pause_cases.push((p, act(p, &wf_of(p), Act::Resume)));
     }
+    // Parallel stages: a branch's success while others run.
+    let parallel = parallel();
+    let at_stage = claim(
+        &reply(&claim(&new_task(&parallel), &parallel, 12, T0), &parallel, ok(), T0).next,
+        &parallel,
+        13,
+        T0,
+    );
+    let branch_done =
+        checked(&at_stage, at_stage.apply_reply(&branch_reply(&at_stage, 2, ok()), T0, &parallel, &policy()));
+    let stage_cases: Vec<(&TaskRecord, Decision)> = vec![(&at_stage, branch_done)];
     let cases: Vec<_> = cases
         .into_iter()
+        .chain(stage_cases)
         .chain(operator_cases)
         .chain(timer_cases)
         .chain(callback_cases)

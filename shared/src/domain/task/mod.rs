@@ -11,23 +11,26 @@
 //! layers, lowest first; a file imports only files of lower layers
 //! (`shared/tests/domain_layers.rs` holds them to it):
 //!
-//! 1. `record.rs`: the record, the policy, causes, effects and refusals, and the moves
+//! 1. `branches.rs`: a parallel stage's branches as the record keeps them.
+//! 2. `record.rs`: the record, the policy, causes, effects and refusals, and the moves
 //!    every decision shares.
-//! 2. Peers:
-//!    - `claim.rs`: a scheduler takes the task for its current step.
+//! 3. Peers:
+//!    - `claim.rs`: a scheduler takes the task for its current step (or all the branches
+//!      of its stage).
 //!    - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
-//! 3. `recovery.rs`: a lapse past the deadline, and the give-up rule.
-//! 4. Peers:
+//! 4. `recovery.rs`: a lapse past the deadline, and the give-up rule.
+//! 5. Peers:
 //!    - `reply.rs`: the fence, then an agent's reply.
 //!    - `timer.rs`: a Schedule's decision (wake, sleep at a timer step, or claim), and
 //!      the supervisor's (wake or lapse).
 //!    - `callback.rs`: a callback step's agent started the work; the outside's
 //!      completion, failure or heartbeat through the step's token.
-//! 5. Tests only:
+//! 6. Tests only:
 //!    - `fixtures.rs`: tasks in the states tests start from; checked decisions.
 //!    - `invariants.rs`: every decision against the table, in random sequences too.
-//! 6. `mod.rs`: this index and the re-exports.
+//! 7. `mod.rs`: this index and the re-exports.
 
+mod branches;
 mod callback;
 mod claim;
 mod compensation;
@@ -41,5 +44,6 @@ pub(super) mod fixtures;
 #[cfg(test)]
 mod invariants;
 
+pub use branches::{Branch, Outcome, StageRun};
 pub use claim::Mint;
 pub use record::{Act, Cause, Decision, Effect, PARKED_MS, Policy, Refusal, StaleReason, TaskRecord};

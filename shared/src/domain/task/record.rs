@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::branches::StageRun;
 use crate::domain::callback::{Awaiting, CallbackToken, CompletionRefused};
 use crate::domain::ids::{LeaseToken, OrderId, Sender, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
@@ -178,6 +179,11 @@ pub struct TaskRecord {
     /// token's digest, and when it is due (`callback.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Awaiting>,
+    /// Only at a parallel stage, from its first claim until the task goes past it (and,
+    /// when it gave up there, until it ends): each branch's attempt, complete-by, budget
+    /// and outcome (`branches.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<StageRun>,
     /// When the supervisor acts if nothing else has. `None` exactly when terminal,
     /// which keeps finished tasks out of the sparse due index.
     pub deadline: Option<Timestamp>,
@@ -306,6 +312,29 @@ pub enum StaleReason {
     OtherStep { current: u32, reply: u32, reply_action: Action },
     #[error("reply arrived at {now}, after complete-by {complete_by}")]
     PastCompleteBy { complete_by: Timestamp, now: Timestamp },
+    /// A branch of a parallel stage that has no dispatch in flight: it answered already,
+    /// or it lapsed and waits to be dispatched again.
+    #[error("branch {step} has no attempt in flight")]
+    BranchIdle { step: u32 },
+}
+
+impl Cause {
+    /// The step the cause is about (a branch's own, at a parallel stage).
+    pub fn step(&self) -> Option<u32> {
+        match self {
+            Cause::Submitted => None,
+            Cause::Claimed { step, .. }
+            | Cause::Succeeded { step, .. }
+            | Cause::Failed { step, .. }
+            | Cause::DeadlinePassed { step, .. }
+            | Cause::Slept { step, .. }
+            | Cause::Woke { step, .. }
+            | Cause::Started { step }
+            | Cause::Heartbeat { step }
+            | Cause::Completed { step }
+            | Cause::Operator { step, .. } => Some(*step),
+        }
+    }
 }
 
 impl TaskRecord {
@@ -325,6 +354,7 @@ impl TaskRecord {
             redo_until: None,
             wake_at: None,
             callback: None,
+            stage: None,
             deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
             failure_count: 0,
             step_failures: 0,
@@ -388,6 +418,26 @@ impl TaskRecord {
         if self.wake_at.is_some() && self.deadline != self.wake_at {
             return Some(format!("Waiting until {:?} with deadline {:?}", self.wake_at, self.deadline));
         }
+        if let Some(run) = &self.stage {
+            if s.is_terminal() && s != ProcessState::Error {
+                return Some(format!("{s:?} keeping a stage's branches"));
+            }
+            if matches!(s, ProcessState::Pending | ProcessState::Processing) && run.at != self.step {
+                return Some(format!(
+                    "{s:?} at step {} with the branches of the stage at {}",
+                    self.step, run.at
+                ));
+            }
+            if s == ProcessState::Processing && run.latest_complete_by() > self.complete_by {
+                return Some("a branch in flight past the stage's complete-by".into());
+            }
+            if s != ProcessState::Processing && run.branches.iter().any(|b| b.in_flight()) {
+                return Some(format!("{s:?} with a branch in flight"));
+            }
+            if run.branches.iter().any(|b| b.attempt > self.attempt) {
+                return Some("a branch's attempt ahead of the task's".into());
+            }
+        }
         if let Some(cb) = &self.callback {
             if !matches!(s, ProcessState::Processing | ProcessState::Waiting) {
                 return Some(format!("{s:?} holding a callback"));
@@ -438,6 +488,16 @@ impl TaskRecord {
         if state.is_terminal() {
             next.deadline = None;
             next.paused = false;
+            // Error keeps a stage's branches: a resubmit or an undo decides on them.
+            if state != ProcessState::Error {
+                next.stage = None;
+            }
+        }
+        // A lease's end is every branch's: a reply of one still out is fenced off.
+        if next.locked_by.is_none() || state != ProcessState::Processing {
+            if let Some(run) = &mut next.stage {
+                run.branches.iter_mut().for_each(|b| b.complete_by = None);
+            }
         }
         Ok(next)
     }
@@ -445,7 +505,54 @@ impl TaskRecord {
     pub(in crate::domain) fn unlocked(mut self) -> TaskRecord {
         self.locked_by = None;
         self.complete_by = None;
+        if let Some(run) = &mut self.stage {
+            run.branches.iter_mut().for_each(|b| b.complete_by = None);
+        }
         self
+    }
+
+    /// The branches of the parallel stage the task is at going forward, as recorded, or
+    /// fresh before its first claim; `None` at a lone step or while undoing.
+    pub(in crate::domain) fn stage_run(&self, wf: &Workflow) -> Option<StageRun> {
+        if self.action() != Action::Do || self.state == ProcessState::Compensated {
+            return None;
+        }
+        let stage = wf.stage_at(self.step)?;
+        match &self.stage {
+            Some(run) if run.at == stage.start => Some(run.clone()),
+            _ => Some(StageRun::new(stage)),
+        }
+    }
+
+    /// Whether step `i` may have taken effect, as a give-up, a cancel or an undo decides it
+    /// from where the task is: a branch of a stage by what its record says; going forward,
+    /// every step before the current one (it succeeded) and the current one when
+    /// `in_doubt`; while undoing, every step below the one being undone.
+    pub(in crate::domain) fn may_have_taken_effect(&self, i: u32, in_doubt: bool) -> bool {
+        match &self.stage {
+            Some(run) if run.contains(i) => run.branch(i).is_some_and(|b| b.may_have_taken_effect()),
+            _ => match self.action() {
+                Action::Do => i < self.step || (i == self.step && in_doubt),
+                Action::Undo => i < self.step,
+            },
+        }
+    }
+
+    /// A give-up at a stage with branches still out: the undo waits until the latest of
+    /// their complete-bys (the claiming scheduler adds its reply grace), so it does not
+    /// overtake an effect it undoes, as after a cancel.
+    pub(in crate::domain) fn hold_for_branches_out(&mut self) {
+        if let Some(latest) = self.stage.as_ref().and_then(StageRun::latest_complete_by) {
+            self.hold_until = Some(latest);
+        }
+    }
+
+    /// The attempt and complete-by a dispatch of `step` carries: its branch's at a stage.
+    pub fn dispatch_of(&self, step: u32) -> (u32, Option<Timestamp>) {
+        match self.stage.as_ref().and_then(|run| run.branch(step)).filter(|b| b.in_flight()) {
+            Some(b) => (b.attempt, b.complete_by),
+            None => (self.attempt, self.complete_by),
+        }
     }
 
     /// At the start of `step`: no claim of it yet, and its failure budget whole, for the
@@ -468,11 +575,14 @@ impl TaskRecord {
         policy: &Policy,
         name: String,
     ) -> Result<Decision, Refusal> {
-        if self.step + 1 < wf.len() {
-            let next = self.step + 1;
+        let after = wf.after(self.step);
+        let mut done = self;
+        // Past a stage, nothing of it is undone except as a whole: its branches all succeeded.
+        done.stage = None;
+        if after < wf.len() {
             Ok(Decision {
                 trigger: onward,
-                next: self.moved(onward, now, cause)?.waiting(now, 0, policy).starting_step(next),
+                next: done.moved(onward, now, cause)?.waiting(now, 0, policy).starting_step(after),
                 effects: vec![
                     Effect::Schedule { delay_ms: 0 },
                     Effect::Status { status: OrderStatus::StepCompleted, step: Some(name), reason: None },
@@ -481,7 +591,7 @@ impl TaskRecord {
         } else {
             Ok(Decision {
                 trigger: Trigger::Finished,
-                next: self.moved(Trigger::Finished, now, cause)?.unlocked(),
+                next: done.moved(Trigger::Finished, now, cause)?.unlocked(),
                 effects: vec![Effect::Status {
                     status: OrderStatus::Processed,
                     step: Some(name),
@@ -577,10 +687,14 @@ impl TaskRecord {
                 _ => None,
             },
         };
+        // At a stage, the entry names the branch its cause is about, so a timeline shows
+        // the branches side by side.
+        let at_stage = self.stage.is_some() || d.next.stage.is_some();
+        let step = d.next.last_cause.step().filter(|_| at_stage && by.is_none()).unwrap_or(self.step);
         let entry = Entry {
             at: now,
             what: Happened::Moved(d.trigger),
-            step: self.step,
+            step,
             attempt: d.next.attempt,
             note,
             by: by.map(|(who, _)| who.to_owned()),

@@ -2,6 +2,7 @@
 //! failure budget), and the give-up rule every stop goes through: forward only past a
 //! pivot, else undo what may have taken effect, else Error with an alert.
 
+use super::branches::{Outcome, StageRun};
 use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
 use crate::domain::ids::{IdempotencyKey, Timestamp};
 use crate::domain::lifecycle::{ProcessState, Trigger};
@@ -38,6 +39,9 @@ impl TaskRecord {
                 workflow: self.workflow.clone(),
                 why: format!("step {} is a timer: it wakes, it does not lapse", self.step),
             });
+        }
+        if let Some(run) = self.stage_run(wf).filter(|_| self.state != ProcessState::Waiting) {
+            return self.lapse_stage(run, now, wf, policy, jitter);
         }
         let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
         let mut counted = self.clone();
@@ -87,6 +91,59 @@ impl TaskRecord {
         }
     }
 
+    /// A stage's deadline passed: every branch still to do counts a lapse against its own
+    /// budget (those in flight never answered; none was claimed at all if the stage
+    /// waited). While every budget lasts the stage is retried, and its claim dispatches
+    /// only the branches not yet succeeded; the first branch out of budget gives up, with
+    /// every branch dispatched and not refused in doubt.
+    fn lapse_stage(
+        &self,
+        mut run: StageRun,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        jitter: u64,
+    ) -> Result<Decision, Refusal> {
+        let mut counted = self.clone();
+        counted.failure_count += 1;
+        let mut spent = None;
+        for (step, branch) in run.steps().zip(run.branches.iter_mut()) {
+            if branch.outcome == Outcome::Succeeded {
+                continue;
+            }
+            branch.failures += 1;
+            branch.complete_by = None;
+            if spent.is_none() && branch.failures >= wf.max_failures(step, policy.failure_threshold) {
+                spent = Some((step, branch.failures));
+            }
+        }
+        counted.step_failures = run.branches.iter().map(|b| b.failures).max().unwrap_or(0);
+        counted.stage = Some(run);
+        let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
+        counted.last_error = Some(match self.locked_by {
+            Some(_) => format!(
+                "stage attempt {} passed its deadline without every branch's reply",
+                self.step_attempts
+            ),
+            None => "waited past its deadline without being claimed".to_owned(),
+        });
+        let Some((step, failures)) = spent else {
+            let delay_ms = policy.retry_backoff.delay_ms(counted.step_failures - 1, jitter);
+            let next = counted.moved(Trigger::Retry, now, cause)?.waiting(now, delay_ms, policy);
+            return Ok(Decision {
+                trigger: Trigger::Retry,
+                next,
+                effects: vec![Effect::Schedule { delay_ms }],
+            });
+        };
+        let budget = wf.max_failures(step, policy.failure_threshold);
+        let name = self.step_name(wf, step, Action::Do);
+        let reason =
+            format!("failure threshold reached: {failures} failures of branch {name} (threshold {budget})");
+        let cause = Cause::DeadlinePassed { step, state: self.state };
+        counted.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), self.step_attempts > 0, true)
+    }
+
     pub(super) fn fail(
         &self,
         now: Timestamp,
@@ -108,14 +165,16 @@ impl TaskRecord {
         reason: GiveUpReason,
         in_doubt: Option<IdempotencyKey>,
     ) -> Result<Decision, Refusal> {
+        // At a stage, the branch that gave up (a lone step's cause names the step itself).
+        let named = cause.step().unwrap_or(self.step);
         let mut next = self.moved(trigger, now, cause)?.unlocked();
         let operator = reason.for_operator();
         next.last_error = Some(operator.clone());
-        let step = Some(self.step_name(wf, self.step, self.action()));
+        let step = Some(self.step_name(wf, named, self.action()));
         Ok(Decision {
             trigger,
             effects: vec![
-                next.alert(wf, self.action(), now, &operator, in_doubt),
+                next.alert(wf, named, self.action(), now, &operator, in_doubt),
                 Effect::Status { status: OrderStatus::Failed, step, reason: Some(reason.told.to_owned()) },
             ],
             next,
@@ -150,11 +209,15 @@ impl TaskRecord {
         if !wf.compensates() {
             return self.fail(now, wf, cause, reason);
         }
-        let step = Some(self.step_name(wf, self.step, Action::Do));
+        let step = Some(self.step_name(wf, cause.step().unwrap_or(self.step), Action::Do));
+        // Branches of a stage still out hold the undo until their complete-by is over.
+        let delay_ms = self.hold_until.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now));
         let (trigger, mut next, status) = match self.first_to_undo(wf, in_doubt) {
             Some(first) => {
-                let next =
-                    self.moved(Trigger::Undo, now, cause)?.waiting(now, 0, policy).starting_step(first);
+                let next = self
+                    .moved(Trigger::Undo, now, cause)?
+                    .waiting(now, delay_ms, policy)
+                    .starting_step(first);
                 (Trigger::Undo, next, OrderStatus::Compensating)
             }
             None => (
@@ -167,11 +230,11 @@ impl TaskRecord {
         next.last_error = Some(operator.clone());
         let mut effects = Vec::new();
         if trigger == Trigger::Undo {
-            effects.push(Effect::Schedule { delay_ms: 0 });
+            effects.push(Effect::Schedule { delay_ms });
         }
         effects.push(Effect::Status { status, step, reason: Some(reason.told.to_owned()) });
         if alert {
-            effects.push(next.alert(wf, next.action(), now, &operator, None));
+            effects.push(next.alert(wf, next.step, next.action(), now, &operator, None));
         }
         Ok(Decision { trigger, next, effects })
     }
@@ -181,6 +244,7 @@ impl TaskRecord {
     fn alert(
         &self,
         wf: &Workflow,
+        step: u32,
         action: Action,
         now: Timestamp,
         reason: &str,
@@ -189,8 +253,8 @@ impl TaskRecord {
         Effect::Alert(OperatorAlert {
             order_id: self.order_id.clone(),
             workflow: self.workflow.clone(),
-            step: self.step,
-            step_name: self.step_name(wf, self.step, action),
+            step,
+            step_name: self.step_name(wf, step, action),
             state: self.state,
             failure_count: self.failure_count,
             reason: reason.to_owned(),

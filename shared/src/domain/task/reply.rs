@@ -1,11 +1,12 @@
 //! An agent's reply: the fence it must pass (the live lease of this very attempt, in
 //! time), then the step's success, refusal or unusable output.
 
-use super::record::{Cause, Decision, Policy, Refusal, StaleReason, TaskRecord};
+use super::branches::Outcome;
+use super::record::{Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};
 use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
-use crate::domain::messages::{AgentReply, ReplyOutcome, cut_reason};
+use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
 use crate::domain::output::StepOutput;
 use crate::domain::workflow::{Action, Workflow};
 
@@ -21,6 +22,20 @@ impl TaskRecord {
         };
         if lease != reply.lease {
             return Err(StaleReason::OtherLease);
+        }
+        if let Some(run) = self.stage.as_ref().filter(|r| r.at == self.step && self.action() == Action::Do) {
+            // A branch's reply: fenced on its own attempt and complete-by.
+            let branch = run.branch(reply.step).filter(|_| reply.action == Action::Do).ok_or(
+                StaleReason::OtherStep { current: self.step, reply: reply.step, reply_action: reply.action },
+            )?;
+            if branch.attempt != reply.attempt {
+                return Err(StaleReason::OtherAttempt { current: branch.attempt, reply: reply.attempt });
+            }
+            return match branch.complete_by {
+                Some(complete_by) if now <= complete_by => Ok(()),
+                Some(complete_by) => Err(StaleReason::PastCompleteBy { complete_by, now }),
+                None => Err(StaleReason::BranchIdle { step: reply.step }),
+            };
         }
         if self.attempt != reply.attempt {
             return Err(StaleReason::OtherAttempt { current: self.attempt, reply: reply.attempt });
@@ -60,6 +75,9 @@ impl TaskRecord {
     ) -> Result<Decision, Refusal> {
         self.fence(reply, now).map_err(Refusal::StaleReply)?;
         self.check_workflow(wf)?;
+        if self.stage.as_ref().is_some_and(|r| r.at == self.step) && reply.action == Action::Do {
+            return self.branch_reply(reply, now, wf, policy);
+        }
         let (step, action) = (self.step, reply.action);
         let name = self.step_name(wf, step, action);
         match (&reply.outcome, action) {
@@ -107,6 +125,72 @@ impl TaskRecord {
                 self.fail(now, wf, cause, GiveUpReason { told: &told, detail: detail.as_deref() })
             }
         }
+    }
+
+    /// A branch's reply, past the fence. Its success is kept and, when it is the last
+    /// branch to succeed, ends the stage as a lone step's success ends the step. Its
+    /// refusal or unusable output gives up at once: the lease is dropped, so the replies
+    /// of the branches still out are fenced off (their dispatches count as may have taken
+    /// effect, and the undo waits until their complete-by).
+    fn branch_reply(
+        &self,
+        reply: &AgentReply,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        let step = reply.step;
+        let action = Action::Do;
+        let name = self.step_name(wf, step, action);
+        let mut next = self.clone();
+        let run = next.stage.as_mut().expect("at a stage");
+        let branch = run.branch_mut(step).expect("fenced: a branch of the stage");
+        branch.complete_by = None;
+        let (reason, detail, in_doubt) = match &reply.outcome {
+            ReplyOutcome::Succeeded { output } => match output
+                .as_ref()
+                .map(StepOutput::from_value)
+                .transpose()
+            {
+                Ok(step_output) => {
+                    branch.outcome = Outcome::Succeeded;
+                    let all = run.all_succeeded()
+                        || (crate::mutations::join_early()
+                            && run.branches.iter().filter(|b| b.outcome != Outcome::Succeeded).count() == 1);
+                    if let Some(step_output) = step_output {
+                        next.outputs.insert(name.clone(), step_output);
+                    }
+                    let cause = Cause::Succeeded { step, action };
+                    if all {
+                        return next.step_done(Trigger::Advanced, now, cause, wf, policy, name);
+                    }
+                    return Ok(Decision {
+                        trigger: Trigger::BranchDone,
+                        next: next.moved(Trigger::BranchDone, now, cause)?,
+                        effects: vec![Effect::Status {
+                            status: OrderStatus::StepCompleted,
+                            step: Some(name),
+                            reason: None,
+                        }],
+                    });
+                }
+                Err(e) => (format!("step {name} succeeded, but its output cannot be kept: {e}"), None, true),
+            },
+            ReplyOutcome::BadOutput { reason, detail } => (
+                format!("step {name} succeeded, but its output cannot be kept: {reason}"),
+                detail.clone(),
+                true,
+            ),
+            ReplyOutcome::Failed { reason, detail } => {
+                branch.outcome = Outcome::Refused;
+                (reason.clone(), detail.clone(), false)
+            }
+        };
+        let (reason, detail) = (cut_reason(reason), detail.map(cut_reason));
+        let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt };
+        next.hold_for_branches_out();
+        let gave_up = GiveUpReason { told: &reason, detail: detail.as_deref() };
+        next.give_up(now, wf, policy, cause, gave_up, in_doubt, in_doubt)
     }
 
     /// The step answered success with an output later steps cannot have: it took effect,
