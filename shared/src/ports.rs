@@ -283,6 +283,10 @@ pub enum Metric {
     CallbackRefused,
     /// A callback's timeout or heartbeat passed with no word from the outside.
     CallbackTimedOut,
+    /// A decision's conditional write found the task moved since it was read (another
+    /// writer won): it is read and decided again. Branch replies of a parallel stage race
+    /// so on one record.
+    WriteConflict,
 }
 
 impl Metric {
@@ -319,6 +323,7 @@ impl Metric {
             Metric::CallbackHeartbeat => "CallbackHeartbeats",
             Metric::CallbackRefused => "CallbackCompletionsRefused",
             Metric::CallbackTimedOut => "CallbacksTimedOut",
+            Metric::WriteConflict => "WriteConflicts",
         }
     }
     pub fn is_latency(self) -> bool {

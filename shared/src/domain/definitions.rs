@@ -27,6 +27,10 @@ pub const MIN_STEP_TIMEOUT_MS: u64 = 1_000;
 pub const MAX_STEP_TIMEOUT_MS: u64 = 50_000;
 /// Steps per workflow: every step's key and status fit in one task item many times over.
 pub const MAX_STEPS: usize = 20;
+/// Branches of one parallel stage. They count as steps towards `MAX_STEPS`, which bounds
+/// the outputs a record keeps; this bounds the branch replies that race on one record
+/// (each round of conflicting writes lands one) and the dispatches of one claim.
+pub const MAX_BRANCHES: usize = 10;
 pub const MAX_FAILURES: u32 = 100;
 pub const MAX_NAME_LEN: usize = 64;
 

@@ -78,9 +78,12 @@ pub(crate) enum Transition {
     NoSuchTask,
 }
 
-/// Concurrent writers to one task are rare (a duplicate message, a supervisor racing a
-/// reply); a few re-reads settle them, and anything left is retried by redelivery.
-const CONFLICT_RETRIES: usize = 4;
+/// Concurrent writers to one task: a duplicate message, a supervisor racing a reply, and
+/// the branch replies of a parallel stage, which come back together. Each round of
+/// re-reads lets one writer land, so the bound covers the widest stage
+/// (`definitions::MAX_BRANCHES`) with room for the supervisor and an operator; anything
+/// left is retried by redelivery, never dropped.
+const CONFLICT_RETRIES: usize = crate::domain::definitions::MAX_BRANCHES + 2;
 
 /// Read the task, decide on it, write the decision conditional on the revision read.
 ///
@@ -116,7 +119,10 @@ pub(crate) async fn transition(
             crate::ports::Written::Applied => {
                 return Ok(Transition::Applied { before: task, decision });
             }
-            crate::ports::Written::RevisionMoved => continue,
+            crate::ports::Written::RevisionMoved => {
+                deps.metrics.record(Metric::WriteConflict, 1);
+                continue;
+            }
         }
     }
     Err(HandlerError::Retry(format!("task {order_id} kept changing under concurrent writers")))

@@ -129,7 +129,6 @@ mod tests {
 /// The stage's decisions, end to end: claim, join, give-up and undo, lapse, operators.
 #[cfg(test)]
 mod decisions {
-    use super::*;
     use crate::domain::lifecycle::{ProcessState, Trigger};
     use crate::domain::messages::OrderStatus;
     use crate::domain::task::fixtures::*;
