@@ -644,7 +644,10 @@ impl EventLoop {
                 self.note(|| format!("finish inv {id} failures {:?} kept {}", report.failures, report.kept));
             }
             Returned::Operator(result) => {
-                self.note(|| format!("finish inv {id} operator {result:?}"));
+                // The landed record is traced whole. Written without the stage it does not
+                // have, a record reads as it did before parallel stages, so a history that
+                // has none hashes as it did then (the pinned regression seeds).
+                self.note(|| format!("finish inv {id} operator {result:?}").replace("stage: None, ", ""));
             }
             Returned::Outside(result) => {
                 let result = result.map(|c| match c {
