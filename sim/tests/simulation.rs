@@ -311,12 +311,15 @@ fn regression_seeds() {
     }
 }
 
-/// Seed `seed`'s swarm with its generated workflows' callback steps made plain steps, and
-/// no pauses.
+/// Seed `seed`'s swarm with its generated workflows' callback steps made plain steps, their
+/// parallel stages taken out, and no pauses.
 fn without_callbacks(seed: u64) -> sas_sim::swarm::Swarm {
     let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
     swarm.pauses = None;
-    let plain = |w: &mut sas::domain::Workflow| w.steps.iter_mut().for_each(|s| s.callback = None);
+    let plain = |w: &mut sas::domain::Workflow| {
+        sas_sim::swarm::without_stages(w);
+        w.steps.iter_mut().for_each(|s| s.callback = None)
+    };
     plain(&mut swarm.generated);
     if let Some(p) = swarm.publish.as_mut() {
         plain(&mut p.workflow);
