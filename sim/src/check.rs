@@ -14,7 +14,9 @@ use sas::handlers::REASON_ATTRIBUTE;
 
 use crate::deployment::{CALLBACKS, CALLBACKS_DLQ, MAX_RECEIVES, Role};
 pub use crate::invariants::{Invariant, Violation};
-use crate::invariants::{Records, branch_live, check_records, running_stage, stages_passed};
+use crate::invariants::{
+    Records, branch_live, check_records, dispatched_branches, running_stage, stages_passed,
+};
 use crate::ledger::Settled;
 use crate::run::Outcome;
 use crate::workload::Input;
@@ -22,6 +24,46 @@ use crate::workload::Input;
 /// (state, trigger) of every landed transition of the run.
 pub fn coverage(run: &Outcome) -> BTreeMap<(ProcessState, Trigger), u64> {
     crate::invariants::coverage(&run.writes, &run.workflows)
+}
+
+/// What the run's parallel stages went through: how their branch replies arrived
+/// (`Outcome::branch_replies`) and what the writes did with them.
+pub fn stage_coverage(run: &Outcome) -> BTreeMap<&'static str, u64> {
+    let mut seen = run.branch_replies.clone();
+    let mut count = |kind: &'static str| *seen.entry(kind).or_default() += 1;
+    for w in &run.writes {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        let Some(wf) = run.workflows.get_version(&after.workflow, after.workflow_version) else { continue };
+        if wf.stages.is_empty() {
+            continue;
+        }
+        if dispatched_branches(w).is_some() {
+            count("stage_claims");
+        }
+        if !stages_passed(before, after, wf).is_empty() {
+            count("stages_joined");
+        }
+        let stopped = matches!(
+            after.state,
+            ProcessState::Compensating | ProcessState::Compensated | ProcessState::Error
+        );
+        if running_stage(before, wf).is_some() && stopped {
+            count(match after.last_cause {
+                Cause::Operator { .. } => "stages_cancelled",
+                _ => "stages_given_up",
+            });
+        }
+        match after.last_cause {
+            Cause::Succeeded { action: Action::Do, .. } if after.state == ProcessState::Processing => {
+                count("branches_done")
+            }
+            Cause::Succeeded { step, action: Action::Undo } if wf.stage_of(step).is_some() => {
+                count("branches_undone")
+            }
+            _ => {}
+        }
+    }
+    seen
 }
 
 fn reason(m: &sas::adapters::embedded::StoredMessage) -> Option<&str> {

@@ -798,7 +798,7 @@ impl Ran {
 
 /// The branches a write's claim of a parallel stage dispatched (those whose dispatches it
 /// counted up), or `None` when the write claimed no stage.
-fn dispatched_branches(w: &WriteRecord) -> Option<Vec<u32>> {
+pub fn dispatched_branches(w: &WriteRecord) -> Option<Vec<u32>> {
     let Cause::Claimed { step, action: Action::Do } = w.after.last_cause else { return None };
     let run = w.after.stage.as_ref().filter(|run| run.at == step)?;
     let was = |i: u32| {

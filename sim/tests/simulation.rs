@@ -31,6 +31,7 @@ fn seeds_keep_every_invariant() {
     println!("faults injected: {:?}", summary.faults);
     println!("pipeline counters: {:?}", summary.metrics);
     println!("the outside party's words: {:?}", summary.outside);
+    println!("parallel stages: {:?}", summary.stages);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     println!("{}", summary.coverage_table());
     let mut report = String::new();
@@ -50,7 +51,24 @@ fn seeds_keep_every_invariant() {
             );
         }
         assert!(summary.outside.get("outside_direct").is_some_and(|n| *n > 0), "{:?}", summary.outside);
+        // Branch replies raced their stage every way: in flight, duplicated or an earlier
+        // dispatch's, after the stage ended, before a branch ahead of them, two of one stage
+        // at once; and stages joined, gave up, were cancelled and undone.
+        for kind in [
+            "live",
+            "stale",
+            "late",
+            "out_of_order",
+            "racing",
+            "stages_joined",
+            "stages_given_up",
+            "stages_cancelled",
+            "branches_undone",
+        ] {
+            assert!(summary.stages.get(kind).is_some_and(|n| *n > 0), "no {kind}: {:?}", summary.stages);
+        }
         for counter in [
+            "WriteConflicts",
             "CallbackCompletionsApplied",
             "CallbackCompletionsRefused",
             "CallbackHeartbeats",
