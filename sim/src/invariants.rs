@@ -814,9 +814,9 @@ pub fn dispatched_branches(w: &WriteRecord) -> Option<Vec<u32>> {
 
 /// Undoing a parallel stage, judged from the order's history (claims, replies, undo
 /// claims), not from the branches the record keeps. A branch *may have taken effect* once
-/// a claim dispatched it, unless its service refused it for good (a refusal applied while
-/// it was in flight: the key's first outcome is final, README's remote contract, so no
-/// resubmit makes it take effect). Then:
+/// a claim dispatched it, unless its service refused that dispatch for good (a refusal
+/// applied while it was in flight). A resubmit alone does not undo a refusal; a dispatch
+/// after it does, as for a lone step (sas then no longer leans on the refusal). Then:
 /// - a compensation is dispatched only for a branch that may have taken effect;
 /// - each such branch is undone at most once (per forward dispatch);
 /// - a task that ends Compensated undid every one that has a compensation, and none of
@@ -844,9 +844,7 @@ fn stage_undo_exact(
         let after = &w.after;
         if let Some(branches) = dispatched_branches(w) {
             for b in branches {
-                let s = seen.entry(b).or_default();
-                s.dispatched = true;
-                s.undone = 0;
+                seen.insert(b, Seen { dispatched: true, refused: false, undone: 0 });
             }
         }
         match &after.last_cause {

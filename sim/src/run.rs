@@ -77,6 +77,12 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let arrivals = workload::generate(&mut rng, &swarm);
     let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace);
     shared.w().outside = Outside::new(seed, swarm.outside, &workflows(&swarm));
+    shared.w().stage_branches = workflows(&swarm)
+        .all()
+        .iter()
+        .flat_map(|w| w.stages.iter().flat_map(|st| st.branches().filter_map(|i| w.step(i))))
+        .map(|s| s.name.clone())
+        .collect();
     let deployed = deploy(&swarm, &shared, &mut rng);
     let ended = EventLoop::new(swarm, shared, deployed, arrivals, &mut rng).run();
     outcome(seed, ended)

@@ -52,6 +52,9 @@ pub struct Faults {
     /// A function does not run at all from one time to another (throttled to zero, a
     /// broken deploy): its queue backs up and the supervisor sees its tasks lapse.
     pub outage: Option<(Role, u64, u64)>,
+    /// A branch of a parallel stage is refused for good by its service (on top of
+    /// `remote.permanent`): the stage gives up with other branches still out.
+    pub branch_refusal: f64,
 }
 
 impl Faults {
@@ -86,6 +89,7 @@ impl Faults {
             ("time_jump", self.time_jump),
             ("double_supervisor", self.double_supervisor),
             ("outage", if self.outage.is_some() { 1.0 } else { 0.0 }),
+            ("branch_refusal", self.branch_refusal),
         ];
         all.into_iter().filter(|(_, v)| *v > 0.0).map(|(k, _)| k).collect()
     }
@@ -190,7 +194,7 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     let steps = if callbacks.bool() { with_callbacks(&mut callbacks, steps) } else { steps };
     let steps = if timers.bool() { with_timers(&mut timers, steps, prefix) } else { steps };
     let mut workflow = Workflow::new("generated", steps);
-    if stages.bool() {
+    if stages.u8(..4) > 0 {
         with_stage(&mut stages, &mut workflow, prefix);
     }
     workflow.version = rng.u32(1..=3);
@@ -209,8 +213,8 @@ const STAGE_SALT: u64 = 0x7374_6167_6573;
 pub const MAX_GENERATED_BRANCHES: usize = 4;
 
 /// `workflow` with a parallel stage of 2 to 4 branches put anywhere among its steps (its
-/// length kept within bounds): each branch compensable, a pivot or read-only, on any
-/// agent, a third with a failure budget and a third with a timeout of their own, as the
+/// length kept within bounds): each branch compensable (half of them), a pivot or
+/// read-only, on any agent, a third with a failure budget and a third with a timeout of their own, as the
 /// other steps. Branches are plain agent steps: a stage has no timer or callback.
 fn with_stage(rng: &mut fastrand::Rng, workflow: &mut Workflow, prefix: &str) {
     let room = MAX_STEPS - workflow.steps.len();
@@ -222,9 +226,11 @@ fn with_stage(rng: &mut fastrand::Rng, workflow: &mut Workflow, prefix: &str) {
     let branches = (0..len).map(|i| {
         let name = format!("{prefix}p{i}");
         let agent = ["a", "b", "c"][rng.usize(..3)];
-        let step = match rng.u8(..3) {
-            0 => Step::compensable(&name, agent, &format!("undo-{name}")),
-            1 => Step::pivot(&name, agent),
+        // Mostly compensable: a stage holding a pivot that may have taken effect is never
+        // undone, and undoing a stage exactly is what there is to check.
+        let step = match rng.u8(..5) {
+            0..=2 => Step::compensable(&name, agent, &format!("undo-{name}")),
+            3 => Step::pivot(&name, agent),
             _ => Step::read_only(&name, agent),
         };
         let max_failures = (rng.u8(..3) == 0).then(|| rng.u32(1..=4));
@@ -351,7 +357,7 @@ impl Swarm {
         if ignores_undone {
             time_jump = 0.0;
         }
-        let faults = Faults {
+        let mut faults = Faults {
             crash,
             store_throttle,
             store_lost_response,
@@ -378,6 +384,7 @@ impl Swarm {
             jump_max_ms: rng.u64(100..=3_000),
             double_supervisor,
             outage,
+            branch_refusal: 0.0,
         };
         let orders = rng.usize(1..=8);
         let generated = generated_workflow(rng, "g");
@@ -389,6 +396,14 @@ impl Swarm {
             let at_ms = rng.u64(0..=fault_window_ms / 2);
             Publish { at_ms, rollout_ms: rng.u64(0..=fault_window_ms / 2), workflow }
         });
+        // Most seeds with a stage have its branches refused more often than other steps,
+        // from a side generator again: a refusal mid-stage is where branches race a give-up.
+        let staged =
+            !generated.stages.is_empty() || publish.as_ref().is_some_and(|p| !p.workflow.stages.is_empty());
+        let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ STAGE_FAULT_SALT);
+        if staged && side.u8(..4) > 0 {
+            faults.branch_refusal = pick(&mut side, 0.05, 0.3);
+        }
         // The outside party's rates come from a generator of their own too (`outside.rs`).
         let outside = OutsideRates::for_seed(rng.get_seed());
         // Half the seeds pause, from a side generator again.
@@ -421,6 +436,8 @@ impl Swarm {
 
 /// Salts the pause choices' generator away from the others.
 const PAUSE_SALT: u64 = 0x9a05_e5ed;
+/// And the branch refusals'.
+const STAGE_FAULT_SALT: u64 = 0x5eed_b4a2;
 
 impl Swarm {
     /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.
