@@ -275,7 +275,7 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
     // Its history from before callback steps, too (`regression_seeds`).
     let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(without_callbacks(seed)) });
     assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
-    assert_eq!(v.outcome.hash, 0x853b_00fa_2882_d59a, "the history without callback steps or pauses");
+    assert_eq!(v.outcome.hash, 0x853b_00fa_2882_d59a, "the history without callback steps, stages or pauses");
     assert_eq!(v.outcome.ledger.late_do_refused, 1);
 
     let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
@@ -308,7 +308,8 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
 ///
 /// Callback steps (drawn from a generator of their own) changed the histories of 16, 20 and
 /// 2816, and of 194484 above: each runs as it is now, and again with its workflows as they
-/// were before callback steps and no pauses, to a pinned trace hash. The hashes were pinned
+/// were before callback steps and parallel stages (16, 2816 and 194484 have one) and no
+/// pauses, to a pinned trace hash. The hashes were pinned
 /// when the waiting status (a timer's sleep now tells `reply_to`) changed those histories
 /// once more; they catch any change to them from here that was not meant.
 #[test]
@@ -324,7 +325,7 @@ fn regression_seeds() {
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
         assert_eq!(
             v.outcome.hash, hash,
-            "seed {seed} without callback steps or pauses replays its pinned history"
+            "seed {seed} without callback steps, stages or pauses replays its pinned history"
         );
     }
 }
