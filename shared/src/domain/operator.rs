@@ -242,14 +242,21 @@ impl TaskRecord {
         next.last_error = None;
         // At the stage it failed in, the branches that succeeded stand and keep their
         // outputs; the others run again with a fresh budget (each still in doubt if it
-        // was dispatched). From an earlier step, the whole stage runs again.
+        // was dispatched, except one refused: a refusal is final, so it had no effect, as
+        // a refused lone step resubmitted is not in doubt). From an earlier step, the whole
+        // stage runs again.
         let mut kept = Vec::new();
         match next.stage.as_mut().filter(|run| run.at == from) {
             Some(run) => {
                 for (i, b) in run.steps().zip(run.branches.iter_mut()) {
-                    if b.outcome == crate::domain::task::Outcome::Succeeded {
-                        kept.push(i);
-                    } else {
+                    match b.outcome {
+                        crate::domain::task::Outcome::Succeeded => kept.push(i),
+                        crate::domain::task::Outcome::Refused => {
+                            b.dispatches = 0;
+                        }
+                        crate::domain::task::Outcome::Open => {}
+                    }
+                    if b.outcome != crate::domain::task::Outcome::Succeeded {
                         b.outcome = crate::domain::task::Outcome::Open;
                         b.failures = 0;
                     }

@@ -322,6 +322,38 @@ mod decisions {
         assert!(matches!(refused, Err(Refusal::NotAllowed { .. })), "{refused:?}");
     }
 
+    /// A refusal is final (README: a key's first outcome stands; a refusal means the step
+    /// did not and will not take effect). A resubmit gives a refused branch another
+    /// dispatch, but until then it stands for nothing, as a refused lone step resubmitted
+    /// is not in doubt: a cancel must neither undo it nor, were it a pivot, refuse to undo.
+    #[test]
+    fn a_resubmit_at_the_stage_keeps_a_refused_branch_out_of_doubt() {
+        let mut wf = parallel();
+        wf.on_give_up = crate::domain::workflow::OnGiveUp::Fail;
+        let t = at_stage(&wf);
+        let t = answer(&t, &wf, 2, ok()).next;
+        let error = answer(&t, &wf, 1, failed("no stock")).next;
+        assert_eq!(error.state, ProcessState::Error);
+        let resubmitted = act(&error, &wf, Act::Resubmit { from_step: None }).next;
+        let d = act(&resubmitted, &wf, Act::Cancel);
+        assert_eq!((d.trigger, d.next.step), (Trigger::Cancel, 2), "release-b first");
+        let undo = claim(&d.next, &wf, 9, T0.plus_ms(60_000));
+        let d = reply(&undo, &wf, ok(), undo.complete_by.unwrap());
+        assert_eq!(
+            (d.trigger, d.next.state),
+            (Trigger::Undone, ProcessState::Compensated),
+            "reserve-a was refused: nothing of it to undo"
+        );
+
+        // A refused pivot branch stands for nothing either: the cancel undoes the rest.
+        wf.steps[1] = crate::domain::workflow::Step::pivot("reserve-a", "wh-a");
+        let t = answer(&at_stage(&wf), &wf, 2, ok()).next;
+        let error = answer(&t, &wf, 1, failed("no stock")).next;
+        let resubmitted = act(&error, &wf, Act::Resubmit { from_step: None }).next;
+        let d = act(&resubmitted, &wf, Act::Cancel);
+        assert_eq!((d.trigger, d.next.step), (Trigger::Cancel, 2));
+    }
+
     #[test]
     fn a_stage_round_trips_through_its_definition_text() {
         let wf = parallel();
