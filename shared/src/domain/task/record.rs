@@ -494,10 +494,10 @@ impl TaskRecord {
             }
         }
         // A lease's end is every branch's: a reply of one still out is fenced off.
-        if next.locked_by.is_none() || state != ProcessState::Processing {
-            if let Some(run) = &mut next.stage {
-                run.branches.iter_mut().for_each(|b| b.complete_by = None);
-            }
+        if (next.locked_by.is_none() || state != ProcessState::Processing)
+            && let Some(run) = &mut next.stage
+        {
+            run.branches.iter_mut().for_each(|b| b.complete_by = None);
         }
         Ok(next)
     }
