@@ -366,4 +366,39 @@ mod decisions {
         assert_eq!(serde_json::from_str::<Workflow>(&text).unwrap(), wf);
         assert_eq!((wf.after(1), wf.after(3), wf.after(0), wf.together(2)), (4, 4, 1, 1..4));
     }
+
+    /// A stage that stops in Error (nothing to undo with, or a pivot) with a branch still
+    /// out keeps the hold: an operator's undo, or a resubmit and then a cancel, must not
+    /// overtake the call that branch's agent may still be making.
+    #[test]
+    fn a_stage_stopped_in_error_holds_an_operators_undo_until_its_branches_are_over() {
+        let mut wf = parallel();
+        wf.on_give_up = crate::domain::workflow::OnGiveUp::Fail;
+        let t = at_stage(&wf);
+        let error = answer(&t, &wf, 1, failed("no stock")).next;
+        assert_eq!(error.state, ProcessState::Error);
+        assert_eq!(error.hold_until, t.complete_by, "reserve-b and notify are still out");
+        let now = T0.plus_ms(20);
+        let ready = t.complete_by.unwrap().plus_ms(policy().reply_grace_ms);
+        let op = |task: &TaskRecord, act: Act| checked(task, task.act(act, OPS, now, &wf, &policy()));
+
+        let undo = op(&error, Act::Compensate);
+        assert_eq!(
+            (undo.next.state, undo.next.step, undo.next.hold_until),
+            (ProcessState::Compensating, 2, t.complete_by)
+        );
+        assert!(
+            undo.effects.contains(&Effect::Schedule { delay_ms: ready.millis_since(now) }),
+            "{:?}",
+            undo.effects
+        );
+        assert!(matches!(undo.next.claim(lease(5), now, &wf, &policy()), Err(Refusal::Held { .. })));
+        claim(&undo.next, &wf, 5, ready);
+
+        let again = op(&error, Act::Resubmit { from_step: None });
+        assert_eq!((again.next.state, again.next.hold_until), (ProcessState::Pending, t.complete_by));
+        assert!(again.effects.contains(&Effect::Schedule { delay_ms: ready.millis_since(now) }));
+        let cancel = op(&again.next, Act::Cancel);
+        assert_eq!((cancel.next.state, cancel.next.hold_until), (ProcessState::Compensating, t.complete_by));
+    }
 }
