@@ -306,9 +306,15 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
 /// The failure budget of the step `t` is at: the step's own, else the threshold.
 fn budget(r: &Records, t: &TaskRecord) -> u32 {
     let threshold = r.policy.failure_threshold;
-    r.workflows
-        .get_version(&t.workflow, t.workflow_version)
-        .map_or(threshold, |wf| wf.max_failures(t.step, threshold))
+    let Some(wf) = r.workflows.get_version(&t.workflow, t.workflow_version) else { return threshold };
+    // A task that stopped at a stage (and did not move on to undo a step) keeps the most
+    // any of its branches used, each against its own budget: the largest of them bounds it.
+    match wf.stage_at(t.step) {
+        Some(stage) if t.state != ProcessState::Compensating => {
+            stage.branches().map(|b| wf.max_failures(b, threshold)).max().unwrap_or(threshold)
+        }
+        _ => wf.max_failures(t.step, threshold),
+    }
 }
 
 /// Whether the remote applied the effect of `step`'s `action` for order `id`.
