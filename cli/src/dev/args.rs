@@ -46,7 +46,8 @@ pub struct DevArgs {
     pub bad_output_rate: f64,
     /// One agent's service fails differently from the rest: NAME=KIND:RATE[,KIND:RATE],
     /// kinds fail, refuse, undo-refuse, hang, bad-output (0 to 1) and latency (ms), e.g.
-    /// `--agent-fault payment=fail:0.3`. Repeatable.
+    /// `--agent-fault payment=fail:0.3`. Repeatable. Each branch of a parallel stage calls
+    /// its own agent, so a fault given to one agent hits only the branch that calls it.
     #[arg(long, value_name = "NAME=KIND:RATE")]
     pub agent_fault: Vec<crate::agent_fault::AgentFault>,
     /// Callback steps (e.g. examples/approval.json): the simulated service answers a
