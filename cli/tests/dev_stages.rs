@@ -68,12 +68,17 @@ async fn a_refusing_fraud_service_refuses_only_the_screen_branch() {
         assert!(refused.contains(&&key(screen, Action::Do)));
         for reserve in ["reserve-east", "reserve-west"] {
             let step = wf.steps.iter().position(|s| s.name == reserve).unwrap() as u32;
-            let (done, undone) =
-                (run.ledger.is_applied(&key(step, Action::Do)), run.ledger.is_applied(&key(step, Action::Undo)));
+            let (done, undone) = (
+                run.ledger.is_applied(&key(step, Action::Do)),
+                run.ledger.is_applied(&key(step, Action::Undo)),
+            );
             assert!(!done || undone, "order {}: {reserve} applied and never undone", t.order_id);
         }
         for later in wf.after(screen)..wf.len() {
-            assert!(!run.ledger.keys.contains_key(&(t.order_id.to_string(), later, Action::Do)), "step {later} ran");
+            assert!(
+                !run.ledger.keys.contains_key(&(t.order_id.to_string(), later, Action::Do)),
+                "step {later} ran"
+            );
         }
     }
 }

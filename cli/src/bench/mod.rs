@@ -9,6 +9,8 @@
 //! - `sweep`: items the supervisor reads per sweep with 100 due tasks among N finished ones.
 //! - `recovery`: simulated time from an agent crash to the order's completion.
 //! - `cost`: AWS requests and billed units per order, counted around the ports, priced.
+//! - `contention`: a parallel stage's branch replies racing on one record, against the
+//!   same steps one after the other: orders per second, CPU and write conflicts per order.
 //! - `cold_start`: function binaries launched against a stub Runtime API and an HTTPS
 //!   stub of AWS (`aws_stub`): init, first invocation with its TLS connection, peak RSS.
 //! - `starvation`: one agent's service hangs every call; the latency of a healthy
@@ -30,6 +32,7 @@
 //! Nothing here asserts a timing: the smoke test in `tests` checks structure only.
 
 mod cold_start;
+mod contention;
 mod cost;
 mod counting;
 mod listing;
@@ -52,8 +55,11 @@ pub use cold_start::{
     BENCH_STATE_TABLE, ColdStartCase, ColdStartReport, ColdStartRun, ColdStartTable, cold_start,
     cold_start_case, cold_start_once, judge,
 };
+pub use contention::{ContentionReport, ContentionRow, ContentionRun, contention, contention_once};
 pub use cost::{CostAssumptions, CostRow, TimerLateness, cost, prices};
-pub use counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore};
+pub use counting::{
+    AwsUsage, CountingAlerts, CountingQueues, CountingStore, dynamodb_item_bytes, json_item_bytes,
+};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
 pub use proxy::{CountingProxy, RequestCounts, classify};
@@ -113,6 +119,21 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         repeats: usize,
     },
+    /// A parallel stage's branch replies racing on one record: five steps one after the
+    /// other (sequential-5) against the same five as one stage's branches (parallel-5),
+    /// each store call a round trip. Orders/s, CPU and write conflicts (re-read and
+    /// re-decided writes) per order, with the orders in waves: 1 (an order alone, its
+    /// replies in one batch: the most that race) and 0 (all at once).
+    Contention {
+        #[arg(long, default_value_t = 20_000)]
+        orders: usize,
+        /// Orders per wave, comma separated; 0: all at once.
+        #[arg(long, value_delimiter = ',', default_value = "1,0")]
+        waves: Vec<usize>,
+        /// Runs per workflow and wave; medians are quoted.
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+    },
     /// Items read per supervisor sweep with 100 due tasks among N finished ones and W
     /// waiting ones (timers and callbacks not yet due).
     Sweep {
@@ -152,7 +173,10 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// AWS requests, billed units and dollars per million orders, against Step Functions.
+    /// AWS requests, billed units and dollars per million orders, against Step Functions:
+    /// single-step and three-step orders (with and without failures), a callback step and
+    /// an hour's timer, and examples/parallel.json's order (a 3-branch stage) beside the
+    /// same order's steps one after the other (examples/sequential.json).
     Cost {
         #[arg(long, default_value_t = 10_000)]
         orders: usize,
@@ -275,6 +299,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             }
             emit(args.json, &reports, |all| all.iter().map(ToString::to_string).collect());
         }
+        BenchCommand::Contention { orders, waves, repeats } => {
+            let report = contention(&[rig::SEQUENTIAL_5, rig::PARALLEL_5], orders, &waves, repeats).await;
+            emit(args.json, &report, ToString::to_string);
+        }
         BenchCommand::Sweep { finished, waiting, due } => {
             let mut rows = Vec::new();
             for n in finished {
@@ -311,6 +339,11 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 }
             }
             rows.push(cost(rig::CALLBACK_TIMER, orders, false, &a).await);
+            for wf in [rig::SEQUENTIAL_ORDER, rig::PARALLEL_ORDER] {
+                for failures in [false, true] {
+                    rows.push(cost(wf, orders, failures, &a).await);
+                }
+            }
             emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
         }
         BenchCommand::ColdStart { binaries, repeats } => {
