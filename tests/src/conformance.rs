@@ -156,6 +156,70 @@ pub async fn concurrent_claimers_exactly_one_wins(b: &Backend, rounds: usize, cl
     }
 }
 
+/// The branch replies of a parallel stage come back together and race on the task's one
+/// record. Each writer does what `handlers::transition` does: read, decide, write
+/// conditional on the revision read, and on a lost race read and decide again. Every
+/// reply lands (none is dropped or needs a scan), and the last one joins the stage.
+pub async fn branch_replies_racing_on_one_record_all_land(b: &Backend, branches: usize) {
+    use sas::domain::workflow::{Entry, StageText, Step};
+    let policy = Policy::default();
+    let steps =
+        (0..branches).map(|i| Step::compensable(&format!("b{i}"), "a", &format!("undo-b{i}"))).collect();
+    let wf = Workflow::of_entries(
+        "fan-out",
+        vec![
+            Entry::Parallel { parallel: StageText { name: "all".into(), steps } },
+            Entry::Step(Step::pivot("after", "a")),
+        ],
+    );
+    let mut o = order("stage-1", "c-1");
+    o.workflow = wf.name.clone();
+    let task = TaskRecord::new(&o, None, T0, &policy);
+    assert_eq!(b.store.insert(&task).await.unwrap(), Inserted::New, "{}", b.name);
+    let claimed = task.claim(lease(1), T0.plus_ms(1), &wf, &policy).unwrap().next;
+    write(b, &claimed, &task).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(branches));
+    let writers = (0..branches as u32).map(|step| {
+        let (store, barrier, wf, id) =
+            (b.store.clone(), barrier.clone(), wf.clone(), claimed.order_id.clone());
+        let (attempt, _) = claimed.dispatch_of(step);
+        let reply = AgentReply {
+            order_id: id.clone(),
+            step,
+            action: Action::Do,
+            attempt,
+            lease: lease(1),
+            outcome: ReplyOutcome::Succeeded { output: Some(serde_json::json!({ "branch": step })) },
+        };
+        tokio::spawn(async move {
+            barrier.wait().await;
+            let mut conflicts = 0;
+            loop {
+                let read = store.task(&id).await.unwrap().expect("inserted");
+                let decision =
+                    read.apply_reply(&reply, T0.plus_ms(10), &wf, &policy).expect("in time and fenced");
+                match store.replace(&decision.next, read.revision).await.unwrap() {
+                    Written::Applied => return (decision.trigger, conflicts),
+                    Written::RevisionMoved => conflicts += 1,
+                }
+            }
+        })
+    });
+    let results: Vec<_> =
+        futures::future::join_all(writers).await.into_iter().map(|r| r.expect("writer panicked")).collect();
+    let joined = results.iter().filter(|(t, _)| *t == sas::domain::Trigger::Advanced).count();
+    assert_eq!(joined, 1, "{}: one reply joins the stage: {results:?}", b.name);
+    let stored = read(b, &claimed.order_id).await;
+    assert_eq!(
+        (stored.state, stored.step, stored.stage.clone()),
+        (ProcessState::Pending, branches as u32, None),
+        "{}",
+        b.name
+    );
+    assert_eq!(stored.outputs.len(), branches, "{}: every branch's output is kept", b.name);
+    assert_eq!(stored.revision, claimed.revision + branches as u64, "{}: one write per reply", b.name);
+}
+
 /// A reply after complete-by is refused by the fence; a reply decided in time but
 /// landing after the supervisor took the task back is refused by the store.
 pub async fn fenced_reply_after_expiry_is_rejected(b: &Backend) {

@@ -35,6 +35,7 @@ on_both_backends! {
     insert_is_idempotent_and_keeps_the_first => |b| c::insert_is_idempotent_and_keeps_the_first(b);
     replace_is_conditional_and_faithful => |b| c::replace_is_conditional_and_faithful(b);
     concurrent_claimers_exactly_one_wins => |b| c::concurrent_claimers_exactly_one_wins(b, 20, 16);
+    branch_replies_racing_on_one_record_all_land => |b| c::branch_replies_racing_on_one_record_all_land(b, 5);
     fenced_reply_after_expiry_is_rejected => |b| c::fenced_reply_after_expiry_is_rejected(b);
     due_returns_exactly_the_due_tasks => |b| c::due_returns_exactly_the_due_tasks(b);
     listing_reads_the_indexes => |b| c::listing_reads_the_indexes(b);

@@ -42,8 +42,12 @@ fn options(workflow: &str, orders: usize, seed: u64) -> DevOptions {
 }
 
 async fn run(test: &str, workflow: &str, orders: usize, seed: u64) -> Option<DevOutcome> {
+    run_with(test, options(workflow, orders, seed)).await
+}
+
+async fn run_with(test: &str, options: DevOptions) -> Option<DevOutcome> {
     let endpoint = sas_tests::endpoint(test)?;
-    Some(sasctl::endpoint::run(options(workflow, orders, seed), &endpoint, |_| {}).await.expect("run starts"))
+    Some(sasctl::endpoint::run(options, &endpoint, |_| {}).await.expect("run starts"))
 }
 
 fn check(run: &DevOutcome) {
@@ -107,5 +111,33 @@ async fn three_step_orders_compensate_over_moto() {
             .iter()
             .any(|w| matches!(w.after.last_cause, Cause::Succeeded { action: Action::Undo, .. })),
         "a compensation step ran"
+    );
+}
+
+/// A parallel stage over the real adapters: its branch replies race on one DynamoDB item
+/// through conditional writes, and a refused or hung branch undoes exactly what may have
+/// taken effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_stage_orders_over_moto() {
+    let definitions = sas::domain::Definitions::parse(
+        r#"{"agents": {"inventory": {}, "payment": {}, "fraud": {}, "shipping": {}},
+            "workflows": [{"name": "fan-out", "steps": [
+              {"parallel": {"name": "prepare", "steps": [
+                {"name": "reserve", "agent": "inventory", "compensation": "release"},
+                {"name": "hold-funds", "agent": "payment", "compensation": "release-funds"},
+                {"name": "screen", "agent": "fraud", "effect": "none"}]}},
+              {"name": "ship", "agent": "shipping"}]}]}"#,
+    )
+    .expect("a valid definition");
+    let options = DevOptions { definitions, ..options("fan-out", 25, 23) };
+    let Some(run) = run_with("parallel_stage_orders_over_moto", options).await else { return };
+    check(&run);
+    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
+    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Compensated), "some stages were undone");
+    assert!(
+        run.writes.iter().any(|w| w.after.stage.as_ref().is_some_and(|s| {
+            s.branches.iter().filter(|b| b.outcome == sas::domain::Outcome::Succeeded).count() == 2
+        })),
+        "branches joined one by one"
     );
 }

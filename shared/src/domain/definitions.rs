@@ -18,7 +18,7 @@ use super::callback::{Callback, MAX_CALLBACK_MS, MIN_CALLBACK_MS};
 use super::retry::Backoff;
 use super::secrets::{self, SecretSource};
 use super::wait::{MAX_WAIT_MS, MIN_WAIT_MS, Wait, WaitPath};
-use super::workflow::{Step, StepEffect, StepKind, Workflow, Workflows};
+use super::workflow::{Step, StepEffect, Workflow, Workflows};
 
 /// The shortest and longest complete-by a step may have, as for the deployment's own
 /// `STEP_TIMEOUT_MS`: Lambda's 15-minute limit is far off, but a step's attempt must end
@@ -498,9 +498,55 @@ impl DefinitionFile {
                 );
             }
             let mut names = BTreeSet::new();
-            let mut pivot_before: Option<&str> = None;
-            for step in &wf.steps {
-                let at = |field: &str| format!("{wat}, step {}, {field}", step.name);
+            for stage in &wf.stages {
+                let at = |field: &str| format!("{wat}, stage {}, {field}", stage.name);
+                if !name_ok(&stage.name) {
+                    error(at("name"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
+                }
+                if wf.stages.iter().filter(|s| s.name == stage.name).count() > 1 {
+                    error(at("name"), "is used by two stages".into());
+                }
+                if wf.steps.iter().any(|s| s.name == stage.name) {
+                    error(at("name"), "is also a step's name".into());
+                }
+                match stage.len as usize {
+                    0 => error(at("steps"), "is empty: a parallel stage needs 2 or more steps".into()),
+                    1 => error(
+                        at("steps"),
+                        "has one step: a parallel stage needs 2 or more (write a lone step without \"parallel\")"
+                            .into(),
+                    ),
+                    n if n > MAX_BRANCHES => error(
+                        at("steps"),
+                        format!("has {n} steps: a parallel stage holds at most {MAX_BRANCHES}"),
+                    ),
+                    _ => {}
+                }
+                for branch in &wf.steps[stage.start as usize..stage.end() as usize] {
+                    if branch.is_timer() {
+                        error(
+                            at(&format!("step {}", branch.name)),
+                            "a timer cannot run in a parallel stage: put it before or after the stage".into(),
+                        );
+                    }
+                    if branch.is_callback() {
+                        error(
+                            at(&format!("step {}", branch.name)),
+                            "a callback step cannot run in a parallel stage: put it before or after the stage"
+                                .into(),
+                        );
+                    }
+                }
+            }
+            for (i, step) in (0u32..).zip(&wf.steps) {
+                let at = |field: &str| match wf.stage_of(i) {
+                    Some(stage) => format!("{wat}, stage {}, step {}, {field}", stage.name, step.name),
+                    None => format!("{wat}, step {}, {field}", step.name),
+                };
+                // A pivot among a stage's branches does not stand in the way of its
+                // siblings' compensations: it may have been refused while they took effect.
+                let pivot_before =
+                    wf.pivot_before(wf.together(i).start).map(|p| wf.steps[p as usize].name.as_str());
                 if !name_ok(&step.name) {
                     error(at("name"), format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _"));
                 }
@@ -566,9 +612,6 @@ impl DefinitionFile {
                     && !(1..=MAX_FAILURES).contains(&n)
                 {
                     error(at("max_failures"), format!("{n} is out of range: 1 to {MAX_FAILURES}"));
-                }
-                if step.kind() == StepKind::Pivot && pivot_before.is_none() {
-                    pivot_before = Some(&step.name);
                 }
             }
         }
@@ -730,6 +773,7 @@ impl DefinitionFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::workflow::StepKind;
 
     fn problems(text: &str) -> Vec<String> {
         match DefinitionFile::parse(text) {
@@ -1165,5 +1209,90 @@ mod tests {
         ] {
             assert!(remote_url_allowed(ok), "{ok}");
         }
+    }
+
+    #[test]
+    fn a_parallel_stage_is_read_and_its_problems_are_named_one_line_each() {
+        let agents = r#""agents": {"a": {"url": "https://a.example"}, "b": {"url": "https://b.example"}}"#;
+        let ok = format!(
+            r#"{{{agents}, "workflows": [{{"name": "w", "steps": [
+                {{"name": "check", "agent": "a", "effect": "none"}},
+                {{"parallel": {{"name": "reserve-all", "steps": [
+                    {{"name": "reserve-a", "agent": "a", "compensation": "release-a"}},
+                    {{"name": "reserve-b", "agent": "b", "compensation": "release-b"}}]}}}},
+                {{"name": "ship", "agent": "a"}}]}}]}}"#
+        );
+        assert_eq!(problems(&ok), Vec::<String>::new());
+        let file = DefinitionFile::parse(&ok).unwrap();
+        let wf = &file.workflows[0];
+        assert_eq!(wf.steps.len(), 4);
+        assert_eq!((wf.stages[0].name.as_str(), wf.stages[0].start, wf.stages[0].len), ("reserve-all", 1, 2));
+        // The stage's own lines (an empty workflow and an unused agent are told apart).
+        let stage = |steps: &str| {
+            let all = problems(&format!(
+                r#"{{{agents}, "workflows": [{{"name": "w", "steps": [{{"parallel": {{"name": "st", "steps": [{steps}]}}}}]}}]}}"#
+            ));
+            all.into_iter()
+                .filter(|p| p.contains("stage st") || p.contains("unknown field"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            stage(""),
+            ["error: workflow w v1, stage st, steps: is empty: a parallel stage needs 2 or more steps"]
+        );
+        assert_eq!(
+            stage(r#"{"name": "x", "agent": "a"}"#),
+            [
+                r#"error: workflow w v1, stage st, steps: has one step: a parallel stage needs 2 or more (write a lone step without "parallel")"#
+            ]
+        );
+        assert_eq!(MAX_BRANCHES, 10, "the schema's bound on a stage's steps (workflow.rs) says 10");
+        let eleven: Vec<String> = (0..11).map(|i| format!(r#"{{"name": "s{i}", "agent": "a"}}"#)).collect();
+        assert_eq!(
+            stage(&eleven.join(",")),
+            [format!(
+                "error: workflow w v1, stage st, steps: has 11 steps: a parallel stage holds at most {MAX_BRANCHES}"
+            )]
+        );
+        assert_eq!(
+            stage(r#"{"name": "x", "agent": "a"}, {"name": "x", "agent": "b"}"#),
+            ["error: workflow w v1, stage st, step x, name: is used by two steps"]
+        );
+        assert_eq!(
+            stage(r#"{"name": "x", "agent": "a"}, {"name": "wait", "wait": {"for_ms": 5000}}"#),
+            [
+                "error: workflow w v1, stage st, step wait: a timer cannot run in a parallel stage: put it before or after the stage"
+            ]
+        );
+        assert_eq!(
+            stage(
+                r#"{"name": "x", "agent": "a"}, {"name": "y", "agent": "b", "callback": {"timeout_ms": 5000}}"#
+            ),
+            [
+                "error: workflow w v1, stage st, step y: a callback step cannot run in a parallel stage: put it before or after the stage"
+            ]
+        );
+        // A branch's own typo is reported as the step's error, not as "no variant matched".
+        let typo = stage(r#"{"name": "x", "agent": "a"}, {"name": "y", "agnet": "b"}"#);
+        assert!(typo[0].contains("unknown field `agnet`"), "{typo:?}");
+        let typo = stage(r#"{"name": "x", "agent": "a"}], "extra": 1, "z": [{"name": "y", "agent": "b"}"#);
+        assert!(typo[0].contains("unknown field `extra`"), "{typo:?}");
+    }
+
+    #[test]
+    fn a_pivot_branch_does_not_silence_its_siblings_compensations() {
+        let text = r#"{"agents": {"a": {"url": "https://a.example"}},
+          "workflows": [{"name": "w", "steps": [
+            {"parallel": {"name": "st", "steps": [
+               {"name": "notify", "agent": "a"},
+               {"name": "reserve", "agent": "a", "compensation": "release"}]}},
+            {"name": "charge", "agent": "a", "compensation": "refund"}]}]}"#;
+        let got = problems(text);
+        assert_eq!(
+            got,
+            [
+                "warning: workflow w v1, step charge, compensation: never runs: once pivot step notify took effect, giving up undoes nothing"
+            ]
+        );
     }
 }

@@ -238,8 +238,9 @@ pub enum Entry {
 pub struct StageText {
     /// The stage's name, e.g. `reserve-all`.
     pub name: String,
-    /// Its branches, dispatched together: 2 to `MAX_BRANCHES` agent steps (no timers, no
-    /// callbacks), each with its own name, attempt, failure budget and compensation.
+    /// Its branches, dispatched together: 2 to 10 agent steps (no timers, no callbacks),
+    /// each with its own name, attempt, failure budget and compensation.
+    #[cfg_attr(feature = "schema", schemars(length(min = 2, max = 10)))]
     pub steps: Vec<Step>,
 }
 

@@ -138,11 +138,24 @@ pub(crate) async fn perform(
     let task = &decision.next;
     let now = deps.clock.now();
     let mut first_error = None;
+    // A parallel stage's claim dispatches every branch: sent at once, so the invocation's
+    // coalescer puts them in one SendMessageBatch rather than one request per branch.
+    let dispatches = decision.effects.iter().filter_map(|effect| match effect {
+        Effect::Dispatch { step, action, callback } => {
+            Some(dispatch(deps, settings, task, *step, *action, callback.clone()))
+        }
+        _ => None,
+    });
+    for result in futures::future::join_all(dispatches).await {
+        if let Err(e) = result {
+            tracing::warn!(order_id = %task.order_id, error = %e, "dispatch failed after its write landed");
+            first_error.get_or_insert(e);
+        }
+    }
     for effect in &decision.effects {
         let result = match effect {
-            Effect::Dispatch { step, action, callback } => {
-                dispatch(deps, settings, task, *step, *action, callback.clone()).await
-            }
+            // Sent above, together.
+            Effect::Dispatch { .. } => Ok(()),
             Effect::Schedule { delay_ms } => schedule(deps, settings, &task.order_id, *delay_ms).await,
             Effect::Status { status, step, reason } => {
                 send_status(

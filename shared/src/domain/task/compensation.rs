@@ -21,7 +21,10 @@ impl TaskRecord {
         if crate::mutations::compensate_past_pivot() {
             return None;
         }
-        let key = in_doubt.then(|| idempotency_key(&self.order_id, self.step, Action::Do));
+        // At a stage the branches name their own keys (below); the stage's first step alone
+        // is not what is in doubt.
+        let at_stage = self.stage_run(wf).is_some();
+        let key = (in_doubt && !at_stage).then(|| idempotency_key(&self.order_id, self.step, Action::Do));
         if let Some(why) = self.redoing() {
             return Some((format!("{reason}; nothing undone: {why}"), key));
         }

@@ -1,0 +1,109 @@
+//! Parallel stages through the four handlers on the embedded backend: the claim's
+//! dispatches, the branch replies racing in one scheduler batch, the join, and the undo
+//! of exactly the branches that may have taken effect.
+
+mod common;
+
+use common::*;
+use sas::domain::workflow::{Entry, StageText};
+use sas::domain::{Action, OrderStatus, ProcessState, Step, Workflow, Workflows};
+use sas::ports::Metric;
+
+const FLOW: &str = "fan-out";
+
+/// check (reads), stage `reserve-all` (reserve-a and reserve-b, compensable; screen,
+/// reads), then ship (a pivot).
+fn harness() -> Harness {
+    let wf = Workflow::of_entries(
+        FLOW,
+        vec![
+            Entry::Step(Step::read_only("check", "inventory")),
+            Entry::Parallel {
+                parallel: StageText {
+                    name: "reserve-all".into(),
+                    steps: vec![
+                        Step::compensable("reserve-a", "inventory", "release-a"),
+                        Step::compensable("reserve-b", "payment", "release-b"),
+                        Step::read_only("screen", "shipping"),
+                    ],
+                },
+            },
+            Entry::Step(Step::pivot("ship", "shipping")),
+        ],
+    );
+    let mut all = Workflows::builtin().all().to_vec();
+    all.push(wf);
+    Harness::with_workflows(policy(), Workflows::new(all))
+}
+
+/// Submits one order and runs it to its stage's dispatch: the check's request and reply
+/// go through, then the claim of the stage.
+async fn to_the_stage(h: &Harness) {
+    h.submit("o-1", FLOW).await;
+    all_ok(h.pump_orders().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_agent().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!((h.task("o-1").state, h.task("o-1").step), (ProcessState::Processing, 1));
+}
+
+#[tokio::test]
+async fn branches_are_dispatched_together_and_their_racing_replies_all_land() {
+    let h = harness();
+    to_the_stage(&h).await;
+    assert_eq!(h.depth(AGENT), 3, "one request per branch");
+    h.remote.then([
+        Script::Answer(r#"{"a":1}"#.into()),
+        Script::Answer(r#"{"b":2}"#.into()),
+        Script::Answer(r#"{"ok":true}"#.into()),
+    ]);
+    all_ok(h.pump_agent().await, 3);
+    let calls = h.remote.calls();
+    let keys: Vec<&str> = calls.iter().map(|c| c.key.0.as_str()).collect();
+    assert_eq!(keys, ["o-1:0:do", "o-1:1:do", "o-1:2:do", "o-1:3:do"]);
+    // A branch is handed what came before its stage, not its siblings' answers.
+    assert!(calls[1..].iter().all(|c| c.outputs == "{}"), "{:?}", calls);
+
+    // The three replies arrive in one batch, handled at once: they race on the record.
+    let report = h.batch(SCHEDULER, SCHEDULER_DLQ, |m| h.scheduler.handle(m)).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.step, task.stage.clone()), (ProcessState::Pending, 4, None));
+    assert_eq!(task.outputs.keys().collect::<Vec<_>>(), ["reserve-a", "reserve-b", "screen"]);
+
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    let ship = h.remote.calls().pop().unwrap();
+    assert_eq!(ship.step_name, "ship");
+    assert!(ship.outputs.contains("reserve-a") && ship.outputs.contains("screen"), "{}", ship.outputs);
+    assert_eq!(h.count(Metric::StepSucceeded), 5);
+    let completed = h.statuses().iter().filter(|s| s.status == OrderStatus::StepCompleted).count();
+    assert_eq!(completed, 4, "the check and each branch");
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_refused_branch_undoes_only_the_branches_that_may_have_taken_effect() {
+    let h = harness();
+    to_the_stage(&h).await;
+    // reserve-a succeeds, reserve-b is refused, screen (a read) succeeds.
+    h.remote.then([Script::Ok, Script::Permanent("no stock"), Script::Ok]);
+    all_ok(h.pump_agent().await, 3);
+    h.run_until_quiet().await;
+    // screen was still out when reserve-b's refusal stopped the stage: its reply is
+    // fenced off, and the undo waits until its complete-by and the reply grace.
+    let task = h.task("o-1");
+    assert_eq!(task.state, ProcessState::Compensating);
+    let hold = task.hold_until.expect("held for the branch still out");
+    assert_eq!(h.count(Metric::StaleReply), 1, "screen's reply");
+    h.at(hold.plus_ms(policy().reply_grace_ms));
+    h.run_until_quiet().await;
+    let task = h.task("o-1");
+    assert_eq!(task.state, ProcessState::Compensated);
+    let undone: Vec<(u32, Action)> =
+        h.remote.steps().into_iter().filter(|(_, action)| *action == Action::Undo).collect();
+    assert_eq!(undone, [(1, Action::Undo)], "release-a only: reserve-b had no effect, screen only read");
+    assert!(h.statuses().iter().any(|s| s.status == OrderStatus::Compensated));
+    h.finish();
+}
