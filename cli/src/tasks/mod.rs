@@ -62,8 +62,9 @@ pub enum TasksCommand {
     /// At a parallel stage (and in Error or undoing after one), the stage and its
     /// branches side by side: each branch's step, attempt, dispatches, failures, outcome
     /// and complete-by. In the timeline a stage's entries have a lane per branch: `*`
-    /// marks the branch an entry is about (every lane for the stage's own claim, retry
-    /// or an operator's action), `|` the others.
+    /// marks the branches an entry is about (a branch's own success, refusal or undo; the
+    /// stage's claim and retry, of the branches not yet succeeded; an operator's action,
+    /// of all), `|` the others.
     Show(ShowArgs),
     /// Send a task in Error forward again from its failed step (or an earlier one, with
     /// --from-step), keeping what is done; or every task of a listing (--state error).

@@ -107,7 +107,7 @@ pub fn stage_view<'a>(task: &TaskRecord, wf: Option<&'a Workflow>) -> Option<Sta
 
 /// The stage's branches as `show` prints them: a line saying how far the stage is, then
 /// a table of the branches side by side, one a row.
-fn stage_lines(view: &StageView, wf: Option<&Workflow>, now: Timestamp) -> Vec<String> {
+fn stage_lines(view: &StageView, forward: bool, wf: Option<&Workflow>, now: Timestamp) -> Vec<String> {
     let n = view.run.branches.len();
     let in_flight = view.run.branches.iter().filter(|b| b.in_flight()).count();
     let mut summary = format!(
@@ -141,7 +141,10 @@ fn stage_lines(view: &StageView, wf: Option<&Workflow>, now: Timestamp) -> Vec<S
         let outcome = match b.outcome {
             Outcome::Open if b.in_flight() => "in flight",
             Outcome::Open if b.dispatches == 0 => "not run",
-            Outcome::Open => "open",
+            // Dispatched and unanswered: the stage's next claim sends it again; after a
+            // give-up it may have taken effect, and is undone as such.
+            Outcome::Open if forward => "to retry",
+            Outcome::Open => "in doubt",
             Outcome::Succeeded => "succeeded",
             Outcome::Refused => "refused",
         };
@@ -220,19 +223,25 @@ pub fn stage_json(view: &StageView, wf: Option<&Workflow>) -> Value {
 pub enum Lane<'a> {
     /// Not at a stage: a lone step's entry.
     Step,
-    /// The stage as a whole: its claim, its retry, an operator's action on it.
-    Stage(&'a Stage),
+    /// The stage as a whole: its submission, its claim, its retry, an operator's action
+    /// on it. The mask has a bit for each branch the entry concerns (bit 0: the first):
+    /// a claim dispatches, and a retry counts a lapse against, only the branches that have
+    /// not succeeded, as far as the timeline shows.
+    Stage(&'a Stage, u32),
     /// One branch's own: its success, its refusal, its give-up, its undoing; `usize` is
     /// its place among the stage's branches.
     Branch(&'a Stage, usize),
 }
 
 /// Each entry's lane. An entry names the step its cause is about: a branch's, or the
-/// stage's first step for what concerns the whole stage (a forward claim, a retry, an
-/// operator's action). Undoing (after an Undo, a cancel or an operator's compensate, until
-/// a resubmit) every entry is one branch's, its first too.
+/// stage's first step for what concerns the whole stage (the task's submission, a forward
+/// claim, a retry, an operator's action). Undoing (after an Undo, a cancel or an operator's
+/// compensate, until a resubmit) every entry is one branch's, its first too.
 pub fn lanes<'a>(timeline: &[Entry], wf: Option<&'a Workflow>) -> Vec<Lane<'a>> {
     let mut undoing = false;
+    // The branches of the stage at hand that succeeded (a stage keeps them through a
+    // retry and a resubmit; the task leaves the stage with its last one).
+    let mut succeeded: u32 = 0;
     timeline
         .iter()
         .map(|e| {
@@ -243,16 +252,22 @@ pub fn lanes<'a>(timeline: &[Entry], wf: Option<&'a Workflow>) -> Vec<Lane<'a>> 
             let lane = match wf.and_then(|w| w.stage_of(e.step)) {
                 None => Lane::Step,
                 Some(stage) => {
-                    let whole = matches!(trigger, Some(Trigger::Claimed | Trigger::Retry))
-                        || trigger.is_some_and(Trigger::is_operator)
-                        || e.by.is_some();
-                    if whole && !undoing && e.step == stage.start {
-                        Lane::Stage(stage)
+                    let all = (1u32 << stage.len) - 1;
+                    // Submitted (no trigger) too: a workflow may begin with a stage.
+                    let open = matches!(trigger, None | Some(Trigger::Claimed | Trigger::Retry));
+                    let operator = trigger.is_some_and(Trigger::is_operator) || e.by.is_some();
+                    if (open || operator) && !undoing && e.step == stage.start {
+                        Lane::Stage(stage, if operator { all } else { all & !succeeded })
                     } else {
                         Lane::Branch(stage, (e.step - stage.start) as usize)
                     }
                 }
             };
+            match (trigger, lane) {
+                (Some(Trigger::BranchDone), Lane::Branch(_, i)) => succeeded |= 1 << i,
+                (Some(Trigger::Advanced | Trigger::Finished), _) => succeeded = 0,
+                _ => {}
+            }
             match trigger {
                 Some(Trigger::Undo | Trigger::Cancel | Trigger::OperatorUndo) => undoing = true,
                 Some(Trigger::Resubmit) => undoing = false,
@@ -263,13 +278,10 @@ pub fn lanes<'a>(timeline: &[Entry], wf: Option<&'a Workflow>) -> Vec<Lane<'a>> 
         .collect()
 }
 
-/// The lanes of a stage's branches, `*` in `this` one's (every one's for the stage's own
-/// entries), `|` in the others', so concurrent branches read side by side.
-fn gutter(stage: &Stage, this: Option<usize>) -> String {
-    (0..stage.len as usize)
-        .map(|i| if this.is_none_or(|t| t == i) { "*" } else { "|" })
-        .collect::<Vec<_>>()
-        .join(" ")
+/// The lanes of a stage's branches, `*` in those of the `mask`, `|` in the others', so
+/// concurrent branches read side by side.
+fn gutter(stage: &Stage, mask: u32) -> String {
+    (0..stage.len).map(|i| if mask & (1 << i) != 0 { "*" } else { "|" }).collect::<Vec<_>>().join(" ")
 }
 
 /// What a Waiting task waits for: `timer` (its wake time) or `callback` (the outside).
@@ -441,15 +453,15 @@ pub fn entry_line(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> String {
     };
     let subject = match lane {
         Lane::Step => format!("{step}  attempt {}", entry.attempt),
-        Lane::Stage(stage) => format!(
+        Lane::Stage(stage, mask) => format!(
             "{}  stage {} (steps {}-{})  attempt {}",
-            gutter(stage, None),
+            gutter(stage, mask),
             stage.name,
             stage.start,
             stage.end() - 1,
             entry.attempt
         ),
-        Lane::Branch(stage, i) => format!("{}  {step}", gutter(stage, Some(i))),
+        Lane::Branch(stage, i) => format!("{}  {step}", gutter(stage, 1 << i)),
     };
     let mut line = format!("{}  {:<12}  {subject}", iso(entry.at), entry.what.as_str());
     if let Some(note) = &entry.note {
@@ -462,7 +474,7 @@ pub fn entry_line(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> String {
 }
 
 /// An entry as JSON; at a parallel stage also the stage's name and, for a branch's own
-/// entry, the branch's (null for the stage's own).
+/// entry, the branch's (null for the stage's own, which has the `branches` it concerns).
 pub fn entry_json(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> Value {
     let mut v = json!({
         "at": iso(entry.at),
@@ -475,9 +487,15 @@ pub fn entry_json(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> Value {
     });
     match lane {
         Lane::Step => {}
-        Lane::Stage(stage) => {
+        Lane::Stage(stage, mask) => {
             v["stage"] = json!(stage.name);
             v["branch"] = Value::Null;
+            let of: Vec<Option<String>> = stage
+                .branches()
+                .filter(|s| mask & (1 << (s - stage.start)) != 0)
+                .map(|s| step_name(wf, s))
+                .collect();
+            v["branches"] = json!(of);
         }
         Lane::Branch(stage, _) => {
             v["stage"] = json!(stage.name);
@@ -625,7 +643,8 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         }
     }
     if let Some(view) = &stage {
-        let mut stage_lines = stage_lines(view, wf, now).into_iter();
+        let forward = view.going_forward(task) && !task.state.is_terminal();
+        let mut stage_lines = stage_lines(view, forward, wf, now).into_iter();
         if let Some(first) = stage_lines.next() {
             field("stage", first);
         }
@@ -642,7 +661,12 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         field("paused", format!("yes: {held} (sasctl tasks resume)"));
     }
     if let Some(h) = task.hold_until {
-        field("hold until", format!("{} (a cancelled attempt may still run until then)", iso(h)));
+        let why = if task.stage.is_some() {
+            "branches of the stage still out may run until then: the undo waits"
+        } else {
+            "a cancelled attempt may still run until then"
+        };
+        field("hold until", format!("{} ({why})", iso(h)));
     }
     if let Some(r) = task.redo_until {
         field(
@@ -1117,6 +1141,7 @@ mod stage_tests {
         let timeline = v["timeline"].as_array().unwrap();
         let claim = timeline.iter().find(|e| e["what"] == "Claimed" && e["step"] == 1).unwrap();
         assert_eq!((&claim["stage"], &claim["branch"]), (&json!("reserve-all"), &Value::Null));
+        assert_eq!(claim["branches"], json!(["reserve-east", "reserve-west", "screen"]));
         let west = timeline.iter().find(|e| e["what"] == "BranchDone" && e["step"] == 2).unwrap();
         assert_eq!((&west["stage"], &west["branch"]), (&json!("reserve-all"), &json!("reserve-west")));
         // A lone step's entry has neither.
@@ -1168,6 +1193,16 @@ mod stage_tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+        // Refused while the others are still out: they may have taken effect, and the
+        // undo waits for them.
+        let early = reply(&at_stage(), 1, ReplyOutcome::Failed { reason: "422".into(), detail: None }, 25);
+        let text_early = show_text(&early, Some(&wf()), T0.plus_ms(26), &[]);
+        for want in [
+            "                  2 reserve-west  3        1           0         in doubt  -\n",
+            "  hold until    2023-11-14T22:13:50.020Z (branches of the stage still out may run until then: the undo waits)\n",
+        ] {
+            assert!(text_early.contains(want), "missing {want:?} in\n{text_early}");
+        }
         // Undoing, the step is the branch being undone; the listing names it as such.
         assert!(
             text.contains("  step          2 reserve-west, attempt 0 of this step, 4 in all\n"),
@@ -1194,13 +1229,14 @@ mod stage_tests {
         let retried = t.lapse(deadline, &wf, &policy, 0).unwrap().next;
         assert_eq!(retried.state, ProcessState::Pending);
         let text = show_text(&retried, Some(&wf), deadline, &[]);
-        assert!(text.contains("  Retry         * * *  stage reserve-all (steps 1-3)  attempt 4"), "{text}");
+        // reserve-west succeeded: the retry (and the claim after it) is the others'.
+        assert!(text.contains("  Retry         * | *  stage reserve-all (steps 1-3)  attempt 4"), "{text}");
         assert!(
-            text.contains("                  1 reserve-east  2        1           1         open       -\n"),
+            text.contains("                  1 reserve-east  2        1           1         to retry   -\n"),
             "{text}"
         );
         let lanes_of = |t: &TaskRecord| lanes(&t.timeline, Some(&wf)).last().copied();
-        assert_eq!(lanes_of(&retried), Some(Lane::Stage(&wf.stages[0])));
+        assert_eq!(lanes_of(&retried), Some(Lane::Stage(&wf.stages[0], 0b101)));
         // Retried until reserve-east's budget is spent: the give-up names that branch.
         let mut t = retried;
         let gave_up = loop {
@@ -1219,5 +1255,24 @@ mod stage_tests {
             text.contains("  Undo          * | |  step 1 reserve-east  failure threshold reached"),
             "{text}"
         );
+    }
+
+    /// A workflow may begin with its stage: the task's submission is the stage's entry,
+    /// not its first branch's.
+    #[test]
+    fn a_workflow_that_begins_with_a_stage_is_submitted_to_the_stage() {
+        let wf = Workflow::of_entries(
+            "w",
+            vec![Text::Parallel {
+                parallel: StageText {
+                    name: "both".into(),
+                    steps: vec![Step::pivot("a", "a"), Step::pivot("b", "b")],
+                },
+            }],
+        );
+        let t = crate::fixtures::task("o-1", ProcessState::Pending);
+        assert_eq!(lanes(&t.timeline, Some(&wf)), [Lane::Stage(&wf.stages[0], 0b11)]);
+        let text = show_text(&t, Some(&wf), T0, &[]);
+        assert!(text.contains("  Submitted     * *  stage both (steps 0-1)  attempt 0\n"), "{text}");
     }
 }
