@@ -3,7 +3,7 @@
 
 use sas::domain::workflow::Stage;
 use sas::domain::{
-    Act, Action, Actor, Awaiting, Definitions, Entry, Happened, Origin, Outcome, Policy, StageRun,
+    Act, Action, Actor, Awaiting, Definitions, Entry, Happened, Origin, Outcome, Policy, StageRun, StepKind,
     TaskRecord, Timestamp, Trigger, Workflow,
 };
 use serde_json::{Value, json};
@@ -144,6 +144,12 @@ fn stage_lines(view: &StageView, forward: bool, wf: Option<&Workflow>, now: Time
             // Dispatched and unanswered: the stage's next claim sends it again; after a
             // give-up it may have taken effect, and is undone as such.
             Outcome::Open if forward => "to retry",
+            // A read has nothing to undo, whatever became of it.
+            Outcome::Open
+                if wf.and_then(|w| w.step(step)).is_some_and(|s| s.kind() == StepKind::ReadOnly) =>
+            {
+                "unanswered"
+            }
             Outcome::Open => "in doubt",
             Outcome::Succeeded => "succeeded",
             Outcome::Refused => "refused",
@@ -1198,7 +1204,8 @@ mod stage_tests {
         let early = reply(&at_stage(), 1, ReplyOutcome::Failed { reason: "422".into(), detail: None }, 25);
         let text_early = show_text(&early, Some(&wf()), T0.plus_ms(26), &[]);
         for want in [
-            "                  2 reserve-west  3        1           0         in doubt  -\n",
+            "                  2 reserve-west  3        1           0         in doubt    -\n",
+            "                  3 screen        4        1           0         unanswered  -\n",
             "  hold until    2023-11-14T22:13:50.020Z (branches of the stage still out may run until then: the undo waits)\n",
         ] {
             assert!(text_early.contains(want), "missing {want:?} in\n{text_early}");
