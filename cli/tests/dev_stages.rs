@@ -103,3 +103,36 @@ async fn a_hanging_fraud_service_retries_only_the_screen_branch() {
     assert_eq!(names, BTreeMap::from([("reserve-east", 1), ("reserve-west", 1), ("screen", 3)]));
     assert!(run.tasks.iter().all(|t| t.state == ProcessState::Compensated));
 }
+
+/// As a user runs it: `sasctl dev --workflows examples/parallel.json`, with one
+/// warehouse refusing some reservations besides the usual faults, `--json`. Every order
+/// ends, some undone, and every invariant holds, those of the shared checker
+/// (`sas_sim::invariants`) among them: it must know stages (several branches in flight
+/// under one lease, replies fenced per branch, an undo of exactly the branches that may
+/// have taken effect), which is the simulation's work (branch stage-b); until it is
+/// merged, this test fails on the shared checker's findings.
+#[test]
+fn the_parallel_example_runs_to_a_clean_report() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/parallel.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["dev", "--workflows", file, "--orders", "150", "--seed", "5", "--step-timeout-ms", "400"])
+        .args(["--supervisor-period-ms", "100", "--failure-threshold", "3", "--max-seconds", "120"])
+        .args(["--agent-fault", "warehouse-west=refuse:0.2", "--json"])
+        .output()
+        .expect("sasctl runs");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not a JSON report ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    let violations = report["violations"].as_array().expect("a list");
+    assert!(
+        violations.is_empty(),
+        "{} violations, e.g. {:?}",
+        violations.len(),
+        violations.iter().take(3).collect::<Vec<_>>()
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(report["workflow"], "parallel-order");
+    let states = &report["final_states"];
+    let n = |s: &str| states[s].as_u64().unwrap();
+    assert_eq!(n("Processed") + n("Compensated") + n("Error"), report["accepted"].as_u64().unwrap());
+    assert!(n("Processed") > 0 && n("Compensated") > 0, "{states}");
+}
