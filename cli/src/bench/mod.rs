@@ -233,9 +233,15 @@ pub enum BenchCommand {
         /// Orders per run.
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         orders: u64,
-        /// single-step or three-step (of the built-in examples/workflows.json).
+        /// single-step or three-step (of the built-in examples/workflows.json), or with
+        /// --workflows examples/parallel.json (or sequential.json) parallel-order (or
+        /// sequential-order): the workflows the cost model knows too.
         #[arg(long, default_value = "single-step")]
         workflow: String,
+        /// The definition file the functions run (default: the built-in
+        /// examples/workflows.json).
+        #[arg(long, value_name = "FILE")]
+        workflows: Option<std::path::PathBuf>,
         /// Batching windows ORDERS/SCHEDULER/AGENT in seconds, one run each (repeatable).
         #[arg(long, value_parser = Windows::parse, default_value = "0/0/0")]
         windows: Vec<Windows>,
@@ -363,15 +369,33 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             bulk: _,
             orders,
             workflow,
+            workflows,
             windows,
             matrix,
             concurrency,
         } => {
-            if !["single-step", "three-step"].contains(&workflow.as_str()) {
-                return Err(format!("--workflow {workflow:?}: single-step or three-step"));
+            // The functions run the file's workflow; the cost model prices DynamoDB from
+            // its own copy of it, so it must know it by name too.
+            let file = crate::workflows::load(workflows.as_deref())?;
+            let modelled = rig::bench_workflows();
+            if file.workflows.get(&workflow).is_none()
+                || modelled.get(&workflow) != file.workflows.get(&workflow)
+            {
+                let known: Vec<&str> = file
+                    .workflows
+                    .names()
+                    .into_iter()
+                    .filter(|n| modelled.get(n) == file.workflows.get(n))
+                    .collect();
+                return Err(format!(
+                    "--workflow {workflow:?}: {} has {} that the cost model prices too",
+                    crate::workflows::source_name(workflows.as_deref()),
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                ));
             }
             let o = TrafficOptions {
                 endpoint: endpoint_url,
+                workflows,
                 workflow,
                 orders: orders as usize,
                 rate,
