@@ -125,13 +125,16 @@ pub enum BenchCommand {
     /// re-decided writes) per order, with the orders in waves: 1 (an order alone, its
     /// replies in one batch: the most that race) and 0 (all at once).
     Contention {
-        #[arg(long, default_value_t = 20_000)]
+        /// Orders per run (1 to 10,000,000).
+        #[arg(long, default_value_t = 20_000,
+              value_parser = crate::args::whole::<usize>("--orders", 1, 10_000_000))]
         orders: usize,
-        /// Orders per wave, comma separated; 0: all at once.
-        #[arg(long, value_delimiter = ',', default_value = "1,0")]
+        /// Orders per wave, comma separated (0 to 10,000,000); 0: all at once.
+        #[arg(long, value_delimiter = ',', default_value = "1,0",
+              value_parser = crate::args::whole::<usize>("--waves", 0, 10_000_000))]
         waves: Vec<usize>,
-        /// Runs per workflow and wave; medians are quoted.
-        #[arg(long, default_value_t = 5)]
+        /// Runs per workflow and wave (1 to 100); medians are quoted.
+        #[arg(long, default_value_t = 5, value_parser = crate::args::whole::<usize>("--repeats", 1, 100))]
         repeats: usize,
     },
     /// Items read per supervisor sweep with 100 due tasks among N finished ones and W
