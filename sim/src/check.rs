@@ -7,20 +7,63 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sas::adapters::embedded::queue_names::{AGENT, AGENT_DLQ, ORDERS, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ};
 use sas::domain::{
-    Act, CallbackMessage, CallbackToken, Cause, Completion, MessageError, OrderRequest, ProcessState,
-    SchedulerMessage, Trigger,
+    Act, Action, CallbackMessage, CallbackToken, Cause, Completion, MessageError, OrderRequest, ProcessState,
+    SchedulerMessage, Trigger, idempotency_key,
 };
 use sas::handlers::REASON_ATTRIBUTE;
 
 use crate::deployment::{CALLBACKS, CALLBACKS_DLQ, MAX_RECEIVES, Role};
 pub use crate::invariants::{Invariant, Violation};
-use crate::invariants::{Records, check_records};
+use crate::invariants::{
+    Records, branch_live, check_records, dispatched_branches, running_stage, stages_passed,
+};
+use crate::ledger::Settled;
 use crate::run::Outcome;
 use crate::workload::Input;
 
 /// (state, trigger) of every landed transition of the run.
 pub fn coverage(run: &Outcome) -> BTreeMap<(ProcessState, Trigger), u64> {
     crate::invariants::coverage(&run.writes, &run.workflows)
+}
+
+/// What the run's parallel stages went through: how their branch replies arrived
+/// (`Outcome::branch_replies`) and what the writes did with them.
+pub fn stage_coverage(run: &Outcome) -> BTreeMap<&'static str, u64> {
+    let mut seen = run.branch_replies.clone();
+    let mut count = |kind: &'static str| *seen.entry(kind).or_default() += 1;
+    for w in &run.writes {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        let Some(wf) = run.workflows.get_version(&after.workflow, after.workflow_version) else { continue };
+        if wf.stages.is_empty() {
+            continue;
+        }
+        if dispatched_branches(w).is_some() {
+            count("stage_claims");
+        }
+        if !stages_passed(before, after, wf).is_empty() {
+            count("stages_joined");
+        }
+        let stopped = matches!(
+            after.state,
+            ProcessState::Compensating | ProcessState::Compensated | ProcessState::Error
+        );
+        if running_stage(before, wf).is_some() && stopped {
+            count(match after.last_cause {
+                Cause::Operator { .. } => "stages_cancelled",
+                _ => "stages_given_up",
+            });
+        }
+        match after.last_cause {
+            Cause::Succeeded { action: Action::Do, .. } if after.state == ProcessState::Processing => {
+                count("branches_done")
+            }
+            Cause::Succeeded { step, action: Action::Undo } if wf.stage_of(step).is_some() => {
+                count("branches_undone")
+            }
+            _ => {}
+        }
+    }
+    seen
 }
 
 fn reason(m: &sas::adapters::embedded::StoredMessage) -> Option<&str> {
@@ -265,6 +308,39 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     continue;
                 };
                 let succeeded = matches!(after.last_cause, Cause::Succeeded { .. } | Cause::Started { .. });
+                let wf = run.workflows.get_version(&before.workflow, before.workflow_version);
+                // A branch's reply: fenced on its own dispatch (attempt, complete-by) under the
+                // stage's lease; after its stage ended it must change nothing.
+                if let Some(stage) =
+                    wf.and_then(|wf| wf.stage_of(reply.step)).filter(|_| reply.action == Action::Do)
+                {
+                    let branch = before.stage.as_ref().and_then(|r| r.branch(reply.step));
+                    let live = reply.order_id.as_str() == id
+                        && before.locked_by == Some(reply.lease)
+                        && branch_live(before, reply.step, after.updated_at)
+                        && branch.is_some_and(|b| b.attempt == reply.attempt)
+                        && (step, action) == (reply.step, reply.action)
+                        && succeeded == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded { .. });
+                    if !live {
+                        let ended = wf.and_then(|wf| running_stage(before, wf)) != Some(stage);
+                        add(
+                            if ended { Invariant::LateBranchReplyChangesNothing } else { Invariant::Fenced },
+                            format!(
+                                "order {id}: reply of branch {} of stage {} (attempt {}, lease {}) applied to {:?} at step {} lease {:?}, branch {branch:?}, as {:?} at {}",
+                                reply.step,
+                                stage.name,
+                                reply.attempt,
+                                reply.lease,
+                                before.state,
+                                before.step,
+                                before.locked_by,
+                                after.last_cause,
+                                after.updated_at
+                            ),
+                        );
+                    }
+                    continue;
+                }
                 let live = reply.order_id.as_str() == id
                     && before.locked_by == Some(reply.lease)
                     && before.attempt == reply.attempt
@@ -305,6 +381,34 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 );
             }
             _ => {}
+        }
+    }
+
+    // ---- a stage is joined only once every branch took effect, in true time ----
+    for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        let Some(wf) = run.workflows.get_version(&after.workflow, after.workflow_version) else { continue };
+        for stage in stages_passed(before, after, wf) {
+            // Not applied at all is the shared checker's (`invariants.rs`); here, applied
+            // only after the write that went past the stage landed.
+            let late: Vec<(u32, u64)> = stage
+                .branches()
+                .filter_map(|b| {
+                    match run.ledger.settled.get(&idempotency_key(&after.order_id, b, Action::Do).0) {
+                        Some(Settled::Applied { at }) if *at > ctx.at => Some((b, *at)),
+                        _ => None,
+                    }
+                })
+                .collect();
+            if !late.is_empty() {
+                add(
+                    Invariant::StageJoinsOnlyWhenAll,
+                    format!(
+                        "order {}: went past stage {} at {}ms ({:?}), before branches (step, applied at) {late:?} took effect",
+                        after.order_id, stage.name, ctx.at, after.last_cause
+                    ),
+                );
+            }
         }
     }
 

@@ -9,13 +9,15 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use futures::FutureExt;
-use sas::domain::{Act, OrderId, TaskRecord, Timestamp};
+use sas::adapters::embedded::Received;
+use sas::adapters::embedded::queue_names::SCHEDULER;
+use sas::domain::{Act, Action, OrderId, SchedulerMessage, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{DeadLetters, Inbound};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
 use crate::deploy::{Deployed, workflows};
 use crate::deployment::{CALLBACKS, Role, SUPERVISOR_PERIOD_MS, WORK, policy};
-use crate::invariants::{Invariant, Violation};
+use crate::invariants::{Invariant, Violation, branch_live, running_stage};
 use crate::invocation::{Invocation, InvocationFuture, Returned, outside_command, run_messages, sweep};
 use crate::operator;
 use crate::swarm::Swarm;
@@ -54,6 +56,11 @@ pub struct EventLoop {
     /// started, and whether any of them met a fault or crashed.
     sweep_group: Vec<(InvocationId, Vec<(OrderId, u64)>)>,
     sweep_group_faulted: bool,
+    /// The seed's workflows when some have a parallel stage (to tell how branch replies
+    /// arrive); `None` when none has, so those seeds pay nothing for it.
+    staged: Option<Workflows>,
+    /// How branch replies arrived (`count_branch_replies`).
+    branch_replies: BTreeMap<&'static str, u64>,
 }
 
 /// What the loop leaves behind, for the run's outcome (`run.rs`).
@@ -69,6 +76,7 @@ pub struct Ended {
     pub crashes: u64,
     /// Violations seen while running (panics, a sweep that skipped a due task, no end).
     pub runtime: Vec<Violation>,
+    pub branch_replies: BTreeMap<&'static str, u64>,
 }
 
 impl EventLoop {
@@ -87,7 +95,11 @@ impl EventLoop {
         let mut operator_times: Vec<u64> =
             (0..swarm.operator_actions).map(|_| rng.u64(0..=quiet_at)).collect();
         operator_times.sort_unstable();
+        let all = workflows(&swarm);
+        let staged = all.all().iter().any(|w| !w.stages.is_empty()).then_some(all);
         EventLoop {
+            staged,
+            branch_replies: BTreeMap::new(),
             agent_busy: vec![false; deployed.agents.len()],
             shared,
             deployed,
@@ -129,6 +141,7 @@ impl EventLoop {
             invocations: self.started,
             crashes: self.crashes,
             runtime: self.runtime,
+            branch_replies: self.branch_replies,
         }
     }
 
@@ -420,6 +433,9 @@ impl EventLoop {
         if received.is_empty() {
             return;
         }
+        if queue == SCHEDULER {
+            self.count_branch_replies(&received);
+        }
         let (id, crash_at) = self.new_invocation(role);
         let generation = self.generation();
         self.note(|| {
@@ -459,6 +475,57 @@ impl EventLoop {
         let invocation = Invocation::batch(role, future, queue, received, crash_at, agent_slot);
         self.invocations.insert(id, invocation);
         self.run_ready();
+    }
+
+    /// How the branch replies of a batch find their task as they are received, to show the
+    /// races stages are run through (nothing here draws from the generator or writes to the
+    /// trace): `live` (its branch's dispatch is in flight), `stale` (within the stage, but a
+    /// duplicate or an earlier dispatch's), `late` (the stage ended: the task went past it
+    /// or gave up), `out_of_order` (live while a branch before it is still out), `racing`
+    /// (another reply of the same stage is in this batch or in a running scheduler's).
+    fn count_branch_replies(&mut self, received: &[Received]) {
+        let Some(all) = &self.staged else { return };
+        let reply_of = |r: &Received| match SchedulerMessage::parse(&r.message.body) {
+            Ok(SchedulerMessage::Reply(reply)) if reply.action == Action::Do => Some(reply),
+            _ => None,
+        };
+        let mut counted = Vec::new();
+        for r in received {
+            let Some(reply) = reply_of(r) else { continue };
+            let Some(task) = self.deployed.store.peek(&reply.order_id) else { continue };
+            let Some(wf) = all.get_version(&task.workflow, task.workflow_version) else { continue };
+            let Some(stage) = wf.stage_of(reply.step) else { continue };
+            counted.push("branch_replies");
+            let dispatch = task.stage.as_ref().and_then(|run| run.branch(reply.step));
+            if running_stage(&task, wf) != Some(stage) {
+                counted.push("late");
+            } else if branch_live(&task, reply.step, task.updated_at)
+                && dispatch.is_some_and(|b| b.attempt == reply.attempt)
+            {
+                counted.push("live");
+                let run = task.stage.as_ref().expect("live at its stage");
+                if run.each().any(|(i, b)| i < reply.step && b.in_flight()) {
+                    counted.push("out_of_order");
+                }
+            } else {
+                counted.push("stale");
+            }
+            let same_stage = |other: &Received| {
+                !std::ptr::eq(other, r)
+                    && reply_of(other).is_some_and(|o| o.order_id == reply.order_id && stage.contains(o.step))
+            };
+            let elsewhere = self
+                .invocations
+                .values()
+                .filter(|i| i.queue == Some(SCHEDULER))
+                .flat_map(|i| i.received.iter());
+            if received.iter().chain(elsewhere).any(same_stage) {
+                counted.push("racing");
+            }
+        }
+        for kind in counted {
+            *self.branch_replies.entry(kind).or_default() += 1;
+        }
     }
 
     fn start_operator_actions(&mut self, now: u64) {
@@ -644,7 +711,10 @@ impl EventLoop {
                 self.note(|| format!("finish inv {id} failures {:?} kept {}", report.failures, report.kept));
             }
             Returned::Operator(result) => {
-                self.note(|| format!("finish inv {id} operator {result:?}"));
+                // The landed record is traced whole. Written without the stage it does not
+                // have, a record reads as it did before parallel stages, so a history that
+                // has none hashes as it did then (the pinned regression seeds).
+                self.note(|| format!("finish inv {id} operator {result:?}").replace("stage: None, ", ""));
             }
             Returned::Outside(result) => {
                 let result = result.map(|c| match c {

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use sas::adapters::embedded::WriteRecord;
+use sas::domain::workflow::Stage;
 use sas::domain::{
     Act, Action, Cause, OperatorAlert, OrderId, Policy, ProcessState, StepKind, TaskRecord, Trigger,
     Workflow, Workflows, idempotency_key, lifecycle,
@@ -49,10 +50,13 @@ pub enum Invariant {
     PausedHoldsStill,
     CallbackOnce,
     RefusedCompletionChangesNothing,
+    StageJoinsOnlyWhenAll,
+    StageUndoExact,
+    LateBranchReplyChangesNothing,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 30] = [
+    pub const ALL: [Invariant; 33] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -83,6 +87,9 @@ impl Invariant {
         Invariant::PausedHoldsStill,
         Invariant::CallbackOnce,
         Invariant::RefusedCompletionChangesNothing,
+        Invariant::StageJoinsOnlyWhenAll,
+        Invariant::StageUndoExact,
+        Invariant::LateBranchReplyChangesNothing,
     ];
 
     /// The invariant in words, as the README states it.
@@ -138,6 +145,15 @@ impl Invariant {
             Invariant::PausedHoldsStill => {
                 "a paused task dispatches nothing: no step is claimed and no timer starts"
             }
+            Invariant::StageJoinsOnlyWhenAll => {
+                "a task goes past a parallel stage only once every branch of it took effect at the remote side"
+            }
+            Invariant::StageUndoExact => {
+                "undoing a parallel stage compensates exactly its branches that may have taken effect, each once"
+            }
+            Invariant::LateBranchReplyChangesNothing => {
+                "a branch's reply that comes after its stage ended changes nothing"
+            }
         }
     }
 }
@@ -187,10 +203,25 @@ fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool 
     let in_doubt = (matches!(after.last_cause, Cause::DeadlinePassed { .. }) && before.step_attempts > 0)
         || matches!(after.last_cause, Cause::Failed { in_doubt: true, .. });
     let redoing = before.redo_until.is_some_and(|u| before.step <= u);
-    before.action() == Action::Do
-        && (redoing
-            || wf.pivot_before(before.step).is_some()
-            || (in_doubt && wf.step(before.step).is_some_and(|s| s.kind() == StepKind::Pivot)))
+    // At a stage, a pivot among its branches that was dispatched and not refused (the
+    // branches as the give-up left them: Error keeps them).
+    let pivot_branch_in_doubt = || {
+        wf.stage_at(before.step).is_some_and(|stage| {
+            stage.branches().any(|i| {
+                wf.step(i).is_some_and(|s| s.is_pivot())
+                    && after
+                        .stage
+                        .as_ref()
+                        .and_then(|run| run.branch(i))
+                        .is_some_and(|b| b.may_have_taken_effect())
+            })
+        })
+    };
+    let current_in_doubt = match wf.stage_at(before.step) {
+        Some(_) => pivot_branch_in_doubt(),
+        None => in_doubt && wf.step(before.step).is_some_and(|s| s.kind() == StepKind::Pivot),
+    };
+    before.action() == Action::Do && (redoing || wf.pivot_before(before.step).is_some() || current_in_doubt)
 }
 
 /// The trigger a landed write carried out, read back from the record before and after.
@@ -203,6 +234,8 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
         Cause::Woke { .. } if after.state == Processed => Trigger::Finished,
         Cause::Woke { .. } => Trigger::Woke,
         Cause::Succeeded { action: Action::Do, .. } if after.state == Processed => Trigger::Finished,
+        // A branch's success while others of its stage still run: the task stays Processing.
+        Cause::Succeeded { action: Action::Do, .. } if after.state == Processing => Trigger::BranchDone,
         Cause::Succeeded { action: Action::Do, .. } => Trigger::Advanced,
         Cause::Succeeded { action: Action::Undo, .. } if after.state == Compensated => Trigger::Undone,
         Cause::Succeeded { action: Action::Undo, .. } => Trigger::UndoAdvanced,
@@ -304,19 +337,79 @@ fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String)) {
             add(Invariant::Lifecycle, format!("order {id}: a write did not start from the latest revision"));
         }
         latest.insert(id, after);
+        let wf = r.workflows.get_version(&before.workflow, before.workflow_version);
         a_move_of_the_table(r, before, after, add);
         one_live_lease(before, after, add);
         failures_within_budget(r, before, after, add);
         // A timer step whose time cannot be read fails with no reply: there is nothing to fence.
-        let timer = r
-            .workflows
-            .get_version(&before.workflow, before.workflow_version)
-            .and_then(|wf| wf.step(before.step))
-            .is_some_and(|s| s.is_timer());
+        let timer = wf.and_then(|wf| wf.step(before.step)).is_some_and(|s| s.is_timer());
         if !(timer && before.state == ProcessState::Pending) {
-            replies_fenced(before, after, add);
+            replies_fenced(before, after, wf, add);
         }
         completions_fenced(before, after, add);
+        if let Some(wf) = wf {
+            joins_only_when_all(r.ledger, before, after, wf, add);
+        }
+    }
+}
+
+/// The parallel stage `t` runs going forward: Pending or Processing at its first step.
+/// Anything else (past it, undoing it, given up, ended) means the stage ended.
+pub fn running_stage<'w>(t: &TaskRecord, wf: &'w Workflow) -> Option<&'w Stage> {
+    wf.stage_at(t.step).filter(|_| matches!(t.state, ProcessState::Pending | ProcessState::Processing))
+}
+
+/// Whether branch `step` of the stage `before` runs has a dispatch in flight under the live
+/// lease, its reply in time at `at`: the one record a branch's reply may change.
+pub fn branch_live(before: &TaskRecord, step: u32, at: sas::domain::Timestamp) -> bool {
+    before.state == ProcessState::Processing
+        && before.locked_by.is_some()
+        && before.stage.as_ref().is_some_and(|run| {
+            run.at == before.step && run.branch(step).and_then(|b| b.complete_by).is_some_and(|cb| at <= cb)
+        })
+}
+
+/// How far forward a record stands: its step, or past the last once Processed; `None`
+/// while undoing (it goes no further forward).
+fn forward_position(t: &TaskRecord, wf: &Workflow) -> Option<u32> {
+    match t.state {
+        ProcessState::Processed => Some(wf.len()),
+        ProcessState::Compensating | ProcessState::Compensated => None,
+        _ => Some(t.step),
+    }
+}
+
+/// The stages a write takes the task past (from a step before a stage's end to one at or
+/// after it, or to Processed).
+pub fn stages_passed<'w>(before: &TaskRecord, after: &TaskRecord, wf: &'w Workflow) -> Vec<&'w Stage> {
+    let (Some(from), Some(to)) = (forward_position(before, wf), forward_position(after, wf)) else {
+        return Vec::new();
+    };
+    wf.stages.iter().filter(|st| from < st.end() && to >= st.end()).collect()
+}
+
+/// A task goes past a stage only when every branch took effect at the remote side: judged
+/// from the ledger, not from the record's branches. (The simulation also checks that each
+/// was applied before the write landed, in true time: `check.rs`.)
+fn joins_only_when_all(
+    ledger: &Ledger,
+    before: &TaskRecord,
+    after: &TaskRecord,
+    wf: &Workflow,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    for stage in stages_passed(before, after, wf) {
+        let missing: Vec<u32> =
+            stage.branches().filter(|b| !applied(ledger, &after.order_id, *b, Action::Do)).collect();
+        if !missing.is_empty() {
+            add(
+                Invariant::StageJoinsOnlyWhenAll,
+                format!(
+                    "order {}: went past stage {} ({:?} -> {:?} at step {}, {:?}) though branches {missing:?} never took effect at the remote",
+                    after.order_id, stage.name, before.state, after.state, after.step, after.last_cause
+                ),
+            );
+        }
     }
 }
 
@@ -377,6 +470,39 @@ fn one_live_lease(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(
     if matches!(after.last_cause, Cause::Claimed { .. }) && before.locked_by.is_some() {
         add(Invariant::OneLease, format!("order {id}: claimed while lease {:?} was live", before.locked_by));
     }
+    // A stage's branches run under the one lease: none is in flight without it, or past
+    // the lease's complete-by; and a claim gives each branch it dispatches an attempt no
+    // dispatch had before, so a reply names one dispatch only.
+    let Some(run) = &after.stage else { return };
+    if run.branches.iter().any(|b| b.in_flight())
+        && (after.locked_by.is_none()
+            || after.state != ProcessState::Processing
+            || run.latest_complete_by() > after.complete_by)
+    {
+        add(
+            Invariant::OneLease,
+            format!(
+                "order {id}: a branch in flight outside the lease ({:?}, lease {:?} until {:?}, branches {:?})",
+                after.state, after.locked_by, after.complete_by, run.branches
+            ),
+        );
+    }
+    if matches!(after.last_cause, Cause::Claimed { .. }) {
+        let mut seen = BTreeSet::new();
+        for (step, b) in run.each() {
+            let was = before.stage.as_ref().filter(|r| r.at == run.at).and_then(|r| r.branch(step));
+            let dispatched = b.dispatches > was.map_or(0, |w| w.dispatches);
+            if dispatched && (b.attempt <= before.attempt || !seen.insert(b.attempt)) {
+                add(
+                    Invariant::OneLease,
+                    format!(
+                        "order {id}: branch {step} dispatched as attempt {}, not a fresh one (task attempt {} before)",
+                        b.attempt, before.attempt
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// FailureCount only grows, and only a lapse moves it, by one; a lapse retries exactly
@@ -394,7 +520,25 @@ fn failures_within_budget(
             format!("order {id}: FailureCount {} -> {}", before.failure_count, after.failure_count),
         );
     }
-    if after.step_failures > budget(r, after) {
+    let wf = r.workflows.get_version(&after.workflow, after.workflow_version);
+    // Going forward at a stage, each branch has a budget of its own (`stage_lapse`); the
+    // record's step_failures is the most any branch used.
+    let at_stage =
+        |t: &TaskRecord| t.action() == Action::Do && wf.is_some_and(|wf| wf.stage_at(t.step).is_some());
+    if let Some(wf) = wf
+        && let Some(run) = &after.stage
+    {
+        for (step, b) in run.each() {
+            let own = wf.max_failures(step, r.policy.failure_threshold);
+            if b.failures > own {
+                add(
+                    Invariant::Failures,
+                    format!("order {id}: {} failures of branch {step}, budget {own}", b.failures),
+                );
+            }
+        }
+    }
+    if after.step_failures > budget(r, after) && !at_stage(after) {
         add(
             Invariant::Failures,
             format!(
@@ -408,6 +552,14 @@ fn failures_within_budget(
     let operator = matches!(after.last_cause, Cause::Operator { .. });
     let same_step = after.step == before.step && after.action() == before.action();
     match &after.last_cause {
+        Cause::DeadlinePassed { .. } if wf.and_then(|wf| running_stage(before, wf)).is_some() => {
+            if after.failure_count != before.failure_count + 1 {
+                add(Invariant::Failures, format!("order {id}: a lapse moved FailureCount by other than one"));
+            }
+            if let Some(wf) = wf {
+                stage_lapse(r, before, after, wf, add);
+            }
+        }
         Cause::DeadlinePassed { .. } => {
             if after.failure_count != before.failure_count + 1 {
                 add(Invariant::Failures, format!("order {id}: a lapse moved FailureCount by other than one"));
@@ -453,9 +605,66 @@ fn failures_within_budget(
     }
 }
 
+/// A lapse at a stage counts one failure against every branch not yet succeeded, each
+/// against its own budget: the stage is retried exactly while every such branch is below
+/// its budget, and gives up at the first one that reaches it.
+fn stage_lapse(
+    r: &Records,
+    before: &TaskRecord,
+    after: &TaskRecord,
+    wf: &Workflow,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = after.order_id.as_str();
+    let Some(stage) = running_stage(before, wf) else { return };
+    // Before its first claim the stage has no branches on record: none used any budget.
+    let was = |step: u32| {
+        before.stage.as_ref().filter(|run| run.at == stage.start).and_then(|run| run.branch(step))
+    };
+    let succeeded = |step: u32| was(step).is_some_and(|b| b.outcome == sas::domain::Outcome::Succeeded);
+    let open: Vec<(u32, u32, u32)> = stage
+        .branches()
+        .filter(|s| !succeeded(*s))
+        .map(|s| (s, was(s).map_or(0, |b| b.failures) + 1, wf.max_failures(s, r.policy.failure_threshold)))
+        .collect();
+    let spent = open.iter().find(|(_, used, own)| used >= own);
+    let retried = after.state == ProcessState::Pending;
+    if retried == spent.is_some() {
+        add(
+            Invariant::Failures,
+            format!(
+                "order {id}: a lapse of stage {} (branches' lapses and budgets {open:?}) went to {:?}",
+                stage.name, after.state
+            ),
+        );
+    }
+    if retried {
+        let now = |step: u32| after.stage.as_ref().and_then(|run| run.branch(step)).map_or(0, |b| b.failures);
+        for (step, used, _) in &open {
+            if now(*step) != *used {
+                add(
+                    Invariant::Failures,
+                    format!(
+                        "order {id}: a retry of stage {} counted {} failures of branch {step}, not {used}",
+                        stage.name,
+                        now(*step)
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// A reply lands only on the live lease's own step, in time. A callback step's failure may
-/// also be the outside's word, which passes the token's fence instead.
-fn replies_fenced(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(Invariant, String)) {
+/// also be the outside's word, which passes the token's fence instead. A branch's reply
+/// lands only on its stage's record, with that branch in flight: after the stage ended it
+/// changes nothing.
+fn replies_fenced(
+    before: &TaskRecord,
+    after: &TaskRecord,
+    wf: Option<&Workflow>,
+    add: &mut impl FnMut(Invariant, String),
+) {
     let id = after.order_id.as_str();
     let (step, action) = match &after.last_cause {
         Cause::Succeeded { step, action } | Cause::Failed { step, action, .. } => (*step, *action),
@@ -463,6 +672,26 @@ fn replies_fenced(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(
         Cause::Started { step } => (*step, Action::Do),
         _ => return,
     };
+    if let Some(stage) = wf.and_then(|wf| wf.stage_of(step)).filter(|_| action == Action::Do) {
+        if branch_live(before, step, after.updated_at) {
+            return;
+        }
+        let ended = wf.and_then(|wf| running_stage(before, wf)) != Some(stage);
+        add(
+            if ended { Invariant::LateBranchReplyChangesNothing } else { Invariant::Fenced },
+            format!(
+                "order {id}: reply of branch {step} of stage {} applied to {:?} at step {} ({:?}), lease {:?}, branch {:?} at {}",
+                stage.name,
+                before.state,
+                before.step,
+                before.action(),
+                before.locked_by,
+                before.stage.as_ref().and_then(|run| run.branch(step)),
+                after.updated_at
+            ),
+        );
+        return;
+    }
     let leased = before.locked_by.is_some()
         && matches!(before.state, ProcessState::Processing | ProcessState::Compensating)
         && before.step == step
@@ -544,9 +773,13 @@ impl Ran {
                 Cause::Operator { .. } if w.before.as_ref().is_some_and(|b| b.state.is_terminal()) => {
                     ran.reopened += 1;
                 }
-                Cause::Claimed { step, action: Action::Do } => {
-                    ran.claimed_do.insert(*step);
-                }
+                // A stage's claim dispatches its branches: each counts as claimed.
+                Cause::Claimed { step, action: Action::Do } => match dispatched_branches(w) {
+                    Some(branches) => ran.claimed_do.extend(branches),
+                    None => {
+                        ran.claimed_do.insert(*step);
+                    }
+                },
                 Cause::Succeeded { step, action: Action::Do }
                 | Cause::Woke { step, .. }
                 | Cause::Completed { step } => {
@@ -561,6 +794,119 @@ impl Ran {
         }
         ran
     }
+}
+
+/// The branches a write's claim of a parallel stage dispatched (those whose dispatches it
+/// counted up), or `None` when the write claimed no stage.
+pub fn dispatched_branches(w: &WriteRecord) -> Option<Vec<u32>> {
+    let Cause::Claimed { step, action: Action::Do } = w.after.last_cause else { return None };
+    let run = w.after.stage.as_ref().filter(|run| run.at == step)?;
+    let was = |i: u32| {
+        w.before.as_ref().and_then(|b| b.stage.as_ref()).filter(|r| r.at == step).and_then(|r| r.branch(i))
+    };
+    Some(
+        run.each()
+            .filter(|(i, b)| b.dispatches > was(*i).map_or(0, |w| w.dispatches))
+            .map(|(i, _)| i)
+            .collect(),
+    )
+}
+
+/// Undoing a parallel stage, judged from the order's history (claims, replies, undo
+/// claims), not from the branches the record keeps. A branch *may have taken effect* once
+/// a claim dispatched it, unless its service refused that dispatch for good (a refusal
+/// applied while it was in flight). A resubmit alone does not undo a refusal; a dispatch
+/// after it does, as for a lone step (sas then no longer leans on the refusal). Then:
+/// - a compensation is dispatched only for a branch that may have taken effect;
+/// - each such branch is undone at most once (per forward dispatch);
+/// - a task that ends Compensated undid every one that has a compensation, and none of
+///   its pivot branches may have taken effect.
+fn stage_undo_exact(
+    task: &TaskRecord,
+    workflow: &Workflow,
+    history: &[&WriteRecord],
+    add: &mut impl FnMut(Invariant, String),
+) {
+    if workflow.stages.is_empty() {
+        return;
+    }
+    let id = &task.order_id;
+    #[derive(Default, Clone, Copy)]
+    struct Seen {
+        dispatched: bool,
+        refused: bool,
+        undone: u32,
+    }
+    let mut seen: BTreeMap<u32, Seen> = BTreeMap::new();
+    let may_have_taken_effect = |s: &Seen| s.dispatched && !s.refused;
+    for w in history {
+        let Some(before) = &w.before else { continue };
+        let after = &w.after;
+        if let Some(branches) = dispatched_branches(w) {
+            for b in branches {
+                seen.insert(b, Seen { dispatched: true, refused: false, undone: 0 });
+            }
+        }
+        match &after.last_cause {
+            Cause::Failed { step, action: Action::Do, in_doubt: false, .. }
+                if workflow.stage_of(*step).is_some() && branch_live(before, *step, after.updated_at) =>
+            {
+                seen.entry(*step).or_default().refused = true;
+            }
+            Cause::Claimed { step, action: Action::Undo } if workflow.stage_of(*step).is_some() => {
+                let s = seen.get(step).copied().unwrap_or_default();
+                if !may_have_taken_effect(&s) {
+                    add(
+                        Invariant::StageUndoExact,
+                        format!(
+                            "order {id}: compensation of branch {step} dispatched, though it {}; history: {}",
+                            if s.dispatched { "was refused" } else { "was never dispatched" },
+                            history_of_writes(history)
+                        ),
+                    );
+                }
+            }
+            Cause::Succeeded { step, action: Action::Undo } if workflow.stage_of(*step).is_some() => {
+                let s = seen.entry(*step).or_default();
+                s.undone += 1;
+                if s.undone > 1 {
+                    add(
+                        Invariant::StageUndoExact,
+                        format!("order {id}: branch {step} undone {} times", s.undone),
+                    );
+                }
+            }
+            _ => {}
+        }
+        if after.state == ProcessState::Compensated && before.state != ProcessState::Compensated {
+            for (step, s) in seen.iter().filter(|(_, s)| may_have_taken_effect(s)) {
+                let Some(def) = workflow.step(*step) else { continue };
+                let wrong = match def.kind() {
+                    StepKind::Pivot => Some("a pivot branch that may have taken effect"),
+                    StepKind::Compensable if s.undone == 0 => {
+                        Some("a branch that may have taken effect, never undone")
+                    }
+                    _ => None,
+                };
+                if let Some(wrong) = wrong {
+                    add(
+                        Invariant::StageUndoExact,
+                        format!(
+                            "order {id} Compensated with branch {step} ({}) {wrong}; history: {}",
+                            def.name,
+                            history_of_writes(history)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn history_of_writes(history: &[&WriteRecord]) -> String {
+    let causes: Vec<String> =
+        history.iter().map(|w| format!("{:?}->{:?}", w.after.last_cause, w.after.state)).collect();
+    causes.join(", ")
 }
 
 /// Each task against its order's writes, its alerts and what the remote did for it.
@@ -590,6 +936,7 @@ fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) {
         let history = histories.get(id.as_str()).map(Vec::as_slice).unwrap_or_default();
         cancelled_stays_out(id, history, add);
         let ran = Ran::of(history);
+        stage_undo_exact(task, workflow, history, add);
         terminal_once(task, &ran, add);
         alerted(r, task, workflow, history, add);
         compensated_in_the_records(task, workflow, &ran, add);
@@ -927,10 +1274,13 @@ fn check_outputs_and_pins(
                     );
                 }
             }
+            // A branch of a parallel stage is handed what came before its stage; its
+            // compensation every output up to the stage's end (its siblings' too).
             let upto = match action {
-                Action::Do => step,
-                Action::Undo => step + 1,
+                Action::Do => workflow.together(step).start,
+                Action::Undo => workflow.after(step),
             };
+            let first = workflow.together(step).start;
             for handed in ledger.handed.get(&key).into_iter().flatten() {
                 let got: BTreeMap<String, serde_json::Value> =
                     serde_json::from_str(handed).unwrap_or_default();
@@ -945,9 +1295,10 @@ fn check_outputs_and_pins(
                 }
                 for below in 0..upto {
                     let name = &workflow.steps[below as usize].name;
-                    // Every step below was answered for good before this one ran; the
-                    // undone step's own answer is known once the task went past it.
-                    let must = below < step || called(step + 1, Action::Do);
+                    // Every step before this one's stage was answered for good before it
+                    // ran; the undone step's own answer (and its siblings') is known once
+                    // the task went past its stage.
+                    let must = below < first || called(upto, Action::Do);
                     let handed = got.get(name).map(|v| v.to_string());
                     if is_callback(below) {
                         callback_output_handed(

@@ -62,6 +62,8 @@ pub struct SeedsSummary {
     pub simulated_ms: u64,
     /// Forward calls the remote refused because their step's undo was answered first.
     pub late_do_refused: u64,
+    /// What parallel stages went through (`check::stage_coverage`).
+    pub stages: BTreeMap<&'static str, u64>,
 }
 
 impl SeedsSummary {
@@ -73,6 +75,9 @@ impl SeedsSummary {
         }
         for (k, n) in check::coverage(o) {
             *self.coverage.entry(k).or_default() += n;
+        }
+        for (k, n) in check::stage_coverage(o) {
+            *self.stages.entry(k).or_default() += n;
         }
         for t in &o.tasks {
             *self.final_states.entry(t.state).or_default() += 1;
@@ -120,6 +125,9 @@ impl SeedsSummary {
         }
         for (k, n) in other.outside {
             *self.outside.entry(k).or_default() += n;
+        }
+        for (k, n) in other.stages {
+            *self.stages.entry(k).or_default() += n;
         }
         self.max_tail_ms = self.max_tail_ms.max(other.max_tail_ms);
         self.simulated_ms += other.simulated_ms;

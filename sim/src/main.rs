@@ -38,6 +38,7 @@ fn main() {
     println!("faults injected: {:?}", summary.faults);
     println!("pipeline counters: {:?}", summary.metrics);
     println!("the outside party's words: {:?}", summary.outside);
+    println!("parallel stages: {:?}", summary.stages);
     println!("forward calls the remote refused because their undo came first: {}", summary.late_do_refused);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     print!("{}", summary.coverage_table());

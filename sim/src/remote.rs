@@ -40,7 +40,10 @@ impl RemoteService for SimRemote {
             let mut w = self.shared.w();
             let w = &mut *w;
             let now = w.now;
-            let faults = w.faults.remote;
+            let mut faults = w.faults.remote;
+            if call.action == Action::Do && w.stage_branches.contains(call.step_name) {
+                faults.permanent = faults.permanent.max(w.faults.branch_refusal);
+            }
             // The ledger lives in the world, and so does the generator the chance borrows.
             let mut ledger = std::mem::take(&mut w.ledger);
             let reached = ledger.reached;

@@ -61,6 +61,8 @@ pub struct Outcome {
     pub metrics: BTreeMap<&'static str, u64>,
     /// Violations seen while running (panics, a sweep that skipped a due task, no progress).
     pub runtime: Vec<Violation>,
+    /// How branch replies of parallel stages arrived, by kind (`EventLoop::count_branch_replies`).
+    pub branch_replies: BTreeMap<&'static str, u64>,
     pub hash: u64,
     pub trace: Vec<String>,
 }
@@ -75,6 +77,12 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let arrivals = workload::generate(&mut rng, &swarm);
     let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace);
     shared.w().outside = Outside::new(seed, swarm.outside, &workflows(&swarm));
+    shared.w().stage_branches = workflows(&swarm)
+        .all()
+        .iter()
+        .flat_map(|w| w.stages.iter().flat_map(|st| st.branches().filter_map(|i| w.step(i))))
+        .map(|s| s.name.clone())
+        .collect();
     let deployed = deploy(&swarm, &shared, &mut rng);
     let ended = EventLoop::new(swarm, shared, deployed, arrivals, &mut rng).run();
     outcome(seed, ended)
@@ -92,6 +100,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         invocations,
         crashes,
         runtime,
+        branch_replies,
     } = ended;
     let tasks = deployed.store.tasks();
     let orders = tasks.iter().map(|t| (t.order_id.clone(), t.order.clone())).collect();
@@ -123,6 +132,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         fault_counts: std::mem::take(&mut w.fault_counts),
         metrics: deployed.metrics.snapshot().counters.into_iter().map(|(m, n)| (m.name(), n)).collect(),
         runtime,
+        branch_replies,
         hash: w.trace.hash.0,
         trace: w.trace.lines.take().unwrap_or_default(),
         swarm,

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use sas::domain::definitions::MAX_STEPS;
+use sas::domain::workflow::Stage;
 use sas::domain::{Callback, OnGiveUp, Step, Wait, Workflow};
 
 use crate::deployment::Role;
@@ -51,6 +52,9 @@ pub struct Faults {
     /// A function does not run at all from one time to another (throttled to zero, a
     /// broken deploy): its queue backs up and the supervisor sees its tasks lapse.
     pub outage: Option<(Role, u64, u64)>,
+    /// A branch of a parallel stage is refused for good by its service (on top of
+    /// `remote.permanent`): the stage gives up with other branches still out.
+    pub branch_refusal: f64,
 }
 
 impl Faults {
@@ -85,6 +89,7 @@ impl Faults {
             ("time_jump", self.time_jump),
             ("double_supervisor", self.double_supervisor),
             ("outage", if self.outage.is_some() { 1.0 } else { 0.0 }),
+            ("branch_refusal", self.branch_refusal),
         ];
         all.into_iter().filter(|(_, v)| *v > 0.0).map(|(k, _)| k).collect()
     }
@@ -160,7 +165,8 @@ const WORKFLOW_MIXES: [&[&str]; 6] = [
 /// most a workflow may have), each compensable, a pivot or read-only, on one of three
 /// agents, some with their own failure budget and timeout, giving up by compensating or
 /// (one in four) by failing; in half the workflows some steps wait for a callback, in half
-/// there are timers. Its steps' names start with `prefix`.
+/// there are timers, in half a parallel stage (`with_stage`). Its steps' names start with
+/// `prefix`.
 pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     let len = if rng.u8(..8) == 0 { rng.usize(6..=MAX_STEPS) } else { rng.usize(1..=5) };
     // Timers come from a generator of their own, seeded from (not drawn from) the seed's:
@@ -183,9 +189,14 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
             Step { max_failures, timeout_ms, ..step }
         })
         .collect();
+    // And a parallel stage: seeds whose workflow has none run as they did before stages.
+    let mut stages = fastrand::Rng::with_seed(rng.clone().u64(..) ^ STAGE_SALT);
     let steps = if callbacks.bool() { with_callbacks(&mut callbacks, steps) } else { steps };
     let steps = if timers.bool() { with_timers(&mut timers, steps, prefix) } else { steps };
     let mut workflow = Workflow::new("generated", steps);
+    if stages.u8(..4) > 0 {
+        with_stage(&mut stages, &mut workflow, prefix);
+    }
     workflow.version = rng.u32(1..=3);
     if rng.u8(..4) == 0 {
         workflow.on_give_up = OnGiveUp::Fail;
@@ -195,6 +206,50 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
 
 const TIMER_SALT: u64 = 0x7469_6d65_7273;
 const CALLBACK_SALT: u64 = 0x6361_6c6c_6261_636b;
+const STAGE_SALT: u64 = 0x7374_6167_6573;
+
+/// The most branches a generated stage has: enough for three replies to race one record
+/// and for a refusal to find others still out, few enough to keep a seed's run short.
+pub const MAX_GENERATED_BRANCHES: usize = 4;
+
+/// `workflow` with a parallel stage of 2 to 4 branches put anywhere among its steps (its
+/// length kept within bounds): each branch compensable (half of them), a pivot or
+/// read-only, on any agent, a third with a failure budget and a third with a timeout of their own, as the
+/// other steps. Branches are plain agent steps: a stage has no timer or callback.
+fn with_stage(rng: &mut fastrand::Rng, workflow: &mut Workflow, prefix: &str) {
+    let room = MAX_STEPS - workflow.steps.len();
+    if room < 2 {
+        return;
+    }
+    let len = rng.usize(2..=MAX_GENERATED_BRANCHES.min(room));
+    let at = rng.usize(0..=workflow.steps.len());
+    let branches = (0..len).map(|i| {
+        let name = format!("{prefix}p{i}");
+        let agent = ["a", "b", "c"][rng.usize(..3)];
+        // Mostly compensable: a stage holding a pivot that may have taken effect is never
+        // undone, and undoing a stage exactly is what there is to check.
+        let step = match rng.u8(..5) {
+            0..=2 => Step::compensable(&name, agent, &format!("undo-{name}")),
+            3 => Step::pivot(&name, agent),
+            _ => Step::read_only(&name, agent),
+        };
+        let max_failures = (rng.u8(..3) == 0).then(|| rng.u32(1..=4));
+        let timeout_ms = (rng.u8(..3) == 0).then(|| rng.u64(1_000..=2_500));
+        Step { max_failures, timeout_ms, ..step }
+    });
+    let branches: Vec<Step> = branches.collect();
+    workflow.steps.splice(at..at, branches);
+    workflow.stages = vec![Stage { name: format!("{prefix}-stage"), start: at as u32, len: len as u32 }];
+}
+
+/// `workflow` as it was before its stage was put in: its branches taken out. The steps
+/// around them are the ones drawn without stages, so the seed's history is the one it had
+/// before stages existed (`sim/tests/simulation.rs` pins some).
+pub fn without_stages(workflow: &mut Workflow) {
+    for stage in std::mem::take(&mut workflow.stages).iter().rev() {
+        workflow.steps.drain(stage.start as usize..stage.end() as usize);
+    }
+}
 
 /// `steps` with about two in five (three in four of a single step) waiting for a callback
 /// once their agent answers: compensable, pivot and read-only ones alike, before and after
@@ -302,7 +357,7 @@ impl Swarm {
         if ignores_undone {
             time_jump = 0.0;
         }
-        let faults = Faults {
+        let mut faults = Faults {
             crash,
             store_throttle,
             store_lost_response,
@@ -329,6 +384,7 @@ impl Swarm {
             jump_max_ms: rng.u64(100..=3_000),
             double_supervisor,
             outage,
+            branch_refusal: 0.0,
         };
         let orders = rng.usize(1..=8);
         let generated = generated_workflow(rng, "g");
@@ -340,6 +396,14 @@ impl Swarm {
             let at_ms = rng.u64(0..=fault_window_ms / 2);
             Publish { at_ms, rollout_ms: rng.u64(0..=fault_window_ms / 2), workflow }
         });
+        // Most seeds with a stage have its branches refused more often than other steps,
+        // from a side generator again: a refusal mid-stage is where branches race a give-up.
+        let staged =
+            !generated.stages.is_empty() || publish.as_ref().is_some_and(|p| !p.workflow.stages.is_empty());
+        let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ STAGE_FAULT_SALT);
+        if staged && side.u8(..4) > 0 {
+            faults.branch_refusal = pick(&mut side, 0.05, 0.3);
+        }
         // The outside party's rates come from a generator of their own too (`outside.rs`).
         let outside = OutsideRates::for_seed(rng.get_seed());
         // Half the seeds pause, from a side generator again.
@@ -372,6 +436,8 @@ impl Swarm {
 
 /// Salts the pause choices' generator away from the others.
 const PAUSE_SALT: u64 = 0x9a05_e5ed;
+/// And the branch refusals'.
+const STAGE_FAULT_SALT: u64 = 0x5eed_b4a2;
 
 impl Swarm {
     /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.
@@ -388,11 +454,30 @@ impl Swarm {
     }
 }
 
+impl Swarm {
+    /// The parallel stages of the seed's generated workflows, as `name[branch(kind/budget/timeout) ...]`.
+    pub fn stages(&self) -> String {
+        let workflows = std::iter::once(&self.generated).chain(self.publish.as_ref().map(|p| &p.workflow));
+        let stages: Vec<String> = workflows
+            .flat_map(|w| w.stages.iter().map(move |st| (w, st)))
+            .map(|(w, st)| {
+                let branches: Vec<String> = st
+                    .branches()
+                    .filter_map(|i| w.step(i))
+                    .map(|s| format!("{}({:?}/{:?}/{:?})", s.name, s.kind(), s.max_failures, s.timeout_ms))
+                    .collect();
+                format!("{}@{}[{}]", st.name, st.start, branches.join(" "))
+            })
+            .collect();
+        if stages.is_empty() { "none".to_owned() } else { stages.join(" ") }
+    }
+}
+
 impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; outside: {}",
+            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; stages: {}; outside: {}",
             self.orders,
             self.workflows.join("/"),
             self.resends,
@@ -407,6 +492,7 @@ impl fmt::Display for Swarm {
             self.page_size,
             self.faults.enabled().join(", "),
             self.callback_steps(),
+            self.stages(),
             self.outside.enabled().join(", ")
         )
     }

@@ -125,6 +125,9 @@ pub struct World {
     pub outside: Outside,
     /// Faults injected, by kind.
     pub fault_counts: BTreeMap<&'static str, u64>,
+    /// The names of the branches of the run's parallel stages, whose service refuses them
+    /// at `Faults::branch_refusal`.
+    pub stage_branches: std::collections::BTreeSet<String>,
 }
 
 impl World {
@@ -222,6 +225,7 @@ impl Shared {
             ledger: Ledger::default(),
             outside: Outside::default(),
             fault_counts: BTreeMap::new(),
+            stage_branches: Default::default(),
         })))
     }
 

@@ -163,6 +163,29 @@ fn a_sweep_that_skips_timers_is_caught() {
     assert!(found.contains_key(&Invariant::TimerOnTime), "no timer was found lost: {found:?}");
 }
 
+/// A parallel stage that completes when all its branches but one succeeded: the task goes
+/// past the stage while the last branch has not taken effect at the remote side (or never
+/// will: its service refuses it).
+#[test]
+fn joining_a_stage_before_its_last_branch_is_caught() {
+    let found = caught(Mutation::JoinEarly);
+    assert!(
+        found.contains_key(&Invariant::StageJoinsOnlyWhenAll),
+        "no task was found past a stage before all its branches took effect: {found:?}"
+    );
+}
+
+/// Undoing a stage that compensates every branch with a compensation: also those never
+/// dispatched, or refused by their service (which had no effect to undo).
+#[test]
+fn undoing_every_branch_of_a_stage_is_caught() {
+    let found = caught(Mutation::UndoEveryBranch);
+    assert!(
+        found.contains_key(&Invariant::StageUndoExact),
+        "no branch was found undone that never took effect: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -180,6 +203,8 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::WakeEarly,
             Mutation::AcceptOldTokens,
             Mutation::SweepSkipsTimers,
+            Mutation::JoinEarly,
+            Mutation::UndoEveryBranch,
         ]
         .iter()
         .all(|m| !m.is_on())

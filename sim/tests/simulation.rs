@@ -31,6 +31,7 @@ fn seeds_keep_every_invariant() {
     println!("faults injected: {:?}", summary.faults);
     println!("pipeline counters: {:?}", summary.metrics);
     println!("the outside party's words: {:?}", summary.outside);
+    println!("parallel stages: {:?}", summary.stages);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     println!("{}", summary.coverage_table());
     let mut report = String::new();
@@ -50,7 +51,24 @@ fn seeds_keep_every_invariant() {
             );
         }
         assert!(summary.outside.get("outside_direct").is_some_and(|n| *n > 0), "{:?}", summary.outside);
+        // Branch replies raced their stage every way: in flight, duplicated or an earlier
+        // dispatch's, after the stage ended, before a branch ahead of them, two of one stage
+        // at once; and stages joined, gave up, were cancelled and undone.
+        for kind in [
+            "live",
+            "stale",
+            "late",
+            "out_of_order",
+            "racing",
+            "stages_joined",
+            "stages_given_up",
+            "stages_cancelled",
+            "branches_undone",
+        ] {
+            assert!(summary.stages.get(kind).is_some_and(|n| *n > 0), "no {kind}: {:?}", summary.stages);
+        }
         for counter in [
+            "WriteConflicts",
             "CallbackCompletionsApplied",
             "CallbackCompletionsRefused",
             "CallbackHeartbeats",
@@ -257,7 +275,7 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
     // Its history from before callback steps, too (`regression_seeds`).
     let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(without_callbacks(seed)) });
     assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
-    assert_eq!(v.outcome.hash, 0x853b_00fa_2882_d59a, "the history without callback steps or pauses");
+    assert_eq!(v.outcome.hash, 0x853b_00fa_2882_d59a, "the history without callback steps, stages or pauses");
     assert_eq!(v.outcome.ledger.late_do_refused, 1);
 
     let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
@@ -290,7 +308,8 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
 ///
 /// Callback steps (drawn from a generator of their own) changed the histories of 16, 20 and
 /// 2816, and of 194484 above: each runs as it is now, and again with its workflows as they
-/// were before callback steps and no pauses, to a pinned trace hash. The hashes were pinned
+/// were before callback steps and parallel stages (16, 2816 and 194484 have one) and no
+/// pauses, to a pinned trace hash. The hashes were pinned
 /// when the waiting status (a timer's sleep now tells `reply_to`) changed those histories
 /// once more; they catch any change to them from here that was not meant.
 #[test]
@@ -306,17 +325,20 @@ fn regression_seeds() {
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
         assert_eq!(
             v.outcome.hash, hash,
-            "seed {seed} without callback steps or pauses replays its pinned history"
+            "seed {seed} without callback steps, stages or pauses replays its pinned history"
         );
     }
 }
 
-/// Seed `seed`'s swarm with its generated workflows' callback steps made plain steps, and
-/// no pauses.
+/// Seed `seed`'s swarm with its generated workflows' callback steps made plain steps, their
+/// parallel stages taken out, and no pauses.
 fn without_callbacks(seed: u64) -> sas_sim::swarm::Swarm {
     let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
     swarm.pauses = None;
-    let plain = |w: &mut sas::domain::Workflow| w.steps.iter_mut().for_each(|s| s.callback = None);
+    let plain = |w: &mut sas::domain::Workflow| {
+        sas_sim::swarm::without_stages(w);
+        w.steps.iter_mut().for_each(|s| s.callback = None)
+    };
     plain(&mut swarm.generated);
     if let Some(p) = swarm.publish.as_mut() {
         plain(&mut p.workflow);

@@ -10,8 +10,9 @@
 //! `batchItemFailures`, and invokes the supervisor with a scheduled EventBridge event every
 //! few seconds. A loopback remote service answers the agent and refuses every
 //! `charge-payment`, so single-step orders end Processed and three-step orders end
-//! Compensated. The definition file (`WORKFLOWS_FILE`, the built-in workflows plus one
-//! with a callback step) has an order wait for the outside: a completion with a forged
+//! Compensated, as do the orders of a workflow whose reservation and charge are one
+//! parallel stage. The definition file (`WORKFLOWS_FILE`, the built-in workflows plus
+//! that one and one with a callback step) has an order wait for the outside: a completion with a forged
 //! token, sent to the callback queue, is kept in the callback DLQ with its reason by the
 //! scheduler binary, and the real one ends the order Processed.
 //!
@@ -39,6 +40,9 @@ const TEST: &str = "orders_end_processed_and_compensated_under_cargo_lambda_watc
 const FUNCTIONS: [&str; 4] = ["submission", "scheduler", "agent", "supervisor"];
 const SINGLE: usize = 4;
 const THREE: usize = 3;
+/// Orders of the workflow with a parallel stage.
+const STAGED: usize = 2;
+const FAN_OUT: &str = "fan-out";
 /// How long the orders may take once the functions run; they need a few seconds.
 const ORDERS_WITHIN: Duration = Duration::from_secs(120);
 /// The supervisor's schedule, shortened (template.yaml fires it every minute).
@@ -344,6 +348,14 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     let mut definitions: Value = serde_json::from_str(&builtin).expect("JSON");
     definitions["agents"][callbacks::AGENT] = approvals.agent();
     definitions["workflows"].as_array_mut().expect("workflows").push(callbacks::workflow());
+    // A parallel stage: the scheduler binary dispatches both branches at once, the refused
+    // charge stops the stage, and only the reservation is released.
+    definitions["workflows"].as_array_mut().expect("workflows").push(json!({
+        "name": FAN_OUT,
+        "steps": [{"parallel": {"name": "reserve-and-charge", "steps": [
+            {"name": "reserve-stock", "agent": "inventory", "compensation": "release-stock"},
+            {"name": "charge-payment", "agent": "payment", "compensation": "refund-payment"}]}}]
+    }));
     let workflows = dir.join("workflows.json");
     std::fs::write(&workflows, definitions.to_string()).expect("definition file");
     let added = format!(
@@ -424,11 +436,13 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     // Orders to the orders queue, as an application sends them, status to the status queue.
     let (orders_url, status_url) = (vars["ORDERS_QUEUE_URL"].to_owned(), vars["STATUS_QUEUE_URL"].to_owned());
     let mut expected = BTreeMap::new();
-    for i in 0..SINGLE + THREE {
+    for i in 0..SINGLE + THREE + STAGED {
         let (id, workflow, end) = if i < SINGLE {
             (format!("w-{prefix}-{i}"), "single-step", ProcessState::Processed)
-        } else {
+        } else if i < SINGLE + THREE {
             (format!("w-{prefix}-{i}"), "three-step", ProcessState::Compensated)
+        } else {
+            (format!("w-{prefix}-{i}"), FAN_OUT, ProcessState::Compensated)
         };
         sqs.send_message()
             .queue_url(&orders_url)
@@ -539,7 +553,8 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     assert!(supervisor_runs >= 1, "the supervisor ran on its schedule:\n{}", watch.tail());
 
     // The remote service saw it: each single-step order applied once; each three-step
-    // order reserved, was refused its payment, and had its reservation released.
+    // order, and each fan-out order (its branches at once), reserved, was refused its
+    // payment, and had its reservation released.
     let ledger = remote.ledger();
     for (id, end) in expected.iter().filter(|(id, _)| **id != waits) {
         let effects: Vec<(u32, Action)> =

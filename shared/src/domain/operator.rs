@@ -177,7 +177,7 @@ impl TaskRecord {
             // It waited for a claim: claim it now, due as any task that waits for one; or,
             // cancelled while paused with an attempt in flight, once that attempt is over
             // (as the cancel itself would have: its delayed Schedule was never sent).
-            let delay_ms = self.hold_until.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now));
+            let delay_ms = self.held_for_ms(now, policy);
             next = next.waiting(now, delay_ms, policy);
             effects.push(Effect::Schedule { delay_ms });
         }
@@ -229,9 +229,11 @@ impl TaskRecord {
         // fresh budget: a later give-up or cancel decides on it (a pivot in doubt is
         // never undone). An earlier step succeeded; the failed one may be in doubt.
         let may_have_taken_effect = from < self.step || self.current_in_doubt();
+        // Branches of the stage that stopped may still be out: their re-dispatch waits.
+        let delay_ms = self.held_for_ms(now, policy);
         let mut next = self
             .moved(Trigger::Resubmit, now, self.operator_cause(act))?
-            .waiting(now, 0, policy)
+            .waiting(now, delay_ms, policy)
             .starting_step(from);
         if may_have_taken_effect {
             next.step_attempts = self.step_attempts.max(1);
@@ -242,14 +244,21 @@ impl TaskRecord {
         next.last_error = None;
         // At the stage it failed in, the branches that succeeded stand and keep their
         // outputs; the others run again with a fresh budget (each still in doubt if it
-        // was dispatched). From an earlier step, the whole stage runs again.
+        // was dispatched, except one refused: a refusal is final, so it had no effect, as
+        // a refused lone step resubmitted is not in doubt). From an earlier step, the whole
+        // stage runs again.
         let mut kept = Vec::new();
         match next.stage.as_mut().filter(|run| run.at == from) {
             Some(run) => {
                 for (i, b) in run.steps().zip(run.branches.iter_mut()) {
-                    if b.outcome == crate::domain::task::Outcome::Succeeded {
-                        kept.push(i);
-                    } else {
+                    match b.outcome {
+                        crate::domain::task::Outcome::Succeeded => kept.push(i),
+                        crate::domain::task::Outcome::Refused => {
+                            b.dispatches = 0;
+                        }
+                        crate::domain::task::Outcome::Open => {}
+                    }
+                    if b.outcome != crate::domain::task::Outcome::Succeeded {
                         b.outcome = crate::domain::task::Outcome::Open;
                         b.failures = 0;
                     }
@@ -269,7 +278,7 @@ impl TaskRecord {
             trigger: Trigger::Resubmit,
             next,
             effects: vec![
-                Effect::Schedule { delay_ms: 0 },
+                Effect::Schedule { delay_ms },
                 Effect::Status { status: OrderStatus::Resubmitted, step, reason: None },
             ],
         })
@@ -293,16 +302,18 @@ impl TaskRecord {
                 self.refused(act, "nothing to undo: no step that may have taken effect has a compensation")
             })?
         };
+        // Branches of a stage that stopped may still be out: the undo waits for them.
+        let delay_ms = self.held_for_ms(now, policy);
         let next = self
             .moved(Trigger::OperatorUndo, now, self.operator_cause(act))?
-            .waiting(now, 0, policy)
+            .waiting(now, delay_ms, policy)
             .starting_step(first);
         let step = Some(self.step_name(wf, first, Action::Undo));
         Ok(Decision {
             trigger: Trigger::OperatorUndo,
             next,
             effects: vec![
-                Effect::Schedule { delay_ms: 0 },
+                Effect::Schedule { delay_ms },
                 Effect::Status { status: OrderStatus::Compensating, step, reason: None },
             ],
         })
@@ -345,8 +356,8 @@ impl TaskRecord {
                 // recorded even when this clock says that time has passed: the scheduler
                 // that claims the undo judges it by its own clock and grace.
                 let hold = match self.state {
-                    ProcessState::Processing => self.complete_by,
-                    _ => None,
+                    ProcessState::Processing => self.complete_by.max(self.hold_until),
+                    _ => self.hold_until,
                 };
                 let delay_ms = hold.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now));
                 let mut next = self

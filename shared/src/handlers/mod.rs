@@ -78,12 +78,18 @@ pub(crate) enum Transition {
     NoSuchTask,
 }
 
-/// Concurrent writers to one task: a duplicate message, a supervisor racing a reply, and
-/// the branch replies of a parallel stage, which come back together. Each round of
-/// re-reads lets one writer land, so the bound covers the widest stage
-/// (`definitions::MAX_BRANCHES`) with room for the supervisor and an operator; anything
-/// left is retried by redelivery, never dropped.
-const CONFLICT_RETRIES: usize = crate::domain::definitions::MAX_BRANCHES + 2;
+/// Concurrent writers to one task are rare (a duplicate message, a supervisor racing a
+/// reply); a few re-reads settle them, and anything left is retried by redelivery.
+const CONFLICT_RETRIES: usize = 4;
+
+/// The branch replies of a parallel stage come back together and race on the record: each
+/// round of re-reads lands one, so a workflow with stages gets a round per branch of its
+/// widest stage, plus two for the supervisor and an operator. Workflows without stages
+/// keep `CONFLICT_RETRIES`.
+fn conflict_retries(workflow: &Workflow) -> usize {
+    let widest = workflow.stages.iter().map(|s| s.len as usize).max().unwrap_or(0);
+    CONFLICT_RETRIES.max(widest + 2)
+}
 
 /// Read the task, decide on it, write the decision conditional on the revision read.
 ///
@@ -100,11 +106,13 @@ pub(crate) async fn transition(
     order_id: &OrderId,
     decide: impl Fn(&TaskRecord, &Workflow, Timestamp) -> Result<Decision, Refusal>,
 ) -> Result<Transition, HandlerError> {
-    for _ in 0..CONFLICT_RETRIES {
+    let mut tries = 0;
+    loop {
         let Some(task) = deps.store.task(order_id).await? else {
             return Ok(Transition::NoSuchTask);
         };
         let workflow = settings.workflow(&task)?;
+        tries += 1;
         let now = deps.clock.now();
         let decision = match decide(&task, workflow, now) {
             Ok(d) => d,
@@ -121,11 +129,14 @@ pub(crate) async fn transition(
             }
             crate::ports::Written::RevisionMoved => {
                 deps.metrics.record(Metric::WriteConflict, 1);
-                continue;
+                if tries >= conflict_retries(workflow) {
+                    return Err(HandlerError::Retry(format!(
+                        "task {order_id} kept changing under concurrent writers"
+                    )));
+                }
             }
         }
     }
-    Err(HandlerError::Retry(format!("task {order_id} kept changing under concurrent writers")))
 }
 
 /// Carries out a landed decision's effects. A failure here is retried by redelivery;
@@ -138,19 +149,9 @@ pub(crate) async fn perform(
     let task = &decision.next;
     let now = deps.clock.now();
     let mut first_error = None;
-    // A parallel stage's claim dispatches every branch: sent at once, so the invocation's
-    // coalescer puts them in one SendMessageBatch rather than one request per branch.
-    let dispatches = decision.effects.iter().filter_map(|effect| match effect {
-        Effect::Dispatch { step, action, callback } => {
-            Some(dispatch(deps, settings, task, *step, *action, callback.clone()))
-        }
-        _ => None,
-    });
-    for result in futures::future::join_all(dispatches).await {
-        if let Err(e) = result {
-            tracing::warn!(order_id = %task.order_id, error = %e, "dispatch failed after its write landed");
-            first_error.get_or_insert(e);
-        }
+    if let Err(e) = dispatch_all(deps, settings, task, &decision.effects).await {
+        tracing::warn!(order_id = %task.order_id, error = %e, "dispatch failed after its write landed");
+        first_error.get_or_insert(e);
     }
     for effect in &decision.effects {
         let result = match effect {
@@ -238,14 +239,41 @@ impl TaskRecord {
     }
 }
 
-async fn dispatch(
+/// Sends the decision's agent requests. A lone step's claim has one; a parallel stage's
+/// has one per branch, sent as one batch per queue (one request, however many branches,
+/// and one send for the invocation's coalescer to count).
+async fn dispatch_all(
     deps: &Deps,
     settings: &Settings,
+    task: &TaskRecord,
+    effects: &[Effect],
+) -> Result<(), HandlerError> {
+    let mut by_queue: Vec<(&QueueUrl, Vec<Outgoing>)> = Vec::new();
+    for effect in effects {
+        let Effect::Dispatch { step, action, callback } = effect else { continue };
+        let (queue, request) = agent_request(settings, task, *step, *action, callback.clone())?;
+        match by_queue.iter_mut().find(|(q, _)| *q == queue) {
+            Some((_, messages)) => messages.push(Outgoing::new(request.to_body())),
+            None => by_queue.push((queue, vec![Outgoing::new(request.to_body())])),
+        }
+    }
+    for (queue, mut messages) in by_queue {
+        match messages.len() {
+            1 => deps.queues.send(queue, messages.remove(0)).await?,
+            _ => deps.queues.send_batch(queue, messages).await?,
+        }
+    }
+    Ok(())
+}
+
+/// The request for one step's action, and the queue it goes to.
+fn agent_request<'s>(
+    settings: &'s Settings,
     task: &TaskRecord,
     step: u32,
     action: crate::domain::Action,
     callback_token: Option<crate::domain::CallbackToken>,
-) -> Result<(), HandlerError> {
+) -> Result<(&'s QueueUrl, AgentRequest), HandlerError> {
     let workflow = settings.workflow(task)?;
     let step_def = workflow
         .step(step)
@@ -285,8 +313,7 @@ async fn dispatch(
         ),
         None => (&settings.topology.agent_queue, request),
     };
-    deps.queues.send(queue, Outgoing::new(request.to_body())).await?;
-    Ok(())
+    Ok((queue, request))
 }
 
 /// What a step is handed: the outputs of the steps before it, and for a compensation

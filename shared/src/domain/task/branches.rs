@@ -322,6 +322,38 @@ mod decisions {
         assert!(matches!(refused, Err(Refusal::NotAllowed { .. })), "{refused:?}");
     }
 
+    /// A refusal is final (README: a key's first outcome stands; a refusal means the step
+    /// did not and will not take effect). A resubmit gives a refused branch another
+    /// dispatch, but until then it stands for nothing, as a refused lone step resubmitted
+    /// is not in doubt: a cancel must neither undo it nor, were it a pivot, refuse to undo.
+    #[test]
+    fn a_resubmit_at_the_stage_keeps_a_refused_branch_out_of_doubt() {
+        let mut wf = parallel();
+        wf.on_give_up = crate::domain::workflow::OnGiveUp::Fail;
+        let t = at_stage(&wf);
+        let t = answer(&t, &wf, 2, ok()).next;
+        let error = answer(&t, &wf, 1, failed("no stock")).next;
+        assert_eq!(error.state, ProcessState::Error);
+        let resubmitted = act(&error, &wf, Act::Resubmit { from_step: None }).next;
+        let d = act(&resubmitted, &wf, Act::Cancel);
+        assert_eq!((d.trigger, d.next.step), (Trigger::Cancel, 2), "release-b first");
+        let undo = claim(&d.next, &wf, 9, T0.plus_ms(60_000));
+        let d = reply(&undo, &wf, ok(), undo.complete_by.unwrap());
+        assert_eq!(
+            (d.trigger, d.next.state),
+            (Trigger::Undone, ProcessState::Compensated),
+            "reserve-a was refused: nothing of it to undo"
+        );
+
+        // A refused pivot branch stands for nothing either: the cancel undoes the rest.
+        wf.steps[1] = crate::domain::workflow::Step::pivot("reserve-a", "wh-a");
+        let t = answer(&at_stage(&wf), &wf, 2, ok()).next;
+        let error = answer(&t, &wf, 1, failed("no stock")).next;
+        let resubmitted = act(&error, &wf, Act::Resubmit { from_step: None }).next;
+        let d = act(&resubmitted, &wf, Act::Cancel);
+        assert_eq!((d.trigger, d.next.step), (Trigger::Cancel, 2));
+    }
+
     #[test]
     fn a_stage_round_trips_through_its_definition_text() {
         let wf = parallel();
@@ -333,5 +365,40 @@ mod decisions {
         assert!(text.contains(r#"{"parallel":{"name":"reserve-all","steps":[{"name":"reserve-a""#), "{text}");
         assert_eq!(serde_json::from_str::<Workflow>(&text).unwrap(), wf);
         assert_eq!((wf.after(1), wf.after(3), wf.after(0), wf.together(2)), (4, 4, 1, 1..4));
+    }
+
+    /// A stage that stops in Error (nothing to undo with, or a pivot) with a branch still
+    /// out keeps the hold: an operator's undo, or a resubmit and then a cancel, must not
+    /// overtake the call that branch's agent may still be making.
+    #[test]
+    fn a_stage_stopped_in_error_holds_an_operators_undo_until_its_branches_are_over() {
+        let mut wf = parallel();
+        wf.on_give_up = crate::domain::workflow::OnGiveUp::Fail;
+        let t = at_stage(&wf);
+        let error = answer(&t, &wf, 1, failed("no stock")).next;
+        assert_eq!(error.state, ProcessState::Error);
+        assert_eq!(error.hold_until, t.complete_by, "reserve-b and notify are still out");
+        let now = T0.plus_ms(20);
+        let ready = t.complete_by.unwrap().plus_ms(policy().reply_grace_ms);
+        let op = |task: &TaskRecord, act: Act| checked(task, task.act(act, OPS, now, &wf, &policy()));
+
+        let undo = op(&error, Act::Compensate);
+        assert_eq!(
+            (undo.next.state, undo.next.step, undo.next.hold_until),
+            (ProcessState::Compensating, 2, t.complete_by)
+        );
+        assert!(
+            undo.effects.contains(&Effect::Schedule { delay_ms: ready.millis_since(now) }),
+            "{:?}",
+            undo.effects
+        );
+        assert!(matches!(undo.next.claim(lease(5), now, &wf, &policy()), Err(Refusal::Held { .. })));
+        claim(&undo.next, &wf, 5, ready);
+
+        let again = op(&error, Act::Resubmit { from_step: None });
+        assert_eq!((again.next.state, again.next.hold_until), (ProcessState::Pending, t.complete_by));
+        assert!(again.effects.contains(&Effect::Schedule { delay_ms: ready.millis_since(now) }));
+        let cancel = op(&again.next, Act::Cancel);
+        assert_eq!((cancel.next.state, cancel.next.hold_until), (ProcessState::Compensating, t.complete_by));
     }
 }

@@ -157,11 +157,13 @@ pub struct TaskRecord {
     pub locked_by: Option<LeaseToken>,
     /// The live lease's complete-by.
     pub complete_by: Option<Timestamp>,
-    /// The complete-by of the attempt in flight when the task was cancelled: its agent may
+    /// The complete-by of the attempt in flight when the task was cancelled, or of the
+    /// branches of a parallel stage still out when the stage gave up: their agents may
     /// call the service until then, so no claim comes before it plus the reply grace (the
     /// claiming scheduler's own grace, on its own clock), so the undo does not overtake
     /// the effect it undoes; a request held up in the network longer than that still can
-    /// (docs/SIMULATION.md, "Open").
+    /// (docs/SIMULATION.md, "Open"). A stage's hold lasts through an Error and a resubmit
+    /// (an operator's undo or cancel then waits for it too); a claim ends it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<Timestamp>,
     /// Resubmitted from an earlier step than the one it failed at: the steps up to this
@@ -261,7 +263,7 @@ pub enum Refusal {
     #[error("paused: nothing is dispatched until it is resumed")]
     Paused,
     /// Not claimable yet: held after a cancel until the cancelled attempt is over.
-    #[error("held until {until}: the cancelled attempt may still be running")]
+    #[error("held until {until}: an attempt of a cancelled task or a stopped stage may still be running")]
     Held { until: Timestamp },
     /// A Schedule for a waiting timer that came before its time: nothing changes.
     #[error("asleep until {wake_at}: woken early at {now}")]
@@ -406,7 +408,8 @@ impl TaskRecord {
         if self.paused && s.is_terminal() {
             return Some(format!("{s:?} and paused"));
         }
-        if self.hold_until.is_some() && (s != ProcessState::Compensating || self.locked_by.is_some()) {
+        let may_hold = matches!(s, ProcessState::Compensating | ProcessState::Error | ProcessState::Pending);
+        if self.hold_until.is_some() && (!may_hold || self.locked_by.is_some()) {
             return Some(format!("{s:?} held for a cancelled attempt"));
         }
         if self.wake_at.is_some() && s != ProcessState::Waiting {
@@ -471,7 +474,15 @@ impl TaskRecord {
         })?;
         let mut next = self.clone();
         next.state = state;
-        if state != ProcessState::Compensating {
+        // A stage that gave up may have branches still out, in Error too, and after a
+        // resubmit: the hold goes with the task until a claim ends it, so an operator's undo
+        // or cancel still waits. Without a stage, only an undo waits for one.
+        let held = match state {
+            ProcessState::Compensating => true,
+            ProcessState::Error | ProcessState::Pending => self.stage.is_some(),
+            _ => false,
+        };
+        if !held {
             next.hold_until = None;
         }
         if state != ProcessState::Waiting {
@@ -494,10 +505,10 @@ impl TaskRecord {
             }
         }
         // A lease's end is every branch's: a reply of one still out is fenced off.
-        if next.locked_by.is_none() || state != ProcessState::Processing {
-            if let Some(run) = &mut next.stage {
-                run.branches.iter_mut().for_each(|b| b.complete_by = None);
-            }
+        if (next.locked_by.is_none() || state != ProcessState::Processing)
+            && let Some(run) = &mut next.stage
+        {
+            run.branches.iter_mut().for_each(|b| b.complete_by = None);
         }
         Ok(next)
     }
@@ -545,6 +556,12 @@ impl TaskRecord {
         if let Some(latest) = self.stage.as_ref().and_then(StageRun::latest_complete_by) {
             self.hold_until = Some(latest);
         }
+    }
+
+    /// How long from `now` a claim is held off (`hold_until` plus the reply grace): the
+    /// delay of the Schedule that claims a held task.
+    pub(in crate::domain) fn held_for_ms(&self, now: Timestamp, policy: &Policy) -> u64 {
+        self.hold_until.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now))
     }
 
     /// The attempt and complete-by a dispatch of `step` carries: its branch's at a stage.

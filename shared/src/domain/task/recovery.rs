@@ -211,7 +211,7 @@ impl TaskRecord {
         }
         let step = Some(self.step_name(wf, cause.step().unwrap_or(self.step), Action::Do));
         // Branches of a stage still out hold the undo until their complete-by is over.
-        let delay_ms = self.hold_until.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now));
+        let delay_ms = self.held_for_ms(now, policy);
         let (trigger, mut next, status) = match self.first_to_undo(wf, in_doubt) {
             Some(first) => {
                 let next = self

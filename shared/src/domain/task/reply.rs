@@ -143,8 +143,14 @@ impl TaskRecord {
         let action = Action::Do;
         let name = self.step_name(wf, step, action);
         let mut next = self.clone();
-        let run = next.stage.as_mut().expect("at a stage");
-        let branch = run.branch_mut(step).expect("fenced: a branch of the stage");
+        // The fence let only a branch of this stage through; a record that says otherwise
+        // is refused, not trusted (a planted bug that disables the fence comes this way).
+        let corrupt = || Refusal::Corrupt {
+            workflow: self.workflow.clone(),
+            why: format!("reply for step {step} is for no branch of the stage at step {}", self.step),
+        };
+        let run = next.stage.as_mut().ok_or_else(corrupt)?;
+        let branch = run.branch_mut(step).ok_or_else(corrupt)?;
         branch.complete_by = None;
         let (reason, detail, in_doubt) = match &reply.outcome {
             ReplyOutcome::Succeeded { output } => match output
