@@ -107,10 +107,9 @@ async fn a_hanging_fraud_service_retries_only_the_screen_branch() {
 /// As a user runs it: `sasctl dev --workflows examples/parallel.json`, with one
 /// warehouse refusing some reservations besides the usual faults, `--json`. Every order
 /// ends, some undone, and every invariant holds, those of the shared checker
-/// (`sas_sim::invariants`) among them: it must know stages (several branches in flight
+/// (`sas_sim::invariants`) among them, which knows stages: several branches in flight
 /// under one lease, replies fenced per branch, an undo of exactly the branches that may
-/// have taken effect), which is the simulation's work (branch stage-b); until it is
-/// merged, this test fails on the shared checker's findings.
+/// have taken effect.
 #[test]
 fn the_parallel_example_runs_to_a_clean_report() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/parallel.json");
