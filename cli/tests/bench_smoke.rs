@@ -183,3 +183,187 @@ async fn a_waiting_record_fits_one_write_unit() {
     println!("waiting record: {bytes} bytes of JSON");
     assert!(bytes + 100 <= 1_024, "{bytes} bytes");
 }
+
+/// examples/parallel.json's order (a 3-branch stage, then charge and ship) against the
+/// same five steps one after the other: every order processed, five calls each. The stage
+/// is claimed once for three branches (two claims fewer: 2 WRU, 2 RRU less); each reply
+/// that lost a race to a sibling's costs a failed conditional write (billed) and a re-read.
+#[tokio::test]
+async fn cost_counts_a_parallel_stage_and_each_write_conflict() {
+    let a = CostAssumptions::default();
+    let seq = cost("sequential-order", 60, false, &a).await;
+    let par = cost("parallel-order", 60, false, &a).await;
+    for row in [&seq, &par] {
+        assert_eq!(row.processed, 60, "{row:?}");
+        assert_eq!(row.remote_calls_per_order, 5.0);
+    }
+    assert_eq!((seq.per_order["ddb_wru"], seq.per_order["ddb_rru"]), (13.0, 10.0));
+    assert_eq!(seq.write_conflicts_per_order, 0.0);
+    let c = par.write_conflicts_per_order;
+    assert_eq!((par.per_order["ddb_wru"], par.per_order["ddb_rru"]), (11.0 + c, 8.0 + c), "{par:?}");
+    assert!(
+        par.step_functions_standard > seq.step_functions_standard,
+        "a Parallel state is a transition more"
+    );
+    // One order alone: its three replies come back together and race: 2 lose the first
+    // round, 1 the second.
+    let alone = cost("parallel-order", 1, false, &a).await;
+    assert_eq!(alone.write_conflicts_per_order, 3.0);
+    assert_eq!((alone.per_order["ddb_wru"], alone.per_order["ddb_rru"]), (14.0, 11.0));
+    // With failures (crashes, retries, refusals), every order still ends.
+    let faulty = cost("parallel-order", 100, true, &a).await;
+    assert_eq!(faulty.processed + faulty.compensated + faulty.failed, 100, "{faulty:?}");
+}
+
+/// A stage's five replies race only when they meet in one scheduler invocation: an order
+/// alone loses 4 + 3 + 2 + 1 = 10 writes to its siblings; five steps one after the other
+/// lose none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_counts_the_replies_that_race() {
+    use sasctl::bench::contention_once;
+    let par = contention_once("parallel-5", 20, 1, 1).await;
+    let seq = contention_once("sequential-5", 20, 1, 1).await;
+    assert_eq!((par.processed, seq.processed), (20, 20));
+    assert_eq!(par.write_conflicts_per_order, 10.0, "{par:?}");
+    assert_eq!(seq.write_conflicts_per_order, 0.0);
+    // One Schedule and five replies, against a Schedule and a reply per step.
+    assert_eq!((par.scheduler_messages_per_order, seq.scheduler_messages_per_order), (6.0, 10.0));
+    let bulk = contention_once("parallel-5", 200, 0, 1).await;
+    assert_eq!(bulk.processed, 200);
+}
+
+/// The largest record a definition file allows: MAX_STEPS (20) steps with a stage of
+/// MAX_BRANCHES (10), every name at its longest, every step's output at MAX_OUTPUT_BYTES
+/// (written to escape as much as JSON can), the largest order (100 items, every field at
+/// its longest, a 2 KiB reply_to), a full timeline of the longest notes, and every
+/// optional field set at once (more than any one moment of a task holds: an upper bound).
+/// It stays well under DynamoDB's 400 KB item limit, as DynamoDB counts it and as the
+/// cost model's JSON counts it; `--nocapture` prints both.
+#[test]
+fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
+    use sas::domain::definitions::{MAX_BRANCHES, MAX_NAME_LEN, MAX_STEPS};
+    use sas::domain::ids::ORDER_ID_MAX_LEN;
+    use sas::domain::messages::{MAX_FIELD_LEN, MAX_ITEMS, MAX_QUANTITY, MAX_REASON_BYTES, MAX_REPLY_TO_LEN};
+    use sas::domain::timeline::{MAX_NOTE_BYTES, TIMELINE_LEN};
+    use sas::domain::workflow::{Entry as Text, StageText};
+    use sas::domain::*;
+    use sasctl::bench::{dynamodb_item_bytes, json_item_bytes};
+
+    let name = |i: usize| format!("{i:02}{}", "n".repeat(MAX_NAME_LEN - 2));
+    let branches: Vec<Step> =
+        (0..MAX_BRANCHES).map(|i| Step::compensable(&name(i), &name(i), &name(i))).collect();
+    let mut entries = vec![Text::Parallel { parallel: StageText { name: name(99), steps: branches } }];
+    entries.extend(
+        (MAX_BRANCHES..MAX_STEPS).map(|i| Text::Step(Step::compensable(&name(i), &name(i), &name(i)))),
+    );
+    let wf = Workflow::of_entries(&"w".repeat(MAX_NAME_LEN), entries);
+    assert_eq!((wf.len() as usize, wf.stages[0].len as usize), (MAX_STEPS, MAX_BRANCHES));
+
+    let long = |c: char, n: usize| c.to_string().repeat(n);
+    let order = Order {
+        order_id: OrderId::parse(&long('o', ORDER_ID_MAX_LEN)).unwrap(),
+        customer_id: long('c', MAX_FIELD_LEN),
+        items: (0..MAX_ITEMS)
+            .map(|_| LineItem { sku: long('s', MAX_FIELD_LEN), quantity: MAX_QUANTITY })
+            .collect(),
+        workflow: wf.name.clone(),
+        workflow_version: Some(u32::MAX),
+    };
+    let far = Timestamp(u64::MAX / 1_000);
+    let mut t = TaskRecord::new(&order, Some(long('r', MAX_REPLY_TO_LEN)), far, &Policy::default());
+    // A JSON string of backslashes: every one doubles again when the record is JSON.
+    let worst = format!("\"{}\"", "\\\\".repeat((MAX_OUTPUT_BYTES - 2) / 2));
+    let output = StepOutput::from_value(&serde_json::from_str(&worst).unwrap()).unwrap();
+    assert!(output.as_str().len() <= MAX_OUTPUT_BYTES && output.as_str().len() > MAX_OUTPUT_BYTES - 2);
+    for s in &wf.steps {
+        t.outputs.insert(s.name.clone(), output.clone());
+    }
+    let mut run = StageRun::new(&wf.stages[0]);
+    for b in &mut run.branches {
+        *b = Branch {
+            attempt: u32::MAX,
+            dispatches: u32::MAX,
+            failures: u32::MAX,
+            complete_by: Some(far),
+            outcome: Outcome::Succeeded,
+        };
+    }
+    t.stage = Some(run);
+    t.state = ProcessState::Error;
+    let big = u32::MAX;
+    (t.step, t.step_attempts, t.attempt, t.failure_count, t.step_failures, t.timeline_dropped) =
+        (big, big, big, big, big, big);
+    (t.revision, t.locked_by, t.complete_by, t.hold_until, t.redo_until, t.wake_at) = (
+        u64::MAX,
+        Some(LeaseToken(uuid::Uuid::from_u128(u128::MAX))),
+        Some(far),
+        Some(far),
+        Some(big),
+        Some(far),
+    );
+    t.deadline = Some(far);
+    t.callback = Some(Awaiting {
+        step: big,
+        attempt: big,
+        digest: long('d', 64),
+        timeout_at: far,
+        heartbeat_ms: Some(u64::MAX),
+        last_heartbeat: Some(far),
+        started_at: Some(far),
+        since: far,
+    });
+    t.submitter = Sender::from_sender_id(&long('a', 128));
+    t.paused = true;
+    t.last_error = Some(long('e', 3 * MAX_REASON_BYTES));
+    t.last_cause = Cause::Failed {
+        step: big,
+        action: Action::Undo,
+        reason: long('f', MAX_REASON_BYTES),
+        in_doubt: false,
+    };
+    t.timeline = (0..TIMELINE_LEN)
+        .map(|_| sas::domain::Entry {
+            at: far,
+            what: Happened::Moved(Trigger::CancelUndone),
+            step: big,
+            attempt: big,
+            note: Some(long('n', MAX_NOTE_BYTES)),
+            by: Some(long('b', MAX_NOTE_BYTES)),
+        })
+        .collect();
+    t.created_at = far;
+    t.updated_at = far;
+
+    let (dynamodb, json) = (dynamodb_item_bytes(&t), json_item_bytes(&t));
+    println!("largest record: {dynamodb} bytes as DynamoDB counts it, {json} bytes of JSON (limit 409,600)");
+    assert!(dynamodb < 150 * 1024, "{dynamodb} bytes: well under 400 KB");
+    assert!(json < 250 * 1024, "{json} bytes");
+}
+
+/// Every write of examples/parallel.json's order (its stage's three branches claimed
+/// together, each reply applied, then charge and ship), one order alone so its replies race:
+/// each is one 1 KB write unit, billed on the larger of the item before and after, as
+/// DynamoDB counts the item and as the cost model's JSON does. `--nocapture` prints each.
+#[tokio::test]
+async fn a_stage_in_flight_fits_one_write_unit() {
+    use sasctl::bench::{Rig, RigOptions, dynamodb_item_bytes, json_item_bytes};
+    let rig = Rig::new(RigOptions { workflow: "parallel-order".into(), ..RigOptions::default() }, true);
+    rig.send_orders(0, 1).await;
+    rig.drain().await;
+    assert_eq!(rig.terminal(), (1, 1));
+    let mut largest = (0, 0);
+    for w in rig.store.writes() {
+        let (d, j) = (dynamodb_item_bytes(&w.after), json_item_bytes(&w.after));
+        let branches =
+            w.after.stage.as_ref().map_or(0, |r| r.branches.iter().filter(|b| b.in_flight()).count());
+        println!(
+            "{:<12} {:?} step {}, {branches} branches in flight: {d} bytes (DynamoDB), {j} (JSON)",
+            format!("{:?}", w.after.state),
+            w.after.last_cause,
+            w.after.step
+        );
+        largest = (largest.0.max(d), largest.1.max(j));
+    }
+    println!("largest: {} bytes (DynamoDB), {} (JSON)", largest.0, largest.1);
+    assert!(largest.0 <= 1_024 && largest.1 <= 1_024, "{largest:?}");
+}

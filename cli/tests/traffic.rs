@@ -16,6 +16,7 @@ async fn a_trickle_is_counted_at_the_proxy_and_every_order_ends() {
     let o = TrafficOptions {
         endpoint,
         workflow: "single-step".into(),
+        workflows: None,
         orders,
         rate: Some(10.0),
         windows: vec![Windows::default(), Windows { orders_ms: 2_000, ..Windows::default() }],

@@ -33,6 +33,11 @@ pub struct CostRow {
     pub compensated: usize,
     pub failed: usize,
     pub remote_calls_per_order: f64,
+    /// Conditional writes that lost a race and were read and decided again (the
+    /// `WriteConflicts` metric): a parallel stage's branch replies race on one record.
+    /// Each is billed (a failed condition is a write, its re-read a read): the counts
+    /// below include them.
+    pub write_conflicts_per_order: f64,
     pub per_order: BTreeMap<String, f64>,
     /// Dollars per million orders, by service, and the total.
     pub dollars_per_million: BTreeMap<String, f64>,
@@ -82,6 +87,7 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
             seed: 7,
             count: true,
             reply_to: true,
+            round_trips: true,
         },
         true,
     );
@@ -143,14 +149,19 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
         .as_ref()
         .and_then(|w| w.steps.iter().filter_map(|s| s.wait.as_ref().and_then(|w| w.for_ms)).max())
         .unwrap_or(0);
-    let transitions = calls + n * (1.0 + timers);
+    // A parallel stage is a Parallel state: one transition more per order; its branches'
+    // Tasks are counted with the calls.
+    let stages = wf.as_ref().map_or(0, |w| w.stages.len()) as f64;
+    let transitions = calls + n * (1.0 + timers + stages);
     let agent_lambda = calls
         * (LAMBDA_PER_MILLION_REQUESTS / 1e6
             + (a.memory_mb as f64 / 1024.0) * (a.remote_call_ms as f64 / 1000.0) * LAMBDA_ARM_PER_GB_SECOND);
     let intake = n * (1.2 * SQS_PER_MILLION_REQUESTS / 1e6 + 0.1 * LAMBDA_PER_MILLION_REQUESTS / 1e6);
     let standard = (transitions * SFN_STANDARD_PER_TRANSITION + agent_lambda + intake) * m;
-    // Express: per execution, billed in 100 ms steps at 64 MB (the minimum).
-    let express_ms = (calls / n * a.remote_call_ms as f64 / 100.0).ceil() * 100.0;
+    // Express: per execution, billed in 100 ms steps at 64 MB (the minimum); a stage's
+    // branches run at once, so its calls take one call's time.
+    let side_by_side = wf.as_ref().map_or(0, |w| w.stages.iter().map(|s| s.len - 1).sum::<u32>()) as f64;
+    let express_ms = ((calls / n - side_by_side).max(0.0) * a.remote_call_ms as f64 / 100.0).ceil() * 100.0;
     let express = (n
         * (SFN_EXPRESS_PER_MILLION_REQUESTS / 1e6
             + 0.0625 * express_ms / 1000.0 * SFN_EXPRESS_PER_GB_SECOND)
@@ -161,6 +172,7 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
     let has_callback = wf.as_ref().is_some_and(|w| w.steps.iter().any(|s| s.is_callback()));
     let express = (longest_wait_ms <= 300_000 && !has_callback).then_some(express);
     let counted = rig.metrics.snapshot();
+    let write_conflicts = counted.count(sas::ports::Metric::WriteConflict) as f64;
     let woken = counted.count(sas::ports::Metric::TimerWoke);
     let timers = (woken > 0).then(|| TimerLateness {
         woken,
@@ -176,6 +188,7 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
         compensated: counts.get(&ProcessState::Compensated).copied().unwrap_or(0),
         failed: counts.get(&ProcessState::Error).copied().unwrap_or(0),
         remote_calls_per_order: calls / n,
+        write_conflicts_per_order: write_conflicts / n,
         per_order,
         dollars_per_million: dollars,
         sas_total,
@@ -199,6 +212,13 @@ impl fmt::Display for CostRow {
         )?;
         let per: Vec<String> = self.per_order.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
         writeln!(f, "  per order: {}", per.join(", "))?;
+        if self.write_conflicts_per_order > 0.0 {
+            writeln!(
+                f,
+                "  write conflicts: {:.3} per order (each a billed write and re-read, counted above)",
+                self.write_conflicts_per_order
+            )?;
+        }
         let d: Vec<String> = self.dollars_per_million.iter().map(|(k, v)| format!("{k} ${v:.2}")).collect();
         writeln!(f, "  $/million orders: {}", d.join(", "))?;
         if let Some(t) = &self.timers {

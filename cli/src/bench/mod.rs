@@ -9,6 +9,8 @@
 //! - `sweep`: items the supervisor reads per sweep with 100 due tasks among N finished ones.
 //! - `recovery`: simulated time from an agent crash to the order's completion.
 //! - `cost`: AWS requests and billed units per order, counted around the ports, priced.
+//! - `contention`: a parallel stage's branch replies racing on one record, against the
+//!   same steps one after the other: orders per second, CPU and write conflicts per order.
 //! - `cold_start`: function binaries launched against a stub Runtime API and an HTTPS
 //!   stub of AWS (`aws_stub`): init, first invocation with its TLS connection, peak RSS.
 //! - `starvation`: one agent's service hangs every call; the latency of a healthy
@@ -30,6 +32,7 @@
 //! Nothing here asserts a timing: the smoke test in `tests` checks structure only.
 
 mod cold_start;
+mod contention;
 mod cost;
 mod counting;
 mod listing;
@@ -52,8 +55,11 @@ pub use cold_start::{
     BENCH_STATE_TABLE, ColdStartCase, ColdStartReport, ColdStartRun, ColdStartTable, cold_start,
     cold_start_case, cold_start_once, judge,
 };
+pub use contention::{ContentionReport, ContentionRow, ContentionRun, contention, contention_once};
 pub use cost::{CostAssumptions, CostRow, TimerLateness, cost, prices};
-pub use counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore};
+pub use counting::{
+    AwsUsage, CountingAlerts, CountingQueues, CountingStore, dynamodb_item_bytes, json_item_bytes,
+};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
 pub use proxy::{CountingProxy, RequestCounts, classify};
@@ -113,6 +119,24 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         repeats: usize,
     },
+    /// A parallel stage's branch replies racing on one record: five steps one after the
+    /// other (sequential-5) against the same five as one stage's branches (parallel-5),
+    /// each store call a round trip. Orders/s, CPU and write conflicts (re-read and
+    /// re-decided writes) per order, with the orders in waves: 1 (an order alone, its
+    /// replies in one batch: the most that race) and 0 (all at once).
+    Contention {
+        /// Orders per run (1 to 10,000,000).
+        #[arg(long, default_value_t = 20_000,
+              value_parser = crate::args::whole::<usize>("--orders", 1, 10_000_000))]
+        orders: usize,
+        /// Orders per wave, comma separated (0 to 10,000,000); 0: all at once.
+        #[arg(long, value_delimiter = ',', default_value = "1,0",
+              value_parser = crate::args::whole::<usize>("--waves", 0, 10_000_000))]
+        waves: Vec<usize>,
+        /// Runs per workflow and wave (1 to 100); medians are quoted.
+        #[arg(long, default_value_t = 5, value_parser = crate::args::whole::<usize>("--repeats", 1, 100))]
+        repeats: usize,
+    },
     /// Items read per supervisor sweep with 100 due tasks among N finished ones and W
     /// waiting ones (timers and callbacks not yet due).
     Sweep {
@@ -152,7 +176,10 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// AWS requests, billed units and dollars per million orders, against Step Functions.
+    /// AWS requests, billed units and dollars per million orders, against Step Functions:
+    /// single-step and three-step orders (with and without failures), a callback step and
+    /// an hour's timer, and examples/parallel.json's order (a 3-branch stage) beside the
+    /// same order's steps one after the other (examples/sequential.json).
     Cost {
         #[arg(long, default_value_t = 10_000)]
         orders: usize,
@@ -209,9 +236,15 @@ pub enum BenchCommand {
         /// Orders per run.
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         orders: u64,
-        /// single-step or three-step (of the built-in examples/workflows.json).
+        /// single-step or three-step (of the built-in examples/workflows.json), or with
+        /// --workflows examples/parallel.json (or sequential.json) parallel-order (or
+        /// sequential-order): the workflows the cost model knows too.
         #[arg(long, default_value = "single-step")]
         workflow: String,
+        /// The definition file the functions run (default: the built-in
+        /// examples/workflows.json).
+        #[arg(long, value_name = "FILE")]
+        workflows: Option<std::path::PathBuf>,
         /// Batching windows ORDERS/SCHEDULER/AGENT in seconds, one run each (repeatable).
         #[arg(long, value_parser = Windows::parse, default_value = "0/0/0")]
         windows: Vec<Windows>,
@@ -275,6 +308,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             }
             emit(args.json, &reports, |all| all.iter().map(ToString::to_string).collect());
         }
+        BenchCommand::Contention { orders, waves, repeats } => {
+            let report = contention(&[rig::SEQUENTIAL_5, rig::PARALLEL_5], orders, &waves, repeats).await;
+            emit(args.json, &report, ToString::to_string);
+        }
         BenchCommand::Sweep { finished, waiting, due } => {
             let mut rows = Vec::new();
             for n in finished {
@@ -311,6 +348,11 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 }
             }
             rows.push(cost(rig::CALLBACK_TIMER, orders, false, &a).await);
+            for wf in [rig::SEQUENTIAL_ORDER, rig::PARALLEL_ORDER] {
+                for failures in [false, true] {
+                    rows.push(cost(wf, orders, failures, &a).await);
+                }
+            }
             emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
         }
         BenchCommand::ColdStart { binaries, repeats } => {
@@ -330,15 +372,33 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             bulk: _,
             orders,
             workflow,
+            workflows,
             windows,
             matrix,
             concurrency,
         } => {
-            if !["single-step", "three-step"].contains(&workflow.as_str()) {
-                return Err(format!("--workflow {workflow:?}: single-step or three-step"));
+            // The functions run the file's workflow; the cost model prices DynamoDB from
+            // its own copy of it, so it must know it by name too.
+            let file = crate::workflows::load(workflows.as_deref())?;
+            let modelled = rig::bench_workflows();
+            if file.workflows.get(&workflow).is_none()
+                || modelled.get(&workflow) != file.workflows.get(&workflow)
+            {
+                let known: Vec<&str> = file
+                    .workflows
+                    .names()
+                    .into_iter()
+                    .filter(|n| modelled.get(n) == file.workflows.get(n))
+                    .collect();
+                return Err(format!(
+                    "--workflow {workflow:?}: {} has {} that the cost model prices too",
+                    crate::workflows::source_name(workflows.as_deref()),
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                ));
             }
             let o = TrafficOptions {
                 endpoint: endpoint_url,
+                workflows,
                 workflow,
                 orders: orders as usize,
                 rate,

@@ -23,7 +23,7 @@ use sas::handlers::{
 };
 use sas::ports::{Alerts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
 
-use super::counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore};
+use super::counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore, RoundTrips};
 use super::remote::InstantRemote;
 
 /// Messages per receive, as the event source mappings' batch size.
@@ -39,12 +39,40 @@ pub const SHORT_TIMER: &str = "timer-5m";
 pub const LONG_TIMER: &str = "timer-1h";
 /// And one timer of the longest wait there is (`wait::MAX_WAIT_MS`, 366 days).
 pub const LONGEST_TIMER: &str = "longest-timer";
+/// The order of examples/parallel.json (reserve in two warehouses and screen for fraud at
+/// once, then charge and ship), and the same five steps one after the other
+/// (examples/sequential.json).
+pub const PARALLEL_ORDER: &str = "parallel-order";
+pub const SEQUENTIAL_ORDER: &str = "sequential-order";
+/// Contention: one stage of five branches, whose replies race on one record, against
+/// the same five steps one after the other.
+pub const PARALLEL_5: &str = "parallel-5";
+pub const SEQUENTIAL_5: &str = "sequential-5";
 
-/// The built-in workflows, `CALLBACK_TIMER`, the timers of `bench timers` and
-/// `LONGEST_TIMER`.
+/// The workflows of an example file of this repository.
+fn example(text: &str) -> Vec<sas::domain::Workflow> {
+    sas::domain::Definitions::parse(text).expect("the examples are valid (tested)").workflows.all().to_vec()
+}
+
+/// The built-in workflows, `CALLBACK_TIMER`, the timers of `bench timers`,
+/// `LONGEST_TIMER`, and the parallel stages' (`PARALLEL_ORDER`, `PARALLEL_5`) beside
+/// their sequential twins.
 pub fn bench_workflows() -> Workflows {
+    use sas::domain::workflow::{Entry, StageText};
     use sas::domain::{Callback, Step, Wait, Workflow};
     let mut all = Workflows::builtin().all().to_vec();
+    all.extend(example(include_str!("../../../examples/parallel.json")));
+    all.extend(example(include_str!("../../../examples/sequential.json")));
+    let five: Vec<Step> = (1..=5)
+        .map(|i| {
+            Step::compensable(&format!("reserve-{i}"), &format!("warehouse-{i}"), &format!("release-{i}"))
+        })
+        .collect();
+    all.push(Workflow::of_entries(
+        PARALLEL_5,
+        vec![Entry::Parallel { parallel: StageText { name: "reserve-all".into(), steps: five.clone() } }],
+    ));
+    all.push(Workflow::new(SEQUENTIAL_5, five));
     all.push(Workflow::new(
         CALLBACK_TIMER,
         vec![
@@ -92,6 +120,10 @@ pub struct RigOptions {
     pub count: bool,
     /// Orders carry `reply_to` (status updates are sent).
     pub reply_to: bool,
+    /// Each store call is a round trip, as on DynamoDB: the other handlers of the
+    /// invocation run meanwhile, so handlers that write one record can race (the
+    /// counting store's calls always are).
+    pub round_trips: bool,
 }
 
 impl Default for RigOptions {
@@ -106,6 +138,7 @@ impl Default for RigOptions {
             seed: 1,
             count: false,
             reply_to: true,
+            round_trips: false,
         }
     }
 }
@@ -198,7 +231,9 @@ impl Rig {
                 Arc::new(CountingAlerts { inner: RecordingAlerts::default(), usage: usage.clone() }),
             )
         } else {
-            (store.clone(), queues.clone(), Arc::new(RecordingAlerts::default()))
+            let state: Arc<dyn StateStore> =
+                if options.round_trips { Arc::new(RoundTrips(store.clone())) } else { store.clone() };
+            (state, queues.clone(), Arc::new(RecordingAlerts::default()))
         };
         // As the Lambda functions send: each invocation's sends coalesced, the counting
         // wrapper inside so it counts the requests that would reach SQS.

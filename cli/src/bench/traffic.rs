@@ -39,6 +39,8 @@ const MINUTES_PER_MONTH: f64 = 30.0 * 24.0 * 60.0;
 pub struct TrafficOptions {
     pub endpoint: String,
     pub workflow: String,
+    /// The definition file the functions run (the built-in one when `None`).
+    pub workflows: Option<std::path::PathBuf>,
     pub orders: usize,
     /// Orders per second; `None`: all at once, in SendMessageBatch requests of 10.
     pub rate: Option<f64>,
@@ -130,9 +132,11 @@ struct Running {
 }
 
 impl Running {
+    #[allow(clippy::too_many_arguments)]
     async fn start(
         proxy: &CountingProxy,
         remote: &LoopbackRemote,
+        workflows: Option<std::path::PathBuf>,
         windows: Windows,
         concurrency: usize,
         supervisor_period: Duration,
@@ -141,7 +145,7 @@ impl Running {
         let options = UpOptions {
             endpoint: proxy.url.clone(),
             prefix: format!("sas-traffic-{}-{run}", std::process::id()),
-            workflows: None,
+            workflows,
             remote_service_url: Some(remote.base_url()),
             supervisor_period,
             concurrency,
@@ -287,8 +291,16 @@ async fn one_run(
     model: &Model,
     run: usize,
 ) -> Result<TrafficRow, String> {
-    let running =
-        Running::start(proxy, remote, windows, o.concurrency, Duration::from_secs(3_600), run).await?;
+    let running = Running::start(
+        proxy,
+        remote,
+        o.workflows.clone(),
+        windows,
+        o.concurrency,
+        Duration::from_secs(3_600),
+        run,
+    )
+    .await?;
     // Whatever happens, the run's resources go.
     let measured = measure(o, windows, proxy, app, &running).await;
     running.finish().await?;
@@ -432,7 +444,7 @@ pub async fn traffic(o: &TrafficOptions) -> Result<TrafficReport, String> {
 pub async fn idle(endpoint: &str, seconds: u64) -> Result<IdleReport, String> {
     let (proxy, remote) = proxy_and_remote(endpoint).await?;
     let period = Duration::from_secs(20);
-    let running = Running::start(&proxy, &remote, Windows::default(), 1, period, 0).await?;
+    let running = Running::start(&proxy, &remote, None, Windows::default(), 1, period, 0).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (before, runs_before) = (proxy.counts(), running.events.summary().supervisor_runs);
     let started = Instant::now();

@@ -21,7 +21,8 @@ pub struct DevArgs {
     #[arg(long, value_name = "NAME")]
     pub workflow: Option<String>,
     /// Definition file of the workflows and agents (default: the built-in
-    /// examples/workflows.json). Every agent calls the simulated remote service.
+    /// examples/workflows.json; examples/ has others: callback steps, timers, a parallel
+    /// stage). Every agent calls the simulated remote service.
     #[arg(long, value_name = "FILE")]
     pub workflows: Option<std::path::PathBuf>,
     /// Orders per second, sent as a steady trickle (default: all at once).
@@ -46,7 +47,8 @@ pub struct DevArgs {
     pub bad_output_rate: f64,
     /// One agent's service fails differently from the rest: NAME=KIND:RATE[,KIND:RATE],
     /// kinds fail, refuse, undo-refuse, hang, bad-output (0 to 1) and latency (ms), e.g.
-    /// `--agent-fault payment=fail:0.3`. Repeatable.
+    /// `--agent-fault payment=fail:0.3`. Repeatable. It hits only the steps that call that
+    /// agent: at a parallel stage (examples/parallel.json), only the branches that do.
     #[arg(long, value_name = "NAME=KIND:RATE")]
     pub agent_fault: Vec<crate::agent_fault::AgentFault>,
     /// Callback steps (e.g. examples/approval.json): the simulated service answers a

@@ -51,11 +51,20 @@ pub enum TasksCommand {
     /// live task whose deadline has passed (the supervisor has not recovered it yet).
     /// A waiting task's STATE says what it waits for: a timer until its wake time, or a
     /// callback and when its heartbeat or completion is due (with --json, `waits_for`).
+    /// A task at a parallel stage has the stage's name as its STEP, and how many of its
+    /// branches are done (with --json, `stage`).
     List(ListArgs),
     /// Show one task: its state, step, lease and deadline, what a waiting task waits for
     /// (a timer's wake time; a callback's attempt, start, timeout, heartbeats and next
     /// due), failures, outputs (with --json, each with its value), last error, its
     /// timeline (who did what, when and why) and the commands that apply to it.
+    ///
+    /// At a parallel stage (and in Error or undoing after one), the stage and its
+    /// branches side by side: each branch's step, attempt, dispatches, failures, outcome
+    /// and complete-by. In the timeline a stage's entries have a lane per branch: `*`
+    /// marks the branches an entry is about (a branch's own success, refusal or undo; the
+    /// stage's claim and retry, of the branches not yet succeeded; an operator's action,
+    /// of all), `|` the others.
     Show(ShowArgs),
     /// Send a task in Error forward again from its failed step (or an earlier one, with
     /// --from-step), keeping what is done; or every task of a listing (--state error).
