@@ -38,6 +38,9 @@ step "sasctl dev: $orders single-step orders with failures and hangs injected"
 step "sasctl dev: $orders three-step orders with failures and hangs injected"
 "$bin/sasctl" dev --orders "$orders" --workflow three-step --failure-rate 0.2 --hang-rate 0.05
 
+step "sasctl dev: $orders orders of examples/parallel.json (a 3-branch stage) with failures and hangs injected"
+"$bin/sasctl" dev --orders "$orders" --workflows examples/parallel.json --workflow parallel-order --failure-rate 0.2 --hang-rate 0.05
+
 step "template: cfn-lint and checkov"
 scripts/lint-template.sh
 
