@@ -77,18 +77,7 @@ impl TaskRecord {
             self.moved(Trigger::Claimed, now, cause)?
         };
         let complete_by = now.plus_ms(wf.timeout_ms(self.step, policy.step_timeout_ms));
-        next.locked_by = Some(lease);
-        next.complete_by = Some(complete_by);
-        next.hold_until = None;
-        // The deadline is the due index's key: moving it costs the index a delete and a
-        // put. A waiting task's deadline usually covers the attempt already (the claim
-        // comes milliseconds after the wait began, and the pending timeout is longer
-        // than step timeout + grace), so it stays; it only moves when it would come
-        // before the reply window closes. The fence uses complete-by, not the deadline.
-        let needed = complete_by.plus_ms(policy.reply_grace_ms);
-        if next.deadline.is_none_or(|d| d < needed) {
-            next.deadline = Some(needed);
-        }
+        next.lease(lease, complete_by, policy);
         next.attempt += 1;
         next.step_attempts += 1;
         let callback = match wf.step(self.step).and_then(|s| s.callback) {
@@ -150,16 +139,26 @@ impl TaskRecord {
                 why: format!("stage at step {} has nothing left to dispatch", self.step),
             });
         };
-        next.locked_by = Some(lease);
-        next.complete_by = Some(complete_by);
-        next.hold_until = None;
-        let needed = complete_by.plus_ms(policy.reply_grace_ms);
-        if next.deadline.is_none_or(|d| d < needed) {
-            next.deadline = Some(needed);
-        }
+        next.lease(lease, complete_by, policy);
         next.step_attempts += 1;
         next.stage = Some(run);
         Ok(Decision { trigger: Trigger::Claimed, next, effects })
+    }
+
+    /// Takes `lease` until `complete_by`; a claim ends any hold.
+    fn lease(&mut self, lease: LeaseToken, complete_by: Timestamp, policy: &Policy) {
+        self.locked_by = Some(lease);
+        self.complete_by = Some(complete_by);
+        self.hold_until = None;
+        // The deadline is the due index's key: moving it costs the index a delete and a
+        // put. A waiting task's deadline usually covers the attempt already (the claim
+        // comes milliseconds after the wait began, and the pending timeout is longer
+        // than step timeout + grace), so it stays; it only moves when it would come
+        // before the reply window closes. The fence uses complete-by, not the deadline.
+        let needed = complete_by.plus_ms(policy.reply_grace_ms);
+        if self.deadline.is_none_or(|d| d < needed) {
+            self.deadline = Some(needed);
+        }
     }
 
     /// The planted bug of `Mutation::UnconditionalClaim`: a claim written as a plain
