@@ -253,6 +253,9 @@ pub async fn cold_start_once(
         .env("SCHEDULER_DLQ_URL", bench_queue_url("scheduler-dlq"))
         .env("AGENT_QUEUE_URL", bench_queue_url("agent"))
         .env("AGENT_DLQ_URL", bench_queue_url("agent-dlq"))
+        // The scheduler serves the callback queue too and will not start without it.
+        .env("CALLBACK_QUEUE_URL", bench_queue_url("callbacks"))
+        .env("CALLBACK_DLQ_URL", bench_queue_url("callbacks-dlq"))
         .env("ALERT_TOPIC_ARN", "arn:aws:sns:us-east-1:000000000000:bench")
         .env("STATUS_QUEUE_ARN", "arn:aws:sqs:us-east-1:000000000000:bench-status")
         .env("REMOTE_SERVICE_URL", format!("{}/remote", stub.endpoint()))
