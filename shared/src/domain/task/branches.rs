@@ -88,6 +88,10 @@ impl StageRun {
     pub fn all_succeeded(&self) -> bool {
         self.branches.iter().all(|b| b.outcome == Outcome::Succeeded)
     }
+    /// No branch is in flight any more: the lease that covered them ended.
+    pub fn land_all(&mut self) {
+        self.branches.iter_mut().for_each(|b| b.complete_by = None);
+    }
     /// The latest complete-by of the branches in flight: the stage's own.
     pub fn latest_complete_by(&self) -> Option<Timestamp> {
         self.branches.iter().filter_map(|b| b.complete_by).max()

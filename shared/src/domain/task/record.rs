@@ -508,7 +508,7 @@ impl TaskRecord {
         if (next.locked_by.is_none() || state != ProcessState::Processing)
             && let Some(run) = &mut next.stage
         {
-            run.branches.iter_mut().for_each(|b| b.complete_by = None);
+            run.land_all();
         }
         Ok(next)
     }
@@ -517,7 +517,7 @@ impl TaskRecord {
         self.locked_by = None;
         self.complete_by = None;
         if let Some(run) = &mut self.stage {
-            run.branches.iter_mut().for_each(|b| b.complete_by = None);
+            run.land_all();
         }
         self
     }
