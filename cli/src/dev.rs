@@ -490,6 +490,7 @@ pub async fn run_on(
         AgentSettings {
             retry: Backoff { base_ms: 10, cap_ms: options.step_timeout_ms / 4 },
             breaker: BreakerPolicy { failure_threshold: 20, open_ms: options.step_timeout_ms / 10 },
+            ..AgentSettings::default()
         },
         workflows.clone(),
     )

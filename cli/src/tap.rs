@@ -63,6 +63,28 @@ impl<S: StateStore, T: Tap> StateStore for TapStore<S, T> {
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError> {
         self.inner.due(now, limit).await
     }
+    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, StoreError> {
+        self.inner.gate(agent).await
+    }
+    async fn replace_gate(
+        &self,
+        next: &sas::domain::gate::Gate,
+        expected_revision: u64,
+    ) -> Result<Written, StoreError> {
+        self.inner.replace_gate(next, expected_revision).await
+    }
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &OrderId,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.inner.put_waiter(agent, ticket, order_id, now).await
+    }
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
+        self.inner.waiter(agent, ticket).await
+    }
 }
 
 /// Alerts raised on `first` (the operators' topic) and, once that succeeded, on `then`.

@@ -21,6 +21,7 @@ mod switches {
     static SWEEP_SKIPS_TIMERS: AtomicBool = AtomicBool::new(false);
     static JOIN_EARLY: AtomicBool = AtomicBool::new(false);
     static UNDO_EVERY_BRANCH: AtomicBool = AtomicBool::new(false);
+    static GATE_BLIND_WRITE: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -67,6 +68,10 @@ mod switches {
         /// Undoing a parallel stage compensates every branch that has a compensation,
         /// also those never dispatched or refused (which had no effect to undo).
         UndoEveryBranch,
+        /// The embedded store writes an agent's gate whatever the stored revision: the
+        /// check for room and the taking of a place are no longer one atomic step, so two
+        /// schedulers that read the same last free place both take it.
+        GateBlindWrite,
     }
 
     impl Mutation {
@@ -86,6 +91,7 @@ mod switches {
                 Mutation::SweepSkipsTimers => &SWEEP_SKIPS_TIMERS,
                 Mutation::JoinEarly => &JOIN_EARLY,
                 Mutation::UndoEveryBranch => &UNDO_EVERY_BRANCH,
+                Mutation::GateBlindWrite => &GATE_BLIND_WRITE,
             }
         }
         pub fn set(self, on: bool) {
@@ -139,6 +145,9 @@ mod switches {
     }
     pub fn undo_every_branch() -> bool {
         Mutation::UndoEveryBranch.is_on()
+    }
+    pub fn gate_blind_write() -> bool {
+        Mutation::GateBlindWrite.is_on()
     }
 }
 
@@ -231,5 +240,11 @@ pub(crate) const fn join_early() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn undo_every_branch() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn gate_blind_write() -> bool {
     false
 }

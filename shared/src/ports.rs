@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
+use crate::domain::gate::Gate;
 use crate::domain::{
     Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, SecretSource, SecretValue, TaskRecord,
     Timestamp,
@@ -57,6 +58,18 @@ pub trait StateStore: Send + Sync {
     /// from the sparse due index. The index holds keys only and may lag the table:
     /// re-read each task before acting on it.
     async fn due(&self, now: Timestamp, limit: usize) -> Result<Vec<OrderId>, StoreError>;
+    /// A strongly consistent read of an agent's gate (`domain::gate`); `None` before its
+    /// first write. Gates live in the same table, under keys no order id can take.
+    async fn gate(&self, agent: &str) -> Result<Option<Gate>, StoreError>;
+    /// Writes the gate only if its stored revision is still `expected_revision` (0: only
+    /// if it was never written).
+    async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError>;
+    /// Notes which order holds `ticket` in the agent's line, so whoever lets the ticket
+    /// through can wake it. Expires on its own.
+    async fn put_waiter(&self, agent: &str, ticket: u64, order_id: &OrderId, now: Timestamp)
+    -> Result<(), StoreError>;
+    /// The order noted for `ticket`, if it was noted.
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError>;
 }
 
 /// Listing tasks for operators (`sasctl tasks list` and its bulk actions): a port of its
@@ -188,6 +201,10 @@ pub enum RemoteError {
     /// Might work if tried again: 5xx, 429, timeouts, connection errors.
     #[error("transient: {0}")]
     Transient(String),
+    /// A 429 or 503 with Retry-After: nothing was done, and the service asks to be left
+    /// alone for `retry_after_ms`. Transient, with a delay the agent honours.
+    #[error("busy: {reason}")]
+    Busy { reason: String, retry_after_ms: u64 },
     /// Will not work however often tried: the service said no (4xx). `reason` says what
     /// failed and its status class, fit for the order's submitter; `detail` (bounded) is
     /// the service's own answer, for operators only (the record and the alert).
@@ -287,6 +304,16 @@ pub enum Metric {
     /// writer won): it is read and decided again. Branch replies of a parallel stage race
     /// so on one record.
     WriteConflict,
+    /// A step found its agent's gate full and took a ticket (again, when the supervisor
+    /// asked the gate for a task still waiting).
+    CapacityQueued,
+    /// How long a step waited for a place in its agent's gate, at its claim.
+    CapacityWaitMs,
+    /// A remote answered 429 or 503 with Retry-After: its agent's gate paused.
+    Throttled,
+    /// A gate's conditional write found the gate moved since it was read: read and
+    /// decided again.
+    GateConflict,
 }
 
 impl Metric {
@@ -324,10 +351,17 @@ impl Metric {
             Metric::CallbackRefused => "CallbackCompletionsRefused",
             Metric::CallbackTimedOut => "CallbacksTimedOut",
             Metric::WriteConflict => "WriteConflicts",
+            Metric::CapacityQueued => "CapacityQueued",
+            Metric::CapacityWaitMs => "CapacityWait",
+            Metric::Throttled => "Throttled",
+            Metric::GateConflict => "GateConflicts",
         }
     }
     pub fn is_latency(self) -> bool {
-        matches!(self, Metric::StepLatencyMs | Metric::OrderLatencyMs | Metric::TimerLatenessMs)
+        matches!(
+            self,
+            Metric::StepLatencyMs | Metric::OrderLatencyMs | Metric::TimerLatenessMs | Metric::CapacityWaitMs
+        )
     }
 }
 
@@ -382,14 +416,17 @@ pub struct Topology {
     /// The `queue` agents' queues, by agent: their requests go there, not to the agent
     /// function's queue.
     pub queue_agents: std::collections::BTreeMap<String, QueueUrl>,
+    /// The flow-control limits of the agents that have any (`domain::gate`): a call of
+    /// one of these takes a place in the agent's gate first.
+    pub limits: std::collections::BTreeMap<String, crate::domain::gate::Limits>,
 }
 
 impl Topology {
     pub fn new(scheduler_queue: QueueUrl, agent_queue: QueueUrl) -> Topology {
-        Topology { scheduler_queue, agent_queue, queue_agents: Default::default() }
+        Topology { scheduler_queue, agent_queue, queue_agents: Default::default(), limits: Default::default() }
     }
 
-    /// The queue agents of a definition file.
+    /// The queue agents of a definition file, and the limits of its agents.
     pub fn with_queue_agents(
         mut self,
         agents: &std::collections::BTreeMap<String, crate::domain::definitions::AgentDef>,
@@ -397,6 +434,11 @@ impl Topology {
         self.queue_agents = agents
             .iter()
             .filter_map(|(name, def)| def.queue().map(|q| (name.clone(), QueueUrl(q.to_owned()))))
+            .collect();
+        self.limits = agents
+            .iter()
+            .filter(|(_, def)| def.limits().any())
+            .map(|(name, def)| (name.clone(), def.limits()))
             .collect();
         self
     }

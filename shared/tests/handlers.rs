@@ -883,6 +883,28 @@ impl StateStore for LaggingIndex {
         page.truncate(limit);
         Ok(page)
     }
+    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, sas::ports::StoreError> {
+        self.inner.gate(agent).await
+    }
+    async fn replace_gate(
+        &self,
+        next: &sas::domain::gate::Gate,
+        expected_revision: u64,
+    ) -> Result<sas::ports::Written, sas::ports::StoreError> {
+        self.inner.replace_gate(next, expected_revision).await
+    }
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &sas::domain::OrderId,
+        now: sas::domain::Timestamp,
+    ) -> Result<(), sas::ports::StoreError> {
+        self.inner.put_waiter(agent, ticket, order_id, now).await
+    }
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<sas::domain::OrderId>, sas::ports::StoreError> {
+        self.inner.waiter(agent, ticket).await
+    }
 }
 
 /// Regression (sim seed 1341): a page of nothing but skipped entries stopped the sweep,
@@ -1207,6 +1229,7 @@ async fn an_open_circuit_fails_fast_without_holding_the_invocation() {
         sas::handlers::AgentSettings {
             retry: sas::domain::retry::Backoff { base_ms: 10, cap_ms: 10 },
             breaker: sas::domain::breaker::BreakerPolicy { failure_threshold: 2, open_ms: 60_000 },
+            ..Default::default()
         },
         h.settings.workflows.clone(),
     );

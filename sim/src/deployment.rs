@@ -118,5 +118,7 @@ pub fn agent_settings() -> AgentSettings {
     AgentSettings {
         retry: Backoff { base_ms: 50, cap_ms: 400 },
         breaker: BreakerPolicy { failure_threshold: 5, open_ms: 300 },
+        limited: false,
+        one_call: false,
     }
 }

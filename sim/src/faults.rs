@@ -81,6 +81,28 @@ impl StateStore for SimStore {
         self.before(Io::Due).await?;
         self.inner.due(now, limit).await
     }
+    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, StoreError> {
+        self.inner.gate(agent).await
+    }
+    async fn replace_gate(
+        &self,
+        next: &sas::domain::gate::Gate,
+        expected_revision: u64,
+    ) -> Result<Written, StoreError> {
+        self.inner.replace_gate(next, expected_revision).await
+    }
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &OrderId,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.inner.put_waiter(agent, ticket, order_id, now).await
+    }
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
+        self.inner.waiter(agent, ticket).await
+    }
 }
 
 pub struct SimQueues {

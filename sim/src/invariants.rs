@@ -241,6 +241,8 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
         Cause::Succeeded { action: Action::Undo, .. } => Trigger::UndoAdvanced,
         Cause::Started { .. } => Trigger::Started,
         Cause::Heartbeat { .. } => Trigger::Heartbeat,
+        Cause::Queued { .. } => Trigger::Queued,
+        Cause::Throttled { .. } => Trigger::Throttled,
         Cause::Completed { .. } if after.state == Processed => Trigger::Finished,
         Cause::Completed { .. } => Trigger::Advanced,
         Cause::Operator { act, .. } => match (act, after.state) {

@@ -38,6 +38,28 @@ impl StateStore for Suspending {
         tokio::task::yield_now().await;
         self.0.due(now, limit).await
     }
+    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, StoreError> {
+        self.0.gate(agent).await
+    }
+    async fn replace_gate(
+        &self,
+        next: &sas::domain::gate::Gate,
+        expected_revision: u64,
+    ) -> Result<Written, StoreError> {
+        self.0.replace_gate(next, expected_revision).await
+    }
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &OrderId,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.0.put_waiter(agent, ticket, order_id, now).await
+    }
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
+        self.0.waiter(agent, ticket).await
+    }
 }
 
 #[tokio::test]

@@ -273,6 +273,7 @@ impl Rig {
             AgentSettings {
                 retry: Backoff { base_ms: 100, cap_ms: step / 4 },
                 breaker: BreakerPolicy { failure_threshold: 1_000_000, open_ms: 1 },
+                ..AgentSettings::default()
             },
             settings.workflows.clone(),
         );

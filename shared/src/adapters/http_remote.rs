@@ -3,7 +3,7 @@
 //! idempotency key in the `Idempotency-Key` header, the outputs of earlier steps, and a
 //! callback step's token.
 //! 2xx is success, its body the step's output; 3xx (not followed),
-//! 408, 409, 429 and 5xx are transient; any other 4xx is a refusal, except a 401 or 403
+//! 408, 409, 429 and 5xx are transient (a 429 or 503 with Retry-After in seconds is `Busy`, with its delay); any other 4xx is a refusal, except a 401 or 403
 //! to a call with the agent's auth header, which may be a rotated secret
 //! ([`RemoteError::AuthRefused`]).
 
@@ -347,6 +347,14 @@ impl RemoteService for HttpRemote {
             RemoteError::Transient(format!("the remote service {what}"))
         })?;
         let status = response.status();
+        // Read before the body: only its delay in seconds is taken (an HTTP date is rare
+        // from APIs and is treated as no header).
+        let retry_after_ms = matches!(status.as_u16(), 429 | 503)
+            .then(|| response.headers().get(reqwest::header::RETRY_AFTER))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|secs| secs.saturating_mul(1_000));
         if status.is_success() {
             // An answer cut off on the way is asked for again: the key brings the same one.
             return body_bytes(&mut response, MAX_OUTPUT_BYTES + 1).await.map_err(|e| {
@@ -379,6 +387,12 @@ impl RemoteService for HttpRemote {
         } else if status.is_redirection() {
             tracing::warn!(url = %redacted(&url), %status, "remote service redirected; not followed");
             Err(RemoteError::Transient(format!("the remote service redirected (HTTP {class}, not followed)")))
+        } else if let Some(retry_after_ms) = retry_after_ms {
+            tracing::info!(url = %redacted(&url), %status, retry_after_ms, "remote service asked to wait");
+            Err(RemoteError::Busy {
+                reason: format!("the remote service asked to wait (HTTP {class}, Retry-After)"),
+                retry_after_ms,
+            })
         } else if status.is_server_error() || matches!(status.as_u16(), 408 | 409 | 429) {
             tracing::info!(url = %redacted(&url), %status, body = %text, "remote service answered an error");
             Err(RemoteError::Transient(format!("the remote service is unavailable (HTTP {class})")))

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::breaker::BreakerPolicy;
 use super::callback::{Callback, MAX_CALLBACK_MS, MIN_CALLBACK_MS};
+use super::gate::{MAX_IN_FLIGHT_LIMIT, MAX_PER_SECOND_LIMIT};
 use super::retry::Backoff;
 use super::secrets::{self, SecretSource};
 use super::wait::{MAX_WAIT_MS, MIN_WAIT_MS, Wait, WaitPath};
@@ -92,6 +93,23 @@ pub struct AgentDef {
     /// goes to one host only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthDef>,
+    /// At most this many calls in progress at once, across every container and every
+    /// workflow that uses the agent (1 to 1000). Work over it waits its turn, in arrival
+    /// order, and counts no failure (`gate.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
+    /// At most this many calls started in any one-second window (1 to 200). An agent with
+    /// it makes one request per dispatch: a transient failure is retried by the
+    /// supervisor, through the gate, not in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_second: Option<u32>,
+}
+
+impl AgentDef {
+    /// The agent's flow-control limits; none set is an agent without a gate.
+    pub fn limits(&self) -> crate::domain::gate::Limits {
+        crate::domain::gate::Limits { max_in_flight: self.max_in_flight, max_per_second: self.max_per_second }
+    }
 }
 
 /// `{"header": "Authorization", "secret": "ssm:/sas/payment/token", "prefix": "Bearer "}`:
@@ -402,6 +420,22 @@ impl DefinitionFile {
             {
                 error(at("timeout_ms"), format!("{t} is out of range: 100 to {MAX_STEP_TIMEOUT_MS}"));
             }
+            if let Some(m) = agent.max_in_flight
+                && !(1..=MAX_IN_FLIGHT_LIMIT).contains(&m)
+            {
+                error(at("max_in_flight"), format!("{m} is out of range: 1 to {MAX_IN_FLIGHT_LIMIT}"));
+            }
+            if let Some(m) = agent.max_per_second
+                && !(1..=MAX_PER_SECOND_LIMIT).contains(&m)
+            {
+                error(
+                    at("max_per_second"),
+                    format!(
+                        "{m} is out of range: 1 to {MAX_PER_SECOND_LIMIT} (each call writes the agent's gate \
+                         item twice, and one item takes at most 1,000 writes a second)"
+                    ),
+                );
+            }
             if let Some(r) = agent.retry
                 && (r.base_ms == 0 || r.cap_ms < r.base_ms || r.cap_ms > MAX_STEP_TIMEOUT_MS)
             {
@@ -534,6 +568,16 @@ impl DefinitionFile {
                             at(&format!("step {}", branch.name)),
                             "a callback step cannot run in a parallel stage: put it before or after the stage"
                                 .into(),
+                        );
+                    }
+                    if self.agents.get(&branch.agent).is_some_and(|a| a.limits().any()) {
+                        error(
+                            at(&format!("step {}", branch.name)),
+                            format!(
+                                "agent {} has max_in_flight or max_per_second: a limited agent cannot \
+                                 run in a parallel stage yet (put the step before or after the stage)",
+                                branch.agent
+                            ),
                         );
                     }
                 }

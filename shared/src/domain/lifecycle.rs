@@ -109,10 +109,17 @@ pub enum Trigger {
     Pause,
     /// Operator: let a paused task go on from where it stopped.
     Resume,
+    /// The step's agent has limits and no room: the task waits for a place in its gate,
+    /// with a ticket, no lease and no failure counted (also when the supervisor finds it
+    /// still waiting and asks again).
+    Queued,
+    /// The agent's remote answered 429 or 503 with Retry-After: the lease ends, the agent's
+    /// gate pauses, and the step is tried again after the pause, no failure counted.
+    Throttled,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 20] = [
+    pub const ALL: [Trigger; 22] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
@@ -133,6 +140,8 @@ impl Trigger {
         Trigger::CancelUndone,
         Trigger::Pause,
         Trigger::Resume,
+        Trigger::Queued,
+        Trigger::Throttled,
     ];
 
     /// Triggers only an operator (or an app's cancel) pulls: the only moves out of a
@@ -171,6 +180,8 @@ impl Trigger {
             Trigger::CancelUndone => "CancelUndone",
             Trigger::Pause => "Pause",
             Trigger::Resume => "Resume",
+            Trigger::Queued => "Queued",
+            Trigger::Throttled => "Throttled",
         }
     }
 
@@ -247,6 +258,13 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     // task Processing; the last one's is Advanced or Finished, and a refusal or a lapse
     // gives up through the rows above, as a lone step's would.
     (Processing, BranchDone, Processing),
+    // Flow control: a step whose agent has no room waits for its turn in the agent's gate
+    // (`gate.rs`) before its claim, and a remote's "too many requests" puts the step back
+    // to wait. Neither counts a failure, and neither leaves the task without a deadline.
+    (Pending, Queued, Pending),
+    (Compensating, Queued, Compensating),
+    (Processing, Throttled, Pending),
+    (Compensating, Throttled, Compensating),
 ];
 
 /// The next state, or `None` when the table has no such move.
@@ -363,6 +381,25 @@ mod tests {
             if trigger == Heartbeat {
                 assert_eq!(from, to);
             }
+        }
+    }
+
+    #[test]
+    fn waiting_for_capacity_never_leaves_the_state_it_waits_in_for_another_than_its_claims() {
+        // Queued holds a task where it waits for its claim; Throttled hands a lease back to
+        // the state its claim came from. Neither reaches a terminal state or Error.
+        let rows: Vec<_> = TRANSITIONS.iter().filter(|(_, t, _)| matches!(t, Queued | Throttled)).collect();
+        assert_eq!(
+            rows,
+            [
+                &(Pending, Queued, Pending),
+                &(Compensating, Queued, Compensating),
+                &(Processing, Throttled, Pending),
+                &(Compensating, Throttled, Compensating),
+            ]
+        );
+        for &&(from, trigger, to) in &rows {
+            assert!(next(to, Claimed).is_some(), "{from:?} --{trigger:?}--> {to:?} must be claimable");
         }
     }
 

@@ -513,6 +513,10 @@ pub enum ReplyOutcome {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// The service answered 429 or 503 with Retry-After, and nothing was done: the step
+    /// goes back to wait after `retry_after_ms`, no failure counted, and the agent's gate
+    /// lets nobody through until then. Only a step outside a parallel stage is answered so.
+    Throttled { retry_after_ms: u64 },
 }
 
 impl ReplyOutcome {

@@ -18,6 +18,7 @@
 //!    - `wait.rs`: timer steps: how long or until when, and the path that names the time.
 //!    - `callback.rs`: callback steps: the token the outside completes them with, and the
 //!      wait a record keeps for one.
+//!    - `gate.rs`: flow control: the places, tickets and rate of one agent with limits.
 //! 3. `workflow.rs`: steps and workflows, the saga's terms (compensable, pivot, read-only),
 //!    and the idempotency key of one action of one step.
 //! 4. `messages.rs`: every message on a queue or topic, and its parser.
@@ -29,6 +30,7 @@
 pub mod breaker;
 pub mod callback;
 pub mod definitions;
+pub mod gate;
 pub mod ids;
 pub mod lifecycle;
 pub mod messages;

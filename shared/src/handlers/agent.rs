@@ -26,6 +26,11 @@ pub struct AgentSettings {
     /// Backoff between calls of one attempt.
     pub retry: Backoff,
     pub breaker: BreakerPolicy,
+    /// The agent has flow-control limits: a remote's "too many requests" goes back to
+    /// its gate (`domain::gate`) instead of being waited out here.
+    pub limited: bool,
+    /// The agent has `max_per_second`: one request per dispatch, no retry in place.
+    pub one_call: bool,
 }
 
 impl Default for AgentSettings {
@@ -33,6 +38,8 @@ impl Default for AgentSettings {
         AgentSettings {
             retry: Backoff { base_ms: 100, cap_ms: 2_000 },
             breaker: BreakerPolicy { failure_threshold: 5, open_ms: 1_000 },
+            limited: false,
+            one_call: false,
         }
     }
 }
@@ -102,6 +109,8 @@ impl Agent {
                 let settings = AgentSettings {
                     retry: def.retry.map_or(defaults.retry, |r| r.backoff()),
                     breaker: def.breaker.map_or(defaults.breaker, |b| b.policy()),
+                    limited: def.limits().any(),
+                    one_call: def.max_per_second.is_some(),
                 };
                 (name.clone(), settings)
             })
@@ -200,7 +209,7 @@ impl Agent {
         let breaker =
             breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.settings_of(agent).breaker));
         match result {
-            Err(RemoteError::Transient(_)) => breaker.on_transient_failure(now.0),
+            Err(RemoteError::Transient(_) | RemoteError::Busy { .. }) => breaker.on_transient_failure(now.0),
             // A refusal, of the step or of the credentials, is the service answering.
             Ok(_) | Err(RemoteError::Permanent { .. } | RemoteError::AuthRefused { .. }) => {
                 breaker.on_success()
@@ -277,7 +286,30 @@ impl Agent {
                     self.deps.metrics.record(Metric::AuthRefused, 1);
                     return AgentOutcome::Replied(ReplyOutcome::Failed { reason, detail });
                 }
+                // An agent with limits hands the step back to its gate, which pauses for
+                // every container; one without waits in place, if complete-by allows.
+                Err(RemoteError::Busy { reason, retry_after_ms }) => {
+                    tracing::info!(%reason, retry_after_ms, "remote service asked to wait");
+                    if self.settings_of(&request.agent).limited {
+                        return AgentOutcome::Replied(ReplyOutcome::Throttled { retry_after_ms });
+                    }
+                    let Some(retry_at) = self.retry_at(request, now, &mut failures) else {
+                        return AgentOutcome::GaveUp { calls };
+                    };
+                    let retry_at = retry_at.max(now.plus_ms(retry_after_ms));
+                    if retry_at >= complete_by {
+                        return AgentOutcome::GaveUp { calls };
+                    }
+                    self.deps.metrics.record(Metric::AgentRetry, 1);
+                    clock.sleep_until(retry_at).await;
+                }
                 Err(RemoteError::Transient(reason)) => {
+                    // Under a rate limit each request needs a place of its own: no retry in
+                    // place; the supervisor tries the step again through the gate.
+                    if self.settings_of(&request.agent).one_call {
+                        tracing::info!(%reason, "transient failure; an agent with max_per_second does not retry in place");
+                        return AgentOutcome::GaveUp { calls };
+                    }
                     let Some(retry_at) = self.retry_at(request, now, &mut failures) else {
                         return AgentOutcome::GaveUp { calls };
                     };

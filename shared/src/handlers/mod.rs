@@ -5,6 +5,7 @@ pub mod agent;
 pub mod batch;
 pub mod callbacks;
 pub mod coalesce;
+mod gate;
 pub mod operator;
 pub mod scheduler;
 pub mod settings;
@@ -106,10 +107,25 @@ pub(crate) async fn transition(
     order_id: &OrderId,
     decide: impl Fn(&TaskRecord, &Workflow, Timestamp) -> Result<Decision, Refusal>,
 ) -> Result<Transition, HandlerError> {
+    transition_from(deps, settings, order_id, None, decide).await
+}
+
+/// [`transition`], starting from a read the caller made already (`None`: read first).
+pub(crate) async fn transition_from(
+    deps: &Deps,
+    settings: &Settings,
+    order_id: &OrderId,
+    mut read: Option<TaskRecord>,
+    decide: impl Fn(&TaskRecord, &Workflow, Timestamp) -> Result<Decision, Refusal>,
+) -> Result<Transition, HandlerError> {
     let mut tries = 0;
     loop {
-        let Some(task) = deps.store.task(order_id).await? else {
-            return Ok(Transition::NoSuchTask);
+        let task = match read.take() {
+            Some(task) => task,
+            None => match deps.store.task(order_id).await? {
+                Some(task) => task,
+                None => return Ok(Transition::NoSuchTask),
+            },
         };
         let workflow = settings.workflow(&task)?;
         tries += 1;
@@ -226,6 +242,8 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
             m.record(Metric::Compensated, 1);
         }
         Resubmit | OperatorUndo | Cancel | Pause | Resume => m.record(Metric::OperatorAction, 1),
+        Queued => m.record(Metric::CapacityQueued, 1),
+        Throttled => m.record(Metric::Throttled, 1),
         CancelUndone => {
             m.record(Metric::OperatorAction, 1);
             m.record(Metric::Compensated, 1);

@@ -33,6 +33,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 pub use crate::config::TableNames;
+use crate::domain::gate::Gate;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
 use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
 
@@ -433,6 +434,112 @@ impl StateStore for DynamoStore {
         due.sort();
         due.truncate(limit);
         Ok(due.into_iter().map(|(_, id)| id).collect())
+    }
+
+    async fn gate(&self, agent: &str) -> Result<Option<Gate>, StoreError> {
+        self.gate_item(agent).await
+    }
+
+    async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
+        self.write_gate(next, expected_revision).await
+    }
+
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &OrderId,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut item = waiter_key(agent, ticket);
+        item.insert(WAITER_ORDER.to_owned(), AttributeValue::S(order_id.as_str().to_owned()));
+        item.insert(EXPIRES_AT.to_owned(), AttributeValue::N((now.0 / 1_000 + WAITER_TTL_SECS).to_string()));
+        self.client
+            .put_item()
+            .table_name(&self.tables.state)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| unavailable("noting a waiter", e))?;
+        Ok(())
+    }
+
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.tables.state)
+            .set_key(Some(waiter_key(agent, ticket)))
+            .consistent_read(true)
+            .projection_expression("#w")
+            .expression_attribute_names("#w", WAITER_ORDER)
+            .send()
+            .await
+            .map_err(|e| unavailable("reading a waiter", e))?;
+        match out.item.as_ref().and_then(|i| i.get(WAITER_ORDER)) {
+            None => Ok(None),
+            Some(AttributeValue::S(id)) => OrderId::parse(id)
+                .map(Some)
+                .map_err(|e| corrupt(&format!("gate#{agent}#{ticket}"), e)),
+            Some(_) => Err(corrupt(&format!("gate#{agent}#{ticket}"), "waiter_order is not a string")),
+        }
+    }
+}
+
+/// A gate's item key: `gate#<agent>`. Order ids never hold `#`, so no task can take it.
+fn gate_key(agent: &str) -> Item {
+    HashMap::from([(KEY.to_owned(), AttributeValue::S(format!("gate#{agent}")))])
+}
+
+fn waiter_key(agent: &str, ticket: u64) -> Item {
+    HashMap::from([(KEY.to_owned(), AttributeValue::S(format!("gate#{agent}#{ticket}")))])
+}
+
+/// The attribute of a waiter item that names the waiting order.
+const WAITER_ORDER: &str = "waiter_order";
+/// How long a waiter item is kept: far longer than any wait, and then TTL deletes it.
+const WAITER_TTL_SECS: u64 = 7 * 24 * 3_600;
+
+impl DynamoStore {
+    async fn gate_item(&self, agent: &str) -> Result<Option<Gate>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.tables.state)
+            .set_key(Some(gate_key(agent)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("reading gate", e))?;
+        out.item
+            .map(|mut item| {
+                item.remove(KEY);
+                serde_dynamo::aws_sdk_dynamodb_1::from_item(item)
+                    .map_err(|e| corrupt(&format!("gate#{agent}"), e))
+            })
+            .transpose()
+    }
+
+    async fn write_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
+        let mut item: Item = serde_dynamo::aws_sdk_dynamodb_1::to_item(next)
+            .map_err(|e| corrupt(&format!("gate#{}", next.agent), format!("cannot encode gate: {e}")))?;
+        item.retain(|_, value| !matches!(value, AttributeValue::Null(_)));
+        item.extend(gate_key(&next.agent));
+        let put = self.client.put_item().table_name(&self.tables.state).set_item(Some(item));
+        let put = match expected_revision {
+            0 => put.condition_expression("attribute_not_exists(#k)").expression_attribute_names("#k", KEY),
+            n => put
+                .condition_expression("#r = :expected")
+                .expression_attribute_names("#r", REVISION)
+                .expression_attribute_values(":expected", AttributeValue::N(n.to_string())),
+        };
+        match put.send().await {
+            Ok(_) => Ok(Written::Applied),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                Ok(Written::RevisionMoved)
+            }
+            Err(e) => Err(unavailable("writing gate", e)),
+        }
     }
 }
 

@@ -3,6 +3,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
+use crate::domain::gate::Gate;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
 use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
 
@@ -21,6 +22,8 @@ struct Tables {
     /// The sparse error index: (updated_at, order id) of every task in Error.
     errors: BTreeSet<(Timestamp, OrderId)>,
     log: Vec<WriteRecord>,
+    gates: HashMap<String, Gate>,
+    waiters: HashMap<(String, u64), OrderId>,
     /// Index entries read by `due`, as a sweep-cost measure.
     due_items_read: u64,
     /// Index entries read by `list`, likewise.
@@ -63,6 +66,10 @@ impl EmbeddedStore {
             *counts.entry(task.state).or_default() += 1;
         }
         counts
+    }
+    /// An agent's gate as stored, outside the port, for checkers and reports.
+    pub fn peek_gate(&self, agent: &str) -> Option<Gate> {
+        self.tables().gates.get(agent).cloned()
     }
     pub fn due_items_read(&self) -> u64 {
         self.tables().due_items_read
@@ -141,6 +148,36 @@ impl StateStore for EmbeddedStore {
             t.due.iter().take_while(|(d, _)| *d <= now).take(limit).map(|(_, id)| id.clone()).collect();
         t.due_items_read += ids.len() as u64;
         Ok(ids)
+    }
+
+    async fn gate(&self, agent: &str) -> Result<Option<Gate>, StoreError> {
+        Ok(self.tables().gates.get(agent).cloned())
+    }
+
+    async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
+        let mut t = self.tables();
+        let stored = t.gates.get(&next.agent).map_or(0, |g| g.revision);
+        // The planted bug of `Mutation::GateBlindWrite`: the gate is written whatever moved.
+        if stored != expected_revision && !crate::mutations::gate_blind_write() {
+            return Ok(Written::RevisionMoved);
+        }
+        t.gates.insert(next.agent.clone(), next.clone());
+        Ok(Written::Applied)
+    }
+
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &OrderId,
+        _now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.tables().waiters.insert((agent.to_owned(), ticket), order_id.clone());
+        Ok(())
+    }
+
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
+        Ok(self.tables().waiters.get(&(agent.to_owned(), ticket)).cloned())
     }
 }
 

@@ -167,9 +167,19 @@ fn every_row_of_the_table_is_a_decision() {
     let branch_done =
         checked(&at_stage, at_stage.apply_reply(&branch_reply(&at_stage, 2, ok()), T0, &parallel, &policy()));
     let stage_cases: Vec<(&TaskRecord, Decision)> = vec![(&at_stage, branch_done)];
+    // Flow control: waiting for a place before a forward claim and a compensation's, and a
+    // remote's "too many requests" to each.
+    let throttled = || ReplyOutcome::Throttled { retry_after_ms: 1_000 };
+    let capacity_cases: Vec<(&TaskRecord, Decision)> = vec![
+        (&pending, checked(&pending, pending.queue("a", 0, T0, &policy()))),
+        (&compensating, checked(&compensating, compensating.queue("a", 1, T0, &policy()))),
+        (&processing, reply(&processing, &three, throttled(), T0)),
+        (&undoing, reply(&undoing, &three, throttled(), T0)),
+    ];
     let cases: Vec<_> = cases
         .into_iter()
         .chain(stage_cases)
+        .chain(capacity_cases)
         .chain(operator_cases)
         .chain(timer_cases)
         .chain(callback_cases)

@@ -18,6 +18,8 @@
 //!    - `claim.rs`: a scheduler takes the task for its current step (or all the branches
 //!      of its stage).
 //!    - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
+//!    - `capacity.rs`: waiting for a place in a limited agent's gate, and a remote's
+//!      "too many requests".
 //! 4. `recovery.rs`: a lapse past the deadline, and the give-up rule.
 //! 5. Peers:
 //!    - `reply.rs`: the fence, then an agent's reply.
@@ -32,6 +34,7 @@
 
 mod branches;
 mod callback;
+mod capacity;
 mod claim;
 mod compensation;
 mod record;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::branches::StageRun;
 use crate::domain::callback::{Awaiting, CallbackToken, CompletionRefused};
+use crate::domain::gate::Ticket;
 use crate::domain::ids::{LeaseToken, OrderId, Sender, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{OperatorAlert, Order, OrderStatus};
@@ -95,6 +96,17 @@ pub enum Cause {
     Completed {
         step: u32,
     },
+    /// The step's agent had no room: the task waits with `ticket` in its gate.
+    Queued {
+        step: u32,
+        ticket: u64,
+    },
+    /// The agent's remote answered "too many requests": tried again after `retry_after_ms`.
+    Throttled {
+        step: u32,
+        action: Action,
+        retry_after_ms: u64,
+    },
     /// An operator (or an app's cancel message) acted on the task at `step`.
     Operator {
         step: u32,
@@ -181,6 +193,10 @@ pub struct TaskRecord {
     /// token's digest, and when it is due (`callback.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Awaiting>,
+    /// Only while the task waits for a place in its step's agent's gate (Pending or
+    /// Compensating, no lease): the agent, its ticket and when the wait began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<Ticket>,
     /// Only at a parallel stage, from its first claim until the task goes past it (and,
     /// when it gave up there, until it ends): each branch's attempt, complete-by, budget
     /// and outcome (`branches.rs`).
@@ -334,6 +350,8 @@ impl Cause {
             | Cause::Started { step }
             | Cause::Heartbeat { step }
             | Cause::Completed { step }
+            | Cause::Queued { step, .. }
+            | Cause::Throttled { step, .. }
             | Cause::Operator { step, .. } => Some(*step),
         }
     }
@@ -356,6 +374,7 @@ impl TaskRecord {
             redo_until: None,
             wake_at: None,
             callback: None,
+            queued: None,
             stage: None,
             deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
             failure_count: 0,
@@ -411,6 +430,11 @@ impl TaskRecord {
         let may_hold = matches!(s, ProcessState::Compensating | ProcessState::Error | ProcessState::Pending);
         if self.hold_until.is_some() && (!may_hold || self.locked_by.is_some()) {
             return Some(format!("{s:?} held for a cancelled attempt"));
+        }
+        if self.queued.is_some()
+            && (!matches!(s, ProcessState::Pending | ProcessState::Compensating) || self.locked_by.is_some())
+        {
+            return Some(format!("{s:?} waiting for a place in a gate"));
         }
         if self.wake_at.is_some() && s != ProcessState::Waiting {
             return Some(format!("{s:?} with wake time {:?}", self.wake_at));
@@ -487,6 +511,10 @@ impl TaskRecord {
         }
         if state != ProcessState::Waiting {
             next.wake_at = None;
+        }
+        // Any move but another turn in the line ends the wait for a place.
+        if trigger != Trigger::Queued {
+            next.queued = None;
         }
         // A callback's token lives as long as its attempt: claimed (Processing), then
         // waiting for the outside. Any other state ends the attempt, and the token with it.

@@ -75,7 +75,18 @@ impl TaskRecord {
     ) -> Result<Decision, Refusal> {
         self.fence(reply, now).map_err(Refusal::StaleReply)?;
         self.check_workflow(wf)?;
-        if self.stage.as_ref().is_some_and(|r| r.at == self.step) && reply.action == Action::Do {
+        let at_stage = self.stage.as_ref().is_some_and(|r| r.at == self.step) && reply.action == Action::Do;
+        if let ReplyOutcome::Throttled { retry_after_ms } = reply.outcome {
+            // A stage's branches share one lease: one branch cannot hand it back alone.
+            if at_stage {
+                return Err(Refusal::Corrupt {
+                    workflow: self.workflow.clone(),
+                    why: format!("step {} is a branch of a parallel stage: it cannot be throttled back", reply.step),
+                });
+            }
+            return self.throttled(reply.action, retry_after_ms, now, policy);
+        }
+        if at_stage {
             return self.branch_reply(reply, now, wf, policy);
         }
         let (step, action) = (self.step, reply.action);
@@ -118,6 +129,11 @@ impl TaskRecord {
                     cut_reason(format!("step {name} succeeded, but its output cannot be kept: {reason}"));
                 self.bad_output(now, wf, policy, &reason, detail.clone().map(cut_reason).as_deref())
             }
+            // Decided before the stage's replies, above.
+            (ReplyOutcome::Throttled { .. }, _) => Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: "a throttled reply reached the step's outcomes".into(),
+            }),
             (ReplyOutcome::Failed { reason, detail }, Action::Undo) => {
                 let (reason, detail) = (&cut_reason(reason.clone()), &detail.clone().map(cut_reason));
                 let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt: false };
@@ -187,6 +203,7 @@ impl TaskRecord {
                 detail.clone(),
                 true,
             ),
+            ReplyOutcome::Throttled { .. } => return Err(corrupt()),
             ReplyOutcome::Failed { reason, detail } => {
                 branch.outcome = Outcome::Refused;
                 (reason.clone(), detail.clone(), false)

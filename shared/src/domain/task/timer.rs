@@ -52,6 +52,13 @@ impl TaskRecord {
         if self.parked() {
             return Err(Refusal::NotDue { deadline: self.deadline, now });
         }
+        // Waiting for a place in a gate is no lapse: ask the gate again.
+        if self.queued.is_some() && self.locked_by.is_none() {
+            return match self.deadline {
+                Some(deadline) if deadline <= now => self.requeue(now, policy),
+                deadline => Err(Refusal::NotDue { deadline, now }),
+            };
+        }
         // A callback's wait lapses like an attempt (its timeout or heartbeat was missed).
         if self.state != ProcessState::Waiting || self.callback.is_some() {
             return self.lapse(now, wf, policy, jitter);

@@ -1,0 +1,345 @@
+//! Flow control: the gate of one agent with limits (`max_in_flight`, `max_per_second`),
+//! shared by every container through one item of the state table.
+//!
+//! A call may start only while it holds a place in its agent's gate. A place is a lease,
+//! not a count: it names its holder and lasts until a time, so a holder that dies gives
+//! it back when that time passes, whoever reads the gate next (`prune`). A call's place
+//! lasts until its complete-by plus the reply grace (the agent stops calling by then),
+//! unless the scheduler gives it back sooner, when it applies the call's reply.
+//!
+//! Work that finds the gate full takes a ticket and waits, in ticket order: each change
+//! of the gate lets the lowest waiting tickets through while there is room, reserving a
+//! place for each (`Hold::reserved`) until its task comes to take it. Nothing about
+//! waiting counts as a failure.
+//!
+//! The rate (`max_per_second`) is held the same way: a call's place counts against the
+//! rate from the moment it is given until one second after it is given back (`tails`).
+//! So the calls that start in any one-second window all held their places at one
+//! instant (the latest of their admissions), and there are never more of those than
+//! the limit. That argument needs one request per place: an agent with a rate limit
+//! makes one request per dispatch (`handlers::agent`).
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::{OrderId, Timestamp};
+
+/// The window `max_per_second` counts over.
+pub const RATE_WINDOW_MS: u64 = 1_000;
+/// How long a place reserved for a ticket waits for its task's claim before it goes to
+/// the next in line.
+pub const RESERVATION_MS: u64 = 30_000;
+/// The longest pause a remote's Retry-After buys: a longer one is cut to this.
+pub const MAX_PAUSE_MS: u64 = 300_000;
+/// The largest `max_in_flight` a definition may set: the gate keeps one entry per place.
+pub const MAX_IN_FLIGHT_LIMIT: u32 = 1_000;
+/// The largest `max_per_second`: each call writes its gate twice, and one DynamoDB item
+/// takes at most 1,000 write units a second.
+pub const MAX_PER_SECOND_LIMIT: u32 = 200;
+
+/// An agent's limits, from the definition file. Neither set: no gate at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_in_flight: Option<u32>,
+    pub max_per_second: Option<u32>,
+}
+
+impl Limits {
+    pub fn any(&self) -> bool {
+        self.max_in_flight.is_some() || self.max_per_second.is_some()
+    }
+
+    /// How long a call's place lasts if nobody gives it back: past complete-by and the
+    /// grace the agent is held to, and, under a rate limit, the window after it.
+    pub fn hold_until(&self, complete_by: Timestamp, grace_ms: u64) -> Timestamp {
+        let tail = if self.max_per_second.is_some() { RATE_WINDOW_MS } else { 0 };
+        complete_by.plus_ms(grace_ms + tail)
+    }
+}
+
+/// Who holds a place: one attempt of one task (`<order>#<attempt>`), or a ticket let
+/// through and not yet claimed (`#<ticket>`).
+pub fn call_holder(order_id: &OrderId, attempt: u32) -> String {
+    format!("{order_id}#{attempt}")
+}
+
+fn reserved(ticket: u64) -> String {
+    format!("#{ticket}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub holder: String,
+    pub until: Timestamp,
+}
+
+/// The gate item of one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gate {
+    pub agent: String,
+    /// Places held: calls in flight and places reserved for tickets let through.
+    #[serde(default)]
+    pub holds: Vec<Hold>,
+    /// Under a rate limit, when each place given back in the last window stops counting.
+    #[serde(default)]
+    pub tails: Vec<Timestamp>,
+    /// Tickets handed out; the next is this number.
+    #[serde(default)]
+    pub issued: u64,
+    /// Tickets let through: every ticket below this one has had its turn.
+    #[serde(default)]
+    pub admitted: u64,
+    /// The remote asked to be left alone until then (a 429 or 503 with Retry-After).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_until: Option<Timestamp>,
+    /// Bumped by every write; every write is conditional on the revision read (0: the
+    /// gate was never written).
+    #[serde(default)]
+    pub revision: u64,
+}
+
+/// A task's place in the line of an agent's gate, kept on the task's record while it
+/// waits (`TaskRecord::queued`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    pub agent: String,
+    pub ticket: u64,
+    /// When the task first came to the gate for this step: the wait is measured from it.
+    pub since: Timestamp,
+}
+
+/// What an arrival at the gate came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// A place is held for the call: claim and dispatch.
+    Admitted,
+    /// No room, or others wait first: this ticket was handed out; wait for its turn.
+    Queued { ticket: u64 },
+    /// The ticket already held has not had its turn yet.
+    StillWaiting { ticket: u64 },
+}
+
+/// A decided change of the gate: write `next` conditional on the revision read, then
+/// wake the tasks of `wake` (tickets let through, in order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passage<T> {
+    pub next: Gate,
+    pub outcome: T,
+    pub wake: Vec<u64>,
+}
+
+impl Gate {
+    pub fn new(agent: &str) -> Gate {
+        Gate {
+            agent: agent.to_owned(),
+            holds: Vec::new(),
+            tails: Vec::new(),
+            issued: 0,
+            admitted: 0,
+            paused_until: None,
+            revision: 0,
+        }
+    }
+
+    /// Tickets handed out that have not had their turn.
+    pub fn waiting(&self) -> u64 {
+        self.issued - self.admitted
+    }
+
+    /// A task arrives for a call that would hold its place until `until`, with the
+    /// ticket it took before, if any.
+    pub fn arrive(
+        &self,
+        now: Timestamp,
+        limits: &Limits,
+        holder: &str,
+        until: Timestamp,
+        ticket: Option<u64>,
+    ) -> Passage<Admission> {
+        let mut next = self.moved(now);
+        let mut wake = next.let_through(now, limits);
+        let outcome = match ticket {
+            Some(t) if t >= next.admitted && t < next.issued => Admission::StillWaiting { ticket: t },
+            Some(t) if let Some(place) = next.holds.iter_mut().find(|h| h.holder == reserved(t)) => {
+                *place = Hold { holder: holder.to_owned(), until };
+                wake.retain(|w| *w != t);
+                Admission::Admitted
+            }
+            // No ticket, or one whose reserved place lapsed (or that this gate never
+            // handed out): in at once only if nobody waits.
+            _ => {
+                if next.waiting() == 0 && next.has_room(now, limits) {
+                    next.holds.push(Hold { holder: holder.to_owned(), until });
+                    Admission::Admitted
+                } else {
+                    let ticket = next.issued;
+                    next.issued += 1;
+                    Admission::Queued { ticket }
+                }
+            }
+        };
+        Passage { next, outcome, wake }
+    }
+
+    /// The call (or reserved place) of `holder` is over: its place is free, and under a
+    /// rate limit still counts for one window. `false` when it had lapsed already.
+    pub fn release(&self, now: Timestamp, limits: &Limits, holder: &str) -> Passage<bool> {
+        let mut next = self.moved(now);
+        let before = next.holds.len();
+        next.holds.retain(|h| h.holder != holder);
+        let released = next.holds.len() < before;
+        // A reserved place that was never claimed made no call: no tail.
+        if released && limits.max_per_second.is_some() && !holder.starts_with('#') {
+            next.tails.push(now.plus_ms(RATE_WINDOW_MS));
+        }
+        let wake = next.let_through(now, limits);
+        Passage { next, outcome: released, wake }
+    }
+
+    /// The remote asked for a pause (Retry-After): nobody is let through before `until`.
+    pub fn pause(&self, now: Timestamp, until: Timestamp) -> Gate {
+        let mut next = self.moved(now);
+        next.paused_until = Some(next.paused_until.map_or(until, |p| p.max(until)));
+        next
+    }
+
+    /// Whether the ticket is still to be let through (`false` once its turn came).
+    pub fn behind(&self, ticket: u64) -> bool {
+        ticket >= self.admitted && ticket < self.issued
+    }
+
+    /// The gate as the next write leaves it: lapsed places and tails dropped.
+    fn moved(&self, now: Timestamp) -> Gate {
+        let mut next = self.clone();
+        next.holds.retain(|h| h.until > now);
+        next.tails.retain(|t| *t > now);
+        if next.paused_until.is_some_and(|p| p <= now) {
+            next.paused_until = None;
+        }
+        next.revision += 1;
+        next
+    }
+
+    fn has_room(&self, now: Timestamp, limits: &Limits) -> bool {
+        if self.paused_until.is_some_and(|p| p > now) {
+            return false;
+        }
+        let calls = self.holds.len() as u64;
+        limits.max_in_flight.is_none_or(|m| calls < u64::from(m))
+            && limits.max_per_second.is_none_or(|m| calls + (self.tails.len() as u64) < u64::from(m))
+    }
+
+    /// Lets the lowest waiting tickets through while there is room, each with a place
+    /// reserved for `RESERVATION_MS`; returns them.
+    fn let_through(&mut self, now: Timestamp, limits: &Limits) -> Vec<u64> {
+        let mut through = Vec::new();
+        while self.waiting() > 0 && self.has_room(now, limits) {
+            let t = self.admitted;
+            self.holds.push(Hold { holder: reserved(t), until: now.plus_ms(RESERVATION_MS) });
+            self.admitted += 1;
+            through.push(t);
+        }
+        through
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp(ms)
+    }
+
+    const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None };
+
+    #[test]
+    fn arrivals_pass_while_there_is_room_then_take_tickets_in_order() {
+        let g = Gate::new("pay");
+        let a = g.arrive(at(0), &TWO, "a#1", at(100), None);
+        assert_eq!(a.outcome, Admission::Admitted);
+        let b = a.next.arrive(at(1), &TWO, "b#1", at(100), None);
+        assert_eq!(b.outcome, Admission::Admitted);
+        let c = b.next.arrive(at(2), &TWO, "c#1", at(100), None);
+        assert_eq!(c.outcome, Admission::Queued { ticket: 0 });
+        let d = c.next.arrive(at(3), &TWO, "d#1", at(100), None);
+        assert_eq!(d.outcome, Admission::Queued { ticket: 1 });
+        assert_eq!(d.next.revision, 4);
+        // A release lets the first ticket through, and only it.
+        let r = d.next.release(at(10), &TWO, "a#1");
+        assert!(r.outcome);
+        assert_eq!(r.wake, vec![0]);
+        // A newcomer does not overtake the waiting ticket 1.
+        let e = r.next.arrive(at(11), &TWO, "e#1", at(100), None);
+        assert_eq!(e.outcome, Admission::Queued { ticket: 2 });
+        // Ticket 1 is still behind; ticket 0 takes its reserved place.
+        let still = e.next.arrive(at(12), &TWO, "d#1", at(100), Some(1));
+        assert_eq!(still.outcome, Admission::StillWaiting { ticket: 1 });
+        let c2 = e.next.arrive(at(12), &TWO, "c#1", at(100), Some(0));
+        assert_eq!(c2.outcome, Admission::Admitted);
+        assert!(c2.next.holds.iter().any(|h| h.holder == "c#1"));
+        assert_eq!(c2.next.holds.len(), 2);
+    }
+
+    #[test]
+    fn a_place_nobody_gives_back_lapses_and_the_line_moves_on_at_the_next_change() {
+        let g = Gate::new("pay");
+        let a = g.arrive(at(0), &TWO, "a#1", at(100), None).next;
+        let b = a.arrive(at(0), &TWO, "b#1", at(100), None).next;
+        let c = b.arrive(at(1), &TWO, "c#1", at(200), None);
+        assert_eq!(c.outcome, Admission::Queued { ticket: 0 });
+        // a and b died holding their places: at 100 they are free again.
+        let later = c.next.arrive(at(100), &TWO, "d#1", at(300), None);
+        assert_eq!(later.wake, vec![0]);
+        assert_eq!(later.outcome, Admission::Admitted, "room for both: the ticket first, then d");
+    }
+
+    #[test]
+    fn a_reserved_place_not_taken_in_time_goes_to_the_next_ticket() {
+        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
+        let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
+        let g = g.arrive(at(2), &one, "c#1", at(100), None).next;
+        let r = g.release(at(10), &one, "a#1");
+        assert_eq!(r.wake, vec![0]);
+        // Ticket 0's task never comes: its place lapses and ticket 1 goes.
+        let late = r.next.arrive(at(10 + RESERVATION_MS), &one, "x#1", at(99_999), None);
+        assert_eq!(late.wake, vec![1]);
+        // Ticket 0 comes after all: its turn is over and others wait, so it queues again.
+        let again = late.next.arrive(at(10 + RESERVATION_MS + 1), &one, "b#1", at(99_999), Some(0));
+        assert!(matches!(again.outcome, Admission::Queued { .. }));
+    }
+
+    #[test]
+    fn a_rate_counts_each_place_until_a_window_after_it_is_given_back() {
+        let rate = Limits { max_in_flight: None, max_per_second: Some(2) };
+        let g = Gate::new("wh");
+        let a = g.arrive(at(0), &rate, "a#1", at(5_000), None).next;
+        let b = a.arrive(at(0), &rate, "b#1", at(5_000), None).next;
+        let done = b.release(at(10), &rate, "a#1").next.release(at(20), &rate, "b#1").next;
+        let c = done.arrive(at(500), &rate, "c#1", at(5_000), None);
+        assert_eq!(c.outcome, Admission::Queued { ticket: 0 }, "two places given back under a second ago");
+        let d = c.next.arrive(at(1_010), &rate, "d#1", at(5_000), None);
+        assert_eq!(d.wake, vec![0], "a's tail is over: ticket 0 first");
+        assert_eq!(d.outcome, Admission::Queued { ticket: 1 });
+        assert_eq!(Limits { max_in_flight: None, max_per_second: Some(1) }.hold_until(at(10), 5), at(1_015));
+    }
+
+    #[test]
+    fn a_pause_lets_nobody_through_until_it_is_over() {
+        let g = Gate::new("pay").pause(at(0), at(1_000));
+        assert!(matches!(g.arrive(at(999), &TWO, "a#1", at(5_000), None).outcome, Admission::Queued { .. }));
+        let q = g.arrive(at(999), &TWO, "a#1", at(5_000), None).next;
+        let later = q.arrive(at(1_000), &TWO, "b#1", at(5_000), None);
+        assert_eq!(later.wake, vec![0]);
+        assert_eq!(later.outcome, Admission::Admitted);
+        assert_eq!(later.next.paused_until, None);
+    }
+
+    #[test]
+    fn releasing_a_place_that_lapsed_changes_nothing_but_the_revision() {
+        let g = Gate::new("pay").arrive(at(0), &TWO, "a#1", at(10), None).next;
+        let r = g.release(at(20), &TWO, "a#1");
+        assert!(!r.outcome);
+        assert!(r.next.holds.is_empty());
+    }
+}

@@ -1,0 +1,135 @@
+//! Flow control on the task's side: a step whose agent has no room waits its turn in
+//! the agent's gate (`domain::gate`), and a remote that says "too many requests" puts the
+//! step back to wait. Waiting is no failure: nothing here counts one.
+
+use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use crate::domain::gate::{MAX_PAUSE_MS, Ticket};
+use crate::domain::ids::Timestamp;
+use crate::domain::lifecycle::{ProcessState, Trigger};
+use crate::domain::workflow::Action;
+
+impl TaskRecord {
+    /// Scheduler: the step's agent had no room and handed out `ticket`. The task waits
+    /// with no lease; its deadline is when the supervisor asks the gate again should no
+    /// wake come (`requeue`).
+    pub fn queue(&self, agent: &str, ticket: u64, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
+        self.logged(now, self.decide_queue(agent, ticket, now, policy), None)
+    }
+
+    fn decide_queue(&self, agent: &str, ticket: u64, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
+        if self.locked_by.is_some() || !matches!(self.state, ProcessState::Pending | ProcessState::Compensating) {
+            return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
+        }
+        if self.paused {
+            return Err(Refusal::Paused);
+        }
+        // The wait is measured from the first arrival at this step's gate, across tickets.
+        let since = match &self.queued {
+            Some(q) if q.agent == agent && self.last_cause.step() == Some(self.step) => q.since,
+            _ => now,
+        };
+        let mut next = self.moved(Trigger::Queued, now, Cause::Queued { step: self.step, ticket })?;
+        next.queued = Some(Ticket { agent: agent.to_owned(), ticket, since });
+        next.deadline = Some(now.plus_ms(policy.pending_timeout_ms));
+        Ok(Decision { trigger: Trigger::Queued, next, effects: Vec::new() })
+    }
+
+    /// Supervisor: a task waiting for a place is due (its wake never came, or the line is
+    /// long): it keeps its ticket, and a Schedule asks the gate again. A gate whose places
+    /// were all held by containers that died moves on at that ask.
+    pub(in crate::domain) fn requeue(&self, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
+        let Some(queued) = self.queued.clone() else {
+            return Err(Refusal::Corrupt { workflow: self.workflow.clone(), why: "not waiting for a place".into() });
+        };
+        let decision = self.decide_queue(&queued.agent, queued.ticket, now, policy).map(|mut d| {
+            d.next.queued = Some(queued);
+            d.effects.push(Effect::Schedule { delay_ms: 0 });
+            d
+        });
+        self.logged(now, decision, None)
+    }
+
+    /// Scheduler: the step's remote answered 429 or 503 with Retry-After (the fence has
+    /// passed the reply). The lease ends with no failure counted, and the step comes back
+    /// to its gate after the pause, behind whoever waits.
+    pub(in crate::domain) fn throttled(
+        &self,
+        action: Action,
+        retry_after_ms: u64,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        let pause = retry_after_ms.clamp(1, MAX_PAUSE_MS);
+        let cause = Cause::Throttled { step: self.step, action, retry_after_ms: pause };
+        let mut next = self.moved(Trigger::Throttled, now, cause)?.unlocked();
+        next.deadline = Some(now.plus_ms(pause + policy.pending_timeout_ms));
+        next.last_error = Some(format!("the remote asked to wait {pause} ms (429 or 503 with Retry-After)"));
+        Ok(Decision { trigger: Trigger::Throttled, next, effects: vec![Effect::Schedule { delay_ms: pause }] })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+    use crate::domain::ReplyOutcome;
+    use crate::domain::workflow::Workflow;
+
+    #[test]
+    fn a_task_over_its_agents_limit_waits_with_a_ticket_and_no_failure() {
+        let (wf, policy) = (Workflow::three_step(), policy());
+        let task = new_task(&wf);
+        let d = checked(&task, task.queue("pay", 7, T0.plus_ms(10), &policy));
+        assert_eq!(d.trigger, Trigger::Queued);
+        assert_eq!(d.next.state, ProcessState::Pending);
+        assert_eq!(d.next.queued, Some(Ticket { agent: "pay".into(), ticket: 7, since: T0.plus_ms(10) }));
+        assert_eq!((d.next.failure_count, d.next.step_failures), (0, 0));
+        assert_eq!(d.next.deadline, Some(T0.plus_ms(10 + policy.pending_timeout_ms)));
+        assert!(d.effects.is_empty());
+        // Asked again with a new ticket, the wait still counts from the first arrival.
+        let again = checked(&d.next, d.next.queue("pay", 9, T0.plus_ms(50), &policy));
+        assert_eq!(again.next.queued.as_ref().map(|q| (q.ticket, q.since)), Some((9, T0.plus_ms(10))));
+        // The claim ends the wait.
+        let claim = checked(&again.next, again.next.claim(lease(1), T0.plus_ms(60), &wf, &policy));
+        assert_eq!(claim.next.queued, None);
+    }
+
+    #[test]
+    fn a_paused_or_claimed_task_does_not_queue() {
+        let (wf, policy) = (Workflow::three_step(), policy());
+        let task = new_task(&wf);
+        let claimed = task.claim(lease(1), T0.plus_ms(1), &wf, &policy).unwrap().next;
+        assert!(matches!(claimed.queue("pay", 0, T0.plus_ms(2), &policy), Err(Refusal::ClaimLost { .. })));
+        let mut paused = task.clone();
+        paused.paused = true;
+        assert_eq!(paused.queue("pay", 0, T0.plus_ms(2), &policy).unwrap_err(), Refusal::Paused);
+    }
+
+    #[test]
+    fn the_supervisor_asks_the_gate_again_for_a_due_waiting_task_keeping_its_ticket() {
+        let (wf, policy) = (Workflow::three_step(), policy());
+        let task = new_task(&wf);
+        let queued = task.queue("pay", 3, T0.plus_ms(10), &policy).unwrap().next;
+        let due = queued.deadline.unwrap();
+        let d = checked(&queued, queued.recover(due, &wf, &policy, 0));
+        assert_eq!(d.trigger, Trigger::Queued);
+        assert_eq!(d.next.queued.as_ref().map(|q| (q.ticket, q.since)), Some((3, T0.plus_ms(10))));
+        assert_eq!(d.next.failure_count, 0);
+        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 0 }]);
+        assert!(d.next.deadline.unwrap() > due);
+    }
+
+    #[test]
+    fn a_throttled_reply_hands_the_lease_back_and_tries_again_after_the_pause() {
+        let (wf, policy) = (Workflow::three_step(), policy());
+        let task = new_task(&wf);
+        let claimed = task.claim(lease(1), T0.plus_ms(1), &wf, &policy).unwrap().next;
+        let reply = reply_for(&claimed, ReplyOutcome::Throttled { retry_after_ms: 2_000 });
+        let d = checked(&claimed, claimed.apply_reply(&reply, T0.plus_ms(5), &wf, &policy));
+        assert_eq!(d.trigger, Trigger::Throttled);
+        assert_eq!((d.next.state, d.next.locked_by, d.next.failure_count), (ProcessState::Pending, None, 0));
+        assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 2_000 }]);
+        // A late copy of the same reply is fenced off.
+        assert!(matches!(d.next.apply_reply(&reply, T0.plus_ms(6), &wf, &policy), Err(Refusal::StaleReply(_))));
+    }
+}

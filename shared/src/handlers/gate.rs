@@ -1,0 +1,132 @@
+//! Flow control in the scheduler: a claim that dispatches an agent with limits first
+//! takes a place in the agent's gate (`domain::gate`), one conditional write of the gate
+//! item; a reply gives the place back. Agents without limits never come here.
+
+use super::{Deps, HandlerError, Settings, schedule};
+use crate::domain::gate::{Admission, Gate, Limits, Passage, call_holder};
+use crate::domain::{Decision, Effect, OrderId, Timestamp, Trigger, Workflow};
+use crate::ports::{Metric, Written};
+
+/// Gates are shared by every claim of their agent: a burst of claims meets on one item,
+/// and each round of re-reads lands one of them. Anything left is redelivered.
+const GATE_RETRIES: usize = 16;
+
+/// The place a claim's call must hold: in which agent's gate, under what limits, held by
+/// whom and until when.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    pub agent: String,
+    pub limits: Limits,
+    pub holder: String,
+    pub until: Timestamp,
+}
+
+/// The place a decided claim needs, if the agent it dispatches has limits. A parallel
+/// stage's claim never needs one: the definition file keeps limited agents out of stages.
+pub(crate) fn place_of(settings: &Settings, wf: &Workflow, decision: &Decision) -> Option<Place> {
+    if decision.trigger != Trigger::Claimed {
+        return None;
+    }
+    let mut dispatches = decision.effects.iter().filter_map(|e| match e {
+        Effect::Dispatch { step, .. } => Some(*step),
+        _ => None,
+    });
+    let (Some(step), None) = (dispatches.next(), dispatches.next()) else {
+        return None;
+    };
+    let agent = &wf.step(step)?.agent;
+    let limits = *settings.topology.limits.get(agent)?;
+    let task = &decision.next;
+    Some(Place {
+        agent: agent.clone(),
+        limits,
+        holder: call_holder(&task.order_id, task.attempt),
+        until: limits.hold_until(task.complete_by?, settings.policy.reply_grace_ms),
+    })
+}
+
+/// One change of an agent's gate: read it, decide, write conditional on the revision
+/// read, and read again if another writer came first. The tickets the change let
+/// through are woken.
+pub(crate) async fn change<T>(
+    deps: &Deps,
+    settings: &Settings,
+    agent: &str,
+    decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
+) -> Result<Passage<T>, HandlerError> {
+    for _ in 0..GATE_RETRIES {
+        let gate = deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent));
+        let passage = decide(&gate, deps.clock.now());
+        match deps.store.replace_gate(&passage.next, gate.revision).await? {
+            Written::Applied => {
+                wake(deps, settings, agent, &passage.wake).await;
+                return Ok(passage);
+            }
+            Written::RevisionMoved => deps.metrics.record(Metric::GateConflict, 1),
+        }
+    }
+    Err(HandlerError::Retry(format!("the gate of agent {agent} kept changing under concurrent writers")))
+}
+
+/// Arrives at the place's gate, with the ticket the task holds there, if any.
+pub(crate) async fn arrive(
+    deps: &Deps,
+    settings: &Settings,
+    place: &Place,
+    ticket: Option<u64>,
+) -> Result<Admission, HandlerError> {
+    let passage = change(deps, settings, &place.agent, |gate, now| {
+        gate.arrive(now, &place.limits, &place.holder, place.until, ticket)
+    })
+    .await?;
+    Ok(passage.outcome)
+}
+
+/// Gives back the place of `order_id`'s attempt at `agent`, and pauses the gate until
+/// `pause_until` if the remote asked. Best effort: a place not given back lapses at its
+/// own time, so a failure here is logged, not retried.
+pub(crate) async fn release(
+    deps: &Deps,
+    settings: &Settings,
+    agent: &str,
+    order_id: &OrderId,
+    attempt: u32,
+    pause_until: Option<Timestamp>,
+) {
+    let Some(limits) = settings.topology.limits.get(agent) else {
+        return;
+    };
+    let holder = call_holder(order_id, attempt);
+    let result = change(deps, settings, agent, |gate, now| {
+        match pause_until {
+            Some(until) => {
+                let mut p = gate.pause(now, until).release(now, limits, &holder);
+                // `pause` and `release` each bump the revision; one write lands both.
+                p.next.revision = gate.revision + 1;
+                p
+            }
+            None => gate.release(now, limits, &holder),
+        }
+    })
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(%agent, %holder, error = %e, "place not given back; it lapses at its own time");
+    }
+}
+
+/// Sends a Schedule to the task of each ticket let through. A ticket whose task is not
+/// noted yet is not lost: the task looks at the gate again after noting itself.
+async fn wake(deps: &Deps, settings: &Settings, agent: &str, tickets: &[u64]) {
+    for &ticket in tickets {
+        let result = match deps.store.waiter(agent, ticket).await {
+            Ok(Some(order_id)) => schedule(deps, settings, &order_id, 0).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = result {
+            // Its place is kept for `RESERVATION_MS`, and the supervisor asks the gate
+            // again for a task that waits long.
+            tracing::warn!(%agent, ticket, error = %e, "could not wake the next in line");
+        }
+    }
+}
