@@ -66,8 +66,13 @@ pub trait StateStore: Send + Sync {
     async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError>;
     /// Notes which order holds `ticket` in the agent's line, so whoever lets the ticket
     /// through can wake it. Expires on its own.
-    async fn put_waiter(&self, agent: &str, ticket: u64, order_id: &OrderId, now: Timestamp)
-    -> Result<(), StoreError>;
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &OrderId,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
     /// The order noted for `ticket`, if it was noted.
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError>;
 }
@@ -423,7 +428,12 @@ pub struct Topology {
 
 impl Topology {
     pub fn new(scheduler_queue: QueueUrl, agent_queue: QueueUrl) -> Topology {
-        Topology { scheduler_queue, agent_queue, queue_agents: Default::default(), limits: Default::default() }
+        Topology {
+            scheduler_queue,
+            agent_queue,
+            queue_agents: Default::default(),
+            limits: Default::default(),
+        }
     }
 
     /// The queue agents of a definition file, and the limits of its agents.

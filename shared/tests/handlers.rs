@@ -902,7 +902,11 @@ impl StateStore for LaggingIndex {
     ) -> Result<(), sas::ports::StoreError> {
         self.inner.put_waiter(agent, ticket, order_id, now).await
     }
-    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<sas::domain::OrderId>, sas::ports::StoreError> {
+    async fn waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+    ) -> Result<Option<sas::domain::OrderId>, sas::ports::StoreError> {
         self.inner.waiter(agent, ticket).await
     }
 }

@@ -587,3 +587,84 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
     assert!(!ids(&listed).contains(&ended.order_id.as_str()), "{}: a finished task is listed live", b.name);
     assert_eq!(listed.len(), 4, "{}", b.name);
 }
+
+/// An agent's gate (flow control) is one item beside the tasks: written only on the
+/// revision read (0: never written), read back exactly as written, and never seen by the
+/// due index or the listings. A waiter note names the order of a ticket.
+pub async fn gate_writes_are_conditional_and_faithful(b: &Backend) {
+    use sas::domain::gate::{Admission, Gate, Limits};
+    let limits = Limits { max_in_flight: Some(1), max_per_second: Some(5) };
+    assert_eq!(b.store.gate("pay").await.unwrap(), None, "{}: no gate before its first write", b.name);
+    let first = Gate::new("pay").arrive(T0, &limits, "o-1#1", T0.plus_ms(60_000), None);
+    assert_eq!(first.outcome, Admission::Admitted);
+    assert_eq!(b.store.replace_gate(&first.next, 0).await.unwrap(), Written::Applied, "{}", b.name);
+    // A second writer that also read "no gate" loses.
+    let rival = Gate::new("pay").arrive(T0, &limits, "o-2#1", T0.plus_ms(60_000), None);
+    assert_eq!(b.store.replace_gate(&rival.next, 0).await.unwrap(), Written::RevisionMoved, "{}", b.name);
+    let stored = b.store.gate("pay").await.unwrap().expect("written");
+    assert_eq!(stored, first.next, "{}: read back as written", b.name);
+    let queued = stored.arrive(T0.plus_ms(1), &limits, "o-2#1", T0.plus_ms(60_000), None);
+    assert_eq!(queued.outcome, Admission::Queued { ticket: 0 });
+    assert_eq!(
+        b.store.replace_gate(&queued.next, stored.revision - 1).await.unwrap(),
+        Written::RevisionMoved
+    );
+    assert_eq!(b.store.replace_gate(&queued.next, stored.revision).await.unwrap(), Written::Applied);
+    let released = queued.next.release(T0.plus_ms(2), &limits, "o-1#1");
+    assert_eq!(released.wake, vec![0]);
+    assert_eq!(b.store.replace_gate(&released.next, queued.next.revision).await.unwrap(), Written::Applied);
+    let stored = b.store.gate("pay").await.unwrap().expect("written");
+    assert_eq!(stored, released.next, "{}: tails and reserved places kept", b.name);
+    assert_eq!(stored.tails.len(), 1, "{}", b.name);
+    // Waiter notes.
+    let id = OrderId::parse("o-2").unwrap();
+    assert_eq!(b.store.waiter("pay", 0).await.unwrap(), None, "{}", b.name);
+    b.store.put_waiter("pay", 0, &id, T0).await.unwrap();
+    assert_eq!(b.store.waiter("pay", 0).await.unwrap(), Some(id), "{}", b.name);
+    assert_eq!(b.store.waiter("pay", 1).await.unwrap(), None, "{}", b.name);
+    // Neither gates nor notes are tasks: the due index and the listings never see them.
+    assert!(b.store.due(Timestamp(u64::MAX / 2), 100).await.unwrap().is_empty(), "{}", b.name);
+    let live = b.lister.list(&sas::ports::Listing::Live, 100).await.unwrap();
+    assert!(live.is_empty(), "{}: {live:?}", b.name);
+}
+
+/// Claims racing for the places of one gate: each arrival does what `handlers::gate`
+/// does (read, decide, write conditional on the revision read, read again on a lost
+/// race). Exactly `max_in_flight` are let in; the rest hold distinct tickets in order.
+pub async fn concurrent_arrivals_never_overfill_a_gate(b: &Backend, arrivals: usize, places: u32) {
+    use sas::domain::gate::{Admission, Gate, Limits};
+    let limits = Limits { max_in_flight: Some(places), max_per_second: None };
+    let barrier = Arc::new(tokio::sync::Barrier::new(arrivals));
+    let racers = (0..arrivals).map(|i| {
+        let (store, barrier) = (b.store.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            loop {
+                let gate = store.gate("ship").await.unwrap().unwrap_or_else(|| Gate::new("ship"));
+                let passage = gate.arrive(T0, &limits, &format!("o-{i}#1"), T0.plus_ms(60_000), None);
+                match store.replace_gate(&passage.next, gate.revision).await.unwrap() {
+                    Written::Applied => return passage.outcome,
+                    Written::RevisionMoved => continue,
+                }
+            }
+        })
+    });
+    let outcomes: Vec<Admission> =
+        futures::future::join_all(racers).await.into_iter().map(|r| r.expect("racer panicked")).collect();
+    let admitted = outcomes.iter().filter(|o| **o == Admission::Admitted).count();
+    assert_eq!(admitted, places as usize, "{}: {outcomes:?}", b.name);
+    let mut tickets: Vec<u64> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Admission::Queued { ticket } => Some(*ticket),
+            _ => None,
+        })
+        .collect();
+    tickets.sort_unstable();
+    assert_eq!(tickets, (0..(arrivals - places as usize) as u64).collect::<Vec<_>>(), "{}", b.name);
+    let stored = b.store.gate("ship").await.unwrap().expect("written");
+    assert_eq!(
+        (stored.holds.len(), stored.waiting()),
+        (places as usize, (arrivals - places as usize) as u64)
+    );
+}

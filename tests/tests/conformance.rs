@@ -45,4 +45,6 @@ on_both_backends! {
     batches_arrive_whole_and_delays_hold => |b| c::batches_arrive_whole_and_delays_hold(b);
     unknown_queue_is_named => |b| c::unknown_queue_is_named(b);
     send_each_answers_for_every_message => |b| c::send_each_answers_for_every_message(b);
+    gate_writes_are_conditional_and_faithful => |b| c::gate_writes_are_conditional_and_faithful(b);
+    concurrent_arrivals_never_overfill_a_gate => |b| c::concurrent_arrivals_never_overfill_a_gate(b, 12, 3);
 }

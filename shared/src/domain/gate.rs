@@ -91,6 +91,11 @@ pub struct Gate {
     /// The remote asked to be left alone until then (a 429 or 503 with Retry-After).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<Timestamp>,
+    /// When a look at the gate is already on its way (`Passage::poke`): while tickets
+    /// wait and only time can make room (a rate window, a pause, a place that lapses),
+    /// nobody else would come back to let them through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poke_at: Option<Timestamp>,
     /// Bumped by every write; every write is conditional on the revision read (0: the
     /// gate was never written).
     #[serde(default)]
@@ -119,12 +124,14 @@ pub enum Admission {
 }
 
 /// A decided change of the gate: write `next` conditional on the revision read, then
-/// wake the tasks of `wake` (tickets let through, in order).
+/// wake the tasks of `wake` (tickets let through, in order), and send a look at the gate
+/// for `poke` if set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Passage<T> {
     pub next: Gate,
     pub outcome: T,
     pub wake: Vec<u64>,
+    pub poke: Option<Timestamp>,
 }
 
 impl Gate {
@@ -136,6 +143,7 @@ impl Gate {
             issued: 0,
             admitted: 0,
             paused_until: None,
+            poke_at: None,
             revision: 0,
         }
     }
@@ -177,7 +185,17 @@ impl Gate {
                 }
             }
         };
-        Passage { next, outcome, wake }
+        let poke = next.plan_poke(now, limits);
+        Passage { next, outcome, wake, poke }
+    }
+
+    /// A look at the gate, and nothing else: lapsed places and tails go, and waiting
+    /// tickets are let through if that made room.
+    pub fn look(&self, now: Timestamp, limits: &Limits) -> Passage<()> {
+        let mut next = self.moved(now);
+        let wake = next.let_through(now, limits);
+        let poke = next.plan_poke(now, limits);
+        Passage { next, outcome: (), wake, poke }
     }
 
     /// The call (or reserved place) of `holder` is over: its place is free, and under a
@@ -192,7 +210,8 @@ impl Gate {
             next.tails.push(now.plus_ms(RATE_WINDOW_MS));
         }
         let wake = next.let_through(now, limits);
-        Passage { next, outcome: released, wake }
+        let poke = next.plan_poke(now, limits);
+        Passage { next, outcome: released, wake, poke }
     }
 
     /// The remote asked for a pause (Retry-After): nobody is let through before `until`.
@@ -215,6 +234,9 @@ impl Gate {
         if next.paused_until.is_some_and(|p| p <= now) {
             next.paused_until = None;
         }
+        if next.poke_at.is_some_and(|p| p <= now) {
+            next.poke_at = None;
+        }
         next.revision += 1;
         next
     }
@@ -226,6 +248,28 @@ impl Gate {
         let calls = self.holds.len() as u64;
         limits.max_in_flight.is_none_or(|m| calls < u64::from(m))
             && limits.max_per_second.is_none_or(|m| calls + (self.tails.len() as u64) < u64::from(m))
+    }
+
+    /// When time alone may make room for the waiting tickets, if a look at the gate is
+    /// not on its way by then already; noted in `poke_at`. The earliest of the pause's
+    /// end, a tail's end and a place's lapse: a look that comes too early finds no room
+    /// and plans the next.
+    fn plan_poke(&mut self, now: Timestamp, limits: &Limits) -> Option<Timestamp> {
+        if self.waiting() == 0 || self.has_room(now, limits) {
+            return None;
+        }
+        let at = self
+            .paused_until
+            .into_iter()
+            .chain(self.tails.iter().copied())
+            .chain(self.holds.iter().map(|h| h.until))
+            .filter(|t| *t > now)
+            .min()?;
+        if self.poke_at.is_some_and(|p| p > now && p <= at) {
+            return None;
+        }
+        self.poke_at = Some(at);
+        Some(at)
     }
 
     /// Lets the lowest waiting tickets through while there is room, each with a place
@@ -322,6 +366,23 @@ mod tests {
         assert_eq!(d.wake, vec![0], "a's tail is over: ticket 0 first");
         assert_eq!(d.outcome, Admission::Queued { ticket: 1 });
         assert_eq!(Limits { max_in_flight: None, max_per_second: Some(1) }.hold_until(at(10), 5), at(1_015));
+    }
+
+    #[test]
+    fn when_only_time_can_make_room_one_look_is_planned_for_then() {
+        let rate = Limits { max_in_flight: None, max_per_second: Some(1) };
+        let a = Gate::new("wh").arrive(at(0), &rate, "a#1", at(5_000), None);
+        assert_eq!(a.poke, None, "nobody waits");
+        let b = a.next.arrive(at(1), &rate, "b#1", at(5_000), None);
+        assert_eq!(b.outcome, Admission::Queued { ticket: 0 });
+        assert_eq!(b.poke, Some(at(5_000)), "a's place lapses then at the latest");
+        let r = b.next.release(at(10), &rate, "a#1");
+        assert_eq!(r.poke, Some(at(1_010)), "a's tail ends sooner: look then");
+        let c = r.next.arrive(at(20), &rate, "c#1", at(5_000), None);
+        assert_eq!(c.poke, None, "a look is on its way by then already");
+        let look = c.next.look(at(1_010), &rate);
+        assert_eq!(look.wake, vec![0]);
+        assert_eq!(look.poke, Some(at(31_010)), "ticket 1 waits for ticket 0's reserved place or its call");
     }
 
     #[test]

@@ -344,6 +344,9 @@ pub enum SchedulerMessage {
     Schedule { order_id: OrderId },
     /// An agent's answer for one attempt.
     Reply(AgentReply),
+    /// Look at a limited agent's gate again: only time could make room for the tickets
+    /// waiting there (`domain::gate`), and now it may have.
+    Gate { agent: String },
 }
 
 impl SchedulerMessage {

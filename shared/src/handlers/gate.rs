@@ -4,8 +4,8 @@
 
 use super::{Deps, HandlerError, Settings, schedule};
 use crate::domain::gate::{Admission, Gate, Limits, Passage, call_holder};
-use crate::domain::{Decision, Effect, OrderId, Timestamp, Trigger, Workflow};
-use crate::ports::{Metric, Written};
+use crate::domain::{Decision, Effect, OrderId, SchedulerMessage, Timestamp, Trigger, Workflow};
+use crate::ports::{Metric, Outgoing, Written};
 
 /// Gates are shared by every claim of their agent: a burst of claims meets on one item,
 /// and each round of re-reads lands one of them. Anything left is redelivered.
@@ -56,10 +56,20 @@ pub(crate) async fn change<T>(
 ) -> Result<Passage<T>, HandlerError> {
     for _ in 0..GATE_RETRIES {
         let gate = deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent));
-        let passage = decide(&gate, deps.clock.now());
-        match deps.store.replace_gate(&passage.next, gate.revision).await? {
+        let now = deps.clock.now();
+        let passage = decide(&gate, now);
+        // A look that changes nothing (a ticket still behind) is not written.
+        let unchanged = Gate { revision: gate.revision, ..passage.next.clone() } == gate;
+        let written = match unchanged {
+            true => Written::Applied,
+            false => deps.store.replace_gate(&passage.next, gate.revision).await?,
+        };
+        match written {
             Written::Applied => {
                 wake(deps, settings, agent, &passage.wake).await;
+                if let Some(at) = passage.poke {
+                    poke(deps, settings, agent, at.millis_since(now)).await;
+                }
                 return Ok(passage);
             }
             Written::RevisionMoved => deps.metrics.record(Metric::GateConflict, 1),
@@ -113,6 +123,34 @@ pub(crate) async fn release(
         tracing::warn!(%agent, %holder, error = %e, "place not given back; it lapses at its own time");
     }
 }
+
+/// A look at the gate, from its poke message.
+pub(crate) async fn look(deps: &Deps, settings: &Settings, agent: &str) -> Result<(), HandlerError> {
+    // An agent whose limits were taken away has nobody waiting behind a gate any more.
+    let Some(limits) = settings.topology.limits.get(agent) else {
+        tracing::info!(%agent, "look at the gate of an agent without limits ignored");
+        return Ok(());
+    };
+    change(deps, settings, agent, |gate, now| gate.look(now, limits)).await?;
+    Ok(())
+}
+
+/// Sends a look at the gate to the scheduler's queue, `delay_ms` from now (one more
+/// millisecond, so it never comes before the time it is for). Best effort: if it is lost,
+/// the next change of the gate plans another, and the supervisor asks for tasks that
+/// wait long.
+async fn poke(deps: &Deps, settings: &Settings, agent: &str, delay_ms: u64) {
+    let body = SchedulerMessage::Gate { agent: agent.to_owned() }.to_body();
+    let delay_ms = (delay_ms + 1).min(MAX_DELAY_MS);
+    if let Err(e) =
+        deps.queues.send(&settings.topology.scheduler_queue, Outgoing::delayed(body, delay_ms)).await
+    {
+        tracing::warn!(%agent, error = %e, "could not plan the next look at the gate");
+    }
+}
+
+/// SQS's longest delay: a later look is sent at this and plans the rest.
+const MAX_DELAY_MS: u64 = 900_000;
 
 /// Sends a Schedule to the task of each ticket let through. A ticket whose task is not
 /// noted yet is not lost: the task looks at the gate again after noting itself.

@@ -6,8 +6,8 @@ use tracing::Instrument;
 use super::{Deps, HandlerError, Inbound, Settings, Transition, gate, perform, transition, transition_from};
 use crate::domain::gate::{Admission, MAX_PAUSE_MS};
 use crate::domain::{
-    AgentReply, Decision, Mint, OrderId, Refusal, ReplyOutcome, SchedulerMessage, TaskRecord, Timestamp, Trigger,
-    Workflow,
+    AgentReply, Decision, Mint, OrderId, Refusal, ReplyOutcome, SchedulerMessage, TaskRecord, Timestamp,
+    Trigger, Workflow,
 };
 use crate::ports::{Metric, Written};
 
@@ -38,6 +38,7 @@ impl Scheduler {
         match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
             SchedulerMessage::Schedule { order_id } => self.schedule(&order_id).await,
             SchedulerMessage::Reply(reply) => self.reply(&reply).await,
+            SchedulerMessage::Gate { agent } => gate::look(&self.deps, &self.settings, &agent).await,
         }
     }
 
@@ -133,7 +134,8 @@ impl Scheduler {
                     // Another writer came first: give the place back and decide again.
                     Written::RevisionMoved => {
                         deps.metrics.record(Metric::WriteConflict, 1);
-                        gate::release(deps, settings, &place.agent, order_id, decision.next.attempt, None).await;
+                        gate::release(deps, settings, &place.agent, order_id, decision.next.attempt, None)
+                            .await;
                     }
                 },
                 Admission::Queued { ticket } => {

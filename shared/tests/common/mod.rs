@@ -46,6 +46,8 @@ pub enum Script {
     /// Never answers in time: the clock moves past the call's timeout, then the call
     /// fails as a timed-out HTTP call would.
     Hang,
+    /// A 429 with Retry-After of this many milliseconds.
+    Busy(u64),
 }
 
 /// One call the remote service received.
@@ -108,6 +110,9 @@ impl RemoteService for ScriptedRemote {
             Script::Answer(body) => Ok(body.into_bytes()),
             Script::Transient => Err(RemoteError::Transient("503 service unavailable".into())),
             Script::Permanent(reason) => Err(RemoteError::permanent(reason)),
+            Script::Busy(retry_after_ms) => {
+                Err(RemoteError::Busy { reason: "429 too many requests".into(), retry_after_ms })
+            }
             Script::Hang => {
                 self.clock.advance(timeout_ms + 1);
                 Err(RemoteError::Transient("timed out".into()))

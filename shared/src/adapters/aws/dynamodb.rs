@@ -478,9 +478,9 @@ impl StateStore for DynamoStore {
             .map_err(|e| unavailable("reading a waiter", e))?;
         match out.item.as_ref().and_then(|i| i.get(WAITER_ORDER)) {
             None => Ok(None),
-            Some(AttributeValue::S(id)) => OrderId::parse(id)
-                .map(Some)
-                .map_err(|e| corrupt(&format!("gate#{agent}#{ticket}"), e)),
+            Some(AttributeValue::S(id)) => {
+                OrderId::parse(id).map(Some).map_err(|e| corrupt(&format!("gate#{agent}#{ticket}"), e))
+            }
             Some(_) => Err(corrupt(&format!("gate#{agent}#{ticket}"), "waiter_order is not a string")),
         }
     }

@@ -12,12 +12,26 @@ impl TaskRecord {
     /// Scheduler: the step's agent had no room and handed out `ticket`. The task waits
     /// with no lease; its deadline is when the supervisor asks the gate again should no
     /// wake come (`requeue`).
-    pub fn queue(&self, agent: &str, ticket: u64, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
+    pub fn queue(
+        &self,
+        agent: &str,
+        ticket: u64,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
         self.logged(now, self.decide_queue(agent, ticket, now, policy), None)
     }
 
-    fn decide_queue(&self, agent: &str, ticket: u64, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
-        if self.locked_by.is_some() || !matches!(self.state, ProcessState::Pending | ProcessState::Compensating) {
+    fn decide_queue(
+        &self,
+        agent: &str,
+        ticket: u64,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        if self.locked_by.is_some()
+            || !matches!(self.state, ProcessState::Pending | ProcessState::Compensating)
+        {
             return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
         }
         if self.paused {
@@ -39,7 +53,10 @@ impl TaskRecord {
     /// were all held by containers that died moves on at that ask.
     pub(in crate::domain) fn requeue(&self, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
         let Some(queued) = self.queued.clone() else {
-            return Err(Refusal::Corrupt { workflow: self.workflow.clone(), why: "not waiting for a place".into() });
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: "not waiting for a place".into(),
+            });
         };
         let decision = self.decide_queue(&queued.agent, queued.ticket, now, policy).map(|mut d| {
             d.next.queued = Some(queued);
@@ -64,7 +81,11 @@ impl TaskRecord {
         let mut next = self.moved(Trigger::Throttled, now, cause)?.unlocked();
         next.deadline = Some(now.plus_ms(pause + policy.pending_timeout_ms));
         next.last_error = Some(format!("the remote asked to wait {pause} ms (429 or 503 with Retry-After)"));
-        Ok(Decision { trigger: Trigger::Throttled, next, effects: vec![Effect::Schedule { delay_ms: pause }] })
+        Ok(Decision {
+            trigger: Trigger::Throttled,
+            next,
+            effects: vec![Effect::Schedule { delay_ms: pause }],
+        })
     }
 }
 
@@ -130,6 +151,9 @@ mod tests {
         assert_eq!((d.next.state, d.next.locked_by, d.next.failure_count), (ProcessState::Pending, None, 0));
         assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 2_000 }]);
         // A late copy of the same reply is fenced off.
-        assert!(matches!(d.next.apply_reply(&reply, T0.plus_ms(6), &wf, &policy), Err(Refusal::StaleReply(_))));
+        assert!(matches!(
+            d.next.apply_reply(&reply, T0.plus_ms(6), &wf, &policy),
+            Err(Refusal::StaleReply(_))
+        ));
     }
 }

@@ -81,7 +81,10 @@ impl TaskRecord {
             if at_stage {
                 return Err(Refusal::Corrupt {
                     workflow: self.workflow.clone(),
-                    why: format!("step {} is a branch of a parallel stage: it cannot be throttled back", reply.step),
+                    why: format!(
+                        "step {} is a branch of a parallel stage: it cannot be throttled back",
+                        reply.step
+                    ),
                 });
             }
             return self.throttled(reply.action, retry_after_ms, now, policy);
