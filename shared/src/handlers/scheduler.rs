@@ -16,7 +16,7 @@ enum Gated {
     /// Handled: claimed with a place, waiting with a ticket, or ignored.
     Done,
     /// No gate for this move: decide it the usual way, from this read if one was made.
-    NoGate(Option<TaskRecord>),
+    NoGate(Option<Box<TaskRecord>>),
 }
 
 /// Rounds of a gated claim: each lost race on the task (a duplicate Schedule, a supervisor)
@@ -56,7 +56,7 @@ impl Scheduler {
             };
             let read = match self.through_gate(order_id, &decide).await? {
                 Gated::Done => return Ok(()),
-                Gated::NoGate(read) => read,
+                Gated::NoGate(read) => read.map(|t| *t),
             };
             match transition_from(&self.deps, &self.settings, order_id, read, decide).await? {
                 Transition::Applied { decision, .. } => {
@@ -118,7 +118,7 @@ impl Scheduler {
             let Some((decision, place)) =
                 decide(&task, wf, now).ok().and_then(|d| gate::place_of(settings, wf, &d).map(|p| (d, p)))
             else {
-                return Ok(Gated::NoGate(Some(task)));
+                return Ok(Gated::NoGate(Some(Box::new(task))));
             };
             let ticket = task.queued.as_ref().filter(|q| q.agent == place.agent).map(|q| q.ticket);
             match gate::arrive(deps, settings, &place, ticket).await? {
