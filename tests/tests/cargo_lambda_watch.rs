@@ -356,6 +356,9 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
             {"name": "reserve-stock", "agent": "inventory", "compensation": "release-stock"},
             {"name": "charge-payment", "agent": "payment", "compensation": "refund-payment"}]}}]
     }));
+    // Flow control: the single-step orders' agent lets one call in at a time; the burst of
+    // them waits its turn in the agent's gate, across the scheduler's invocations.
+    definitions["agents"]["orders"]["max_in_flight"] = json!(1);
     let workflows = dir.join("workflows.json");
     std::fs::write(&workflows, definitions.to_string()).expect("definition file");
     let added = format!(
@@ -565,6 +568,10 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         };
         assert_eq!(effects, want, "{id}");
     }
+
+    // The limited agent's gate: every place given back, every ticket's turn come.
+    let gate = sas::ports::StateStore::gate(&store, "orders").await.expect("gate read").expect("gate written");
+    assert!(gate.holds.is_empty() && gate.waiting() == 0, "{gate:?}");
 
     // Nothing of the callback queue was taken for a scheduler message.
     assert_eq!(sas_tests::depth(&sqs, vars["SCHEDULER_DLQ_URL"]).await, 0, "the scheduler DLQ is empty");
