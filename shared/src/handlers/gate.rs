@@ -34,6 +34,9 @@ pub(crate) fn place_of(settings: &Settings, wf: &Workflow, decision: &Decision) 
     let (Some(step), None) = (dispatches.next(), dispatches.next()) else {
         return None;
     };
+    if wf.stage_of(step).is_some() {
+        return None;
+    }
     let agent = &wf.step(step)?.agent;
     let limits = *settings.topology.limits.get(agent)?;
     let task = &decision.next;

@@ -161,6 +161,9 @@ impl Scheduler {
                     }
                 }
                 Admission::StillWaiting { ticket } => {
+                    // Noted again: a note lost to an error after the Queued write would
+                    // leave nobody to wake this ticket but the supervisor.
+                    deps.store.put_waiter(&place.agent, ticket, order_id, now).await?;
                     tracing::info!(%place.agent, ticket, "still waiting for a place in the gate");
                     return Ok(Gated::Done);
                 }
