@@ -570,7 +570,8 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     }
 
     // The limited agent's gate: every place given back, every ticket's turn come.
-    let gate = sas::ports::StateStore::gate(&store, "orders").await.expect("gate read").expect("gate written");
+    let gate =
+        sas::ports::StateStore::gate(&store, "orders").await.expect("gate read").expect("gate written");
     assert!(gate.holds.is_empty() && gate.waiting() == 0, "{gate:?}");
 
     // Nothing of the callback queue was taken for a scheduler message.

@@ -21,20 +21,22 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ids::{OrderId, Timestamp};
+use super::ids::{LeaseToken, OrderId, Timestamp};
 
 /// The window `max_per_second` counts over.
 pub const RATE_WINDOW_MS: u64 = 1_000;
 /// How long a place reserved for a ticket waits for its task's claim before it goes to
 /// the next in line.
-pub const RESERVATION_MS: u64 = 30_000;
+pub const RESERVATION_MS: u64 = 10_000;
 /// The longest pause a remote's Retry-After buys: a longer one is cut to this.
 pub const MAX_PAUSE_MS: u64 = 300_000;
-/// The largest `max_in_flight` a definition may set: the gate keeps one entry per place.
-pub const MAX_IN_FLIGHT_LIMIT: u32 = 1_000;
-/// The largest `max_per_second`: each call writes its gate twice, and one DynamoDB item
-/// takes at most 1,000 write units a second.
-pub const MAX_PER_SECOND_LIMIT: u32 = 200;
+/// The largest `max_in_flight` a definition may set: the gate keeps an entry per place
+/// (about 80 bytes), and every write of the gate is billed by its size.
+pub const MAX_IN_FLIGHT_LIMIT: u32 = 100;
+/// The largest `max_per_second`: each call writes its gate twice, a full window keeps
+/// up to this many entries, and one DynamoDB item takes at most 1,000 write units (1 KB
+/// each) a second.
+pub const MAX_PER_SECOND_LIMIT: u32 = 100;
 
 /// An agent's limits, from the definition file. Neither set: no gate at all.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,13 +58,17 @@ impl Limits {
     }
 }
 
-/// Who holds a place: one attempt of one task (`<order>#<attempt>`), or a ticket let
-/// through and not yet claimed (`#<ticket>`).
-pub fn call_holder(order_id: &OrderId, attempt: u32) -> String {
-    format!("{order_id}#{attempt}")
+/// Who holds a place: one claim of one task (`<order>#<attempt>.<lease's first 8 hex
+/// digits>`), or a ticket let through and not yet claimed (`#<ticket>`). The lease tells
+/// apart two schedulers that decided the same attempt of one task (a duplicate
+/// Schedule): the one whose claim loses gives back its own place, never the winner's.
+pub fn call_holder(order_id: &OrderId, attempt: u32, lease: &LeaseToken) -> String {
+    let lease = lease.0.simple().to_string();
+    format!("{order_id}#{attempt}.{}", &lease[..8])
 }
 
-fn reserved(ticket: u64) -> String {
+/// The holder of a place reserved for `ticket`, let through and not yet claimed.
+pub fn reserved_for(ticket: u64) -> String {
     format!("#{ticket}")
 }
 
@@ -150,7 +156,7 @@ impl Gate {
 
     /// Tickets handed out that have not had their turn.
     pub fn waiting(&self) -> u64 {
-        self.issued - self.admitted
+        self.issued.saturating_sub(self.admitted)
     }
 
     /// A task arrives for a call that would hold its place until `until`, with the
@@ -167,13 +173,15 @@ impl Gate {
         let mut wake = next.let_through(now, limits);
         let outcome = match ticket {
             Some(t) if t >= next.admitted && t < next.issued => Admission::StillWaiting { ticket: t },
-            Some(t) if let Some(place) = next.holds.iter_mut().find(|h| h.holder == reserved(t)) => {
+            Some(t) if let Some(place) = next.holds.iter_mut().find(|h| h.holder == reserved_for(t)) => {
                 *place = Hold { holder: holder.to_owned(), until };
                 wake.retain(|w| *w != t);
                 Admission::Admitted
             }
             // No ticket, or one whose reserved place lapsed (or that this gate never
             // handed out): in at once only if nobody waits.
+            // The same claim asking twice (a redelivered message): it holds its place.
+            _ if next.holds.iter().any(|h| h.holder == holder) => Admission::Admitted,
             _ => {
                 if next.waiting() == 0 && next.has_room(now, limits) {
                     next.holds.push(Hold { holder: holder.to_owned(), until });
@@ -191,8 +199,14 @@ impl Gate {
 
     /// A look at the gate, and nothing else: lapsed places and tails go, and waiting
     /// tickets are let through if that made room.
-    pub fn look(&self, now: Timestamp, limits: &Limits) -> Passage<()> {
+    /// `planned`: the time the look was sent for. A look that comes before it (clocks of
+    /// two containers, or SQS's longest delay) plans the next one instead of trusting
+    /// that one is on its way.
+    pub fn look(&self, now: Timestamp, limits: &Limits, planned: Option<Timestamp>) -> Passage<()> {
         let mut next = self.moved(now);
+        if next.poke_at.is_some_and(|p| planned.is_some_and(|at| p <= at)) {
+            next.poke_at = None;
+        }
         let wake = next.let_through(now, limits);
         let poke = next.plan_poke(now, limits);
         Passage { next, outcome: (), wake, poke }
@@ -202,9 +216,13 @@ impl Gate {
     /// rate limit still counts for one window. `false` when it had lapsed already.
     pub fn release(&self, now: Timestamp, limits: &Limits, holder: &str) -> Passage<bool> {
         let mut next = self.moved(now);
-        let before = next.holds.len();
-        next.holds.retain(|h| h.holder != holder);
-        let released = next.holds.len() < before;
+        let released = match next.holds.iter().position(|h| h.holder == holder) {
+            Some(i) => {
+                next.holds.remove(i);
+                true
+            }
+            None => false,
+        };
         // A reserved place that was never claimed made no call: no tail.
         if released && limits.max_per_second.is_some() && !holder.starts_with('#') {
             next.tails.push(now.plus_ms(RATE_WINDOW_MS));
@@ -212,6 +230,20 @@ impl Gate {
         let wake = next.let_through(now, limits);
         let poke = next.plan_poke(now, limits);
         Passage { next, outcome: released, wake, poke }
+    }
+
+    /// A claim that held a place given it for `ticket` lost its task write: the place
+    /// goes back to the ticket (reserved again), so the task keeps its turn.
+    pub fn unclaim(&self, now: Timestamp, holder: &str, ticket: u64) -> Passage<bool> {
+        let mut next = self.moved(now);
+        let found = match next.holds.iter_mut().find(|h| h.holder == holder) {
+            Some(place) => {
+                *place = Hold { holder: reserved_for(ticket), until: now.plus_ms(RESERVATION_MS) };
+                true
+            }
+            None => false,
+        };
+        Passage { next, outcome: found, wake: Vec::new(), poke: None }
     }
 
     /// The remote asked for a pause (Retry-After): nobody is let through before `until`.
@@ -278,7 +310,7 @@ impl Gate {
         let mut through = Vec::new();
         while self.waiting() > 0 && self.has_room(now, limits) {
             let t = self.admitted;
-            self.holds.push(Hold { holder: reserved(t), until: now.plus_ms(RESERVATION_MS) });
+            self.holds.push(Hold { holder: reserved_for(t), until: now.plus_ms(RESERVATION_MS) });
             self.admitted += 1;
             through.push(t);
         }
@@ -380,9 +412,13 @@ mod tests {
         assert_eq!(r.poke, Some(at(1_010)), "a's tail ends sooner: look then");
         let c = r.next.arrive(at(20), &rate, "c#1", at(5_000), None);
         assert_eq!(c.poke, None, "a look is on its way by then already");
-        let look = c.next.look(at(1_010), &rate);
+        let look = c.next.look(at(1_010), &rate, Some(at(1_010)));
         assert_eq!(look.wake, vec![0]);
-        assert_eq!(look.poke, Some(at(31_010)), "ticket 1 waits for ticket 0's reserved place or its call");
+        assert_eq!(look.poke, Some(at(1_010 + RESERVATION_MS)), "ticket 1 waits for ticket 0's place");
+        // A look that comes early plans the next one rather than trusting one is on its way.
+        let early = c.next.look(at(1_009), &rate, Some(at(1_010)));
+        assert_eq!(early.poke, Some(at(1_010)));
+        assert_eq!(c.next.look(at(1_009), &rate, None).poke, None, "one is on its way");
     }
 
     #[test]
@@ -394,6 +430,30 @@ mod tests {
         assert_eq!(later.wake, vec![0]);
         assert_eq!(later.outcome, Admission::Admitted);
         assert_eq!(later.next.paused_until, None);
+    }
+
+    #[test]
+    fn two_claims_of_one_attempt_hold_a_place_each_and_give_back_only_their_own() {
+        let g = Gate::new("pay").arrive(at(0), &TWO, "t#1.aaaa", at(100), None).next;
+        let g = g.arrive(at(0), &TWO, "t#1.bbbb", at(100), None).next;
+        assert_eq!(g.holds.len(), 2);
+        let asked_again = g.arrive(at(1), &TWO, "t#1.aaaa", at(100), None);
+        assert_eq!((asked_again.outcome, asked_again.next.holds.len()), (Admission::Admitted, 2));
+        let r = g.release(at(2), &TWO, "t#1.bbbb").next;
+        assert_eq!(r.holds.iter().map(|h| h.holder.as_str()).collect::<Vec<_>>(), ["t#1.aaaa"]);
+    }
+
+    #[test]
+    fn a_claim_that_lost_its_task_write_hands_its_place_back_to_its_ticket() {
+        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
+        let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
+        let g = g.release(at(2), &one, "a#1").next;
+        let took = g.arrive(at(3), &one, "b#1", at(100), Some(0)).next;
+        let back = took.unclaim(at(4), "b#1", 0);
+        assert!(back.outcome);
+        let again = back.next.arrive(at(5), &one, "b#1.x", at(100), Some(0));
+        assert_eq!(again.outcome, Admission::Admitted, "the ticket's place waited for it");
     }
 
     #[test]

@@ -346,7 +346,12 @@ pub enum SchedulerMessage {
     Reply(AgentReply),
     /// Look at a limited agent's gate again: only time could make room for the tickets
     /// waiting there (`domain::gate`), and now it may have.
-    Gate { agent: String },
+    Gate {
+        agent: String,
+        /// The time the look was planned for (`Gate::poke_at`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<Timestamp>,
+    },
 }
 
 impl SchedulerMessage {

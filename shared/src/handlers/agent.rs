@@ -208,7 +208,10 @@ impl Agent {
         let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
         let breaker =
             breakers.entry(agent.to_owned()).or_insert_with(|| Breaker::new(self.settings_of(agent).breaker));
+        let limited = self.settings_of(agent).limited;
         match result {
+            // A limited agent's gate pauses for a Retry-After: the breaker is for outages.
+            Err(RemoteError::Busy { .. }) if limited => {}
             Err(RemoteError::Transient(_) | RemoteError::Busy { .. }) => breaker.on_transient_failure(now.0),
             // A refusal, of the step or of the credentials, is the service answering.
             Ok(_) | Err(RemoteError::Permanent { .. } | RemoteError::AuthRefused { .. }) => {
@@ -269,6 +272,13 @@ impl Agent {
                 // no longer takes. The adapter dropped it, so the retry reads the current
                 // one; once per attempt, so a value that is simply wrong is not retried
                 // until complete-by.
+                // Under a rate limit the place covers one request: the next attempt (after
+                // complete-by, through the gate) reads the secret afresh instead.
+                Err(RemoteError::AuthRefused { reason, .. }) if self.settings_of(&request.agent).one_call => {
+                    tracing::warn!(agent = %request.agent, %reason, "credentials refused; an agent with max_per_second does not retry in place");
+                    self.deps.metrics.record(Metric::AuthRetry, 1);
+                    return AgentOutcome::GaveUp { calls };
+                }
                 Err(RemoteError::AuthRefused { reason, .. }) if !auth_refused => {
                     auth_refused = true;
                     tracing::warn!(agent = %request.agent, %reason, "credentials refused; reading the secret again and retrying once");

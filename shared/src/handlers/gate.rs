@@ -3,8 +3,9 @@
 //! item; a reply gives the place back. Agents without limits never come here.
 
 use super::{Deps, HandlerError, Settings, schedule};
+pub(crate) use crate::domain::gate::reserved_for;
 use crate::domain::gate::{Admission, Gate, Limits, Passage, call_holder};
-use crate::domain::{Decision, Effect, OrderId, SchedulerMessage, Timestamp, Trigger, Workflow};
+use crate::domain::{Decision, Effect, SchedulerMessage, Timestamp, Trigger, Workflow};
 use crate::ports::{Metric, Outgoing, Written};
 
 /// Gates are shared by every claim of their agent: a burst of claims meets on one item,
@@ -43,7 +44,7 @@ pub(crate) fn place_of(settings: &Settings, wf: &Workflow, decision: &Decision) 
     Some(Place {
         agent: agent.clone(),
         limits,
-        holder: call_holder(&task.order_id, task.attempt),
+        holder: call_holder(&task.order_id, task.attempt, &task.locked_by?),
         until: limits.hold_until(task.complete_by?, settings.policy.reply_grace_ms),
     })
 }
@@ -71,7 +72,7 @@ pub(crate) async fn change<T>(
             Written::Applied => {
                 wake(deps, settings, agent, &passage.wake).await;
                 if let Some(at) = passage.poke {
-                    poke(deps, settings, agent, at.millis_since(now)).await;
+                    poke(deps, settings, agent, at, now).await;
                 }
                 return Ok(passage);
             }
@@ -102,23 +103,21 @@ pub(crate) async fn release(
     deps: &Deps,
     settings: &Settings,
     agent: &str,
-    order_id: &OrderId,
-    attempt: u32,
+    holder: &str,
     pause_until: Option<Timestamp>,
 ) {
     let Some(limits) = settings.topology.limits.get(agent) else {
         return;
     };
-    let holder = call_holder(order_id, attempt);
     let result = change(deps, settings, agent, |gate, now| {
         match pause_until {
             Some(until) => {
-                let mut p = gate.pause(now, until).release(now, limits, &holder);
+                let mut p = gate.pause(now, until).release(now, limits, holder);
                 // `pause` and `release` each bump the revision; one write lands both.
                 p.next.revision = gate.revision + 1;
                 p
             }
-            None => gate.release(now, limits, &holder),
+            None => gate.release(now, limits, holder),
         }
     })
     .await;
@@ -127,24 +126,37 @@ pub(crate) async fn release(
     }
 }
 
+/// Hands a lost claim's place back to the ticket it came with (best effort: a place not
+/// handed back lapses at its own time).
+pub(crate) async fn unclaim(deps: &Deps, settings: &Settings, agent: &str, holder: &str, ticket: u64) {
+    if let Err(e) = change(deps, settings, agent, |gate, now| gate.unclaim(now, holder, ticket)).await {
+        tracing::warn!(%agent, %holder, error = %e, "place not handed back to its ticket; it lapses at its own time");
+    }
+}
+
 /// A look at the gate, from its poke message.
-pub(crate) async fn look(deps: &Deps, settings: &Settings, agent: &str) -> Result<(), HandlerError> {
+pub(crate) async fn look(
+    deps: &Deps,
+    settings: &Settings,
+    agent: &str,
+    planned: Option<Timestamp>,
+) -> Result<(), HandlerError> {
     // An agent whose limits were taken away has nobody waiting behind a gate any more.
     let Some(limits) = settings.topology.limits.get(agent) else {
         tracing::info!(%agent, "look at the gate of an agent without limits ignored");
         return Ok(());
     };
-    change(deps, settings, agent, |gate, now| gate.look(now, limits)).await?;
+    change(deps, settings, agent, |gate, now| gate.look(now, limits, planned)).await?;
     Ok(())
 }
 
-/// Sends a look at the gate to the scheduler's queue, `delay_ms` from now (one more
-/// millisecond, so it never comes before the time it is for). Best effort: if it is lost,
-/// the next change of the gate plans another, and the supervisor asks for tasks that
-/// wait long.
-async fn poke(deps: &Deps, settings: &Settings, agent: &str, delay_ms: u64) {
-    let body = SchedulerMessage::Gate { agent: agent.to_owned() }.to_body();
-    let delay_ms = (delay_ms + 1).min(MAX_DELAY_MS);
+/// Sends a look at the gate to the scheduler's queue for `at` (one millisecond later, so
+/// it does not come before; at most SQS's longest delay, and a look that comes before its
+/// time plans the next). Best effort: if it is lost, the next change of the gate plans
+/// another, and the supervisor asks the gate again for tasks that wait long.
+async fn poke(deps: &Deps, settings: &Settings, agent: &str, at: Timestamp, now: Timestamp) {
+    let body = SchedulerMessage::Gate { agent: agent.to_owned(), at: Some(at) }.to_body();
+    let delay_ms = (at.millis_since(now) + 1).min(MAX_DELAY_MS);
     if let Err(e) =
         deps.queues.send(&settings.topology.scheduler_queue, Outgoing::delayed(body, delay_ms)).await
     {

@@ -4,7 +4,7 @@
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, Transition, gate, perform, transition, transition_from};
-use crate::domain::gate::{Admission, MAX_PAUSE_MS};
+use crate::domain::gate::{Admission, MAX_PAUSE_MS, call_holder};
 use crate::domain::{
     AgentReply, Decision, Mint, OrderId, Refusal, ReplyOutcome, SchedulerMessage, TaskRecord, Timestamp,
     Trigger, Workflow,
@@ -38,7 +38,7 @@ impl Scheduler {
         match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
             SchedulerMessage::Schedule { order_id } => self.schedule(&order_id).await,
             SchedulerMessage::Reply(reply) => self.reply(&reply).await,
-            SchedulerMessage::Gate { agent } => gate::look(&self.deps, &self.settings, &agent).await,
+            SchedulerMessage::Gate { agent, at } => gate::look(&self.deps, &self.settings, &agent, at).await,
         }
     }
 
@@ -54,11 +54,35 @@ impl Scheduler {
                 let secret = callback.then(|| *secret.get_or_init(|| self.deps.random.callback_secret()));
                 task.schedule(Mint { lease, secret }, now, wf, &policy)
             };
-            let read = match self.through_gate(order_id, &decide).await? {
-                Gated::Done => return Ok(()),
-                Gated::NoGate(read) => read.map(|t| *t),
+            // A move that needs no gate, decided again after a lost race, may turn into a
+            // claim that does (a timer woken by two at once, into a limited agent's step):
+            // that one goes back through the gate, never around it.
+            let needs_gate = std::sync::atomic::AtomicBool::new(false);
+            let ungated = |task: &TaskRecord, wf: &Workflow, now| {
+                let decision = decide(task, wf, now)?;
+                if gate::place_of(&self.settings, wf, &decision).is_some() {
+                    needs_gate.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Err(Refusal::ClaimLost { state: task.state, locked: false });
+                }
+                Ok(decision)
             };
-            match transition_from(&self.deps, &self.settings, order_id, read, decide).await? {
+            let mut rounds = 0;
+            let transition = loop {
+                let read = match self.through_gate(order_id, &decide).await? {
+                    Gated::Done => return Ok(()),
+                    Gated::NoGate(read) => read.map(|t| *t),
+                };
+                needs_gate.store(false, std::sync::atomic::Ordering::Relaxed);
+                let transition = transition_from(&self.deps, &self.settings, order_id, read, &ungated).await?;
+                rounds += 1;
+                if !needs_gate.load(std::sync::atomic::Ordering::Relaxed) {
+                    break transition;
+                }
+                if rounds >= GATED_ROUNDS {
+                    return Err(HandlerError::Retry(format!("task {order_id} kept changing at its gate")));
+                }
+            };
+            match transition {
                 Transition::Applied { decision, .. } => {
                     match decision.trigger {
                         Trigger::Claimed => {
@@ -109,18 +133,31 @@ impl Scheduler {
             return Ok(Gated::NoGate(None));
         }
         let (deps, settings) = (&self.deps, &self.settings);
+        // A ticket taken here and not yet written to the task: a lost task write keeps it.
+        let mut taken: Option<(String, u64)> = None;
         for _ in 0..GATED_ROUNDS {
             let Some(task) = deps.store.task(order_id).await? else {
                 return Ok(Gated::NoGate(None));
             };
             let wf = settings.workflow(&task)?;
             let now = deps.clock.now();
+            let decided = decide(&task, wf, now);
             let Some((decision, place)) =
-                decide(&task, wf, now).ok().and_then(|d| gate::place_of(settings, wf, &d).map(|p| (d, p)))
+                decided.as_ref().ok().and_then(|d| gate::place_of(settings, wf, d).map(|p| (d.clone(), p)))
             else {
+                // Woken while paused: its turn is over, and the place kept for it goes to
+                // the next in line rather than waiting to lapse.
+                if let (Err(Refusal::Paused), Some(q)) = (&decided, &task.queued) {
+                    gate::release(deps, settings, &q.agent, &gate::reserved_for(q.ticket), None).await;
+                }
                 return Ok(Gated::NoGate(Some(Box::new(task))));
             };
-            let ticket = task.queued.as_ref().filter(|q| q.agent == place.agent).map(|q| q.ticket);
+            let ticket = task
+                .queued
+                .as_ref()
+                .filter(|q| q.agent == place.agent)
+                .map(|q| q.ticket)
+                .or_else(|| taken.as_ref().filter(|(a, _)| *a == place.agent).map(|(_, t)| *t));
             match gate::arrive(deps, settings, &place, ticket).await? {
                 Admission::Admitted => match deps.store.replace(&decision.next, task.revision).await? {
                     Written::Applied => {
@@ -131,11 +168,14 @@ impl Scheduler {
                         perform(deps, settings, &decision).await?;
                         return Ok(Gated::Done);
                     }
-                    // Another writer came first: give the place back and decide again.
+                    // Another writer came first: the place goes back to the ticket it came
+                    // with (the task keeps its turn), or back to the gate, and decide again.
                     Written::RevisionMoved => {
                         deps.metrics.record(Metric::WriteConflict, 1);
-                        gate::release(deps, settings, &place.agent, order_id, decision.next.attempt, None)
-                            .await;
+                        match ticket {
+                            Some(t) => gate::unclaim(deps, settings, &place.agent, &place.holder, t).await,
+                            None => gate::release(deps, settings, &place.agent, &place.holder, None).await,
+                        }
                     }
                 },
                 Admission::Queued { ticket } => {
@@ -149,6 +189,7 @@ impl Scheduler {
                     };
                     if deps.store.replace(&queued.next, task.revision).await? == Written::RevisionMoved {
                         deps.metrics.record(Metric::WriteConflict, 1);
+                        taken = Some((place.agent.clone(), ticket));
                         continue;
                     }
                     perform(deps, settings, &queued).await?;
@@ -197,7 +238,8 @@ impl Scheduler {
                     }
                     _ => None,
                 };
-                gate::release(&self.deps, &self.settings, agent, &reply.order_id, reply.attempt, pause).await;
+                let holder = call_holder(&reply.order_id, reply.attempt, &reply.lease);
+                gate::release(&self.deps, &self.settings, agent, &holder, pause).await;
             }
             match result? {
                 Transition::Applied { before, decision } => {

@@ -8,6 +8,9 @@ use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::workflow::Action;
 
+/// The longest a waiting task goes without the supervisor asking its gate again.
+pub const MAX_RECHECK_MS: u64 = 15 * 60 * 1_000;
+
 impl TaskRecord {
     /// Scheduler: the step's agent had no room and handed out `ticket`. The task waits
     /// with no lease; its deadline is when the supervisor asks the gate again should no
@@ -44,7 +47,10 @@ impl TaskRecord {
         };
         let mut next = self.moved(Trigger::Queued, now, Cause::Queued { step: self.step, ticket })?;
         next.queued = Some(Ticket { agent: agent.to_owned(), ticket, since });
-        next.deadline = Some(now.plus_ms(policy.pending_timeout_ms));
+        // The supervisor's ask is the safety net (wakes and looks at the gate move the
+        // line): the longer a task has waited, the less often it is asked about.
+        let recheck = now.millis_since(since).clamp(policy.pending_timeout_ms, MAX_RECHECK_MS);
+        next.deadline = Some(now.plus_ms(recheck));
         Ok(Decision { trigger: Trigger::Queued, next, effects: Vec::new() })
     }
 

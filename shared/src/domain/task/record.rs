@@ -512,8 +512,9 @@ impl TaskRecord {
         if state != ProcessState::Waiting {
             next.wake_at = None;
         }
-        // Any move but another turn in the line ends the wait for a place.
-        if trigger != Trigger::Queued {
+        // Any move but another turn in the line ends the wait for a place; a pause keeps
+        // the ticket, for the task to take its turn when resumed if it has not passed.
+        if !matches!(trigger, Trigger::Queued | Trigger::Pause | Trigger::Resume) {
             next.queued = None;
         }
         // A callback's token lives as long as its attempt: claimed (Processing), then
