@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sas::adapters::embedded::queue_names::{AGENT, SCHEDULER};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
+use sas::domain::gate::Gate;
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
 use sas::ports::{
     AlertError, Alerts, Clock, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
@@ -81,15 +82,16 @@ impl StateStore for SimStore {
         self.before(Io::Due).await?;
         self.inner.due(now, limit).await
     }
-    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, StoreError> {
+    // The gate and its waiters fail the way task reads and writes do; a gate write is no
+    // task write, so it leaves no `WriteCtx` behind.
+    async fn gate(&self, agent: &str) -> Result<Option<Gate>, StoreError> {
+        self.before(Io::ReadGate).await?;
         self.inner.gate(agent).await
     }
-    async fn replace_gate(
-        &self,
-        next: &sas::domain::gate::Gate,
-        expected_revision: u64,
-    ) -> Result<Written, StoreError> {
-        self.inner.replace_gate(next, expected_revision).await
+    async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
+        self.before(Io::ReplaceGate).await?;
+        let result = self.inner.replace_gate(next, expected_revision).await;
+        self.written(result, false)
     }
     async fn put_waiter(
         &self,
@@ -98,9 +100,12 @@ impl StateStore for SimStore {
         order_id: &OrderId,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        self.inner.put_waiter(agent, ticket, order_id, now).await
+        self.before(Io::PutWaiter).await?;
+        let result = self.inner.put_waiter(agent, ticket, order_id, now).await;
+        self.written(result, false)
     }
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
+        self.before(Io::ReadWaiter).await?;
         self.inner.waiter(agent, ticket).await
     }
 }
@@ -124,6 +129,16 @@ impl Queues for SimQueues {
                 return Err(unavailable());
             }
             let internal = INTERNAL.contains(&queue.0.as_str());
+            if queue.0 == SCHEDULER && !w.ledger.limits.is_empty() {
+                // An agent's reply ends its attempt's calls, sent or not: whatever calls
+                // that place after it is a copy of its request (`Flight::copy`).
+                for m in &messages {
+                    if m.body.starts_with(r#"{"type":"reply""#) {
+                        let place = crate::remote::holder_of(Some(&m.body), "");
+                        w.ledger.replied.insert(place);
+                    }
+                }
+            }
             for mut m in messages {
                 if internal && w.roll("delay", f.delay) {
                     m.delay_ms += w.rng.u64(1..=f.delay_max_ms.max(1));

@@ -85,6 +85,32 @@ pub struct Ledger {
     /// completes the work answers with when it answers anything (the same every time, as
     /// `answers` for a key), which later steps must be handed in place of the agent's.
     pub callback_outputs: BTreeMap<String, String>,
+    /// The flow-control limits of the agents that have any, as the deployment's
+    /// definitions set them: the calls of these agents are kept in `flights`.
+    pub limits: BTreeMap<String, sas::domain::gate::Limits>,
+    /// Per limited agent, every call as the service saw it, in the order they started.
+    pub flights: BTreeMap<String, Vec<Flight>>,
+    /// Calls of limited agents answered "too many requests" (never reaching the model).
+    pub throttled: u64,
+    /// The places (`<order>#<attempt>`) of limited agents' calls whose reply an agent
+    /// has sent: the attempt's calls are over, and a call after it is a copy's.
+    pub replied: BTreeSet<String>,
+}
+
+/// One call of a limited agent as the service saw it: from its request's arrival to its
+/// answer, or to the moment its caller stopped waiting (a hang), whichever came first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flight {
+    pub start: u64,
+    pub end: u64,
+    pub key: String,
+    /// The place the call was made under, `<order>#<attempt>` (`gate::call_holder`), from
+    /// the agent request being handled: the copies of one request that SQS delivered more
+    /// than once share it.
+    pub holder: String,
+    /// Made after the place's reply was sent: a copy of the request that SQS delivered
+    /// again (at least once), performed after the place may have been given back.
+    pub copy: bool,
 }
 
 /// The longest answer the model gives when it gives one too large to keep.

@@ -2,7 +2,10 @@
 //! shape of the run (concurrency, batch sizes, workload), so that some seeds hammer one
 //! mechanism alone and others combine them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+use sas::domain::gate::Limits;
 
 use sas::domain::definitions::MAX_STEPS;
 use sas::domain::workflow::Stage;
@@ -55,6 +58,10 @@ pub struct Faults {
     /// A branch of a parallel stage is refused for good by its service (on top of
     /// `remote.permanent`): the stage gives up with other branches still out.
     pub branch_refusal: f64,
+    /// A limited agent's call is answered "too many requests" (429, Retry-After of 100 ms
+    /// to `busy_retry_max_ms`): its agent replies Throttled and its gate pauses.
+    pub remote_busy: f64,
+    pub busy_retry_max_ms: u64,
 }
 
 impl Faults {
@@ -90,6 +97,7 @@ impl Faults {
             ("double_supervisor", self.double_supervisor),
             ("outage", if self.outage.is_some() { 1.0 } else { 0.0 }),
             ("branch_refusal", self.branch_refusal),
+            ("remote_busy", self.remote_busy),
         ];
         all.into_iter().filter(|(_, v)| *v > 0.0).map(|(k, _)| k).collect()
     }
@@ -138,6 +146,9 @@ pub struct Swarm {
     /// from a generator of their own seeded with this; `None`: it never pauses, and the
     /// seed runs as it did before pauses existed.
     pub pauses: Option<u64>,
+    /// Flow-control limits of some agents (`with_limits`), as their definitions would set
+    /// them; empty: no agent has a gate, and the seed runs as it did before gates existed.
+    pub limits: BTreeMap<String, Limits>,
 }
 
 /// A new version of a workflow published during the run, as a deploy rolls it out: from
@@ -385,6 +396,8 @@ impl Swarm {
             double_supervisor,
             outage,
             branch_refusal: 0.0,
+            remote_busy: 0.0,
+            busy_retry_max_ms: 0,
         };
         let orders = rng.usize(1..=8);
         let generated = generated_workflow(rng, "g");
@@ -409,7 +422,8 @@ impl Swarm {
         // Half the seeds pause, from a side generator again.
         let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ PAUSE_SALT);
         let pauses = side.bool().then(|| side.u64(..));
-        Swarm {
+        let limit_seed = rng.get_seed() ^ LIMIT_SALT;
+        let mut swarm = Swarm {
             faults,
             orders,
             workflows: WORKFLOW_MIXES[rng.usize(..WORKFLOW_MIXES.len())],
@@ -430,6 +444,54 @@ impl Swarm {
             app_cancels: if rng.u8(..4) == 0 { rng.usize(1..=2) } else { 0 },
             outside,
             pauses,
+            limits: BTreeMap::new(),
+        };
+        swarm.with_limits(&mut fastrand::Rng::with_seed(limit_seed));
+        swarm
+    }
+
+    /// One seed in three gives some of the agents its orders use flow-control limits
+    /// (`max_in_flight` 1 to 4, `max_per_second` 1 to 5, or both), never one a parallel
+    /// stage's branch calls (the definition file refuses it), and most of those seeds a
+    /// remote that answers limited agents "too many requests" now and then. Drawn from a
+    /// side generator: every other seed runs as it did before gates existed.
+    fn with_limits(&mut self, side: &mut fastrand::Rng) {
+        if side.u8(..3) > 0 {
+            return;
+        }
+        let all = crate::deploy::workflows(self);
+        let branches: BTreeSet<&str> = all
+            .all()
+            .iter()
+            .flat_map(|w| w.stages.iter().flat_map(move |st| st.branches().filter_map(|i| w.step(i))))
+            .map(|s| s.agent.as_str())
+            .collect();
+        let used: BTreeSet<&str> = all
+            .all()
+            .iter()
+            .filter(|w| self.workflows.contains(&w.name.as_str()))
+            .flat_map(|w| w.steps.iter().filter(|s| !s.is_timer()).map(|s| s.agent.as_str()))
+            .filter(|a| !branches.contains(a))
+            .collect();
+        let candidates: Vec<&str> = used.into_iter().collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let first = side.usize(..candidates.len());
+        for (i, agent) in candidates.iter().enumerate() {
+            if i != first && side.bool() {
+                continue;
+            }
+            let (max_in_flight, max_per_second) = match side.u8(..3) {
+                0 => (Some(side.u32(1..=4)), None),
+                1 => (None, Some(side.u32(1..=5))),
+                _ => (Some(side.u32(1..=4)), Some(side.u32(1..=5))),
+            };
+            self.limits.insert((*agent).to_owned(), Limits { max_in_flight, max_per_second });
+        }
+        if side.u8(..4) > 0 {
+            self.faults.remote_busy = pick(side, 0.05, 0.3);
+            self.faults.busy_retry_max_ms = side.u64(100..=2_000);
         }
     }
 }
@@ -438,6 +500,8 @@ impl Swarm {
 const PAUSE_SALT: u64 = 0x9a05_e5ed;
 /// And the branch refusals'.
 const STAGE_FAULT_SALT: u64 = 0x5eed_b4a2;
+/// And the agents' limits'.
+const LIMIT_SALT: u64 = 0x6a7e_11_3175;
 
 impl Swarm {
     /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.
@@ -473,11 +537,23 @@ impl Swarm {
     }
 }
 
+impl Swarm {
+    /// The agents' limits, as `agent(in flight/per second)`.
+    pub fn limits_shown(&self) -> String {
+        let shown: Vec<String> = self
+            .limits
+            .iter()
+            .map(|(a, l)| format!("{a}({:?}/{:?})", l.max_in_flight, l.max_per_second))
+            .collect();
+        if shown.is_empty() { "none".to_owned() } else { shown.join(" ") }
+    }
+}
+
 impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; stages: {}; outside: {}",
+            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; stages: {}; outside: {}; limits: {}",
             self.orders,
             self.workflows.join("/"),
             self.resends,
@@ -493,7 +569,8 @@ impl fmt::Display for Swarm {
             self.faults.enabled().join(", "),
             self.callback_steps(),
             self.stages(),
-            self.outside.enabled().join(", ")
+            self.outside.enabled().join(", "),
+            self.limits_shown()
         )
     }
 }

@@ -5,7 +5,7 @@
 use sas::domain::{Policy, Workflow, Workflows};
 
 use crate::deployment::{SUPERVISOR_PERIOD_MS, WORK};
-use crate::swarm::Faults;
+use crate::swarm::{Faults, Swarm};
 
 /// The weights the loop draws its next step by (docs/SIMULATION.md, "How it works"): each
 /// pending I/O call, each queue whose messages could start an invocation, and letting time
@@ -64,4 +64,18 @@ pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows
         .max()
         .unwrap_or(0);
     cycles * cycle + in_flight + waits + 5_000
+}
+
+/// The seed's bound: `liveness_bound_ms`, and in a seed whose agents have limits, room for
+/// each order to wait behind all the others: their calls may go one at a time through a
+/// gate, each waiting out a place reserved for a task that never came
+/// (`gate::RESERVATION_MS`) and a remote's pause.
+pub fn seed_bound_ms(swarm: &Swarm) -> u64 {
+    let bound =
+        liveness_bound_ms(&crate::deployment::policy(), &swarm.faults, &crate::deploy::workflows(swarm));
+    if swarm.limits.is_empty() {
+        return bound;
+    }
+    let orders = swarm.orders as u64;
+    orders * (bound + sas::domain::gate::RESERVATION_MS + swarm.faults.busy_retry_max_ms)
 }

@@ -32,6 +32,7 @@ fn seeds_keep_every_invariant() {
     println!("pipeline counters: {:?}", summary.metrics);
     println!("the outside party's words: {:?}", summary.outside);
     println!("parallel stages: {:?}", summary.stages);
+    println!("limited agents' calls: {:?}", summary.flow);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);
     println!("{}", summary.coverage_table());
     let mut report = String::new();
@@ -331,10 +332,12 @@ fn regression_seeds() {
 }
 
 /// Seed `seed`'s swarm with its generated workflows' callback steps made plain steps, their
-/// parallel stages taken out, and no pauses.
+/// parallel stages taken out, no pauses and no agent limits.
 fn without_callbacks(seed: u64) -> sas_sim::swarm::Swarm {
     let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
     swarm.pauses = None;
+    swarm.limits.clear();
+    swarm.faults.remote_busy = 0.0;
     let plain = |w: &mut sas::domain::Workflow| {
         sas_sim::swarm::without_stages(w);
         w.steps.iter_mut().for_each(|s| s.callback = None)
