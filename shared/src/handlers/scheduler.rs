@@ -57,7 +57,19 @@ impl Scheduler {
                 Gated::Done => return Ok(()),
                 Gated::NoGate(read) => read,
             };
-            match transition_from(&self.deps, &self.settings, order_id, read, decide).await? {
+            // Past the gate the task needed none; if it moves meanwhile (a concurrent
+            // writer wakes its timer, say) and its write is decided again, that decision
+            // must not be a claim that needs a place: the claim is left to the Schedule of
+            // whoever moved it (or to the supervisor at its deadline), which goes through
+            // the gate (sim seed 666).
+            let ungated = |task: &TaskRecord, wf: &Workflow, now| {
+                let decision = decide(task, wf, now)?;
+                if gate::place_of(&self.settings, wf, &decision).is_some() {
+                    return Err(Refusal::ClaimLost { state: task.state, locked: task.locked_by.is_some() });
+                }
+                Ok(decision)
+            };
+            match transition_from(&self.deps, &self.settings, order_id, read, ungated).await? {
                 Transition::Applied { decision, .. } => {
                     match decision.trigger {
                         Trigger::Claimed => {
