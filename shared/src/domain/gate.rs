@@ -184,9 +184,16 @@ impl Gate {
     /// rate limit still counts for one window. `false` when it had lapsed already.
     pub fn release(&self, now: Timestamp, limits: &Limits, holder: &str) -> Passage<bool> {
         let mut next = self.moved(now);
-        let before = next.holds.len();
-        next.holds.retain(|h| h.holder != holder);
-        let released = next.holds.len() < before;
+        // One place per release: two claims of one attempt (a Schedule handled twice at
+        // once) each take a place under the same name, and the one whose claim lost gives
+        // back its own, not the winner's too (sim seed 338).
+        let released = match next.holds.iter().position(|h| h.holder == holder) {
+            Some(at) => {
+                next.holds.remove(at);
+                true
+            }
+            None => false,
+        };
         // A reserved place that was never claimed made no call: no tail.
         if released && limits.max_per_second.is_some() && !holder.starts_with('#') {
             next.tails.push(now.plus_ms(RATE_WINDOW_MS));
@@ -333,6 +340,23 @@ mod tests {
         assert_eq!(later.wake, vec![0]);
         assert_eq!(later.outcome, Admission::Admitted);
         assert_eq!(later.next.paused_until, None);
+    }
+
+    #[test]
+    fn two_claims_of_one_attempt_hold_two_places_and_the_loser_gives_back_only_its_own() {
+        // Two schedulers decided the same claim (attempt 1 of `a`) from one read; both
+        // arrived. The one whose task write lost gives its place back: the winner's call
+        // still holds one, and the line behind it waits.
+        let g = Gate::new("pay").arrive(at(0), &TWO, "a#1", at(100), None).next;
+        let g = g.arrive(at(1), &TWO, "a#1", at(100), None).next;
+        let g = g.arrive(at(2), &TWO, "b#1", at(100), None);
+        assert_eq!(g.outcome, Admission::Queued { ticket: 0 });
+        let lost = g.next.release(at(3), &TWO, "a#1");
+        assert!(lost.outcome);
+        assert_eq!(lost.wake, vec![0], "one place free: the first in line only");
+        assert_eq!(lost.next.holds.iter().filter(|h| h.holder == "a#1").count(), 1);
+        let c = lost.next.arrive(at(4), &TWO, "c#1", at(100), None);
+        assert!(matches!(c.outcome, Admission::Queued { .. }), "the winner's place and ticket 0's fill the gate");
     }
 
     #[test]
