@@ -91,6 +91,20 @@ impl StateStore for SimStore {
     async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
         self.before(Io::ReplaceGate).await?;
         let result = self.inner.replace_gate(next, expected_revision).await;
+        if matches!(result, Ok(Written::Applied)) {
+            // The gate as written, for a replay to follow who held which place when.
+            let mut w = self.shared.w();
+            let now = w.now;
+            w.trace.note(now, || {
+                let holds: Vec<String> =
+                    next.holds.iter().map(|h| format!("{}<{}", h.holder, h.until.0)).collect();
+                let tails: Vec<u64> = next.tails.iter().map(|t| t.0).collect();
+                format!(
+                    "gate {} rev {} holds {holds:?} tails {tails:?} tickets {}..{} paused {:?}",
+                    next.agent, next.revision, next.admitted, next.issued, next.paused_until
+                )
+            });
+        }
         self.written(result, false)
     }
     async fn put_waiter(
@@ -135,7 +149,8 @@ impl Queues for SimQueues {
                 for m in &messages {
                     if m.body.starts_with(r#"{"type":"reply""#) {
                         let place = crate::remote::holder_of(Some(&m.body), "");
-                        w.ledger.replied.insert(place);
+                        let now = w.now;
+                        w.ledger.replied.entry(place).or_insert(now);
                     }
                 }
             }

@@ -314,18 +314,31 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
 /// The limits judged where they matter, at the remote service: from the calls its ledger
 /// saw (`Ledger::flights`), not from the gates that are meant to keep them. A call is in
 /// flight from its start until its end (a call that ended at the instant another started
-/// is over); the rate counts the calls started in every window of `RATE_WINDOW_MS`.
+/// is over); the rate counts the calls started in every window of `RATE_WINDOW_MS`. Both
+/// within the clocks' slack (`Ledger::clock_slack_ms`): a place lapsed, or a rate tail
+/// ended, by one clock while a call went on by another's.
 ///
 /// Calls are counted by the place they were made under (`Flight::holder`), and a copy's
-/// calls not at all (`Flight::copy`): SQS delivers a message at least once, and a request
-/// delivered twice is performed twice under its one place, the second time perhaps after
-/// the place was given back. No gate can see that; docs/SIMULATION.md tells it as a limit
+/// calls not past the place's reply (`Flight::copy`, `Ledger::replied`): SQS delivers a
+/// message at least once, and a request delivered twice is performed twice under its one
+/// place, one copy perhaps still calling after the other's reply gave the place back. No gate can see that; docs/SIMULATION.md tells it as a limit
 /// of flow control, and the run counts those calls (`Ledger::flights`).
 fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)) {
     use sas::domain::gate::RATE_WINDOW_MS;
+    let slack = ledger.clock_slack_ms;
+    let window_ms = RATE_WINDOW_MS.saturating_sub(slack);
     for (agent, limits) in &ledger.limits {
         let Some(flights) = ledger.flights.get(agent) else { continue };
-        let flights: Vec<&crate::ledger::Flight> = flights.iter().filter(|f| !f.copy).collect();
+        // A place's calls are over once its reply is sent: a copy's call still open then
+        // (or made later) is the copy's, not the place's.
+        let flights: Vec<crate::ledger::Flight> = flights
+            .iter()
+            .filter(|f| !f.copy)
+            .map(|f| {
+                let end = ledger.replied.get(&f.holder).map_or(f.end, |r| f.end.min(*r));
+                crate::ledger::Flight { end, ..f.clone() }
+            })
+            .collect();
         // One violation per limit and agent is enough to tell the story.
         let mut in_flight_told = false;
         let mut rate_told = false;
@@ -336,7 +349,7 @@ fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)
             {
                 let open: BTreeSet<&str> = before
                     .iter()
-                    .filter(|g| g.end > f.start)
+                    .filter(|g| g.end > f.start + slack)
                     .map(|g| g.holder.as_str())
                     .chain([f.holder.as_str()])
                     .collect();
@@ -359,7 +372,7 @@ fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)
             {
                 let window: BTreeSet<&str> = before
                     .iter()
-                    .filter(|g| g.start + RATE_WINDOW_MS > f.start)
+                    .filter(|g| g.start + window_ms > f.start)
                     .map(|g| g.holder.as_str())
                     .chain([f.holder.as_str()])
                     .collect();
@@ -367,13 +380,13 @@ fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)
                     rate_told = true;
                     let starts: Vec<(u64, &str)> = before
                         .iter()
-                        .filter(|g| g.start + RATE_WINDOW_MS > f.start)
+                        .filter(|g| g.start + window_ms > f.start)
                         .map(|g| (g.start, g.holder.as_str()))
                         .collect();
                     add(
                         Invariant::RemoteWithinLimits,
                         format!(
-                            "agent {agent} (max_per_second {max}): call {} of {} started at {} ms, {} places' calls within {RATE_WINDOW_MS} ms: {starts:?}",
+                            "agent {agent} (max_per_second {max}): call {} of {} started at {} ms, {} places' calls within {window_ms} ms: {starts:?}",
                             f.key,
                             f.holder,
                             f.start,

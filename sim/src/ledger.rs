@@ -88,13 +88,18 @@ pub struct Ledger {
     /// The flow-control limits of the agents that have any, as the deployment's
     /// definitions set them: the calls of these agents are kept in `flights`.
     pub limits: BTreeMap<String, sas::domain::gate::Limits>,
+    /// How far apart two of the deployment's clocks may be, at most: twice the bound of
+    /// each one's skew. A gate keeps time by its writers' clocks (a place lapses, a rate
+    /// tail ends), so the service may see the limits kept only to within this.
+    pub clock_slack_ms: u64,
     /// Per limited agent, every call as the service saw it, in the order they started.
     pub flights: BTreeMap<String, Vec<Flight>>,
     /// Calls of limited agents answered "too many requests" (never reaching the model).
     pub throttled: u64,
-    /// The places (`<order>#<attempt>`) of limited agents' calls whose reply an agent
-    /// has sent: the attempt's calls are over, and a call after it is a copy's.
-    pub replied: BTreeSet<String>,
+    /// When an agent first sent the reply of each place (`<order>#<attempt>`) of a limited
+    /// agent's call: the attempt's calls are over then, and what goes on calling under
+    /// that place after it is a copy of the request's.
+    pub replied: BTreeMap<String, u64>,
 }
 
 /// One call of a limited agent as the service saw it: from its request's arrival to its

@@ -42,7 +42,7 @@ impl RemoteService for SimRemote {
             let now = w.now;
             let limited = w.ledger.limits.contains_key(call.agent);
             let holder = if limited { holder_of(w.current_message.as_deref(), key) } else { String::new() };
-            let copy = limited && w.ledger.replied.contains(&holder);
+            let copy = limited && w.ledger.replied.contains_key(&holder);
             // A limited agent's service sheds load before it looks at the request: nothing
             // is decided or applied, and the caller is told when to come back.
             let busy = w.faults.remote_busy;

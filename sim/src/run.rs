@@ -77,6 +77,7 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let arrivals = workload::generate(&mut rng, &swarm);
     let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace);
     shared.w().ledger.limits = swarm.limits.clone();
+    shared.w().ledger.clock_slack_ms = 2 * swarm.faults.skew_max_ms;
     shared.w().outside = Outside::new(seed, swarm.outside, &workflows(&swarm));
     shared.w().stage_branches = workflows(&swarm)
         .all()

@@ -337,6 +337,20 @@ fn pick(rng: &mut fastrand::Rng, lo: f64, hi: f64) -> f64 {
 impl Swarm {
     /// The seed's swarm: each fault independently on with probability one half.
     pub fn from_rng(rng: &mut fastrand::Rng) -> Swarm {
+        let (mut swarm, limit_seed) = Swarm::drawn(rng);
+        swarm.with_limits(&mut fastrand::Rng::with_seed(limit_seed));
+        swarm
+    }
+
+    /// The seed's swarm as it was before agents had limits (`with_limits` changes a
+    /// limited seed's shape too): what the pinned histories of `sim/tests/simulation.rs`
+    /// replay. Draws from `rng` exactly what `from_rng` draws.
+    pub fn before_limits(rng: &mut fastrand::Rng) -> Swarm {
+        Swarm::drawn(rng).0
+    }
+
+    /// The swarm drawn from the seed's generator, and the seed of the limits' generator.
+    fn drawn(rng: &mut fastrand::Rng) -> (Swarm, u64) {
         let on = |rng: &mut fastrand::Rng, lo: f64, hi: f64| if rng.bool() { pick(rng, lo, hi) } else { 0.0 };
         let crash = on(rng, 0.05, 0.4);
         let store_throttle = on(rng, 0.01, 0.1);
@@ -423,7 +437,7 @@ impl Swarm {
         let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ PAUSE_SALT);
         let pauses = side.bool().then(|| side.u64(..));
         let limit_seed = rng.get_seed() ^ LIMIT_SALT;
-        let mut swarm = Swarm {
+        let swarm = Swarm {
             faults,
             orders,
             workflows: WORKFLOW_MIXES[rng.usize(..WORKFLOW_MIXES.len())],
@@ -446,8 +460,7 @@ impl Swarm {
             pauses,
             limits: BTreeMap::new(),
         };
-        swarm.with_limits(&mut fastrand::Rng::with_seed(limit_seed));
-        swarm
+        (swarm, limit_seed)
     }
 
     /// One seed in three gives some of the agents its orders use flow-control limits
@@ -456,7 +469,7 @@ impl Swarm {
     /// remote that answers limited agents "too many requests" now and then. Drawn from a
     /// side generator: every other seed runs as it did before gates existed.
     fn with_limits(&mut self, side: &mut fastrand::Rng) {
-        if side.u8(..3) > 0 {
+        if side.bool() {
             return;
         }
         let all = crate::deploy::workflows(self);
@@ -493,6 +506,29 @@ impl Swarm {
             self.faults.remote_busy = pick(side, 0.05, 0.3);
             self.faults.busy_retry_max_ms = side.u64(100..=2_000);
         }
+        // A place is a lease: it covers a request held up on its way for as long as the
+        // reply grace, not one held up for seconds by a stalled world, which reaches the
+        // service after its place lapsed (as the cancel's hold, `ignores_undone` above).
+        self.faults.time_jump = 0.0;
+        // Three in four of them a burst: many orders at once, on schedulers that run side
+        // by side, so that claims meet at one gate and race for its last place.
+        if side.u8(..4) > 0 {
+            self.orders = self.orders.max(side.usize(6..=12));
+            self.arrival_window_ms = side.u64(0..=50);
+            self.submission_concurrency = 2;
+            self.scheduler_concurrency = 3;
+            self.batch_size = side.usize(1..=2);
+            // With more agents than places: the agents' own concurrency must not be what
+            // keeps the calls within the limit.
+            self.agent_concurrency = side.usize(4..=6);
+            // And few places: two claims that race for the last one are over the limit.
+            for l in self.limits.values_mut() {
+                l.max_in_flight = l.max_in_flight.map(|_| side.u32(1..=2));
+                l.max_per_second = l.max_per_second.map(|_| side.u32(1..=2));
+            }
+            // And a slower service: a place taken twice shows as two calls at once.
+            self.faults.remote.latency_max_ms = self.faults.remote.latency_max_ms.max(side.u64(300..=900));
+        }
     }
 }
 
@@ -501,7 +537,7 @@ const PAUSE_SALT: u64 = 0x9a05_e5ed;
 /// And the branch refusals'.
 const STAGE_FAULT_SALT: u64 = 0x5eed_b4a2;
 /// And the agents' limits'.
-const LIMIT_SALT: u64 = 0x6a7e_11_3175;
+const LIMIT_SALT: u64 = 0x6a_7e11_3177;
 
 impl Swarm {
     /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.

@@ -270,7 +270,9 @@ fn the_checker_rejects_a_completion_with_a_planted_forged_token() {
 #[test]
 fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
     let seed = 194_484;
-    let v = run_seed(seed, &Options::default());
+    // The seed's history as it was found: since agents have limits, this seed has some.
+    let found = || sas_sim::swarm::Swarm::before_limits(&mut fastrand::Rng::with_seed(seed));
+    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(found()) });
     assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
     assert_eq!(v.outcome.ledger.late_do_refused, 1, "the held-up `do` arrived after its undo");
     // Its history from before callback steps, too (`regression_seeds`).
@@ -279,7 +281,7 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
     assert_eq!(v.outcome.hash, 0x6448_8a74_ebd0_f2eb, "the history without callback steps, stages or pauses");
     assert_eq!(v.outcome.ledger.late_do_refused, 1);
 
-    let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
+    let mut swarm = found();
     assert!(!swarm.faults.remote.ignores_undone);
     swarm.faults.remote.ignores_undone = true;
     let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
@@ -334,10 +336,8 @@ fn regression_seeds() {
 /// Seed `seed`'s swarm with its generated workflows' callback steps made plain steps, their
 /// parallel stages taken out, no pauses and no agent limits.
 fn without_callbacks(seed: u64) -> sas_sim::swarm::Swarm {
-    let mut swarm = sas_sim::swarm::Swarm::from_rng(&mut fastrand::Rng::with_seed(seed));
+    let mut swarm = sas_sim::swarm::Swarm::before_limits(&mut fastrand::Rng::with_seed(seed));
     swarm.pauses = None;
-    swarm.limits.clear();
-    swarm.faults.remote_busy = 0.0;
     let plain = |w: &mut sas::domain::Workflow| {
         sas_sim::swarm::without_stages(w);
         w.steps.iter_mut().for_each(|s| s.callback = None)
