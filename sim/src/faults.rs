@@ -148,7 +148,7 @@ impl Queues for SimQueues {
                 // that place after it is a copy of its request (`Flight::copy`).
                 for m in &messages {
                     if m.body.starts_with(r#"{"type":"reply""#) {
-                        let place = crate::remote::holder_of(Some(&m.body), "");
+                        let place = crate::ledger::holder_of(Some(&m.body), "");
                         let now = w.now;
                         w.ledger.replied.entry(place).or_insert(now);
                     }

@@ -310,6 +310,18 @@ impl Ledger {
     }
 }
 
+/// The place a call is made under, from the agent request being handled (its order and
+/// attempt); the key when the request cannot be read (it always can: the agent read it).
+/// A reply to the scheduler names its place the same way.
+pub fn holder_of(request: Option<&str>, key: &str) -> String {
+    let parsed = request.and_then(|body| serde_json::from_str::<serde_json::Value>(body).ok());
+    let place = parsed.and_then(|v| Some((v["order_id"].as_str()?.to_owned(), v["attempt"].as_u64()?)));
+    match place {
+        Some((order, attempt)) => format!("{order}#{attempt}"),
+        None => key.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,7 +41,11 @@ impl RemoteService for SimRemote {
             let w = &mut *w;
             let now = w.now;
             let limited = w.ledger.limits.contains_key(call.agent);
-            let holder = if limited { holder_of(w.current_message.as_deref(), key) } else { String::new() };
+            let holder = if limited {
+                crate::ledger::holder_of(w.current_message.as_deref(), key)
+            } else {
+                String::new()
+            };
             let copy = limited && w.ledger.replied.contains_key(&holder);
             // A limited agent's service sheds load before it looks at the request: nothing
             // is decided or applied, and the caller is told when to come back.
@@ -138,17 +142,5 @@ impl RemoteService for SimRemote {
                 Err(RemoteError::Transient("timed out".into()))
             }
         }
-    }
-}
-
-/// The place a call is made under, from the agent request being handled (its order and
-/// attempt); the key when the request cannot be read (it always can: the agent read it).
-/// A reply to the scheduler names its place the same way.
-pub fn holder_of(request: Option<&str>, key: &str) -> String {
-    let parsed = request.and_then(|body| serde_json::from_str::<serde_json::Value>(body).ok());
-    let place = parsed.and_then(|v| Some((v["order_id"].as_str()?.to_owned(), v["attempt"].as_u64()?)));
-    match place {
-        Some((order, attempt)) => format!("{order}#{attempt}"),
-        None => key.to_owned(),
     }
 }

@@ -472,15 +472,14 @@ impl Swarm {
         if side.bool() {
             return;
         }
-        let all = crate::deploy::workflows(self);
+        let mut all = crate::deployment::workflows_before_publish(&self.generated).all().to_vec();
+        all.extend(self.publish.as_ref().map(|p| p.workflow.clone()));
         let branches: BTreeSet<&str> = all
-            .all()
             .iter()
             .flat_map(|w| w.stages.iter().flat_map(move |st| st.branches().filter_map(|i| w.step(i))))
             .map(|s| s.agent.as_str())
             .collect();
         let used: BTreeSet<&str> = all
-            .all()
             .iter()
             .filter(|w| self.workflows.contains(&w.name.as_str()))
             .flat_map(|w| w.steps.iter().filter(|s| !s.is_timer()).map(|s| s.agent.as_str()))
