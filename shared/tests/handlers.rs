@@ -1519,3 +1519,116 @@ async fn a_cancel_during_a_wait_undoes_what_was_done_and_the_late_wake_finds_not
     assert_eq!(h.remote.steps().len(), 2, "nothing shipped");
     h.finish();
 }
+
+/// A store on which another scheduler writes first, once: armed, the next task write is
+/// landed as if a concurrent invocation had made the same decision a moment before, so
+/// the writer's own write finds the revision moved.
+struct RacedOnce {
+    inner: std::sync::Arc<sas::adapters::embedded::EmbeddedStore>,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl StateStore for RacedOnce {
+    async fn insert(
+        &self,
+        task: &sas::domain::TaskRecord,
+    ) -> Result<sas::ports::Inserted, sas::ports::StoreError> {
+        self.inner.insert(task).await
+    }
+    async fn task(
+        &self,
+        id: &sas::domain::OrderId,
+    ) -> Result<Option<sas::domain::TaskRecord>, sas::ports::StoreError> {
+        self.inner.task(id).await
+    }
+    async fn replace(
+        &self,
+        next: &sas::domain::TaskRecord,
+        expected_revision: u64,
+    ) -> Result<sas::ports::Written, sas::ports::StoreError> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.inner.replace(next, expected_revision).await?;
+        }
+        self.inner.replace(next, expected_revision).await
+    }
+    async fn due(
+        &self,
+        now: sas::domain::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<sas::domain::OrderId>, sas::ports::StoreError> {
+        self.inner.due(now, limit).await
+    }
+    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, sas::ports::StoreError> {
+        self.inner.gate(agent).await
+    }
+    async fn replace_gate(
+        &self,
+        next: &sas::domain::gate::Gate,
+        expected_revision: u64,
+    ) -> Result<sas::ports::Written, sas::ports::StoreError> {
+        self.inner.replace_gate(next, expected_revision).await
+    }
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &sas::domain::OrderId,
+        now: sas::domain::Timestamp,
+    ) -> Result<(), sas::ports::StoreError> {
+        self.inner.put_waiter(agent, ticket, order_id, now).await
+    }
+    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<sas::domain::OrderId>, sas::ports::StoreError> {
+        self.inner.waiter(agent, ticket).await
+    }
+}
+
+/// Regression (sim seed 666, issue 27): a Schedule that passed the gate by (the task's
+/// timer was to wake, which needs no place) lost its write to a concurrent one that woke
+/// the timer first; decided again on the task as it now stood, its write was the claim of
+/// the next step, on an agent with `max_in_flight`, and dispatched it with no place held.
+/// A claim is made only through the gate: the Schedule goes back through it.
+#[tokio::test]
+async fn a_claim_decided_again_after_a_concurrent_write_still_needs_its_place() {
+    use sas::domain::gate::{Limits, call_holder};
+    use sas::domain::{Step, Wait, Workflow, Workflows};
+    let wf = Workflow::new("w", vec![Step::timer("t", Wait::for_ms(1_000)), Step::pivot("pay", "pay")]);
+    let h = Harness::with_workflows(policy(), Workflows::new(vec![wf]));
+    let mut settings = h.settings.clone();
+    settings.topology.limits.insert("pay".into(), Limits { max_in_flight: Some(1), max_per_second: None });
+    let raced = std::sync::Arc::new(RacedOnce { inner: h.store.clone(), armed: false.into() });
+    let deps = sas::handlers::Deps { store: raced.clone(), ..h.deps.clone() };
+    let scheduler = sas::handlers::Scheduler::new(deps, settings);
+    h.submit("o-1", "w").await;
+    h.pump_orders().await;
+    for r in h.pump_with(common::SCHEDULER, |m| scheduler.handle(m)).await {
+        r.unwrap();
+    }
+    assert_eq!(h.task("o-1").state, ProcessState::Waiting, "the timer sleeps");
+    h.advance(1_000);
+    raced.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    for r in h.pump_with(common::SCHEDULER, |m| scheduler.handle(m)).await {
+        r.unwrap();
+    }
+    let task = h.task("o-1");
+    let holder = task.locked_by.map(|lease| call_holder(&task.order_id, task.attempt, &lease));
+    let held = h.store.peek_gate("pay").is_some_and(|g| g.holds.iter().any(|p| Some(&p.holder) == holder.as_ref()));
+    assert!(
+        task.state != ProcessState::Processing || held,
+        "step {} claimed (attempt {}) with no place in its agent's gate",
+        task.step,
+        task.attempt
+    );
+    assert_eq!(h.depth(common::AGENT), usize::from(held), "a request goes out only with a place");
+    // The next Schedule (the waking writer's own, or the supervisor's at the deadline)
+    // claims it through the gate.
+    h.send(common::SCHEDULER, r#"{"type":"schedule","order_id":"o-1"}"#).await;
+    for r in h.pump_with(common::SCHEDULER, |m| scheduler.handle(m)).await {
+        r.unwrap();
+    }
+    let task = h.task("o-1");
+    assert_eq!((task.state, task.step), (ProcessState::Processing, 1));
+    let holder = call_holder(&task.order_id, task.attempt, &task.locked_by.expect("claimed"));
+    assert!(h.store.peek_gate("pay").is_some_and(|g| g.holds.iter().any(|p| p.holder == holder)));
+    assert_eq!(h.depth(common::AGENT), 1);
+}

@@ -3,6 +3,7 @@
 //! remote service, and each handler twice, on a container from before the seed's publish
 //! and on one from after.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use sas::adapters::embedded::queue_names::{self, AGENT_DLQ, ORDERS_DLQ, SCHEDULER, SCHEDULER_DLQ, STATUS};
@@ -11,6 +12,7 @@ use sas::adapters::embedded::{
 };
 use sas::adapters::system::FastRandom;
 use sas::domain::Workflows;
+use sas::domain::definitions::{AgentDef, AgentKind};
 use sas::handlers::{
     Agent, AgentDeps, Callbacks, Deps, Scheduler, SendCoalescer, Settings, Submission, Supervisor,
 };
@@ -31,6 +33,23 @@ pub fn workflows(swarm: &Swarm) -> Workflows {
     let mut all = workflows_before_publish(&swarm.generated).all().to_vec();
     all.extend(swarm.publish.as_ref().map(|p| p.workflow.clone()));
     Workflows::new(all)
+}
+
+/// The definitions of the seed's agents that differ from the deployment's defaults: the
+/// queue agent (`QUEUE_AGENT`, in the seeds that have one) and the agents with limits.
+pub fn agent_defs(swarm: &Swarm) -> BTreeMap<String, AgentDef> {
+    let mut defs: BTreeMap<String, AgentDef> = BTreeMap::new();
+    if swarm.queue_agent {
+        let def = defs.entry(QUEUE_AGENT.to_owned()).or_default();
+        def.kind = AgentKind::Queue;
+        def.queue_url = Some(WORKER.to_owned());
+    }
+    for (agent, limits) in &swarm.limits {
+        let def = defs.entry(agent.clone()).or_default();
+        def.max_in_flight = limits.max_in_flight;
+        def.max_per_second = limits.max_per_second;
+    }
+    defs
 }
 
 /// The deployment, up. Each handler is held twice: on a container from before the seed's
@@ -79,10 +98,11 @@ pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> D
         random: Arc::new(FastRandom::seeded(rng.u64(..))),
         metrics: metrics.clone(),
     };
-    let mut topology = queue_names::topology();
-    if swarm.queue_agent {
-        topology.queue_agents.insert(QUEUE_AGENT.to_owned(), QueueUrl(WORKER.into()));
-    }
+    // The agents as a definition file would give them: the queue agent, and the limits,
+    // reaching the scheduler (`Topology::limits`) and the agents (`Agent::with_agents`)
+    // the way a deployment's definitions do.
+    let defs = agent_defs(swarm);
+    let topology = queue_names::topology().with_queue_agents(&defs);
     let settings = Settings::new(policy(), workflows(swarm), topology, queue_names::reply_to_rules());
     let before = settings.clone().with_workflows(workflows_before_publish(&swarm.generated));
     let generations = [&before, &settings];
@@ -97,7 +117,8 @@ pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> D
                 remote: remote.clone(),
                 scheduler_queue: QueueUrl(SCHEDULER.into()),
             };
-            generations.map(|g| Agent::new(deps.clone(), agent_settings(), g.workflows.clone()))
+            generations
+                .map(|g| Agent::new(deps.clone(), agent_settings(), g.workflows.clone()).with_agents(&defs))
         })
         .collect();
     let supervisor = generations.map(|g| {

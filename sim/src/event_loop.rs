@@ -16,12 +16,12 @@ use sas::handlers::{DeadLetters, Inbound};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
 use crate::deploy::{Deployed, workflows};
-use crate::deployment::{CALLBACKS, Role, SUPERVISOR_PERIOD_MS, WORK, policy};
+use crate::deployment::{CALLBACKS, Role, SUPERVISOR_PERIOD_MS, WORK};
 use crate::invariants::{Invariant, Violation, branch_live, running_stage};
 use crate::invocation::{Invocation, InvocationFuture, Returned, outside_command, run_messages, sweep};
 use crate::operator;
 use crate::swarm::Swarm;
-use crate::timing::{IO_WEIGHT, MAX_STEPS, START_WEIGHT, TICK_MAX_MS, TICK_WEIGHT, liveness_bound_ms};
+use crate::timing::{IO_WEIGHT, MAX_STEPS, START_WEIGHT, TICK_MAX_MS, TICK_WEIGHT, seed_bound_ms};
 use crate::workload::Arrival;
 use crate::world::{InvocationId, Running, Shared};
 
@@ -90,7 +90,7 @@ impl EventLoop {
         rng: &mut fastrand::Rng,
     ) -> EventLoop {
         let quiet_at = swarm.fault_window_ms;
-        let deadline = quiet_at + liveness_bound_ms(&policy(), &swarm.faults, &workflows(&swarm));
+        let deadline = quiet_at + seed_bound_ms(&swarm);
         // Within the fault window, so that the quiet tail's liveness bound holds.
         let mut operator_times: Vec<u64> =
             (0..swarm.operator_actions).map(|_| rng.u64(0..=quiet_at)).collect();

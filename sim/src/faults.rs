@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sas::adapters::embedded::queue_names::{AGENT, SCHEDULER};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
+use sas::domain::gate::Gate;
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
 use sas::ports::{
     AlertError, Alerts, Clock, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
@@ -81,15 +82,30 @@ impl StateStore for SimStore {
         self.before(Io::Due).await?;
         self.inner.due(now, limit).await
     }
-    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, StoreError> {
+    // The gate and its waiters fail the way task reads and writes do; a gate write is no
+    // task write, so it leaves no `WriteCtx` behind.
+    async fn gate(&self, agent: &str) -> Result<Option<Gate>, StoreError> {
+        self.before(Io::ReadGate).await?;
         self.inner.gate(agent).await
     }
-    async fn replace_gate(
-        &self,
-        next: &sas::domain::gate::Gate,
-        expected_revision: u64,
-    ) -> Result<Written, StoreError> {
-        self.inner.replace_gate(next, expected_revision).await
+    async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
+        self.before(Io::ReplaceGate).await?;
+        let result = self.inner.replace_gate(next, expected_revision).await;
+        if matches!(result, Ok(Written::Applied)) {
+            // The gate as written, for a replay to follow who held which place when.
+            let mut w = self.shared.w();
+            let now = w.now;
+            w.trace.note(now, || {
+                let holds: Vec<String> =
+                    next.holds.iter().map(|h| format!("{}<{}", h.holder, h.until.0)).collect();
+                let tails: Vec<u64> = next.tails.iter().map(|t| t.0).collect();
+                format!(
+                    "gate {} rev {} holds {holds:?} tails {tails:?} tickets {}..{} paused {:?}",
+                    next.agent, next.revision, next.admitted, next.issued, next.paused_until
+                )
+            });
+        }
+        self.written(result, false)
     }
     async fn put_waiter(
         &self,
@@ -98,9 +114,12 @@ impl StateStore for SimStore {
         order_id: &OrderId,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        self.inner.put_waiter(agent, ticket, order_id, now).await
+        self.before(Io::PutWaiter).await?;
+        let result = self.inner.put_waiter(agent, ticket, order_id, now).await;
+        self.written(result, false)
     }
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
+        self.before(Io::ReadWaiter).await?;
         self.inner.waiter(agent, ticket).await
     }
 }
@@ -124,6 +143,17 @@ impl Queues for SimQueues {
                 return Err(unavailable());
             }
             let internal = INTERNAL.contains(&queue.0.as_str());
+            if queue.0 == SCHEDULER && !w.ledger.limits.is_empty() {
+                // An agent's reply ends its attempt's calls, sent or not: whatever calls
+                // that place after it is a copy of its request (`Flight::copy`).
+                for m in &messages {
+                    if m.body.starts_with(r#"{"type":"reply""#) {
+                        let place = crate::ledger::holder_of(Some(&m.body), "");
+                        let now = w.now;
+                        w.ledger.replied.entry(place).or_insert(now);
+                    }
+                }
+            }
             for mut m in messages {
                 if internal && w.roll("delay", f.delay) {
                     m.delay_ms += w.rng.u64(1..=f.delay_max_ms.max(1));

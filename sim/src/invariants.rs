@@ -53,10 +53,11 @@ pub enum Invariant {
     StageJoinsOnlyWhenAll,
     StageUndoExact,
     LateBranchReplyChangesNothing,
+    RemoteWithinLimits,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 33] = [
+    pub const ALL: [Invariant; 34] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -90,6 +91,7 @@ impl Invariant {
         Invariant::StageJoinsOnlyWhenAll,
         Invariant::StageUndoExact,
         Invariant::LateBranchReplyChangesNothing,
+        Invariant::RemoteWithinLimits,
     ];
 
     /// The invariant in words, as the README states it.
@@ -153,6 +155,9 @@ impl Invariant {
             }
             Invariant::LateBranchReplyChangesNothing => {
                 "a branch's reply that comes after its stage ended changes nothing"
+            }
+            Invariant::RemoteWithinLimits => {
+                "a limited agent's service never sees more than max_in_flight calls at once, nor more than max_per_second starting in any one second"
             }
         }
     }
@@ -302,7 +307,96 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
     check_tasks(r, &mut add);
     operator_actions_land_once(r.writes, &mut add);
     one_key_per_step_applied_once(r.ledger, &mut add);
+    remote_within_limits(r.ledger, &mut add);
     found
+}
+
+/// The limits judged where they matter, at the remote service: from the calls its ledger
+/// saw (`Ledger::flights`), not from the gates that are meant to keep them. A call is in
+/// flight from its start until its end (a call that ended at the instant another started
+/// is over); the rate counts the calls started in every window of `RATE_WINDOW_MS`. Both
+/// within the clocks' slack (`Ledger::clock_slack_ms`): a place lapsed, or a rate tail
+/// ended, by one clock while a call went on by another's.
+///
+/// Calls are counted by the place they were made under (`Flight::holder`), and a copy's
+/// calls not past the place's reply (`Flight::copy`, `Ledger::replied`): SQS delivers a
+/// message at least once, and a request delivered twice is performed twice under its one
+/// place, one copy perhaps still calling after the other's reply gave the place back. No gate can see that; docs/SIMULATION.md tells it as a limit
+/// of flow control, and the run counts those calls (`Ledger::flights`).
+fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)) {
+    use sas::domain::gate::RATE_WINDOW_MS;
+    let slack = ledger.clock_slack_ms;
+    let window_ms = RATE_WINDOW_MS.saturating_sub(slack);
+    for (agent, limits) in &ledger.limits {
+        let Some(flights) = ledger.flights.get(agent) else { continue };
+        // A place's calls are over once its reply is sent: a copy's call still open then
+        // (or made later) is the copy's, not the place's.
+        let flights: Vec<crate::ledger::Flight> = flights
+            .iter()
+            .filter(|f| !f.copy)
+            .map(|f| {
+                let end = ledger.replied.get(&f.holder).map_or(f.end, |r| f.end.min(*r));
+                crate::ledger::Flight { end, ..f.clone() }
+            })
+            .collect();
+        // One violation per limit and agent is enough to tell the story.
+        let mut in_flight_told = false;
+        let mut rate_told = false;
+        for (i, f) in flights.iter().enumerate() {
+            let before = &flights[..i];
+            if let Some(max) = limits.max_in_flight
+                && !in_flight_told
+            {
+                let open: BTreeSet<&str> = before
+                    .iter()
+                    .filter(|g| g.end > f.start + slack)
+                    .map(|g| g.holder.as_str())
+                    .chain([f.holder.as_str()])
+                    .collect();
+                if open.len() as u64 > u64::from(max) {
+                    in_flight_told = true;
+                    add(
+                        Invariant::RemoteWithinLimits,
+                        format!(
+                            "agent {agent} (max_in_flight {max}): call {} of {} started at {} ms with calls of {} places in flight: {open:?}",
+                            f.key,
+                            f.holder,
+                            f.start,
+                            open.len()
+                        ),
+                    );
+                }
+            }
+            if let Some(max) = limits.max_per_second
+                && !rate_told
+            {
+                let window: BTreeSet<&str> = before
+                    .iter()
+                    .filter(|g| g.start + window_ms > f.start)
+                    .map(|g| g.holder.as_str())
+                    .chain([f.holder.as_str()])
+                    .collect();
+                if window.len() as u64 > u64::from(max) {
+                    rate_told = true;
+                    let starts: Vec<(u64, &str)> = before
+                        .iter()
+                        .filter(|g| g.start + window_ms > f.start)
+                        .map(|g| (g.start, g.holder.as_str()))
+                        .collect();
+                    add(
+                        Invariant::RemoteWithinLimits,
+                        format!(
+                            "agent {agent} (max_per_second {max}): call {} of {} started at {} ms, {} places' calls within {window_ms} ms: {starts:?}",
+                            f.key,
+                            f.holder,
+                            f.start,
+                            window.len()
+                        ),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The failure budget of the step `t` is at: the step's own, else the threshold.

@@ -85,6 +85,37 @@ pub struct Ledger {
     /// completes the work answers with when it answers anything (the same every time, as
     /// `answers` for a key), which later steps must be handed in place of the agent's.
     pub callback_outputs: BTreeMap<String, String>,
+    /// The flow-control limits of the agents that have any, as the deployment's
+    /// definitions set them: the calls of these agents are kept in `flights`.
+    pub limits: BTreeMap<String, sas::domain::gate::Limits>,
+    /// How far apart two of the deployment's clocks may be, at most: twice the bound of
+    /// each one's skew. A gate keeps time by its writers' clocks (a place lapses, a rate
+    /// tail ends), so the service may see the limits kept only to within this.
+    pub clock_slack_ms: u64,
+    /// Per limited agent, every call as the service saw it, in the order they started.
+    pub flights: BTreeMap<String, Vec<Flight>>,
+    /// Calls of limited agents answered "too many requests" (never reaching the model).
+    pub throttled: u64,
+    /// When an agent first sent the reply of each place (`<order>#<attempt>`) of a limited
+    /// agent's call: the attempt's calls are over then, and what goes on calling under
+    /// that place after it is a copy of the request's.
+    pub replied: BTreeMap<String, u64>,
+}
+
+/// One call of a limited agent as the service saw it: from its request's arrival to its
+/// answer, or to the moment its caller stopped waiting (a hang), whichever came first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flight {
+    pub start: u64,
+    pub end: u64,
+    pub key: String,
+    /// The place the call was made under, `<order>#<attempt>` (`gate::call_holder`), from
+    /// the agent request being handled: the copies of one request that SQS delivered more
+    /// than once share it.
+    pub holder: String,
+    /// Made after the place's reply was sent: a copy of the request that SQS delivered
+    /// again (at least once), performed after the place may have been given back.
+    pub copy: bool,
 }
 
 /// The longest answer the model gives when it gives one too large to keep.
@@ -276,6 +307,18 @@ impl Ledger {
     /// Whether the effect under `key` was applied.
     pub fn is_applied(&self, key: &str) -> bool {
         self.applied.contains_key(key)
+    }
+}
+
+/// The place a call is made under, from the agent request being handled (its order and
+/// attempt); the key when the request cannot be read (it always can: the agent read it).
+/// A reply to the scheduler names its place the same way.
+pub fn holder_of(request: Option<&str>, key: &str) -> String {
+    let parsed = request.and_then(|body| serde_json::from_str::<serde_json::Value>(body).ok());
+    let place = parsed.and_then(|v| Some((v["order_id"].as_str()?.to_owned(), v["attempt"].as_u64()?)));
+    match place {
+        Some((order, attempt)) => format!("{order}#{attempt}"),
+        None => key.to_owned(),
     }
 }
 

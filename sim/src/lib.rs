@@ -64,6 +64,9 @@ pub struct SeedsSummary {
     pub late_do_refused: u64,
     /// What parallel stages went through (`check::stage_coverage`).
     pub stages: BTreeMap<&'static str, u64>,
+    /// What limited agents' calls went through: `calls`, `copies` (a request SQS delivered
+    /// again, performed after its reply: `ledger::Flight::copy`) and `throttled`.
+    pub flow: BTreeMap<&'static str, u64>,
 }
 
 impl SeedsSummary {
@@ -102,6 +105,11 @@ impl SeedsSummary {
         }
         self.simulated_ms += o.ended_at;
         self.late_do_refused += o.ledger.late_do_refused;
+        let flights = o.ledger.flights.values().flatten();
+        let (calls, copies) = flights.fold((0, 0), |(n, c), f| (n + 1, c + u64::from(f.copy)));
+        for (k, n) in [("calls", calls), ("copies", copies), ("throttled", o.ledger.throttled)] {
+            *self.flow.entry(k).or_default() += n;
+        }
     }
 
     fn merge(&mut self, other: SeedsSummary) {
@@ -132,6 +140,9 @@ impl SeedsSummary {
         self.max_tail_ms = self.max_tail_ms.max(other.max_tail_ms);
         self.simulated_ms += other.simulated_ms;
         self.late_do_refused += other.late_do_refused;
+        for (k, n) in other.flow {
+            *self.flow.entry(k).or_default() += n;
+        }
     }
 
     /// The rows of `lifecycle::TRANSITIONS` and how often the seeds took each.

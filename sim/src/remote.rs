@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sas::domain::Action;
 use sas::ports::{RemoteCall, RemoteError, RemoteService};
 
-use crate::ledger::{Call, Chance, Verdict};
+use crate::ledger::{Call, Chance, Flight, Verdict};
 use crate::world::{Io, Shared, World};
 
 pub struct SimRemote {
@@ -40,6 +40,29 @@ impl RemoteService for SimRemote {
             let mut w = self.shared.w();
             let w = &mut *w;
             let now = w.now;
+            let limited = w.ledger.limits.contains_key(call.agent);
+            let holder = if limited {
+                crate::ledger::holder_of(w.current_message.as_deref(), key)
+            } else {
+                String::new()
+            };
+            let copy = limited && w.ledger.replied.contains_key(&holder);
+            // A limited agent's service sheds load before it looks at the request: nothing
+            // is decided or applied, and the caller is told when to come back.
+            let busy = w.faults.remote_busy;
+            if limited && w.roll("remote_busy", busy) {
+                let retry_after_ms = w.rng.u64(100..=w.faults.busy_retry_max_ms.max(100));
+                w.ledger.throttled += 1;
+                w.ledger.flights.entry(call.agent.to_owned()).or_default().push(Flight {
+                    start: now,
+                    end: now,
+                    key: key.to_owned(),
+                    holder,
+                    copy,
+                });
+                w.trace.note(now, || format!("remote {key} busy, retry after {retry_after_ms}"));
+                return Err(RemoteError::Busy { reason: "429 too many requests".into(), retry_after_ms });
+            }
             let mut faults = w.faults.remote;
             if call.action == Action::Do && w.stage_branches.contains(call.step_name) {
                 faults.permanent = faults.permanent.max(w.faults.branch_refusal);
@@ -83,6 +106,23 @@ impl RemoteService for SimRemote {
                 Verdict::Hang => format!("remote {key} hangs until {hang_until}"),
             };
             w.trace.note(now, || line);
+            if limited {
+                // The service sees the call end when it answers, or when its caller hangs
+                // up: a hang (and an answer slower than the caller waits) closes at
+                // `hang_until`, when the caller's timeout fires.
+                let end = match verdict {
+                    Verdict::Answer { latency_ms } => now + latency_ms,
+                    Verdict::Transient | Verdict::Refused => now,
+                    Verdict::Hang => hang_until,
+                };
+                w.ledger.flights.entry(call.agent.to_owned()).or_default().push(Flight {
+                    start: now,
+                    end,
+                    key: key.to_owned(),
+                    holder,
+                    copy,
+                });
+            }
             (verdict, now, hang_until, body)
         };
         match verdict {

@@ -16,7 +16,7 @@ use crate::invariants::Violation;
 use crate::ledger::Ledger;
 use crate::outside::Outside;
 use crate::swarm::Swarm;
-use crate::timing::liveness_bound_ms;
+use crate::timing::seed_bound_ms;
 use crate::workload::{self, Arrival};
 use crate::world::{Shared, WriteCtx};
 
@@ -76,6 +76,8 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let swarm = options.swarm.clone().unwrap_or(drawn);
     let arrivals = workload::generate(&mut rng, &swarm);
     let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace);
+    shared.w().ledger.limits = swarm.limits.clone();
+    shared.w().ledger.clock_slack_ms = 2 * swarm.faults.skew_max_ms;
     shared.w().outside = Outside::new(seed, swarm.outside, &workflows(&swarm));
     shared.w().stage_branches = workflows(&swarm)
         .all()
@@ -124,7 +126,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         outside: std::mem::take(&mut w.outside),
         quiet_at,
         resumed_at,
-        bound_ms: liveness_bound_ms(&policy(), &swarm.faults, &workflows(&swarm)),
+        bound_ms: seed_bound_ms(&swarm),
         ended_at: w.now,
         steps,
         invocations,

@@ -2,7 +2,10 @@
 //! shape of the run (concurrency, batch sizes, workload), so that some seeds hammer one
 //! mechanism alone and others combine them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+use sas::domain::gate::Limits;
 
 use sas::domain::definitions::MAX_STEPS;
 use sas::domain::workflow::Stage;
@@ -55,6 +58,10 @@ pub struct Faults {
     /// A branch of a parallel stage is refused for good by its service (on top of
     /// `remote.permanent`): the stage gives up with other branches still out.
     pub branch_refusal: f64,
+    /// A limited agent's call is answered "too many requests" (429, Retry-After of 100 ms
+    /// to `busy_retry_max_ms`): its agent replies Throttled and its gate pauses.
+    pub remote_busy: f64,
+    pub busy_retry_max_ms: u64,
 }
 
 impl Faults {
@@ -90,6 +97,7 @@ impl Faults {
             ("double_supervisor", self.double_supervisor),
             ("outage", if self.outage.is_some() { 1.0 } else { 0.0 }),
             ("branch_refusal", self.branch_refusal),
+            ("remote_busy", self.remote_busy),
         ];
         all.into_iter().filter(|(_, v)| *v > 0.0).map(|(k, _)| k).collect()
     }
@@ -138,6 +146,9 @@ pub struct Swarm {
     /// from a generator of their own seeded with this; `None`: it never pauses, and the
     /// seed runs as it did before pauses existed.
     pub pauses: Option<u64>,
+    /// Flow-control limits of some agents (`with_limits`), as their definitions would set
+    /// them; empty: no agent has a gate, and the seed runs as it did before gates existed.
+    pub limits: BTreeMap<String, Limits>,
 }
 
 /// A new version of a workflow published during the run, as a deploy rolls it out: from
@@ -326,6 +337,20 @@ fn pick(rng: &mut fastrand::Rng, lo: f64, hi: f64) -> f64 {
 impl Swarm {
     /// The seed's swarm: each fault independently on with probability one half.
     pub fn from_rng(rng: &mut fastrand::Rng) -> Swarm {
+        let (mut swarm, limit_seed) = Swarm::drawn(rng);
+        swarm.with_limits(&mut fastrand::Rng::with_seed(limit_seed));
+        swarm
+    }
+
+    /// The seed's swarm as it was before agents had limits (`with_limits` changes a
+    /// limited seed's shape too): what the pinned histories of `sim/tests/simulation.rs`
+    /// replay. Draws from `rng` exactly what `from_rng` draws.
+    pub fn before_limits(rng: &mut fastrand::Rng) -> Swarm {
+        Swarm::drawn(rng).0
+    }
+
+    /// The swarm drawn from the seed's generator, and the seed of the limits' generator.
+    fn drawn(rng: &mut fastrand::Rng) -> (Swarm, u64) {
         let on = |rng: &mut fastrand::Rng, lo: f64, hi: f64| if rng.bool() { pick(rng, lo, hi) } else { 0.0 };
         let crash = on(rng, 0.05, 0.4);
         let store_throttle = on(rng, 0.01, 0.1);
@@ -385,6 +410,8 @@ impl Swarm {
             double_supervisor,
             outage,
             branch_refusal: 0.0,
+            remote_busy: 0.0,
+            busy_retry_max_ms: 0,
         };
         let orders = rng.usize(1..=8);
         let generated = generated_workflow(rng, "g");
@@ -409,7 +436,8 @@ impl Swarm {
         // Half the seeds pause, from a side generator again.
         let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ PAUSE_SALT);
         let pauses = side.bool().then(|| side.u64(..));
-        Swarm {
+        let limit_seed = rng.get_seed() ^ LIMIT_SALT;
+        let swarm = Swarm {
             faults,
             orders,
             workflows: WORKFLOW_MIXES[rng.usize(..WORKFLOW_MIXES.len())],
@@ -430,6 +458,75 @@ impl Swarm {
             app_cancels: if rng.u8(..4) == 0 { rng.usize(1..=2) } else { 0 },
             outside,
             pauses,
+            limits: BTreeMap::new(),
+        };
+        (swarm, limit_seed)
+    }
+
+    /// One seed in three gives some of the agents its orders use flow-control limits
+    /// (`max_in_flight` 1 to 4, `max_per_second` 1 to 5, or both), never one a parallel
+    /// stage's branch calls (the definition file refuses it), and most of those seeds a
+    /// remote that answers limited agents "too many requests" now and then. Drawn from a
+    /// side generator: every other seed runs as it did before gates existed.
+    fn with_limits(&mut self, side: &mut fastrand::Rng) {
+        if side.bool() {
+            return;
+        }
+        let mut all = crate::deployment::workflows_before_publish(&self.generated).all().to_vec();
+        all.extend(self.publish.as_ref().map(|p| p.workflow.clone()));
+        let branches: BTreeSet<&str> = all
+            .iter()
+            .flat_map(|w| w.stages.iter().flat_map(move |st| st.branches().filter_map(|i| w.step(i))))
+            .map(|s| s.agent.as_str())
+            .collect();
+        let used: BTreeSet<&str> = all
+            .iter()
+            .filter(|w| self.workflows.contains(&w.name.as_str()))
+            .flat_map(|w| w.steps.iter().filter(|s| !s.is_timer()).map(|s| s.agent.as_str()))
+            .filter(|a| !branches.contains(a))
+            .collect();
+        let candidates: Vec<&str> = used.into_iter().collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let first = side.usize(..candidates.len());
+        for (i, agent) in candidates.iter().enumerate() {
+            if i != first && side.bool() {
+                continue;
+            }
+            let (max_in_flight, max_per_second) = match side.u8(..3) {
+                0 => (Some(side.u32(1..=4)), None),
+                1 => (None, Some(side.u32(1..=5))),
+                _ => (Some(side.u32(1..=4)), Some(side.u32(1..=5))),
+            };
+            self.limits.insert((*agent).to_owned(), Limits { max_in_flight, max_per_second });
+        }
+        if side.u8(..4) > 0 {
+            self.faults.remote_busy = pick(side, 0.05, 0.3);
+            self.faults.busy_retry_max_ms = side.u64(100..=2_000);
+        }
+        // A place is a lease: it covers a request held up on its way for as long as the
+        // reply grace, not one held up for seconds by a stalled world, which reaches the
+        // service after its place lapsed (as the cancel's hold, `ignores_undone` above).
+        self.faults.time_jump = 0.0;
+        // Three in four of them a burst: many orders at once, on schedulers that run side
+        // by side, so that claims meet at one gate and race for its last place.
+        if side.u8(..4) > 0 {
+            self.orders = self.orders.max(side.usize(6..=12));
+            self.arrival_window_ms = side.u64(0..=50);
+            self.submission_concurrency = 2;
+            self.scheduler_concurrency = 3;
+            self.batch_size = side.usize(1..=2);
+            // With more agents than places: the agents' own concurrency must not be what
+            // keeps the calls within the limit.
+            self.agent_concurrency = side.usize(4..=6);
+            // And few places: two claims that race for the last one are over the limit.
+            for l in self.limits.values_mut() {
+                l.max_in_flight = l.max_in_flight.map(|_| side.u32(1..=2));
+                l.max_per_second = l.max_per_second.map(|_| side.u32(1..=2));
+            }
+            // And a slower service: a place taken twice shows as two calls at once.
+            self.faults.remote.latency_max_ms = self.faults.remote.latency_max_ms.max(side.u64(300..=900));
         }
     }
 }
@@ -438,6 +535,10 @@ impl Swarm {
 const PAUSE_SALT: u64 = 0x9a05_e5ed;
 /// And the branch refusals'.
 const STAGE_FAULT_SALT: u64 = 0x5eed_b4a2;
+/// And the agents' limits'. Any salt would do; the seeds it gives limits lose their old
+/// histories, and this one leaves the seeds of `sim/tests` that alone take some rare rows
+/// ((Waiting, Cancel)) or catch some planted bugs (`ResubmitAfterUndo`) still doing so.
+const LIMIT_SALT: u64 = 303;
 
 impl Swarm {
     /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.
@@ -473,11 +574,23 @@ impl Swarm {
     }
 }
 
+impl Swarm {
+    /// The agents' limits, as `agent(in flight/per second)`.
+    pub fn limits_shown(&self) -> String {
+        let shown: Vec<String> = self
+            .limits
+            .iter()
+            .map(|(a, l)| format!("{a}({:?}/{:?})", l.max_in_flight, l.max_per_second))
+            .collect();
+        if shown.is_empty() { "none".to_owned() } else { shown.join(" ") }
+    }
+}
+
 impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; stages: {}; outside: {}",
+            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; stages: {}; outside: {}; limits: {}",
             self.orders,
             self.workflows.join("/"),
             self.resends,
@@ -493,7 +606,8 @@ impl fmt::Display for Swarm {
             self.faults.enabled().join(", "),
             self.callback_steps(),
             self.stages(),
-            self.outside.enabled().join(", ")
+            self.outside.enabled().join(", "),
+            self.limits_shown()
         )
     }
 }

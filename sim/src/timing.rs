@@ -5,7 +5,7 @@
 use sas::domain::{Policy, Workflow, Workflows};
 
 use crate::deployment::{SUPERVISOR_PERIOD_MS, WORK};
-use crate::swarm::Faults;
+use crate::swarm::{Faults, Swarm};
 
 /// The weights the loop draws its next step by (docs/SIMULATION.md, "How it works"): each
 /// pending I/O call, each queue whose messages could start an invocation, and letting time
@@ -25,6 +25,28 @@ pub const MAX_STEPS: u64 = 2_000_000;
 /// timeout, the longest backoff, a supervisor period and the clocks' skew; plus one
 /// visibility timeout and one message delay still in flight, and some slack.
 pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows) -> u64 {
+    let (cycles, cycle) = failure_cycles(policy, faults, workflows);
+    let in_flight = WORK.iter().map(|w| w.visibility_timeout_ms).max().unwrap_or(0) + faults.delay_max_ms;
+    // Timers: each waits its length (an `until`, a little after its step's effect) and
+    // then up to a supervisor period; waiting is no failure, so it adds no cycles.
+    let waits = workflows
+        .all()
+        .iter()
+        .map(|w| {
+            w.steps
+                .iter()
+                .filter_map(|s| s.wait.as_ref())
+                .map(|wait| wait.for_ms.unwrap_or(crate::ledger::RELEASE_AFTER_MS + cycle) + cycle)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    cycles * cycle + in_flight + waits + 5_000
+}
+
+/// The most attempts an order's steps may take (forward and undone, each using its whole
+/// failure budget), and the longest one of them may last.
+fn failure_cycles(policy: &Policy, faults: &Faults, workflows: &Workflows) -> (u64, u64) {
     let longest = workflows.all().iter().map(|w| w.len()).max().unwrap_or(1);
     let largest = |of_step: &dyn Fn(&Workflow, u32) -> u64, default: u64| {
         workflows.all().iter().flat_map(|w| (0..w.len()).map(|i| of_step(w, i))).max().unwrap_or(default)
@@ -48,20 +70,21 @@ pub fn liveness_bound_ms(policy: &Policy, faults: &Faults, workflows: &Workflows
         + 2 * faults.skew_max_ms
         + faults.overshoot_max_ms;
     let cycles = u64::from(2 * longest - 1) * budget + u64::from(longest) + 1;
-    let in_flight = WORK.iter().map(|w| w.visibility_timeout_ms).max().unwrap_or(0) + faults.delay_max_ms;
-    // Timers: each waits its length (an `until`, a little after its step's effect) and
-    // then up to a supervisor period; waiting is no failure, so it adds no cycles.
-    let waits = workflows
-        .all()
-        .iter()
-        .map(|w| {
-            w.steps
-                .iter()
-                .filter_map(|s| s.wait.as_ref())
-                .map(|wait| wait.for_ms.unwrap_or(crate::ledger::RELEASE_AFTER_MS + cycle) + cycle)
-                .sum::<u64>()
-        })
-        .max()
-        .unwrap_or(0);
-    cycles * cycle + in_flight + waits + 5_000
+    (cycles, cycle)
+}
+
+/// The seed's bound: `liveness_bound_ms`, and in a seed whose agents have limits, room for
+/// each order's attempts to wait behind every other order's (a gate may let calls through
+/// one at a time), each of those also waiting out a place reserved for a task that never
+/// came (`gate::RESERVATION_MS`) and a remote's pause. Timers hold no place: their waits
+/// are counted once.
+pub fn seed_bound_ms(swarm: &Swarm) -> u64 {
+    let (policy, workflows) = (crate::deployment::policy(), crate::deploy::workflows(swarm));
+    let bound = liveness_bound_ms(&policy, &swarm.faults, &workflows);
+    if swarm.limits.is_empty() {
+        return bound;
+    }
+    let (cycles, cycle) = failure_cycles(&policy, &swarm.faults, &workflows);
+    let waits = sas::domain::gate::RESERVATION_MS + swarm.faults.busy_retry_max_ms;
+    bound + swarm.orders as u64 * cycles * (cycle + waits)
 }

@@ -30,6 +30,12 @@ pub enum Io {
     Send(String),
     Alert,
     Remote(String),
+    /// An agent's gate item (`domain::gate`): read, or written conditionally.
+    ReadGate,
+    ReplaceGate,
+    /// A waiting ticket's task, noted or looked up.
+    PutWaiter,
+    ReadWaiter,
 }
 
 /// The context of one landed task write: who wrote it and while handling what.

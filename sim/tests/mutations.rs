@@ -186,6 +186,18 @@ fn undoing_every_branch_of_a_stage_is_caught() {
     );
 }
 
+/// A gate written whatever its stored revision (issue 27): two schedulers that read the
+/// same last free place both take it, and the remote sees more calls at once, or in one
+/// second, than its agent's limits allow.
+#[test]
+fn a_gate_written_blind_is_caught() {
+    let found = caught(Mutation::GateBlindWrite);
+    assert!(
+        found.contains_key(&Invariant::RemoteWithinLimits),
+        "no limited agent's service was found over its limits: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -205,6 +217,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::SweepSkipsTimers,
             Mutation::JoinEarly,
             Mutation::UndoEveryBranch,
+            Mutation::GateBlindWrite,
         ]
         .iter()
         .all(|m| !m.is_on())
