@@ -32,7 +32,7 @@ use tokio::sync::watch;
 
 use crate::pump::{PumpSettings, Quiet, pump};
 use crate::remote_sim::{
-    CallbackAttempt, CallbackFaults, CallbackSend, Ledger, LoopbackRemote, Outside, RemoteFaults,
+    CallbackAttempt, CallbackFaults, CallbackSend, Flights, Ledger, LoopbackRemote, Outside, RemoteFaults,
 };
 
 pub use args::{DevArgs, run_command};
@@ -183,6 +183,9 @@ pub struct DevOutcome {
     pub alerts: Vec<OperatorAlert>,
     pub metrics: MetricsSnapshot,
     pub ledger: Ledger,
+    /// Each agent's calls as the simulated service saw them: how many were open at once,
+    /// and when each arrived (`remote_sim::Flights`), by agent name.
+    pub flights: BTreeMap<String, Flights>,
     /// Every attempt of a callback step the outside party was handed, with its word.
     pub callback_attempts: Vec<CallbackAttempt>,
     /// Everything the outside party of callback steps sent, bad tokens included.
@@ -470,7 +473,10 @@ pub async fn run_on(
         metrics: metrics.clone(),
     };
     let workflows = options.definitions.workflows.clone();
-    let mut topology = queue_names::topology();
+    // The agents' limits go into the topology as the deployed functions' configuration
+    // puts them (`Topology::with_queue_agents`): without them no claim meets a gate. Every
+    // queue agent's requests then go to the run's one worker, whatever queue it names.
+    let mut topology = queue_names::topology().with_queue_agents(&options.definitions.agents);
     for name in options.queue_agents() {
         topology.queue_agents.insert(name.to_owned(), QueueUrl(WORKER.into()));
     }
@@ -642,6 +648,7 @@ pub async fn run_on(
         alerts: backend.raised_alerts(),
         metrics: metrics.snapshot(),
         ledger: remote.ledger(),
+        flights: remote.flights(),
         callback_attempts: remote.callback_attempts(),
         callback_sends: remote.callback_sends(),
         callback_kept,

@@ -53,10 +53,11 @@ pub enum Invariant {
     StageJoinsOnlyWhenAll,
     StageUndoExact,
     LateBranchReplyChangesNothing,
+    WithinLimits,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 33] = [
+    pub const ALL: [Invariant; 34] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -90,6 +91,7 @@ impl Invariant {
         Invariant::StageJoinsOnlyWhenAll,
         Invariant::StageUndoExact,
         Invariant::LateBranchReplyChangesNothing,
+        Invariant::WithinLimits,
     ];
 
     /// The invariant in words, as the README states it.
@@ -153,6 +155,9 @@ impl Invariant {
             }
             Invariant::LateBranchReplyChangesNothing => {
                 "a branch's reply that comes after its stage ended changes nothing"
+            }
+            Invariant::WithinLimits => {
+                "an agent's remote never has more calls open at once, or started in one second, than the agent's limits"
             }
         }
     }
