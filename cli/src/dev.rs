@@ -84,6 +84,17 @@ pub struct DevOptions {
     pub max_runtime: Duration,
     /// Orders per second, sent in tenth-of-a-second slices; `None`: all at once.
     pub arrival_per_s: Option<u32>,
+    /// More orders of another workflow, sent as a steady trickle while the others go as
+    /// `arrival_per_s` says (`bench flow`: a burst and a neighbour's trickle at once).
+    pub trickle: Option<Trickle>,
+}
+
+/// Orders of `workflow` at `per_s` a second, ids `trickle-0000000` on, beside the run's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trickle {
+    pub workflow: String,
+    pub orders: usize,
+    pub per_s: u32,
 }
 
 impl Default for DevOptions {
@@ -123,6 +134,7 @@ impl Default for DevOptions {
             seed: 1,
             max_runtime: Duration::from_secs(300),
             arrival_per_s: None,
+            trickle: None,
         }
     }
 }
@@ -686,8 +698,32 @@ pub async fn send_orders(
     let bad: Vec<(String, &'static str)> =
         (0..options.malformed).map(|i| kinds[i % kinds.len()].clone()).collect();
     rng.shuffle(&mut bodies);
-    match options.arrival_per_s {
-        None => send_bodies(queues, bodies).await?,
+    let mut orders = orders;
+    let trickle: Vec<String> = match &options.trickle {
+        Some(t) => {
+            let first = orders.len();
+            orders.extend((0..t.orders).map(|i| {
+                let id = format!("trickle-{i:07}");
+                let body = order_body(&id, &t.workflow, &mut rng);
+                (id, body)
+            }));
+            orders[first..].iter().map(|(_, b)| b.clone()).collect()
+        }
+        None => Vec::new(),
+    };
+    let trickle_rate = options.trickle.as_ref().map(|t| t.per_s);
+    tokio::try_join!(paced(queues, bodies, options.arrival_per_s), paced(queues, trickle, trickle_rate))?;
+    Ok(SentMessages { orders, duplicates, bad })
+}
+
+/// Sends `bodies` at `rate` a second, or all at once.
+async fn paced(
+    queues: &dyn Queues,
+    bodies: Vec<String>,
+    rate: Option<u32>,
+) -> Result<(), sas::ports::QueueError> {
+    match rate {
+        None => send_bodies(queues, bodies).await,
         Some(rate) => {
             // A steady trickle: a tenth of a second's orders every tenth of a second.
             let slice = (rate as usize).div_ceil(10).max(1);
@@ -696,9 +732,9 @@ pub async fn send_orders(
                 tick.tick().await;
                 send_bodies(queues, chunk.to_vec()).await?;
             }
+            Ok(())
         }
     }
-    Ok(SentMessages { orders, duplicates, bad })
 }
 
 pub async fn send_bodies(queues: &dyn Queues, bodies: Vec<String>) -> Result<(), sas::ports::QueueError> {

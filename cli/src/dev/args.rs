@@ -221,6 +221,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         seed: args.seed,
         max_runtime: Duration::from_secs(args.max_seconds),
         arrival_per_s: args.rate,
+        trickle: None,
     };
     let bar = crate::text::progress_bar(options.orders as u64, "terminal");
     let progress = |p: &dev::Progress| {
