@@ -60,9 +60,9 @@ pub use cold_start::{
     cold_start_case, cold_start_once, judge,
 };
 pub use contention::{ContentionReport, ContentionRow, ContentionRun, contention, contention_once};
-pub use cost::{CostAssumptions, CostRow, TimerLateness, cost, prices};
+pub use cost::{CostAssumptions, CostRow, GateCost, TimerLateness, cost, cost_limited, prices};
 pub use counting::{
-    AwsUsage, CountingAlerts, CountingQueues, CountingStore, dynamodb_item_bytes, json_item_bytes,
+    AwsUsage, CountingAlerts, CountingQueues, CountingStore, GateUsage, dynamodb_item_bytes, json_item_bytes,
 };
 pub use flow::{FlowOptions, FlowReport, flow};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
@@ -183,8 +183,9 @@ pub enum BenchCommand {
     },
     /// AWS requests, billed units and dollars per million orders, against Step Functions:
     /// single-step and three-step orders (with and without failures), a callback step and
-    /// an hour's timer, and examples/parallel.json's order (a 3-branch stage) beside the
-    /// same order's steps one after the other (examples/sequential.json).
+    /// an hour's timer, examples/parallel.json's order (a 3-branch stage) beside the
+    /// same order's steps one after the other (examples/sequential.json), and single-step
+    /// and three-step again with one agent limited to 10 calls at once (its gate's cost).
     Cost {
         #[arg(long, default_value_t = 10_000)]
         orders: usize,
@@ -382,6 +383,23 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 for failures in [false, true] {
                     rows.push(cost(wf, orders, failures, &a).await);
                 }
+            }
+            // Flow control: the single-step and three-step rows again, one agent with
+            // max_in_flight 10 (docs/BENCHMARKS.md 11); every order arrives at once, so all
+            // but ten wait for a place. And single-step with 100 places: the same burst with
+            // far less waiting, nearer the gate's floor (a read and a write at the claim and
+            // at the release).
+            let limited = [
+                ("single-step", "orders", 10),
+                ("three-step", "payment", 10),
+                ("single-step", "orders", 1_000),
+            ];
+            for (wf, agent, places) in limited {
+                let limits = [(
+                    agent.to_owned(),
+                    sas::domain::gate::Limits { max_in_flight: Some(places), max_per_second: None },
+                )];
+                rows.push(cost_limited(wf, orders, false, &limits.into(), &a).await);
             }
             emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
         }
