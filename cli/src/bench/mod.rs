@@ -392,7 +392,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             let limited = [
                 ("single-step", "orders", 10),
                 ("three-step", "payment", 10),
-                ("single-step", "orders", 1_000),
+                ("single-step", "orders", 100),
             ];
             for (wf, agent, places) in limited {
                 let limits = [(
