@@ -85,7 +85,8 @@ async fn starvation_measures_the_healthy_agent_in_both_runs() {
 /// tasks waited (200 orders at once against 10 places).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flow_keeps_the_burst_within_its_places_and_measures_the_neighbour() {
-    let o = sasctl::bench::FlowOptions { orders: 200, rate: 20, concurrency: 4, step_timeout_ms: 1_000, seed: 5 };
+    let o =
+        sasctl::bench::FlowOptions { orders: 200, rate: 20, concurrency: 4, step_timeout_ms: 1_000, seed: 5 };
     let r = sasctl::bench::flow(&o, |_, _| {}).await.expect("both runs hold every invariant");
     assert!(r.max_in_flight_seen <= 10 && r.max_in_flight_seen > 1, "{r:?}");
     assert_eq!(r.limited_calls, 200, "{r:?}");
