@@ -32,7 +32,7 @@ use tokio::sync::watch;
 
 use crate::pump::{PumpSettings, Quiet, pump};
 use crate::remote_sim::{
-    CallbackAttempt, CallbackFaults, CallbackSend, Ledger, LoopbackRemote, Outside, RemoteFaults,
+    CallbackAttempt, CallbackFaults, CallbackSend, Flights, Ledger, LoopbackRemote, Outside, RemoteFaults,
 };
 
 pub use args::{DevArgs, run_command};
@@ -84,6 +84,17 @@ pub struct DevOptions {
     pub max_runtime: Duration,
     /// Orders per second, sent in tenth-of-a-second slices; `None`: all at once.
     pub arrival_per_s: Option<u32>,
+    /// More orders of another workflow, sent as a steady trickle while the others go as
+    /// `arrival_per_s` says (`bench flow`: a burst and a neighbour's trickle at once).
+    pub trickle: Option<Trickle>,
+}
+
+/// Orders of `workflow` at `per_s` a second, ids `trickle-0000000` on, beside the run's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trickle {
+    pub workflow: String,
+    pub orders: usize,
+    pub per_s: u32,
 }
 
 impl Default for DevOptions {
@@ -123,6 +134,7 @@ impl Default for DevOptions {
             seed: 1,
             max_runtime: Duration::from_secs(300),
             arrival_per_s: None,
+            trickle: None,
         }
     }
 }
@@ -183,6 +195,9 @@ pub struct DevOutcome {
     pub alerts: Vec<OperatorAlert>,
     pub metrics: MetricsSnapshot,
     pub ledger: Ledger,
+    /// Each agent's calls as the simulated service saw them: how many were open at once,
+    /// and when each arrived (`remote_sim::Flights`), by agent name.
+    pub flights: BTreeMap<String, Flights>,
     /// Every attempt of a callback step the outside party was handed, with its word.
     pub callback_attempts: Vec<CallbackAttempt>,
     /// Everything the outside party of callback steps sent, bad tokens included.
@@ -470,7 +485,10 @@ pub async fn run_on(
         metrics: metrics.clone(),
     };
     let workflows = options.definitions.workflows.clone();
-    let mut topology = queue_names::topology();
+    // The agents' limits go into the topology as the deployed functions' configuration
+    // puts them (`Topology::with_queue_agents`): without them no claim meets a gate. Every
+    // queue agent's requests then go to the run's one worker, whatever queue it names.
+    let mut topology = queue_names::topology().with_queue_agents(&options.definitions.agents);
     for name in options.queue_agents() {
         topology.queue_agents.insert(name.to_owned(), QueueUrl(WORKER.into()));
     }
@@ -642,6 +660,7 @@ pub async fn run_on(
         alerts: backend.raised_alerts(),
         metrics: metrics.snapshot(),
         ledger: remote.ledger(),
+        flights: remote.flights(),
         callback_attempts: remote.callback_attempts(),
         callback_sends: remote.callback_sends(),
         callback_kept,
@@ -679,8 +698,32 @@ pub async fn send_orders(
     let bad: Vec<(String, &'static str)> =
         (0..options.malformed).map(|i| kinds[i % kinds.len()].clone()).collect();
     rng.shuffle(&mut bodies);
-    match options.arrival_per_s {
-        None => send_bodies(queues, bodies).await?,
+    let mut orders = orders;
+    let trickle: Vec<String> = match &options.trickle {
+        Some(t) => {
+            let first = orders.len();
+            orders.extend((0..t.orders).map(|i| {
+                let id = format!("trickle-{i:07}");
+                let body = order_body(&id, &t.workflow, &mut rng);
+                (id, body)
+            }));
+            orders[first..].iter().map(|(_, b)| b.clone()).collect()
+        }
+        None => Vec::new(),
+    };
+    let trickle_rate = options.trickle.as_ref().map(|t| t.per_s);
+    tokio::try_join!(paced(queues, bodies, options.arrival_per_s), paced(queues, trickle, trickle_rate))?;
+    Ok(SentMessages { orders, duplicates, bad })
+}
+
+/// Sends `bodies` at `rate` a second, or all at once.
+async fn paced(
+    queues: &dyn Queues,
+    bodies: Vec<String>,
+    rate: Option<u32>,
+) -> Result<(), sas::ports::QueueError> {
+    match rate {
+        None => send_bodies(queues, bodies).await,
         Some(rate) => {
             // A steady trickle: a tenth of a second's orders every tenth of a second.
             let slice = (rate as usize).div_ceil(10).max(1);
@@ -689,9 +732,9 @@ pub async fn send_orders(
                 tick.tick().await;
                 send_bodies(queues, chunk.to_vec()).await?;
             }
+            Ok(())
         }
     }
-    Ok(SentMessages { orders, duplicates, bad })
 }
 
 pub async fn send_bodies(queues: &dyn Queues, bodies: Vec<String>) -> Result<(), sas::ports::QueueError> {

@@ -2,7 +2,8 @@
 //! records (`sas_sim::invariants`: the write log, final records, alerts and the remote
 //! service's ledger), plus what only a `dev` run shows: what was sent and what was
 //! kept, the internal dead-letter queues, the status queue and whether it finished; and,
-//! for callback steps, what the simulated outside party sent (`callback_checks`).
+//! for callback steps, what the simulated outside party sent (`callback_checks`); for
+//! agents with limits, what their service saw (`limit_checks`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -30,6 +31,7 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
     let mut found = shared;
     let mut add = |invariant: Invariant, detail: String| found.push(Violation::new(invariant, detail));
     callback_checks(run, &mut add);
+    limit_checks(run, &mut add);
 
     // No loss: every valid order has a task; every bad message is kept with its reason.
     let tasks: BTreeSet<&str> = run.tasks.iter().map(|t| t.order_id.as_str()).collect();
@@ -216,6 +218,38 @@ fn callback_checks(run: &DevOutcome, add: &mut impl FnMut(Invariant, String)) {
                     send.attempt
                 ),
             ),
+        }
+    }
+}
+
+/// Flow control, from the simulated service's side of the wire (`remote_sim::Flights`),
+/// not from the gate's or the agent's word: no agent's service ever had more calls open
+/// at once than its `max_in_flight`, or saw more start in one second than its
+/// `max_per_second`.
+fn limit_checks(run: &DevOutcome, add: &mut impl FnMut(Invariant, String)) {
+    for (agent, def) in &run.options.definitions.agents {
+        let (limits, Some(seen)) = (def.limits(), run.flights.get(agent)) else { continue };
+        if let Some(max) = limits.max_in_flight
+            && seen.max_in_flight > u64::from(max)
+        {
+            add(
+                Invariant::RemoteWithinLimits,
+                format!(
+                    "agent {agent}: its service had {} calls open at once; max_in_flight is {max}",
+                    seen.max_in_flight
+                ),
+            );
+        }
+        let per_second = seen.max_per_second();
+        if let Some(max) = limits.max_per_second
+            && per_second > u64::from(max)
+        {
+            add(
+                Invariant::RemoteWithinLimits,
+                format!(
+                    "agent {agent}: {per_second} calls reached its service within one second; max_per_second is {max}"
+                ),
+            );
         }
     }
 }

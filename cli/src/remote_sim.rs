@@ -37,6 +37,73 @@ struct Service {
     state: Mutex<(HashMap<String, u64>, Ledger)>,
     /// The outside party of callback steps, when the run has any.
     outside: Option<Outside>,
+    /// Each agent's calls as the service itself sees them: when each arrived, and how
+    /// many were open at once (`Flights`).
+    flights: Mutex<BTreeMap<String, Flights>>,
+}
+
+/// One agent's calls at the service, from its own side of the wire: what flow control
+/// (`domain::gate`) promises the remote, measured where the promise is kept or broken.
+///
+/// A call is in flight from when its request reaches the handler until the handler is
+/// done with it: it answered (a 2xx, 503 or 422; the answer leaves after that), or the
+/// caller went away (the agent's timeout dropped the connection, and the server dropped
+/// the handler). A hung call thus counts until the agent stops waiting, which the
+/// service learns only when the connection closes; a call still open when the service
+/// stops counts to the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flights {
+    pub calls: u64,
+    pub in_flight: u64,
+    /// The most calls in flight at one instant.
+    pub max_in_flight: u64,
+    /// When each call arrived, in µs after the service started, in arrival order.
+    pub arrivals_us: Vec<u64>,
+}
+
+impl Flights {
+    /// The most calls that arrived within any one window of `RATE_WINDOW_MS` (a
+    /// half-open window: calls exactly a window apart are in different ones).
+    pub fn max_per_second(&self) -> u64 {
+        let window = sas::domain::gate::RATE_WINDOW_MS * 1_000;
+        let (mut first, mut most) = (0, 0);
+        for (i, at) in self.arrivals_us.iter().enumerate() {
+            while self.arrivals_us[first] + window <= *at {
+                first += 1;
+            }
+            most = most.max(i + 1 - first);
+        }
+        most as u64
+    }
+}
+
+/// A call counted in flight until dropped: when the handler returns, or when the server
+/// drops it because the caller went away.
+struct InFlight {
+    service: Arc<Service>,
+    agent: String,
+}
+
+impl Service {
+    fn arrive(self: &Arc<Self>, agent: &str) -> InFlight {
+        let at = self.started.elapsed().as_micros() as u64;
+        let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        let f = flights.entry(agent.to_owned()).or_default();
+        f.calls += 1;
+        f.in_flight += 1;
+        f.max_in_flight = f.max_in_flight.max(f.in_flight);
+        f.arrivals_us.push(at);
+        InFlight { service: self.clone(), agent: agent.to_owned() }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut flights = self.service.flights.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = flights.get_mut(&self.agent) {
+            f.in_flight -= 1;
+        }
+    }
 }
 
 /// The dice for the `nth` call under `key`: drawn from the seed, the key and `nth`
@@ -73,6 +140,7 @@ async fn call(
     headers: HeaderMap,
     body: axum::Json<CallBody>,
 ) -> (StatusCode, String) {
+    let _in_flight = service.arrive(&agent);
     let Some(key) = headers.get(IDEMPOTENCY_HEADER).and_then(|v| v.to_str().ok()) else {
         return (StatusCode::BAD_REQUEST, "missing Idempotency-Key".into());
     };
@@ -157,6 +225,7 @@ impl LoopbackRemote {
             started: Instant::now(),
             state: Mutex::new((HashMap::new(), Ledger::default())),
             outside,
+            flights: Mutex::default(),
         });
         let router = Router::new().route("/{agent}/{action}", post(call)).with_state(service.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -175,6 +244,11 @@ impl LoopbackRemote {
 
     pub fn ledger(&self) -> Ledger {
         self.service.state.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+
+    /// Each agent's calls as the service saw them (`Flights`), by agent name.
+    pub fn flights(&self) -> BTreeMap<String, Flights> {
+        self.service.flights.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Everything the outside party sent to the callback queue, in the order planned.
@@ -573,6 +647,50 @@ mod tests {
             CallbackOutcome::Heartbeat => "heartbeat",
         };
         plan.iter().map(|(_, s)| (s.kind, word(s.outcome))).collect()
+    }
+
+    #[test]
+    fn the_most_calls_in_one_second_counts_a_half_open_window() {
+        let at = |ms: &[u64]| Flights {
+            arrivals_us: ms.iter().map(|m| m * 1_000).collect(),
+            ..Default::default()
+        };
+        assert_eq!(at(&[]).max_per_second(), 0);
+        assert_eq!(at(&[0, 999, 1_000, 1_001, 1_998]).max_per_second(), 4, "999 to 1998 lie in one window");
+        assert_eq!(at(&[0, 1_000, 2_000]).max_per_second(), 1, "a window apart: never together");
+    }
+
+    /// What the agent's timeout does to a hung call at the service: the connection goes,
+    /// and with it the call's place in `Flights`. Without this a hung call would count
+    /// until the service stopped, and the dev run's limit check would see calls the gate
+    /// had long given back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_call_is_in_flight_until_its_caller_gives_up() {
+        let faults = RemoteFaults { hang: 1.0, ..Default::default() };
+        let remote = LoopbackRemote::start(faults, BTreeMap::new(), 1).await.unwrap();
+        // reqwest is built with no crypto provider: `http_remote::build_client` says why.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        let call = |key: &'static str| {
+            client
+                .post(format!("{}/payment/charge", remote.base_url()))
+                .header(IDEMPOTENCY_HEADER, key)
+                .json(&serde_json::json!({"order_id": "o-1", "step": 0, "action": "do"}))
+                .timeout(Duration::from_millis(300))
+                .send()
+        };
+        let open = |remote: &LoopbackRemote| remote.flights().get("payment").map(|f| f.in_flight);
+        let (a, b) = tokio::join!(call("o-1:0:do"), call("o-2:0:do"));
+        assert!(a.is_err() && b.is_err(), "both hang until the caller's timeout");
+        let flights = remote.flights()["payment"].clone();
+        assert_eq!((flights.calls, flights.max_in_flight), (2, 2));
+        // The server learns of the closed connection on its own time: wait for it,
+        // without a sleep, up to a bound far past any loopback's.
+        let bound = Instant::now() + Duration::from_secs(10);
+        while open(&remote) != Some(0) && Instant::now() < bound {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(open(&remote), Some(0), "the calls still count as in flight");
     }
 
     #[test]

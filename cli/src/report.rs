@@ -61,6 +61,9 @@ pub struct Report {
     pub timers: Timers,
     /// Callback steps and the simulated outside party's word on them.
     pub callbacks: CallbackFigures,
+    /// Every agent of the definition file: its limits beside what its simulated service
+    /// saw (`remote_sim::Flights`), and how long its tasks waited for a place.
+    pub agents: BTreeMap<String, AgentFigures>,
     pub elapsed_s: f64,
     pub orders_per_second: f64,
     pub violations: Vec<(String, String)>,
@@ -101,6 +104,83 @@ pub struct CallbackFigures {
     /// What the outside party sent that must change nothing, by kind: `late`,
     /// `second_copy`, `stale`, `forged`.
     pub bad_sent: BTreeMap<String, usize>,
+}
+
+/// One agent's flow control: its limits (null when unset) against its service's own
+/// count, and its tasks' waits for a place in its gate.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AgentFigures {
+    pub max_in_flight: Option<u32>,
+    pub max_per_second: Option<u32>,
+    /// Calls that reached the service.
+    pub calls: u64,
+    /// The most calls open at the service at one instant: from arrival until it answered
+    /// or the agent's timeout closed the connection.
+    pub max_in_flight_seen: u64,
+    /// The most calls that arrived at the service within any one 1,000 ms window.
+    pub max_per_second_seen: u64,
+    /// Waits for a place: from a task's first arrival at the gate for a step (its first
+    /// `Queued`) to its claim of that step. Only tasks that waited count.
+    pub waiting_ms: Waiting,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Waiting {
+    /// Waits that ended in a claim (a task waits once per limited step it runs).
+    pub count: usize,
+    /// Tasks that waited at least once.
+    pub tasks: usize,
+    pub p50: Option<u64>,
+    pub p90: Option<u64>,
+    pub p99: Option<u64>,
+    pub max: Option<u64>,
+}
+
+impl Waiting {
+    fn of(mut waits: Vec<u64>, tasks: usize) -> Waiting {
+        waits.sort_unstable();
+        // Nearest rank: the smallest wait at least `p` percent of waits are no longer than.
+        let rank = |p: usize| (!waits.is_empty()).then(|| waits[(waits.len() * p).div_ceil(100).max(1) - 1]);
+        Waiting { count: waits.len(), tasks, p50: rank(50), p90: rank(90), p99: rank(99), max: rank(100) }
+    }
+}
+
+/// Each agent's figures: limits from the definitions, the service's own count from the
+/// run's flights, and waits from the write log, where a claim that ends a wait is a
+/// write whose record held a ticket before (`TaskRecord::queued`, its `since` the first
+/// arrival) and holds a lease after.
+pub fn agent_figures(run: &DevOutcome) -> BTreeMap<String, AgentFigures> {
+    let mut waits: HashMap<&str, (Vec<u64>, HashSet<&OrderId>)> = HashMap::new();
+    for w in &run.writes {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        if let (Some(q), None, Some(_)) = (&before.queued, &after.queued, &after.locked_by) {
+            let (ms, tasks) = waits.entry(q.agent.as_str()).or_default();
+            ms.push(after.updated_at.millis_since(q.since));
+            tasks.insert(&after.order_id);
+        }
+    }
+    run.options
+        .definitions
+        .agents
+        .iter()
+        .map(|(name, def)| {
+            let limits = def.limits();
+            let seen = run.flights.get(name).cloned().unwrap_or_default();
+            let waiting = waits
+                .remove(name.as_str())
+                .map(|(ms, tasks)| Waiting::of(ms, tasks.len()))
+                .unwrap_or_default();
+            let figures = AgentFigures {
+                max_in_flight: limits.max_in_flight,
+                max_per_second: limits.max_per_second,
+                calls: seen.calls,
+                max_in_flight_seen: seen.max_in_flight,
+                max_per_second_seen: seen.max_per_second(),
+                waiting_ms: waiting,
+            };
+            (name.clone(), figures)
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -200,6 +280,7 @@ impl Report {
                     by
                 },
             },
+            agents: agent_figures(run),
             elapsed_s,
             orders_per_second: if elapsed_s > 0.0 { run.tasks.len() as f64 / elapsed_s } else { 0.0 },
             violations: violations
@@ -279,6 +360,38 @@ impl Report {
         line(w, &self.remote_hangs, "hung: never answered; the agent's timeout ended them");
         line(w, &self.remote_transient_failures, "failed transiently (503)");
         line(w, &self.remote_refusals, "refused for good (422): the step had no effect");
+
+        // Only where some agent has limits: a run without reads as it always has.
+        let limited: Vec<_> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| a.max_in_flight.is_some() || a.max_per_second.is_some())
+            .collect();
+        if !limited.is_empty() {
+            let _ = writeln!(w, "\nflow control (limit / most seen at the service, from its own count)");
+            for (name, a) in &limited {
+                let mut limits = Vec::new();
+                if let Some(m) = a.max_in_flight {
+                    limits.push(format!("in flight {m} / {}", a.max_in_flight_seen));
+                }
+                if let Some(m) = a.max_per_second {
+                    limits.push(format!("per second {m} / {}", a.max_per_second_seen));
+                }
+                let _ = writeln!(w, "  {name}: {}", limits.join(", "));
+                let q = &a.waiting_ms;
+                let waited = match (q.p50, q.p99) {
+                    (Some(p50), Some(p99)) => {
+                        format!("{} tasks waited for a place: p50 {p50} ms, p99 {p99} ms", q.tasks)
+                    }
+                    _ => "no task waited for a place".to_owned(),
+                };
+                let _ = writeln!(w, "    {waited}");
+            }
+            let others = self.agents.len() - limited.len();
+            if others > 0 {
+                let _ = writeln!(w, "  {others} other agents have no limits (--json has their figures too)");
+            }
+        }
 
         // Only where the workflow waits: a run without timers reads as it always has.
         if self.timers_started > 0 {

@@ -80,6 +80,39 @@ async fn starvation_measures_the_healthy_agent_in_both_runs() {
     assert!(r.hanging_keys > 0, "the slow service was called");
 }
 
+/// `bench flow` at a small size: the burst never has more than 10 calls open at the
+/// limited service, every neighbour's order is measured in both runs, and the burst's
+/// tasks waited (200 orders at once against 10 places).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_keeps_the_burst_within_its_places_and_measures_the_neighbour() {
+    let o =
+        sasctl::bench::FlowOptions { orders: 200, rate: 20, concurrency: 4, step_timeout_ms: 1_000, seed: 5 };
+    let r = sasctl::bench::flow(&o, |_, _| {}).await.expect("both runs hold every invariant");
+    assert!(r.max_in_flight_seen <= 10 && r.max_in_flight_seen > 1, "{r:?}");
+    assert_eq!(r.limited_calls, 200, "{r:?}");
+    assert_eq!((r.baseline.samples, r.with_burst.samples), (o.trickle_orders(), o.trickle_orders()), "{r:?}");
+    assert!(r.waiting_ms.tasks > 0 && r.waiting_ms.p50 <= r.waiting_ms.max, "{r:?}");
+}
+
+/// A limited agent's cost row carries its gate's; an unlimited one's none, and its other
+/// counts are the gate's and waiters' more than the same row without limits.
+#[tokio::test]
+async fn cost_counts_the_gate_of_a_limited_agent() {
+    use sas::domain::gate::Limits;
+    let a = CostAssumptions::default();
+    let free = cost("single-step", 50, false, &a).await;
+    assert!(free.gate.is_none());
+    let limits = [("orders".to_owned(), Limits { max_in_flight: Some(10), max_per_second: None })].into();
+    let gated = sasctl::bench::cost_limited("single-step", 50, false, &limits, &a).await;
+    assert_eq!(gated.processed, 50);
+    let g = gated.gate.as_ref().expect("a gate row");
+    assert_eq!(g.limited_calls, 50);
+    // At least a read and a write at the claim and at the release of every call.
+    assert!(g.gate_reads_per_call >= 2.0 && g.gate_writes_per_call >= 2.0, "{g:?}");
+    assert!(g.queued_per_call > 0.0 && g.waiter_writes_per_call > 0.0, "50 at once, 10 places: {g:?}");
+    assert!(gated.sas_total > free.sas_total);
+}
+
 /// `bench listing` at a small size against moto (SAS_TEST_ENDPOINT, set by
 /// infra/with-moto.sh): each listing returns what it asks for and reads only that, by
 /// the adapter's count and by DynamoDB's. Without an endpoint it prints a loud SKIPPED

@@ -49,6 +49,31 @@ pub struct CostRow {
     /// has timer steps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timers: Option<TimerLateness>,
+    /// Flow control, when an agent of the workflow has limits: what its gate cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateCost>,
+}
+
+/// What flow control adds to an order's bill, per remote call of a limited agent: the gate
+/// read and conditional write at the claim and again at the release, and for a call that
+/// had to wait its ticket's waiter put and get and its arrivals at the gate again. Every
+/// call of the row's limited agents counts (`limited_calls`).
+#[derive(Debug, Clone, Serialize)]
+pub struct GateCost {
+    /// The agents' limits, by agent.
+    pub limits: BTreeMap<String, sas::domain::gate::Limits>,
+    pub limited_calls: u64,
+    /// Tasks that found no room and took a ticket (`CapacityQueued`), per limited call.
+    pub queued_per_call: f64,
+    /// Gate writes that lost a race and were read and decided again (`GateConflicts`):
+    /// each is billed, and counted in the figures below.
+    pub conflicts_per_call: f64,
+    pub gate_reads_per_call: f64,
+    pub gate_writes_per_call: f64,
+    pub waiter_writes_per_call: f64,
+    pub waiter_reads_per_call: f64,
+    /// The gate's and waiters' DynamoDB units, in dollars per million limited calls.
+    pub dynamodb_per_million_calls: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -74,6 +99,18 @@ impl Default for CostAssumptions {
 }
 
 pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumptions) -> CostRow {
+    cost_limited(workflow, orders, failures, &BTreeMap::new(), a).await
+}
+
+/// As `cost`, with `limits` on the workflow's agents (all orders arrive at once, so with
+/// `max_in_flight` most of them wait for a place: the dearest case).
+pub async fn cost_limited(
+    workflow: &str,
+    orders: usize,
+    failures: bool,
+    limits: &BTreeMap<String, sas::domain::gate::Limits>,
+    a: &CostAssumptions,
+) -> CostRow {
     let policy = Policy::default();
     let (transient, permanent, crash) = if failures { (0.10, 0.01, 0.02) } else { (0.0, 0.0, 0.0) };
     let rig = Rig::new(
@@ -88,6 +125,7 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
             count: true,
             reply_to: true,
             round_trips: true,
+            limits: limits.clone(),
         },
         true,
     );
@@ -179,7 +217,24 @@ pub async fn cost(workflow: &str, orders: usize, failures: bool, a: &CostAssumpt
         p50_late_ms: counted.percentile(sas::ports::Metric::TimerLatenessMs, 50.0).unwrap_or(0),
         max_late_ms: counted.percentile(sas::ports::Metric::TimerLatenessMs, 100.0).unwrap_or(0),
     });
+    let gate = (!limits.is_empty()).then(|| {
+        let limited_calls = rig.remote.calls_to(limits.keys());
+        let per = |v: f64| v / (limited_calls.max(1) as f64);
+        let g = &u.gate;
+        GateCost {
+            limits: limits.clone(),
+            limited_calls,
+            queued_per_call: per(counted.count(sas::ports::Metric::CapacityQueued) as f64),
+            conflicts_per_call: per(counted.count(sas::ports::Metric::GateConflict) as f64),
+            gate_reads_per_call: per(g.gate_reads as f64),
+            gate_writes_per_call: per(g.gate_writes as f64),
+            waiter_writes_per_call: per(g.waiter_writes as f64),
+            waiter_reads_per_call: per(g.waiter_reads as f64),
+            dynamodb_per_million_calls: per(g.wru * DDB_PER_MILLION_WRU + g.rru * DDB_PER_MILLION_RRU),
+        }
+    });
     CostRow {
+        gate,
         timers,
         workflow: workflow.into(),
         failures,
@@ -226,6 +281,36 @@ impl fmt::Display for CostRow {
                 f,
                 "  timers: {} woken, late by p50 {} ms, max {} ms",
                 t.woken, t.p50_late_ms, t.max_late_ms
+            )?;
+        }
+        if let Some(g) = &self.gate {
+            let limits: Vec<String> = g
+                .limits
+                .iter()
+                .map(|(agent, l)| {
+                    let mut v = Vec::new();
+                    if let Some(m) = l.max_in_flight {
+                        v.push(format!("max_in_flight {m}"));
+                    }
+                    if let Some(m) = l.max_per_second {
+                        v.push(format!("max_per_second {m}"));
+                    }
+                    format!("{agent} {}", v.join(", "))
+                })
+                .collect();
+            writeln!(
+                f,
+                "  flow control ({}): per limited call (of {}) {:.3} queued, gate {:.3} reads + {:.3} writes \
+                 ({:.3} conflicts), waiter {:.3} puts + {:.3} gets; the gate's DynamoDB ${:.2}/million calls",
+                limits.join("; "),
+                g.limited_calls,
+                g.queued_per_call,
+                g.gate_reads_per_call,
+                g.gate_writes_per_call,
+                g.conflicts_per_call,
+                g.waiter_writes_per_call,
+                g.waiter_reads_per_call,
+                g.dynamodb_per_million_calls
             )?;
         }
         let express = self

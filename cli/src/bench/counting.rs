@@ -33,6 +33,20 @@ pub struct AwsUsage {
     pub sns_publishes: u64,
     /// Function invocations, by function.
     pub invocations: BTreeMap<String, u64>,
+    /// Of the DynamoDB figures above, flow control's: gate reads and conditional writes
+    /// (a failed condition bills too), their units, and the waiters' puts and gets
+    /// (`StateStore::put_waiter`, `waiter`).
+    pub gate: GateUsage,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GateUsage {
+    pub gate_reads: u64,
+    pub gate_writes: u64,
+    pub waiter_writes: u64,
+    pub waiter_reads: u64,
+    pub wru: f64,
+    pub rru: f64,
 }
 
 /// Size of a record as DynamoDB would bill it, approximated by its JSON length (attribute
@@ -270,6 +284,8 @@ impl StateStore for CountingStore {
         self.with(|u| {
             u.ddb_gets += 1;
             u.rru += kb_units(bytes, 4096);
+            u.gate.gate_reads += 1;
+            u.gate.rru += kb_units(bytes, 4096);
         });
         Ok(r)
     }
@@ -286,6 +302,8 @@ impl StateStore for CountingStore {
         self.with(|u| {
             u.ddb_puts += 1;
             u.wru += kb_units(size, 1024);
+            u.gate.gate_writes += 1;
+            u.gate.wru += kb_units(size, 1024);
         });
         Ok(written)
     }
@@ -300,6 +318,8 @@ impl StateStore for CountingStore {
         self.with(|u| {
             u.ddb_puts += 1;
             u.wru += 1.0;
+            u.gate.waiter_writes += 1;
+            u.gate.wru += 1.0;
         });
         Ok(())
     }
@@ -308,6 +328,8 @@ impl StateStore for CountingStore {
         self.with(|u| {
             u.ddb_gets += 1;
             u.rru += 1.0;
+            u.gate.waiter_reads += 1;
+            u.gate.rru += 1.0;
         });
         Ok(r)
     }

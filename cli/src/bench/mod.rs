@@ -15,6 +15,9 @@
 //!   stub of AWS (`aws_stub`): init, first invocation with its TLS connection, peak RSS.
 //! - `starvation`: one agent's service hangs every call; the latency of a healthy
 //!   agent's steps against a run where both are healthy (`sasctl dev`'s pipeline).
+//! - `flow`: a burst through an agent with `max_in_flight: 10` beside an unlimited
+//!   agent's trickle: the most calls its service saw at once, its calls per second, the
+//!   waits for a place, and the neighbour's latency against a run without the burst.
 //! - `listing`: on DynamoDB at an endpoint, what listing Error and live tasks reads
 //!   among N finished ones (the sparse indexes keep it to what is listed).
 //! - `traffic`: the functions as `sasctl up` runs them, against an endpoint through a
@@ -35,6 +38,7 @@ mod cold_start;
 mod contention;
 mod cost;
 mod counting;
+mod flow;
 mod listing;
 mod measure;
 mod proxy;
@@ -56,10 +60,11 @@ pub use cold_start::{
     cold_start_case, cold_start_once, judge,
 };
 pub use contention::{ContentionReport, ContentionRow, ContentionRun, contention, contention_once};
-pub use cost::{CostAssumptions, CostRow, TimerLateness, cost, prices};
+pub use cost::{CostAssumptions, CostRow, GateCost, TimerLateness, cost, cost_limited, prices};
 pub use counting::{
-    AwsUsage, CountingAlerts, CountingQueues, CountingStore, dynamodb_item_bytes, json_item_bytes,
+    AwsUsage, CountingAlerts, CountingQueues, CountingStore, GateUsage, dynamodb_item_bytes, json_item_bytes,
 };
+pub use flow::{FlowOptions, FlowReport, flow};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
 pub use proxy::{CountingProxy, RequestCounts, classify};
@@ -178,8 +183,9 @@ pub enum BenchCommand {
     },
     /// AWS requests, billed units and dollars per million orders, against Step Functions:
     /// single-step and three-step orders (with and without failures), a callback step and
-    /// an hour's timer, and examples/parallel.json's order (a 3-branch stage) beside the
-    /// same order's steps one after the other (examples/sequential.json).
+    /// an hour's timer, examples/parallel.json's order (a 3-branch stage) beside the
+    /// same order's steps one after the other (examples/sequential.json), and single-step
+    /// and three-step again with one agent limited to 10 calls at once (its gate's cost).
     Cost {
         #[arg(long, default_value_t = 10_000)]
         orders: usize,
@@ -213,6 +219,31 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10)]
         concurrency: usize,
         #[arg(long, default_value_t = 1_000)]
+        step_timeout_ms: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Flow control: a burst of --orders orders through an agent with max_in_flight 10
+    /// whose service answers in 0-100 ms (50 ms mean), and an unlimited agent's orders at
+    /// --rate a second beside it. The most calls the limited service saw at once (its own
+    /// count), its calls per second against 10 / 50 ms = 200, the waits for a place, and
+    /// the unlimited agent's step latency against a run of its orders alone.
+    Flow {
+        /// Orders of the burst, sent at once (1 to 1,000,000).
+        #[arg(long, default_value_t = 10_000,
+              value_parser = crate::args::whole::<usize>("--orders", 1, 1_000_000))]
+        orders: usize,
+        /// The unlimited agent's orders per second (1 to 1000), for as long as the burst
+        /// takes at 200 calls a second.
+        #[arg(long, default_value_t = 20, value_parser = crate::args::whole::<u32>("--rate", 1, 1_000))]
+        rate: u32,
+        /// Concurrent batches per function (1 to 1000), as AgentMaxConcurrency caps the
+        /// agent's (its default is 10).
+        #[arg(long, default_value_t = 10, value_parser = crate::args::whole::<usize>("--concurrency", 1, 1_000))]
+        concurrency: usize,
+        /// A claim's complete-by is this far after the claim, in ms (50 to 50000).
+        #[arg(long, default_value_t = 1_000,
+              value_parser = crate::args::whole::<u64>("--step-timeout-ms", 50, 50_000))]
         step_timeout_ms: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -353,6 +384,23 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                     rows.push(cost(wf, orders, failures, &a).await);
                 }
             }
+            // Flow control: the single-step and three-step rows again, one agent with
+            // max_in_flight 10 (docs/BENCHMARKS.md 11); every order arrives at once, so all
+            // but ten wait for a place. And single-step with 100 places: the same burst with
+            // far less waiting, nearer the gate's floor (a read and a write at the claim and
+            // at the release).
+            let limited = [
+                ("single-step", "orders", 10),
+                ("three-step", "payment", 10),
+                ("single-step", "orders", 100),
+            ];
+            for (wf, agent, places) in limited {
+                let limits = [(
+                    agent.to_owned(),
+                    sas::domain::gate::Limits { max_in_flight: Some(places), max_per_second: None },
+                )];
+                rows.push(cost_limited(wf, orders, false, &limits.into(), &a).await);
+            }
             emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
         }
         BenchCommand::ColdStart { binaries, repeats } => {
@@ -365,6 +413,21 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Starvation { orders, rate, concurrency, step_timeout_ms, seed } => {
             let o = StarvationOptions { orders, rate, concurrency, step_timeout_ms, seed };
             emit(args.json, &starvation(&o).await?, ToString::to_string);
+        }
+        BenchCommand::Flow { orders, rate, concurrency, step_timeout_ms, seed } => {
+            let o = FlowOptions { orders, rate, concurrency, step_timeout_ms, seed };
+            let bar = crate::text::progress_bar(0, "terminal");
+            if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            }
+            let report = flow(&o, |run, p| {
+                bar.set_length(p.expected as u64);
+                bar.set_position(p.terminal as u64);
+                bar.set_message(run.to_owned());
+            })
+            .await;
+            bar.finish_and_clear();
+            emit(args.json, &report?, ToString::to_string);
         }
         BenchCommand::Traffic {
             endpoint_url,

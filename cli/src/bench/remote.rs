@@ -14,6 +14,8 @@ pub struct InstantRemote {
     permanent_rate: f64,
     rng: Mutex<fastrand::Rng>,
     pub calls: AtomicU64,
+    /// Calls by agent.
+    pub by_agent: Mutex<std::collections::BTreeMap<String, u64>>,
     /// The callback tokens of the calls that started a callback step, for the rig's
     /// outside party to complete.
     pub started: Mutex<Vec<String>>,
@@ -26,8 +28,17 @@ impl InstantRemote {
             permanent_rate,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             calls: AtomicU64::new(0),
+            by_agent: Mutex::default(),
             started: Mutex::default(),
         }
+    }
+}
+
+impl InstantRemote {
+    /// Calls made to any of `agents`.
+    pub fn calls_to<'a>(&self, agents: impl IntoIterator<Item = &'a String>) -> u64 {
+        let by = self.by_agent.lock().unwrap_or_else(|p| p.into_inner());
+        agents.into_iter().filter_map(|a| by.get(a)).sum()
     }
 }
 
@@ -35,6 +46,8 @@ impl InstantRemote {
 impl RemoteService for InstantRemote {
     async fn call(&self, call: &RemoteCall<'_>, _timeout_ms: u64) -> Result<Vec<u8>, RemoteError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        *self.by_agent.lock().unwrap_or_else(|p| p.into_inner()).entry(call.agent.to_owned()).or_default() +=
+            1;
         if self.transient_rate == 0.0 && self.permanent_rate == 0.0 {
             if let Some(token) = call.callback_token {
                 self.started.lock().unwrap_or_else(|p| p.into_inner()).push(token.to_owned());

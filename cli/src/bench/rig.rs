@@ -124,6 +124,8 @@ pub struct RigOptions {
     /// invocation run meanwhile, so handlers that write one record can race (the
     /// counting store's calls always are).
     pub round_trips: bool,
+    /// Flow-control limits by agent (`domain::gate`): their claims meet a gate.
+    pub limits: BTreeMap<String, sas::domain::gate::Limits>,
 }
 
 impl Default for RigOptions {
@@ -139,6 +141,7 @@ impl Default for RigOptions {
             count: false,
             reply_to: true,
             round_trips: false,
+            limits: BTreeMap::new(),
         }
     }
 }
@@ -251,12 +254,10 @@ impl Rig {
             random: random.clone(),
             metrics: metrics.clone(),
         };
-        let settings = Settings::new(
-            options.policy,
-            bench_workflows(),
-            queue_names::topology(),
-            queue_names::reply_to_rules(),
-        );
+        let mut topology = queue_names::topology();
+        topology.limits = options.limits.clone();
+        let settings =
+            Settings::new(options.policy, bench_workflows(), topology, queue_names::reply_to_rules());
         let agent_clock: Arc<dyn Clock> = match &manual {
             Some(m) => Arc::new(NoSleepClock(m.clone())),
             None => clock.clone(),

@@ -137,6 +137,17 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 300, value_parser = whole::<u64>("--max-seconds", 1, 86_400))]
     pub max_seconds: u64,
     /// Print the report as JSON.
+    ///
+    /// `agents.<name>` holds, for every agent of the definition file, its limits
+    /// (`max_in_flight`, `max_per_second`; null when unset) beside what the simulated
+    /// service counted on its own side of the wire: `calls`, `max_in_flight_seen` (the
+    /// most calls open at once: a call is open from its arrival until it is answered, or
+    /// until the agent stops waiting and closes the connection, so a hung call counts up
+    /// to the agent's timeout) and `max_per_second_seen` (the most calls that arrived in
+    /// any 1,000 ms window); and `waiting_ms` ({count, tasks, p50, p90, p99, max}): each
+    /// wait for a place in the agent's gate, from the task's first arrival at it for a
+    /// step to its claim of the step, over the tasks that waited (`tasks`) only. A run in
+    /// which a limited agent's service saw more than its limits fails (exit 1).
     #[arg(long)]
     pub json: bool,
     /// Run on the real adapters (DynamoDB, SQS, SNS) against this AWS endpoint, e.g.
@@ -210,6 +221,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         seed: args.seed,
         max_runtime: Duration::from_secs(args.max_seconds),
         arrival_per_s: args.rate,
+        trickle: None,
     };
     let bar = crate::text::progress_bar(options.orders as u64, "terminal");
     let progress = |p: &dev::Progress| {

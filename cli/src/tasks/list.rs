@@ -48,6 +48,7 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
         .filter(|t| match (state, state.state()) {
             (_, Some(s)) => t.state == s,
             (StateArg::Paused, None) => t.paused && !t.state.is_terminal(),
+            (StateArg::Queued, None) => t.queued.is_some() && !t.state.is_terminal(),
             (_, None) => !t.state.is_terminal() && t.deadline.is_some_and(|d| d < now),
         })
         .filter(|t| filter.workflow.as_ref().is_none_or(|w| *w == t.workflow))

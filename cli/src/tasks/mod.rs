@@ -147,6 +147,8 @@ pub enum StateArg {
     Stuck,
     /// Live and paused by an operator (in any live state).
     Paused,
+    /// Pending or Compensating, waiting for a place in its agent's gate (flow control).
+    Queued,
 }
 
 impl StateArg {
@@ -159,6 +161,7 @@ impl StateArg {
             StateArg::Waiting => "waiting",
             StateArg::Stuck => "stuck",
             StateArg::Paused => "paused",
+            StateArg::Queued => "queued",
         }
     }
 
@@ -169,7 +172,7 @@ impl StateArg {
             StateArg::Processing => Some(ProcessState::Processing),
             StateArg::Pending => Some(ProcessState::Pending),
             StateArg::Waiting => Some(ProcessState::Waiting),
-            StateArg::Stuck | StateArg::Paused => None,
+            StateArg::Stuck | StateArg::Paused | StateArg::Queued => None,
         }
     }
 }

@@ -49,6 +49,9 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
     if let Some(kind) = waits_for(task) {
         v["waits_for"] = json!(kind);
     }
+    if let Some(q) = &task.queued {
+        v["queued"] = json!({"agent": q.agent, "ticket": q.ticket, "since": iso(q.since)});
+    }
     if let (Some("callback"), Some(cb)) = (waits_for(task), &task.callback) {
         v["callback_attempt"] = json!(cb.attempt);
         v["callback_due"] = json!(iso(cb.due()));
@@ -302,15 +305,27 @@ pub fn waits_for(task: &TaskRecord) -> Option<&'static str> {
     }
 }
 
+/// What a task waiting for a place in its agent's gate waits for, and how long it has
+/// waited by `now`: `waiting for a place at payment (ticket 41, 3.2 s)`.
+pub fn queued_line(task: &TaskRecord, now: Timestamp) -> Option<String> {
+    let q = task.queued.as_ref()?;
+    let waited = now.millis_since(q.since) as f64 / 1_000.0;
+    Some(format!("waiting for a place at {} (ticket {}, {waited:.1} s)", q.agent, q.ticket))
+}
+
 /// The state as a listing shows it: a waiting timer with its wake time, a waiting
-/// callback with when its heartbeat or completion is due.
-fn state_cell(task: &TaskRecord) -> String {
+/// callback with when its heartbeat or completion is due, a task waiting for a place in
+/// its agent's gate with its ticket and how long it has waited.
+fn state_cell(task: &TaskRecord, now: Timestamp) -> String {
     let state = match (task.wake_at, waits_for(task), &task.callback) {
         (Some(at), ..) => format!("{} until {}", task.state.as_str(), iso(at)),
         (None, Some("callback"), Some(cb)) => {
             format!("{} for callback, due {}", task.state.as_str(), iso(cb.due()))
         }
-        _ => task.state.as_str().to_owned(),
+        _ => match queued_line(task, now) {
+            Some(q) => format!("{}, {q}", task.state.as_str()),
+            None => task.state.as_str().to_owned(),
+        },
     };
     if task.paused { format!("{state} (paused)") } else { state }
 }
@@ -394,6 +409,11 @@ pub fn callback_json(cb: &Awaiting, wf: Option<&Workflow>) -> Value {
 
 /// The header and rows of a listing's table, columns padded.
 pub fn table(tasks: &[(&TaskRecord, Option<&Workflow>)]) -> String {
+    table_at(tasks, super::list::now())
+}
+
+/// `table`, with waits for a place measured to `now`.
+pub fn table_at(tasks: &[(&TaskRecord, Option<&Workflow>)], now: Timestamp) -> String {
     let mut rows = vec![[
         "ID".to_owned(),
         "STATE".to_owned(),
@@ -418,7 +438,7 @@ pub fn table(tasks: &[(&TaskRecord, Option<&Workflow>)]) -> String {
         };
         rows.push([
             task.order_id.to_string(),
-            state_cell(task),
+            state_cell(task, now),
             format!("{} v{}", task.workflow, task.workflow_version),
             step,
             task.failure_count.to_string(),
@@ -470,13 +490,31 @@ pub fn entry_line(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> String {
         Lane::Branch(stage, i) => format!("{}  {step}", gutter(stage, 1 << i)),
     };
     let mut line = format!("{}  {:<12}  {subject}", iso(entry.at), entry.what.as_str());
-    if let Some(note) = &entry.note {
-        line.push_str(&format!("  {}", one_line(note, 160)));
+    match (&entry.note, flow_note(entry, wf)) {
+        (Some(note), _) => line.push_str(&format!("  {}", one_line(note, 160))),
+        (None, Some(flow)) => line.push_str(&format!("  {flow}")),
+        (None, None) => {}
     }
     if let Some(by) = &entry.by {
         line.push_str(&format!("  by {by}"));
     }
     line
+}
+
+/// What a flow-control entry meant, when it has no note of its own: a `Queued` entry
+/// (the step's agent had no room, or the supervisor asked its gate again) and a
+/// `Throttled` one (the remote said it had too many requests).
+fn flow_note(entry: &Entry, wf: Option<&Workflow>) -> Option<String> {
+    match entry.what {
+        Happened::Moved(Trigger::Queued) => Some(match wf.and_then(|w| w.step(entry.step)) {
+            Some(step) => format!("waiting for a place at {} (its limits)", step.agent),
+            None => "waiting for a place at the step's agent (its limits)".to_owned(),
+        }),
+        Happened::Moved(Trigger::Throttled) => {
+            Some("the remote asked to wait (429 or 503 with Retry-After); no failure counted".to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// An entry as JSON; at a parallel stage also the stage's name and, for a branch's own
@@ -643,6 +681,9 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     if let Some(w) = task.wake_at {
         field("wakes at", format!("{} (a timer step: nothing runs until then)", iso(w)));
     }
+    if let (Some(q), Some(line)) = (&task.queued, queued_line(task, now)) {
+        field("queued", format!("{line}, since {}: the agent has no room; no failure counted", iso(q.since)));
+    }
     if let Some(cb) = &task.callback {
         for (name, value) in callback_lines(task, cb, wf, now) {
             field(name, value);
@@ -723,6 +764,21 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     }
     if let Some(kind) = waits_for(task) {
         v["waits_for"] = json!(kind);
+    }
+    match &task.queued {
+        Some(q) => {
+            v["queued"] = json!({
+                "agent": q.agent,
+                "ticket": q.ticket,
+                "since": iso(q.since),
+                "waited_ms": now.millis_since(q.since),
+            });
+        }
+        None => {
+            if let Some(map) = v.as_object_mut() {
+                map.remove("queued");
+            }
+        }
     }
     // Curated as the rest: times in ISO-8601, and no digest (harmless, but nobody's to use).
     if let Some(cb) = &task.callback {
@@ -1281,5 +1337,77 @@ mod stage_tests {
         assert_eq!(lanes(&t.timeline, Some(&wf)), [Lane::Stage(&wf.stages[0], 0b11)]);
         let text = show_text(&t, Some(&wf), T0, &[]);
         assert!(text.contains("  Submitted     * *  stage both (steps 0-1)  attempt 0\n"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod flow_tests {
+    use super::*;
+    use sas::domain::{Happened, ProcessState, Step};
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn wf() -> Workflow {
+        Workflow::new("w", vec![Step::compensable("charge", "payment", "refund")])
+    }
+
+    /// A task that found payment's gate full at T0 + 1 s and took ticket 41, through the
+    /// domain's own decision (its record and timeline as the scheduler writes them).
+    fn queued() -> TaskRecord {
+        let t = crate::fixtures::task("o-1", ProcessState::Pending);
+        t.queue("payment", 41, Timestamp(T0 + 1_000), &Policy::default()).expect("a Pending task queues").next
+    }
+
+    #[test]
+    fn the_listing_says_which_gate_a_task_waits_at_its_ticket_and_for_how_long() {
+        let t = queued();
+        let listed = table_at(&[(&t, Some(&wf()))], Timestamp(T0 + 4_200));
+        assert!(listed.contains("Pending, waiting for a place at payment (ticket 41, 3.2 s)"), "{listed}");
+        let v = task_summary_json(&t, Some(&wf()));
+        assert_eq!(
+            v["queued"],
+            json!({"agent": "payment", "ticket": 41, "since": "2023-11-14T22:13:21.000Z"})
+        );
+        // A task that does not wait says nothing of it.
+        let plain = crate::fixtures::task("o-2", ProcessState::Pending);
+        assert!(task_summary_json(&plain, None).get("queued").is_none());
+        assert!(!table_at(&[(&plain, None)], Timestamp(T0)).contains("place"));
+    }
+
+    #[test]
+    fn show_gives_the_wait_and_a_timeline_that_reads_queued_and_throttled() {
+        let mut t = queued();
+        t.timeline.push(Entry {
+            at: Timestamp(T0 + 9_000),
+            what: Happened::Moved(Trigger::Throttled),
+            step: 0,
+            attempt: 1,
+            note: None,
+            by: None,
+        });
+        let now = Timestamp(T0 + 2_500);
+        let text = show_text(&t, Some(&wf()), now, &[]);
+        assert!(
+            text.contains(
+                "  queued        waiting for a place at payment (ticket 41, 1.5 s), since 2023-11-14T22:13:21.000Z: \
+                 the agent has no room; no failure counted\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Queued        step 0 charge  attempt 0  waiting for a place at payment (its limits)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("Throttled     step 0 charge  attempt 1  the remote asked to wait"), "{text}");
+        // Without the workflow, the entry still says what it was.
+        assert!(show_text(&t, None, now, &[]).contains("waiting for a place at the step's agent"));
+        let v = show_json(&t, Some(&wf()), now, &[]);
+        assert_eq!(v["queued"]["waited_ms"], 1_500);
+        assert_eq!(v["queued"]["ticket"], 41);
+        assert_eq!(v["timeline"][1]["what"], "Queued");
+        let ended = crate::fixtures::task("o-2", ProcessState::Processed);
+        assert!(show_json(&ended, None, now, &[]).get("queued").is_none());
     }
 }
