@@ -74,6 +74,40 @@ pub struct Agent {
     /// Set once an invocation deadline already past has been ignored and said so: an
     /// emulator sends the same one every time, and once is enough to explain it.
     past_deadline_logged: Arc<AtomicBool>,
+    /// The limited agents' requests this process took, to drop their copies.
+    handled: Arc<Handled>,
+}
+
+/// Requests taken by this process, the newest `HANDLED_KEPT`.
+#[derive(Default)]
+struct Handled(Mutex<(std::collections::HashSet<String>, std::collections::VecDeque<String>)>);
+
+/// Enough for every request a warm container takes within any complete-by.
+const HANDLED_KEPT: usize = 10_000;
+
+impl Handled {
+    /// `true` the first time `key` is seen (and it is kept); `false` for a copy.
+    fn first(&self, key: &str) -> bool {
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, order) = &mut *guard;
+        if !set.insert(key.to_owned()) {
+            return false;
+        }
+        order.push_back(key.to_owned());
+        if order.len() > HANDLED_KEPT
+            && let Some(old) = order.pop_front()
+        {
+            set.remove(&old);
+        }
+        true
+    }
+
+    fn forget(&self, key: &str) {
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, order) = &mut *guard;
+        set.remove(key);
+        order.retain(|k| k != key);
+    }
 }
 
 /// How one attempt ended.
@@ -96,6 +130,7 @@ impl Agent {
             per_agent: HashMap::new(),
             breakers: Arc::default(),
             past_deadline_logged: Arc::default(),
+            handled: Arc::default(),
         }
     }
 
@@ -141,7 +176,7 @@ impl Agent {
         message: Inbound,
         deadline: Option<Timestamp>,
     ) -> Result<(), HandlerError> {
-        let mut request =
+        let request =
             AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
         request.check(&self.workflows).map_err(|e| match e {
             // A version published after this container loaded its definitions: a newer
@@ -151,6 +186,28 @@ impl Agent {
             }
             _ => HandlerError::Reject(cut_reason(e.to_string())),
         })?;
+        // A copy of a request this container is handling or has handled (SQS delivers at
+        // least once) would be a second call under the one place its claim took in a
+        // limited agent's gate: dropped. Copies that reach other containers are not seen
+        // here (docs/ARCHITECTURE.md, "Flow control").
+        let copy_key = self.settings_of(&request.agent).limited.then(|| {
+            format!("{}#{}.{}:{:?}", request.order_id, request.attempt, request.lease, request.action)
+        });
+        if let Some(key) = &copy_key
+            && !self.handled.first(key)
+        {
+            tracing::info!(order_id = %request.order_id, attempt = request.attempt, "copy of a request already handled here: dropped");
+            return Ok(());
+        }
+        let result = self.handle_request(request, deadline).await;
+        if let (Err(_), Some(key)) = (&result, &copy_key) {
+            // Its redelivery is the request itself, not a copy.
+            self.handled.forget(key);
+        }
+        result
+    }
+
+    async fn handle_request(&self, mut request: AgentRequest, deadline: Option<Timestamp>) -> Result<(), HandlerError> {
         let started = self.deps.clock.now();
         if let Some(deadline) = deadline.filter(|d| !self.past_deadline(*d, started)) {
             let limit = Timestamp(deadline.0.saturating_sub(REPLY_MARGIN_MS));
