@@ -12,6 +12,19 @@ use crate::ports::{Metric, Outgoing, Written};
 /// and each round of re-reads lands one of them. Anything left is redelivered.
 const GATE_RETRIES: usize = 16;
 
+/// One process's turns at its gates: the messages of one batch change a gate one after
+/// another instead of racing each other's conditional writes (each lost race is a billed
+/// write and a read again). Processes still race each other; the condition settles that.
+#[derive(Default)]
+pub struct Turns(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>);
+
+impl Turns {
+    fn of(&self, agent: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        turns.entry(agent.to_owned()).or_default().clone()
+    }
+}
+
 /// The place a claim's call must hold: in which agent's gate, under what limits, held by
 /// whom and until when.
 #[derive(Debug, Clone)]
@@ -55,9 +68,12 @@ pub(crate) fn place_of(settings: &Settings, wf: &Workflow, decision: &Decision) 
 pub(crate) async fn change<T>(
     deps: &Deps,
     settings: &Settings,
+    turns: &Turns,
     agent: &str,
     decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
 ) -> Result<Passage<T>, HandlerError> {
+    let turn = turns.of(agent);
+    let _turn = turn.lock().await;
     for _ in 0..GATE_RETRIES {
         let gate = deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent));
         let now = deps.clock.now();
@@ -86,10 +102,11 @@ pub(crate) async fn change<T>(
 pub(crate) async fn arrive(
     deps: &Deps,
     settings: &Settings,
+    turns: &Turns,
     place: &Place,
     ticket: Option<u64>,
 ) -> Result<Admission, HandlerError> {
-    let passage = change(deps, settings, &place.agent, |gate, now| {
+    let passage = change(deps, settings, turns, &place.agent, |gate, now| {
         gate.arrive(now, &place.limits, &place.holder, place.until, ticket)
     })
     .await?;
@@ -102,6 +119,7 @@ pub(crate) async fn arrive(
 pub(crate) async fn release(
     deps: &Deps,
     settings: &Settings,
+    turns: &Turns,
     agent: &str,
     holder: &str,
     pause_until: Option<Timestamp>,
@@ -109,7 +127,7 @@ pub(crate) async fn release(
     let Some(limits) = settings.topology.limits.get(agent) else {
         return;
     };
-    let result = change(deps, settings, agent, |gate, now| {
+    let result = change(deps, settings, turns, agent, |gate, now| {
         match pause_until {
             Some(until) => {
                 let mut p = gate.pause(now, until).release(now, limits, holder);
@@ -128,8 +146,15 @@ pub(crate) async fn release(
 
 /// Hands a lost claim's place back to the ticket it came with (best effort: a place not
 /// handed back lapses at its own time).
-pub(crate) async fn unclaim(deps: &Deps, settings: &Settings, agent: &str, holder: &str, ticket: u64) {
-    if let Err(e) = change(deps, settings, agent, |gate, now| gate.unclaim(now, holder, ticket)).await {
+pub(crate) async fn unclaim(
+    deps: &Deps,
+    settings: &Settings,
+    turns: &Turns,
+    agent: &str,
+    holder: &str,
+    ticket: u64,
+) {
+    if let Err(e) = change(deps, settings, turns, agent, |gate, now| gate.unclaim(now, holder, ticket)).await {
         tracing::warn!(%agent, %holder, error = %e, "place not handed back to its ticket; it lapses at its own time");
     }
 }
@@ -138,6 +163,7 @@ pub(crate) async fn unclaim(deps: &Deps, settings: &Settings, agent: &str, holde
 pub(crate) async fn look(
     deps: &Deps,
     settings: &Settings,
+    turns: &Turns,
     agent: &str,
     planned: Option<Timestamp>,
 ) -> Result<(), HandlerError> {
@@ -146,7 +172,7 @@ pub(crate) async fn look(
         tracing::info!(%agent, "look at the gate of an agent without limits ignored");
         return Ok(());
     };
-    change(deps, settings, agent, |gate, now| gate.look(now, limits, planned)).await?;
+    change(deps, settings, turns, agent, |gate, now| gate.look(now, limits, planned)).await?;
     Ok(())
 }
 

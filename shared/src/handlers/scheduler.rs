@@ -23,22 +23,31 @@ enum Gated {
 /// reads it again. Anything left is redelivered.
 const GATED_ROUNDS: usize = 4;
 
-#[derive(Clone)]
 pub struct Scheduler {
     pub deps: Deps,
     pub settings: Settings,
+    /// This process's turns at the limited agents' gates.
+    turns: std::sync::Arc<gate::Turns>,
+}
+
+/// A clone is another container's scheduler (the simulation runs its invocations so): it
+/// takes its own turns at the gates, and races the others' writes as containers do.
+impl Clone for Scheduler {
+    fn clone(&self) -> Scheduler {
+        Scheduler::new(self.deps.clone(), self.settings.clone())
+    }
 }
 
 impl Scheduler {
     pub fn new(deps: Deps, settings: Settings) -> Scheduler {
-        Scheduler { deps, settings }
+        Scheduler { deps, settings, turns: Default::default() }
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
         match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
             SchedulerMessage::Schedule { order_id } => self.schedule(&order_id).await,
             SchedulerMessage::Reply(reply) => self.reply(&reply).await,
-            SchedulerMessage::Gate { agent, at } => gate::look(&self.deps, &self.settings, &agent, at).await,
+            SchedulerMessage::Gate { agent, at } => gate::look(&self.deps, &self.settings, &self.turns, &agent, at).await,
         }
     }
 
@@ -148,7 +157,7 @@ impl Scheduler {
                 // Woken while paused: its turn is over, and the place kept for it goes to
                 // the next in line rather than waiting to lapse.
                 if let (Err(Refusal::Paused), Some(q)) = (&decided, &task.queued) {
-                    gate::release(deps, settings, &q.agent, &gate::reserved_for(q.ticket), None).await;
+                    gate::release(deps, settings, &self.turns, &q.agent, &gate::reserved_for(q.ticket), None).await;
                 }
                 return Ok(Gated::NoGate(Some(Box::new(task))));
             };
@@ -158,7 +167,7 @@ impl Scheduler {
                 .filter(|q| q.agent == place.agent)
                 .map(|q| q.ticket)
                 .or_else(|| taken.as_ref().filter(|(a, _)| *a == place.agent).map(|(_, t)| *t));
-            match gate::arrive(deps, settings, &place, ticket).await? {
+            match gate::arrive(deps, settings, &self.turns, &place, ticket).await? {
                 Admission::Admitted => match deps.store.replace(&decision.next, task.revision).await? {
                     Written::Applied => {
                         if let Some(q) = &task.queued {
@@ -173,8 +182,8 @@ impl Scheduler {
                     Written::RevisionMoved => {
                         deps.metrics.record(Metric::WriteConflict, 1);
                         match ticket {
-                            Some(t) => gate::unclaim(deps, settings, &place.agent, &place.holder, t).await,
-                            None => gate::release(deps, settings, &place.agent, &place.holder, None).await,
+                            Some(t) => gate::unclaim(deps, settings, &self.turns, &place.agent, &place.holder, t).await,
+                            None => gate::release(deps, settings, &self.turns, &place.agent, &place.holder, None).await,
                         }
                     }
                 },
@@ -239,7 +248,7 @@ impl Scheduler {
                     _ => None,
                 };
                 let holder = call_holder(&reply.order_id, reply.attempt, &reply.lease);
-                gate::release(&self.deps, &self.settings, agent, &holder, pause).await;
+                gate::release(&self.deps, &self.settings, &self.turns, agent, &holder, pause).await;
             }
             match result? {
                 Transition::Applied { before, decision } => {
