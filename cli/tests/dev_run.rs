@@ -268,8 +268,11 @@ async fn limited_agents_services_never_see_more_than_their_limits() {
     let at = over.flights["warehouse"].arrivals_us[0];
     over.flights.get_mut("warehouse").unwrap().arrivals_us.splice(0..0, vec![at; 51]);
     let v = invariants::check(&over);
-    let limits: Vec<&str> =
-        v.iter().filter(|v| v.invariant == Invariant::RemoteWithinLimits).map(|v| v.detail.as_str()).collect();
+    let limits: Vec<&str> = v
+        .iter()
+        .filter(|v| v.invariant == Invariant::RemoteWithinLimits)
+        .map(|v| v.detail.as_str())
+        .collect();
     assert_eq!(limits.len(), 2, "{v:#?}");
     assert!(limits[0].contains("payment") && limits[1].contains("warehouse"), "{limits:?}");
 }

@@ -1578,7 +1578,11 @@ impl StateStore for RacedOnce {
     ) -> Result<(), sas::ports::StoreError> {
         self.inner.put_waiter(agent, ticket, order_id, now).await
     }
-    async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<sas::domain::OrderId>, sas::ports::StoreError> {
+    async fn waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+    ) -> Result<Option<sas::domain::OrderId>, sas::ports::StoreError> {
         self.inner.waiter(agent, ticket).await
     }
 }
@@ -1612,7 +1616,8 @@ async fn a_claim_decided_again_after_a_concurrent_write_still_needs_its_place() 
     }
     let task = h.task("o-1");
     let holder = task.locked_by.map(|lease| call_holder(&task.order_id, task.attempt, &lease));
-    let held = h.store.peek_gate("pay").is_some_and(|g| g.holds.iter().any(|p| Some(&p.holder) == holder.as_ref()));
+    let held =
+        h.store.peek_gate("pay").is_some_and(|g| g.holds.iter().any(|p| Some(&p.holder) == holder.as_ref()));
     assert!(
         task.state != ProcessState::Processing || held,
         "step {} claimed (attempt {}) with no place in its agent's gate",

@@ -176,8 +176,7 @@ impl Agent {
         message: Inbound,
         deadline: Option<Timestamp>,
     ) -> Result<(), HandlerError> {
-        let request =
-            AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
+        let request = AgentRequest::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))?;
         request.check(&self.workflows).map_err(|e| match e {
             // A version published after this container loaded its definitions: a newer
             // container takes it on redelivery (see `Settings::workflow`).
@@ -207,7 +206,11 @@ impl Agent {
         result
     }
 
-    async fn handle_request(&self, mut request: AgentRequest, deadline: Option<Timestamp>) -> Result<(), HandlerError> {
+    async fn handle_request(
+        &self,
+        mut request: AgentRequest,
+        deadline: Option<Timestamp>,
+    ) -> Result<(), HandlerError> {
         let started = self.deps.clock.now();
         if let Some(deadline) = deadline.filter(|d| !self.past_deadline(*d, started)) {
             let limit = Timestamp(deadline.0.saturating_sub(REPLY_MARGIN_MS));

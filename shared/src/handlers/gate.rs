@@ -154,7 +154,8 @@ pub(crate) async fn unclaim(
     holder: &str,
     ticket: u64,
 ) {
-    if let Err(e) = change(deps, settings, turns, agent, |gate, now| gate.unclaim(now, holder, ticket)).await {
+    if let Err(e) = change(deps, settings, turns, agent, |gate, now| gate.unclaim(now, holder, ticket)).await
+    {
         tracing::warn!(%agent, %holder, error = %e, "place not handed back to its ticket; it lapses at its own time");
     }
 }

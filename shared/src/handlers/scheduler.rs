@@ -47,7 +47,9 @@ impl Scheduler {
         match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
             SchedulerMessage::Schedule { order_id } => self.schedule(&order_id).await,
             SchedulerMessage::Reply(reply) => self.reply(&reply).await,
-            SchedulerMessage::Gate { agent, at } => gate::look(&self.deps, &self.settings, &self.turns, &agent, at).await,
+            SchedulerMessage::Gate { agent, at } => {
+                gate::look(&self.deps, &self.settings, &self.turns, &agent, at).await
+            }
         }
     }
 
@@ -157,7 +159,8 @@ impl Scheduler {
                 // Woken while paused: its turn is over, and the place kept for it goes to
                 // the next in line rather than waiting to lapse.
                 if let (Err(Refusal::Paused), Some(q)) = (&decided, &task.queued) {
-                    gate::release(deps, settings, &self.turns, &q.agent, &gate::reserved_for(q.ticket), None).await;
+                    gate::release(deps, settings, &self.turns, &q.agent, &gate::reserved_for(q.ticket), None)
+                        .await;
                 }
                 return Ok(Gated::NoGate(Some(Box::new(task))));
             };
@@ -182,8 +185,14 @@ impl Scheduler {
                     Written::RevisionMoved => {
                         deps.metrics.record(Metric::WriteConflict, 1);
                         match ticket {
-                            Some(t) => gate::unclaim(deps, settings, &self.turns, &place.agent, &place.holder, t).await,
-                            None => gate::release(deps, settings, &self.turns, &place.agent, &place.holder, None).await,
+                            Some(t) => {
+                                gate::unclaim(deps, settings, &self.turns, &place.agent, &place.holder, t)
+                                    .await
+                            }
+                            None => {
+                                gate::release(deps, settings, &self.turns, &place.agent, &place.holder, None)
+                                    .await
+                            }
                         }
                     }
                 },
