@@ -31,7 +31,7 @@ pub const RESERVATION_MS: u64 = 10_000;
 /// The longest pause a remote's Retry-After buys: a longer one is cut to this.
 pub const MAX_PAUSE_MS: u64 = 300_000;
 /// The largest `max_in_flight` a definition may set: the gate keeps an entry per place
-/// (about 80 bytes), and every write of the gate is billed by its size.
+/// and every write of the gate is billed by its size.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 100;
 /// The largest `max_per_second`: each call writes its gate twice, a full window keeps
 /// up to this many entries, and one DynamoDB item takes at most 1,000 write units (1 KB
