@@ -328,7 +328,7 @@ impl WriteLog {
     pub fn state_counts(&self) -> BTreeMap<ProcessState, usize> {
         let mut counts = BTreeMap::new();
         for t in self.log().latest.values() {
-            *counts.entry(t.state).or_default() += 1;
+            *counts.entry(t.state()).or_default() += 1;
         }
         counts
     }

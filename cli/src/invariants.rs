@@ -90,8 +90,8 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
             final_status.insert(id.as_str().to_owned(), update.status);
         }
     }
-    for t in run.tasks.iter().filter(|t| t.state.is_terminal()) {
-        let want = match t.state {
+    for t in run.tasks.iter().filter(|t| t.state().is_terminal()) {
+        let want = match t.state() {
             ProcessState::Processed => OrderStatus::Processed,
             ProcessState::Compensated => OrderStatus::Compensated,
             _ => OrderStatus::Failed,
@@ -102,7 +102,7 @@ pub fn check(run: &DevOutcome) -> Vec<Violation> {
                 format!(
                     "order {} is {:?} but its final status was {:?}",
                     t.order_id,
-                    t.state,
+                    t.state(),
                     final_status.get(t.order_id.as_str())
                 ),
             );
@@ -124,7 +124,7 @@ fn callback_word(w: &WriteRecord) -> Option<(&Awaiting, CallbackOutcome)> {
         }
         _ => return None,
     };
-    before.callback.as_ref().filter(|cb| cb.step == step).map(|cb| (cb, outcome))
+    before.callback().filter(|cb| cb.step == step).map(|cb| (cb, outcome))
 }
 
 fn outcome_name(o: CallbackOutcome) -> &'static str {
@@ -138,7 +138,7 @@ fn outcome_name(o: CallbackOutcome) -> &'static str {
 /// The token's fence, as the write log shows it: the record waited on the attempt (its
 /// agent's answer due, or started), and the word landed no later than the wait was due.
 fn within_its_wait(before: &TaskRecord, after: &TaskRecord, cb: &Awaiting) -> bool {
-    matches!(before.state, ProcessState::Processing | ProcessState::Waiting) && after.updated_at <= cb.due()
+    matches!(before.state(), ProcessState::Processing | ProcessState::Waiting) && after.updated_at <= cb.due()
 }
 
 /// Callback steps, against what the simulated outside party sent (`remote_sim::Outside`):
@@ -167,7 +167,7 @@ fn callback_checks(run: &DevOutcome, add: &mut impl FnMut(Invariant, String)) {
                 Invariant::Fenced,
                 format!(
                     "{what} applied from {:?} at {}, its wait due at {}",
-                    before.state,
+                    before.state(),
                     w.after.updated_at,
                     cb.due()
                 ),

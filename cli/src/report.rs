@@ -153,7 +153,7 @@ pub fn agent_figures(run: &DevOutcome) -> BTreeMap<String, AgentFigures> {
     let mut waits: HashMap<&str, (Vec<u64>, HashSet<&OrderId>)> = HashMap::new();
     for w in &run.writes {
         let (Some(before), after) = (&w.before, &w.after) else { continue };
-        if let (Some(q), None, Some(_)) = (&before.queued, &after.queued, &after.locked_by) {
+        if let (Some(q), None, Some(_)) = (&before.queued(), &after.queued(), &after.locked_by()) {
             let (ms, tasks) = waits.entry(q.agent.as_str()).or_default();
             ms.push(after.updated_at.millis_since(q.since));
             tasks.insert(&after.order_id);
@@ -203,11 +203,11 @@ impl Report {
         let mut final_states: BTreeMap<String, usize> =
             ProcessState::ALL.iter().map(|s| (s.as_str().to_owned(), 0)).collect();
         for t in &run.tasks {
-            *final_states.entry(t.state.as_str().to_owned()).or_default() += 1;
+            *final_states.entry(t.state().as_str().to_owned()).or_default() += 1;
         }
         let elapsed_s = run.elapsed.as_secs_f64();
         let ended: HashMap<&OrderId, ProcessState> =
-            run.tasks.iter().map(|t| (&t.order_id, t.state)).collect();
+            run.tasks.iter().map(|t| (&t.order_id, t.state())).collect();
         let (mut alerts_for_error, mut alerts_for_compensated, mut alerts_for_unfinished) = (0, 0, 0);
         let mut alerts_repeated = 0;
         let mut seen = HashSet::new();

@@ -211,7 +211,7 @@ async fn a_waiting_record_fits_one_write_unit() {
     }
     let id = sas::domain::OrderId::parse("order-00000000").unwrap();
     let task = rig.store.task(&id).await.unwrap().expect("the order's task");
-    assert_eq!(task.state, sas::domain::ProcessState::Waiting);
+    assert_eq!(task.state(), sas::domain::ProcessState::Waiting);
     let bytes = serde_json::to_string(&task).unwrap().len();
     println!("waiting record: {bytes} bytes of JSON");
     assert!(bytes + 100 <= 1_024, "{bytes} bytes");
@@ -321,21 +321,12 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
             outcome: Outcome::Succeeded,
         };
     }
-    t.stage = Some(run);
-    t.state = ProcessState::Error;
     let big = u32::MAX;
     (t.step, t.step_attempts, t.attempt, t.failure_count, t.step_failures, t.timeline_dropped) =
         (big, big, big, big, big, big);
-    (t.revision, t.locked_by, t.complete_by, t.hold_until, t.redo_until, t.wake_at) = (
-        u64::MAX,
-        Some(LeaseToken(uuid::Uuid::from_u128(u128::MAX))),
-        Some(far),
-        Some(far),
-        Some(big),
-        Some(far),
-    );
-    t.deadline = Some(far);
-    t.callback = Some(Awaiting {
+    (t.revision, t.redo_until) = (u64::MAX, Some(big));
+    // The phase that holds the most: a claimed callback step at a stage, paused.
+    let callback = Awaiting {
         step: big,
         attempt: big,
         digest: long('d', 64),
@@ -344,9 +335,16 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
         last_heartbeat: Some(far),
         started_at: Some(far),
         since: far,
+    };
+    let lease = Lease { token: LeaseToken(uuid::Uuid::from_u128(u128::MAX)), complete_by: far };
+    t = t.with_phase(Phase::Processing {
+        due: far,
+        lease,
+        callback: Some(callback),
+        stage: Some(run),
+        paused: true,
     });
     t.submitter = Sender::from_sender_id(&long('a', 128));
-    t.paused = true;
     t.last_error = Some(long('e', 3 * MAX_REASON_BYTES));
     t.last_cause = Cause::Failed {
         step: big,
@@ -388,10 +386,10 @@ async fn a_stage_in_flight_fits_one_write_unit() {
     for w in rig.store.writes() {
         let (d, j) = (dynamodb_item_bytes(&w.after), json_item_bytes(&w.after));
         let branches =
-            w.after.stage.as_ref().map_or(0, |r| r.branches.iter().filter(|b| b.in_flight()).count());
+            w.after.stage().as_ref().map_or(0, |r| r.branches.iter().filter(|b| b.in_flight()).count());
         println!(
             "{:<12} {:?} step {}, {branches} branches in flight: {d} bytes (DynamoDB), {j} (JSON)",
-            format!("{:?}", w.after.state),
+            format!("{:?}", w.after.state()),
             w.after.last_cause,
             w.after.step
         );

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sas::domain::{Action, Cause, LeaseToken, ProcessState, Sender};
+use sas::domain::{Action, Cause, Lease, LeaseToken, Phase, ProcessState, Sender, TaskRecord, Timestamp};
 use sasctl::dev::{self, DevOptions, DevOutcome};
 use sasctl::invariants::{self, Invariant, Violation};
 use sasctl::remote_sim::RemoteFaults;
@@ -41,7 +41,7 @@ fn assert_clean(run: &DevOutcome) {
     let violations = invariants::check(run);
     assert!(violations.is_empty(), "violations: {violations:#?}");
     assert!(!run.timed_out);
-    assert!(run.tasks.iter().all(|t| t.state.is_terminal()));
+    assert!(run.tasks.iter().all(|t| t.state().is_terminal()));
     assert_eq!(run.tasks.len(), run.sent.orders.len());
     assert!(run.kept.len() >= run.sent.bad.len());
 }
@@ -55,14 +55,14 @@ async fn single_step_with_faults_upholds_every_invariant() {
     let submitter = Sender::from_sender_id(dev::DEV_APP_SENDER_ID);
     assert!(run.tasks.iter().all(|t| t.submitter == submitter), "{:?}", run.tasks[0].submitter);
     assert!(run.ledger.hangs > 0 && run.ledger.transient > 0, "faults were injected");
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Processed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_step_with_faults_upholds_every_invariant_and_compensates() {
     let run = run("three-step", 300, 12).await;
     assert_clean(&run);
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Compensated), "some orders were undone");
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Compensated), "some orders were undone");
     assert!(
         run.writes
             .iter()
@@ -90,13 +90,13 @@ async fn the_same_seed_ends_each_order_the_same_way() {
         ..options("three-step", 150, 21)
     };
     let ended = |run: &DevOutcome| -> std::collections::BTreeMap<String, ProcessState> {
-        run.tasks.iter().map(|t| (t.order_id.to_string(), t.state)).collect()
+        run.tasks.iter().map(|t| (t.order_id.to_string(), t.state())).collect()
     };
     let first = dev::run(opts(), |_| {}).await.expect("starts");
     let second = dev::run(opts(), |_| {}).await.expect("starts");
     assert_clean(&first);
     assert_clean(&second);
-    assert!(first.tasks.iter().any(|t| t.state == ProcessState::Compensated), "some orders were refused");
+    assert!(first.tasks.iter().any(|t| t.state() == ProcessState::Compensated), "some orders were refused");
     assert_eq!(ended(&first), ended(&second));
     assert_eq!(first.ledger.refusals, second.ledger.refusals);
 }
@@ -119,7 +119,7 @@ async fn a_definition_file_of_ones_own_upholds_every_invariant() {
     let run =
         dev::run(DevOptions { definitions, ..options("fulfil", 200, 14) }, |_| {}).await.expect("starts");
     assert_clean(&run);
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Processed));
 }
 
 fn caught(violations: &[Violation], invariant: Invariant) -> bool {
@@ -152,29 +152,27 @@ async fn the_checker_catches_each_planted_violation() {
         r.kept.push(lost);
     });
     expect("order left moving", Invariant::TerminalOnce, &|r| {
-        r.tasks[0].state = ProcessState::Processing;
+        r.tasks[0] = in_state(&r.tasks[0], ProcessState::Processing, 1);
     });
     expect("terminal state changed", Invariant::Absorbing, &|r| {
-        let w = r.writes.iter().rev().find(|w| w.after.state.is_terminal()).unwrap().clone();
+        let w = r.writes.iter().rev().find(|w| w.after.state().is_terminal()).unwrap().clone();
         let mut again = w.clone();
         again.before = Some(w.after.clone());
-        again.after.state = ProcessState::Pending;
+        again.after = in_state(&again.after, ProcessState::Pending, 0);
         r.writes.push(again);
     });
     expect("second live lease", Invariant::OneLease, &|r| {
         let w = r.writes.iter().find(|w| w.before.is_none()).unwrap().clone();
         let mut stolen = w.clone();
         let mut before = w.after.clone();
-        before.state = ProcessState::Processing;
-        before.locked_by = Some(LeaseToken(uuid_from(1)));
+        before = in_state(&before, ProcessState::Processing, 1);
         stolen.before = Some(before);
-        stolen.after.state = ProcessState::Processing;
-        stolen.after.locked_by = Some(LeaseToken(uuid_from(2)));
+        stolen.after = in_state(&stolen.after, ProcessState::Processing, 2);
         r.writes.push(stolen);
     });
     expect("late reply applied", Invariant::Fenced, &|r| {
         let i = r.writes.iter().position(|w| matches!(w.after.last_cause, Cause::Succeeded { .. })).unwrap();
-        let cb = r.writes[i].before.as_ref().unwrap().complete_by.unwrap();
+        let cb = r.writes[i].before.as_ref().unwrap().complete_by().unwrap();
         r.writes[i].after.updated_at = cb.plus_ms(1);
     });
     expect("failure count shrank", Invariant::Failures, &|r| {
@@ -198,16 +196,16 @@ async fn the_checker_catches_each_planted_violation() {
         *r.ledger.applied.values_mut().next().unwrap() = 2;
     });
     expect("remote never did it", Invariant::RemoteAgrees, &|r| {
-        let t = r.tasks.iter().find(|t| t.state == ProcessState::Processed).unwrap().clone();
+        let t = r.tasks.iter().find(|t| t.state() == ProcessState::Processed).unwrap().clone();
         r.ledger.applied.remove(&sas::domain::idempotency_key(&t.order_id, 1, Action::Do).0);
     });
     expect("an effect stands under Compensated", Invariant::NothingStands, &|r| {
         // A processed order reported as undone: every effect it had still stands.
-        let t = r.tasks.iter_mut().find(|t| t.state == ProcessState::Processed).unwrap();
-        t.state = ProcessState::Compensated;
+        let t = r.tasks.iter_mut().find(|t| t.state() == ProcessState::Processed).unwrap();
+        *t = in_state(t, ProcessState::Compensated, 0);
     });
     expect("error without alert", Invariant::Alerted, &|r| {
-        r.tasks[0].state = ProcessState::Error;
+        r.tasks[0] = in_state(&r.tasks[0], ProcessState::Error, 0);
         r.alerts.clear();
     });
     expect("internal message lost", Invariant::NoInternalReject, &|r| {
@@ -353,8 +351,8 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
     };
     let base = dev::run(options, |_| {}).await.expect("dev run starts");
     assert_clean(&base);
-    assert!(base.tasks.iter().any(|t| t.state == ProcessState::Processed));
-    assert!(base.tasks.iter().any(|t| t.state == ProcessState::Compensated));
+    assert!(base.tasks.iter().any(|t| t.state() == ProcessState::Processed));
+    assert!(base.tasks.iter().any(|t| t.state() == ProcessState::Compensated));
     let kinds: std::collections::BTreeSet<SendKind> = base.callback_sends.iter().map(|s| s.kind).collect();
     for kind in [SendKind::Genuine, SendKind::Copy, SendKind::Forged, SendKind::Late] {
         assert!(kinds.contains(&kind), "no {kind:?} send in {kinds:?}");
@@ -381,14 +379,14 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
     // A completion applied after its wait was due.
     let mut late = clone(&base);
     let i = completions(&late)[0];
-    let due = late.writes[i].before.as_ref().unwrap().callback.as_ref().unwrap().due();
+    let due = late.writes[i].before.as_ref().unwrap().callback().as_ref().unwrap().due();
     late.writes[i].after.updated_at = due.plus_ms(1);
     assert!(found(&late, Invariant::Fenced, "its wait due at"));
     // A completion whose attempt the outside sent nothing genuine: only a bad token can
     // have applied it.
     let mut forged = clone(&base);
     let w = &forged.writes[completions(&forged)[0]];
-    let (id, cb) = (w.after.order_id.to_string(), w.before.as_ref().unwrap().callback.clone().unwrap());
+    let (id, cb) = (w.after.order_id.to_string(), w.before.as_ref().unwrap().callback().clone().unwrap());
     forged.callback_sends.retain(|s| {
         !(s.order_id == id && s.step == cb.step && s.attempt == cb.attempt && s.kind == SendKind::Genuine)
     });
@@ -405,9 +403,23 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
         .into_iter()
         .find(|i| {
             let id = &skipped.writes[*i].after.order_id;
-            skipped.tasks.iter().any(|t| &t.order_id == id && t.state == ProcessState::Processed)
+            skipped.tasks.iter().any(|t| &t.order_id == id && t.state() == ProcessState::Processed)
         })
         .unwrap();
     skipped.writes[i].after.last_cause = Cause::Heartbeat { step: 1 };
     assert!(found(&skipped, Invariant::Compensation, "Processed with steps"));
+}
+
+/// `t` moved to `state` by hand (a planted fault in a run's record), under lease `lease`
+/// while Processing.
+fn in_state(t: &TaskRecord, state: ProcessState, lease: u128) -> TaskRecord {
+    let far = Timestamp(u64::MAX / 4);
+    let phase = match state {
+        ProcessState::Pending => Phase::pending(far),
+        ProcessState::Processing => {
+            Phase::processing(Lease { token: LeaseToken(uuid_from(lease)), complete_by: far }, far)
+        }
+        ended => Phase::ended(ended).expect("a state these tests plant"),
+    };
+    t.clone().with_phase(phase)
 }

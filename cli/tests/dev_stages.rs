@@ -38,7 +38,7 @@ async fn run_with(fault: &str, seed: u64) -> DevOutcome {
         ..DevOptions::default()
     };
     let run = dev::run(options, |_| {}).await.expect("dev run starts");
-    assert!(!run.timed_out && run.tasks.len() == 30 && run.tasks.iter().all(|t| t.state.is_terminal()));
+    assert!(!run.timed_out && run.tasks.len() == 30 && run.tasks.iter().all(|t| t.state().is_terminal()));
     run
 }
 
@@ -54,7 +54,7 @@ async fn a_refusing_fraud_service_refuses_only_the_screen_branch() {
     let run = run_with("fraud=refuse:0.999", 41).await;
     let wf = wf(&run);
     let screen = wf.steps.iter().position(|s| s.name == "screen").unwrap() as u32;
-    assert!(run.tasks.iter().all(|t| t.state == ProcessState::Compensated), "{:?}", run.tasks[0].state);
+    assert!(run.tasks.iter().all(|t| t.state() == ProcessState::Compensated), "{:?}", run.tasks[0].state());
     let refused: Vec<&String> = run
         .ledger
         .settled
@@ -93,7 +93,7 @@ async fn a_hanging_fraud_service_retries_only_the_screen_branch() {
     // The most dispatches each branch had, over every record written.
     let mut most: BTreeMap<u32, u32> = BTreeMap::new();
     for w in &run.writes {
-        for (step, b) in w.after.stage.iter().flat_map(|r| r.each()) {
+        for (step, b) in w.after.stage().iter().flat_map(|r| r.each()) {
             let n = most.entry(step).or_default();
             *n = (*n).max(b.dispatches);
         }
@@ -101,7 +101,7 @@ async fn a_hanging_fraud_service_retries_only_the_screen_branch() {
     let names: BTreeMap<&str, u32> =
         stage.branches().map(|s| (wf.steps[s as usize].name.as_str(), most[&s])).collect();
     assert_eq!(names, BTreeMap::from([("reserve-east", 1), ("reserve-west", 1), ("screen", 3)]));
-    assert!(run.tasks.iter().all(|t| t.state == ProcessState::Compensated));
+    assert!(run.tasks.iter().all(|t| t.state() == ProcessState::Compensated));
 }
 
 /// As a user runs it: `sasctl dev --workflows examples/parallel.json`, with one

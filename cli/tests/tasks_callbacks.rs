@@ -91,7 +91,7 @@ fn waiting_task(id: &str, secret: u8) -> (TaskRecord, CallbackToken) {
         outcome: ReplyOutcome::Succeeded { output: None },
     };
     let started = claimed.next.apply_reply(&reply, Timestamp(now.0 + 5), wf, &policy).unwrap();
-    assert_eq!(started.next.state, sas::domain::ProcessState::Waiting);
+    assert_eq!(started.next.state(), sas::domain::ProcessState::Waiting);
     (started.next, token)
 }
 
@@ -132,7 +132,7 @@ async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
         (shown["waits_for"].as_str(), shown["callback"]["attempt"].as_u64()),
         (Some("callback"), Some(1))
     );
-    assert!(!out.contains(&task.callback.as_ref().unwrap().digest), "the digest is shown: {out}");
+    assert!(!out.contains(&task.callback().as_ref().unwrap().digest), "the digest is shown: {out}");
     let (code, out, _) = run(&["tasks", "list", "--state", "waiting"], "");
     assert_eq!(code, 0);
     assert!(

@@ -195,7 +195,7 @@ async fn a_failed_request_fails_only_the_sends_in_it_with_their_handlers_semanti
     let ids: Vec<String> = (0..10).map(|i| format!("o-{i}")).collect();
     for id in &ids {
         let task = w.store.task(&sas::domain::OrderId::parse(id).unwrap()).await.unwrap().unwrap();
-        assert_eq!(task.state, ProcessState::Pending);
+        assert_eq!(task.state(), ProcessState::Pending);
     }
     w.queues.fail_next_sends(SCHEDULER, 1);
     let report = w.invoke(ORDERS, ORDERS_DLQ).await;

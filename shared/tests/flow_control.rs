@@ -39,7 +39,7 @@ async fn submit_all(h: &Harness, n: usize) {
 }
 
 fn states(h: &Harness, n: usize) -> Vec<ProcessState> {
-    (0..n).map(|i| h.task(&format!("o-{i}")).state).collect()
+    (0..n).map(|i| h.task(&format!("o-{i}")).state()).collect()
 }
 
 #[tokio::test]
@@ -49,7 +49,7 @@ async fn a_burst_is_let_in_up_to_the_limit_and_the_rest_wait_their_turn_in_order
     all_ok(h.pump_scheduler().await, 5);
     use ProcessState::*;
     assert_eq!(states(&h, 5), [Processing, Processing, Pending, Pending, Pending]);
-    let tickets: Vec<_> = (2..5).map(|i| h.task(&format!("o-{i}")).queued.map(|q| q.ticket)).collect();
+    let tickets: Vec<_> = (2..5).map(|i| h.task(&format!("o-{i}")).queued().map(|q| q.ticket)).collect();
     assert_eq!(tickets, [Some(0), Some(1), Some(2)], "tickets in arrival order");
     assert_eq!(h.count(Metric::CapacityQueued), 3);
     assert_eq!(h.depth(AGENT), 2, "only the two let in were dispatched");
@@ -57,7 +57,7 @@ async fn a_burst_is_let_in_up_to_the_limit_and_the_rest_wait_their_turn_in_order
     for i in 2..5 {
         let t = h.task(&format!("o-{i}"));
         assert_eq!((t.failure_count, t.step_failures, t.attempt), (0, 0, 0));
-        assert!(t.deadline.is_some());
+        assert!(t.deadline().is_some());
     }
     // The calls answer; each reply gives its place back and wakes the next in line.
     all_ok(h.pump_agent().await, 2);
@@ -106,7 +106,7 @@ async fn a_place_whose_holder_died_lapses_and_the_supervisor_moves_the_line_on()
     let waiter = h.task("o-1");
     assert_eq!(waiter.failure_count, 0, "waiting is no failure");
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed, "the waiter got the lapsed place");
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed, "the waiter got the lapsed place");
     // The lapsed holder's retry comes after its backoff.
     h.advance(h.retry_delay("o-0"));
     h.run_until_quiet().await;
@@ -124,7 +124,7 @@ async fn a_retry_after_hands_the_step_back_and_pauses_the_agent_with_no_failure(
     all_ok(h.pump_agent().await, 1);
     all_ok(h.pump_scheduler().await, 1);
     let t = h.task("o-0");
-    assert_eq!((t.state, t.locked_by, t.failure_count), (ProcessState::Pending, None, 0));
+    assert_eq!((t.state(), t.locked_by(), t.failure_count), (ProcessState::Pending, None, 0));
     assert_eq!(h.count(Metric::Throttled), 1);
     assert_eq!(h.remote.calls().len(), 1, "no retry in place");
     let gate = h.store.peek_gate("orders").expect("written");
@@ -132,10 +132,10 @@ async fn a_retry_after_hands_the_step_back_and_pauses_the_agent_with_no_failure(
     assert_eq!(gate.paused_until, Some(Timestamp(h.now().0 + 3_000)));
     // The step comes back after the pause and succeeds.
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-0").state, ProcessState::Pending, "not before the pause is over");
+    assert_eq!(h.task("o-0").state(), ProcessState::Pending, "not before the pause is over");
     h.advance(3_000);
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-0").state, ProcessState::Processed);
+    assert_eq!(h.task("o-0").state(), ProcessState::Processed);
     assert_eq!(h.remote.calls().len(), 2);
     assert!(h.remote.calls()[1].at.0 >= h.remote.calls()[0].at.0 + 3_000, "not before the pause ended");
 }
@@ -149,7 +149,7 @@ async fn an_agent_without_limits_honours_retry_after_in_place() {
     let calls = h.remote.calls();
     assert_eq!(calls.len(), 2);
     assert!(calls[1].at.0 >= calls[0].at.0 + 1_500, "waited the Retry-After, not the shorter backoff");
-    assert_eq!(h.task("o-0").state, ProcessState::Processed);
+    assert_eq!(h.task("o-0").state(), ProcessState::Processed);
     assert_eq!(h.count(Metric::Throttled), 0);
     assert!(h.store.peek_gate("orders").is_none(), "no gate for an agent without limits");
 }
@@ -161,7 +161,7 @@ async fn agents_without_limits_touch_no_gate_even_where_others_have_one() {
     h.submit("t-1", "three-step").await;
     all_ok(h.pump_orders().await, 1);
     h.run_until_quiet().await;
-    assert_eq!(h.task("t-1").state, ProcessState::Processed);
+    assert_eq!(h.task("t-1").state(), ProcessState::Processed);
     for agent in ["inventory", "payment", "shipping", "orders"] {
         assert!(h.store.peek_gate(agent).is_none(), "{agent}");
     }

@@ -32,15 +32,15 @@ async fn happy_path_single_step() {
     let h = Harness::new();
     h.submit("o-1", SINGLE).await;
     all_ok(h.pump_orders().await, 1);
-    assert_eq!(h.task("o-1").state, ProcessState::Pending);
+    assert_eq!(h.task("o-1").state(), ProcessState::Pending);
     all_ok(h.pump_scheduler().await, 1);
-    assert_eq!(h.task("o-1").state, ProcessState::Processing);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing);
     all_ok(h.pump_agent().await, 1);
     all_ok(h.pump_scheduler().await, 1);
 
     let task = h.task("o-1");
-    assert_eq!(task.state, ProcessState::Processed);
-    assert_eq!((task.attempt, task.failure_count, task.deadline), (1, 0, None));
+    assert_eq!(task.state(), ProcessState::Processed);
+    assert_eq!((task.attempt, task.failure_count, task.deadline()), (1, 0, None));
     assert_eq!(h.status_kinds(), vec![OrderStatus::Received, OrderStatus::Processed]);
     let calls = h.remote.calls();
     assert_eq!(calls.len(), 1);
@@ -61,7 +61,7 @@ async fn happy_path_three_step() {
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
 
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do), (1, Action::Do), (2, Action::Do)]);
     let names: Vec<_> = h.remote.calls().into_iter().map(|c| (c.agent, c.step_name)).collect();
     assert_eq!(
@@ -95,7 +95,7 @@ async fn agent_retries_transient_errors_within_its_attempt_with_the_same_key() {
     h.submit("o-1", SINGLE).await;
     h.run_until_quiet().await;
 
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     assert_eq!(h.task("o-1").attempt, 1, "retries inside one attempt are the agent's business");
     let calls = h.remote.calls();
     assert_eq!(calls.len(), 3);
@@ -113,7 +113,7 @@ async fn agent_timeout_replies_nothing_and_the_supervisor_retries() {
     all_ok(h.pump_orders().await, 1);
     all_ok(h.pump_scheduler().await, 1);
     let claimed = h.task("o-1");
-    let complete_by = claimed.complete_by.unwrap();
+    let complete_by = claimed.complete_by().unwrap();
 
     // The remote call hangs past complete-by: the agent stops and says nothing.
     all_ok(h.pump_agent().await, 1);
@@ -130,8 +130,8 @@ async fn agent_timeout_replies_nothing_and_the_supervisor_retries() {
     let sweep = h.sweep().await;
     assert_eq!((sweep.examined, sweep.retried, sweep.gave_up), (1, 1, 0));
     let retried = h.task("o-1");
-    assert_eq!(retried.state, ProcessState::Pending);
-    assert_eq!((retried.failure_count, retried.locked_by), (1, None));
+    assert_eq!(retried.state(), ProcessState::Pending);
+    assert_eq!((retried.failure_count, retried.locked_by()), (1, None));
     assert_eq!(h.count(Metric::Recovered), 1);
 
     reclaim(&h, "o-1").await;
@@ -140,7 +140,7 @@ async fn agent_timeout_replies_nothing_and_the_supervisor_retries() {
     all_ok(h.pump_scheduler().await, 1);
 
     let done = h.task("o-1");
-    assert_eq!((done.state, done.failure_count, done.attempt), (ProcessState::Processed, 1, 2));
+    assert_eq!((done.state(), done.failure_count, done.attempt), (ProcessState::Processed, 1, 2));
     let calls = h.remote.calls();
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[0].key, calls[1].key, "the same key on every attempt of the step");
@@ -161,7 +161,7 @@ async fn agent_ignores_an_invocation_deadline_already_past_but_honours_a_real_on
     }
     all_ok(h.pump_orders().await, 2);
     all_ok(h.pump_scheduler().await, 2);
-    let complete_by = h.task("o-1").complete_by.unwrap();
+    let complete_by = h.task("o-1").complete_by().unwrap();
 
     // The emulator's deadline, and one that ends exactly now: both ignored, so each
     // request is called and answered within its complete-by.
@@ -179,7 +179,7 @@ async fn agent_ignores_an_invocation_deadline_already_past_but_honours_a_real_on
     assert_eq!(h.count(Metric::AgentGaveUp), 0);
     all_ok(h.pump_scheduler().await, 2);
     for id in ["o-1", "o-2"] {
-        assert_eq!(h.task(id).state, ProcessState::Processed, "{id}");
+        assert_eq!(h.task(id).state(), ProcessState::Processed, "{id}");
     }
     assert!(h.now() < complete_by);
 
@@ -193,7 +193,7 @@ async fn agent_ignores_an_invocation_deadline_already_past_but_honours_a_real_on
     assert_eq!(h.remote.calls().len(), 2, "no call for o-3");
     assert_eq!(h.count(Metric::AgentGaveUp), 1);
     assert_eq!(h.depth(SCHEDULER), 0, "no reply");
-    assert_eq!(h.task("o-3").state, ProcessState::Processing);
+    assert_eq!(h.task("o-3").state(), ProcessState::Processing);
     h.finish();
 }
 
@@ -218,7 +218,7 @@ async fn agent_crash_before_handling_redelivers_the_same_request() {
     assert_eq!(again[0].message.message_id, lost[0].message.message_id);
     assert_eq!(again[0].message.body, lost[0].message.body);
     assert_eq!(again[0].message.receive_count, 2);
-    assert!(h.now() < h.task("o-1").complete_by.unwrap());
+    assert!(h.now() < h.task("o-1").complete_by().unwrap());
 
     h.remote.then([Script::Transient, Script::Ok]);
     let m = &again[0].message;
@@ -235,7 +235,7 @@ async fn agent_crash_before_handling_redelivers_the_same_request() {
     all_ok(h.pump_scheduler().await, 1);
 
     let task = h.task("o-1");
-    assert_eq!((task.state, task.attempt, task.failure_count), (ProcessState::Processed, 1, 0));
+    assert_eq!((task.state(), task.attempt, task.failure_count), (ProcessState::Processed, 1, 0));
     let keys: Vec<_> = h.remote.calls().into_iter().map(|c| c.key.0).collect();
     assert_eq!(keys, vec!["o-1:0:do", "o-1:0:do"]);
     h.finish();
@@ -247,7 +247,7 @@ async fn agent_crash_after_the_remote_call_keeps_the_key_across_redeliveries_and
     h.submit("o-1", SINGLE).await;
     all_ok(h.pump_orders().await, 1);
     all_ok(h.pump_scheduler().await, 1);
-    let complete_by = h.task("o-1").complete_by.unwrap();
+    let complete_by = h.task("o-1").complete_by().unwrap();
 
     // The remote call succeeds but the agent dies before its reply is out (twice).
     for _ in 0..2 {
@@ -272,7 +272,7 @@ async fn agent_crash_after_the_remote_call_keeps_the_key_across_redeliveries_and
     all_ok(h.pump_scheduler().await, 1);
 
     let task = h.task("o-1");
-    assert_eq!((task.state, task.attempt, task.failure_count), (ProcessState::Processed, 2, 1));
+    assert_eq!((task.state(), task.attempt, task.failure_count), (ProcessState::Processed, 2, 1));
     let calls = h.remote.calls();
     assert_eq!(calls.len(), 3);
     assert!(calls.iter().all(|c| c.key == calls[0].key), "{calls:?}");
@@ -290,7 +290,7 @@ async fn permanent_error_in_a_single_step_workflow_is_an_error_with_an_alert() {
     h.run_until_quiet().await;
 
     let task = h.task("o-1");
-    assert_eq!((task.state, task.deadline), (ProcessState::Error, None));
+    assert_eq!((task.state(), task.deadline()), (ProcessState::Error, None));
     assert_eq!(h.remote.calls().len(), 1, "a permanent error is not retried");
     let alerts = h.alerts.all();
     assert_eq!(alerts.len(), 1);
@@ -316,7 +316,7 @@ async fn permanent_error_at_the_last_step_compensates_in_reverse_order() {
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
 
-    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.task("o-1").state(), ProcessState::Compensated);
     assert_eq!(
         h.remote.steps(),
         vec![(0, Action::Do), (1, Action::Do), (2, Action::Do), (1, Action::Undo), (0, Action::Undo)]
@@ -364,7 +364,7 @@ async fn permanent_error_at_the_middle_step_undoes_only_the_first() {
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
 
-    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.task("o-1").state(), ProcessState::Compensated);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do), (1, Action::Do), (0, Action::Undo)]);
     h.finish();
 }
@@ -376,7 +376,7 @@ async fn permanent_error_at_the_first_step_has_nothing_to_undo() {
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
 
-    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.task("o-1").state(), ProcessState::Compensated);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do)]);
     assert_eq!(h.status_kinds().last(), Some(&OrderStatus::Compensated));
     h.finish();
@@ -394,7 +394,7 @@ async fn compensation_failure_is_an_error_with_an_alert() {
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
 
-    assert_eq!(h.task("o-1").state, ProcessState::Error);
+    assert_eq!(h.task("o-1").state(), ProcessState::Error);
     assert_eq!(h.remote.steps().last(), Some(&(1, Action::Undo)), "release is never attempted");
     let alerts = h.alerts.all();
     assert_eq!(alerts.len(), 1);
@@ -422,7 +422,7 @@ async fn duplicate_order_delivery_makes_one_task() {
     assert_eq!(h.count(Metric::ClaimLost), 1);
     assert_eq!(h.depth(AGENT), 1);
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     assert_eq!(h.remote.calls().len(), 1);
 
     // A late redelivery of the order changes nothing.
@@ -430,7 +430,7 @@ async fn duplicate_order_delivery_makes_one_task() {
     all_ok(h.pump_orders().await, 1);
     assert_eq!(h.depth(SCHEDULER), 0);
     assert_eq!(h.count(Metric::OrderDuplicate), 2);
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     // The duplicate that met the task still unclaimed acknowledged the resend; the late
     // one, after Processed, said nothing.
     assert_eq!(h.status_kinds(), vec![OrderStatus::Received, OrderStatus::Received, OrderStatus::Processed]);
@@ -477,7 +477,7 @@ async fn duplicate_schedule_loses_the_claim() {
     assert_eq!(h.depth(AGENT), 1, "only one agent request");
     assert_eq!(h.task("o-1").attempt, 1);
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     assert_eq!(h.remote.calls().len(), 1);
     h.finish();
 }
@@ -499,7 +499,7 @@ async fn late_reply_after_a_retry_started_is_dropped() {
     assert_eq!(h.sweep().await.retried, 1);
     reclaim(&h, "o-1").await;
     let reclaimed = h.task("o-1");
-    assert_eq!((reclaimed.state, reclaimed.attempt), (ProcessState::Processing, 2));
+    assert_eq!((reclaimed.state(), reclaimed.attempt), (ProcessState::Processing, 2));
 
     // The old attempt's reply lands on the new attempt's lease: dropped, nothing changes.
     h.send(SCHEDULER, late[0].clone()).await;
@@ -509,7 +509,7 @@ async fn late_reply_after_a_retry_started_is_dropped() {
 
     all_ok(h.pump_agent().await, 1);
     all_ok(h.pump_scheduler().await, 1);
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
 
     // And once more after the end.
     let done = h.task("o-1");
@@ -531,7 +531,7 @@ async fn reply_handled_after_complete_by_is_dropped_and_the_supervisor_recovers(
     let claimed = h.task("o-1");
 
     // The reply was sent in time, but the scheduler gets to it after complete-by.
-    h.at(claimed.complete_by.unwrap().plus_ms(1));
+    h.at(claimed.complete_by().unwrap().plus_ms(1));
     all_ok(h.pump_scheduler().await, 1);
     assert_eq!(h.count(Metric::StaleReply), 1);
     assert_eq!(h.task("o-1"), claimed);
@@ -540,7 +540,7 @@ async fn reply_handled_after_complete_by_is_dropped_and_the_supervisor_recovers(
     assert_eq!(h.sweep().await.retried, 1);
     reclaim(&h, "o-1").await;
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     h.finish();
 }
 
@@ -555,7 +555,7 @@ async fn crash_between_the_claim_write_and_the_dispatch() {
     h.queues.fail_next_sends(AGENT, 1);
     assert!(retry_error(&h.pump_scheduler().await));
     let claimed = h.task("o-1");
-    assert_eq!((claimed.state, claimed.attempt), (ProcessState::Processing, 1), "the claim landed");
+    assert_eq!((claimed.state(), claimed.attempt), (ProcessState::Processing, 1), "the claim landed");
     assert_eq!(h.depth(AGENT), 0, "the request did not");
 
     // The Schedule comes back, but the task is claimed: nothing to do.
@@ -571,7 +571,7 @@ async fn crash_between_the_claim_write_and_the_dispatch() {
     reclaim(&h, "o-1").await;
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!((task.state, task.attempt, task.failure_count), (ProcessState::Processed, 2, 1));
+    assert_eq!((task.state(), task.attempt, task.failure_count), (ProcessState::Processed, 2, 1));
     assert_eq!(h.remote.calls().len(), 1);
     h.finish();
 }
@@ -582,7 +582,7 @@ async fn crash_between_the_insert_and_the_first_schedule() {
     h.queues.fail_next_sends(SCHEDULER, 1);
     h.submit("o-1", SINGLE).await;
     assert!(retry_error(&h.pump_orders().await));
-    assert_eq!(h.task("o-1").state, ProcessState::Pending);
+    assert_eq!(h.task("o-1").state(), ProcessState::Pending);
     assert_eq!(h.depth(SCHEDULER), 0);
 
     // The order is redelivered: a duplicate of an unclaimed task schedules it.
@@ -591,7 +591,7 @@ async fn crash_between_the_insert_and_the_first_schedule() {
     assert_eq!(h.count(Metric::OrderDuplicate), 1);
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!((task.state, task.failure_count), (ProcessState::Processed, 0));
+    assert_eq!((task.state(), task.failure_count), (ProcessState::Processed, 0));
     // The crashed first delivery never said `received`; the redelivery did.
     assert_eq!(h.status_kinds(), vec![OrderStatus::Received, OrderStatus::Processed]);
     h.finish();
@@ -611,7 +611,7 @@ async fn lost_first_schedule_is_recovered_at_the_pending_deadline() {
     reclaim(&h, "o-1").await;
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!((task.state, task.failure_count), (ProcessState::Processed, 1));
+    assert_eq!((task.state(), task.failure_count), (ProcessState::Processed, 1));
     h.finish();
 }
 
@@ -626,7 +626,7 @@ async fn crash_between_a_step_advance_and_the_next_schedule() {
     h.queues.fail_next_sends(SCHEDULER, 1);
     assert!(retry_error(&h.pump_scheduler().await));
     let advanced = h.task("o-1");
-    assert_eq!((advanced.state, advanced.step), (ProcessState::Pending, 1), "the advance landed");
+    assert_eq!((advanced.state(), advanced.step), (ProcessState::Pending, 1), "the advance landed");
 
     // The redelivered reply is stale now: the step it answered is done.
     h.advance(SCHEDULER_VISIBILITY_MS);
@@ -638,7 +638,7 @@ async fn crash_between_a_step_advance_and_the_next_schedule() {
     assert_eq!(h.sweep().await.retried, 1);
     reclaim(&h, "o-1").await;
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do), (1, Action::Do), (2, Action::Do)]);
     h.finish();
 }
@@ -663,7 +663,7 @@ async fn repeated_timeouts_reach_the_threshold_then_error_with_one_alert() {
         h.to_deadline("o-1");
         let sweep = h.sweep().await;
         assert_eq!(sweep.examined, 1);
-        if h.task("o-1").state.is_terminal() {
+        if h.task("o-1").state().is_terminal() {
             assert_eq!(sweep.gave_up, 1);
             break;
         }
@@ -675,7 +675,7 @@ async fn repeated_timeouts_reach_the_threshold_then_error_with_one_alert() {
 
     let task = h.task("o-1");
     assert_eq!(attempts, threshold);
-    assert_eq!((task.state, task.failure_count, task.attempt), (ProcessState::Error, threshold, threshold));
+    assert_eq!((task.state(), task.failure_count, task.attempt), (ProcessState::Error, threshold, threshold));
     let alerts = h.alerts.all();
     assert_eq!(alerts.len(), 1);
     assert_eq!(alerts[0].failure_count, threshold);
@@ -709,7 +709,7 @@ async fn lapse_until_given_up(h: &Harness, id: &str, threshold: u32) {
         assert!(round <= threshold, "still retrying after {threshold} lapses: a poison loop");
         h.to_deadline(id);
         h.sweep().await;
-        if h.task(id).state != ProcessState::Pending {
+        if h.task(id).state() != ProcessState::Pending {
             return;
         }
         h.advance(h.retry_delay(id));
@@ -727,11 +727,11 @@ async fn threshold_reached_mid_workflow_compensates_the_in_flight_step_too() {
     h.run_until_quiet().await;
     lapse_until_given_up(&h, "o-1", threshold).await;
     let gave_up = h.task("o-1");
-    assert_eq!((gave_up.state, gave_up.step), (ProcessState::Compensating, 1));
+    assert_eq!((gave_up.state(), gave_up.step), (ProcessState::Compensating, 1));
     assert_eq!(h.alerts.all().len(), 1);
 
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.task("o-1").state(), ProcessState::Compensated);
     let mut want = vec![(0, Action::Do)];
     want.extend((0..threshold).map(|_| (1, Action::Do)));
     // The charge may have gone through before the hang: it is refunded too.
@@ -755,7 +755,7 @@ async fn a_pivot_that_never_answers_in_time_ends_error_with_nothing_undone() {
     lapse_until_given_up(&h, "o-1", threshold).await;
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!((task.state, task.step, task.failure_count), (ProcessState::Error, 2, threshold));
+    assert_eq!((task.state(), task.step, task.failure_count), (ProcessState::Error, 2, threshold));
     let mut want = vec![(0, Action::Do), (1, Action::Do)];
     want.extend((0..threshold).map(|_| (2, Action::Do)));
     assert_eq!(h.remote.steps(), want, "nothing undone");
@@ -800,12 +800,12 @@ async fn a_failed_alert_on_a_permanent_error_leaves_the_reply_for_redelivery() {
     let down = sas::handlers::Scheduler::new(topic_down(&h), h.settings.clone());
     let results = h.pump_with(SCHEDULER, |m| down.handle(m)).await;
     assert!(retry_error(&results), "{results:?}");
-    assert_eq!(h.task("o-1").state, ProcessState::Processing, "nothing written without the alert");
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing, "nothing written without the alert");
     assert!(h.alerts.all().is_empty());
 
     h.advance(SCHEDULER_VISIBILITY_MS);
     all_ok(h.pump_scheduler().await, 1);
-    assert_eq!(h.task("o-1").state, ProcessState::Error);
+    assert_eq!(h.task("o-1").state(), ProcessState::Error);
     assert_eq!(h.alerts.all().len(), 1);
     h.finish();
 }
@@ -834,11 +834,11 @@ async fn a_failed_alert_at_the_threshold_leaves_the_task_due_for_the_next_run() 
     let report = down.sweep().await.expect("sweep");
     assert_eq!((report.examined, report.errors, report.gave_up), (1, 1, 0));
     let task = h.task("o-1");
-    assert_eq!((task.state, task.failure_count), (ProcessState::Processing, threshold - 1));
+    assert_eq!((task.state(), task.failure_count), (ProcessState::Processing, threshold - 1));
 
     let report = h.sweep().await;
     assert_eq!(report.gave_up, 1, "the next run finds it due and gives up, alerting");
-    assert_eq!(h.task("o-1").state, ProcessState::Error);
+    assert_eq!(h.task("o-1").state(), ProcessState::Error);
     let alerts = h.alerts.all();
     assert_eq!(alerts.len(), 1);
     assert_eq!(alerts[0].failure_count, threshold);
@@ -919,7 +919,7 @@ async fn a_stale_index_entry_does_not_stop_the_sweep_before_the_due_tasks() {
     h.submit("o-0", SINGLE).await;
     h.run_until_quiet().await;
     let ghost = h.history("o-0")[0].clone();
-    assert_eq!(ghost.state, ProcessState::Pending, "the index still shows o-0 waiting");
+    assert_eq!(ghost.state(), ProcessState::Pending, "the index still shows o-0 waiting");
     for id in ["o-1", "o-2"] {
         h.submit(id, SINGLE).await;
     }
@@ -977,7 +977,7 @@ async fn malformed_messages_in_a_batch_are_kept_with_their_reasons() {
     // The valid order went through untouched.
     assert_eq!(h.store.tasks().len(), 1);
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     h.finish();
 }
 
@@ -993,7 +993,7 @@ async fn malformed_scheduler_and_agent_messages_are_kept_with_their_reasons() {
     let report = h.batch(SCHEDULER, SCHEDULER_DLQ, |m| h.scheduler.handle(m)).await;
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!(report.kept, 3);
-    assert_eq!(h.task("o-1").state, ProcessState::Processing, "the good Schedule in the batch claimed");
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing, "the good Schedule in the batch claimed");
     let kept = h.drain(SCHEDULER_DLQ);
     assert_eq!(kept.len(), 3);
     assert!(kept.iter().any(|m| m.attributes[REASON_ATTRIBUTE].contains("unknown order ghost")));
@@ -1005,7 +1005,7 @@ async fn malformed_scheduler_and_agent_messages_are_kept_with_their_reasons() {
     assert_eq!(report.kept, 1, "the malformed request; the real one was handled");
     assert_eq!(h.drain(AGENT_DLQ).len(), 1);
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     h.finish();
 }
 
@@ -1090,7 +1090,7 @@ async fn step_outputs_reach_later_steps_and_compensations() {
     h.submit("o-1", THREE).await;
     h.run_until_quiet().await;
 
-    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.task("o-1").state(), ProcessState::Compensated);
     let handed: Vec<(u32, Action, String)> =
         h.remote.calls().into_iter().map(|c| (c.step, c.action, c.outputs)).collect();
     let r = r#""reserve-inventory":{"reservation":"r-1"}"#;
@@ -1119,7 +1119,7 @@ async fn an_output_too_large_gives_up_with_the_step_in_doubt() {
     h.run_until_quiet().await;
 
     let task = h.task("o-1");
-    assert_eq!(task.state, ProcessState::Compensated);
+    assert_eq!(task.state(), ProcessState::Compensated);
     assert_eq!(
         h.remote.steps(),
         vec![(0, Action::Do), (1, Action::Do), (1, Action::Undo), (0, Action::Undo)],
@@ -1146,7 +1146,7 @@ async fn an_order_may_name_its_workflow_version() {
     h.send(ORDERS, bad).await;
     let report = h.batch(ORDERS, ORDERS_DLQ, |m| h.submission.handle(m)).await;
     assert_eq!(report.kept, 1);
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     assert_eq!(h.task("o-1").workflow_version, 1);
     let kept = h.drain(ORDERS_DLQ);
     assert_eq!(kept.len(), 1);
@@ -1203,7 +1203,7 @@ async fn a_queue_agents_worker_replies_with_the_fenced_contract() {
     h.send(SCHEDULER, reply(&"00000000-0000-0000-0000-000000000009".into())).await;
     pump().await;
     assert_eq!(
-        h.task("o-1").state,
+        h.task("o-1").state(),
         ProcessState::Processing,
         "a reply without the live lease changes nothing"
     );
@@ -1211,7 +1211,7 @@ async fn a_queue_agents_worker_replies_with_the_fenced_contract() {
 
     h.send(SCHEDULER, reply(&request["lease"])).await;
     pump().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     let ship = h.remote.calls().into_iter().find(|c| c.step == 2).unwrap();
     assert!(ship.outputs.contains(r#""charge-payment":{"charge_id":"ch-1"}"#), "{}", ship.outputs);
     assert_eq!(
@@ -1260,7 +1260,7 @@ async fn an_open_circuit_fails_fast_without_holding_the_invocation() {
     h.pump_agent().await;
     assert_eq!(h.remote.calls().len(), 2);
     assert_eq!(h.count(Metric::CircuitOpen), 2);
-    assert_eq!(h.task("o-2").state, ProcessState::Processing, "left for the supervisor");
+    assert_eq!(h.task("o-2").state(), ProcessState::Processing, "left for the supervisor");
 }
 
 // ---- operator actions ----
@@ -1284,19 +1284,19 @@ async fn an_operator_resubmits_an_error_task_and_it_runs_to_processed() {
     h.remote.then([Script::Permanent("card declined")]);
     h.submit("o-1", SINGLE).await;
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Error);
+    assert_eq!(h.task("o-1").state(), ProcessState::Error);
 
     let resubmit = Act::Resubmit { from_step: None };
     let Operated::Applied { before, trigger, task } = operate(&h, "o-1", resubmit).await else {
         panic!("resubmit refused")
     };
     assert_eq!(
-        (before, trigger, task.state),
+        (before, trigger, task.state()),
         (ProcessState::Error, Trigger::Resubmit, ProcessState::Pending)
     );
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!(task.state, ProcessState::Processed);
+    assert_eq!(task.state(), ProcessState::Processed);
     assert_eq!(h.remote.calls().len(), 2);
     let entry = task.timeline.iter().find(|e| e.by.is_some()).expect("the action is in the timeline");
     assert_eq!((entry.by.as_deref(), entry.note.as_deref()), (Some(OPS.by), Some(OPS.why)));
@@ -1334,13 +1334,13 @@ async fn two_operators_compensating_at_once_undo_once() {
     h.remote.then([Script::Ok, Script::Ok, Script::Permanent("address rejected")]);
     h.submit("o-1", "three-step-manual").await;
     h.run_until_quiet().await;
-    assert_eq!((h.task("o-1").state, h.task("o-1").step), (ProcessState::Error, 2));
+    assert_eq!((h.task("o-1").state(), h.task("o-1").step), (ProcessState::Error, 2));
 
     let (a, b) = tokio::join!(operate(&h, "o-1", Act::Compensate), operate(&h, "o-1", Act::Compensate));
     let applied = [&a, &b].iter().filter(|o| matches!(o, Operated::Applied { .. })).count();
     assert_eq!(applied, 1, "{a:?} {b:?}");
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Compensated);
+    assert_eq!(h.task("o-1").state(), ProcessState::Compensated);
     let undos: Vec<_> = h.remote.steps().into_iter().filter(|(_, a)| *a == Action::Undo).collect();
     assert_eq!(
         undos,
@@ -1358,21 +1358,21 @@ async fn cancel_fences_off_the_attempt_in_flight() {
     h.submit("o-1", THREE).await;
     all_ok(h.pump_orders().await, 1);
     all_ok(h.pump_scheduler().await, 1); // reserve claimed and dispatched
-    assert_eq!(h.task("o-1").state, ProcessState::Processing);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing);
 
     let Operated::Applied { trigger, .. } = operate(&h, "o-1", Act::Cancel).await else { panic!("refused") };
     assert_eq!(trigger, Trigger::Cancel);
     // The agent still runs the reserve it was sent; its reply is stale. The undo that
     // releases what it may have reserved waits until that attempt's time is up.
     let hold =
-        h.task("o-1").hold_until.expect("held for the attempt in flight").plus_ms(policy().reply_grace_ms);
+        h.task("o-1").hold_until().expect("held for the attempt in flight").plus_ms(policy().reply_grace_ms);
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Compensating);
+    assert_eq!(h.task("o-1").state(), ProcessState::Compensating);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do)], "no undo before the attempt is over");
     h.at(hold);
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!(task.state, ProcessState::Compensated);
+    assert_eq!(task.state(), ProcessState::Compensated);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do), (0, Action::Undo)]);
     assert_eq!(h.count(Metric::StaleReply), 1);
     assert!(h.status_kinds().contains(&OrderStatus::Cancelled));
@@ -1389,10 +1389,14 @@ async fn an_app_cancels_an_order_with_a_message_on_the_orders_queue() {
     h.send(ORDERS, r#"{"cancel":"o-1","reason":"customer changed their mind","requested_by":"crm"}"#).await;
     all_ok(h.pump_orders().await, 1);
     h.run_until_quiet().await;
-    h.at(h.task("o-1").hold_until.expect("held for the attempt in flight").plus_ms(policy().reply_grace_ms));
+    h.at(h
+        .task("o-1")
+        .hold_until()
+        .expect("held for the attempt in flight")
+        .plus_ms(policy().reply_grace_ms));
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!(task.state, ProcessState::Compensated);
+    assert_eq!(task.state(), ProcessState::Compensated);
     assert_eq!(h.remote.steps(), vec![(0, Action::Do), (0, Action::Undo)]);
     let entry = task.timeline.iter().find(|e| e.by.is_some()).unwrap();
     assert_eq!(entry.by.as_deref(), Some("app:crm"));
@@ -1455,9 +1459,9 @@ async fn a_timer_waits_without_dispatching_and_its_delayed_schedule_wakes_it_on_
     h.submit("o-1", "cool-off").await;
     h.run_until_quiet().await;
     let waiting = h.task("o-1");
-    assert_eq!((waiting.state, waiting.step), (ProcessState::Waiting, 1));
-    assert_eq!(waiting.wake_at, Some(h.now().plus_ms(5_000)));
-    assert_eq!(waiting.deadline, waiting.wake_at);
+    assert_eq!((waiting.state(), waiting.step), (ProcessState::Waiting, 1));
+    assert_eq!(waiting.wake_at(), Some(h.now().plus_ms(5_000)));
+    assert_eq!(waiting.deadline(), waiting.wake_at());
     assert_eq!(h.remote.calls().len(), 1, "the timer called nothing");
     assert_eq!(h.depth(AGENT), 0);
     assert_eq!(h.depth(SCHEDULER), 1, "its wake, delayed");
@@ -1473,7 +1477,7 @@ async fn a_timer_waits_without_dispatching_and_its_delayed_schedule_wakes_it_on_
     h.advance(1);
     h.run_until_quiet().await;
     let done = h.task("o-1");
-    assert_eq!((done.state, done.failure_count), (ProcessState::Processed, 0));
+    assert_eq!((done.state(), done.failure_count), (ProcessState::Processed, 0));
     assert_eq!(h.remote.steps(), vec![(0, Action::Do), (2, Action::Do)]);
     assert_eq!((h.count(Metric::TimerStarted), h.count(Metric::TimerWoke)), (1, 1));
     assert_eq!(h.metrics().samples[&Metric::TimerLatenessMs], vec![0], "on time");
@@ -1486,7 +1490,7 @@ async fn a_timer_longer_than_sqss_delay_is_woken_by_the_sweep_without_a_lapse() 
     let h = cool_off(3_600_000);
     h.submit("o-1", "cool-off").await;
     h.run_until_quiet().await;
-    let wake_at = h.task("o-1").wake_at.unwrap();
+    let wake_at = h.task("o-1").wake_at().unwrap();
     assert_eq!(h.depth(SCHEDULER), 0, "no message waits an hour: the due index holds the task");
     h.at(Timestamp(wake_at.0 - 1));
     assert_eq!(h.sweep().await.examined, 0, "not due yet");
@@ -1495,7 +1499,7 @@ async fn a_timer_longer_than_sqss_delay_is_woken_by_the_sweep_without_a_lapse() 
     assert_eq!((report.woke, report.retried, report.gave_up), (1, 0, 0));
     h.run_until_quiet().await;
     let done = h.task("o-1");
-    assert_eq!((done.state, done.failure_count), (ProcessState::Processed, 0));
+    assert_eq!((done.state(), done.failure_count), (ProcessState::Processed, 0));
     assert_eq!(h.metrics().samples[&Metric::TimerLatenessMs], vec![30_000]);
     assert_eq!(h.count(Metric::Recovered), 0, "a wake is not a recovery");
     h.finish();
@@ -1506,11 +1510,11 @@ async fn a_cancel_during_a_wait_undoes_what_was_done_and_the_late_wake_finds_not
     let h = cool_off(5_000);
     h.submit("o-1", "cool-off").await;
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Waiting);
+    assert_eq!(h.task("o-1").state(), ProcessState::Waiting);
     h.send(ORDERS, r#"{"cancel":"o-1","reason":"changed my mind"}"#).await;
     h.run_until_quiet().await;
     let t = h.task("o-1");
-    assert_eq!((t.state, t.wake_at), (ProcessState::Compensated, None));
+    assert_eq!((t.state(), t.wake_at()), (ProcessState::Compensated, None));
     assert_eq!(h.remote.steps(), vec![(0, Action::Do), (0, Action::Undo)]);
     // The timer's own Schedule comes at its time and changes nothing.
     h.advance(5_000);
@@ -1608,18 +1612,18 @@ async fn a_claim_decided_again_after_a_concurrent_write_still_needs_its_place() 
     for r in h.pump_with(common::SCHEDULER, |m| scheduler.handle(m)).await {
         r.unwrap();
     }
-    assert_eq!(h.task("o-1").state, ProcessState::Waiting, "the timer sleeps");
+    assert_eq!(h.task("o-1").state(), ProcessState::Waiting, "the timer sleeps");
     h.advance(1_000);
     raced.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     for r in h.pump_with(common::SCHEDULER, |m| scheduler.handle(m)).await {
         r.unwrap();
     }
     let task = h.task("o-1");
-    let holder = task.locked_by.map(|lease| call_holder(&task.order_id, task.attempt, &lease));
+    let holder = task.locked_by().map(|lease| call_holder(&task.order_id, task.attempt, &lease));
     let held =
         h.store.peek_gate("pay").is_some_and(|g| g.holds.iter().any(|p| Some(&p.holder) == holder.as_ref()));
     assert!(
-        task.state != ProcessState::Processing || held,
+        task.state() != ProcessState::Processing || held,
         "step {} claimed (attempt {}) with no place in its agent's gate",
         task.step,
         task.attempt
@@ -1632,8 +1636,8 @@ async fn a_claim_decided_again_after_a_concurrent_write_still_needs_its_place() 
         r.unwrap();
     }
     let task = h.task("o-1");
-    assert_eq!((task.state, task.step), (ProcessState::Processing, 1));
-    let holder = call_holder(&task.order_id, task.attempt, &task.locked_by.expect("claimed"));
+    assert_eq!((task.state(), task.step), (ProcessState::Processing, 1));
+    let holder = call_holder(&task.order_id, task.attempt, &task.locked_by().expect("claimed"));
     assert!(h.store.peek_gate("pay").is_some_and(|g| g.holds.iter().any(|p| p.holder == holder)));
     assert_eq!(h.depth(common::AGENT), 1);
 }

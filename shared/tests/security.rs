@@ -285,7 +285,7 @@ async fn every_send_checks_reply_to_again() {
     let replies = w.queues.drain(&url("sas-scheduler"));
     w.batch("sas-scheduler", &[replies[0].body.clone()], |m| w.scheduler.handle(m)).await;
     assert_eq!(
-        w.store.task(&OrderId::parse("o-1").unwrap()).await.unwrap().unwrap().state.as_str(),
+        w.store.task(&OrderId::parse("o-1").unwrap()).await.unwrap().unwrap().state().as_str(),
         "Processed"
     );
     assert_eq!(

@@ -45,7 +45,7 @@ async fn to_the_stage(h: &Harness) {
     all_ok(h.pump_agent().await, 1);
     all_ok(h.pump_scheduler().await, 1);
     all_ok(h.pump_scheduler().await, 1);
-    assert_eq!((h.task("o-1").state, h.task("o-1").step), (ProcessState::Processing, 1));
+    assert_eq!((h.task("o-1").state(), h.task("o-1").step), (ProcessState::Processing, 1));
 }
 
 #[tokio::test]
@@ -69,11 +69,11 @@ async fn branches_are_dispatched_together_and_their_racing_replies_all_land() {
     let report = h.batch(SCHEDULER, SCHEDULER_DLQ, |m| h.scheduler.handle(m)).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     let task = h.task("o-1");
-    assert_eq!((task.state, task.step, task.stage.clone()), (ProcessState::Pending, 4, None));
+    assert_eq!((task.state(), task.step, task.stage().clone()), (ProcessState::Pending, 4, None));
     assert_eq!(task.outputs.keys().collect::<Vec<_>>(), ["reserve-a", "reserve-b", "screen"]);
 
     h.run_until_quiet().await;
-    assert_eq!(h.task("o-1").state, ProcessState::Processed);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
     let ship = h.remote.calls().pop().unwrap();
     assert_eq!(ship.step_name, "ship");
     assert!(ship.outputs.contains("reserve-a") && ship.outputs.contains("screen"), "{}", ship.outputs);
@@ -94,13 +94,13 @@ async fn a_refused_branch_undoes_only_the_branches_that_may_have_taken_effect() 
     // screen was still out when reserve-b's refusal stopped the stage: its reply is
     // fenced off, and the undo waits until its complete-by and the reply grace.
     let task = h.task("o-1");
-    assert_eq!(task.state, ProcessState::Compensating);
-    let hold = task.hold_until.expect("held for the branch still out");
+    assert_eq!(task.state(), ProcessState::Compensating);
+    let hold = task.hold_until().expect("held for the branch still out");
     assert_eq!(h.count(Metric::StaleReply), 1, "screen's reply");
     h.at(hold.plus_ms(policy().reply_grace_ms));
     h.run_until_quiet().await;
     let task = h.task("o-1");
-    assert_eq!(task.state, ProcessState::Compensated);
+    assert_eq!(task.state(), ProcessState::Compensated);
     let undone: Vec<(u32, Action)> =
         h.remote.steps().into_iter().filter(|(_, action)| *action == Action::Undo).collect();
     assert_eq!(undone, [(1, Action::Undo)], "release-a only: reserve-b had no effect, screen only read");

@@ -44,7 +44,7 @@ pub fn stage_coverage(run: &Outcome) -> BTreeMap<&'static str, u64> {
             count("stages_joined");
         }
         let stopped = matches!(
-            after.state,
+            after.state(),
             ProcessState::Compensating | ProcessState::Compensated | ProcessState::Error
         );
         if running_stage(before, wf).is_some() && stopped {
@@ -54,7 +54,7 @@ pub fn stage_coverage(run: &Outcome) -> BTreeMap<&'static str, u64> {
             });
         }
         match after.last_cause {
-            Cause::Succeeded { action: Action::Do, .. } if after.state == ProcessState::Processing => {
+            Cause::Succeeded { action: Action::Do, .. } if after.state() == ProcessState::Processing => {
                 count("branches_done")
             }
             Cause::Succeeded { step, action: Action::Undo } if wf.stage_of(step).is_some() => {
@@ -281,7 +281,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             Cause::Failed { step, action: sas::domain::Action::Do, .. }
                 if ctx.role == Some(Role::Scheduler)
                     && is_schedule_of(&message, id)
-                    && before.state == ProcessState::Pending
+                    && before.state() == ProcessState::Pending
                     && *step == before.step
                     && run
                         .workflows
@@ -314,9 +314,9 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 if let Some(stage) =
                     wf.and_then(|wf| wf.stage_of(reply.step)).filter(|_| reply.action == Action::Do)
                 {
-                    let branch = before.stage.as_ref().and_then(|r| r.branch(reply.step));
+                    let branch = before.stage().and_then(|r| r.branch(reply.step));
                     let live = reply.order_id.as_str() == id
-                        && before.locked_by == Some(reply.lease)
+                        && before.locked_by() == Some(reply.lease)
                         && branch_live(before, reply.step, after.updated_at)
                         && branch.is_some_and(|b| b.attempt == reply.attempt)
                         && (step, action) == (reply.step, reply.action)
@@ -331,9 +331,9 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                                 stage.name,
                                 reply.attempt,
                                 reply.lease,
-                                before.state,
+                                before.state(),
                                 before.step,
-                                before.locked_by,
+                                before.locked_by(),
                                 after.last_cause,
                                 after.updated_at
                             ),
@@ -342,13 +342,13 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     continue;
                 }
                 let live = reply.order_id.as_str() == id
-                    && before.locked_by == Some(reply.lease)
+                    && before.locked_by() == Some(reply.lease)
                     && before.attempt == reply.attempt
                     && before.step == reply.step
                     && before.action() == reply.action
                     && (step, action) == (reply.step, reply.action)
                     && succeeded == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded { .. })
-                    && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
+                    && before.complete_by().is_some_and(|cb| after.updated_at <= cb);
                 if !live {
                     add(
                         Invariant::Fenced,
@@ -361,8 +361,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                             before.step,
                             before.action(),
                             before.attempt,
-                            before.locked_by,
-                            before.complete_by,
+                            before.locked_by(),
+                            before.complete_by(),
                             after.updated_at
                         ),
                     );
@@ -419,8 +419,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     let skew = faults.skew_max_ms;
     let on_time = crate::deployment::SUPERVISOR_PERIOD_MS + skew + faults.overshoot_max_ms + 1_000;
     for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
-        let Some(before) = w.before.as_ref().filter(|b| b.state == ProcessState::Waiting) else { continue };
-        let (Cause::Woke { .. }, Some(at)) = (&w.after.last_cause, before.wake_at) else { continue };
+        let Some(before) = w.before.as_ref().filter(|b| b.state() == ProcessState::Waiting) else { continue };
+        let (Cause::Woke { .. }, Some(at)) = (&w.after.last_cause, before.wake_at()) else { continue };
         let id = w.after.order_id.as_str();
         if ctx.at + skew < at.0 {
             add(
@@ -445,7 +445,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     let mut asleep: BTreeMap<&str, sas::domain::Timestamp> = BTreeMap::new();
     for w in &run.writes {
         let id = w.after.order_id.as_str();
-        match (w.after.state, w.after.wake_at) {
+        match (w.after.state(), w.after.wake_at()) {
             (ProcessState::Waiting, Some(at)) => asleep.insert(id, at),
             _ => asleep.remove(id),
         };
@@ -464,7 +464,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
 
     // ---- a paused task holds still: nothing is claimed and no timer starts ----
     for w in &run.writes {
-        let Some(before) = w.before.as_ref().filter(|b| b.paused) else { continue };
+        let Some(before) = w.before.as_ref().filter(|b| b.paused()) else { continue };
         if matches!(w.after.last_cause, Cause::Claimed { .. } | Cause::Slept { .. })
             && w.after.revision > before.revision
         {
@@ -479,7 +479,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     let deadline = run.quiet_at + run.bound_ms;
     for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
         let entered_terminal =
-            w.after.state.is_terminal() && w.before.as_ref().is_none_or(|b| !b.state.is_terminal());
+            w.after.state().is_terminal() && w.before.as_ref().is_none_or(|b| !b.state().is_terminal());
         if entered_terminal && ctx.at > deadline {
             add(
                 Invariant::Liveness,
@@ -522,13 +522,13 @@ fn callbacks(run: &Outcome, words: &BTreeSet<&str>, add: &mut impl FnMut(Invaria
         };
         let handed = run.outside.handed.get(&token);
         let digest = CallbackToken::parse(&token).map(|(t, _)| t.digest()).ok();
-        let waits = before.callback.as_ref();
+        let waits = before.callback();
         let live = handed.is_some_and(|h| {
             h.order_id == id
                 && waits.is_some_and(|cb| {
                     (cb.step, cb.attempt) == (h.step, h.attempt) && Some(&cb.digest) == digest.as_ref()
                 })
-        }) && matches!(before.state, ProcessState::Processing | ProcessState::Waiting)
+        }) && matches!(before.state(), ProcessState::Processing | ProcessState::Waiting)
             && waits.is_some_and(|cb| after.updated_at <= cb.due());
         if !live {
             add(
@@ -539,10 +539,10 @@ fn callbacks(run: &Outcome, words: &BTreeSet<&str>, add: &mut impl FnMut(Invaria
                     if handed.is_some() { "a minted" } else { "a forged" },
                     CallbackToken::parse(&token).map(|(t, _)| t.redacted()).unwrap_or_default(),
                     handed.map(|h| (h.step, h.attempt)),
-                    before.state,
+                    before.state(),
                     waits.map(|cb| (cb.step, cb.attempt)),
                     waits.map(|cb| cb.due()),
-                    after.state,
+                    after.state(),
                     after.last_cause,
                     after.updated_at
                 ),

@@ -496,14 +496,14 @@ impl EventLoop {
             let Some(wf) = all.get_version(&task.workflow, task.workflow_version) else { continue };
             let Some(stage) = wf.stage_of(reply.step) else { continue };
             counted.push("branch_replies");
-            let dispatch = task.stage.as_ref().and_then(|run| run.branch(reply.step));
+            let dispatch = task.stage().and_then(|run| run.branch(reply.step));
             if running_stage(&task, wf) != Some(stage) {
                 counted.push("late");
             } else if branch_live(&task, reply.step, task.updated_at)
                 && dispatch.is_some_and(|b| b.attempt == reply.attempt)
             {
                 counted.push("live");
-                let run = task.stage.as_ref().expect("live at its stage");
+                let run = task.stage().expect("live at its stage");
                 if run.each().any(|(i, b)| i < reply.step && b.in_flight()) {
                     counted.push("out_of_order");
                 }
@@ -564,7 +564,7 @@ impl EventLoop {
     /// period (a pause that lands after a resume is lifted the next time), so every order
     /// can end: a paused task waits for its operator, not for the liveness bound.
     fn resume_held(&mut self) {
-        let held: Vec<TaskRecord> = self.deployed.store.tasks().into_iter().filter(|t| t.paused).collect();
+        let held: Vec<TaskRecord> = self.deployed.store.tasks().into_iter().filter(|t| t.paused()).collect();
         if held.is_empty() {
             return;
         }
@@ -711,10 +711,12 @@ impl EventLoop {
                 self.note(|| format!("finish inv {id} failures {:?} kept {}", report.failures, report.kept));
             }
             Returned::Operator(result) => {
-                // The landed record is traced whole. Written without the stage it does not
-                // have, a record reads as it did before parallel stages, so a history that
-                // has none hashes as it did then (the pinned regression seeds).
-                self.note(|| format!("finish inv {id} operator {result:?}").replace("stage: None, ", ""));
+                // The landed record is traced whole, in its rendering from before phases
+                // (and without a stage it does not have, as before parallel stages), so the
+                // pinned histories hash as they did.
+                self.note(|| {
+                    format!("finish inv {id} operator {}", crate::trace_record::operated_line(&result))
+                });
             }
             Returned::Outside(result) => {
                 let result = result.map(|c| match c {

@@ -215,7 +215,7 @@ fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool 
             stage.branches().any(|i| {
                 wf.step(i).is_some_and(|s| s.is_pivot())
                     && after
-                        .stage
+                        .stage()
                         .as_ref()
                         .and_then(|run| run.branch(i))
                         .is_some_and(|b| b.may_have_taken_effect())
@@ -236,21 +236,21 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
         Cause::Submitted => return None,
         Cause::Claimed { .. } => Trigger::Claimed,
         Cause::Slept { .. } => Trigger::Slept,
-        Cause::Woke { .. } if after.state == Processed => Trigger::Finished,
+        Cause::Woke { .. } if after.state() == Processed => Trigger::Finished,
         Cause::Woke { .. } => Trigger::Woke,
-        Cause::Succeeded { action: Action::Do, .. } if after.state == Processed => Trigger::Finished,
+        Cause::Succeeded { action: Action::Do, .. } if after.state() == Processed => Trigger::Finished,
         // A branch's success while others of its stage still run: the task stays Processing.
-        Cause::Succeeded { action: Action::Do, .. } if after.state == Processing => Trigger::BranchDone,
+        Cause::Succeeded { action: Action::Do, .. } if after.state() == Processing => Trigger::BranchDone,
         Cause::Succeeded { action: Action::Do, .. } => Trigger::Advanced,
-        Cause::Succeeded { action: Action::Undo, .. } if after.state == Compensated => Trigger::Undone,
+        Cause::Succeeded { action: Action::Undo, .. } if after.state() == Compensated => Trigger::Undone,
         Cause::Succeeded { action: Action::Undo, .. } => Trigger::UndoAdvanced,
         Cause::Started { .. } => Trigger::Started,
         Cause::Heartbeat { .. } => Trigger::Heartbeat,
         Cause::Queued { .. } => Trigger::Queued,
         Cause::Throttled { .. } => Trigger::Throttled,
-        Cause::Completed { .. } if after.state == Processed => Trigger::Finished,
+        Cause::Completed { .. } if after.state() == Processed => Trigger::Finished,
         Cause::Completed { .. } => Trigger::Advanced,
-        Cause::Operator { act, .. } => match (act, after.state) {
+        Cause::Operator { act, .. } => match (act, after.state()) {
             (sas::domain::Act::Resubmit { .. }, _) => Trigger::Resubmit,
             (sas::domain::Act::Compensate, _) => Trigger::OperatorUndo,
             (sas::domain::Act::Cancel, Compensated) => Trigger::CancelUndone,
@@ -258,7 +258,7 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
             (sas::domain::Act::Pause, _) => Trigger::Pause,
             (sas::domain::Act::Resume, _) => Trigger::Resume,
         },
-        Cause::Failed { .. } | Cause::DeadlinePassed { .. } => match (before.state, after.state) {
+        Cause::Failed { .. } | Cause::DeadlinePassed { .. } => match (before.state(), after.state()) {
             (_, Error) if wf.is_some_and(|wf| forward_only(before, after, wf)) => Trigger::ForwardOnly,
             (_, Error) => Trigger::Fail,
             (_, Compensated) => Trigger::Undone,
@@ -281,7 +281,7 @@ pub fn coverage(writes: &[WriteRecord], workflows: &Workflows) -> BTreeMap<(Proc
                 workflows.get_version(&w.after.workflow, w.after.workflow_version),
             )
         {
-            *seen.entry((before.state, trigger)).or_default() += 1;
+            *seen.entry((before.state(), trigger)).or_default() += 1;
         }
     }
     seen
@@ -292,7 +292,7 @@ pub fn history_of(writes: &[WriteRecord], id: &OrderId) -> String {
     let causes: Vec<String> = writes
         .iter()
         .filter(|w| &w.after.order_id == id)
-        .map(|w| format!("{:?}->{:?}", w.after.last_cause, w.after.state))
+        .map(|w| format!("{:?}->{:?}", w.after.last_cause, w.after.state()))
         .collect();
     causes.join(", ")
 }
@@ -406,7 +406,7 @@ fn budget(r: &Records, t: &TaskRecord) -> u32 {
     // A task that stopped at a stage (and did not move on to undo a step) keeps the most
     // any of its branches used, each against its own budget: the largest of them bounds it.
     match wf.stage_at(t.step) {
-        Some(stage) if t.state != ProcessState::Compensating => {
+        Some(stage) if t.state() != ProcessState::Compensating => {
             stage.branches().map(|b| wf.max_failures(b, threshold)).max().unwrap_or(threshold)
         }
         _ => wf.max_failures(t.step, threshold),
@@ -445,7 +445,7 @@ fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String)) {
         failures_within_budget(r, before, after, add);
         // A timer step whose time cannot be read fails with no reply: there is nothing to fence.
         let timer = wf.and_then(|wf| wf.step(before.step)).is_some_and(|s| s.is_timer());
-        if !(timer && before.state == ProcessState::Pending) {
+        if !(timer && before.state() == ProcessState::Pending) {
             replies_fenced(before, after, wf, add);
         }
         completions_fenced(before, after, add);
@@ -458,15 +458,15 @@ fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String)) {
 /// The parallel stage `t` runs going forward: Pending or Processing at its first step.
 /// Anything else (past it, undoing it, given up, ended) means the stage ended.
 pub fn running_stage<'w>(t: &TaskRecord, wf: &'w Workflow) -> Option<&'w Stage> {
-    wf.stage_at(t.step).filter(|_| matches!(t.state, ProcessState::Pending | ProcessState::Processing))
+    wf.stage_at(t.step).filter(|_| matches!(t.state(), ProcessState::Pending | ProcessState::Processing))
 }
 
 /// Whether branch `step` of the stage `before` runs has a dispatch in flight under the live
 /// lease, its reply in time at `at`: the one record a branch's reply may change.
 pub fn branch_live(before: &TaskRecord, step: u32, at: sas::domain::Timestamp) -> bool {
-    before.state == ProcessState::Processing
-        && before.locked_by.is_some()
-        && before.stage.as_ref().is_some_and(|run| {
+    before.state() == ProcessState::Processing
+        && before.locked_by().is_some()
+        && before.stage().is_some_and(|run| {
             run.at == before.step && run.branch(step).and_then(|b| b.complete_by).is_some_and(|cb| at <= cb)
         })
 }
@@ -474,7 +474,7 @@ pub fn branch_live(before: &TaskRecord, step: u32, at: sas::domain::Timestamp) -
 /// How far forward a record stands: its step, or past the last once Processed; `None`
 /// while undoing (it goes no further forward).
 fn forward_position(t: &TaskRecord, wf: &Workflow) -> Option<u32> {
-    match t.state {
+    match t.state() {
         ProcessState::Processed => Some(wf.len()),
         ProcessState::Compensating | ProcessState::Compensated => None,
         _ => Some(t.step),
@@ -508,7 +508,12 @@ fn joins_only_when_all(
                 Invariant::StageJoinsOnlyWhenAll,
                 format!(
                     "order {}: went past stage {} ({:?} -> {:?} at step {}, {:?}) though branches {missing:?} never took effect at the remote",
-                    after.order_id, stage.name, before.state, after.state, after.step, after.last_cause
+                    after.order_id,
+                    stage.name,
+                    before.state(),
+                    after.state(),
+                    after.step,
+                    after.last_cause
                 ),
             );
         }
@@ -525,8 +530,8 @@ fn inserted(
     if latest.contains_key(id) {
         add(Invariant::TerminalOnce, format!("order {id} inserted twice"));
     }
-    if after.state != ProcessState::Pending {
-        add(Invariant::Lifecycle, format!("order {id} inserted as {:?}", after.state));
+    if after.state() != ProcessState::Pending {
+        add(Invariant::Lifecycle, format!("order {id} inserted as {:?}", after.state()));
     }
 }
 
@@ -540,20 +545,20 @@ fn a_move_of_the_table(
 ) {
     let id = after.order_id.as_str();
     let operator = matches!(after.last_cause, Cause::Operator { .. });
-    if before.state.is_terminal() && !(operator && before.state == ProcessState::Error) {
+    if before.state().is_terminal() && !(operator && before.state() == ProcessState::Error) {
         add(
             Invariant::Absorbing,
-            format!("order {id} left {:?} for {:?} ({:?})", before.state, after.state, after.last_cause),
+            format!("order {id} left {:?} for {:?} ({:?})", before.state(), after.state(), after.last_cause),
         );
     }
     if after.revision != before.revision + 1 {
         add(Invariant::Lifecycle, format!("order {id}: revision {} -> {}", before.revision, after.revision));
     }
     match infer_trigger(before, after, r.workflows.get_version(&after.workflow, after.workflow_version)) {
-        Some(t) if lifecycle::next(before.state, t) == Some(after.state) => {}
+        Some(t) if lifecycle::next(before.state(), t) == Some(after.state()) => {}
         t => add(
             Invariant::Lifecycle,
-            format!("order {id}: {:?} --{t:?}--> {:?} is not in the table", before.state, after.state),
+            format!("order {id}: {:?} --{t:?}--> {:?} is not in the table", before.state(), after.state()),
         ),
     }
 }
@@ -561,7 +566,7 @@ fn a_move_of_the_table(
 /// No write replaces a live lease with another, and no claim lands while one is live.
 fn one_live_lease(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(Invariant, String)) {
     let id = after.order_id.as_str();
-    if let (Some(old), Some(new)) = (before.locked_by, after.locked_by)
+    if let (Some(old), Some(new)) = (before.locked_by(), after.locked_by())
         && old != new
     {
         add(
@@ -569,30 +574,36 @@ fn one_live_lease(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(
             format!("order {id}: live lease {old} replaced by {new} ({:?})", after.last_cause),
         );
     }
-    if matches!(after.last_cause, Cause::Claimed { .. }) && before.locked_by.is_some() {
-        add(Invariant::OneLease, format!("order {id}: claimed while lease {:?} was live", before.locked_by));
+    if matches!(after.last_cause, Cause::Claimed { .. }) && before.locked_by().is_some() {
+        add(
+            Invariant::OneLease,
+            format!("order {id}: claimed while lease {:?} was live", before.locked_by()),
+        );
     }
     // A stage's branches run under the one lease: none is in flight without it, or past
     // the lease's complete-by; and a claim gives each branch it dispatches an attempt no
     // dispatch had before, so a reply names one dispatch only.
-    let Some(run) = &after.stage else { return };
+    let Some(run) = after.stage() else { return };
     if run.branches.iter().any(|b| b.in_flight())
-        && (after.locked_by.is_none()
-            || after.state != ProcessState::Processing
-            || run.latest_complete_by() > after.complete_by)
+        && (after.locked_by().is_none()
+            || after.state() != ProcessState::Processing
+            || run.latest_complete_by() > after.complete_by())
     {
         add(
             Invariant::OneLease,
             format!(
                 "order {id}: a branch in flight outside the lease ({:?}, lease {:?} until {:?}, branches {:?})",
-                after.state, after.locked_by, after.complete_by, run.branches
+                after.state(),
+                after.locked_by(),
+                after.complete_by(),
+                run.branches
             ),
         );
     }
     if matches!(after.last_cause, Cause::Claimed { .. }) {
         let mut seen = BTreeSet::new();
         for (step, b) in run.each() {
-            let was = before.stage.as_ref().filter(|r| r.at == run.at).and_then(|r| r.branch(step));
+            let was = before.stage().filter(|r| r.at == run.at).and_then(|r| r.branch(step));
             let dispatched = b.dispatches > was.map_or(0, |w| w.dispatches);
             if dispatched && (b.attempt <= before.attempt || !seen.insert(b.attempt)) {
                 add(
@@ -628,7 +639,7 @@ fn failures_within_budget(
     let at_stage =
         |t: &TaskRecord| t.action() == Action::Do && wf.is_some_and(|wf| wf.stage_at(t.step).is_some());
     if let Some(wf) = wf
-        && let Some(run) = &after.stage
+        && let Some(run) = after.stage()
     {
         for (step, b) in run.each() {
             let own = wf.max_failures(step, r.policy.failure_threshold);
@@ -667,8 +678,9 @@ fn failures_within_budget(
                 add(Invariant::Failures, format!("order {id}: a lapse moved FailureCount by other than one"));
             }
             let used = before.step_failures + 1;
-            let retried = after.state == ProcessState::Pending
-                || (before.state == ProcessState::Compensating && after.state == ProcessState::Compensating);
+            let retried = after.state() == ProcessState::Pending
+                || (before.state() == ProcessState::Compensating
+                    && after.state() == ProcessState::Compensating);
             if retried != (used < budget(r, before)) {
                 add(
                     Invariant::Failures,
@@ -676,7 +688,7 @@ fn failures_within_budget(
                         "order {id}: lapse {used} of step {} (budget {}) went to {:?}",
                         before.step,
                         budget(r, before),
-                        after.state
+                        after.state()
                     ),
                 );
             }
@@ -699,7 +711,7 @@ fn failures_within_budget(
         }
         _ => {}
     }
-    if !same_step && !after.state.is_terminal() && after.step_failures != 0 {
+    if !same_step && !after.state().is_terminal() && after.step_failures != 0 {
         add(
             Invariant::Failures,
             format!("order {id}: step {} began with {} failures", after.step, after.step_failures),
@@ -720,9 +732,7 @@ fn stage_lapse(
     let id = after.order_id.as_str();
     let Some(stage) = running_stage(before, wf) else { return };
     // Before its first claim the stage has no branches on record: none used any budget.
-    let was = |step: u32| {
-        before.stage.as_ref().filter(|run| run.at == stage.start).and_then(|run| run.branch(step))
-    };
+    let was = |step: u32| before.stage().filter(|run| run.at == stage.start).and_then(|run| run.branch(step));
     let succeeded = |step: u32| was(step).is_some_and(|b| b.outcome == sas::domain::Outcome::Succeeded);
     let open: Vec<(u32, u32, u32)> = stage
         .branches()
@@ -730,18 +740,19 @@ fn stage_lapse(
         .map(|s| (s, was(s).map_or(0, |b| b.failures) + 1, wf.max_failures(s, r.policy.failure_threshold)))
         .collect();
     let spent = open.iter().find(|(_, used, own)| used >= own);
-    let retried = after.state == ProcessState::Pending;
+    let retried = after.state() == ProcessState::Pending;
     if retried == spent.is_some() {
         add(
             Invariant::Failures,
             format!(
                 "order {id}: a lapse of stage {} (branches' lapses and budgets {open:?}) went to {:?}",
-                stage.name, after.state
+                stage.name,
+                after.state()
             ),
         );
     }
     if retried {
-        let now = |step: u32| after.stage.as_ref().and_then(|run| run.branch(step)).map_or(0, |b| b.failures);
+        let now = |step: u32| after.stage().and_then(|run| run.branch(step)).map_or(0, |b| b.failures);
         for (step, used, _) in &open {
             if now(*step) != *used {
                 add(
@@ -784,21 +795,21 @@ fn replies_fenced(
             format!(
                 "order {id}: reply of branch {step} of stage {} applied to {:?} at step {} ({:?}), lease {:?}, branch {:?} at {}",
                 stage.name,
-                before.state,
+                before.state(),
                 before.step,
                 before.action(),
-                before.locked_by,
-                before.stage.as_ref().and_then(|run| run.branch(step)),
+                before.locked_by(),
+                before.stage().and_then(|run| run.branch(step)),
                 after.updated_at
             ),
         );
         return;
     }
-    let leased = before.locked_by.is_some()
-        && matches!(before.state, ProcessState::Processing | ProcessState::Compensating)
+    let leased = before.locked_by().is_some()
+        && matches!(before.state(), ProcessState::Processing | ProcessState::Compensating)
         && before.step == step
         && before.action() == action
-        && before.complete_by.is_some_and(|cb| after.updated_at <= cb);
+        && before.complete_by().is_some_and(|cb| after.updated_at <= cb);
     let by_token = matches!(after.last_cause, Cause::Failed { .. })
         && action == Action::Do
         && token_fenced(before, after, step);
@@ -809,8 +820,8 @@ fn replies_fenced(
                 "order {id}: reply for step {step} {action:?} applied to step {} {:?} lease {:?} complete-by {:?} at {}",
                 before.step,
                 before.action(),
-                before.locked_by,
-                before.complete_by,
+                before.locked_by(),
+                before.complete_by(),
                 after.updated_at
             ),
         );
@@ -821,11 +832,11 @@ fn replies_fenced(
 /// waits on a callback of this step (claimed or started), and the callback is not yet due.
 /// Which attempt's token, and whether it was genuine, only the simulation knows (`check.rs`).
 fn token_fenced(before: &TaskRecord, after: &TaskRecord, step: u32) -> bool {
-    before.callback.as_ref().is_some_and(|cb| {
+    before.callback().is_some_and(|cb| {
         cb.step == step
             && before.step == step
             && before.action() == Action::Do
-            && matches!(before.state, ProcessState::Processing | ProcessState::Waiting)
+            && matches!(before.state(), ProcessState::Processing | ProcessState::Waiting)
             && after.updated_at <= cb.due()
     })
 }
@@ -841,9 +852,9 @@ fn completions_fenced(before: &TaskRecord, after: &TaskRecord, add: &mut impl Fn
                 after.order_id,
                 after.last_cause,
                 before.step,
-                before.state,
-                before.callback.as_ref().map(|cb| (cb.step, cb.attempt)),
-                before.callback.as_ref().map(|cb| cb.due()),
+                before.state(),
+                before.callback().map(|cb| (cb.step, cb.attempt)),
+                before.callback().map(|cb| cb.due()),
                 after.updated_at
             ),
         );
@@ -872,7 +883,7 @@ impl Ran {
                 // Not counted as reopening: the table has no cancel from a terminal state,
                 // so such a write is already an Absorbing violation.
                 Cause::Operator { act: Act::Cancel, .. } => {}
-                Cause::Operator { .. } if w.before.as_ref().is_some_and(|b| b.state.is_terminal()) => {
+                Cause::Operator { .. } if w.before.as_ref().is_some_and(|b| b.state().is_terminal()) => {
                     ran.reopened += 1;
                 }
                 // A stage's claim dispatches its branches: each counts as claimed.
@@ -890,7 +901,7 @@ impl Ran {
                 Cause::Succeeded { step, action: Action::Undo } => ran.undone.push(*step),
                 _ => {}
             }
-            if w.after.state.is_terminal() && w.before.as_ref().is_none_or(|b| !b.state.is_terminal()) {
+            if w.after.state().is_terminal() && w.before.as_ref().is_none_or(|b| !b.state().is_terminal()) {
                 ran.terminal_entries += 1;
             }
         }
@@ -902,10 +913,9 @@ impl Ran {
 /// counted up), or `None` when the write claimed no stage.
 pub fn dispatched_branches(w: &WriteRecord) -> Option<Vec<u32>> {
     let Cause::Claimed { step, action: Action::Do } = w.after.last_cause else { return None };
-    let run = w.after.stage.as_ref().filter(|run| run.at == step)?;
-    let was = |i: u32| {
-        w.before.as_ref().and_then(|b| b.stage.as_ref()).filter(|r| r.at == step).and_then(|r| r.branch(i))
-    };
+    let run = w.after.stage().filter(|run| run.at == step)?;
+    let was =
+        |i: u32| w.before.as_ref().and_then(|b| b.stage()).filter(|r| r.at == step).and_then(|r| r.branch(i));
     Some(
         run.each()
             .filter(|(i, b)| b.dispatches > was(*i).map_or(0, |w| w.dispatches))
@@ -980,7 +990,7 @@ fn stage_undo_exact(
             }
             _ => {}
         }
-        if after.state == ProcessState::Compensated && before.state != ProcessState::Compensated {
+        if after.state() == ProcessState::Compensated && before.state() != ProcessState::Compensated {
             for (step, s) in seen.iter().filter(|(_, s)| may_have_taken_effect(s)) {
                 let Some(def) = workflow.step(*step) else { continue };
                 let wrong = match def.kind() {
@@ -1007,7 +1017,7 @@ fn stage_undo_exact(
 
 fn history_of_writes(history: &[&WriteRecord]) -> String {
     let causes: Vec<String> =
-        history.iter().map(|w| format!("{:?}->{:?}", w.after.last_cause, w.after.state)).collect();
+        history.iter().map(|w| format!("{:?}->{:?}", w.after.last_cause, w.after.state())).collect();
     causes.join(", ")
 }
 
@@ -1070,7 +1080,7 @@ fn declined(history: &[&WriteRecord]) -> BTreeSet<u32> {
         let Some(before) = &w.before else { continue };
         match &w.after.last_cause {
             Cause::Failed { step, action: Action::Do, in_doubt: false, .. }
-                if before.callback.as_ref().is_some_and(|cb| cb.step == *step) =>
+                if before.callback().is_some_and(|cb| cb.step == *step) =>
             {
                 declined.insert(*step);
             }
@@ -1102,8 +1112,8 @@ fn cancelled_stays_out(id: &OrderId, history: &[&WriteRecord], add: &mut impl Fn
 /// operator reopened it.
 fn terminal_once(task: &TaskRecord, ran: &Ran, add: &mut impl FnMut(Invariant, String)) {
     let id = &task.order_id;
-    if !task.state.is_terminal() {
-        add(Invariant::TerminalOnce, format!("order {id} ended {:?} at step {}", task.state, task.step));
+    if !task.state().is_terminal() {
+        add(Invariant::TerminalOnce, format!("order {id} ended {:?} at step {}", task.state(), task.step));
     } else if ran.terminal_entries != 1 + ran.reopened {
         add(
             Invariant::TerminalOnce,
@@ -1132,14 +1142,14 @@ fn alerted(
         let (Some(before), after) = (&w.before, &w.after) else { continue };
         let gave_up = matches!(after.last_cause, Cause::DeadlinePassed { .. })
             && infer_trigger(before, after, Some(workflow)) != Some(Trigger::Retry);
-        if (after.state == ProcessState::Error || gave_up) && !alerted(after.state, after.failure_count) {
+        if (after.state() == ProcessState::Error || gave_up) && !alerted(after.state(), after.failure_count) {
             add(
                 Invariant::Alerted,
-                format!("order {id} went to {:?} ({:?}) without an alert", after.state, after.last_cause),
+                format!("order {id} went to {:?} ({:?}) without an alert", after.state(), after.last_cause),
             );
         }
     }
-    if task.state == ProcessState::Error && !r.alerts.iter().any(|a| &a.order_id == id) {
+    if task.state() == ProcessState::Error && !r.alerts.iter().any(|a| &a.order_id == id) {
         add(Invariant::Alerted, format!("order {id} is Error without an alert"));
     }
 }
@@ -1166,7 +1176,7 @@ fn compensated_in_the_records(
             );
         }
     }
-    if task.state == ProcessState::Compensated {
+    if task.state() == ProcessState::Compensated {
         for step in done.iter().filter(|s| workflow.step(**s).is_some_and(|d| d.compensation.is_some())) {
             if !undone.contains(step) {
                 add(
@@ -1176,7 +1186,8 @@ fn compensated_in_the_records(
             }
         }
     }
-    if task.state == ProcessState::Processed && (done.len() as u32 != workflow.len() || !undone.is_empty()) {
+    if task.state() == ProcessState::Processed && (done.len() as u32 != workflow.len() || !undone.is_empty())
+    {
         add(
             Invariant::Compensation,
             format!("order {id} Processed with steps {done:?} done and {undone:?} undone"),
@@ -1250,7 +1261,7 @@ fn remote_agrees(
     for (step, def) in (0..workflow.len()).zip(&workflow.steps).filter(|(_, d)| !d.is_timer()) {
         let done = applied(r.ledger, id, step, Action::Do);
         let undone = applied(r.ledger, id, step, Action::Undo);
-        match task.state {
+        match task.state() {
             ProcessState::Processed if !done || undone => add(
                 Invariant::RemoteAgrees,
                 format!("order {id} Processed but step {step}: applied {done}, undone {undone}"),

@@ -19,6 +19,7 @@ pub mod remote;
 pub mod run;
 pub mod swarm;
 pub mod timing;
+mod trace_record;
 pub mod workload;
 pub mod world;
 
@@ -83,7 +84,7 @@ impl SeedsSummary {
             *self.stages.entry(k).or_default() += n;
         }
         for t in &o.tasks {
-            *self.final_states.entry(t.state).or_default() += 1;
+            *self.final_states.entry(t.state()).or_default() += 1;
         }
         self.orders += o.tasks.len() as u64;
         self.invocations += o.invocations;
@@ -99,7 +100,7 @@ impl SeedsSummary {
             *self.outside.entry(k).or_default() += n;
         }
         for (w, ctx) in o.writes.iter().zip(&o.write_ctx) {
-            if w.after.state.is_terminal() && w.before.as_ref().is_some_and(|b| !b.state.is_terminal()) {
+            if w.after.state().is_terminal() && w.before.as_ref().is_some_and(|b| !b.state().is_terminal()) {
                 self.max_tail_ms = self.max_tail_ms.max(ctx.at.saturating_sub(o.quiet_at));
             }
         }

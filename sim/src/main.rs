@@ -25,7 +25,11 @@ fn main() {
         // leaves every line as it was (scripts/sim-fingerprint.sh).
         for seed in seeds {
             let verdict = sas_sim::run_seed(seed, &sas_sim::Options::default());
-            println!("seed {seed} hash {:016x} violations {}", verdict.outcome.hash, verdict.violations.len());
+            println!(
+                "seed {seed} hash {:016x} violations {}",
+                verdict.outcome.hash,
+                verdict.violations.len()
+            );
         }
         return;
     }

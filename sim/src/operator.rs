@@ -25,7 +25,7 @@ pub struct Decision {
 /// when the faults stop is resumed by the loop, `resume_held`).
 pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand::Rng>) -> Decision {
     // Mostly a task in Error, when there is one: that is what operators act on.
-    let errors: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == ProcessState::Error).collect();
+    let errors: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state() == ProcessState::Error).collect();
     let task = if !errors.is_empty() && w.rng.u8(..3) > 0 {
         errors[w.rng.usize(..errors.len())].clone()
     } else {
@@ -36,10 +36,10 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand:
     };
     // Pauses come from their own generator, so a seed without them runs as before them.
     if let Some(p) = pauses {
-        let act = match task.state {
+        let act = match task.state() {
             // A paused task is mostly resumed; now and then paused again (refused).
-            _ if task.paused && p.u8(..4) > 0 => Some(Act::Resume),
-            _ if task.paused => Some(Act::Pause),
+            _ if task.paused() && p.u8(..4) > 0 => Some(Act::Resume),
+            _ if task.paused() => Some(Act::Pause),
             state if !state.is_terminal() && p.u8(..4) == 0 => Some(Act::Pause),
             _ => None,
         };
@@ -47,7 +47,7 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand:
             return Decision { task, act, twins: p.u8(..3) == 0 };
         }
     }
-    let act = match task.state {
+    let act = match task.state() {
         ProcessState::Error if w.rng.bool() => Act::Compensate,
         ProcessState::Error => resubmit(w),
         ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting if w.rng.u8(..4) > 0 => {

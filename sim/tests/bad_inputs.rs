@@ -181,7 +181,7 @@ impl World {
     /// The lease of `id`'s live attempt.
     fn lease(&self, id: &str) -> String {
         let task = self.store.tasks().into_iter().find(|t| t.order_id.as_str() == id).unwrap();
-        task.locked_by.expect("claimed").to_string()
+        task.locked_by().expect("claimed").to_string()
     }
 
     fn drain(&self, queue: &str) -> Vec<StoredMessage> {
@@ -621,7 +621,7 @@ fn run_row(row: &Row) -> String {
         "orders" => {
             ["good-1", "good-2"].iter().all(|id| w.store.tasks().iter().any(|t| t.order_id.as_str() == *id))
         }
-        "scheduler" => w.store.tasks().iter().filter(|t| t.state == ProcessState::Processing).count() >= 2,
+        "scheduler" => w.store.tasks().iter().filter(|t| t.state() == ProcessState::Processing).count() >= 2,
         _ => replies.len() >= 2,
     };
     assert!(handled, "{}: the good messages of its batch were not handled", row.kind);
@@ -649,7 +649,7 @@ fn run_row(row: &Row) -> String {
         Gets::GivesUp(reason) => {
             assert!(kept.is_empty() && report.kept == 0, "{}: {kept:?}", row.kind);
             let task = w.store.tasks().into_iter().find(|t| t.order_id.as_str() == "o-1").unwrap();
-            assert!(task.state.is_terminal(), "{}: o-1 is {:?}", row.kind, task.state);
+            assert!(task.state().is_terminal(), "{}: o-1 is {:?}", row.kind, task.state());
             let statuses = w.drain("status");
             let failed = statuses
                 .iter()
@@ -660,7 +660,7 @@ fn run_row(row: &Row) -> String {
             assert!(got.contains(reason), "{}: reason {got:?} lacks {reason:?}", row.kind);
             format!(
                 "handled: the step is given up in doubt, order ends `{:?}`: {}",
-                task.state,
+                task.state(),
                 got.replace('|', "\\|")
             )
         }
@@ -831,7 +831,7 @@ fn an_apps_cancel_binds_to_the_orders_submitter() {
     assert_eq!(report, BatchReport::default());
     let report = w.batch_from("orders", &[(cancel("o-1"), Some("AROASHOP:shop-container-3"))]);
     assert_eq!(report, BatchReport::default());
-    assert_eq!(o1().state, ProcessState::Compensated, "the submitter's cancel applies");
+    assert_eq!(o1().state(), ProcessState::Compensated, "the submitter's cancel applies");
     let told: Vec<String> = w.drain("status").into_iter().map(|m| m.body).collect();
     assert!(told.iter().any(|b| b.contains(r#""status":"cancelled""#)), "{told:?}");
     // An order accepted without a sender (a record from before senders were kept):
@@ -840,5 +840,5 @@ fn an_apps_cancel_binds_to_the_orders_submitter() {
     let report = w.batch_from("orders", &[(cancel("o-2"), Some(INTRUDER))]);
     assert_eq!(report, BatchReport::default());
     let o2 = w.store.tasks().into_iter().find(|t| t.order_id.as_str() == "o-2").unwrap();
-    assert_eq!(o2.state, ProcessState::Compensated);
+    assert_eq!(o2.state(), ProcessState::Compensated);
 }

@@ -174,7 +174,7 @@ fn without_faults_every_order_is_processed() {
             let no_time = matches!(&t.last_cause, sas::domain::Cause::Failed { reason, .. }
                 if reason.starts_with("timer step") && reason.ends_with("has no time to wait until"));
             if !no_time {
-                assert_eq!(t.state, sas::domain::ProcessState::Processed, "seed {seed}: {t:?}");
+                assert_eq!(t.state(), sas::domain::ProcessState::Processed, "seed {seed}: {t:?}");
             }
         }
     }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sas::domain::{
-    Action, AgentReply, Cause, LeaseToken, LineItem, Order, OrderId, Policy, ProcessState, Refusal,
-    ReplyOutcome, StaleReason, TaskRecord, Timestamp, Workflow,
+    Action, AgentReply, Cause, Lease, LeaseToken, LineItem, Order, OrderId, Phase, Policy, ProcessState,
+    Refusal, ReplyOutcome, StaleReason, TaskRecord, Timestamp, Workflow,
 };
 use sas::ports::{Delivery, Inserted, Outgoing, QueueUrl, Written};
 
@@ -79,13 +79,11 @@ pub async fn insert_is_idempotent_and_keeps_the_first(b: &Backend) {
 pub async fn replace_is_conditional_and_faithful(b: &Backend) {
     let task = insert(b, "rep-1", T0).await;
     let mut next = task.clone();
-    next.state = ProcessState::Compensating;
+    let held = Lease { token: lease(42), complete_by: T0.plus_ms(30_000) };
+    next = next.with_phase(Phase::compensating(Some(held), T0.plus_ms(40_000)));
     next.step = 1;
     next.step_attempts = 2;
     next.attempt = 7;
-    next.locked_by = Some(lease(42));
-    next.complete_by = Some(T0.plus_ms(30_000));
-    next.deadline = Some(T0.plus_ms(40_000));
     next.failure_count = 3;
     next.step_failures = 2;
     next.last_cause = Cause::Failed {
@@ -146,9 +144,9 @@ pub async fn concurrent_claimers_exactly_one_wins(b: &Backend, rounds: usize, cl
             winners.len()
         );
         let stored = read(b, &task.order_id).await;
-        assert_eq!(stored.locked_by, Some(winners[0]), "{}: round {round}", b.name);
+        assert_eq!(stored.locked_by(), Some(winners[0]), "{}: round {round}", b.name);
         assert_eq!(
-            (stored.state, stored.attempt, stored.revision),
+            (stored.state(), stored.attempt, stored.revision),
             (ProcessState::Processing, 1, 2),
             "{}",
             b.name
@@ -211,7 +209,7 @@ pub async fn branch_replies_racing_on_one_record_all_land(b: &Backend, branches:
     assert_eq!(joined, 1, "{}: one reply joins the stage: {results:?}", b.name);
     let stored = read(b, &claimed.order_id).await;
     assert_eq!(
-        (stored.state, stored.step, stored.stage.clone()),
+        (stored.state(), stored.step, stored.stage().clone()),
         (ProcessState::Pending, branches as u32, None),
         "{}",
         b.name
@@ -229,7 +227,7 @@ pub async fn fenced_reply_after_expiry_is_rejected(b: &Backend) {
     let claim = task.claim(lease(1), T0.plus_ms(100), &wf, &policy).unwrap();
     write(b, &claim.next, &task).await;
     let claimed = read(b, &task.order_id).await;
-    let complete_by = claimed.complete_by.expect("claimed");
+    let complete_by = claimed.complete_by().expect("claimed");
     let reply = AgentReply {
         order_id: claimed.order_id.clone(),
         step: 0,
@@ -248,7 +246,7 @@ pub async fn fenced_reply_after_expiry_is_rejected(b: &Backend) {
     );
 
     let in_time = claimed.apply_reply(&reply, complete_by, &wf, &policy).expect("in time");
-    let deadline = claimed.deadline.expect("claimed tasks have a deadline");
+    let deadline = claimed.deadline().expect("claimed tasks have a deadline");
     let lapsed = claimed.lapse(deadline, &wf, &policy, 0).expect("due");
     write(b, &lapsed.next, &claimed).await;
     assert_eq!(
@@ -258,7 +256,7 @@ pub async fn fenced_reply_after_expiry_is_rejected(b: &Backend) {
         b.name
     );
     let now = read(b, &task.order_id).await;
-    assert_eq!((now.state, now.failure_count), (ProcessState::Pending, 1), "{}", b.name);
+    assert_eq!((now.state(), now.failure_count), (ProcessState::Pending, 1), "{}", b.name);
     assert_eq!(
         now.fence(&reply, complete_by),
         Err(StaleReason::NoLease(ProcessState::Pending)),
@@ -297,26 +295,26 @@ pub async fn due_returns_exactly_the_due_tasks(b: &Backend) {
             outcome: ReplyOutcome::DONE,
         };
         let done = c.apply_reply(&reply, T0.plus_ms(20_001), &wf, &policy).unwrap();
-        assert_eq!(done.next.state, ProcessState::Processed);
+        assert_eq!(done.next.state(), ProcessState::Processed);
         write(b, &done.next, &c).await;
     }
     // A write may move a deadline earlier ...
     let t = read(b, &ids[9]).await;
     let mut earlier = t.clone();
-    earlier.deadline = Some(T0.plus_ms(45_000));
+    earlier = earlier.with_phase(Phase::pending(T0.plus_ms(45_000)));
     earlier.revision += 1;
     write(b, &earlier, &t).await;
     // ... a late claim moves one later, a prompt claim keeps it, a recovery moves it later.
     let t = read(b, &ids[1]).await;
     let claim = t.claim(lease(1), T0.plus_ms(30_000), &wf, &policy).unwrap();
-    assert_eq!(claim.next.deadline, Some(T0.plus_ms(70_000)));
+    assert_eq!(claim.next.deadline(), Some(T0.plus_ms(70_000)));
     write(b, &claim.next, &t).await;
     let t = read(b, &ids[3]).await;
     let claim = t.claim(lease(3), T0.plus_ms(5_000), &wf, &policy).unwrap();
-    assert_eq!(claim.next.deadline, t.deadline);
+    assert_eq!(claim.next.deadline(), t.deadline());
     write(b, &claim.next, &t).await;
     let t = read(b, &ids[0]).await;
-    let lapse = t.lapse(t.deadline.unwrap(), &wf, &policy, 0).unwrap();
+    let lapse = t.lapse(t.deadline().unwrap(), &wf, &policy, 0).unwrap();
     write(b, &lapse.next, &t).await;
 
     let now = T0.plus_ms(66_000);
@@ -325,8 +323,8 @@ pub async fn due_returns_exactly_the_due_tasks(b: &Backend) {
         stored.push(read(b, id).await);
     }
     let mut expected: Vec<&TaskRecord> =
-        stored.iter().filter(|t| t.deadline.is_some_and(|d| d <= now)).collect();
-    expected.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
+        stored.iter().filter(|t| t.deadline().is_some_and(|d| d <= now)).collect();
+    expected.sort_by(|a, b| (a.deadline(), &a.order_id).cmp(&(b.deadline(), &b.order_id)));
     let expected_ids: Vec<&str> = expected.iter().map(|t| t.order_id.as_str()).collect();
     // Guard the test itself: some due, some not yet, some finished.
     assert_eq!(expected_ids, ["due-09", "due-03", "due-04", "due-05", "due-06"], "{}", b.name);
@@ -348,7 +346,7 @@ pub async fn due_returns_exactly_the_due_tasks(b: &Backend) {
     let everything = b.store.due(T0.plus_ms(10_000_000), 100).await.unwrap();
     assert_eq!(everything.len(), 10, "{}: all non-terminal tasks, no terminal one", b.name);
     for id in &everything {
-        assert!(!read(b, id).await.state.is_terminal(), "{}: {id} is terminal", b.name);
+        assert!(!read(b, id).await.state().is_terminal(), "{}: {id} is terminal", b.name);
     }
 }
 
@@ -495,10 +493,7 @@ pub async fn send_each_answers_for_every_message(b: &Backend) {
 /// no deadline, no lease.
 async fn finish(b: &Backend, task: &TaskRecord, state: ProcessState, at: Timestamp) -> TaskRecord {
     let mut next = task.clone();
-    next.state = state;
-    next.deadline = None;
-    next.locked_by = None;
-    next.complete_by = None;
+    next = next.with_phase(Phase::ended(state).expect("an ended state"));
     next.revision += 1;
     next.updated_at = at;
     write(b, &next, task).await;
@@ -534,8 +529,7 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
     let t = insert(b, "lst-back", T0).await;
     let failed = finish(b, &t, ProcessState::Error, T0.plus_ms(30_000)).await;
     let mut back = failed.clone();
-    back.state = ProcessState::Pending;
-    back.deadline = Some(T0.plus_ms(500));
+    back = back.with_phase(Phase::pending(T0.plus_ms(500)));
     back.revision += 1;
     back.updated_at = T0.plus_ms(31_000);
     write(b, &back, &failed).await;
@@ -571,10 +565,10 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
     let listed = b.lister.list(&Listing::Live, 100).await.unwrap();
     let mut expected: Vec<TaskRecord> = live.clone();
     expected.push(back.clone());
-    expected.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
+    expected.sort_by(|a, b| (a.deadline(), &a.order_id).cmp(&(b.deadline(), &b.order_id)));
     assert_eq!(listed, expected, "{}: the live tasks, oldest deadline first, as stored", b.name);
     assert_eq!(ids(&listed)[0], "lst-back", "{}", b.name);
-    assert!(listed.iter().all(|t| !t.state.is_terminal()), "{}", b.name);
+    assert!(listed.iter().all(|t| !t.state().is_terminal()), "{}", b.name);
 
     let first2 = b.lister.list(&Listing::Live, 2).await.unwrap();
     assert_eq!(first2, expected[..2], "{}: limit", b.name);

@@ -81,13 +81,13 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
     let (store, order_id) = (&store, &order_id);
     let task = || async move { store.task(order_id).await.expect("state table read") };
     let waiting: TaskRecord = wait_for("the task waits", Duration::from_secs(60), || async {
-        task().await.filter(|t| t.state == ProcessState::Waiting)
+        task().await.filter(|t| t.state() == ProcessState::Waiting)
     })
     .await;
     let token = approvals.token(&id, Duration::from_secs(5)).await;
     let (parsed, claims) = CallbackToken::parse(&token).expect("a well-formed token");
     assert_eq!((claims.order_id.as_str(), claims.step), (id.as_str(), 0));
-    let awaiting = waiting.callback.clone().expect("the record waits on the token");
+    let awaiting = waiting.callback().clone().expect("the record waits on the token");
     assert_eq!(awaiting.digest, parsed.digest(), "the record keeps the token's digest");
     assert!(!format!("{waiting:?}").contains(&token), "never the token itself");
 
@@ -115,21 +115,21 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
     assert!(reason(&bad_token).starts_with("callback refused: a callback token is sas1."), "{kept:?}");
     assert_eq!(reason(&no_reason), "not a callback message: a failure needs a reason");
     let now = task().await.unwrap();
-    assert_eq!((now.state, now.revision), (ProcessState::Waiting, waiting.revision), "nothing changed");
+    assert_eq!((now.state(), now.revision), (ProcessState::Waiting, waiting.revision), "nothing changed");
 
     // The real completion: the step ends with its output and the task with it.
     let done = serde_json::json!({"token": token, "outcome": "success", "output": {"approved_by": "ops"}});
     send(p.callback_queue.clone(), done.to_string()).await;
     let processed = wait_for("the task ends", Duration::from_secs(60), || async {
-        task().await.filter(|t| t.state.is_terminal())
+        task().await.filter(|t| t.state().is_terminal())
     })
     .await;
-    assert_eq!(processed.state, ProcessState::Processed, "{processed:?}");
+    assert_eq!(processed.state(), ProcessState::Processed, "{processed:?}");
     assert_eq!(
         processed.outputs.get("approve").map(|o| o.to_value()),
         Some(serde_json::json!({"approved_by": "ops"}))
     );
-    assert_eq!(processed.callback, None, "the token died with its step");
+    assert_eq!(processed.callback(), None, "the token died with its step");
 
     // The same completion again: refused (the step has ended), kept, nothing written.
     send(p.callback_queue.clone(), done.to_string()).await;

@@ -527,7 +527,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     loop {
         for id in expected.keys() {
             let task = store.task(&OrderId::parse(id).expect("id")).await.expect("state table read");
-            states.insert(id.clone(), task.map(|t| t.state));
+            states.insert(id.clone(), task.map(|t| t.state()));
         }
         let ended = states.values().all(|s| s.is_some_and(|s| s.is_terminal()));
         if ended || Instant::now() > deadline {

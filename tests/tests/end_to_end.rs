@@ -61,7 +61,7 @@ fn check(run: &DevOutcome) {
     assert_eq!(tasks.len(), run.sent.orders.len());
     for (id, _) in &run.sent.orders {
         let task = tasks.get(id.as_str()).unwrap_or_else(|| panic!("order {id} has no task"));
-        assert!(task.state.is_terminal(), "order {id} ended {:?}", task.state);
+        assert!(task.state().is_terminal(), "order {id} ended {:?}", task.state());
         let last = run.writes.iter().rev().find(|w| w.after.order_id.as_str() == id).expect("written");
         assert_eq!(&last.after, *task, "order {id}: stored record differs from the last write");
     }
@@ -95,17 +95,17 @@ fn check(run: &DevOutcome) {
 async fn single_step_orders_over_moto() {
     let Some(run) = run("single_step_orders_over_moto", "single-step", 40, 21).await else { return };
     check(&run);
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Error), "a refusal without compensation");
-    assert_eq!(run.alerts.len(), run.tasks.iter().filter(|t| t.state == ProcessState::Error).count());
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Processed));
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Error), "a refusal without compensation");
+    assert_eq!(run.alerts.len(), run.tasks.iter().filter(|t| t.state() == ProcessState::Error).count());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_step_orders_compensate_over_moto() {
     let Some(run) = run("three_step_orders_compensate_over_moto", "three-step", 25, 22).await else { return };
     check(&run);
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Compensated), "some orders were undone");
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Processed));
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Compensated), "some orders were undone");
     assert!(
         run.writes
             .iter()
@@ -132,10 +132,10 @@ async fn parallel_stage_orders_over_moto() {
     let options = DevOptions { definitions, ..options("fan-out", 25, 23) };
     let Some(run) = run_with("parallel_stage_orders_over_moto", options).await else { return };
     check(&run);
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Processed));
-    assert!(run.tasks.iter().any(|t| t.state == ProcessState::Compensated), "some stages were undone");
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Processed));
+    assert!(run.tasks.iter().any(|t| t.state() == ProcessState::Compensated), "some stages were undone");
     assert!(
-        run.writes.iter().any(|w| w.after.stage.as_ref().is_some_and(|s| {
+        run.writes.iter().any(|w| w.after.stage().as_ref().is_some_and(|s| {
             s.branches.iter().filter(|b| b.outcome == sas::domain::Outcome::Succeeded).count() == 2
         })),
         "branches joined one by one"

@@ -130,7 +130,7 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
 
     let id = OrderId::parse("glue-1").expect("valid id");
     let task = submission.deps.store.task(&id).await.expect("readable").expect("stored");
-    assert_eq!((task.state, task.revision), (ProcessState::Pending, 1), "inserted once");
+    assert_eq!((task.state(), task.revision), (ProcessState::Pending, 1), "inserted once");
     let sqs = aws.sqs();
     let kept = sqs.receive(&orders_dlq, 10, 1_000).await.expect("receive");
     assert_eq!(kept.len(), 1, "only the malformed body is kept");
@@ -143,7 +143,7 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     let deployment = sas::config::Deployment::Stack("glue".into());
     let alerts = Some((resources.alert_topic_arn.as_str(), &deployment));
     let mut deps = aws.deps(&resources.tables, alerts, metrics, DEFAULT_MAX_HOLD);
-    let deadline = task.deadline.expect("pending tasks have a deadline");
+    let deadline = task.deadline().expect("pending tasks have a deadline");
     deps.clock = Arc::new(ManualClock::at(deadline.0 + 1));
     let supervisor = Supervisor::new(deps, settings);
     let event = json!({
@@ -156,5 +156,5 @@ async fn sqs_and_schedule_events_run_through_the_handlers() {
     assert_eq!(report["examined"], 1, "{report}");
     assert_eq!(report["retried"], 1, "{report}");
     let task = supervisor.deps.store.task(&id).await.expect("readable").expect("stored");
-    assert_eq!((task.state, task.failure_count), (ProcessState::Pending, 1));
+    assert_eq!((task.state(), task.failure_count), (ProcessState::Pending, 1));
 }

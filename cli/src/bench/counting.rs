@@ -97,7 +97,7 @@ const EXPIRES_AT_BYTES: usize = 23;
 
 /// Size of a task's item: the record, plus `expires_at` once it is finished.
 fn record_bytes(task: &TaskRecord) -> usize {
-    item_bytes(task) + if task.state.is_terminal() { EXPIRES_AT_BYTES } else { 0 }
+    item_bytes(task) + if task.state().is_terminal() { EXPIRES_AT_BYTES } else { 0 }
 }
 
 fn kb_units(bytes: usize, unit: usize) -> f64 {
@@ -179,7 +179,7 @@ impl CountingStore {
 
 /// The due index's key of a record: it has an index entry exactly while it has a deadline.
 fn index_key(task: Option<&TaskRecord>) -> Option<Timestamp> {
-    task.and_then(|t| t.deadline)
+    task.and_then(|t| t.deadline())
 }
 
 /// Writes a table write costs the KEYS_ONLY due index: an entry put when the key appears,
@@ -195,7 +195,7 @@ fn index_writes(before: Option<Timestamp>, after: Option<Timestamp>) -> f64 {
 
 /// The error index's key of a record: it has an entry exactly while it is in Error.
 fn error_key(task: Option<&TaskRecord>) -> Option<Timestamp> {
-    task.filter(|t| t.state == ProcessState::Error).map(|t| t.updated_at)
+    task.filter(|t| t.state() == ProcessState::Error).map(|t| t.updated_at)
 }
 
 /// Write units a table write costs the error index, which projects whole items (ALL):

@@ -15,7 +15,7 @@ use serde::Serialize;
 use sas::adapters::aws::dynamodb::{ListingReads, task_item};
 use sas::adapters::aws::provision;
 use sas::adapters::aws::{DynamoStore, TableNames};
-use sas::domain::{LineItem, Order, OrderId, Policy, ProcessState, TaskRecord, Timestamp};
+use sas::domain::{LineItem, Order, OrderId, Phase, Policy, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{Listing, TaskListing};
 
 /// BatchWriteItem's limit.
@@ -86,8 +86,7 @@ fn task(i: usize, o: &ListingOptions, policy: &Policy) -> TaskRecord {
     };
     let mut task = TaskRecord::new(&order(&id), None, T0, policy);
     if state != ProcessState::Pending {
-        task.state = state;
-        task.deadline = None;
+        task = task.with_phase(Phase::ended(state).expect("an ended state"));
         task.revision = 2;
         task.updated_at = T0.plus_ms(1_000 + i as u64);
     }

@@ -65,7 +65,7 @@ pub async fn recovery(orders: usize, policy: Policy, supervisor_period_ms: u64, 
         let first_tick = manual.now().plus_ms(rng.u64(0..supervisor_period_ms.max(1)));
         rig.run_simulated(1, first_tick).await;
         let task = rig.store.tasks().pop().expect("one task");
-        all_processed &= task.state == ProcessState::Processed;
+        all_processed &= task.state() == ProcessState::Processed;
         latencies.push(task.updated_at.millis_since(crash_at));
     }
     latencies.sort_unstable();

@@ -13,7 +13,7 @@ use sas::adapters::embedded::{
     CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings, RecordingAlerts,
 };
 use sas::adapters::system::FastRandom;
-use sas::domain::{Awaiting, Policy, ProcessState, TaskRecord, Timestamp, Workflows};
+use sas::domain::{Awaiting, Phase, Policy, TaskRecord, Timestamp, WaitingFor, Workflows};
 use sas::handlers::{Deps, Settings, Supervisor};
 use sas::ports::{Clock, StateStore};
 
@@ -44,8 +44,7 @@ pub async fn sweep_once(finished: usize, waiting: usize, due: usize) -> SweepRow
     for i in 0..finished {
         let order = super::listing::order(&format!("done-{i:08}"));
         let mut task = TaskRecord::new(&order, None, manual.now(), &policy);
-        task.state = ProcessState::Processed;
-        task.deadline = None;
+        task = task.with_phase(Phase::Processed);
         task.step = 1;
         store.insert(&task).await.expect("insert");
     }
@@ -95,12 +94,10 @@ pub async fn sweep_once(finished: usize, waiting: usize, due: usize) -> SweepRow
 fn waiting_task(order: &sas::domain::Order, i: usize, now: Timestamp, policy: &Policy) -> TaskRecord {
     const DAY_MS: u64 = 24 * 3_600_000;
     let mut task = TaskRecord::new(order, None, now, policy);
-    task.state = ProcessState::Waiting;
     task.step = 1;
     task.attempt = 1;
     if i.is_multiple_of(2) {
-        task.wake_at = Some(now.plus_ms(365 * DAY_MS));
-        task.deadline = task.wake_at;
+        task = task.with_phase(Phase::waiting(WaitingFor::Timer { wake_at: now.plus_ms(365 * DAY_MS) }));
     } else {
         let awaiting = Awaiting {
             step: 1,
@@ -112,8 +109,7 @@ fn waiting_task(order: &sas::domain::Order, i: usize, now: Timestamp, policy: &P
             started_at: Some(now),
             since: now,
         };
-        task.deadline = Some(awaiting.due());
-        task.callback = Some(awaiting);
+        task = task.with_phase(Phase::waiting(WaitingFor::Callback(awaiting)));
     }
     debug_assert_eq!(task.shape_violation(), None);
     task

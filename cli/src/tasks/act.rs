@@ -121,7 +121,7 @@ impl Operator {
         let actor = Actor { by: &self.by, why, seen, origin: Origin::Operator };
         match operate(&self.deps, &self.settings, &id, act, actor).await {
             Ok(Operated::Applied { before, trigger, task }) => {
-                Ok(Outcome::Applied { before, after: task.state, trigger: trigger.as_str(), no_status })
+                Ok(Outcome::Applied { before, after: task.state(), trigger: trigger.as_str(), no_status })
             }
             Ok(Operated::Refused(r)) => Ok(Outcome::Refused(r.to_string())),
             Ok(Operated::NoSuchTask) => Ok(Outcome::NoTask),
@@ -330,12 +330,12 @@ fn preview(ctx: &Context, act: Act, task: &TaskRecord, why: &str, policy: &Polic
             format!(
                 "would {}: {id}: {} -> {} ({})",
                 act.as_str(),
-                task.state.as_str(),
-                d.next.state.as_str(),
+                task.state().as_str(),
+                d.next.state().as_str(),
                 d.trigger.as_str()
             ),
             json!({"id": id, "act": act.as_str(), "dry_run": true, "outcome": "would_apply",
-                   "from": task.state.as_str(), "to": d.next.state.as_str(), "trigger": d.trigger.as_str()}),
+                   "from": task.state().as_str(), "to": d.next.state().as_str(), "trigger": d.trigger.as_str()}),
         ),
         Err(why) => (
             false,

@@ -228,7 +228,7 @@ async fn apply(
     let outcome = match complete(&deps, &settings, token.expose(), completion).await {
         Ok(Completed::Applied { before, trigger, task }) => {
             let name = render::step_name(render::workflow_of(&ctx.definitions, &task), claims.step);
-            Outcome::Applied { before, after: task.state, trigger: trigger.as_str(), name, task }
+            Outcome::Applied { before, after: task.state(), trigger: trigger.as_str(), name, task }
         }
         Ok(Completed::Refused(why)) => Outcome::Refused(why.to_string()),
         // The store, a queue or the alerts topic failed: before the write (nothing
@@ -328,7 +328,7 @@ impl Outcome {
 
 /// After a heartbeat, when the step is due again (it still waits on the same attempt).
 fn next_due(task: &TaskRecord) -> Option<sas::domain::Timestamp> {
-    task.callback.as_ref().map(|cb| cb.due())
+    task.callback().map(|cb| cb.due())
 }
 
 #[cfg(test)]
@@ -413,17 +413,19 @@ mod tests {
         assert_eq!(v["token"], "sas1.o-1.1.3.abab…");
         assert!(v.get("next_due").is_none());
         // A heartbeat says when the next is due.
-        let mut waiting = crate::fixtures::task("o-1", ProcessState::Waiting);
-        waiting.callback = Some(sas::domain::Awaiting {
-            step: 1,
-            attempt: 3,
-            digest: t.digest(),
-            timeout_at: Timestamp(1_700_000_100_000),
-            heartbeat_ms: Some(10_000),
-            last_heartbeat: Some(Timestamp(1_700_000_020_000)),
-            started_at: Some(Timestamp(1_700_000_001_000)),
-            since: Timestamp(1_700_000_000_000),
-        });
+        let waiting = crate::fixtures::task("o-1", ProcessState::Waiting);
+        let waiting = waiting.with_phase(sas::domain::Phase::waiting(sas::domain::WaitingFor::Callback(
+            sas::domain::Awaiting {
+                step: 1,
+                attempt: 3,
+                digest: t.digest(),
+                timeout_at: Timestamp(1_700_000_100_000),
+                heartbeat_ms: Some(10_000),
+                last_heartbeat: Some(Timestamp(1_700_000_020_000)),
+                started_at: Some(Timestamp(1_700_000_001_000)),
+                since: Timestamp(1_700_000_000_000),
+            },
+        )));
         let beat = Outcome::Applied {
             before: ProcessState::Waiting,
             after: ProcessState::Waiting,

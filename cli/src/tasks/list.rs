@@ -46,10 +46,10 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
     let mut tasks: Vec<TaskRecord> = read
         .into_iter()
         .filter(|t| match (state, state.state()) {
-            (_, Some(s)) => t.state == s,
-            (StateArg::Paused, None) => t.paused && !t.state.is_terminal(),
-            (StateArg::Queued, None) => t.queued.is_some() && !t.state.is_terminal(),
-            (_, None) => !t.state.is_terminal() && t.deadline.is_some_and(|d| d < now),
+            (_, Some(s)) => t.state() == s,
+            (StateArg::Paused, None) => t.paused() && !t.state().is_terminal(),
+            (StateArg::Queued, None) => t.queued().is_some() && !t.state().is_terminal(),
+            (_, None) => !t.state().is_terminal() && t.deadline().is_some_and(|d| d < now),
         })
         .filter(|t| filter.workflow.as_ref().is_none_or(|w| *w == t.workflow))
         .filter(|t| since.is_none_or(|s| t.updated_at >= s))

@@ -31,7 +31,7 @@ pub fn step_name(wf: Option<&Workflow>, step: u32) -> Option<String> {
 pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
     let mut v = json!({
         "id": task.order_id.as_str(),
-        "state": task.state.as_str(),
+        "state": task.state().as_str(),
         "workflow": task.workflow,
         "version": task.workflow_version,
         "step": task.step,
@@ -40,19 +40,19 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
         "updated_at": iso(task.updated_at),
         "last_error": task.last_error,
     });
-    if let Some(at) = task.wake_at {
+    if let Some(at) = task.wake_at() {
         v["wake_at"] = json!(iso(at));
     }
-    if task.paused {
+    if task.paused() {
         v["paused"] = json!(true);
     }
     if let Some(kind) = waits_for(task) {
         v["waits_for"] = json!(kind);
     }
-    if let Some(q) = &task.queued {
+    if let Some(q) = task.queued() {
         v["queued"] = json!({"agent": q.agent, "ticket": q.ticket, "since": iso(q.since)});
     }
-    if let (Some("callback"), Some(cb)) = (waits_for(task), &task.callback) {
+    if let (Some("callback"), Some(cb)) = (waits_for(task), &task.callback()) {
         v["callback_attempt"] = json!(cb.attempt);
         v["callback_due"] = json!(iso(cb.due()));
     }
@@ -99,11 +99,11 @@ impl StageView<'_> {
 /// claim until the task goes past it; in Error, and while undoing after a give-up there),
 /// or the stage it waits to claim.
 pub fn stage_view<'a>(task: &TaskRecord, wf: Option<&'a Workflow>) -> Option<StageView<'a>> {
-    if let Some(run) = &task.stage {
+    if let Some(run) = task.stage() {
         let stage = wf.and_then(|w| w.stage_at(run.at));
         return Some(StageView { stage, run: run.clone(), kept: true });
     }
-    let fresh = task.action() == Action::Do && !task.state.is_terminal();
+    let fresh = task.action() == Action::Do && !task.state().is_terminal();
     let stage = wf.filter(|_| fresh).and_then(|w| w.stage_at(task.step))?;
     Some(StageView { stage: Some(stage), run: StageRun::new(stage), kept: false })
 }
@@ -295,10 +295,10 @@ fn gutter(stage: &Stage, mask: u32) -> String {
 
 /// What a Waiting task waits for: `timer` (its wake time) or `callback` (the outside).
 pub fn waits_for(task: &TaskRecord) -> Option<&'static str> {
-    if task.state != sas::domain::ProcessState::Waiting {
+    if task.state() != sas::domain::ProcessState::Waiting {
         return None;
     }
-    match (task.wake_at, &task.callback) {
+    match (task.wake_at(), &task.callback()) {
         (Some(_), _) => Some("timer"),
         (None, Some(_)) => Some("callback"),
         (None, None) => None,
@@ -308,7 +308,7 @@ pub fn waits_for(task: &TaskRecord) -> Option<&'static str> {
 /// What a task waiting for a place in its agent's gate waits for, and how long it has
 /// waited by `now`: `waiting for a place at payment (ticket 41, 3.2 s)`.
 pub fn queued_line(task: &TaskRecord, now: Timestamp) -> Option<String> {
-    let q = task.queued.as_ref()?;
+    let q = task.queued()?;
     let waited = now.millis_since(q.since) as f64 / 1_000.0;
     Some(format!("waiting for a place at {} (ticket {}, {waited:.1} s)", q.agent, q.ticket))
 }
@@ -317,17 +317,17 @@ pub fn queued_line(task: &TaskRecord, now: Timestamp) -> Option<String> {
 /// callback with when its heartbeat or completion is due, a task waiting for a place in
 /// its agent's gate with its ticket and how long it has waited.
 fn state_cell(task: &TaskRecord, now: Timestamp) -> String {
-    let state = match (task.wake_at, waits_for(task), &task.callback) {
-        (Some(at), ..) => format!("{} until {}", task.state.as_str(), iso(at)),
+    let state = match (task.wake_at(), waits_for(task), &task.callback()) {
+        (Some(at), ..) => format!("{} until {}", task.state().as_str(), iso(at)),
         (None, Some("callback"), Some(cb)) => {
-            format!("{} for callback, due {}", task.state.as_str(), iso(cb.due()))
+            format!("{} for callback, due {}", task.state().as_str(), iso(cb.due()))
         }
         _ => match queued_line(task, now) {
-            Some(q) => format!("{}, {q}", task.state.as_str()),
-            None => task.state.as_str().to_owned(),
+            Some(q) => format!("{}, {q}", task.state().as_str()),
+            None => task.state().as_str().to_owned(),
         },
     };
-    if task.paused { format!("{state} (paused)") } else { state }
+    if task.paused() { format!("{state} (paused)") } else { state }
 }
 
 /// A length of time as people write it: `90s`, `15m`, `1h`, `1500 ms`.
@@ -349,7 +349,7 @@ fn callback_lines(
     wf: Option<&Workflow>,
     now: Timestamp,
 ) -> Vec<(&'static str, String)> {
-    let state = task.state;
+    let state = task.state();
     let step = match step_name(wf, cb.step) {
         Some(name) => format!("step {} {name}", cb.step),
         None => format!("step {}", cb.step),
@@ -593,17 +593,17 @@ pub fn next_commands(
             .act(act, Actor { by: "-", why: "-", seen: None, origin: Origin::Operator }, now, wf, policy)
             .is_ok(),
         None => match act {
-            Act::Resubmit { .. } | Act::Compensate => task.state == sas::domain::ProcessState::Error,
+            Act::Resubmit { .. } | Act::Compensate => task.state() == sas::domain::ProcessState::Error,
             Act::Cancel => {
                 matches!(
-                    task.state,
+                    task.state(),
                     sas::domain::ProcessState::Pending
                         | sas::domain::ProcessState::Processing
                         | sas::domain::ProcessState::Waiting
                 )
             }
-            Act::Pause => !task.state.is_terminal() && !task.paused,
-            Act::Resume => task.paused,
+            Act::Pause => !task.state().is_terminal() && !task.paused(),
+            Act::Resume => task.paused(),
         },
     };
     let mut next: Vec<String> = acts
@@ -612,8 +612,8 @@ pub fn next_commands(
         .map(|a| format!("sasctl tasks {} {id} --reason TEXT{flags}", a.as_str()))
         .collect();
     // A callback step's word, for whoever holds its token (the record keeps only its digest).
-    if task.callback.is_some()
-        && matches!(task.state, sas::domain::ProcessState::Processing | sas::domain::ProcessState::Waiting)
+    if task.callback().is_some()
+        && matches!(task.state(), sas::domain::ProcessState::Processing | sas::domain::ProcessState::Waiting)
     {
         next.push(format!("sasctl tasks complete TOKEN --output JSON{flags}"));
         next.push(format!("sasctl tasks fail TOKEN --reason TEXT{flags}"));
@@ -626,7 +626,7 @@ pub fn next_commands(
 pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next: &[String]) -> String {
     let mut lines = Vec::new();
     let version = format!("{} v{}", task.workflow, task.workflow_version);
-    lines.push(format!("task {}: {} (workflow {version})", task.order_id, task.state.as_str()));
+    lines.push(format!("task {}: {} (workflow {version})", task.order_id, task.state().as_str()));
     let mut field = |name: &str, value: String| lines.push(format!("  {name:<14}{value}"));
     let stage = stage_view(task, wf);
     match stage.as_ref().filter(|v| v.going_forward(task)) {
@@ -666,31 +666,31 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
             );
         }
     }
-    match (task.locked_by, task.complete_by) {
+    match (task.locked_by(), task.complete_by()) {
         (Some(lease), Some(by)) => field("lease", format!("{lease}, complete by {}", iso(by))),
         _ => field("lease", "none".to_owned()),
     }
     field(
         "deadline",
-        match task.deadline {
+        match task.deadline() {
             Some(d) if d <= now => format!("{} (passed: the supervisor recovers it)", iso(d)),
             Some(d) => iso(d),
             None => "none (ended)".to_owned(),
         },
     );
-    if let Some(w) = task.wake_at {
+    if let Some(w) = task.wake_at() {
         field("wakes at", format!("{} (a timer step: nothing runs until then)", iso(w)));
     }
-    if let (Some(q), Some(line)) = (&task.queued, queued_line(task, now)) {
+    if let (Some(q), Some(line)) = (&task.queued(), queued_line(task, now)) {
         field("queued", format!("{line}, since {}: the agent has no room; no failure counted", iso(q.since)));
     }
-    if let Some(cb) = &task.callback {
+    if let Some(cb) = task.callback() {
         for (name, value) in callback_lines(task, cb, wf, now) {
             field(name, value);
         }
     }
     if let Some(view) = &stage {
-        let forward = view.going_forward(task) && !task.state.is_terminal();
+        let forward = view.going_forward(task) && !task.state().is_terminal();
         let mut stage_lines = stage_lines(view, forward, wf, now).into_iter();
         if let Some(first) = stage_lines.next() {
             field("stage", first);
@@ -699,7 +699,7 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
             field("", line);
         }
     }
-    if task.paused {
+    if task.paused() {
         let held = if task.parked() {
             "it waits for a resume, off the supervisor's sweep"
         } else {
@@ -707,8 +707,8 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         };
         field("paused", format!("yes: {held} (sasctl tasks resume)"));
     }
-    if let Some(h) = task.hold_until {
-        let why = if task.stage.is_some() {
+    if let Some(h) = task.hold_until() {
+        let why = if task.stage().is_some() {
             "branches of the stage still out may run until then: the undo waits"
         } else {
             "a cancelled attempt may still run until then"
@@ -755,17 +755,17 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     v["step_name"] = json!(step_name(wf, task.step));
     v["created_at"] = json!(iso(task.created_at));
     v["updated_at"] = json!(iso(task.updated_at));
-    v["deadline"] = json!(time(task.deadline));
-    v["deadline_passed"] = json!(task.deadline.is_some_and(|d| d <= now));
-    v["complete_by"] = json!(time(task.complete_by));
-    v["hold_until"] = json!(time(task.hold_until));
-    if task.wake_at.is_some() {
-        v["wake_at"] = json!(time(task.wake_at));
+    v["deadline"] = json!(time(task.deadline()));
+    v["deadline_passed"] = json!(task.deadline().is_some_and(|d| d <= now));
+    v["complete_by"] = json!(time(task.complete_by()));
+    v["hold_until"] = json!(time(task.hold_until()));
+    if task.wake_at().is_some() {
+        v["wake_at"] = json!(time(task.wake_at()));
     }
     if let Some(kind) = waits_for(task) {
         v["waits_for"] = json!(kind);
     }
-    match &task.queued {
+    match &task.queued() {
         Some(q) => {
             v["queued"] = json!({
                 "agent": q.agent,
@@ -781,7 +781,7 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         }
     }
     // Curated as the rest: times in ISO-8601, and no digest (harmless, but nobody's to use).
-    if let Some(cb) = &task.callback {
+    if let Some(cb) = task.callback() {
         v["callback"] = callback_json(cb, wf);
     }
     v["redo_until"] = json!(task.redo_until);
@@ -807,7 +807,7 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sas::domain::{Happened, ProcessState, Step, Trigger};
+    use sas::domain::{Happened, Phase, ProcessState, Step, Trigger};
 
     fn task(state: ProcessState) -> TaskRecord {
         crate::fixtures::task("o-1", state)
@@ -858,7 +858,6 @@ mod tests {
         let now = Timestamp(1_700_000_001_000);
         let policy = Policy::default();
         let mut failed = task(ProcessState::Error);
-        failed.deadline = None;
         // Failed at its first step, which was refused: resubmit applies, and so does
         // compensate only if something may have taken effect.
         let next = next_commands(&failed, Some(&wf()), &policy, now, &flags);
@@ -879,8 +878,10 @@ mod tests {
             next_commands(&pending, Some(&wf()), &policy, now, ""),
             ["sasctl tasks cancel o-1 --reason TEXT", "sasctl tasks pause o-1 --reason TEXT"]
         );
-        let mut paused = task(ProcessState::Pending);
-        paused.paused = true;
+        let paused = task(ProcessState::Pending);
+        let due = paused.deadline().unwrap();
+        let paused =
+            paused.with_phase(Phase::Pending { due, wait: Default::default(), stage: None, paused: true });
         assert_eq!(
             next_commands(&paused, Some(&wf()), &policy, now, ""),
             ["sasctl tasks cancel o-1 --reason TEXT", "sasctl tasks resume o-1 --reason TEXT"]
@@ -897,7 +898,6 @@ mod tests {
     #[test]
     fn show_says_how_many_entries_were_let_go_and_what_is_next() {
         let mut t = task(ProcessState::Error);
-        t.deadline = None;
         t.timeline_dropped = 3;
         t.last_error = Some("do-it: 422\nno such customer".into());
         let text =
@@ -936,7 +936,7 @@ mod tests {
 #[cfg(test)]
 mod waiting_tests {
     use super::*;
-    use sas::domain::{Policy, ProcessState};
+    use sas::domain::{Phase, Policy, ProcessState, WaitingFor};
 
     fn task(state: ProcessState) -> TaskRecord {
         crate::fixtures::task("o-1", state)
@@ -946,9 +946,8 @@ mod waiting_tests {
     /// be cancelled.
     #[test]
     fn a_waiting_task_shows_its_wake_time() {
-        let mut t = task(ProcessState::Waiting);
-        t.wake_at = Some(Timestamp(1_700_000_060_000));
-        t.deadline = t.wake_at;
+        let t = task(ProcessState::Waiting)
+            .with_phase(Phase::waiting(WaitingFor::Timer { wake_at: Timestamp(1_700_000_060_000) }));
         let listed = table(&[(&t, None)]);
         assert!(listed.contains("Waiting until 2023-11-14T22:14:20.000Z"), "{listed}");
         assert_eq!(task_summary_json(&t, None)["wake_at"], "2023-11-14T22:14:20.000Z");
@@ -970,7 +969,7 @@ mod waiting_tests {
 #[cfg(test)]
 mod callback_tests {
     use super::*;
-    use sas::domain::{Policy, ProcessState, Step};
+    use sas::domain::{Lease, LeaseToken, Phase, Policy, ProcessState, Step, WaitingFor};
 
     fn wf() -> Workflow {
         let mut approve = Step::compensable("approve", "approvals", "withdraw");
@@ -994,9 +993,7 @@ mod callback_tests {
             started_at: Some(Timestamp(1_700_000_000_500)),
             since: Timestamp(1_700_000_000_000),
         };
-        t.deadline = Some(cb.due());
-        t.callback = Some(cb);
-        t
+        t.with_phase(Phase::waiting(WaitingFor::Callback(cb)))
     }
 
     #[test]
@@ -1035,12 +1032,19 @@ mod callback_tests {
 
     #[test]
     fn a_callback_claimed_but_not_started_says_so() {
-        let mut t = waiting();
-        t.state = ProcessState::Processing;
-        let cb = t.callback.as_mut().unwrap();
+        let t = waiting();
+        let mut cb = t.callback().unwrap().clone();
         cb.started_at = None;
         cb.last_heartbeat = None;
         cb.heartbeat_ms = None;
+        let lease = Lease { token: LeaseToken(uuid::Uuid::from_u128(1)), complete_by: cb.timeout_at };
+        let t = t.with_phase(Phase::Processing {
+            due: cb.due(),
+            lease,
+            callback: Some(cb),
+            stage: None,
+            paused: false,
+        });
         let text = show_text(&t, None, Timestamp(1_700_000_001_000), &[]);
         assert!(
             text.contains(
@@ -1064,8 +1068,8 @@ mod callback_tests {
     #[test]
     fn the_listing_says_what_each_waiting_task_waits_for() {
         let cb = waiting();
-        let mut timer = crate::fixtures::task("o-2", ProcessState::Waiting);
-        timer.wake_at = Some(Timestamp(1_700_000_060_000));
+        let timer = crate::fixtures::task("o-2", ProcessState::Waiting)
+            .with_phase(Phase::waiting(WaitingFor::Timer { wake_at: Timestamp(1_700_000_060_000) }));
         let listed = table(&[(&cb, Some(&wf())), (&timer, None)]);
         assert!(listed.contains("Waiting for callback, due 2023-11-14T23:23:20.000Z"), "{listed}");
         assert!(listed.contains("Waiting until 2023-11-14T22:14:20.000Z"), "{listed}");
@@ -1132,7 +1136,7 @@ mod stage_tests {
             step,
             action: t.action(),
             attempt,
-            lease: t.locked_by.expect("a live lease"),
+            lease: t.locked_by().expect("a live lease"),
             outcome,
         };
         t.apply_reply(&r, T0.plus_ms(at), &wf(), &Policy::default()).expect("applied").next
@@ -1148,7 +1152,7 @@ mod stage_tests {
         let t = crate::fixtures::task("o-1", ProcessState::Pending);
         let t = t.claim(lease(1), T0.plus_ms(10), &wf, &policy).unwrap().next;
         let t = reply(&t, 0, ok(), 15);
-        assert_eq!((t.state, t.step), (ProcessState::Pending, 1));
+        assert_eq!((t.state(), t.step), (ProcessState::Pending, 1));
         t.claim(lease(2), T0.plus_ms(20), &wf, &policy).unwrap().next
     }
 
@@ -1161,7 +1165,7 @@ mod stage_tests {
     #[test]
     fn show_sets_a_stages_branches_side_by_side() {
         let t = two_done();
-        assert_eq!((t.state, t.step), (ProcessState::Processing, 1));
+        assert_eq!((t.state(), t.step), (ProcessState::Processing, 1));
         let now = T0.plus_ms(50);
         let text = show_text(&t, Some(&wf()), now, &[]);
         for want in [
@@ -1246,7 +1250,7 @@ mod stage_tests {
     fn a_refused_branch_undoes_the_others_each_in_its_lane() {
         let refused = ReplyOutcome::Failed { reason: "422: no stock".into(), detail: None };
         let t = reply(&two_done(), 1, refused, 45);
-        assert_eq!((t.state, t.step), (ProcessState::Compensating, 2));
+        assert_eq!((t.state(), t.step), (ProcessState::Compensating, 2));
         let text = show_text(&t, Some(&wf()), T0.plus_ms(50), &[]);
         for want in [
             "  2023-11-14T22:13:20.045Z  Undo          * | |  step 1 reserve-east  422: no stock\n",
@@ -1276,7 +1280,7 @@ mod stage_tests {
         let policy = Policy::default();
         let undoing = t.claim(lease(3), T0.plus_ms(50), &wf(), &policy).unwrap().next;
         assert_eq!(
-            (undoing.state, undoing.step, undoing.action()),
+            (undoing.state(), undoing.step, undoing.action()),
             (ProcessState::Compensating, 2, Action::Undo)
         );
         let wf = wf();
@@ -1288,9 +1292,9 @@ mod stage_tests {
     fn a_stages_retry_is_the_stages_and_a_spent_branchs_give_up_its_own() {
         let (wf, policy) = (wf(), Policy::default());
         let t = reply(&at_stage(), 2, ok(), 30);
-        let deadline = t.deadline.unwrap();
+        let deadline = t.deadline().unwrap();
         let retried = t.lapse(deadline, &wf, &policy, 0).unwrap().next;
-        assert_eq!(retried.state, ProcessState::Pending);
+        assert_eq!(retried.state(), ProcessState::Pending);
         let text = show_text(&retried, Some(&wf), deadline, &[]);
         // reserve-west succeeded: the retry (and the claim after it) is the others'.
         assert!(text.contains("  Retry         * | *  stage reserve-all (steps 1-3)  attempt 4"), "{text}");
@@ -1303,15 +1307,15 @@ mod stage_tests {
         // Retried until reserve-east's budget is spent: the give-up names that branch.
         let mut t = retried;
         let gave_up = loop {
-            let at = t.deadline.unwrap();
+            let at = t.deadline().unwrap();
             let claimed = t.claim(lease(u128::from(t.attempt) + 10), at, &wf, &policy).unwrap().next;
-            let d = claimed.lapse(claimed.deadline.unwrap(), &wf, &policy, 0).unwrap();
+            let d = claimed.lapse(claimed.deadline().unwrap(), &wf, &policy, 0).unwrap();
             if d.trigger != Trigger::Retry {
                 break d.next;
             }
             t = d.next;
         };
-        assert_eq!(gave_up.state, ProcessState::Compensating);
+        assert_eq!(gave_up.state(), ProcessState::Compensating);
         assert_eq!(lanes_of(&gave_up), Some(Lane::Branch(&wf.stages[0], 0)));
         let text = show_text(&gave_up, Some(&wf), gave_up.updated_at, &[]);
         assert!(

@@ -181,8 +181,8 @@ impl EventLog {
     }
 
     fn ended(&self, task: &TaskRecord) {
-        let state = task.state.as_str();
-        let why = task.last_error.as_deref().filter(|_| task.state != ProcessState::Processed);
+        let state = task.state().as_str();
+        let why = task.last_error.as_deref().filter(|_| task.state() != ProcessState::Processed);
         let text = match why {
             Some(why) => format!("{} ({} v{}): {why}", task.order_id, task.workflow, task.workflow_version),
             None => format!("{} ({} v{})", task.order_id, task.workflow, task.workflow_version),
@@ -236,7 +236,7 @@ fn cancelled_text(task: &TaskRecord, was: Option<ProcessState>, entry: &sas::dom
         task.order_id,
         task.workflow,
         task.workflow_version,
-        task.state.as_str()
+        task.state().as_str()
     );
     if let Some(by) = &entry.by {
         text.push_str(&format!(", by {by}"));
@@ -249,13 +249,13 @@ fn cancelled_text(task: &TaskRecord, was: Option<ProcessState>, entry: &sas::dom
 
 impl Tap for EventLog {
     fn landed(&self, task: &TaskRecord, how: Landed) {
-        let terminal = task.state.is_terminal();
+        let terminal = task.state().is_terminal();
         let was = {
             let mut counts = self.counts();
             if how == Landed::Inserted {
                 counts.summary.accepted += 1;
             }
-            let was = counts.moved(&task.order_id, task.state);
+            let was = counts.moved(&task.order_id, task.state());
             if how == Landed::Replaced && cancel_in(task, was).is_some() {
                 counts.cancels_landed.insert(task.order_id.clone());
             }
@@ -267,7 +267,7 @@ impl Tap for EventLog {
                 &cancelled_text(task, was, entry),
                 serde_json::json!({
                     "order_id": task.order_id.as_str(), "from": was.map(ProcessState::as_str),
-                    "to": task.state.as_str(), "by": entry.by, "reason": entry.note,
+                    "to": task.state().as_str(), "by": entry.by, "reason": entry.note,
                 }),
             );
         }
@@ -440,7 +440,7 @@ impl CancelWatch {
             .map(|wf| task.act(Act::Cancel, actor, deps.clock.now(), wf, &settings.policy));
         Some(match decided {
             Some(Err(refusal)) => refusal.to_string(),
-            _ => format!("the task is {}", task.state.as_str()),
+            _ => format!("the task is {}", task.state().as_str()),
         })
     }
 }

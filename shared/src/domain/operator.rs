@@ -29,7 +29,7 @@
 use super::ids::{Sender, Timestamp};
 use super::lifecycle::{ProcessState, Trigger};
 use super::messages::OrderStatus;
-use super::task::{Act, Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::task::{Act, Cause, Decision, Draft, Effect, Policy, Refusal};
 use super::workflow::{Action, Workflow};
 
 /// Who acts and why: both go into the task's timeline.
@@ -58,22 +58,16 @@ pub enum Origin<'a> {
     App { sender: Option<&'a Sender> },
 }
 
-impl TaskRecord {
+impl Draft {
     /// The operator's `act` on this task as read, or why it does not apply.
-    pub fn act(
+    pub(in crate::domain) fn act(
         &self,
         act: Act,
         actor: Actor<'_>,
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
-        // First, so an app learns nothing of another sender's order, not even its state.
-        if let Origin::App { sender } = actor.origin
-            && !crate::mutations::cancel_from_any_sender()
-        {
-            self.check_sender(sender)?;
-        }
+    ) -> Result<Decision<Draft>, Refusal> {
         if let Some(seen) = actor.seen
             && seen != self.revision
         {
@@ -149,7 +143,7 @@ impl TaskRecord {
         }
     }
 
-    fn pause(&self, now: Timestamp, wf: &Workflow) -> Result<Decision, Refusal> {
+    fn pause(&self, now: Timestamp, wf: &Workflow) -> Result<Decision<Draft>, Refusal> {
         let act = Act::Pause;
         if self.state.is_terminal() {
             return Err(self.refused(act, "it has ended"));
@@ -164,7 +158,7 @@ impl TaskRecord {
         Ok(Decision { trigger: Trigger::Pause, next, effects: Vec::new() })
     }
 
-    fn resume(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision, Refusal> {
+    fn resume(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision<Draft>, Refusal> {
         let act = Act::Resume;
         if !self.paused {
             return Err(self.refused(act, "it is not paused"));
@@ -194,7 +188,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let act = Act::Resubmit { from_step };
         if self.state != ProcessState::Error {
             return Err(self.refused(act, "only a task in Error can be resubmitted"));
@@ -284,7 +278,12 @@ impl TaskRecord {
         })
     }
 
-    fn operator_undo(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision, Refusal> {
+    fn operator_undo(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
         let act = Act::Compensate;
         if self.state != ProcessState::Error {
             return Err(self.refused(act, "only a task in Error can be compensated"));
@@ -325,7 +324,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         actor: Actor<'_>,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let act = Act::Cancel;
         match self.state {
             ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting => {}
@@ -392,6 +391,7 @@ impl TaskRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::task::Phase;
     use crate::domain::task::fixtures::*;
     use crate::domain::timeline::Happened;
 
@@ -402,12 +402,12 @@ mod tests {
         task.step_failures = 2;
         let error = reply(&task, &wf, failed("card declined"), T0).next;
         let d = act(&error, &wf, Act::Resubmit { from_step: None });
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Resubmit, ProcessState::Pending, 0));
+        assert_eq!((d.trigger, d.next.state(), d.next.step), (Trigger::Resubmit, ProcessState::Pending, 0));
         assert_eq!((d.next.step_attempts, d.next.step_failures), (0, 0));
         assert_eq!(d.next.failure_count, error.failure_count, "the count only grows");
         assert_eq!(d.next.last_error, None);
         assert_eq!(d.next.last_cause, Cause::Operator { step: 0, act: Act::Resubmit { from_step: None } });
-        assert!(d.next.deadline.is_some());
+        assert!(d.next.deadline().is_some());
         assert_eq!(
             d.effects,
             vec![
@@ -425,7 +425,7 @@ mod tests {
         // It runs as any task does, to the end.
         let again = claim(&d.next, &wf, 2, T0.plus_ms(50_000));
         let done = reply(&again, &wf, ok(), T0.plus_ms(50_000)).next;
-        assert_eq!(done.state, ProcessState::Processed);
+        assert_eq!(done.state(), ProcessState::Processed);
     }
 
     /// Found by the simulation: a resubmitted pivot whose first attempt may have taken
@@ -452,7 +452,7 @@ mod tests {
         assert_eq!((again.step, again.redo_until), (0, Some(2)));
         assert!(refused(&again, &wf, Act::Cancel).contains("resubmitted from an earlier step"));
         let d = lapse_to_threshold(again.clone(), &wf, true);
-        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::ForwardOnly, ProcessState::Error));
         assert!(refused(&d.next, &wf, Act::Compensate).contains("resubmitted from an earlier step"));
         // Through every step again: past the one it failed at, the mark is gone.
         let mut t = again;
@@ -461,7 +461,7 @@ mod tests {
             t = claim(&t, &wf, 40 + n as u128, T0);
             t = reply(&t, &wf, ok(), T0).next;
         }
-        assert_eq!((t.state, t.redo_until), (ProcessState::Processed, None));
+        assert_eq!((t.state(), t.redo_until), (ProcessState::Processed, None));
     }
 
     /// Found by the simulation (1M seeds): the same resubmit sent twice, the second late,
@@ -473,9 +473,7 @@ mod tests {
         let error = error_at_ship(&wf);
         let seen = Actor { seen: Some(error.revision), ..OPS };
         let d = checked(&error, error.act(Act::Resubmit { from_step: None }, seen, T0, &wf, &policy()));
-        let mut again = d.next.clone();
-        again.state = ProcessState::Error;
-        again.deadline = None;
+        let again = d.next.clone().with_phase(Phase::ended(ProcessState::Error).unwrap());
         let why = match again.act(Act::Resubmit { from_step: None }, seen, T0, &wf, &policy()) {
             Err(r) => r.to_string(),
             Ok(d) => panic!("landed twice: {:?}", d.trigger),
@@ -514,18 +512,18 @@ mod tests {
         let error = error_at_ship(&wf);
         let d = act(&error, &wf, Act::Compensate);
         assert_eq!(
-            (d.trigger, d.next.state, d.next.step),
+            (d.trigger, d.next.state(), d.next.step),
             (Trigger::OperatorUndo, ProcessState::Compensating, 1),
             "ship was refused, so undoing starts at charge"
         );
-        assert_eq!(d.next.locked_by, None);
+        assert_eq!(d.next.locked_by(), None);
         assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
         // Then the pipeline undoes charge, then reserve, and ends Compensated.
         let t = claim(&d.next, &wf, 7, T0);
         let t = reply(&t, &wf, ok(), T0).next;
-        assert_eq!((t.state, t.step), (ProcessState::Compensating, 0));
+        assert_eq!((t.state(), t.step), (ProcessState::Compensating, 0));
         let t = claim(&t, &wf, 8, T0);
-        assert_eq!(reply(&t, &wf, ok(), T0).next.state, ProcessState::Compensated);
+        assert_eq!(reply(&t, &wf, ok(), T0).next.state(), ProcessState::Compensated);
         // Twice, from two terminals: the second decides on what the first wrote.
         assert!(refused(&d.next, &wf, Act::Compensate).contains("only a task in Error"));
     }
@@ -535,7 +533,7 @@ mod tests {
         let wf = Workflow::three_step();
         let error = error_while_undoing();
         let d = act(&error, &wf, Act::Compensate);
-        assert_eq!((d.next.state, d.next.step, d.next.step_failures), (ProcessState::Compensating, 1, 0));
+        assert_eq!((d.next.state(), d.next.step, d.next.step_failures), (ProcessState::Compensating, 1, 0));
         let d = checked(&d.next, d.next.claim(lease(9), T0, &wf, &policy()));
         assert_eq!(d.effects, vec![Effect::Dispatch { step: 1, action: Action::Undo, callback: None }]);
     }
@@ -545,7 +543,7 @@ mod tests {
         let mixed = mixed();
         // b (a pivot) succeeded, c refused: only forward is left.
         let error = reply(&claim(&pending_at(&mixed, 3), &mixed, 1, T0), &mixed, failed("no"), T0).next;
-        assert_eq!(error.state, ProcessState::Error);
+        assert_eq!(error.state(), ProcessState::Error);
         let why = refused(&error, &mixed, Act::Compensate);
         assert!(why.contains("pivot step b took effect"), "{why}");
         // Single-step: its one step was refused and has no compensation.
@@ -554,7 +552,7 @@ mod tests {
         assert!(refused(&error, &single, Act::Compensate).contains("nothing to undo"));
         // Or the pivot may have taken effect: it answered nothing, attempt after attempt.
         let error = lapse_to_threshold(claim(&new_task(&single), &single, 1, T0), &single, true).next;
-        assert_eq!(error.state, ProcessState::Error);
+        assert_eq!(error.state(), ProcessState::Error);
         assert!(refused(&error, &single, Act::Compensate).contains("may have taken effect"));
     }
 
@@ -592,7 +590,7 @@ mod tests {
         let wf = Workflow::three_step();
         let d = act(&new_task(&wf), &wf, Act::Cancel);
         assert_eq!(
-            (d.trigger, d.next.state, d.next.deadline),
+            (d.trigger, d.next.state(), d.next.deadline()),
             (Trigger::CancelUndone, ProcessState::Compensated, None)
         );
         assert_eq!(statuses(&d), vec![OrderStatus::Cancelled, OrderStatus::Compensated]);
@@ -604,32 +602,35 @@ mod tests {
         let wf = Workflow::three_step();
         let charging = claim(&pending_at(&wf, 1), &wf, 5, T0);
         let d = act(&charging, &wf, Act::Cancel);
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Cancel, ProcessState::Compensating, 1));
-        assert_eq!((d.next.locked_by, d.next.complete_by), (None, None), "the lease is gone");
+        assert_eq!(
+            (d.trigger, d.next.state(), d.next.step),
+            (Trigger::Cancel, ProcessState::Compensating, 1)
+        );
+        assert_eq!((d.next.locked_by(), d.next.complete_by()), (None, None), "the lease is gone");
         assert_eq!(statuses(&d), vec![OrderStatus::Cancelled]);
         // The charge's own reply, however good, no longer lands.
         let late = reply_for(&charging, ok());
         assert!(matches!(d.next.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
         // Its agent may call the service until complete-by: the undo waits for that.
-        let hold = charging.complete_by.unwrap().plus_ms(policy().reply_grace_ms);
+        let hold = charging.complete_by().unwrap().plus_ms(policy().reply_grace_ms);
         // Held even when the canceller's clock says that time is up already (an operator's
         // laptop may run ahead): the claiming scheduler judges it on its own clock.
-        assert_eq!(d.next.hold_until, charging.complete_by);
+        assert_eq!(d.next.hold_until(), charging.complete_by());
         assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
         let cancelled_at = T0.plus_ms(100);
         let early = checked(&charging, charging.act(Act::Cancel, OPS, cancelled_at, &wf, &policy()));
         assert_eq!(early.effects[0], Effect::Schedule { delay_ms: hold.millis_since(cancelled_at) });
-        assert!(early.next.deadline.unwrap() > hold);
+        assert!(early.next.deadline().unwrap() > hold);
         assert_eq!(
             early.next.claim(lease(6), Timestamp(hold.0 - 1), &wf, &policy()),
             Err(Refusal::Held { until: hold })
         );
         let undoing = claim(&early.next, &wf, 6, hold);
-        assert_eq!(undoing.hold_until, None);
+        assert_eq!(undoing.hold_until(), None);
         assert!(matches!(undoing.apply_reply(&late, T0, &wf, &policy()), Err(Refusal::StaleReply(_))));
         // A task waiting for its next step undoes the ones before it.
         let d = act(&pending_at(&wf, 2), &wf, Act::Cancel);
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Compensating, 1));
     }
 
     #[test]
@@ -669,7 +670,7 @@ mod tests {
         // The submitter, from another container (another session name): applied.
         let same = sender("AROASHOP:container-2");
         let d = checked(&task, task.act(Act::Cancel, app(Some(&same)), T0, &wf, &policy()));
-        assert_eq!((d.trigger, d.next.state), (Trigger::Cancel, ProcessState::Compensating));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::Cancel, ProcessState::Compensating));
         assert_eq!(d.next.submitter, Some(shop.clone()), "a decision keeps the submitter");
         // Another sender: refused, naming the cancel's own sender and never the submitter.
         let intruder = sender("AROAINTRUDER:x");
@@ -720,9 +721,12 @@ mod tests {
         let wf = Workflow::three_step();
         let pending = pending_at(&wf, 1);
         let d = act(&pending, &wf, Act::Pause);
-        assert_eq!((d.trigger, d.next.state, d.next.paused), (Trigger::Pause, ProcessState::Pending, true));
+        assert_eq!(
+            (d.trigger, d.next.state(), d.next.paused()),
+            (Trigger::Pause, ProcessState::Pending, true)
+        );
         assert!(d.effects.is_empty(), "nothing is scheduled while paused");
-        assert_eq!(d.next.deadline, Some(AT.plus_ms(crate::domain::task::PARKED_MS)), "off the sweep");
+        assert_eq!(d.next.deadline(), Some(AT.plus_ms(crate::domain::task::PARKED_MS)), "off the sweep");
         let paused = d.next;
         assert_eq!(paused.schedule(lease(5), AT, &wf, &policy()), Err(Refusal::Paused));
         assert!(matches!(
@@ -731,9 +735,9 @@ mod tests {
         ));
         assert!(refused(&paused, &wf, Act::Pause).contains("paused already"));
         let r = act(&paused, &wf, Act::Resume);
-        assert_eq!((r.trigger, r.next.paused), (Trigger::Resume, false));
+        assert_eq!((r.trigger, r.next.paused()), (Trigger::Resume, false));
         assert_eq!(r.effects, vec![Effect::Schedule { delay_ms: 0 }]);
-        assert_eq!(r.next.deadline, Some(AT.plus_ms(policy().pending_timeout_ms)));
+        assert_eq!(r.next.deadline(), Some(AT.plus_ms(policy().pending_timeout_ms)));
         assert!(r.next.claim(lease(6), AT, &wf, &policy()).is_ok(), "goes on from where it stopped");
         assert!(refused(&r.next, &wf, Act::Resume).contains("not paused"));
     }
@@ -743,10 +747,10 @@ mod tests {
         let wf = Workflow::three_step();
         let running = claim(&pending_at(&wf, 1), &wf, 3, T0);
         let paused = act(&running, &wf, Act::Pause).next;
-        assert_eq!((paused.state, paused.locked_by.is_some()), (ProcessState::Processing, true));
+        assert_eq!((paused.state(), paused.locked_by().is_some()), (ProcessState::Processing, true));
         let d =
             checked(&paused, paused.apply_reply(&reply_for(&paused, ok()), T0.plus_ms(10), &wf, &policy()));
-        assert_eq!((d.next.state, d.next.step, d.next.paused), (ProcessState::Pending, 2, true));
+        assert_eq!((d.next.state(), d.next.step, d.next.paused()), (ProcessState::Pending, 2, true));
         assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. })), "{:?}", d.effects);
         assert!(d.next.parked());
     }
@@ -756,10 +760,10 @@ mod tests {
         let wf = timed();
         let sleeping = sleep(&pending_at(&wf, 1), &wf, T0);
         let paused = act(&sleeping, &wf, Act::Pause).next;
-        assert_eq!(paused.deadline, sleeping.deadline, "the timer keeps its wake time");
-        let woke = checked(&paused, paused.recover(paused.wake_at.unwrap(), &wf, &policy(), 0));
+        assert_eq!(paused.deadline(), sleeping.deadline(), "the timer keeps its wake time");
+        let woke = checked(&paused, paused.recover(paused.wake_at().unwrap(), &wf, &policy(), 0));
         assert_eq!(
-            (woke.trigger, woke.next.state, woke.next.step),
+            (woke.trigger, woke.next.state(), woke.next.step),
             (Trigger::Woke, ProcessState::Pending, 2)
         );
         assert!(woke.next.parked(), "woken, then held");
@@ -772,7 +776,7 @@ mod tests {
             &paused,
             paused.complete(&token, &claims_of(&token), &done, T0.plus_ms(20), &approval, &policy()),
         );
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Pending, 2));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Pending, 2));
         assert!(d.next.parked());
     }
 
@@ -785,11 +789,11 @@ mod tests {
         let running = claim(&pending_at(&wf, 1), &wf, 3, AT);
         let paused = checked(&running, running.act(Act::Pause, OPS, AT, &wf, &policy())).next;
         let cancelled = checked(&paused, paused.act(Act::Cancel, OPS, AT, &wf, &policy())).next;
-        assert!(cancelled.parked() && cancelled.hold_until.is_some());
+        assert!(cancelled.parked() && cancelled.hold_until().is_some());
         let resumed = checked(&cancelled, cancelled.act(Act::Resume, OPS, AT.plus_ms(10), &wf, &policy()));
-        let ready = cancelled.hold_until.unwrap().plus_ms(policy().reply_grace_ms);
+        let ready = cancelled.hold_until().unwrap().plus_ms(policy().reply_grace_ms);
         assert_eq!(resumed.effects, vec![Effect::Schedule { delay_ms: ready.millis_since(AT.plus_ms(10)) }]);
-        assert!(resumed.next.deadline.unwrap() > ready, "due only after the held Schedule");
+        assert!(resumed.next.deadline().unwrap() > ready, "due only after the held Schedule");
         assert!(resumed.next.claim(lease(8), ready, &wf, &policy()).is_ok());
     }
 
@@ -798,7 +802,7 @@ mod tests {
         let wf = Workflow::three_step();
         let paused = act(&pending_at(&wf, 2), &wf, Act::Pause).next;
         let d = act(&paused, &wf, Act::Cancel);
-        assert_eq!((d.next.state, d.next.paused), (ProcessState::Compensating, true));
+        assert_eq!((d.next.state(), d.next.paused()), (ProcessState::Compensating, true));
         assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. })));
         assert_eq!(d.next.claim(lease(7), AT, &wf, &policy()), Err(Refusal::Paused));
         let r = act(&d.next, &wf, Act::Resume);

@@ -42,7 +42,7 @@ pub async fn complete(
         .await?;
         match outcome {
             Transition::Applied { before, decision } => {
-                tracing::info!(outcome = completion.as_str(), trigger = ?decision.trigger, state = ?decision.next.state, "callback applied");
+                tracing::info!(outcome = completion.as_str(), trigger = ?decision.trigger, state = ?decision.next.state(), "callback applied");
                 if decision.trigger != Trigger::Heartbeat {
                     deps.metrics.record(Metric::CallbackApplied, 1);
                 }
@@ -54,7 +54,7 @@ pub async fn complete(
                     tracing::warn!(error = %e, "callback applied; its effects are left to the supervisor");
                 }
                 Ok(Completed::Applied {
-                    before: before.state,
+                    before: before.state(),
                     trigger: decision.trigger,
                     task: Box::new(decision.next),
                 })

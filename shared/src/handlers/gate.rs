@@ -57,8 +57,8 @@ pub(crate) fn place_of(settings: &Settings, wf: &Workflow, decision: &Decision) 
     Some(Place {
         agent: agent.clone(),
         limits,
-        holder: call_holder(&task.order_id, task.attempt, &task.locked_by?),
-        until: limits.hold_until(task.complete_by?, settings.policy.reply_grace_ms),
+        holder: call_holder(&task.order_id, task.attempt, &task.locked_by()?),
+        until: limits.hold_until(task.complete_by()?, settings.policy.reply_grace_ms),
     })
 }
 

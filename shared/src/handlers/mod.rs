@@ -298,7 +298,7 @@ fn agent_request<'s>(
         .ok_or_else(|| HandlerError::Reject(format!("workflow {} has no step {step}", workflow.name)))?;
     // A branch of a parallel stage carries its own attempt and complete-by.
     let (attempt, complete_by) = task.dispatch_of(step);
-    let (Some(lease), Some(complete_by)) = (task.locked_by, complete_by) else {
+    let (Some(lease), Some(complete_by)) = (task.locked_by(), complete_by) else {
         return Err(HandlerError::Reject(format!("task {} dispatched without a lease", task.order_id)));
     };
     let step_name = match action {

@@ -37,7 +37,7 @@ pub async fn operate(
         Transition::Applied { before, decision } => {
             tracing::info!(
                 order_id = %order_id, act = act.as_str(), by = actor.by, why = actor.why,
-                from = ?before.state, trigger = ?decision.trigger, "operator action"
+                from = ?before.state(), trigger = ?decision.trigger, "operator action"
             );
             // The write landed: the action is done whatever its effects do. A Schedule that
             // fails to go out is made up for by the deadline just written (the supervisor
@@ -46,7 +46,7 @@ pub async fn operate(
                 tracing::warn!(order_id = %order_id, error = %e, "operator action landed; its effects are left to the supervisor");
             }
             Ok(Operated::Applied {
-                before: before.state,
+                before: before.state(),
                 trigger: decision.trigger,
                 task: Box::new(decision.next),
             })

@@ -73,7 +73,7 @@ impl Scheduler {
                 let decision = decide(task, wf, now)?;
                 if gate::place_of(&self.settings, wf, &decision).is_some() {
                     needs_gate.store(true, std::sync::atomic::Ordering::Relaxed);
-                    return Err(Refusal::ClaimLost { state: task.state, locked: false });
+                    return Err(Refusal::ClaimLost { state: task.state(), locked: false });
                 }
                 Ok(decision)
             };
@@ -100,7 +100,7 @@ impl Scheduler {
                             tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %lease, "claimed")
                         }
                         trigger => {
-                            tracing::info!(step = decision.next.step, ?trigger, wake_at = ?decision.next.wake_at, "timer")
+                            tracing::info!(step = decision.next.step, ?trigger, wake_at = ?decision.next.wake_at(), "timer")
                         }
                     }
                     perform(&self.deps, &self.settings, &decision).await
@@ -158,14 +158,14 @@ impl Scheduler {
             else {
                 // Woken while paused: its turn is over, and the place kept for it goes to
                 // the next in line rather than waiting to lapse.
-                if let (Err(Refusal::Paused), Some(q)) = (&decided, &task.queued) {
+                if let (Err(Refusal::Paused), Some(q)) = (&decided, &task.queued()) {
                     gate::release(deps, settings, &self.turns, &q.agent, &gate::reserved_for(q.ticket), None)
                         .await;
                 }
                 return Ok(Gated::NoGate(Some(Box::new(task))));
             };
             let ticket = task
-                .queued
+                .queued()
                 .as_ref()
                 .filter(|q| q.agent == place.agent)
                 .map(|q| q.ticket)
@@ -173,7 +173,7 @@ impl Scheduler {
             match gate::arrive(deps, settings, &self.turns, &place, ticket).await? {
                 Admission::Admitted => match deps.store.replace(&decision.next, task.revision).await? {
                     Written::Applied => {
-                        if let Some(q) = &task.queued {
+                        if let Some(q) = task.queued() {
                             deps.metrics.record(Metric::CapacityWaitMs, now.millis_since(q.since));
                         }
                         tracing::info!(step = decision.next.step, attempt = decision.next.attempt, %place.agent, "claimed with a place in the gate");
@@ -263,7 +263,7 @@ impl Scheduler {
                 Transition::Applied { before, decision } => {
                     let latency = self.deps.clock.now().millis_since(before.updated_at);
                     self.deps.metrics.record(Metric::StepLatencyMs, latency);
-                    tracing::info!(trigger = ?decision.trigger, state = ?decision.next.state, "reply applied");
+                    tracing::info!(trigger = ?decision.trigger, state = ?decision.next.state(), "reply applied");
                     perform(&self.deps, &self.settings, &decision).await
                 }
                 Transition::Refused(Refusal::StaleReply(why)) => {

@@ -136,7 +136,7 @@ impl Submission {
                     // The first delivery may have crashed before scheduling: finish its work.
                     // A spare Schedule is harmless (its claim is simply lost), and so is a
                     // second `received`.
-                    if existing.state == ProcessState::Pending && existing.attempt == 0 {
+                    if existing.state() == ProcessState::Pending && existing.attempt == 0 {
                         schedule(&self.deps, &self.settings, &order.order_id, 0).await?;
                         let reply_to = reply_to.as_deref();
                         send_status(

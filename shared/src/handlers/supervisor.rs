@@ -98,7 +98,7 @@ impl Supervisor {
                     failure_count = decision.next.failure_count, trigger = ?decision.trigger, "recovered"
                 );
                 perform(&self.deps, &self.settings, &decision).await?;
-                Ok(Some((before.state, decision.trigger)))
+                Ok(Some((before.state(), decision.trigger)))
             }
             Transition::Refused(Refusal::NotDue { .. }) | Transition::NoSuchTask => Ok(None),
             Transition::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),

@@ -334,7 +334,7 @@ impl Harness {
 
     /// Moves the clock to the task's deadline: the first moment the supervisor may act.
     pub fn to_deadline(&self, id: &str) {
-        let deadline = self.task(id).deadline.expect("a non-terminal task has a deadline");
+        let deadline = self.task(id).deadline().expect("a non-terminal task has a deadline");
         self.at(deadline);
     }
 
@@ -342,7 +342,7 @@ impl Harness {
     /// (its deadline is now + delay + pending timeout).
     pub fn retry_delay(&self, id: &str) -> u64 {
         let t = self.task(id);
-        t.deadline.unwrap().millis_since(t.updated_at) - self.settings.policy.pending_timeout_ms
+        t.deadline().unwrap().millis_since(t.updated_at) - self.settings.policy.pending_timeout_ms
     }
 
     // ---- looking ----
@@ -396,10 +396,10 @@ impl Harness {
             match &w.before {
                 None => {
                     assert_eq!(
-                        after.state,
+                        after.state(),
                         ProcessState::Pending,
                         "write {i}: inserted as {:?}",
-                        after.state
+                        after.state()
                     );
                     assert!(!last.contains_key(&after.order_id), "write {i}: inserted twice");
                 }
@@ -411,17 +411,17 @@ impl Harness {
                     );
                     let operator = matches!(after.last_cause, sas::domain::Cause::Operator { .. });
                     assert!(
-                        !before.state.is_terminal() || (operator && before.state == ProcessState::Error),
+                        !before.state().is_terminal() || (operator && before.state() == ProcessState::Error),
                         "write {i}: terminal {:?} changed",
-                        before.state
+                        before.state()
                     );
                     assert!(
                         lifecycle::TRANSITIONS
                             .iter()
-                            .any(|(from, _, to)| *from == before.state && *to == after.state),
+                            .any(|(from, _, to)| *from == before.state() && *to == after.state()),
                         "write {i}: {:?} -> {:?} is not in the table",
-                        before.state,
-                        after.state
+                        before.state(),
+                        after.state()
                     );
                     assert!(
                         after.failure_count >= before.failure_count,

@@ -80,7 +80,7 @@ where
 /// When a finished task's record expires, in epoch seconds: `retention_days` after its
 /// last write. `None` while the task is live, or when records are kept forever (0).
 pub fn expires_at(task: &TaskRecord, retention_days: u32) -> Option<u64> {
-    (task.state.is_terminal() && retention_days > 0)
+    (task.state().is_terminal() && retention_days > 0)
         .then(|| task.updated_at.0 / 1_000 + u64::from(retention_days) * 24 * 3_600)
 }
 
@@ -95,13 +95,13 @@ pub fn task_item(task: &TaskRecord, tables: &TableNames) -> Result<Item, StoreEr
     let mut item: Item = serde_dynamo::aws_sdk_dynamodb_1::to_item(task)
         .map_err(|e| corrupt(task.order_id.as_str(), format!("cannot encode task: {e}")))?;
     item.retain(|_, value| !matches!(value, AttributeValue::Null(_)));
-    if task.deadline.is_some() {
+    if task.deadline().is_some() {
         item.insert(
             DUE_SHARD.to_owned(),
             AttributeValue::S(due_shard(&task.order_id, tables.due_shards).to_string()),
         );
     }
-    if task.state == ProcessState::Error {
+    if task.state() == ProcessState::Error {
         item.insert(ERROR_SHARD.to_owned(), AttributeValue::S(ERROR_PARTITION.to_owned()));
     }
     if let Some(at) = expires_at(task, tables.retention_days) {
@@ -307,8 +307,8 @@ impl DynamoStore {
         for chunk in ids.chunks(BATCH_GET_MAX) {
             tasks.extend(self.batch_get(chunk).await?);
         }
-        tasks.retain(|t| !t.state.is_terminal());
-        tasks.sort_by(|a, b| (a.deadline, &a.order_id).cmp(&(b.deadline, &b.order_id)));
+        tasks.retain(|t| !t.state().is_terminal());
+        tasks.sort_by(|a, b| (a.deadline(), &a.order_id).cmp(&(b.deadline(), &b.order_id)));
         Ok(tasks)
     }
 
@@ -573,7 +573,7 @@ fn due_entry(item: Item) -> Result<(u64, OrderId), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Order, Policy, ProcessState};
+    use crate::domain::{Lease, Order, Phase, Policy, ProcessState, WaitingFor};
 
     fn task(id: &str) -> TaskRecord {
         let order = Order {
@@ -599,18 +599,29 @@ mod tests {
         assert!(item.values().all(|v| !matches!(v, AttributeValue::Null(_))), "{item:?}");
         assert_eq!(task_from_item(item).unwrap(), live);
 
-        let mut done = live.clone();
-        done.state = ProcessState::Processed;
-        done.deadline = None;
+        let done = live.clone().with_phase(Phase::Processed);
         let item = task_item(&done, &tables(30)).unwrap();
         assert!(!item.contains_key(DEADLINE) && !item.contains_key(DUE_SHARD));
         assert_eq!(task_from_item(item).unwrap(), done);
     }
 
+    /// A live phase of `state`, holding what it must (a lease while Processing).
+    fn live_phase(state: ProcessState) -> Phase {
+        let lease = Lease {
+            token: crate::domain::LeaseToken(uuid::Uuid::from_u128(1)),
+            complete_by: Timestamp(9_000),
+        };
+        match state {
+            ProcessState::Pending => Phase::pending(Timestamp(10_000)),
+            ProcessState::Processing => Phase::processing(lease, Timestamp(10_000)),
+            ProcessState::Waiting => Phase::waiting(WaitingFor::Timer { wake_at: Timestamp(10_000) }),
+            ProcessState::Compensating => Phase::compensating(None, Timestamp(10_000)),
+            ended => Phase::ended(ended).unwrap(),
+        }
+    }
+
     fn finished(state: ProcessState, updated_ms: u64) -> TaskRecord {
-        let mut t = task("o-3");
-        t.state = state;
-        t.deadline = None;
+        let mut t = task("o-3").with_phase(Phase::ended(state).unwrap());
         t.updated_at = Timestamp(updated_ms);
         t
     }
@@ -619,12 +630,11 @@ mod tests {
     /// deadline, in the due index, and comes back as written.
     #[test]
     fn a_waiting_task_keeps_its_wake_time_and_stays_in_the_due_index() {
-        let mut waiting = task("o-6");
-        waiting.state = ProcessState::Waiting;
-        waiting.wake_at = Some(Timestamp(90_000));
-        waiting.deadline = waiting.wake_at;
+        let waiting =
+            task("o-6").with_phase(Phase::waiting(WaitingFor::Timer { wake_at: Timestamp(90_000) }));
         let item = task_item(&waiting, &tables(30)).unwrap();
-        assert_eq!(item.get("wake_at"), Some(&AttributeValue::N("90000".into())));
+        let Some(AttributeValue::M(held)) = item.get("phase") else { panic!("no phase map: {item:?}") };
+        assert_eq!(held.get("wake_at"), Some(&AttributeValue::N("90000".into())));
         assert_eq!(item.get(DEADLINE), Some(&AttributeValue::N("90000".into())));
         assert!(item.contains_key(DUE_SHARD));
         assert!(!item.contains_key(EXPIRES_AT) && !item.contains_key(ERROR_SHARD));
@@ -649,8 +659,7 @@ mod tests {
             ProcessState::Waiting,
             ProcessState::Compensating,
         ] {
-            let mut live = task("o-4");
-            live.state = state;
+            let live = task("o-4").with_phase(live_phase(state));
             assert!(!task_item(&live, &tables(30)).unwrap().contains_key(ERROR_SHARD), "{state:?}");
         }
     }
@@ -663,7 +672,7 @@ mod tests {
             let item = task_item(&finished(state, 1_700_000_000_123), &tables(30)).unwrap();
             let want = (1_700_000_000 + 30 * day).to_string();
             assert_eq!(item.get(EXPIRES_AT), Some(&AttributeValue::N(want)), "{state:?}");
-            assert_eq!(task_from_item(item).unwrap().state, state, "the record reads back");
+            assert_eq!(task_from_item(item).unwrap().state(), state, "the record reads back");
         }
         let one_day = task_item(&finished(ProcessState::Processed, 2_000), &tables(1)).unwrap();
         assert_eq!(one_day.get(EXPIRES_AT), Some(&AttributeValue::N((2 + day).to_string())));
@@ -677,8 +686,7 @@ mod tests {
             ProcessState::Waiting,
             ProcessState::Compensating,
         ] {
-            let mut live = task("o-5");
-            live.state = state;
+            let live = task("o-5").with_phase(live_phase(state));
             assert!(!task_item(&live, &tables(30)).unwrap().contains_key(EXPIRES_AT), "{state:?}");
         }
     }

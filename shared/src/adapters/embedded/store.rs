@@ -63,7 +63,7 @@ impl EmbeddedStore {
     pub fn state_counts(&self) -> std::collections::BTreeMap<crate::domain::ProcessState, usize> {
         let mut counts = std::collections::BTreeMap::new();
         for task in self.tables().tasks.values() {
-            *counts.entry(task.state).or_default() += 1;
+            *counts.entry(task.state()).or_default() += 1;
         }
         counts
     }
@@ -80,20 +80,20 @@ impl EmbeddedStore {
     }
     fn index(t: &mut Tables, before: Option<&TaskRecord>, after: &TaskRecord) {
         let id = &after.order_id;
-        let error_key = |task: &TaskRecord| (task.state == ProcessState::Error).then_some(task.updated_at);
+        let error_key = |task: &TaskRecord| (task.state() == ProcessState::Error).then_some(task.updated_at);
         if let Some(updated) = before.and_then(error_key) {
             t.errors.remove(&(updated, id.clone()));
         }
         if let Some(updated) = error_key(after) {
             t.errors.insert((updated, id.clone()));
         }
-        if before.map(|b| b.deadline) == Some(after.deadline) {
+        if before.map(|b| b.deadline()) == Some(after.deadline()) {
             return;
         }
-        if let Some(deadline) = before.and_then(|b| b.deadline) {
+        if let Some(deadline) = before.and_then(|b| b.deadline()) {
             t.due.remove(&(deadline, id.clone()));
         }
-        if let Some(deadline) = after.deadline {
+        if let Some(deadline) = after.deadline() {
             t.due.insert((deadline, id.clone()));
         }
     }

@@ -172,11 +172,11 @@ mod decisions {
         let d = checked(&before, before.claim(lease(2), T0, &wf, &policy()));
         assert_eq!(dispatched(&d), [1, 2, 3]);
         let t = d.next;
-        assert_eq!((t.state, t.step, t.attempt, t.step_attempts), (ProcessState::Processing, 1, 4, 1));
-        let run = t.stage.as_ref().unwrap();
+        assert_eq!((t.state(), t.step, t.attempt, t.step_attempts), (ProcessState::Processing, 1, 4, 1));
+        let run = t.stage().unwrap();
         assert_eq!(run.branches.iter().map(|b| b.attempt).collect::<Vec<_>>(), [2, 3, 4]);
-        assert!(run.branches.iter().all(|b| b.dispatches == 1 && b.complete_by == t.complete_by));
-        assert_eq!(t.dispatch_of(2), (3, t.complete_by));
+        assert!(run.branches.iter().all(|b| b.dispatches == 1 && b.complete_by == t.complete_by()));
+        assert_eq!(t.dispatch_of(2), (3, t.complete_by()));
     }
 
     #[test]
@@ -185,7 +185,7 @@ mod decisions {
         let t = at_stage(&wf);
         let d = answer(&t, &wf, 2, output(r#"{"b":1}"#));
         assert_eq!(
-            (d.trigger, d.next.state, d.next.step),
+            (d.trigger, d.next.state(), d.next.step),
             (Trigger::BranchDone, ProcessState::Processing, 1)
         );
         assert_eq!(statuses(&d), [OrderStatus::StepCompleted]);
@@ -196,8 +196,8 @@ mod decisions {
         let d = answer(&d.next, &wf, 1, output(r#"{"a":1}"#));
         assert_eq!(d.trigger, Trigger::BranchDone);
         let d = answer(&d.next, &wf, 3, ok());
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Advanced, ProcessState::Pending, 4));
-        assert_eq!(d.next.stage, None);
+        assert_eq!((d.trigger, d.next.state(), d.next.step), (Trigger::Advanced, ProcessState::Pending, 4));
+        assert_eq!(d.next.stage(), None);
         assert_eq!(d.next.outputs.keys().collect::<Vec<_>>(), ["reserve-a", "reserve-b"]);
         assert_eq!(d.next.step_attempts, 0, "the step after the stage starts its own count");
     }
@@ -209,7 +209,7 @@ mod decisions {
         let mut other = branch_reply(&t, 1, ok());
         other.attempt = t.dispatch_of(2).0;
         assert_eq!(t.fence(&other, T0), Err(StaleReason::OtherAttempt { current: 2, reply: 3 }));
-        let late = t.complete_by.unwrap().plus_ms(1);
+        let late = t.complete_by().unwrap().plus_ms(1);
         assert!(matches!(t.fence(&branch_reply(&t, 1, ok()), late), Err(StaleReason::PastCompleteBy { .. })));
         let outside = branch_reply(&t, 4, ok());
         assert!(matches!(t.fence(&outside, T0), Err(StaleReason::OtherStep { .. })));
@@ -222,22 +222,22 @@ mod decisions {
         // reserve-b succeeds, reserve-a is refused while notify is still out.
         let t = answer(&t, &wf, 2, ok()).next;
         let d = answer(&t, &wf, 1, failed("no stock"));
-        assert_eq!((d.trigger, d.next.state), (Trigger::Undo, ProcessState::Compensating));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::Undo, ProcessState::Compensating));
         // reserve-b is undone; reserve-a had no effect; notify (read-only) needs nothing.
         assert_eq!(d.next.step, 2);
         // notify is still out: the undo waits until its complete-by and the grace.
-        assert_eq!(d.next.hold_until, t.complete_by);
-        let delay = t.complete_by.unwrap().plus_ms(policy().reply_grace_ms).millis_since(T0.plus_ms(10));
+        assert_eq!(d.next.hold_until(), t.complete_by());
+        let delay = t.complete_by().unwrap().plus_ms(policy().reply_grace_ms).millis_since(T0.plus_ms(10));
         assert!(d.effects.contains(&Effect::Schedule { delay_ms: delay }), "{:?}", d.effects);
         // notify's late reply is fenced off: the lease is gone.
         let late = d.next.apply_reply(&branch_reply(&t, 3, ok()), T0.plus_ms(20), &wf, &policy());
         assert!(matches!(late, Err(Refusal::StaleReply(_))), "{late:?}");
         // The undo: release-b, then nothing below but the read: Compensated.
-        let undo = claim(&d.next, &wf, 9, d.next.hold_until.unwrap().plus_ms(policy().reply_grace_ms));
+        let undo = claim(&d.next, &wf, 9, d.next.hold_until().unwrap().plus_ms(policy().reply_grace_ms));
         assert_eq!((undo.step, undo.action()), (2, Action::Undo));
-        let d = reply(&undo, &wf, ok(), undo.complete_by.unwrap());
+        let d = reply(&undo, &wf, ok(), undo.complete_by().unwrap());
         assert_eq!(
-            (d.trigger, d.next.state, d.next.stage.clone()),
+            (d.trigger, d.next.state(), d.next.stage().clone()),
             (Trigger::Undone, ProcessState::Compensated, None)
         );
     }
@@ -248,13 +248,13 @@ mod decisions {
         let t = at_stage(&wf);
         let t = answer(&t, &wf, 3, ok()).next;
         let d = lapse(&t, &wf, 0);
-        assert_eq!((d.trigger, d.next.state), (Trigger::Retry, ProcessState::Pending));
-        let run = d.next.stage.clone().unwrap();
+        assert_eq!((d.trigger, d.next.state()), (Trigger::Retry, ProcessState::Pending));
+        let run = d.next.stage().clone().unwrap();
         assert_eq!(run.branches.iter().map(|b| b.failures).collect::<Vec<_>>(), [1, 1, 0]);
         assert!(run.branches.iter().all(|b| !b.in_flight()));
-        let again = checked(&d.next, d.next.claim(lease(7), d.next.deadline.unwrap(), &wf, &policy()));
+        let again = checked(&d.next, d.next.claim(lease(7), d.next.deadline().unwrap(), &wf, &policy()));
         assert_eq!(dispatched(&again), [1, 2]);
-        let run = again.next.stage.unwrap();
+        let run = again.next.stage().unwrap();
         assert_eq!(run.branches.iter().map(|b| b.dispatches).collect::<Vec<_>>(), [2, 2, 1]);
     }
 
@@ -267,16 +267,16 @@ mod decisions {
             if d.trigger != Trigger::Retry {
                 break d;
             }
-            t = claim(&d.next, &wf, 30 + u128::from(d.next.failure_count), d.next.deadline.unwrap());
+            t = claim(&d.next, &wf, 30 + u128::from(d.next.failure_count), d.next.deadline().unwrap());
         };
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Undo, ProcessState::Compensating, 2));
+        assert_eq!((d.trigger, d.next.state(), d.next.step), (Trigger::Undo, ProcessState::Compensating, 2));
         assert!(
             d.next.last_error.as_deref().unwrap().contains("branch reserve-a"),
             "{:?}",
             d.next.last_error
         );
-        let undo = claim(&d.next, &wf, 50, d.next.deadline.unwrap());
-        let d = reply(&undo, &wf, ok(), undo.complete_by.unwrap());
+        let undo = claim(&d.next, &wf, 50, d.next.deadline().unwrap());
+        let d = reply(&undo, &wf, ok(), undo.complete_by().unwrap());
         assert_eq!((d.trigger, d.next.step), (Trigger::UndoAdvanced, 1), "then reserve-a, in doubt too");
     }
 
@@ -286,13 +286,13 @@ mod decisions {
         wf.steps[3] = crate::domain::workflow::Step::pivot("notify", "crm");
         let t = at_stage(&wf);
         let d = answer(&t, &wf, 1, failed("no"));
-        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::ForwardOnly, ProcessState::Error));
         let alert = alerts(&d)[0].clone();
         assert!(alert.reason.contains("pivot step notify outcome unknown"), "{}", alert.reason);
         assert_eq!(alert.step_name, "reserve-a", "the alert names the branch that gave up");
         // Refused before it was: nothing of it stands, and the others are undone.
         let t = answer(&t, &wf, 3, failed("no")).next;
-        assert_eq!((t.state, t.step), (ProcessState::Compensating, 2));
+        assert_eq!((t.state(), t.step), (ProcessState::Compensating, 2));
     }
 
     #[test]
@@ -301,12 +301,15 @@ mod decisions {
         let t = at_stage(&wf);
         let t = answer(&t, &wf, 1, ok()).next;
         let d = act(&t, &wf, Act::Cancel);
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Cancel, ProcessState::Compensating, 2));
-        assert_eq!(d.next.hold_until, t.complete_by);
+        assert_eq!(
+            (d.trigger, d.next.state(), d.next.step),
+            (Trigger::Cancel, ProcessState::Compensating, 2)
+        );
+        assert_eq!(d.next.hold_until(), t.complete_by());
         // Before its claim, a stage did nothing: its cancel undoes nothing of it.
         let before = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, ok(), T0).next;
         let d = act(&before, &wf, Act::Cancel);
-        assert_eq!((d.trigger, d.next.state), (Trigger::CancelUndone, ProcessState::Compensated));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::CancelUndone, ProcessState::Compensated));
     }
 
     #[test]
@@ -316,9 +319,9 @@ mod decisions {
         let t = at_stage(&wf);
         let t = answer(&t, &wf, 2, output(r#"{"b":2}"#)).next;
         let error = answer(&t, &wf, 1, failed("no")).next;
-        assert_eq!(error.state, ProcessState::Error);
+        assert_eq!(error.state(), ProcessState::Error);
         let d = act(&error, &wf, Act::Resubmit { from_step: None });
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Pending, 1));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Pending, 1));
         assert!(d.next.outputs.contains_key("reserve-b"));
         let again = checked(&d.next, d.next.claim(lease(8), T0.plus_ms(50_001), &wf, &policy()));
         assert_eq!(dispatched(&again), [1, 3]);
@@ -337,14 +340,14 @@ mod decisions {
         let t = at_stage(&wf);
         let t = answer(&t, &wf, 2, ok()).next;
         let error = answer(&t, &wf, 1, failed("no stock")).next;
-        assert_eq!(error.state, ProcessState::Error);
+        assert_eq!(error.state(), ProcessState::Error);
         let resubmitted = act(&error, &wf, Act::Resubmit { from_step: None }).next;
         let d = act(&resubmitted, &wf, Act::Cancel);
         assert_eq!((d.trigger, d.next.step), (Trigger::Cancel, 2), "release-b first");
         let undo = claim(&d.next, &wf, 9, T0.plus_ms(60_000));
-        let d = reply(&undo, &wf, ok(), undo.complete_by.unwrap());
+        let d = reply(&undo, &wf, ok(), undo.complete_by().unwrap());
         assert_eq!(
-            (d.trigger, d.next.state),
+            (d.trigger, d.next.state()),
             (Trigger::Undone, ProcessState::Compensated),
             "reserve-a was refused: nothing of it to undo"
         );
@@ -380,16 +383,16 @@ mod decisions {
         wf.on_give_up = crate::domain::workflow::OnGiveUp::Fail;
         let t = at_stage(&wf);
         let error = answer(&t, &wf, 1, failed("no stock")).next;
-        assert_eq!(error.state, ProcessState::Error);
-        assert_eq!(error.hold_until, t.complete_by, "reserve-b and notify are still out");
+        assert_eq!(error.state(), ProcessState::Error);
+        assert_eq!(error.hold_until(), t.complete_by(), "reserve-b and notify are still out");
         let now = T0.plus_ms(20);
-        let ready = t.complete_by.unwrap().plus_ms(policy().reply_grace_ms);
+        let ready = t.complete_by().unwrap().plus_ms(policy().reply_grace_ms);
         let op = |task: &TaskRecord, act: Act| checked(task, task.act(act, OPS, now, &wf, &policy()));
 
         let undo = op(&error, Act::Compensate);
         assert_eq!(
-            (undo.next.state, undo.next.step, undo.next.hold_until),
-            (ProcessState::Compensating, 2, t.complete_by)
+            (undo.next.state(), undo.next.step, undo.next.hold_until()),
+            (ProcessState::Compensating, 2, t.complete_by())
         );
         assert!(
             undo.effects.contains(&Effect::Schedule { delay_ms: ready.millis_since(now) }),
@@ -400,9 +403,12 @@ mod decisions {
         claim(&undo.next, &wf, 5, ready);
 
         let again = op(&error, Act::Resubmit { from_step: None });
-        assert_eq!((again.next.state, again.next.hold_until), (ProcessState::Pending, t.complete_by));
+        assert_eq!((again.next.state(), again.next.hold_until()), (ProcessState::Pending, t.complete_by()));
         assert!(again.effects.contains(&Effect::Schedule { delay_ms: ready.millis_since(now) }));
         let cancel = op(&again.next, Act::Cancel);
-        assert_eq!((cancel.next.state, cancel.next.hold_until), (ProcessState::Compensating, t.complete_by));
+        assert_eq!(
+            (cancel.next.state(), cancel.next.hold_until()),
+            (ProcessState::Compensating, t.complete_by())
+        );
     }
 }

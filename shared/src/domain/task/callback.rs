@@ -6,7 +6,8 @@
 //! step and attempt (so a completion applies at most once, and a token of an earlier
 //! attempt is dead), the token's digest is the record's, and the callback is not yet due.
 
-use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::draft::Draft;
+use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
 use super::recovery::GiveUpReason;
 use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};
 use crate::domain::ids::Timestamp;
@@ -16,11 +17,15 @@ use crate::domain::output::StepOutput;
 use crate::domain::timeline::Happened;
 use crate::domain::workflow::{Action, Workflow};
 
-impl TaskRecord {
+impl Draft {
     /// The callback step's agent answered success: the work started (its answer is kept
     /// as the step's output until the completion brings the final one). The task waits,
     /// due when the callback is.
-    pub(in crate::domain) fn started(mut self, now: Timestamp, name: String) -> Result<Decision, Refusal> {
+    pub(in crate::domain) fn started(
+        mut self,
+        now: Timestamp,
+        name: String,
+    ) -> Result<Decision<Draft>, Refusal> {
         let Some(mut awaiting) = self.callback.take() else {
             return Err(Refusal::Corrupt {
                 workflow: self.workflow.clone(),
@@ -82,7 +87,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let decided = self.decide_completion(token, claims, completion, now, wf, policy);
         let mut d = self.logged(now, decided, None)?;
         // Heartbeats would push the rest of the history out of the bounded timeline: the
@@ -106,7 +111,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.awaiting_token(token, claims, now).map_err(Refusal::Completion)?;
         self.check_workflow(wf)?;
         let step = self.step;
@@ -176,6 +181,7 @@ impl TaskRecord {
 mod tests {
     use super::*;
     use crate::domain::callback::CallbackSecret;
+    use crate::domain::task::TaskRecord;
     use crate::domain::task::fixtures::*;
 
     fn claimed_approval(wf: &Workflow, at: Timestamp) -> (TaskRecord, CallbackToken) {
@@ -195,7 +201,7 @@ mod tests {
             (claims.order_id.clone(), claims.step, claims.attempt),
             (t.order_id.clone(), 1, t.attempt)
         );
-        let cb = t.callback.clone().unwrap();
+        let cb = t.callback().clone().unwrap();
         assert_eq!(cb.digest, token.digest());
         assert!(
             !serde_json::to_string(&t).unwrap().contains(token.expose()),
@@ -211,8 +217,8 @@ mod tests {
     fn the_agents_success_starts_the_wait_due_at_the_first_heartbeat() {
         let wf = approval();
         let (t, _) = started(&wf);
-        assert_eq!((t.state, t.step, t.locked_by), (ProcessState::Waiting, 1, None));
-        assert_eq!(t.deadline, Some(T0.plus_ms(3_000)), "the heartbeat comes before the timeout");
+        assert_eq!((t.state(), t.step, t.locked_by()), (ProcessState::Waiting, 1, None));
+        assert_eq!(t.deadline(), Some(T0.plus_ms(3_000)), "the heartbeat comes before the timeout");
         assert_eq!(t.outputs.get("approve").unwrap().to_value()["ticket"], "A-1");
     }
 
@@ -223,7 +229,7 @@ mod tests {
         let done = Completion::Success { output: Some(serde_json::json!({"approved_by": "ana"})) };
         let d = checked(&t, t.complete(&token, &claims_of(&token), &done, T0.plus_ms(100), &wf, &policy()));
         assert_eq!(
-            (d.trigger, d.next.state, d.next.step, d.next.callback.clone()),
+            (d.trigger, d.next.state(), d.next.step, d.next.callback().clone()),
             (Trigger::Advanced, ProcessState::Pending, 2, None)
         );
         assert_eq!(d.next.outputs.get("approve").unwrap().to_value()["approved_by"], "ana");
@@ -241,7 +247,7 @@ mod tests {
         let (t, token) = claimed_approval(&wf, T0);
         let done = Completion::Success { output: None };
         let d = checked(&t, t.complete(&token, &claims_of(&token), &done, T0.plus_ms(1), &wf, &policy()));
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Pending, 2));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Pending, 2));
         let late = d.next.apply_reply(&reply_for(&t, ok()), T0.plus_ms(2), &wf, &policy());
         assert!(matches!(late, Err(Refusal::StaleReply(_))));
     }
@@ -275,19 +281,19 @@ mod tests {
             t.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(2_000), &wf, &policy()),
         );
         assert_eq!(
-            (d.trigger, d.next.state, d.next.deadline),
+            (d.trigger, d.next.state(), d.next.deadline()),
             (Trigger::Heartbeat, ProcessState::Waiting, Some(T0.plus_ms(5_000)))
         );
         let d1 = checked(
             &d.next,
             d.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(4_500), &wf, &policy()),
         );
-        assert_eq!(d1.next.deadline, Some(T0.plus_ms(7_500)));
+        assert_eq!(d1.next.deadline(), Some(T0.plus_ms(7_500)));
         let d2 = checked(
             &d1.next,
             d1.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(7_400), &wf, &policy()),
         );
-        assert_eq!(d2.next.deadline, Some(T0.plus_ms(10_000)), "the timeout caps it");
+        assert_eq!(d2.next.deadline(), Some(T0.plus_ms(10_000)), "the timeout caps it");
         // A run of heartbeats is one timeline entry.
         let beats = d2.next.timeline.iter().filter(|e| e.what == Happened::Moved(Trigger::Heartbeat)).count();
         assert_eq!(beats, 1);
@@ -299,7 +305,7 @@ mod tests {
         let (t, token) = started(&wf);
         let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
         assert_eq!(
-            (d.trigger, d.next.state, d.next.callback.clone()),
+            (d.trigger, d.next.state(), d.next.callback().clone()),
             (Trigger::Retry, ProcessState::Pending, None)
         );
         let e = d.next.complete(
@@ -312,8 +318,8 @@ mod tests {
         );
         assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::Ended { .. }))));
         // The next attempt has a token of its own.
-        let again = checked(&d.next, d.next.claim(mint(3), d.next.deadline.unwrap(), &wf, &policy()));
-        assert_ne!(again.next.callback.unwrap().digest, token.digest());
+        let again = checked(&d.next, d.next.claim(mint(3), d.next.deadline().unwrap(), &wf, &policy()));
+        assert_ne!(again.next.callback().unwrap().digest, token.digest());
     }
 
     #[test]
@@ -323,7 +329,7 @@ mod tests {
         let no = Completion::Failure { reason: "declined by ana".into() };
         let d = checked(&t, t.complete(&token, &claims_of(&token), &no, T0.plus_ms(10), &wf, &policy()));
         assert_eq!(
-            (d.trigger, d.next.state, d.next.step),
+            (d.trigger, d.next.state(), d.next.step),
             (Trigger::Undo, ProcessState::Compensating, 0),
             "only charge is refunded"
         );
@@ -338,7 +344,7 @@ mod tests {
         let (t, _) = started(&wf);
         let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
         assert_eq!(
-            (d.trigger, d.next.state, d.next.step),
+            (d.trigger, d.next.state(), d.next.step),
             (Trigger::Undo, ProcessState::Compensating, 1),
             "the approval may have taken effect"
         );

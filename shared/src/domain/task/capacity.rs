@@ -2,7 +2,8 @@
 //! the agent's gate (`domain::gate`), and a remote that says "too many requests" puts the
 //! step back to wait. Waiting is no failure: nothing here counts one.
 
-use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::draft::Draft;
+use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
 use crate::domain::gate::{MAX_PAUSE_MS, Ticket};
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
@@ -11,7 +12,7 @@ use crate::domain::workflow::Action;
 /// The longest a waiting task goes without the supervisor asking its gate again.
 pub const MAX_RECHECK_MS: u64 = 15 * 60 * 1_000;
 
-impl TaskRecord {
+impl Draft {
     /// Scheduler: the step's agent had no room and handed out `ticket`. The task waits
     /// with no lease; its deadline is when the supervisor asks the gate again should no
     /// wake come (`requeue`).
@@ -21,7 +22,7 @@ impl TaskRecord {
         ticket: u64,
         now: Timestamp,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.logged(now, self.decide_queue(agent, ticket, now, policy), None)
     }
 
@@ -31,7 +32,7 @@ impl TaskRecord {
         ticket: u64,
         now: Timestamp,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         if self.locked_by.is_some()
             || !matches!(self.state, ProcessState::Pending | ProcessState::Compensating)
         {
@@ -57,7 +58,11 @@ impl TaskRecord {
     /// Supervisor: a task waiting for a place is due (its wake never came, or the line is
     /// long): it keeps its ticket, and a Schedule asks the gate again. A gate whose places
     /// were all held by containers that died moves on at that ask.
-    pub(in crate::domain) fn requeue(&self, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
+    pub(in crate::domain) fn requeue(
+        &self,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
         let Some(queued) = self.queued.clone() else {
             return Err(Refusal::Corrupt {
                 workflow: self.workflow.clone(),
@@ -81,7 +86,7 @@ impl TaskRecord {
         retry_after_ms: u64,
         now: Timestamp,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let pause = retry_after_ms.clamp(1, MAX_PAUSE_MS);
         let cause = Cause::Throttled { step: self.step, action, retry_after_ms: pause };
         let mut next = self.moved(Trigger::Throttled, now, cause)?.unlocked();
@@ -108,17 +113,17 @@ mod tests {
         let task = new_task(&wf);
         let d = checked(&task, task.queue("pay", 7, T0.plus_ms(10), &policy));
         assert_eq!(d.trigger, Trigger::Queued);
-        assert_eq!(d.next.state, ProcessState::Pending);
-        assert_eq!(d.next.queued, Some(Ticket { agent: "pay".into(), ticket: 7, since: T0.plus_ms(10) }));
+        assert_eq!(d.next.state(), ProcessState::Pending);
+        assert_eq!(d.next.queued(), Some(&Ticket { agent: "pay".into(), ticket: 7, since: T0.plus_ms(10) }));
         assert_eq!((d.next.failure_count, d.next.step_failures), (0, 0));
-        assert_eq!(d.next.deadline, Some(T0.plus_ms(10 + policy.pending_timeout_ms)));
+        assert_eq!(d.next.deadline(), Some(T0.plus_ms(10 + policy.pending_timeout_ms)));
         assert!(d.effects.is_empty());
         // Asked again with a new ticket, the wait still counts from the first arrival.
         let again = checked(&d.next, d.next.queue("pay", 9, T0.plus_ms(50), &policy));
-        assert_eq!(again.next.queued.as_ref().map(|q| (q.ticket, q.since)), Some((9, T0.plus_ms(10))));
+        assert_eq!(again.next.queued().map(|q| (q.ticket, q.since)), Some((9, T0.plus_ms(10))));
         // The claim ends the wait.
         let claim = checked(&again.next, again.next.claim(lease(1), T0.plus_ms(60), &wf, &policy));
-        assert_eq!(claim.next.queued, None);
+        assert_eq!(claim.next.queued(), None);
     }
 
     #[test]
@@ -127,8 +132,9 @@ mod tests {
         let task = new_task(&wf);
         let claimed = task.claim(lease(1), T0.plus_ms(1), &wf, &policy).unwrap().next;
         assert!(matches!(claimed.queue("pay", 0, T0.plus_ms(2), &policy), Err(Refusal::ClaimLost { .. })));
-        let mut paused = task.clone();
+        let mut paused = task.draft();
         paused.paused = true;
+        let paused = paused.build().unwrap();
         assert_eq!(paused.queue("pay", 0, T0.plus_ms(2), &policy).unwrap_err(), Refusal::Paused);
     }
 
@@ -137,13 +143,13 @@ mod tests {
         let (wf, policy) = (Workflow::three_step(), policy());
         let task = new_task(&wf);
         let queued = task.queue("pay", 3, T0.plus_ms(10), &policy).unwrap().next;
-        let due = queued.deadline.unwrap();
+        let due = queued.deadline().unwrap();
         let d = checked(&queued, queued.recover(due, &wf, &policy, 0));
         assert_eq!(d.trigger, Trigger::Queued);
-        assert_eq!(d.next.queued.as_ref().map(|q| (q.ticket, q.since)), Some((3, T0.plus_ms(10))));
+        assert_eq!(d.next.queued().map(|q| (q.ticket, q.since)), Some((3, T0.plus_ms(10))));
         assert_eq!(d.next.failure_count, 0);
         assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 0 }]);
-        assert!(d.next.deadline.unwrap() > due);
+        assert!(d.next.deadline().unwrap() > due);
     }
 
     #[test]
@@ -154,7 +160,10 @@ mod tests {
         let reply = reply_for(&claimed, ReplyOutcome::Throttled { retry_after_ms: 2_000 });
         let d = checked(&claimed, claimed.apply_reply(&reply, T0.plus_ms(5), &wf, &policy));
         assert_eq!(d.trigger, Trigger::Throttled);
-        assert_eq!((d.next.state, d.next.locked_by, d.next.failure_count), (ProcessState::Pending, None, 0));
+        assert_eq!(
+            (d.next.state(), d.next.locked_by(), d.next.failure_count),
+            (ProcessState::Pending, None, 0)
+        );
         assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 2_000 }]);
         // A late copy of the same reply is fenced off.
         assert!(matches!(

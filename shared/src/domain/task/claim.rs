@@ -2,7 +2,8 @@
 //! dispatch of the step's action.
 
 use super::branches::{Outcome, StageRun};
-use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::draft::Draft;
+use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
 use crate::domain::callback::{Awaiting, CallbackSecret, CallbackToken};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
@@ -23,7 +24,7 @@ impl From<LeaseToken> for Mint {
     }
 }
 
-impl TaskRecord {
+impl Draft {
     /// Scheduler: take the task for its current step (Pending, or Compensating and unlocked).
     pub fn claim(
         &self,
@@ -31,7 +32,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.logged(now, self.decide_claim(mint.into(), now, wf, policy), None)
     }
 
@@ -41,7 +42,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let unconditional = crate::mutations::claim_unconditional();
         if !unconditional
             && (self.locked_by.is_some()
@@ -118,7 +119,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let cause = Cause::Claimed { step: self.step, action: Action::Do };
         let mut next = self.moved(Trigger::Claimed, now, cause)?;
         let mut effects = Vec::new();
@@ -163,7 +164,7 @@ impl TaskRecord {
 
     /// The planted bug of `Mutation::UnconditionalClaim`: a claim written as a plain
     /// overwrite (`SET state = Processing, LockedBy = :new`), ignoring the table.
-    fn overwritten_by_claim(&self, now: Timestamp, cause: Cause) -> TaskRecord {
+    fn overwritten_by_claim(&self, now: Timestamp, cause: Cause) -> Draft {
         let mut next = self.clone();
         if self.state != ProcessState::Compensating {
             next.state = ProcessState::Processing;
@@ -188,11 +189,11 @@ mod tests {
         let now = T0.plus_ms(10);
         let d = checked(&task, task.claim(lease(1), now, &wf, &policy()));
         assert_eq!(d.trigger, Trigger::Claimed);
-        assert_eq!(d.next.state, ProcessState::Processing);
-        assert_eq!(d.next.locked_by, Some(lease(1)));
-        assert_eq!(d.next.complete_by, Some(now.plus_ms(1_000)));
+        assert_eq!(d.next.state(), ProcessState::Processing);
+        assert_eq!(d.next.locked_by(), Some(lease(1)));
+        assert_eq!(d.next.complete_by(), Some(now.plus_ms(1_000)));
         // The pending deadline (T0 + 2000) covers complete-by + grace (T0 + 1510): kept.
-        assert_eq!(d.next.deadline, task.deadline);
+        assert_eq!(d.next.deadline(), task.deadline());
         assert_eq!((d.next.attempt, d.next.step_attempts, d.next.step), (1, 1, 0));
         assert_eq!(d.next.last_cause, Cause::Claimed { step: 0, action: Action::Do });
         assert_eq!(d.next.updated_at, now);
@@ -208,8 +209,8 @@ mod tests {
         {
             let now = T0.plus_ms(after_ms);
             let d = checked(&task, task.claim(lease(1), now, &wf, &policy()));
-            assert_eq!(d.next.deadline, Some(deadline), "claimed {after_ms} ms after submission");
-            assert!(d.next.deadline >= d.next.complete_by.map(|c| c.plus_ms(500)));
+            assert_eq!(d.next.deadline(), Some(deadline), "claimed {after_ms} ms after submission");
+            assert!(d.next.deadline() >= d.next.complete_by().map(|c| c.plus_ms(500)));
         }
     }
 
@@ -218,12 +219,12 @@ mod tests {
         let wf = Workflow::three_step();
         let task = claim(&pending_at(&wf, 1), &wf, 1, T0);
         let compensating = reply(&task, &wf, failed("declined"), T0).next;
-        assert_eq!((compensating.state, compensating.step), (ProcessState::Compensating, 0));
-        assert_eq!(compensating.locked_by, None);
+        assert_eq!((compensating.state(), compensating.step), (ProcessState::Compensating, 0));
+        assert_eq!(compensating.locked_by(), None);
         let d = checked(&compensating, compensating.claim(lease(2), T0, &wf, &policy()));
         assert_eq!(d.trigger, Trigger::Claimed);
-        assert_eq!(d.next.state, ProcessState::Compensating);
-        assert_eq!(d.next.locked_by, Some(lease(2)));
+        assert_eq!(d.next.state(), ProcessState::Compensating);
+        assert_eq!(d.next.locked_by(), Some(lease(2)));
         assert_eq!(d.next.step_attempts, 1);
         assert_eq!(d.next.attempt, compensating.attempt + 1);
         assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo, callback: None }]);
@@ -266,7 +267,7 @@ mod tests {
             (error, ProcessState::Error),
             (compensated, ProcessState::Compensated),
         ] {
-            assert_eq!(terminal.state, want);
+            assert_eq!(terminal.state(), want);
             let wf = if want == ProcessState::Compensated {
                 Workflow::three_step()
             } else {
@@ -286,9 +287,9 @@ mod tests {
         assert_eq!((t.attempt, t.step_attempts), (1, 1));
         let t = lapse(&t, &wf, 0).next;
         assert_eq!((t.attempt, t.step_attempts), (1, 1), "a retry keeps the counts");
-        let t = claim(&t, &wf, 2, t.deadline.unwrap());
+        let t = claim(&t, &wf, 2, t.deadline().unwrap());
         assert_eq!((t.attempt, t.step_attempts), (2, 2));
-        let now = t.complete_by.unwrap();
+        let now = t.complete_by().unwrap();
         let t = reply(&t, &wf, ok(), now).next;
         assert_eq!((t.step, t.attempt, t.step_attempts), (1, 2, 0), "a new step starts its own count");
         let t = claim(&t, &wf, 3, now);
@@ -315,10 +316,10 @@ mod tests {
         let slow = Step { timeout_ms: Some(7_000), ..Step::pivot("slow", "a") };
         let wf = Workflow::new("timed", vec![Step::pivot("fast", "a"), slow]);
         let first = claim(&new_task(&wf), &wf, 1, T0);
-        assert_eq!(first.complete_by, Some(T0.plus_ms(policy().step_timeout_ms)));
+        assert_eq!(first.complete_by(), Some(T0.plus_ms(policy().step_timeout_ms)));
         let waiting = reply(&first, &wf, ok(), T0).next;
         let second = claim(&waiting, &wf, 2, T0);
-        assert_eq!(second.complete_by, Some(T0.plus_ms(7_000)));
-        assert_eq!(second.deadline, Some(T0.plus_ms(7_000 + policy().reply_grace_ms)));
+        assert_eq!(second.complete_by(), Some(T0.plus_ms(7_000)));
+        assert_eq!(second.deadline(), Some(T0.plus_ms(7_000 + policy().reply_grace_ms)));
     }
 }

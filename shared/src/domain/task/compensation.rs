@@ -2,13 +2,14 @@
 //! steps that took effect before), and moving from one compensation to the next.
 
 use super::branches::Outcome;
-use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::draft::Draft;
+use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
 use crate::domain::ids::{IdempotencyKey, Timestamp};
 use crate::domain::lifecycle::Trigger;
 use crate::domain::messages::OrderStatus;
 use crate::domain::workflow::{Action, Workflow, idempotency_key};
 
-impl TaskRecord {
+impl Draft {
     /// Why giving up must not undo anything, if it must not: undoing would leave a
     /// pivot's effect standing under a `Compensated` that says nothing stands.
     /// `in_doubt`: the current step was dispatched without a definitive answer.
@@ -120,7 +121,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         name: String,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let (step, action) = (self.step, Action::Undo);
         let cause = Cause::Succeeded { step, action };
         match self.compensable_below(wf, step.checked_sub(1), false) {
@@ -169,9 +170,9 @@ mod tests {
         let mut task = d.next;
         // Step 2 (ship-order) refused, so it had no effect and has no compensation:
         // undoing starts at step 1.
-        assert_eq!((task.state, task.step, task.step_attempts), (ProcessState::Compensating, 1, 0));
+        assert_eq!((task.state(), task.step, task.step_attempts), (ProcessState::Compensating, 1, 0));
         assert_eq!(task.step_failures, 0);
-        assert_eq!(task.locked_by, None);
+        assert_eq!(task.locked_by(), None);
         assert_eq!(
             d.effects,
             vec![
@@ -196,7 +197,7 @@ mod tests {
             task = d.next;
             match d.trigger {
                 Trigger::UndoAdvanced => {
-                    assert_eq!(task.state, ProcessState::Compensating);
+                    assert_eq!(task.state(), ProcessState::Compensating);
                     assert_eq!(
                         d.effects,
                         vec![
@@ -210,7 +211,7 @@ mod tests {
                     );
                 }
                 Trigger::Undone => {
-                    assert_eq!(task.state, ProcessState::Compensated);
+                    assert_eq!(task.state(), ProcessState::Compensated);
                     assert_eq!(
                         d.effects,
                         vec![Effect::Status {
@@ -225,7 +226,7 @@ mod tests {
             }
         }
         assert_eq!(undone, vec![1, 0]);
-        assert_eq!(task.deadline, None);
+        assert_eq!(task.deadline(), None);
     }
 
     #[test]
@@ -235,8 +236,8 @@ mod tests {
         let undoing = claim(&compensating, &wf, 2, T0);
         let d = reply(&undoing, &wf, failed("refund refused"), T0);
         assert_eq!(d.trigger, Trigger::Fail);
-        assert_eq!(d.next.state, ProcessState::Error);
-        assert_eq!(d.next.deadline, None);
+        assert_eq!(d.next.state(), ProcessState::Error);
+        assert_eq!(d.next.deadline(), None);
         let alerts = alerts(&d);
         assert_eq!(alerts.len(), 1);
         assert!(
@@ -253,22 +254,22 @@ mod tests {
     fn compensation_has_its_own_failure_budget() {
         let wf = Workflow::three_step();
         let gave_up = lapse_to_threshold(pending_at(&wf, 1), &wf, true).next;
-        assert_eq!((gave_up.state, gave_up.step), (ProcessState::Compensating, 1));
+        assert_eq!((gave_up.state(), gave_up.step), (ProcessState::Compensating, 1));
         assert_eq!((gave_up.failure_count, gave_up.step_failures), (3, 0));
 
         // The first compensation lapse is the phase's first failure: a retry with the
         // first backoff, not an instant Error because the forward phase used the budget.
-        let claimed = claim(&gave_up, &wf, 77, gave_up.deadline.unwrap());
+        let claimed = claim(&gave_up, &wf, 77, gave_up.deadline().unwrap());
         let d = lapse(&claimed, &wf, 5);
         assert_eq!(d.trigger, Trigger::Retry);
-        assert_eq!(d.next.state, ProcessState::Compensating);
-        assert_eq!(d.next.locked_by, None);
+        assert_eq!(d.next.state(), ProcessState::Compensating);
+        assert_eq!(d.next.locked_by(), None);
         assert_eq!(d.next.failure_count, 4);
         assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: policy().retry_backoff.delay_ms(0, 5) }]);
 
         let d = lapse_to_threshold(d.next, &wf, true);
         assert_eq!(d.trigger, Trigger::Fail);
-        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!(d.next.state(), ProcessState::Error);
         assert_eq!(d.next.failure_count, 6, "three forward failures, then three compensation failures");
         let alerts = alerts(&d);
         assert_eq!(alerts.len(), 1);
@@ -282,8 +283,8 @@ mod tests {
         let wf = Workflow::three_step();
         let d = lapse_to_threshold(pending_at(&wf, 2), &wf, true);
         assert_eq!(d.trigger, Trigger::ForwardOnly);
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Error, 2));
-        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Error, 2));
+        assert_eq!((d.next.deadline(), d.next.locked_by()), (None, None));
         assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. } | Effect::Dispatch { .. })));
         let alerts = alerts(&d);
         assert_eq!(alerts.len(), 1);
@@ -307,7 +308,7 @@ mod tests {
         let wf = Workflow::three_step();
         let d = reply(&claim(&pending_at(&wf, 2), &wf, 1, T0), &wf, failed("422 address rejected"), T0);
         assert_eq!(d.trigger, Trigger::Undo);
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Compensating, 1));
     }
 
     #[test]
@@ -315,7 +316,7 @@ mod tests {
         let wf = Workflow::three_step();
         let d = lapse_to_threshold(pending_at(&wf, 2), &wf, false);
         assert_eq!(d.trigger, Trigger::Undo);
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Compensating, 1));
     }
 
     #[test]
@@ -324,14 +325,14 @@ mod tests {
         // a, r, b (pivot) done; c refused for good: b stands, so nothing is undone.
         let task = claim(&pending_at(&wf, 3), &wf, 1, T0);
         let d = reply(&task, &wf, failed("422 no"), T0);
-        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::ForwardOnly, ProcessState::Error));
         let alerts = alerts(&d);
         assert_eq!((alerts[0].step_name.as_str(), alerts[0].idempotency_key.clone()), ("c", None));
         assert!(alerts[0].reason.contains("pivot step b took effect"), "{}", alerts[0].reason);
 
         // c lapses past its own budget of one: in doubt as well, and still forward only.
         let d = lapse(&task, &wf, 0);
-        assert_eq!((d.trigger, d.next.state), (Trigger::ForwardOnly, ProcessState::Error));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::ForwardOnly, ProcessState::Error));
         let alerts = self::alerts(&d);
         assert_eq!(alerts[0].idempotency_key, Some(IdempotencyKey("o-1:3:do".into())));
         assert!(alerts[0].reason.contains("c outcome unknown"), "{}", alerts[0].reason);
@@ -343,6 +344,6 @@ mod tests {
         // r only reads: giving up on it undoes a and ends Compensated in the end.
         let d = lapse_to_threshold(pending_at(&wf, 1), &wf, true);
         assert_eq!(d.trigger, Trigger::Undo);
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 0));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Compensating, 0));
     }
 }

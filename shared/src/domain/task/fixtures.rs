@@ -44,8 +44,8 @@ pub(in crate::domain) fn new_task(wf: &Workflow) -> TaskRecord {
 /// Every decision the tests make goes through here: it must follow the table,
 /// keep the record's shape and bump the revision.
 pub(in crate::domain) fn checked(before: &TaskRecord, result: Result<Decision, Refusal>) -> Decision {
-    let d = result.unwrap_or_else(|r| panic!("refused from {:?}: {r}", before.state));
-    assert_eq!(lifecycle::next(before.state, d.trigger), Some(d.next.state), "{:?}", d.trigger);
+    let d = result.unwrap_or_else(|r| panic!("refused from {:?}: {r}", before.state()));
+    assert_eq!(lifecycle::next(before.state(), d.trigger), Some(d.next.state()), "{:?}", d.trigger);
     assert_eq!(d.next.shape_violation(), None, "{:?}", d.next);
     assert_eq!(d.next.revision, before.revision + 1);
     assert!(d.next.failure_count >= before.failure_count);
@@ -113,7 +113,7 @@ pub(in crate::domain) fn reply_for(task: &TaskRecord, outcome: ReplyOutcome) -> 
         step: task.step,
         action: task.action(),
         attempt: task.attempt,
-        lease: task.locked_by.expect("a live lease"),
+        lease: task.locked_by().expect("a live lease"),
         outcome,
     }
 }
@@ -136,7 +136,7 @@ pub(in crate::domain) fn reply(
 }
 
 pub(in crate::domain) fn lapse(task: &TaskRecord, wf: &Workflow, jitter: u64) -> Decision {
-    let now = task.deadline.expect("non-terminal");
+    let now = task.deadline().expect("non-terminal");
     checked(task, task.lapse(now, wf, &policy(), jitter))
 }
 
@@ -147,13 +147,13 @@ pub(in crate::domain) fn pending_at(wf: &Workflow, step: u32) -> TaskRecord {
     for s in 0..step {
         if wf.step(s).is_some_and(Step::is_timer) {
             task = sleep(&task, wf, T0);
-            task = checked(&task, task.wake(task.wake_at.unwrap(), wf, &policy())).next;
+            task = checked(&task, task.wake(task.wake_at().unwrap(), wf, &policy())).next;
             continue;
         }
         task = claim(&task, wf, 100 + s as u128, T0);
         task = reply(&task, wf, ok(), T0).next;
     }
-    assert_eq!((task.state, task.step), (ProcessState::Pending, step));
+    assert_eq!((task.state(), task.step), (ProcessState::Pending, step));
     task
 }
 
@@ -180,7 +180,7 @@ pub(in crate::domain) fn statuses(d: &Decision) -> Vec<OrderStatus> {
 /// A Schedule for a task Pending at a timer step: it sleeps.
 pub(in crate::domain) fn sleep(task: &TaskRecord, wf: &Workflow, now: Timestamp) -> TaskRecord {
     let d = checked(task, task.schedule(lease(99), now, wf, &policy()));
-    assert_eq!((d.trigger, d.next.state), (Trigger::Slept, ProcessState::Waiting));
+    assert_eq!((d.trigger, d.next.state()), (Trigger::Slept, ProcessState::Waiting));
     d.next
 }
 
@@ -217,8 +217,8 @@ pub(in crate::domain) fn lapse_to_threshold(
     claim_between: bool,
 ) -> Decision {
     for n in 0.. {
-        if claim_between && task.state == ProcessState::Pending {
-            task = claim(&task, wf, 1_000 + n, task.deadline.unwrap());
+        if claim_between && task.state() == ProcessState::Pending {
+            task = claim(&task, wf, 1_000 + n, task.deadline().unwrap());
         }
         let d = lapse(&task, wf, n as u64);
         if d.trigger != Trigger::Retry {
@@ -259,7 +259,7 @@ pub(in crate::domain) fn act(task: &TaskRecord, wf: &Workflow, act: Act) -> Deci
 pub(in crate::domain) fn refused(task: &TaskRecord, wf: &Workflow, act: Act) -> String {
     match task.act(act, OPS, T0.plus_ms(50_000), wf, &policy()) {
         Err(r @ Refusal::NotAllowed { .. }) => r.to_string(),
-        other => panic!("{act:?} on {:?} was not refused: {other:?}", task.state),
+        other => panic!("{act:?} on {:?} was not refused: {other:?}", task.state()),
     }
 }
 
@@ -280,7 +280,7 @@ pub(in crate::domain) fn error_at_ship(wf: &Workflow) -> TaskRecord {
     let t = reply(&t, wf, output(r#"{"charge":"c-1"}"#), T0).next;
     let t = claim(&t, wf, 3, T0);
     let d = reply(&t, wf, failed("address rejected"), T0);
-    assert_eq!((d.next.state, d.next.step), (ProcessState::Error, 2));
+    assert_eq!((d.next.state(), d.next.step), (ProcessState::Error, 2));
     d.next
 }
 
@@ -291,7 +291,7 @@ pub(in crate::domain) fn error_while_undoing() -> TaskRecord {
     let t = reply(&t, &wf, failed("address rejected"), T0).next;
     let t = claim(&t, &wf, 2, T0);
     let d = reply(&t, &wf, failed("refund refused"), T0);
-    assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Fail, ProcessState::Error, 1));
+    assert_eq!((d.trigger, d.next.state(), d.next.step), (Trigger::Fail, ProcessState::Error, 1));
     d.next
 }
 

@@ -20,7 +20,7 @@ use super::{Act, Cause, Decision, Effect, Refusal, TaskRecord};
 fn every_row_of_the_table_is_a_decision() {
     let mut made = BTreeSet::new();
     let mut note = |before: &TaskRecord, d: &Decision| {
-        made.insert((before.state, d.trigger, d.next.state));
+        made.insert((before.state(), d.trigger, d.next.state()));
     };
     let three = Workflow::three_step();
     let single = Workflow::single_step();
@@ -88,7 +88,7 @@ fn every_row_of_the_table_is_a_decision() {
     let cool_sleeping = sleep(&cooling, &timed, T0);
     let first_sleeping = sleep(&new_task(&first), &first, T0);
     let last_sleeping = sleep(&pending_at(&first, 2), &first, T0);
-    let at = |t: &TaskRecord| t.wake_at.unwrap();
+    let at = |t: &TaskRecord| t.wake_at().unwrap();
     let timer_cases: Vec<(&TaskRecord, Decision)> = vec![
         (&cooling, checked(&cooling, cooling.schedule(lease(10), T0, &timed, &policy()))),
         (
@@ -134,7 +134,7 @@ fn every_row_of_the_table_is_a_decision() {
         &lone_waiting,
         lone_waiting.complete(&lone_token, &claims_of(&lone_token), &done, T0.plus_ms(10), &lone, &policy()),
     );
-    let due = waiting_cb.deadline.unwrap();
+    let due = waiting_cb.deadline().unwrap();
     let callback_cases: Vec<(&TaskRecord, Decision)> = vec![
         (&claimed_cb, reply(&claimed_cb, &approval, ok(), T0)),
         (&claimed_cb, complete(&claimed_cb, &approval, &beat)),
@@ -290,24 +290,24 @@ proptest! {
                     leases += 1;
                     // A Schedule message's decision: wake, sleep or claim.
                     let r = task.schedule(lease(leases), now, &wf, &policy);
-                    let claimable = task.locked_by.is_none()
-                        && matches!(task.state, ProcessState::Pending | ProcessState::Compensating)
-                        && task.hold_until.is_none_or(|h| now >= h.plus_ms(policy.reply_grace_ms))
-                        && !task.paused;
+                    let claimable = task.locked_by().is_none()
+                        && matches!(task.state(), ProcessState::Pending | ProcessState::Compensating)
+                        && task.hold_until().is_none_or(|h| now >= h.plus_ms(policy.reply_grace_ms))
+                        && !task.paused();
                     if task.parked() {
                         prop_assert!(matches!(r, Err(Refusal::Paused)), "a paused task claimed: {:?}", r);
                     }
-                    let wakes = task.state == ProcessState::Waiting && task.wake_at.is_some_and(|w| now >= w);
+                    let wakes = task.state() == ProcessState::Waiting && task.wake_at().is_some_and(|w| now >= w);
                     prop_assert_eq!(r.is_ok(), claimable || wakes, "{:?}", r);
-                    if task.state == ProcessState::Waiting && !wakes {
+                    if task.state() == ProcessState::Waiting && !wakes {
                         prop_assert!(matches!(r, Err(Refusal::Asleep { .. })), "{:?}", r);
                     }
-                    let timer = task.state == ProcessState::Pending && wf.step(task.step).is_some_and(Step::is_timer);
+                    let timer = task.state() == ProcessState::Pending && wf.step(task.step).is_some_and(Step::is_timer);
                     if let Ok(d) = &r && (timer || wakes) {
                         prop_assert!(d.effects.iter().all(|e| !matches!(e, Effect::Dispatch { .. })), "a timer dispatches nothing");
                         prop_assert_eq!((d.next.attempt, d.next.failure_count), (task.attempt, task.failure_count));
-                        if d.next.state == ProcessState::Waiting {
-                            prop_assert!(d.next.wake_at >= Some(now));
+                        if d.next.state() == ProcessState::Waiting {
+                            prop_assert!(d.next.wake_at() >= Some(now));
                             prop_assert!(!cancelled, "a cancelled task slept on a step");
                         }
                     }
@@ -318,7 +318,7 @@ proptest! {
                             attempt: d.next.attempt,
                             step: d.next.step,
                             action,
-                            complete_by: d.next.complete_by.unwrap(),
+                            complete_by: d.next.complete_by().unwrap(),
                         });
                         if action == Action::Do {
                             forward_claimed.insert(d.next.step);
@@ -357,7 +357,7 @@ proptest! {
                     };
                     let r = task.apply_reply(&reply, now, &wf, &policy);
                     // The fence: only the live dispatch's own reply, in time, lands.
-                    let live = task.locked_by == Some(from.lease)
+                    let live = task.locked_by() == Some(from.lease)
                         && dispatched.last().map(|d| (d.lease, d.attempt, d.step, d.action))
                             == Some((from.lease, from.attempt, from.step, from.action))
                         && now <= from.complete_by;
@@ -369,9 +369,9 @@ proptest! {
                 }
                 Event::Lapse { jitter } => {
                     let r = task.recover(now, &wf, &policy, jitter);
-                    let due = task.deadline.is_some_and(|d| d <= now) && !task.parked();
+                    let due = task.deadline().is_some_and(|d| d <= now) && !task.parked();
                     prop_assert_eq!(r.is_ok(), due, "{:?}", r);
-                    if task.state == ProcessState::Waiting && let Ok(d) = &r {
+                    if task.state() == ProcessState::Waiting && let Ok(d) = &r {
                         prop_assert_eq!(d.next.failure_count, task.failure_count, "waiting is no failure");
                     }
                     r
@@ -380,16 +380,16 @@ proptest! {
                     let actor = Actor { by: "op", why: "test", seen: None, origin: Origin::Operator };
                     let r = task.act(act, actor, now, &wf, &policy);
                     let allowed = match act {
-                        Act::Cancel => matches!(task.state, ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting),
-                        Act::Compensate | Act::Resubmit { .. } => task.state == ProcessState::Error,
-                        Act::Pause => !task.state.is_terminal() && !task.paused,
-                        Act::Resume => task.paused,
+                        Act::Cancel => matches!(task.state(), ProcessState::Pending | ProcessState::Processing | ProcessState::Waiting),
+                        Act::Compensate | Act::Resubmit { .. } => task.state() == ProcessState::Error,
+                        Act::Pause => !task.state().is_terminal() && !task.paused(),
+                        Act::Resume => task.paused(),
                     };
                     if matches!(act, Act::Pause | Act::Resume) {
                         prop_assert_eq!(r.is_ok(), allowed, "{:?}: {:?}", act, r);
                     }
                     if !allowed {
-                        prop_assert!(matches!(r, Err(Refusal::NotAllowed { .. })), "{:?} on {:?}: {:?}", act, task.state, r);
+                        prop_assert!(matches!(r, Err(Refusal::NotAllowed { .. })), "{:?} on {:?}: {:?}", act, task.state(), r);
                     }
                     if let Ok(d) = &r {
                         prop_assert_eq!(d.next.failure_count, task.failure_count);
@@ -411,33 +411,33 @@ proptest! {
             };
 
             prop_assert!(
-                !before.state.is_terminal() || (d.trigger.is_operator() && before.state == ProcessState::Error),
-                "terminal {:?} moved", before.state
+                !before.state().is_terminal() || (d.trigger.is_operator() && before.state() == ProcessState::Error),
+                "terminal {:?} moved", before.state()
             );
             prop_assert!(
-                lifecycle::TRANSITIONS.contains(&(before.state, d.trigger, d.next.state)),
-                "{:?} --{:?}--> {:?}", before.state, d.trigger, d.next.state
+                lifecycle::TRANSITIONS.contains(&(before.state(), d.trigger, d.next.state())),
+                "{:?} --{:?}--> {:?}", before.state(), d.trigger, d.next.state()
             );
             prop_assert!(d.next.failure_count >= before.failure_count);
             prop_assert!(d.next.revision > before.revision);
             prop_assert_eq!(d.next.shape_violation(), None);
             prop_assert!(d.next.attempt >= before.attempt);
             // A paused task dispatches nothing, and one that waits for a claim is off the sweep.
-            if before.paused {
+            if before.paused() {
                 prop_assert!(d.trigger != Trigger::Claimed, "a paused task was claimed");
             }
             if d.next.parked() {
                 let quiet = d.effects.iter().all(|e| !matches!(e, Effect::Schedule { .. } | Effect::Dispatch { .. }));
                 prop_assert!(quiet, "a parked task sent {:?}", d.effects);
-                prop_assert!(d.next.deadline.is_some_and(|dl| dl.millis_since(now) >= super::record::PARKED_MS));
+                prop_assert!(d.next.deadline().is_some_and(|dl| dl.millis_since(now) >= super::PARKED_MS));
             }
             // A timer never wakes before its time.
-            if before.state == ProcessState::Waiting && matches!(d.trigger, Trigger::Woke | Trigger::Finished) {
-                prop_assert!(before.wake_at.is_some_and(|w| now >= w), "woke at {:?} before {:?}", now, before.wake_at);
+            if before.state() == ProcessState::Waiting && matches!(d.trigger, Trigger::Woke | Trigger::Finished) {
+                prop_assert!(before.wake_at().is_some_and(|w| now >= w), "woke at {:?} before {:?}", now, before.wake_at());
             }
             let alert_count = d.effects.iter().filter(|e| matches!(e, Effect::Alert(_))).count();
             prop_assert!(alert_count <= 1);
-            if d.next.state == ProcessState::Error {
+            if d.next.state() == ProcessState::Error {
                 prop_assert_eq!(alert_count, 1, "an Error always tells an operator");
             }
 
@@ -469,7 +469,7 @@ proptest! {
                 // Run again after a resubmit: a refusal before it no longer says it had no effect.
                 refused.remove(&step);
             }
-            if d.next.state == ProcessState::Compensated {
+            if d.next.state() == ProcessState::Compensated {
                 // Nothing stands: every step that was dispatched and not refused
                 // only read or was undone; no pivot may have taken effect.
                 for &s in &forward_claimed {

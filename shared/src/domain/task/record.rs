@@ -1,236 +1,70 @@
-//! The record, and what every decision shares: the policy it decides under, the causes
-//! and effects it records, its refusals, and the moves every decision makes through the
-//! transition table (`moved`) and the timeline (`logged`).
+//! The state table's row: what a task is doing (its [`Phase`]) and what it keeps across
+//! phases (its order, counters, outputs, history). Read-only outside the domain: every
+//! change is a decision (`decisions.rs`).
+//!
+//! Stored as one item. What the phase holds is one attribute map, `phase`, beside the
+//! top-level `state` and `deadline` (the due index's key); records written before the
+//! phase map, with the same fields at the top level, still read.
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::branches::StageRun;
-use crate::domain::callback::{Awaiting, CallbackToken, CompletionRefused};
+use super::draft::Draft;
+use super::outcome::{Cause, Policy, Refusal};
+use super::phase::{Lease, Phase};
+use crate::domain::callback::Awaiting;
 use crate::domain::gate::Ticket;
 use crate::domain::ids::{LeaseToken, OrderId, Sender, Timestamp};
-use crate::domain::lifecycle::{self, ProcessState, Trigger};
-use crate::domain::messages::{OperatorAlert, Order, OrderStatus};
+use crate::domain::lifecycle::ProcessState;
+use crate::domain::messages::Order;
 use crate::domain::output::Outputs;
-use crate::domain::retry::Backoff;
-use crate::domain::timeline::{self, Entry, Happened};
+use crate::domain::timeline::Entry;
 use crate::domain::workflow::{Action, Workflow};
-
-/// Timing and limits that decisions need; read once from configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Policy {
-    /// A claim's complete-by is this far after the claim.
-    pub step_timeout_ms: u64,
-    /// Time allowed after complete-by for a reply to travel before the supervisor acts.
-    pub reply_grace_ms: u64,
-    /// A waiting (unclaimed) task is due this long after it started waiting.
-    pub pending_timeout_ms: u64,
-    /// Lapses of one step before giving up (its forward action and its compensation
-    /// each get this budget), for steps that set no `max_failures` of their own.
-    pub failure_threshold: u32,
-    /// Delay before a recovered task is scheduled again.
-    pub retry_backoff: Backoff,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Policy {
-            step_timeout_ms: 30_000,
-            reply_grace_ms: 10_000,
-            pending_timeout_ms: 60_000,
-            failure_threshold: 5,
-            retry_backoff: Backoff { base_ms: 1_000, cap_ms: 60_000 },
-        }
-    }
-}
-
-/// Why the record last changed; the history of a task is the sequence of these.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Cause {
-    Submitted,
-    Claimed {
-        step: u32,
-        action: Action,
-    },
-    Succeeded {
-        step: u32,
-        action: Action,
-    },
-    Failed {
-        step: u32,
-        action: Action,
-        reason: String,
-        /// The step answered, but its answer leaves its effect in doubt (an output that
-        /// cannot be kept): a refusal has this false, and the step had no effect. Stored
-        /// only when false: a record written before the field existed reads as in doubt,
-        /// since a refusal and an unusable output then looked alike, and only "in doubt"
-        /// can never undo around a pivot's effect.
-        #[serde(default = "in_doubt_unless_stored", skip_serializing_if = "Clone::clone")]
-        in_doubt: bool,
-    },
-    DeadlinePassed {
-        step: u32,
-        state: ProcessState,
-    },
-    /// A timer step started waiting until `wake_at`.
-    Slept {
-        step: u32,
-        wake_at: Timestamp,
-    },
-    /// A timer step's time came (`late_ms` after it: the wake's lateness).
-    Woke {
-        step: u32,
-        late_ms: u64,
-    },
-    /// A callback step's agent started the work; the task waits for the outside.
-    Started {
-        step: u32,
-    },
-    /// The outside sent a heartbeat for a callback step.
-    Heartbeat {
-        step: u32,
-    },
-    /// The outside completed a callback step with success.
-    Completed {
-        step: u32,
-    },
-    /// The step's agent had no room: the task waits with `ticket` in its gate.
-    Queued {
-        step: u32,
-        ticket: u64,
-    },
-    /// The agent's remote answered "too many requests": tried again after `retry_after_ms`.
-    Throttled {
-        step: u32,
-        action: Action,
-        retry_after_ms: u64,
-    },
-    /// An operator (or an app's cancel message) acted on the task at `step`.
-    Operator {
-        step: u32,
-        act: Act,
-    },
-}
-
-/// An operator's action, as recorded in the task's cause.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "act", rename_all = "snake_case")]
-pub enum Act {
-    Resubmit {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        from_step: Option<u32>,
-    },
-    Compensate,
-    Cancel,
-    Pause,
-    Resume,
-}
-
-impl Act {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Act::Resubmit { .. } => "resubmit",
-            Act::Compensate => "compensate",
-            Act::Cancel => "cancel",
-            Act::Pause => "pause",
-            Act::Resume => "resume",
-        }
-    }
-}
-
-/// How far out a paused task's deadline goes while it waits for a claim (`parked`): it
-/// leaves the supervisor's sweep, which reads only what is due. A task paused longer is
-/// read again by each sweep, which changes nothing, until it is resumed.
-pub const PARKED_MS: u64 = 366 * 24 * 60 * 60 * 1_000;
 
 /// The state table's row. It carries the order it runs, so accepting an order is one
 /// conditional write of one item and claiming a step reads the order with the task.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskRecord {
     pub order_id: OrderId,
     pub workflow: String,
     /// The version of `workflow` the task was accepted under, and runs to its end
     /// whatever is published after.
-    #[serde(default = "crate::domain::workflow::first_version")]
     pub workflow_version: u32,
     /// The validated order as accepted; never changes. Shared, because records are
     /// copied at every decision and the order is the largest part of them.
     pub order: Arc<Order>,
-    pub state: ProcessState,
     /// Forward: the step to run next (or running). Compensating: the step being undone.
     pub step: u32,
     /// Claims of the current step: non-zero means its remote effect may have happened.
     pub step_attempts: u32,
     /// Claims of this task, all steps; echoed by agents and fenced on.
     pub attempt: u32,
-    /// LockedBy: the live lease, if any.
-    pub locked_by: Option<LeaseToken>,
-    /// The live lease's complete-by.
-    pub complete_by: Option<Timestamp>,
-    /// The complete-by of the attempt in flight when the task was cancelled, or of the
-    /// branches of a parallel stage still out when the stage gave up: their agents may
-    /// call the service until then, so no claim comes before it plus the reply grace (the
-    /// claiming scheduler's own grace, on its own clock), so the undo does not overtake
-    /// the effect it undoes; a request held up in the network longer than that still can
-    /// (docs/SIMULATION.md, "Open"). A stage's hold lasts through an Error and a resubmit
-    /// (an operator's undo or cancel then waits for it too); a claim ends it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hold_until: Option<Timestamp>,
+    /// The state and what the task holds in it.
+    pub(super) phase: Phase,
     /// Resubmitted from an earlier step than the one it failed at: the steps up to this
     /// one took effect (or may have) on the first way through. Until the task is past it,
     /// nothing is undone: a give-up stops in Error and a cancel is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redo_until: Option<u32>,
-    /// Only while Waiting: when its timer step wakes (the deadline too, so the due index
-    /// brings the supervisor then). Kept apart from the deadline because a later kind of
-    /// wait (for an outside event) has a deadline that is not a wake time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wake_at: Option<Timestamp>,
-    /// Only at a callback step, from its claim until the step ends (Processing while its
-    /// agent starts the work, then Waiting): the attempt whose token completes it, the
-    /// token's digest, and when it is due (`callback.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub callback: Option<Awaiting>,
-    /// Only while the task waits for a place in its step's agent's gate (Pending or
-    /// Compensating, no lease): the agent, its ticket and when the wait began.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queued: Option<Ticket>,
-    /// Only at a parallel stage, from its first claim until the task goes past it (and,
-    /// when it gave up there, until it ends): each branch's attempt, complete-by, budget
-    /// and outcome (`branches.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stage: Option<StageRun>,
-    /// When the supervisor acts if nothing else has. `None` exactly when terminal,
-    /// which keeps finished tasks out of the sparse due index.
-    pub deadline: Option<Timestamp>,
     /// Only grows.
     pub failure_count: u32,
     /// Lapses of the current step in the current direction: its failure budget's use.
     /// Starts again at zero when the task moves to another step or starts undoing.
-    #[serde(default)]
     pub step_failures: u32,
     pub reply_to: Option<String>,
     /// Who sent the order: the principal of its SQS `SenderId` (`ids::Sender`). Only a
     /// cancel from the same sender applies, and the same id sent by another is refused.
     /// Absent on records written before it was kept, and in runs whose messages carry no
     /// sender: any cancel applies to those, as it did before.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitter: Option<Sender>,
-    /// Held by an operator (`Act::Pause`): no claim while set. Only on live tasks.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub paused: bool,
     /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
-    #[serde(default, skip_serializing_if = "Outputs::is_empty")]
     pub outputs: Outputs,
     pub last_cause: Cause,
     pub last_error: Option<String>,
     /// The newest moves and operator actions, oldest first (`timeline.rs`).
-    #[serde(default)]
     pub timeline: Vec<Entry>,
     /// Older entries let go to keep the record small.
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub timeline_dropped: u32,
     /// Bumped by every write; every write is conditional on the revision it read.
     pub revision: u64,
@@ -238,224 +72,104 @@ pub struct TaskRecord {
     pub updated_at: Timestamp,
 }
 
-/// Something to do once the decision's write has landed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
-    /// Send the agent request for the claimed step, with the callback token of a callback
-    /// step (the only time the token exists whole: the record keeps its digest).
-    Dispatch {
-        step: u32,
-        action: Action,
-        callback: Option<CallbackToken>,
-    },
-    /// Put a `Schedule` message on the scheduler's queue.
-    Schedule {
-        delay_ms: u64,
-    },
-    /// Tell `reply_to`, if the order named one.
-    Status {
-        status: OrderStatus,
-        step: Option<String>,
-        reason: Option<String>,
-    },
-    Alert(OperatorAlert),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub trigger: Trigger,
-    pub next: TaskRecord,
-    pub effects: Vec<Effect>,
-}
-
-/// Why a decision was refused: each is an expected outcome, not a fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error("claim lost: task is {state:?} and {}", if *.locked { "locked" } else { "unlocked" })]
-    ClaimLost { state: ProcessState, locked: bool },
-    #[error("stale reply: {0}")]
-    StaleReply(StaleReason),
-    /// Paused by an operator: nothing is claimed until it is resumed.
-    #[error("paused: nothing is dispatched until it is resumed")]
-    Paused,
-    /// Not claimable yet: held after a cancel until the cancelled attempt is over.
-    #[error("held until {until}: an attempt of a cancelled task or a stopped stage may still be running")]
-    Held { until: Timestamp },
-    /// A Schedule for a waiting timer that came before its time: nothing changes.
-    #[error("asleep until {wake_at}: woken early at {now}")]
-    Asleep { wake_at: Timestamp, now: Timestamp },
-    #[error("not due: deadline {deadline:?} is after {now}")]
-    NotDue { deadline: Option<Timestamp>, now: Timestamp },
-    /// A callback completion or heartbeat that does not apply: nothing changed.
-    #[error("completion refused: {0}")]
-    Completion(CompletionRefused),
-    #[error("task record does not fit workflow {workflow:?}: {why}")]
-    Corrupt { workflow: String, why: String },
-    /// An operator's action that does not apply to the task as it is: nothing changed.
-    #[error("cannot {act} a task that is {state}: {why}")]
-    NotAllowed { act: &'static str, state: &'static str, why: String },
-    /// A message about an order from a sender other than the one that submitted it (an
-    /// app's cancel, or the same order id sent again): nothing changed. It names the
-    /// message's own sender, never the submitter.
-    #[error("order {order_id} was submitted by another sender{}", from_whom(.sent_by.as_ref()))]
-    OtherSender { order_id: OrderId, sent_by: Option<Sender> },
-}
-
-fn from_whom(sent_by: Option<&Sender>) -> String {
-    match sent_by {
-        Some(s) => format!(" (this message came from {s})"),
-        None => " (this message carries no sender)".to_owned(),
-    }
-}
-
-fn in_doubt_unless_stored() -> bool {
-    true
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-/// Why the fence (`reply.rs`) turned a reply away. Here rather than beside the fence
-/// because `Refusal::StaleReply` carries it, and every file of the task returns `Refusal`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StaleReason {
-    #[error("task is {0:?} with no live lease")]
-    NoLease(ProcessState),
-    #[error("the lease was superseded")]
-    OtherLease,
-    #[error("reply is for attempt {reply}, task is at attempt {current}")]
-    OtherAttempt { current: u32, reply: u32 },
-    #[error("reply is for step {reply} ({reply_action:?}), task is at step {current}")]
-    OtherStep { current: u32, reply: u32, reply_action: Action },
-    #[error("reply arrived at {now}, after complete-by {complete_by}")]
-    PastCompleteBy { complete_by: Timestamp, now: Timestamp },
-    /// A branch of a parallel stage that has no dispatch in flight: it answered already,
-    /// or it lapsed and waits to be dispatched again.
-    #[error("branch {step} has no attempt in flight")]
-    BranchIdle { step: u32 },
-}
-
-impl Cause {
-    /// The step the cause is about (a branch's own, at a parallel stage).
-    pub fn step(&self) -> Option<u32> {
-        match self {
-            Cause::Submitted => None,
-            Cause::Claimed { step, .. }
-            | Cause::Succeeded { step, .. }
-            | Cause::Failed { step, .. }
-            | Cause::DeadlinePassed { step, .. }
-            | Cause::Slept { step, .. }
-            | Cause::Woke { step, .. }
-            | Cause::Started { step }
-            | Cause::Heartbeat { step }
-            | Cause::Completed { step }
-            | Cause::Queued { step, .. }
-            | Cause::Throttled { step, .. }
-            | Cause::Operator { step, .. } => Some(*step),
-        }
-    }
-}
-
 impl TaskRecord {
+    /// A task just accepted: Pending at its first step, due after the pending timeout.
     pub fn new(order: &Order, reply_to: Option<String>, now: Timestamp, policy: &Policy) -> TaskRecord {
-        TaskRecord {
-            order_id: order.order_id.clone(),
-            workflow: order.workflow.clone(),
-            workflow_version: 1,
-            order: Arc::new(order.clone()),
-            state: ProcessState::Pending,
-            step: 0,
-            step_attempts: 0,
-            attempt: 0,
-            locked_by: None,
-            complete_by: None,
-            hold_until: None,
-            redo_until: None,
-            wake_at: None,
-            callback: None,
-            queued: None,
-            stage: None,
-            deadline: Some(now.plus_ms(policy.pending_timeout_ms)),
-            failure_count: 0,
-            step_failures: 0,
-            reply_to,
-            submitter: None,
-            paused: false,
-            outputs: Outputs::new(),
-            last_cause: Cause::Submitted,
-            last_error: None,
-            timeline: vec![Entry {
-                at: now,
-                what: Happened::Submitted,
-                step: 0,
-                attempt: 0,
-                note: None,
-                by: None,
-            }],
-            timeline_dropped: 0,
-            revision: 1,
-            created_at: now,
-            updated_at: now,
-        }
+        Draft::new(order, reply_to, now, policy).build().expect("a new task has a Pending phase")
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// This record in `phase`, set by hand rather than by a decision: for fixtures and
+    /// benchmarks that need a task in a given state. The write paths' checks still hold
+    /// every record to the rules types cannot state (`shape_violation`).
+    pub fn with_phase(mut self, phase: Phase) -> TaskRecord {
+        self.phase = phase;
+        self
+    }
+
+    pub fn state(&self) -> ProcessState {
+        self.phase.state()
+    }
+
+    /// When the supervisor acts if nothing else has; `None` exactly when ended.
+    pub fn deadline(&self) -> Option<Timestamp> {
+        self.phase.deadline()
+    }
+
+    /// LockedBy: the live lease's token, if claimed.
+    pub fn locked_by(&self) -> Option<LeaseToken> {
+        self.phase.lease().map(|l| l.token)
+    }
+
+    /// The live lease's complete-by.
+    pub fn complete_by(&self) -> Option<Timestamp> {
+        self.phase.lease().map(|l| l.complete_by)
+    }
+
+    pub fn lease(&self) -> Option<&Lease> {
+        self.phase.lease()
+    }
+
+    /// No claim before this plus the reply grace: an attempt of a cancelled task, or
+    /// branches of a stopped stage, may still be out until then.
+    pub fn hold_until(&self) -> Option<Timestamp> {
+        self.phase.hold_until()
+    }
+
+    /// A waiting timer's wake time.
+    pub fn wake_at(&self) -> Option<Timestamp> {
+        self.phase.wake_at()
+    }
+
+    /// A callback step's wait, from its claim until the step ends.
+    pub fn callback(&self) -> Option<&Awaiting> {
+        self.phase.callback()
+    }
+
+    /// Its place in the line of its step's agent's gate, while it waits for one.
+    pub fn queued(&self) -> Option<&Ticket> {
+        self.phase.queued()
+    }
+
+    /// A parallel stage's branches, as recorded.
+    pub fn stage(&self) -> Option<&StageRun> {
+        self.phase.stage()
+    }
+
+    /// Held by an operator: nothing new is dispatched until it is resumed.
+    pub fn paused(&self) -> bool {
+        self.phase.paused()
     }
 
     /// The action the current step runs in: compensation undoes, everything else does.
     pub fn action(&self) -> Action {
-        if matches!(self.state, ProcessState::Compensating | ProcessState::Compensated) {
+        if matches!(self.state(), ProcessState::Compensating | ProcessState::Compensated) {
             Action::Undo
         } else {
             Action::Do
         }
     }
 
-    /// The shape rules every record obeys; the checkers and tests hold all writes to them.
+    /// Paused, with nothing running or waiting: only a resume moves it on.
+    pub fn parked(&self) -> bool {
+        self.paused() && self.phase.unclaimed().is_some()
+    }
+
+    /// The shape rules that types cannot state (the rest are `Phase`'s): a stage's
+    /// branches and a callback's wait belong to the step and attempt the task is at.
     pub fn shape_violation(&self) -> Option<String> {
-        let s = self.state;
-        if s.is_terminal() != self.deadline.is_none() {
-            return Some(format!("{s:?} with deadline {:?}", self.deadline));
-        }
-        if self.locked_by.is_some() != self.complete_by.is_some() {
-            return Some("LockedBy and CompleteBy disagree".into());
-        }
-        if s == ProcessState::Processing && self.locked_by.is_none() {
-            return Some("Processing without a lease".into());
-        }
-        if !matches!(s, ProcessState::Processing | ProcessState::Compensating) && self.locked_by.is_some() {
-            return Some(format!("{s:?} holding a lease"));
-        }
-        if self.paused && s.is_terminal() {
-            return Some(format!("{s:?} and paused"));
-        }
-        let may_hold = matches!(s, ProcessState::Compensating | ProcessState::Error | ProcessState::Pending);
-        if self.hold_until.is_some() && (!may_hold || self.locked_by.is_some()) {
-            return Some(format!("{s:?} held for a cancelled attempt"));
-        }
-        if self.queued.is_some()
-            && (!matches!(s, ProcessState::Pending | ProcessState::Compensating) || self.locked_by.is_some())
-        {
-            return Some(format!("{s:?} waiting for a place in a gate"));
-        }
-        if self.wake_at.is_some() && s != ProcessState::Waiting {
-            return Some(format!("{s:?} with wake time {:?}", self.wake_at));
-        }
-        if s == ProcessState::Waiting && self.wake_at.is_some() == self.callback.is_some() {
-            return Some("Waiting for neither (or both) a timer and a callback".into());
-        }
-        if self.wake_at.is_some() && self.deadline != self.wake_at {
-            return Some(format!("Waiting until {:?} with deadline {:?}", self.wake_at, self.deadline));
-        }
-        if let Some(run) = &self.stage {
-            if s.is_terminal() && s != ProcessState::Error {
-                return Some(format!("{s:?} keeping a stage's branches"));
-            }
+        let s = self.state();
+        if let Some(run) = self.stage() {
             if matches!(s, ProcessState::Pending | ProcessState::Processing) && run.at != self.step {
                 return Some(format!(
                     "{s:?} at step {} with the branches of the stage at {}",
                     self.step, run.at
                 ));
             }
-            if s == ProcessState::Processing && run.latest_complete_by() > self.complete_by {
+            if s == ProcessState::Processing && run.latest_complete_by() > self.complete_by() {
                 return Some("a branch in flight past the stage's complete-by".into());
             }
             if s != ProcessState::Processing && run.branches.iter().any(|b| b.in_flight()) {
@@ -465,220 +179,23 @@ impl TaskRecord {
                 return Some("a branch's attempt ahead of the task's".into());
             }
         }
-        if let Some(cb) = &self.callback {
-            if !matches!(s, ProcessState::Processing | ProcessState::Waiting) {
-                return Some(format!("{s:?} holding a callback"));
-            }
-            if (cb.step, cb.attempt) != (self.step, self.attempt) {
-                return Some(format!(
-                    "callback of step {} attempt {} on a task at step {} attempt {}",
-                    cb.step, cb.attempt, self.step, self.attempt
-                ));
-            }
-            if s == ProcessState::Waiting && self.deadline != Some(cb.due()) {
-                return Some(format!(
-                    "Waiting for a callback due {:?} with deadline {:?}",
-                    cb.due(),
-                    self.deadline
-                ));
-            }
+        if let Some(cb) = self.callback()
+            && (cb.step, cb.attempt) != (self.step, self.attempt)
+        {
+            return Some(format!(
+                "callback of step {} attempt {} on a task at step {} attempt {}",
+                cb.step, cb.attempt, self.step, self.attempt
+            ));
         }
         None
     }
 
-    pub(in crate::domain) fn moved(
-        &self,
-        trigger: Trigger,
-        now: Timestamp,
-        cause: Cause,
-    ) -> Result<TaskRecord, Refusal> {
-        let state = lifecycle::next(self.state, trigger).ok_or_else(|| Refusal::Corrupt {
-            workflow: self.workflow.clone(),
-            why: format!("no transition {:?} --{trigger:?}-->", self.state),
-        })?;
-        let mut next = self.clone();
-        next.state = state;
-        // A stage that gave up may have branches still out, in Error too, and after a
-        // resubmit: the hold goes with the task until a claim ends it, so an operator's undo
-        // or cancel still waits. Without a stage, only an undo waits for one.
-        let held = match state {
-            ProcessState::Compensating => true,
-            ProcessState::Error | ProcessState::Pending => self.stage.is_some(),
-            _ => false,
-        };
-        if !held {
-            next.hold_until = None;
-        }
-        if state != ProcessState::Waiting {
-            next.wake_at = None;
-        }
-        // Any move but another turn in the line ends the wait for a place; a pause keeps
-        // the ticket, for the task to take its turn when resumed if it has not passed.
-        if !matches!(trigger, Trigger::Queued | Trigger::Pause | Trigger::Resume) {
-            next.queued = None;
-        }
-        // A callback's token lives as long as its attempt: claimed (Processing), then
-        // waiting for the outside. Any other state ends the attempt, and the token with it.
-        if !matches!(state, ProcessState::Processing | ProcessState::Waiting) {
-            next.callback = None;
-        }
-        next.revision += 1;
-        next.updated_at = now;
-        next.last_cause = cause;
-        if state.is_terminal() {
-            next.deadline = None;
-            next.paused = false;
-            // Error keeps a stage's branches: a resubmit or an undo decides on them.
-            if state != ProcessState::Error {
-                next.stage = None;
-            }
-        }
-        // A lease's end is every branch's: a reply of one still out is fenced off.
-        if (next.locked_by.is_none() || state != ProcessState::Processing)
-            && let Some(run) = &mut next.stage
-        {
-            run.land_all();
-        }
-        Ok(next)
-    }
-
-    pub(in crate::domain) fn unlocked(mut self) -> TaskRecord {
-        self.locked_by = None;
-        self.complete_by = None;
-        if let Some(run) = &mut self.stage {
-            run.land_all();
-        }
-        self
-    }
-
-    /// The branches of the parallel stage the task is at going forward, as recorded, or
-    /// fresh before its first claim; `None` at a lone step or while undoing.
-    pub(in crate::domain) fn stage_run(&self, wf: &Workflow) -> Option<StageRun> {
-        if self.action() != Action::Do || self.state == ProcessState::Compensated {
-            return None;
-        }
-        let stage = wf.stage_at(self.step)?;
-        match &self.stage {
-            Some(run) if run.at == stage.start => Some(run.clone()),
-            _ => Some(StageRun::new(stage)),
-        }
-    }
-
-    /// Whether step `i` may have taken effect, as a give-up, a cancel or an undo decides it
-    /// from where the task is: a branch of a stage by what its record says; going forward,
-    /// every step before the current one (it succeeded) and the current one when
-    /// `in_doubt`; while undoing, every step below the one being undone.
-    pub(in crate::domain) fn may_have_taken_effect(&self, i: u32, in_doubt: bool) -> bool {
-        match &self.stage {
-            Some(run) if run.contains(i) => run.branch(i).is_some_and(|b| b.may_have_taken_effect()),
-            _ => match self.action() {
-                Action::Do => i < self.step || (i == self.step && in_doubt),
-                Action::Undo => i < self.step,
-            },
-        }
-    }
-
-    /// A give-up at a stage with branches still out: the undo waits until the latest of
-    /// their complete-bys (the claiming scheduler adds its reply grace), so it does not
-    /// overtake an effect it undoes, as after a cancel.
-    pub(in crate::domain) fn hold_for_branches_out(&mut self) {
-        if let Some(latest) = self.stage.as_ref().and_then(StageRun::latest_complete_by) {
-            self.hold_until = Some(latest);
-        }
-    }
-
-    /// How long from `now` a claim is held off (`hold_until` plus the reply grace): the
-    /// delay of the Schedule that claims a held task.
-    pub(in crate::domain) fn held_for_ms(&self, now: Timestamp, policy: &Policy) -> u64 {
-        self.hold_until.map_or(0, |h| h.plus_ms(policy.reply_grace_ms).millis_since(now))
-    }
-
     /// The attempt and complete-by a dispatch of `step` carries: its branch's at a stage.
     pub fn dispatch_of(&self, step: u32) -> (u32, Option<Timestamp>) {
-        match self.stage.as_ref().and_then(|run| run.branch(step)).filter(|b| b.in_flight()) {
+        match self.stage().and_then(|run| run.branch(step)).filter(|b| b.in_flight()) {
             Some(b) => (b.attempt, b.complete_by),
-            None => (self.attempt, self.complete_by),
+            None => (self.attempt, self.complete_by()),
         }
-    }
-
-    /// At the start of `step`: no claim of it yet, and its failure budget whole, for the
-    /// next step forward, the next to undo, or one an operator runs again.
-    pub(in crate::domain) fn starting_step(mut self, step: u32) -> TaskRecord {
-        self.step = step;
-        self.step_attempts = 0;
-        self.step_failures = 0;
-        self
-    }
-
-    /// The current forward step is done (answered, or its timer woke, by `onward`): on
-    /// to the next step, scheduled at once, or Processed after the last.
-    pub(in crate::domain) fn step_done(
-        self,
-        onward: Trigger,
-        now: Timestamp,
-        cause: Cause,
-        wf: &Workflow,
-        policy: &Policy,
-        name: String,
-    ) -> Result<Decision, Refusal> {
-        let after = wf.after(self.step);
-        let mut done = self;
-        // Past a stage, nothing of it is undone except as a whole: its branches all succeeded.
-        done.stage = None;
-        if after < wf.len() {
-            Ok(Decision {
-                trigger: onward,
-                next: done.moved(onward, now, cause)?.waiting(now, 0, policy).starting_step(after),
-                effects: vec![
-                    Effect::Schedule { delay_ms: 0 },
-                    Effect::Status { status: OrderStatus::StepCompleted, step: Some(name), reason: None },
-                ],
-            })
-        } else {
-            Ok(Decision {
-                trigger: Trigger::Finished,
-                next: done.moved(Trigger::Finished, now, cause)?.unlocked(),
-                effects: vec![Effect::Status {
-                    status: OrderStatus::Processed,
-                    step: Some(name),
-                    reason: None,
-                }],
-            })
-        }
-    }
-
-    pub(in crate::domain) fn waiting(mut self, now: Timestamp, delay_ms: u64, policy: &Policy) -> TaskRecord {
-        self.deadline = Some(now.plus_ms(delay_ms).plus_ms(policy.pending_timeout_ms));
-        self.unlocked()
-    }
-
-    pub(in crate::domain) fn step_name(&self, wf: &Workflow, step: u32, action: Action) -> String {
-        match (wf.step(step), action) {
-            (Some(s), Action::Do) => s.name.clone(),
-            (Some(s), Action::Undo) => s.compensation.clone().unwrap_or_else(|| s.name.clone()),
-            (None, _) => format!("step-{step}"),
-        }
-    }
-
-    pub(in crate::domain) fn check_workflow(&self, wf: &Workflow) -> Result<(), Refusal> {
-        let other_version = wf.version != self.workflow_version && !crate::mutations::newest_version();
-        if wf.name != self.workflow || other_version || wf.step(self.step).is_none() {
-            return Err(Refusal::Corrupt {
-                workflow: self.workflow.clone(),
-                why: format!(
-                    "workflow {:?} v{} has no step {} of a task pinned to v{}",
-                    wf.name, wf.version, self.step, self.workflow_version
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    /// Paused, with nothing running or waiting: only a resume moves it on.
-    pub fn parked(&self) -> bool {
-        self.paused
-            && self.locked_by.is_none()
-            && matches!(self.state, ProcessState::Pending | ProcessState::Compensating)
     }
 
     /// Pinned to the version `wf` is (the latest, when an order is accepted).
@@ -705,55 +222,196 @@ impl TaskRecord {
             _ => Ok(()),
         }
     }
+}
 
-    /// Every decision's record gets its timeline entry here, so no move goes unrecorded.
-    /// `by`: who acted and why, for an operator's action.
-    pub(in crate::domain) fn logged(
-        &self,
-        now: Timestamp,
-        decided: Result<Decision, Refusal>,
-        by: Option<(&str, &str)>,
-    ) -> Result<Decision, Refusal> {
-        let mut d = decided?;
-        if d.next.parked() {
-            // Paused and waiting for a claim: no Schedule (it would only be refused), and
-            // off the sweep until resumed.
-            d.effects.retain(|e| !matches!(e, Effect::Schedule { .. }));
-            d.next.deadline = Some(now.plus_ms(PARKED_MS));
-        }
-        let past_redo = d.next.redo_until.is_some_and(|u| d.next.step > u);
-        if past_redo || matches!(d.next.state, ProcessState::Processed | ProcessState::Compensated) {
-            d.next.redo_until = None;
-        }
-        let note = match by {
-            Some((_, why)) => Some(why.to_owned()),
-            None if d.next.last_error != self.last_error => d.next.last_error.clone(),
-            None => match &d.next.last_cause {
-                Cause::Failed { reason, .. } => Some(reason.clone()),
-                _ => None,
-            },
+/// What a phase holds, as stored: one map with the fields of the record's phase.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Held {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lease: Option<LeaseToken>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    complete_by: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hold_until: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    wake_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    callback: Option<Awaiting>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queued: Option<Ticket>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stage: Option<StageRun>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    paused: bool,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.lease.is_none()
+            && self.complete_by.is_none()
+            && self.hold_until.is_none()
+            && self.wake_at.is_none()
+            && self.callback.is_none()
+            && self.queued.is_none()
+            && self.stage.is_none()
+            && !self.paused
+    }
+}
+
+/// The stored item. `deadline` stays at the top level: the due index is keyed on it.
+/// The fields after `updated_at` are read only: where records written before the phase
+/// map kept what it holds.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    order_id: OrderId,
+    workflow: String,
+    #[serde(default = "crate::domain::workflow::first_version")]
+    workflow_version: u32,
+    order: Arc<Order>,
+    state: ProcessState,
+    step: u32,
+    step_attempts: u32,
+    attempt: u32,
+    #[serde(default, skip_serializing_if = "Held::is_empty")]
+    phase: Held,
+    deadline: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    redo_until: Option<u32>,
+    failure_count: u32,
+    #[serde(default)]
+    step_failures: u32,
+    reply_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    submitter: Option<Sender>,
+    #[serde(default, skip_serializing_if = "Outputs::is_empty")]
+    outputs: Outputs,
+    last_cause: Cause,
+    last_error: Option<String>,
+    #[serde(default)]
+    timeline: Vec<Entry>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    timeline_dropped: u32,
+    revision: u64,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    #[serde(default, skip_serializing)]
+    locked_by: Option<LeaseToken>,
+    #[serde(default, skip_serializing)]
+    complete_by: Option<Timestamp>,
+    #[serde(default, skip_serializing)]
+    hold_until: Option<Timestamp>,
+    #[serde(default, skip_serializing)]
+    wake_at: Option<Timestamp>,
+    #[serde(default, skip_serializing)]
+    callback: Option<Awaiting>,
+    #[serde(default, skip_serializing)]
+    queued: Option<Ticket>,
+    #[serde(default, skip_serializing)]
+    stage: Option<StageRun>,
+    #[serde(default, skip_serializing)]
+    paused: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Serialize for TaskRecord {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let p = &self.phase;
+        let held = Held {
+            lease: self.locked_by(),
+            complete_by: self.complete_by(),
+            hold_until: p.hold_until(),
+            wake_at: p.wake_at(),
+            callback: p.callback().cloned(),
+            queued: p.queued().cloned(),
+            stage: p.stage().cloned(),
+            paused: p.paused(),
         };
-        // At a stage, the entry names the branch its cause is about, so a timeline shows
-        // the branches side by side.
-        let at_stage = self.stage.is_some() || d.next.stage.is_some();
-        let step = d.next.last_cause.step().filter(|_| at_stage && by.is_none()).unwrap_or(self.step);
-        let entry = Entry {
-            at: now,
-            what: Happened::Moved(d.trigger),
-            step,
-            attempt: d.next.attempt,
-            note,
-            by: by.map(|(who, _)| who.to_owned()),
+        Stored {
+            order_id: self.order_id.clone(),
+            workflow: self.workflow.clone(),
+            workflow_version: self.workflow_version,
+            order: self.order.clone(),
+            state: self.state(),
+            step: self.step,
+            step_attempts: self.step_attempts,
+            attempt: self.attempt,
+            phase: held,
+            deadline: self.deadline(),
+            redo_until: self.redo_until,
+            failure_count: self.failure_count,
+            step_failures: self.step_failures,
+            reply_to: self.reply_to.clone(),
+            submitter: self.submitter.clone(),
+            outputs: self.outputs.clone(),
+            last_cause: self.last_cause.clone(),
+            last_error: self.last_error.clone(),
+            timeline: self.timeline.clone(),
+            timeline_dropped: self.timeline_dropped,
+            revision: self.revision,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            locked_by: None,
+            complete_by: None,
+            hold_until: None,
+            wake_at: None,
+            callback: None,
+            queued: None,
+            stage: None,
+            paused: false,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskRecord {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<TaskRecord, D::Error> {
+        let s = Stored::deserialize(deserializer)?;
+        let h = s.phase;
+        let draft = Draft {
+            order_id: s.order_id,
+            workflow: s.workflow,
+            workflow_version: s.workflow_version,
+            order: s.order,
+            state: s.state,
+            step: s.step,
+            step_attempts: s.step_attempts,
+            attempt: s.attempt,
+            locked_by: h.lease.or(s.locked_by),
+            complete_by: h.complete_by.or(s.complete_by),
+            hold_until: h.hold_until.or(s.hold_until),
+            redo_until: s.redo_until,
+            wake_at: h.wake_at.or(s.wake_at),
+            callback: h.callback.or(s.callback),
+            queued: h.queued.or(s.queued),
+            stage: h.stage.or(s.stage),
+            deadline: s.deadline,
+            failure_count: s.failure_count,
+            step_failures: s.step_failures,
+            reply_to: s.reply_to,
+            submitter: s.submitter,
+            paused: h.paused || s.paused,
+            outputs: s.outputs,
+            last_cause: s.last_cause,
+            last_error: s.last_error,
+            timeline: s.timeline,
+            timeline_dropped: s.timeline_dropped,
+            revision: s.revision,
+            created_at: s.created_at,
+            updated_at: s.updated_at,
         };
-        timeline::push(&mut d.next.timeline, &mut d.next.timeline_dropped, entry);
-        Ok(d)
+        draft.build().map_err(serde::de::Error::custom)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::lifecycle::Trigger;
     use crate::domain::task::fixtures::*;
+    use crate::domain::timeline::{self, Happened};
     use crate::domain::workflow::Step;
 
     #[test]
@@ -803,10 +461,48 @@ mod tests {
         for n in 0..40u128 {
             t.step_failures = 0;
             t = lapse(&t, &wf, 0).next;
-            t = claim(&t, &wf, 10 + n, t.deadline.unwrap());
+            t = claim(&t, &wf, 10 + n, t.deadline().unwrap());
             moves += 2;
         }
         assert_eq!(t.timeline.len(), timeline::TIMELINE_LEN);
         assert_eq!(t.timeline_dropped as usize + t.timeline.len(), moves);
+    }
+
+    /// The stored form: what the phase holds is one map; the deadline stays at the top.
+    #[test]
+    fn a_record_is_stored_with_its_phase_in_one_map_and_reads_back() {
+        let wf = Workflow::three_step();
+        let claimed = claim(&new_task(&wf), &wf, 1, T0);
+        let json = serde_json::to_value(&claimed).unwrap();
+        assert_eq!(json["state"], "Processing");
+        assert_eq!(json["phase"]["lease"], serde_json::to_value(lease(1)).unwrap());
+        assert_eq!(json["phase"]["complete_by"], serde_json::to_value(claimed.complete_by()).unwrap());
+        assert_eq!(json["deadline"], serde_json::to_value(claimed.deadline()).unwrap());
+        for flat in ["locked_by", "complete_by", "wake_at", "callback", "queued", "stage", "paused"] {
+            assert!(json.get(flat).is_none(), "{flat} is not stored at the top: {json}");
+        }
+        assert_eq!(serde_json::from_value::<TaskRecord>(json).unwrap(), claimed);
+        // A record with nothing held stores no phase map.
+        let fresh = serde_json::to_value(new_task(&wf)).unwrap();
+        assert!(fresh.get("phase").is_none(), "{fresh}");
+    }
+
+    /// Records written before the phase map kept its fields at the top level: they read
+    /// as the same record.
+    #[test]
+    fn a_record_written_before_the_phase_map_still_reads() {
+        let wf = Workflow::three_step();
+        let claimed = claim(&new_task(&wf), &wf, 1, T0);
+        let mut old = serde_json::to_value(&claimed).unwrap();
+        let held = old.as_object_mut().unwrap().remove("phase").unwrap();
+        old["locked_by"] = held["lease"].clone();
+        old["complete_by"] = held["complete_by"].clone();
+        old["hold_until"] = serde_json::Value::Null;
+        assert_eq!(serde_json::from_value::<TaskRecord>(old).unwrap(), claimed);
+        // And one whose fields break the record's shape is refused, not read.
+        let mut broken = serde_json::to_value(&claimed).unwrap();
+        broken["state"] = "Pending".into();
+        let err = serde_json::from_value::<TaskRecord>(broken).unwrap_err();
+        assert!(err.to_string().contains("holding a lease"), "{err}");
     }
 }

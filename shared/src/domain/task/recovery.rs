@@ -3,13 +3,14 @@
 //! pivot, else undo what may have taken effect, else Error with an alert.
 
 use super::branches::{Outcome, StageRun};
-use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::draft::Draft;
+use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
 use crate::domain::ids::{IdempotencyKey, Timestamp};
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::{OperatorAlert, OrderStatus};
 use crate::domain::workflow::{Action, Workflow};
 
-impl TaskRecord {
+impl Draft {
     /// Supervisor: the deadline passed with nothing else moving the task.
     pub fn lapse(
         &self,
@@ -17,7 +18,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         jitter: u64,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.logged(now, self.decide_lapse(now, wf, policy, jitter), None)
     }
 
@@ -27,7 +28,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         jitter: u64,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         match self.deadline {
             Some(deadline) if deadline <= now => {}
             deadline => return Err(Refusal::NotDue { deadline, now }),
@@ -103,7 +104,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         jitter: u64,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let mut counted = self.clone();
         counted.failure_count += 1;
         let mut spent = None;
@@ -150,7 +151,7 @@ impl TaskRecord {
         wf: &Workflow,
         cause: Cause,
         reason: GiveUpReason,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.stop(Trigger::Fail, now, wf, cause, reason, None)
     }
 
@@ -164,7 +165,7 @@ impl TaskRecord {
         cause: Cause,
         reason: GiveUpReason,
         in_doubt: Option<IdempotencyKey>,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         // At a stage, the branch that gave up (a lone step's cause names the step itself).
         let named = cause.step().unwrap_or(self.step);
         let mut next = self.moved(trigger, now, cause)?.unlocked();
@@ -195,7 +196,7 @@ impl TaskRecord {
         reason: GiveUpReason,
         in_doubt: bool,
         alert: bool,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         if let Some((told, key)) = self.forward_only(wf, reason.told, in_doubt) {
             return self.stop(
                 Trigger::ForwardOnly,
@@ -294,21 +295,21 @@ mod tests {
     fn lapse_below_threshold_retries_with_backoff() {
         let wf = Workflow::single_step();
         let task = claim(&new_task(&wf), &wf, 1, T0);
-        let now = task.deadline.unwrap();
+        let now = task.deadline().unwrap();
         let d = checked(&task, task.lapse(now, &wf, &policy(), 7));
         let delay = policy().retry_backoff.delay_ms(0, 7);
         assert!(delay > 0);
         assert_eq!(d.trigger, Trigger::Retry);
-        assert_eq!(d.next.state, ProcessState::Pending);
-        assert_eq!((d.next.locked_by, d.next.complete_by), (None, None));
+        assert_eq!(d.next.state(), ProcessState::Pending);
+        assert_eq!((d.next.locked_by(), d.next.complete_by()), (None, None));
         assert_eq!(d.next.failure_count, 1);
-        assert_eq!(d.next.deadline, Some(now.plus_ms(delay + 2_000)), "the deadline moves past the delay");
+        assert_eq!(d.next.deadline(), Some(now.plus_ms(delay + 2_000)), "the deadline moves past the delay");
         assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: delay }]);
         assert_eq!(d.next.last_cause, Cause::DeadlinePassed { step: 0, state: ProcessState::Processing });
         assert!(d.next.last_error.as_deref().unwrap().contains("attempt 1"));
 
         // The second retry backs off further.
-        let again = claim(&d.next, &wf, 2, d.next.deadline.unwrap());
+        let again = claim(&d.next, &wf, 2, d.next.deadline().unwrap());
         let d2 = lapse(&again, &wf, 7);
         assert_eq!(d2.next.failure_count, 2);
         assert_eq!(d2.effects, vec![Effect::Schedule { delay_ms: policy().retry_backoff.delay_ms(1, 7) }]);
@@ -320,7 +321,7 @@ mod tests {
         let task = new_task(&wf);
         let d = lapse(&task, &wf, 0);
         assert_eq!(
-            (d.trigger, d.next.state, d.next.failure_count),
+            (d.trigger, d.next.state(), d.next.failure_count),
             (Trigger::Retry, ProcessState::Pending, 1)
         );
         assert!(d.next.last_error.as_deref().unwrap().contains("without being claimed"));
@@ -330,14 +331,14 @@ mod tests {
     fn lapse_is_refused_when_not_due() {
         let wf = Workflow::single_step();
         let task = claim(&new_task(&wf), &wf, 1, T0);
-        let deadline = task.deadline.unwrap();
+        let deadline = task.deadline().unwrap();
         let early = Timestamp(deadline.0 - 1);
         assert_eq!(
             task.lapse(early, &wf, &policy(), 0),
             Err(Refusal::NotDue { deadline: Some(deadline), now: early })
         );
         // Past complete-by but within the reply grace: still not the supervisor's.
-        assert!(task.lapse(task.complete_by.unwrap().plus_ms(1), &wf, &policy(), 0).is_err());
+        assert!(task.lapse(task.complete_by().unwrap().plus_ms(1), &wf, &policy(), 0).is_err());
         let done = reply(&task, &wf, ok(), T0).next;
         let far = Timestamp(u64::MAX);
         assert_eq!(done.lapse(far, &wf, &policy(), 0), Err(Refusal::NotDue { deadline: None, now: far }));
@@ -349,10 +350,10 @@ mod tests {
         let d = lapse_to_threshold(new_task(&wf), &wf, true);
         // process-order is a pivot dispatched three times without an answer.
         assert_eq!(d.trigger, Trigger::ForwardOnly);
-        assert_eq!(d.next.state, ProcessState::Error);
+        assert_eq!(d.next.state(), ProcessState::Error);
         assert_eq!(d.next.failure_count, 3);
         assert_eq!(d.next.attempt, 3);
-        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        assert_eq!((d.next.deadline(), d.next.locked_by()), (None, None));
         let alerts = alerts(&d);
         assert_eq!(alerts.len(), 1);
         assert_eq!(alerts[0].failure_count, 3);
@@ -362,7 +363,7 @@ mod tests {
 
         // Never dispatched: nothing can stand, and with nothing to undo it is a plain Error.
         let d = lapse_to_threshold(new_task(&wf), &wf, false);
-        assert_eq!((d.trigger, d.next.state), (Trigger::Fail, ProcessState::Error));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::Fail, ProcessState::Error));
         assert_eq!(self::alerts(&d).len(), 1);
         assert_eq!(self::alerts(&d)[0].idempotency_key, None);
     }
@@ -373,7 +374,7 @@ mod tests {
         // Step 1 (charge-payment) was dispatched, so the charge may have happened.
         let d = lapse_to_threshold(pending_at(&wf, 1), &wf, true);
         assert_eq!(d.trigger, Trigger::Undo);
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 1));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Compensating, 1));
         assert_eq!((d.next.failure_count, d.next.step_failures), (3, 0), "undoing starts a fresh budget");
         assert_eq!(d.next.step_attempts, 0);
         assert_eq!(alerts(&d).len(), 1);
@@ -386,7 +387,7 @@ mod tests {
         let wf = Workflow::three_step();
         let d = lapse_to_threshold(pending_at(&wf, 1), &wf, false);
         assert_eq!(d.trigger, Trigger::Undo);
-        assert_eq!((d.next.state, d.next.step), (ProcessState::Compensating, 0));
+        assert_eq!((d.next.state(), d.next.step), (ProcessState::Compensating, 0));
     }
 
     #[test]
@@ -394,8 +395,8 @@ mod tests {
         let wf = Workflow::three_step();
         let d = lapse_to_threshold(new_task(&wf), &wf, false);
         assert_eq!(d.trigger, Trigger::Undone);
-        assert_eq!(d.next.state, ProcessState::Compensated);
-        assert_eq!(d.next.deadline, None);
+        assert_eq!(d.next.state(), ProcessState::Compensated);
+        assert_eq!(d.next.deadline(), None);
         assert_eq!(alerts(&d).len(), 1, "the operator still hears the order gave up");
         assert_eq!(statuses(&d), vec![OrderStatus::Compensated]);
     }
@@ -408,19 +409,19 @@ mod tests {
         for n in 0..2 {
             task = lapse(&task, &wf, 0).next;
             assert_eq!(task.step_failures, n + 1);
-            task = claim(&task, &wf, 10 + n as u128, task.deadline.unwrap());
+            task = claim(&task, &wf, 10 + n as u128, task.deadline().unwrap());
         }
-        let now = task.complete_by.unwrap();
+        let now = task.complete_by().unwrap();
         task = reply(&task, &wf, ok(), now).next;
         assert_eq!((task.step, task.failure_count, task.step_failures), (1, 2, 0));
         // Step 1 gets its own three: two lapses retry, the third gives up.
         for n in 0..2 {
-            task = claim(&task, &wf, 20 + n, task.deadline.unwrap());
+            task = claim(&task, &wf, 20 + n, task.deadline().unwrap());
             let d = lapse(&task, &wf, 0);
             assert_eq!(d.trigger, Trigger::Retry, "lapse {} of step 1", n + 1);
             task = d.next;
         }
-        task = claim(&task, &wf, 30, task.deadline.unwrap());
+        task = claim(&task, &wf, 30, task.deadline().unwrap());
         let d = lapse(&task, &wf, 0);
         assert_eq!(d.trigger, Trigger::Undo);
         assert_eq!(d.next.failure_count, 5, "FailureCount still counts every lapse");

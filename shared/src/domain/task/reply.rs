@@ -2,7 +2,8 @@
 //! time), then the step's success, refusal or unusable output.
 
 use super::branches::Outcome;
-use super::record::{Cause, Decision, Effect, Policy, Refusal, StaleReason, TaskRecord};
+use super::draft::Draft;
+use super::outcome::{Cause, Decision, Effect, Policy, Refusal, StaleReason};
 use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
@@ -10,7 +11,7 @@ use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason}
 use crate::domain::output::StepOutput;
 use crate::domain::workflow::{Action, Workflow};
 
-impl TaskRecord {
+impl Draft {
     /// The fence: the reply belongs to the live lease of this very attempt, in time.
     pub fn fence(&self, reply: &AgentReply, now: Timestamp) -> Result<(), StaleReason> {
         if crate::mutations::fencing_disabled() {
@@ -62,7 +63,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.logged(now, self.decide_reply(reply, now, wf, policy), None)
     }
 
@@ -72,7 +73,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.fence(reply, now).map_err(Refusal::StaleReply)?;
         self.check_workflow(wf)?;
         let at_stage = self.stage.as_ref().is_some_and(|r| r.at == self.step) && reply.action == Action::Do;
@@ -157,7 +158,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let step = reply.step;
         let action = Action::Do;
         let name = self.step_name(wf, step, action);
@@ -230,7 +231,7 @@ impl TaskRecord {
         policy: &Policy,
         reason: &str,
         detail: Option<&str>,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         let cause =
             Cause::Failed { step: self.step, action: Action::Do, reason: reason.to_owned(), in_doubt: true };
         self.give_up(now, wf, policy, cause, GiveUpReason { told: reason, detail }, true, true)
@@ -241,8 +242,8 @@ impl TaskRecord {
 mod tests {
     use super::*;
     use crate::domain::messages::OrderStatus;
+    use crate::domain::task::Effect;
     use crate::domain::task::fixtures::*;
-    use crate::domain::task::record::Effect;
 
     #[test]
     fn fence_refuses_every_reply_but_the_live_attempts_in_time() {
@@ -250,7 +251,7 @@ mod tests {
         let pending = new_task(&wf);
         let task = claim(&pending, &wf, 1, T0);
         let good = reply_for(&task, ok());
-        let complete_by = task.complete_by.unwrap();
+        let complete_by = task.complete_by().unwrap();
         let stale = |r: &AgentReply, now: Timestamp, why: StaleReason| {
             assert_eq!(task.fence(r, now), Err(why.clone()));
             assert_eq!(task.apply_reply(r, now, &wf, &policy()), Err(Refusal::StaleReply(why)));
@@ -315,15 +316,15 @@ mod tests {
         let names = ["reserve-inventory", "charge-payment", "ship-order"];
         for (step, name) in names.iter().enumerate() {
             task = claim(&task, &wf, step as u128, T0.plus_ms(step as u64));
-            let now = task.complete_by.unwrap();
+            let now = task.complete_by().unwrap();
             let d = reply(&task, &wf, ok(), now);
             assert_eq!(d.next.last_cause, Cause::Succeeded { step: step as u32, action: Action::Do });
-            assert_eq!(d.next.locked_by, None);
+            assert_eq!(d.next.locked_by(), None);
             if step + 1 < names.len() {
                 assert_eq!(d.trigger, Trigger::Advanced);
-                assert_eq!(d.next.state, ProcessState::Pending);
+                assert_eq!(d.next.state(), ProcessState::Pending);
                 assert_eq!((d.next.step, d.next.step_attempts), (step as u32 + 1, 0));
-                assert_eq!(d.next.deadline, Some(now.plus_ms(2_000)));
+                assert_eq!(d.next.deadline(), Some(now.plus_ms(2_000)));
                 assert_eq!(
                     d.effects,
                     vec![
@@ -337,8 +338,8 @@ mod tests {
                 );
             } else {
                 assert_eq!(d.trigger, Trigger::Finished);
-                assert_eq!(d.next.state, ProcessState::Processed);
-                assert_eq!(d.next.deadline, None);
+                assert_eq!(d.next.state(), ProcessState::Processed);
+                assert_eq!(d.next.deadline(), None);
                 assert_eq!(
                     d.effects,
                     vec![Effect::Status {
@@ -358,7 +359,7 @@ mod tests {
         let wf = Workflow::single_step();
         let d = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, ok(), T0);
         assert_eq!(
-            (d.trigger, d.next.state, d.next.deadline),
+            (d.trigger, d.next.state(), d.next.deadline()),
             (Trigger::Finished, ProcessState::Processed, None)
         );
     }
@@ -369,8 +370,8 @@ mod tests {
         let task = claim(&new_task(&wf), &wf, 1, T0);
         let d = reply(&task, &wf, failed("card declined"), T0.plus_ms(5));
         assert_eq!(d.trigger, Trigger::Fail);
-        assert_eq!(d.next.state, ProcessState::Error);
-        assert_eq!((d.next.deadline, d.next.locked_by), (None, None));
+        assert_eq!(d.next.state(), ProcessState::Error);
+        assert_eq!((d.next.deadline(), d.next.locked_by()), (None, None));
         assert_eq!(d.next.failure_count, 0, "a refusal is an answer, not a lapse");
         assert!(d.next.last_error.as_deref().unwrap().contains("card declined"));
         let alerts = alerts(&d);
@@ -416,8 +417,8 @@ mod tests {
         let wf = Workflow::three_step();
         let d = reply(&claim(&new_task(&wf), &wf, 1, T0), &wf, failed("out of stock"), T0);
         assert_eq!(d.trigger, Trigger::Undone);
-        assert_eq!(d.next.state, ProcessState::Compensated);
-        assert_eq!(d.next.deadline, None);
+        assert_eq!(d.next.state(), ProcessState::Compensated);
+        assert_eq!(d.next.deadline(), None);
         assert!(alerts(&d).is_empty(), "undoing is the planned outcome, not an operator's problem");
         assert_eq!(statuses(&d), vec![OrderStatus::Compensated]);
     }

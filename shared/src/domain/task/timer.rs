@@ -4,7 +4,8 @@
 //! whichever comes first, and never before the time.
 
 use super::claim::Mint;
-use super::record::{Cause, Decision, Effect, Policy, Refusal, TaskRecord};
+use super::draft::Draft;
+use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
 use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
@@ -13,7 +14,7 @@ use crate::domain::output::StepOutput;
 use crate::domain::wait::{MAX_DELAYED_WAKE_MS, Wait};
 use crate::domain::workflow::{Action, Workflow};
 
-impl TaskRecord {
+impl Draft {
     /// Scheduler, on a Schedule message: wake a waiting timer whose time came, put a task
     /// at a timer step to sleep, or claim the task for its step.
     pub fn schedule(
@@ -22,7 +23,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         if self.state == ProcessState::Waiting {
             return self.wake(now, wf, policy);
         }
@@ -46,7 +47,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
         jitter: u64,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         // Parked: its deadline is the pause's, not a lapse (read only by a sweep more
         // than `PARKED_MS` after the pause).
         if self.parked() {
@@ -73,7 +74,7 @@ impl TaskRecord {
     }
 
     /// A waiting timer's time came: on to the next step, or the end.
-    pub fn wake(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision, Refusal> {
+    pub fn wake(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision<Draft>, Refusal> {
         self.logged(now, self.decide_wake(now, wf, policy), None)
     }
 
@@ -83,7 +84,7 @@ impl TaskRecord {
         now: Timestamp,
         wf: &Workflow,
         policy: &Policy,
-    ) -> Result<Decision, Refusal> {
+    ) -> Result<Decision<Draft>, Refusal> {
         self.check_workflow(wf)?;
         let step = self.step;
         let name = self.step_name(wf, step, Action::Do);
@@ -115,7 +116,12 @@ impl TaskRecord {
         Ok(Decision { trigger: Trigger::Slept, next, effects })
     }
 
-    fn decide_wake(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision, Refusal> {
+    fn decide_wake(
+        &self,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
         let wake_at = match (self.state, self.wake_at) {
             (ProcessState::Waiting, Some(wake_at)) => wake_at,
             (state, _) => return Err(Refusal::ClaimLost { state, locked: self.locked_by.is_some() }),
@@ -137,7 +143,7 @@ mod tests {
     use crate::domain::messages::OrderStatus;
     use crate::domain::task::Act;
     use crate::domain::task::fixtures::*;
-    use crate::domain::task::record::Effect;
+    use crate::domain::task::{Effect, TaskRecord};
     use crate::domain::workflow::Step;
 
     /// T0 + 200 s, as the charge's service writes it.
@@ -155,10 +161,10 @@ mod tests {
         let pending = charged(&wf, RELEASE_AT);
         let now = T0.plus_ms(7);
         let d = checked(&pending, pending.schedule(lease(2), now, &wf, &policy()));
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Slept, ProcessState::Waiting, 1));
-        assert_eq!(d.next.wake_at, Some(now.plus_ms(5_000)));
-        assert_eq!(d.next.deadline, d.next.wake_at, "the due index holds it until then");
-        assert_eq!((d.next.locked_by, d.next.complete_by), (None, None));
+        assert_eq!((d.trigger, d.next.state(), d.next.step), (Trigger::Slept, ProcessState::Waiting, 1));
+        assert_eq!(d.next.wake_at(), Some(now.plus_ms(5_000)));
+        assert_eq!(d.next.deadline(), d.next.wake_at(), "the due index holds it until then");
+        assert_eq!((d.next.locked_by(), d.next.complete_by()), (None, None));
         assert_eq!((d.next.attempt, d.next.failure_count), (pending.attempt, 0), "nothing dispatched");
         assert_eq!(d.next.last_cause, Cause::Slept { step: 1, wake_at: now.plus_ms(5_000) });
         // Within SQS's longest delay: a delayed Schedule wakes it on time.
@@ -175,7 +181,7 @@ mod tests {
         let wf = timer_first();
         let settling = pending_at(&wf, 2);
         let d = checked(&settling, settling.schedule(lease(3), T0, &wf, &policy()));
-        assert_eq!(d.next.wake_at, Some(T0.plus_ms(2_000_000)));
+        assert_eq!(d.next.wake_at(), Some(T0.plus_ms(2_000_000)));
         assert!(!d.effects.iter().any(|e| matches!(e, Effect::Schedule { .. })), "{:?}", d.effects);
         // Exactly 15 minutes still goes as a delayed message.
         let quarter = Workflow::new("q", vec![Step::timer("t", Wait::for_ms(MAX_DELAYED_WAKE_MS))]);
@@ -189,17 +195,17 @@ mod tests {
         let wf = timed();
         let cooled = |answer: &str| {
             let t = sleep(&charged(&wf, answer), &wf, T0);
-            checked(&t, t.wake(t.wake_at.unwrap(), &wf, &policy())).next
+            checked(&t, t.wake(t.wake_at().unwrap(), &wf, &policy())).next
         };
         let holding = cooled(RELEASE_AT);
         let d = checked(&holding, holding.schedule(lease(3), T0.plus_ms(5_000), &wf, &policy()));
-        assert_eq!(d.next.wake_at, Some(Timestamp(1_200_000)));
+        assert_eq!(d.next.wake_at(), Some(Timestamp(1_200_000)));
         assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 1_200_000 - 1_005_000 });
 
         let past = cooled(r#"{"release_at":"1970-01-01T00:00:01Z"}"#);
         let now = T0.plus_ms(5_000);
         let d = checked(&past, past.schedule(lease(3), now, &wf, &policy()));
-        assert_eq!(d.next.wake_at, Some(now), "a time past wakes at once");
+        assert_eq!(d.next.wake_at(), Some(now), "a time past wakes at once");
         assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
         let woke = checked(&d.next, d.next.schedule(lease(4), now, &wf, &policy()));
         assert_eq!((woke.trigger, woke.next.step), (Trigger::Woke, 3));
@@ -215,11 +221,11 @@ mod tests {
             (r#"{"release_at":"2999-01-01T00:00:00Z"}"#, "more than 366 days away"),
         ] {
             let t = sleep(&charged(&wf, answer), &wf, T0);
-            let holding = checked(&t, t.wake(t.wake_at.unwrap(), &wf, &policy())).next;
+            let holding = checked(&t, t.wake(t.wake_at().unwrap(), &wf, &policy())).next;
             let d = checked(&holding, holding.schedule(lease(3), T0.plus_ms(5_000), &wf, &policy()));
             // The charge before it is undone; nothing counts as a lapse.
             assert_eq!(
-                (d.trigger, d.next.state, d.next.step),
+                (d.trigger, d.next.state(), d.next.step),
                 (Trigger::Undo, ProcessState::Compensating, 0)
             );
             assert_eq!(d.next.failure_count, 0);
@@ -242,10 +248,10 @@ mod tests {
             vec![Step::timer("t", Wait::until("$.order.nope")), Step::compensable("c", "a", "undo-c")],
         );
         let d = checked(&new_task(&bad), new_task(&bad).schedule(lease(1), T0, &bad, &policy()));
-        assert_eq!((d.trigger, d.next.state), (Trigger::Undone, ProcessState::Compensated));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::Undone, ProcessState::Compensated));
         let plain = Workflow::new("plain", vec![Step::timer("t", Wait::until("$.order.customer_id"))]);
         let d = checked(&new_task(&plain), new_task(&plain).schedule(lease(1), T0, &plain, &policy()));
-        assert_eq!((d.trigger, d.next.state), (Trigger::Fail, ProcessState::Error));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::Fail, ProcessState::Error));
         assert_eq!(alerts(&d).len(), 1);
     }
 
@@ -253,7 +259,7 @@ mod tests {
     fn a_timer_never_wakes_before_its_time() {
         let wf = timed();
         let waiting = sleep(&charged(&wf, RELEASE_AT), &wf, T0);
-        let wake_at = waiting.wake_at.unwrap();
+        let wake_at = waiting.wake_at().unwrap();
         let early = Timestamp(wake_at.0 - 1);
         // A duplicate Schedule: nothing changes, and the scheduler drops it.
         assert_eq!(
@@ -271,11 +277,11 @@ mod tests {
     fn a_timer_wakes_on_to_the_next_step_with_no_failure_counted() {
         let wf = timed();
         let waiting = sleep(&charged(&wf, RELEASE_AT), &wf, T0);
-        let wake_at = waiting.wake_at.unwrap();
+        let wake_at = waiting.wake_at().unwrap();
         // By its delayed Schedule, on time...
         let d = checked(&waiting, waiting.schedule(lease(5), wake_at, &wf, &policy()));
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Woke, ProcessState::Pending, 2));
-        assert_eq!((d.next.wake_at, d.next.step_attempts, d.next.failure_count), (None, 0, 0));
+        assert_eq!((d.trigger, d.next.state(), d.next.step), (Trigger::Woke, ProcessState::Pending, 2));
+        assert_eq!((d.next.wake_at(), d.next.step_attempts, d.next.failure_count), (None, 0, 0));
         assert_eq!(d.next.last_cause, Cause::Woke { step: 1, late_ms: 0 });
         assert_eq!(
             d.effects,
@@ -304,9 +310,9 @@ mod tests {
     fn a_timer_that_is_the_last_step_finishes_the_task() {
         let wf = timer_first();
         let waiting = sleep(&pending_at(&wf, 2), &wf, T0);
-        let d = checked(&waiting, waiting.recover(waiting.deadline.unwrap(), &wf, &policy(), 0));
+        let d = checked(&waiting, waiting.recover(waiting.deadline().unwrap(), &wf, &policy(), 0));
         assert_eq!(
-            (d.trigger, d.next.state, d.next.deadline),
+            (d.trigger, d.next.state(), d.next.deadline()),
             (Trigger::Finished, ProcessState::Processed, None)
         );
         assert_eq!(statuses(&d), vec![OrderStatus::Processed]);
@@ -317,20 +323,23 @@ mod tests {
         let wf = timed();
         let waiting = sleep(&charged(&wf, RELEASE_AT), &wf, T0);
         let d = act(&waiting, &wf, Act::Cancel);
-        assert_eq!((d.trigger, d.next.state, d.next.step), (Trigger::Cancel, ProcessState::Compensating, 0));
-        assert_eq!((d.next.wake_at, d.next.hold_until), (None, None), "no attempt in flight to wait for");
+        assert_eq!(
+            (d.trigger, d.next.state(), d.next.step),
+            (Trigger::Cancel, ProcessState::Compensating, 0)
+        );
+        assert_eq!((d.next.wake_at(), d.next.hold_until()), (None, None), "no attempt in flight to wait for");
         assert_eq!(d.effects[0], Effect::Schedule { delay_ms: 0 });
         // The timer's own Schedule, arriving after, finds nothing to wake.
         assert!(
             d.next
-                .schedule(lease(7), waiting.wake_at.unwrap(), &wf, &policy())
+                .schedule(lease(7), waiting.wake_at().unwrap(), &wf, &policy())
                 .is_ok_and(|c| c.trigger == Trigger::Claimed && c.next.action() == Action::Undo)
         );
         // Nothing done before the timer: nothing to undo.
         let first = timer_first();
         let waiting = sleep(&new_task(&first), &first, T0);
         let d = act(&waiting, &first, Act::Cancel);
-        assert_eq!((d.trigger, d.next.state), (Trigger::CancelUndone, ProcessState::Compensated));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::CancelUndone, ProcessState::Compensated));
     }
 
     #[test]
