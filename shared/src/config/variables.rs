@@ -342,18 +342,19 @@ mod tests {
         }
     }
 
-    /// README's configuration table lists exactly these variables, each with the functions
-    /// that read it (`| NAME | reader, reader (optional) |`, readers in alphabetical order).
+    /// docs/REFERENCE.md's configuration table lists exactly these variables, each with the
+    /// functions that read it (`| NAME | reader, reader (optional) |`, readers in alphabetical
+    /// order).
     #[test]
-    fn the_readme_lists_every_variable() {
-        let readme = include_str!("../../../README.md");
-        let section = readme.split("## Configuration (Lambda functions)").nth(1).expect("the section");
+    fn the_reference_lists_every_variable() {
+        let reference = include_str!("../../../docs/REFERENCE.md");
+        let section = reference.split("\n## Configuration\n").nth(1).expect("the section");
         let section = section.split("\n## ").next().unwrap();
         let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
         assert_eq!(
             rows.len(),
             VARIABLES.len(),
-            "README has {} rows, the list {}",
+            "docs/REFERENCE.md has {} rows, the list {}",
             rows.len(),
             VARIABLES.len()
         );
@@ -368,7 +369,7 @@ mod tests {
                 .collect();
             readers.sort();
             let row = format!("| `{}` | {} |", v.name, readers.join(", "));
-            assert!(rows.iter().any(|r| r.starts_with(&row)), "README lacks the row {row}");
+            assert!(rows.iter().any(|r| r.starts_with(&row)), "docs/REFERENCE.md lacks the row {row}");
         }
     }
 }
