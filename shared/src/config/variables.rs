@@ -41,7 +41,7 @@ pub enum Source {
     /// it unset or set it themselves (`sasctl up` passes these through).
     Tuning,
     /// Chosen by whoever deploys: `template.yaml` sets it from a parameter or the stack; a
-    /// local run adds it by hand (docs/DEPLOY.md, "Run the functions locally").
+    /// local run adds it by hand (docs/DEPLOY.md, "LocalStack").
     Deployer,
     /// Set by Lambda itself (the region), or by a local run to reach its endpoint; never in
     /// the template.
