@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it (README.md, "What the test command runs"). On a fresh machine it
+# The whole test suite, as CI runs it (README.md, "The two commands"). On a fresh machine it
 # installs what it needs (moto server, template linters) into project-local venvs.
 #   SAS_DEV_ORDERS   orders per `sasctl dev` run (default 1000)
 set -euo pipefail

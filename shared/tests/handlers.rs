@@ -1,4 +1,5 @@
-//! The four handlers on the embedded backend, one script per failure path of README.md's flow.
+//! The four handlers on the embedded backend, one script per failure path of the flow in
+//! docs/ARCHITECTURE.md ("Bird's eye view").
 //! Time is a manual clock and every message moves only when a test pumps it.
 
 mod common;

@@ -182,7 +182,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     }
     // The outside's words: a malformed one is kept with its reason; any other may be refused
     // (late, stale, forged, a duplicate, a step that ended) and is then kept with the reason
-    // it was refused for, as README says of the callback queue.
+    // it was refused for, as docs/REFERENCE.md says of the callback queue.
     let words: BTreeSet<&str> = run.outside.sent.iter().map(|s| s.body.as_str()).collect();
     for sent in run.outside.sent.iter().filter(|s| !s.direct) {
         let Some(expect) = sent.expect else { continue };
@@ -495,7 +495,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
 
 /// The outside's words against the writes made for them. The outside party knows which
 /// token it sent (`outside::Sent`) and the remote which the pipeline minted, for which
-/// attempt (`outside::Handed`), so each write made for a word is judged by README's rules
+/// attempt (`outside::Handed`), so each write made for a word is judged by docs/DESIGN.md's rules
 /// for callback steps, not by the domain's code:
 /// - `RefusedCompletionChangesNothing`: a write is made for a word only when the word is
 ///   well formed, its token is one the pipeline minted, for the attempt the record waits on

@@ -94,7 +94,7 @@ impl Invariant {
         Invariant::RemoteWithinLimits,
     ];
 
-    /// The invariant in words, as the README states it.
+    /// The invariant in words (docs/ARCHITECTURE.md, "What every run checks", lists them).
     pub fn statement(self) -> &'static str {
         match self {
             Invariant::AcceptedOrRejected => {
@@ -200,7 +200,7 @@ pub struct Records<'a> {
 }
 
 /// Whether a give-up leaves the task in Error because a pivot's effect stands or may
-/// stand, restated from the README's lifecycle (not from the domain's code) so the
+/// stand, restated from docs/REFERENCE.md's give-up rule (not from the domain's code) so the
 /// checker can tell `ForwardOnly` from `Fail`.
 fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool {
     // In doubt: dispatched and never answered for good, or answered with something that
@@ -828,7 +828,7 @@ fn replies_fenced(
     }
 }
 
-/// The token's fence, restated from ARCHITECTURE.md ("Callback steps"): the record still
+/// The token's fence, restated from docs/DESIGN.md ("Callback steps"): the record still
 /// waits on a callback of this step (claimed or started), and the callback is not yet due.
 /// Which attempt's token, and whether it was genuine, only the simulation knows (`check.rs`).
 fn token_fenced(before: &TaskRecord, after: &TaskRecord, step: u32) -> bool {
@@ -1070,7 +1070,7 @@ fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) {
     }
 }
 
-/// Callback steps whose work the outside declined (README: the outside's failure is a
+/// Callback steps whose work the outside declined (docs/DESIGN.md: the outside's failure is a
 /// refusal: the step had no effect), as the task last heard: a failure of the step while it
 /// waited on a callback, not followed by the work starting or completing again. The remote's
 /// ledger shows such a step's call applied (the work started), yet nothing of it stands.

@@ -2,7 +2,7 @@
 //! remote (`remote.rs`, simulated time) and `sasctl dev`'s loopback HTTP one
 //! (`cli/src/remote_sim.rs`, real time): seeded faults, deduplication by idempotency key
 //! (a key's first verdict, applied or refused, is final), a forward step refused once its
-//! undo has been answered (README, "What sas relies on from the remote service"), and a
+//! undo has been answered (docs/REFERENCE.md, "What sas relies on from the remote service"), and a
 //! ledger of every call and every applied effect, which the invariants (`invariants.rs`)
 //! judge runs by.
 
@@ -30,7 +30,7 @@ pub struct RemoteFaults {
     pub latency_max_ms: u64,
     /// A forward step's effect is applied but its answer is an output too large to keep.
     pub bad_output: f64,
-    /// The service lacks the tombstone README asks for: it applies a forward call that
+    /// The service lacks the tombstone docs/REFERENCE.md asks for: it applies a forward call that
     /// arrives after its step's undo was answered. Only the cancel's hold then keeps an
     /// undo behind the effect it undoes.
     pub ignores_undone: bool,

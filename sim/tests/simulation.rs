@@ -264,7 +264,7 @@ fn the_checker_rejects_a_completion_with_a_planted_forged_token() {
 /// Seed 194484 (1M seeds at 3da31a1): an operator cancelled a task whose forward request
 /// was held up (the world stalled 1.5 s) past its complete-by and the reply grace, so the
 /// cancel's hold had passed and the undo reached the service first. No wait on sas's side
-/// can recall a request already sent; the remote contract in README ("What sas relies on
+/// can recall a request already sent; the remote contract in docs/REFERENCE.md ("What sas relies on
 /// from the remote service") closes it: a `do` that arrives after its undo is refused.
 /// With a service that lacks it, the same history breaks the compensation invariant.
 #[test]

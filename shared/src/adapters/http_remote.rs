@@ -368,7 +368,7 @@ impl RemoteService for HttpRemote {
         };
         let class = status_class(status);
         // A refusal tells the scheduler the step had no effect and never will (the
-        // remote's contract, README): only a 4xx that says so is one. A redirect may come
+        // remote's contract, docs/REFERENCE.md): only a 4xx that says so is one. A redirect may come
         // after the work was done (303) and a 409 is an idempotency key still in use by a
         // concurrent call: both are retried like outages.
         if let Some((_, sent)) = auth.as_ref().filter(|_| matches!(status.as_u16(), 401 | 403)) {

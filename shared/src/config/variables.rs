@@ -41,7 +41,7 @@ pub enum Source {
     /// it unset or set it themselves (`sasctl up` passes these through).
     Tuning,
     /// Chosen by whoever deploys: `template.yaml` sets it from a parameter or the stack; a
-    /// local run adds it by hand (docs/DEPLOY.md, "Run the functions locally").
+    /// local run adds it by hand (docs/DEPLOY.md, "LocalStack").
     Deployer,
     /// Set by Lambda itself (the region), or by a local run to reach its endpoint; never in
     /// the template.
@@ -342,18 +342,19 @@ mod tests {
         }
     }
 
-    /// README's configuration table lists exactly these variables, each with the functions
-    /// that read it (`| NAME | reader, reader (optional) |`, readers in alphabetical order).
+    /// docs/REFERENCE.md's configuration table lists exactly these variables, each with the
+    /// functions that read it (`| NAME | reader, reader (optional) |`, readers in alphabetical
+    /// order).
     #[test]
-    fn the_readme_lists_every_variable() {
-        let readme = include_str!("../../../README.md");
-        let section = readme.split("## Configuration (Lambda functions)").nth(1).expect("the section");
+    fn the_reference_lists_every_variable() {
+        let reference = include_str!("../../../docs/REFERENCE.md");
+        let section = reference.split("\n## Configuration\n").nth(1).expect("the section");
         let section = section.split("\n## ").next().unwrap();
         let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
         assert_eq!(
             rows.len(),
             VARIABLES.len(),
-            "README has {} rows, the list {}",
+            "docs/REFERENCE.md has {} rows, the list {}",
             rows.len(),
             VARIABLES.len()
         );
@@ -368,7 +369,7 @@ mod tests {
                 .collect();
             readers.sort();
             let row = format!("| `{}` | {} |", v.name, readers.join(", "));
-            assert!(rows.iter().any(|r| r.starts_with(&row)), "README lacks the row {row}");
+            assert!(rows.iter().any(|r| r.starts_with(&row)), "docs/REFERENCE.md lacks the row {row}");
         }
     }
 }

@@ -188,7 +188,7 @@ impl Agent {
         // A copy of a request this container is handling or has handled (SQS delivers at
         // least once) would be a second call under the one place its claim took in a
         // limited agent's gate: dropped. Copies that reach other containers are not seen
-        // here (docs/ARCHITECTURE.md, "Flow control").
+        // here (docs/DESIGN.md, "Flow control").
         let copy_key = self.settings_of(&request.agent).limited.then(|| {
             format!("{}#{}.{}:{:?}", request.order_id, request.attempt, request.lease, request.action)
         });

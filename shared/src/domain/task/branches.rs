@@ -329,8 +329,9 @@ mod decisions {
         assert!(matches!(refused, Err(Refusal::NotAllowed { .. })), "{refused:?}");
     }
 
-    /// A refusal is final (README: a key's first outcome stands; a refusal means the step
-    /// did not and will not take effect). A resubmit gives a refused branch another
+    /// A refusal is final (docs/REFERENCE.md, "What sas relies on from the remote service": a
+    /// key's first outcome stands; a refusal means the step did not and will not take
+    /// effect). A resubmit gives a refused branch another
     /// dispatch, but until then it stands for nothing, as a refused lone step resubmitted
     /// is not in doubt: a cancel must neither undo it nor, were it a pivot, refuse to undo.
     #[test]
