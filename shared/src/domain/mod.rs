@@ -22,10 +22,10 @@
 //! 3. `workflow.rs`: steps and workflows, the saga's terms (compensable, pivot, read-only),
 //!    and the idempotency key of one action of one step.
 //! 4. `messages.rs`: every message on a queue or topic, and its parser.
-//! 5. `task/`: the record and the decisions that move it, layered inside (`task/mod.rs`).
-//! 6. `operator.rs`: an operator's (or an app's) resubmit, compensate and cancel.
-//! 7. `definitions.rs`: the definition file, its checks, and the built-in workflows.
-//! 8. `mod.rs`: this index and the re-exports.
+//! 5. `task/`: the record and the decisions that move it, the operator's acts among them,
+//!    layered inside (`task/mod.rs`).
+//! 6. `definitions.rs`: the definition file, its checks, and the built-in workflows.
+//! 7. `mod.rs`: this index and the re-exports.
 
 pub mod breaker;
 pub mod callback;
@@ -34,7 +34,6 @@ pub mod gate;
 pub mod ids;
 pub mod lifecycle;
 pub mod messages;
-pub mod operator;
 pub mod output;
 pub mod reply_to;
 pub mod retry;
@@ -55,6 +54,8 @@ pub use operator::{Actor, Origin};
 pub use output::{MAX_OUTPUT_BYTES, OutputError, Outputs, StepOutput};
 pub use reply_to::{QueueId, ReplyToError, ReplyToRules};
 pub use secrets::{SECRET_RETRY_MS, SECRET_TTL_MS, SecretSource, SecretValue};
+/// An operator's (or an app's) acts: `task/operator.rs`, under the path they always had.
+pub use task::operator;
 pub use task::*;
 pub use timeline::{Entry, Happened};
 pub use wait::{Wait, WaitPath};

@@ -7,7 +7,8 @@
 //! attempt is dead), the token's digest is the record's, and the callback is not yet due.
 
 use super::draft::Draft;
-use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
+use super::outcome::{Cause, Effect, Policy, Refusal};
+use super::record::Decision;
 use super::recovery::GiveUpReason;
 use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};
 use crate::domain::ids::Timestamp;

@@ -3,7 +3,8 @@
 //! step back to wait. Waiting is no failure: nothing here counts one.
 
 use super::draft::Draft;
-use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
+use super::outcome::{Cause, Effect, Policy, Refusal};
+use super::record::Decision;
 use crate::domain::gate::{MAX_PAUSE_MS, Ticket};
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};

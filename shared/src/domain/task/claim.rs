@@ -3,7 +3,8 @@
 
 use super::branches::{Outcome, StageRun};
 use super::draft::Draft;
-use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
+use super::outcome::{Cause, Effect, Policy, Refusal};
+use super::record::Decision;
 use crate::domain::callback::{Awaiting, CallbackSecret, CallbackToken};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};

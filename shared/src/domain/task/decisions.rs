@@ -17,12 +17,12 @@
 
 use super::claim::Mint;
 use super::draft::Draft;
-use super::outcome::{Act, Decision, Policy, Refusal, StaleReason};
-use super::record::TaskRecord;
+use super::operator::{Actor, Origin};
+use super::outcome::{Act, Policy, Refusal, StaleReason};
+use super::record::{Decision, TaskRecord};
 use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};
 use crate::domain::ids::Timestamp;
 use crate::domain::messages::AgentReply;
-use crate::domain::operator::{Actor, Origin};
 use crate::domain::workflow::Workflow;
 
 impl TaskRecord {

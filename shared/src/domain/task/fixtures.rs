@@ -1,10 +1,10 @@
 //! Tests only: tasks in the states the tests start from, and decisions checked against
 //! the table and the record's shape rules. The operator's tests (`operator.rs`) use them too.
 
+use super::operator::{Actor, Origin};
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, LineItem, OperatorAlert, Order, OrderStatus, ReplyOutcome};
-use crate::domain::operator::{Actor, Origin};
 use crate::domain::retry::Backoff;
 use crate::domain::wait::Wait;
 use crate::domain::workflow::{OnGiveUp, Step, Workflow};

@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
+use super::operator::{Actor, Origin};
 use crate::domain::callback::{Callback, CallbackToken, Completion};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, ReplyOutcome};
-use crate::domain::operator::{Actor, Origin};
 use crate::domain::workflow::{Action, Step, StepKind, Workflow};
 
 use super::fixtures::*;

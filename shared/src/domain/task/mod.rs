@@ -7,30 +7,38 @@
 //! write is what makes claims exclusive, replies fenced and recoveries happen once.
 //!
 //! Every decision takes its next state from the transition table (`lifecycle.rs`) through
-//! `TaskRecord::moved`, and enters the timeline through `TaskRecord::logged`. The files'
+//! `Draft::moved`, enters the timeline through `Draft::logged`, and becomes a record through
+//! `Draft::build`, which refuses a draft that fits no phase of its state. The files'
 //! layers, lowest first; a file imports only files of lower layers
 //! (`shared/tests/domain_layers.rs` holds them to it):
 //!
 //! 1. `branches.rs`: a parallel stage's branches as the record keeps them.
-//! 2. `record.rs`: the record, the policy, causes, effects and refusals, and the moves
-//!    every decision shares.
-//! 3. Peers:
+//! 2. `outcome.rs`: the policy, causes, effects and refusals every decision shares.
+//! 3. `phase.rs`: the phase, one enum: each state with exactly what it holds.
+//! 4. `record.rs`: the record (read-only outside the domain) and a decision's result.
+//! 5. `draft.rs`: a decision's flat working copy, the moves every decision shares, and
+//!    the build of a draft into a record.
+//! 6. Peers:
+//!    - `stored.rs`: the record as stored, and records stored before the phase map.
 //!    - `claim.rs`: a scheduler takes the task for its current step (or all the branches
 //!      of its stage).
 //!    - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
 //!    - `capacity.rs`: waiting for a place in a limited agent's gate, and a remote's
 //!      "too many requests".
-//! 4. `recovery.rs`: a lapse past the deadline, and the give-up rule.
-//! 5. Peers:
+//! 7. `recovery.rs`: a lapse past the deadline, and the give-up rule.
+//! 8. Peers:
 //!    - `reply.rs`: the fence, then an agent's reply.
 //!    - `timer.rs`: a Schedule's decision (wake, sleep at a timer step, or claim), and
 //!      the supervisor's (wake or lapse).
 //!    - `callback.rs`: a callback step's agent started the work; the outside's
 //!      completion, failure or heartbeat through the step's token.
-//! 6. Tests only:
+//!    - `operator.rs`: an operator's (or an app's) resubmit, compensate, cancel, pause and
+//!      resume, and who acts.
+//! 9. `decisions.rs`: the public decisions, one per message kind and operator act.
+//! 10. Tests only:
 //!    - `fixtures.rs`: tasks in the states tests start from; checked decisions.
 //!    - `invariants.rs`: every decision against the table, in random sequences too.
-//! 7. `mod.rs`: this index and the re-exports.
+//! 11. `mod.rs`: this index and the re-exports.
 
 mod branches;
 mod callback;
@@ -39,11 +47,13 @@ mod claim;
 mod compensation;
 mod decisions;
 mod draft;
+pub mod operator;
 mod outcome;
 mod phase;
 mod record;
 mod recovery;
 mod reply;
+mod stored;
 mod timer;
 
 #[cfg(test)]
@@ -53,7 +63,6 @@ mod invariants;
 
 pub use branches::{Branch, Outcome, StageRun};
 pub use claim::Mint;
-pub(in crate::domain) use draft::Draft;
-pub use outcome::{Act, Cause, Decision, Effect, PARKED_MS, Policy, Refusal, StaleReason};
+pub use outcome::{Act, Cause, Effect, PARKED_MS, Policy, Refusal, StaleReason};
 pub use phase::{Claim, Lease, Phase, Unclaimed, WaitingFor};
-pub use record::TaskRecord;
+pub use record::{Decision, TaskRecord};

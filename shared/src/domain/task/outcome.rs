@@ -1,13 +1,11 @@
 //! What every decision shares: the policy it decides under, the causes it records, the
-//! effects it asks for and the refusals it returns. A decision's next record is built
-//! from its working copy (`draft.rs`) into a [`TaskRecord`] of one phase (`phase.rs`).
+//! effects it asks for and the refusals it returns.
 
 use serde::{Deserialize, Serialize};
 
-use super::record::TaskRecord;
 use crate::domain::callback::{CallbackToken, CompletionRefused};
 use crate::domain::ids::{OrderId, Sender, Timestamp};
-use crate::domain::lifecycle::{ProcessState, Trigger};
+use crate::domain::lifecycle::ProcessState;
 use crate::domain::messages::{OperatorAlert, OrderStatus};
 use crate::domain::retry::Backoff;
 use crate::domain::workflow::Action;
@@ -161,16 +159,6 @@ pub enum Effect {
         reason: Option<String>,
     },
     Alert(OperatorAlert),
-}
-
-/// A decision: the move it makes, the record it writes, and what to do once that write
-/// has landed. Inside the task module `next` is still a working copy (`Decision<Draft>`);
-/// every public decision hands back a built record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision<R = TaskRecord> {
-    pub trigger: Trigger,
-    pub next: R,
-    pub effects: Vec<Effect>,
 }
 
 /// Why a decision was refused: each is an expected outcome, not a fault.

@@ -4,15 +4,12 @@
 //! ticket only while it waits for a place, and nothing at all once it has ended but what
 //! an Error keeps of a stopped stage. A record of another shape cannot be built.
 //!
-//! A decision works on a flat copy (`draft.rs`) and builds its next record here
-//! (`Draft::build`), which refuses a copy that does not fit its state's phase.
+//! A decision works on a flat copy (`draft.rs`) and builds its next record from it
+//! (`Draft::build`), which refuses a copy that fits no phase of its state.
 
 use serde::{Deserialize, Serialize};
 
 use super::branches::StageRun;
-use super::draft::Draft;
-use super::outcome::Refusal;
-use super::record::TaskRecord;
 use crate::domain::callback::Awaiting;
 use crate::domain::gate::Ticket;
 use crate::domain::ids::{LeaseToken, Timestamp};
@@ -212,159 +209,6 @@ impl Phase {
             | Phase::Waiting { paused, .. }
             | Phase::Compensating { paused, .. } => *paused,
             _ => false,
-        }
-    }
-
-    /// The phase a flat draft describes, or why it describes none: the shape rules
-    /// that types state.
-    pub(super) fn of(d: &Draft) -> Result<Phase, String> {
-        let s = d.state;
-        let lease = match (d.locked_by, d.complete_by) {
-            (Some(token), Some(complete_by)) => Some(Lease { token, complete_by }),
-            (None, None) => None,
-            _ => return Err("LockedBy and CompleteBy disagree".into()),
-        };
-        let due = || d.deadline.ok_or_else(|| format!("{s:?} with deadline None"));
-        let none = |what: &str, held: bool| if held { Err(format!("{s:?} {what}")) } else { Ok(()) };
-        let unclaimed = || Unclaimed { hold_until: d.hold_until, queued: d.queued.clone() };
-        if !matches!(s, ProcessState::Pending | ProcessState::Compensating | ProcessState::Error) {
-            none("held for a cancelled attempt", d.hold_until.is_some())?;
-        }
-        if s != ProcessState::Waiting {
-            none(&format!("with wake time {:?}", d.wake_at), d.wake_at.is_some())?;
-        }
-        if !matches!(s, ProcessState::Processing | ProcessState::Waiting) {
-            none("holding a callback", d.callback.is_some())?;
-        }
-        if !matches!(s, ProcessState::Pending | ProcessState::Compensating) || lease.is_some() {
-            none("waiting for a place in a gate", d.queued.is_some())?;
-        }
-        if !matches!(s, ProcessState::Processing | ProcessState::Compensating) {
-            none("holding a lease", lease.is_some())?;
-        }
-        if s.is_terminal() {
-            none(&format!("with deadline {:?}", d.deadline), d.deadline.is_some())?;
-            none("and paused", d.paused)?;
-            if s != ProcessState::Error {
-                none("keeping a stage's branches", d.stage.is_some())?;
-            }
-        }
-        let (stage, paused) = (d.stage.clone(), d.paused);
-        Ok(match s {
-            ProcessState::Pending => Phase::Pending { due: due()?, wait: unclaimed(), stage, paused },
-            ProcessState::Processing => Phase::Processing {
-                due: due()?,
-                lease: lease.ok_or("Processing without a lease")?,
-                callback: d.callback.clone(),
-                stage,
-                paused,
-            },
-            ProcessState::Waiting => {
-                none("keeping a stage's branches", stage.is_some())?;
-                let wait = match (d.wake_at, &d.callback) {
-                    (Some(wake_at), None) => WaitingFor::Timer { wake_at },
-                    (None, Some(cb)) => WaitingFor::Callback(cb.clone()),
-                    _ => return Err("Waiting for neither (or both) a timer and a callback".into()),
-                };
-                let phase = Phase::Waiting { wait, paused };
-                if phase.deadline() != d.deadline {
-                    return Err(format!(
-                        "Waiting until {:?} with deadline {:?}",
-                        phase.deadline(),
-                        d.deadline
-                    ));
-                }
-                phase
-            }
-            ProcessState::Compensating => {
-                if lease.is_some() {
-                    none("held for a cancelled attempt", d.hold_until.is_some())?;
-                }
-                let claim = match lease {
-                    Some(lease) => Claim::Leased(lease),
-                    None => Claim::Unclaimed(unclaimed()),
-                };
-                Phase::Compensating { due: due()?, claim, stage, paused }
-            }
-            ProcessState::Processed => Phase::Processed,
-            ProcessState::Error => Phase::Error { stage, hold_until: d.hold_until },
-            ProcessState::Compensated => Phase::Compensated,
-        })
-    }
-}
-
-impl Draft {
-    /// The record this draft describes. A draft that breaks the record's shape is a bug
-    /// in the decision that made it: refused as a corrupt record, so nothing is written.
-    pub(in crate::domain) fn build(self) -> Result<TaskRecord, Refusal> {
-        let corrupt = |workflow: &str, why: String| Refusal::Corrupt { workflow: workflow.to_owned(), why };
-        let phase = Phase::of(&self).map_err(|why| corrupt(&self.workflow, why))?;
-        let record = TaskRecord {
-            order_id: self.order_id,
-            workflow: self.workflow,
-            workflow_version: self.workflow_version,
-            order: self.order,
-            step: self.step,
-            step_attempts: self.step_attempts,
-            attempt: self.attempt,
-            phase,
-            redo_until: self.redo_until,
-            failure_count: self.failure_count,
-            step_failures: self.step_failures,
-            reply_to: self.reply_to,
-            submitter: self.submitter,
-            outputs: self.outputs,
-            last_cause: self.last_cause,
-            last_error: self.last_error,
-            timeline: self.timeline,
-            timeline_dropped: self.timeline_dropped,
-            revision: self.revision,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        };
-        match record.shape_violation() {
-            Some(why) => Err(corrupt(&record.workflow, why)),
-            None => Ok(record),
-        }
-    }
-}
-
-impl TaskRecord {
-    /// The flat working copy a decision starts from.
-    pub(in crate::domain) fn draft(&self) -> Draft {
-        let p = &self.phase;
-        let lease = p.lease();
-        Draft {
-            order_id: self.order_id.clone(),
-            workflow: self.workflow.clone(),
-            workflow_version: self.workflow_version,
-            order: self.order.clone(),
-            state: p.state(),
-            step: self.step,
-            step_attempts: self.step_attempts,
-            attempt: self.attempt,
-            locked_by: lease.map(|l| l.token),
-            complete_by: lease.map(|l| l.complete_by),
-            hold_until: p.hold_until(),
-            redo_until: self.redo_until,
-            wake_at: p.wake_at(),
-            callback: p.callback().cloned(),
-            queued: p.queued().cloned(),
-            stage: p.stage().cloned(),
-            deadline: p.deadline(),
-            failure_count: self.failure_count,
-            step_failures: self.step_failures,
-            reply_to: self.reply_to.clone(),
-            submitter: self.submitter.clone(),
-            paused: p.paused(),
-            outputs: self.outputs.clone(),
-            last_cause: self.last_cause.clone(),
-            last_error: self.last_error.clone(),
-            timeline: self.timeline.clone(),
-            timeline_dropped: self.timeline_dropped,
-            revision: self.revision,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
         }
     }
 }

@@ -4,7 +4,8 @@
 
 use super::branches::{Outcome, StageRun};
 use super::draft::Draft;
-use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
+use super::outcome::{Cause, Effect, Policy, Refusal};
+use super::record::Decision;
 use crate::domain::ids::{IdempotencyKey, Timestamp};
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::{OperatorAlert, OrderStatus};

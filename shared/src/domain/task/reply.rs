@@ -3,7 +3,8 @@
 
 use super::branches::Outcome;
 use super::draft::Draft;
-use super::outcome::{Cause, Decision, Effect, Policy, Refusal, StaleReason};
+use super::outcome::{Cause, Effect, Policy, Refusal, StaleReason};
+use super::record::Decision;
 use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};

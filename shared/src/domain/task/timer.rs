@@ -5,7 +5,8 @@
 
 use super::claim::Mint;
 use super::draft::Draft;
-use super::outcome::{Cause, Decision, Effect, Policy, Refusal};
+use super::outcome::{Cause, Effect, Policy, Refusal};
+use super::record::Decision;
 use super::recovery::GiveUpReason;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};

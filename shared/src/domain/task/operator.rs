@@ -26,11 +26,14 @@
 //! None of them undoes past a pivot (a step with no compensation that took effect or
 //! may have): such a task only goes forward, as the pipeline's own give-ups decide.
 
-use super::ids::{Sender, Timestamp};
-use super::lifecycle::{ProcessState, Trigger};
-use super::messages::OrderStatus;
-use super::task::{Act, Cause, Decision, Draft, Effect, Policy, Refusal};
-use super::workflow::{Action, Workflow};
+use super::branches::Outcome;
+use super::draft::Draft;
+use super::outcome::{Act, Cause, Effect, Policy, Refusal};
+use super::record::Decision;
+use crate::domain::ids::{Sender, Timestamp};
+use crate::domain::lifecycle::{ProcessState, Trigger};
+use crate::domain::messages::OrderStatus;
+use crate::domain::workflow::{Action, Workflow};
 
 /// Who acts and why: both go into the task's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,14 +249,14 @@ impl Draft {
             Some(run) => {
                 for (i, b) in run.steps().zip(run.branches.iter_mut()) {
                     match b.outcome {
-                        crate::domain::task::Outcome::Succeeded => kept.push(i),
-                        crate::domain::task::Outcome::Refused => {
+                        Outcome::Succeeded => kept.push(i),
+                        Outcome::Refused => {
                             b.dispatches = 0;
                         }
-                        crate::domain::task::Outcome::Open => {}
+                        Outcome::Open => {}
                     }
-                    if b.outcome != crate::domain::task::Outcome::Succeeded {
-                        b.outcome = crate::domain::task::Outcome::Open;
+                    if b.outcome != Outcome::Succeeded {
+                        b.outcome = Outcome::Open;
                         b.failures = 0;
                     }
                 }
