@@ -24,7 +24,8 @@
 //! 4. `messages.rs`: every message on a queue or topic, and its parser.
 //! 5. `task/`: the record and the decisions that move it, layered inside (`task/mod.rs`).
 //! 6. `operator.rs`: an operator's (or an app's) resubmit, compensate and cancel.
-//! 7. `definitions.rs`: the definition file, its checks, and the built-in workflows.
+//! 7. `definitions/`: the definition file, its checks, and the built-in workflows, layered
+//!    inside (`definitions/mod.rs`).
 //! 8. `mod.rs`: this index and the re-exports.
 
 pub mod breaker;
