@@ -6,8 +6,6 @@
 //! service over loopback HTTP, which also plays the outside party of callback steps: it
 //! completes them on the callback queue, which is pumped into the callbacks' handler.
 
-mod args;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -35,7 +33,6 @@ use crate::remote_sim::{
     CallbackAttempt, CallbackFaults, CallbackSend, Flights, Ledger, LoopbackRemote, Outside, RemoteFaults,
 };
 
-pub use args::{DevArgs, run_command};
 pub use sas::adapters::embedded::queue_names::{self, *};
 
 /// Where every `queue` agent's requests go in a dev run, and where its worker takes them

@@ -10,6 +10,7 @@ pub mod aws_stub;
 pub mod bench;
 pub mod deployment;
 pub mod dev;
+pub mod dev_command;
 pub mod dlq;
 pub mod endpoint;
 #[cfg(test)]
@@ -23,4 +24,5 @@ pub mod tap;
 pub mod tasks;
 pub mod text;
 pub mod up;
+pub mod up_command;
 pub mod workflows;

@@ -23,7 +23,7 @@ enum Command {
     /// of its own (--callback-*). The report gives orders by final state, recoveries,
     /// alerts, the remote service's ledger, timers and callbacks (when the workflow has
     /// them) and latencies, each figure with what it counts (--json: one object).
-    Dev(sasctl::dev::DevArgs),
+    Dev(sasctl::dev_command::DevArgs),
     /// Run the four functions continuously against an AWS endpoint (moto, LocalStack)
     /// until Ctrl-C: orders sent to its queue run for real.
     ///
@@ -44,7 +44,7 @@ enum Command {
     /// Ctrl-C or SIGTERM stops receiving, lets the batches in flight finish (their
     /// deletes included), prints a summary and exits 0; a second Ctrl-C quits at once,
     /// and what was in flight comes back after its queue's visibility timeout.
-    Up(sasctl::up::UpArgs),
+    Up(sasctl::up_command::UpArgs),
     /// Benchmarks: throughput, supervisor sweep cost, recovery latency, cost per order.
     Bench(sasctl::bench::BenchArgs),
     /// Workflow definition files: check one, or print their JSON Schema.
@@ -132,8 +132,8 @@ async fn main() -> ExitCode {
         },
     };
     let result = match cli.command {
-        Command::Dev(args) => sasctl::dev::run_command(args).await,
-        Command::Up(args) => sasctl::up::run_command(args).await,
+        Command::Dev(args) => sasctl::dev_command::run_command(args).await,
+        Command::Up(args) => sasctl::up_command::run_command(args).await,
         Command::Bench(args) => sasctl::bench::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Workflows(WorkflowsCommand::Validate { file, previous, json }) => {
             sasctl::workflows::validate(&file, previous.as_deref(), json)

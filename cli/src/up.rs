@@ -10,7 +10,6 @@
 //! second event source, the callback queue, is pumped into the callback handler with the
 //! callback DLQ, as the deployed scheduler routes that queue's records.
 
-mod args;
 mod events;
 
 use std::collections::BTreeMap;
@@ -33,7 +32,6 @@ use sas::ports::{QueueConsumer, QueueUrl, Queues};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-pub use args::{UpArgs, run_command};
 use events::CancelWatch;
 pub use events::{EventLog, UpCounts};
 

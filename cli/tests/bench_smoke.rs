@@ -385,8 +385,7 @@ async fn a_stage_in_flight_fits_one_write_unit() {
     let mut largest = (0, 0);
     for w in rig.store.writes() {
         let (d, j) = (dynamodb_item_bytes(&w.after), json_item_bytes(&w.after));
-        let branches =
-            w.after.stage().as_ref().map_or(0, |r| r.branches.iter().filter(|b| b.in_flight()).count());
+        let branches = w.after.stage().map_or(0, |r| r.branches.iter().filter(|b| b.in_flight()).count());
         println!(
             "{:<12} {:?} step {}, {branches} branches in flight: {d} bytes (DynamoDB), {j} (JSON)",
             format!("{:?}", w.after.state()),

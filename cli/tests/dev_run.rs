@@ -379,7 +379,7 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
     // A completion applied after its wait was due.
     let mut late = clone(&base);
     let i = completions(&late)[0];
-    let due = late.writes[i].before.as_ref().unwrap().callback().as_ref().unwrap().due();
+    let due = late.writes[i].before.as_ref().unwrap().callback().unwrap().due();
     late.writes[i].after.updated_at = due.plus_ms(1);
     assert!(found(&late, Invariant::Fenced, "its wait due at"));
     // A completion whose attempt the outside sent nothing genuine: only a bad token can

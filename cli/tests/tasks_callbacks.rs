@@ -132,7 +132,7 @@ async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
         (shown["waits_for"].as_str(), shown["callback"]["attempt"].as_u64()),
         (Some("callback"), Some(1))
     );
-    assert!(!out.contains(&task.callback().as_ref().unwrap().digest), "the digest is shown: {out}");
+    assert!(!out.contains(&task.callback().unwrap().digest), "the digest is shown: {out}");
     let (code, out, _) = run(&["tasks", "list", "--state", "waiting"], "");
     assert_eq!(code, 0);
     assert!(

@@ -1,5 +1,7 @@
 //! What the handlers need from the world, as traits over domain types. Adapters
-//! (embedded, AWS) implement them; no SDK type crosses this line.
+//! (embedded, AWS) implement them; no SDK type crosses this line. Also the plain values an
+//! adapter is built with that the configuration reads (`TableNames`, `Deployment`): they
+//! live here, below both, so the adapters never import the configuration.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +12,74 @@ use crate::domain::{
     Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, SecretSource, SecretValue, TaskRecord,
     Timestamp,
 };
+
+/// The state table's index names, its due index's shards and its records' retention when
+/// the deployment sets none (`config` reads what it sets).
+pub const DEFAULT_DUE_INDEX: &str = "due-index";
+pub const DEFAULT_ERROR_INDEX: &str = "error-index";
+/// How long a finished task's record is kept before DynamoDB's TTL deletes it.
+pub const DEFAULT_RETENTION_DAYS: u32 = 30;
+pub const DEFAULT_DUE_SHARDS: u32 = 4;
+
+/// Where the store's data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableNames {
+    /// One item per order: the order and its task.
+    pub state: String,
+    pub due_index: String,
+    /// Partitions of the due index. Tasks are spread over them by a hash of the order
+    /// id so no single index partition takes every write. Raising it is safe (old
+    /// entries keep their lower shard numbers, which are still queried); lowering it
+    /// hides the tasks in the dropped shards until they are rewritten.
+    pub due_shards: u32,
+    /// The sparse index of the tasks in Error, newest first (`TaskListing::list`).
+    pub error_index: String,
+    /// Days a finished (terminal) task's record is kept after its last write before
+    /// DynamoDB's TTL deletes it; 0 keeps records forever.
+    pub retention_days: u32,
+}
+
+impl TableNames {
+    pub fn new(state: impl Into<String>) -> TableNames {
+        TableNames {
+            state: state.into(),
+            due_index: DEFAULT_DUE_INDEX.to_owned(),
+            due_shards: DEFAULT_DUE_SHARDS,
+            error_index: DEFAULT_ERROR_INDEX.to_owned(),
+            retention_days: DEFAULT_RETENTION_DAYS,
+        }
+    }
+
+    /// The same tables with another retention (0 = keep forever).
+    pub fn with_retention_days(mut self, days: u32) -> TableNames {
+        self.retention_days = days;
+        self
+    }
+}
+
+/// How operators name this deployment to `sasctl`: what every alert's `show` command
+/// passes beside the order id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deployment {
+    /// A CloudFormation stack (`STACK_NAME`, which template.yaml sets).
+    Stack(String),
+    /// Resources named `{prefix}-...` without a stack: a bootstrap or a dev run.
+    Prefix(String),
+    /// Neither is known: the command names the order only.
+    Unnamed,
+}
+
+impl Deployment {
+    /// `STACK_NAME`, else the prefix of a `{prefix}-state` table (the standard names
+    /// `sasctl --prefix` looks for), else nothing.
+    pub fn infer(stack_name: Option<&str>, state_table: &str) -> Deployment {
+        match (stack_name, state_table.strip_suffix("-state")) {
+            (Some(stack), _) if !stack.trim().is_empty() => Deployment::Stack(stack.trim().to_owned()),
+            (_, Some(prefix)) if !prefix.is_empty() => Deployment::Prefix(prefix.to_owned()),
+            _ => Deployment::Unnamed,
+        }
+    }
+}
 
 /// Failures of infrastructure, each with its retry class.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,9 +2,10 @@
 //! lower layer, so each can be read knowing only what is below it, and a new part (waits,
 //! branches) goes in at the layer it needs without pulling a circle in behind it.
 //!
-//! [`DOMAIN`] and [`TASK`] state the layers; `domain/mod.rs` and `domain/task/mod.rs`
-//! write the same order as their layout index, and [`the_layout_indexes_match_the_layers`]
-//! holds the two to each other. The rules:
+//! [`DOMAIN`], [`TASK`] and [`DEFINITIONS`] state the layers; `domain/mod.rs`,
+//! `domain/task/mod.rs` and `domain/definitions/mod.rs` write the same order as their
+//! layout index, and [`the_layout_indexes_match_the_layers`] holds the two to each other.
+//! The rules:
 //!
 //! - An import points strictly down. Files of one layer are peers and do not import each
 //!   other either: two peers that need each other belong in different layers.
@@ -19,10 +20,10 @@
 //! - Exempt: `#[cfg(test)] mod ... { }` blocks and whole files that a `mod.rs` declares
 //!   under `#[cfg(test)]` (`task/fixtures.rs`, `task/invariants.rs`). Tests build their
 //!   cases from above: `Workflow::three_step()` is the example file's, parsed by
-//!   `definitions.rs`; the operator's tests run on the task's fixtures, which name an
+//!   `definitions/`; the operator's tests run on the task's fixtures, which name an
 //!   operator's `Actor`.
-//! - Not seen: an inherent `impl` in a higher file needs no import (`definitions.rs`'s
-//!   `impl Workflows { fn builtin() }`), so a lower file calling such a function is not
+//! - Not seen: an inherent `impl` in a higher file needs no import
+//!   (`definitions/checked.rs`'s `impl Workflows { fn builtin() }`), so a lower file calling such a function is not
 //!   caught by this test; the compiler would accept it. The functions of that kind today
 //!   (the built-in workflows) are called only from tests and from outside the domain.
 
@@ -45,7 +46,7 @@ const DOMAIN: &[(&str, u32)] = &[
     ("workflow.rs", 3),
     ("messages.rs", 4),
     ("task/", 5),
-    ("definitions.rs", 6),
+    ("definitions/", 6),
     ("mod.rs", 7),
 ];
 
@@ -71,8 +72,21 @@ const TASK: &[(&str, u32)] = &[
     ("mod.rs", 11),
 ];
 
+/// `definitions/`'s layers, lowest first.
+const DEFINITIONS: &[(&str, u32)] = &[
+    ("limits.rs", 1),
+    ("problem.rs", 1),
+    ("urls.rs", 1),
+    ("waiting_steps.rs", 1),
+    ("file.rs", 2),
+    ("check.rs", 3),
+    ("previous.rs", 3),
+    ("checked.rs", 4),
+    ("mod.rs", 5),
+];
+
 /// Each folder under the domain with its layers; "" is the domain itself.
-const FOLDERS: &[(&str, &[(&str, u32)])] = &[("", DOMAIN), ("task/", TASK)];
+const FOLDERS: &[(&str, &[(&str, u32)])] = &[("", DOMAIN), ("task/", TASK), ("definitions/", DEFINITIONS)];
 
 /// A file's place: its folder's layer in the domain, then its layer in the folder
 /// (0 for the domain's own files).
@@ -399,8 +413,8 @@ fn check(files: &BTreeMap<String, String>) -> Vec<String> {
     for file in files.keys() {
         if rank(file).is_none() {
             problems.push(format!(
-                "shared/src/domain/{file} has no layer: add it to DOMAIN or TASK in shared/tests/domain_layers.rs, \
-                 and to its folder's layout index (domain/mod.rs or domain/task/mod.rs)"
+                "shared/src/domain/{file} has no layer: add it to DOMAIN, TASK or DEFINITIONS in shared/tests/domain_layers.rs, \
+                 and to its folder's layout index (domain/mod.rs, domain/task/mod.rs or domain/definitions/mod.rs)"
             ));
         }
     }
@@ -545,7 +559,7 @@ fn the_check_names_an_upward_import_a_peer_import_and_a_file_with_no_layer() {
         (
             "workflow.rs",
             "use super::definitions::Definitions;",
-            "workflow.rs:1 (layer 3) imports `super::definitions::Definitions`, which is definitions.rs, a higher layer (6)",
+            "workflow.rs:1 (layer 3) imports `super::definitions::Definitions`, which is definitions/mod.rs, a higher layer (6.5)",
         ),
         (
             "messages.rs",
@@ -566,7 +580,7 @@ fn the_check_names_an_upward_import_a_peer_import_and_a_file_with_no_layer() {
         (
             "task/record.rs",
             "use super::super::definitions::Definitions;",
-            "which is definitions.rs, a higher layer",
+            "which is definitions/mod.rs, a higher layer",
         ),
         ("retry.rs", "use super::*;", "which is mod.rs"),
         ("timeline.rs", "#[serde(default = \"super::messages::x\")] struct S;", "which is messages.rs"),

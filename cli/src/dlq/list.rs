@@ -3,50 +3,10 @@
 use std::collections::HashSet;
 use std::process::ExitCode;
 
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
-use sas::handlers::batch::{REASON_ATTRIBUTE, SOURCE_ATTRIBUTE};
-
+use super::message::DlqMessage;
 use super::queue::{Target, receive, release, target};
 use super::render::print_messages;
 use super::{DlqError, ListArgs, PEEK_VISIBILITY_S};
-
-/// One message kept in a DLQ, as `list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DlqMessage {
-    pub message_id: String,
-    /// When it was first sent, in ms since the epoch (SentTimestamp; else the first receive).
-    pub first_seen_ms: Option<i64>,
-    /// Receives so far, this listing's included.
-    pub receive_count: u32,
-    /// The `sas-reason` attribute: why a function kept it. Absent on a message SQS moved
-    /// after too many failed receives.
-    pub reason: Option<String>,
-    /// The `sas-source` attribute: the queue a function kept it from.
-    pub kept_from: Option<String>,
-    pub body: String,
-}
-
-impl DlqMessage {
-    pub(super) fn of(m: &Message) -> DlqMessage {
-        let system = |name: MessageSystemAttributeName| {
-            m.attributes().and_then(|a| a.get(&name)).and_then(|v| v.parse::<i64>().ok())
-        };
-        let attribute = |name: &str| {
-            m.message_attributes().and_then(|a| a.get(name)).and_then(|v| v.string_value()).map(str::to_owned)
-        };
-        DlqMessage {
-            message_id: m.message_id().unwrap_or_default().to_owned(),
-            first_seen_ms: system(MessageSystemAttributeName::SentTimestamp)
-                .or_else(|| system(MessageSystemAttributeName::ApproximateFirstReceiveTimestamp)),
-            receive_count: system(MessageSystemAttributeName::ApproximateReceiveCount)
-                .and_then(|c| u32::try_from(c).ok())
-                .unwrap_or(1),
-            reason: attribute(REASON_ATTRIBUTE),
-            kept_from: attribute(SOURCE_ATTRIBUTE),
-            body: m.body().unwrap_or_default().to_owned(),
-        }
-    }
-}
 
 /// Up to `limit` messages of the DLQ, left in it: each is received (hidden for at most
 /// [`PEEK_VISIBILITY_S`]) and made visible again as soon as the listing ends, also when

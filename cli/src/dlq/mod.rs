@@ -23,8 +23,14 @@
 //! The callback DLQ holds completions of callback steps the scheduler refused (a dead or
 //! forged token, a malformed message), each with its reason. Their bodies carry tokens,
 //! which complete steps: `list` shows them redacted; a redrive moves them whole.
+//!
+//! Files, each using only those listed before it (and this file's arguments and errors):
+//! `queue.rs` (finding the DLQ, and
+//! the SQS calls on it), `message.rs` (a kept message), `render.rs` (printing messages),
+//! `list.rs` (`list`, and peeking), `redrive.rs` (`redrive`).
 
 mod list;
+mod message;
 mod queue;
 mod redrive;
 mod render;
@@ -34,7 +40,8 @@ use std::str::FromStr;
 use crate::args::whole;
 use crate::deployment::{DeploymentArgs, DeploymentError, WorkQueue};
 
-pub use list::{DlqMessage, list, peek};
+pub use list::{list, peek};
+pub use message::DlqMessage;
 pub use queue::{Source, Target, target};
 pub use redrive::{Method, Redriven, attributes_to_keep, redrive};
 

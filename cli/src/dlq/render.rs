@@ -1,6 +1,6 @@
 //! How `dlq` prints messages: a table, or one JSON object each.
 
-use super::list::DlqMessage;
+use super::message::DlqMessage;
 use crate::text::{iso_ms as time, one_line as preview, redact_token};
 
 impl DlqMessage {

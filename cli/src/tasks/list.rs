@@ -71,7 +71,7 @@ pub async fn run(args: &ListArgs) -> Result<ExitCode, TasksError> {
         }
     } else {
         if !with_wf.is_empty() {
-            print!("{}", render::table(&with_wf));
+            print!("{}", render::table_at(&with_wf, now()));
         }
         println!("{} task(s) {}", with_wf.len(), args.state.as_str());
     }

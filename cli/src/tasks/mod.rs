@@ -10,7 +10,8 @@
 //!   token (`callback.rs`), through the callback queue's own handler
 //!   (`sas::handlers::complete`).
 //!
-//! Text and JSON output: `render.rs`.
+//! Text and JSON output: `render/` (its `mod.rs` lists its files), which depends on none
+//! of the commands: they pass it what they read, and the time.
 
 mod act;
 pub mod callback;

@@ -6,9 +6,10 @@
 //! each and who sets it, and the problems come in its order; `env.rs` reads and checks
 //! them.
 //!
-//! This layer sits below the adapters and the handlers: it knows the domain and the
-//! ports' plain types, and the handlers build their `Settings` from it
-//! (`handlers::Settings::from_config`), never the other way round.
+//! This layer sits below the handlers: it knows the domain and the ports' plain types,
+//! and the handlers build their `Settings` from it (`handlers::Settings::from_config`),
+//! never the other way round. The adapters do not know it: what they are built with
+//! (`TableNames`, `Deployment`) is the ports', which this layer reads from the environment.
 
 mod env;
 pub mod variables;
@@ -19,13 +20,14 @@ pub use variables::{FunctionName, Need, Source, VARIABLES, Variable};
 use crate::domain::{Definitions, Policy, QueueId, ReplyToRules};
 use crate::ports::QueueUrl;
 
-pub const DEFAULT_DUE_INDEX: &str = "due-index";
-pub const DEFAULT_ERROR_INDEX: &str = "error-index";
-/// How long a finished task's record is kept before DynamoDB's TTL deletes it.
-pub const DEFAULT_RETENTION_DAYS: u32 = 30;
+/// The tables' defaults, and the types the adapters are built with, are the ports': this
+/// layer reads them from the environment.
+pub use crate::ports::{
+    DEFAULT_DUE_INDEX, DEFAULT_DUE_SHARDS, DEFAULT_ERROR_INDEX, DEFAULT_RETENTION_DAYS, Deployment,
+    TableNames,
+};
 /// A century: beyond it "keep forever" (0) says what is meant.
 pub const MAX_RETENTION_DAYS: u32 = 36_500;
-pub const DEFAULT_DUE_SHARDS: u32 = 4;
 pub const MAX_DUE_SHARDS: u32 = 1_000;
 pub const DEFAULT_METRICS_NAMESPACE: &str = "sas";
 /// The submission, scheduler and supervisor: their handlers wait only on AWS calls, so a
@@ -64,66 +66,6 @@ pub const UNUSED_AGENT_QUEUE: &str = "unconfigured:AGENT_QUEUE_URL";
 #[error("invalid configuration: {}", .problems.join("; "))]
 pub struct ConfigError {
     pub problems: Vec<String>,
-}
-
-/// Where the store's data lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableNames {
-    /// One item per order: the order and its task.
-    pub state: String,
-    pub due_index: String,
-    /// Partitions of the due index. Tasks are spread over them by a hash of the order
-    /// id so no single index partition takes every write. Raising it is safe (old
-    /// entries keep their lower shard numbers, which are still queried); lowering it
-    /// hides the tasks in the dropped shards until they are rewritten.
-    pub due_shards: u32,
-    /// The sparse index of the tasks in Error, newest first (`TaskListing::list`).
-    pub error_index: String,
-    /// Days a finished (terminal) task's record is kept after its last write before
-    /// DynamoDB's TTL deletes it; 0 keeps records forever.
-    pub retention_days: u32,
-}
-
-impl TableNames {
-    pub fn new(state: impl Into<String>) -> TableNames {
-        TableNames {
-            state: state.into(),
-            due_index: DEFAULT_DUE_INDEX.to_owned(),
-            due_shards: DEFAULT_DUE_SHARDS,
-            error_index: DEFAULT_ERROR_INDEX.to_owned(),
-            retention_days: DEFAULT_RETENTION_DAYS,
-        }
-    }
-
-    /// The same tables with another retention (0 = keep forever).
-    pub fn with_retention_days(mut self, days: u32) -> TableNames {
-        self.retention_days = days;
-        self
-    }
-}
-
-/// How operators name this deployment to `sasctl`: what every alert's `show` command
-/// passes beside the order id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Deployment {
-    /// A CloudFormation stack (`STACK_NAME`, which template.yaml sets).
-    Stack(String),
-    /// Resources named `{prefix}-...` without a stack: a bootstrap or a dev run.
-    Prefix(String),
-    /// Neither is known: the command names the order only.
-    Unnamed,
-}
-
-impl Deployment {
-    /// `STACK_NAME`, else the prefix of a `{prefix}-state` table (the standard names
-    /// `sasctl --prefix` looks for), else nothing.
-    pub fn infer(stack_name: Option<&str>, state_table: &str) -> Deployment {
-        match (stack_name, state_table.strip_suffix("-state")) {
-            (Some(stack), _) if !stack.trim().is_empty() => Deployment::Stack(stack.trim().to_owned()),
-            (_, Some(prefix)) if !prefix.is_empty() => Deployment::Prefix(prefix.to_owned()),
-            _ => Deployment::Unnamed,
-        }
-    }
 }
 
 /// What every function that writes the state table reads (submission, scheduler,

@@ -24,7 +24,8 @@
 //! 4. `messages.rs`: every message on a queue or topic, and its parser.
 //! 5. `task/`: the record and the decisions that move it, the operator's acts among them,
 //!    layered inside (`task/mod.rs`).
-//! 6. `definitions.rs`: the definition file, its checks, and the built-in workflows.
+//! 6. `definitions/`: the definition file, its checks, and the built-in workflows, layered
+//!    inside (`definitions/mod.rs`).
 //! 7. `mod.rs`: this index and the re-exports.
 
 pub mod breaker;

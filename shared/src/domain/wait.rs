@@ -26,7 +26,7 @@ pub const MAX_PATH_LEN: usize = 256;
 const MAX_KEY_LEN: usize = 64;
 
 /// `{"for_ms": 86400000}` or `{"until": "$.steps.charge.output.release_at"}`: exactly one
-/// of the two (`definitions.rs` checks it).
+/// of the two (`definitions/waiting_steps.rs` checks it).
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -32,9 +32,9 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
-pub use crate::config::TableNames;
 use crate::domain::gate::Gate;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
+pub use crate::ports::TableNames;
 use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
 
 /// Attribute names the adapter adds to or reads from items, beside the records' own.

@@ -120,9 +120,9 @@ pub struct Provisioned {
 }
 
 impl Provisioned {
-    /// The functions' environment variables (see `crate::config`) for these resources,
-    /// plus `STATUS_QUEUE_URL` for clients: every variable a function requires except
-    /// `REMOTE_SERVICE_URL` (the agent's), which no resource here names.
+    /// The functions' environment variables (`config/variables.rs` lists them) for these
+    /// resources, plus `STATUS_QUEUE_URL` for clients: every variable a function requires
+    /// except `REMOTE_SERVICE_URL` (the agent's), which no resource here names.
     pub fn env(&self) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
             ("STATE_TABLE", self.tables.state.clone()),

@@ -7,8 +7,8 @@ use aws_sdk_sns::Client;
 use aws_sdk_sns::error::DisplayErrorContext;
 use aws_sdk_sns::types::MessageAttributeValue;
 
-pub use crate::config::Deployment;
 use crate::domain::{OperatorAlert, OrderId};
+pub use crate::ports::Deployment;
 use crate::ports::{AlertError, Alerts};
 
 /// SNS's limit on a subject.

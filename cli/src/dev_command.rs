@@ -1,4 +1,7 @@
 //! `sasctl dev`'s options, and the command: check them, run, print the report.
+//!
+//! Beside `dev`, not inside it: it uses `endpoint`, `report` and `invariants`, which use
+//! `dev`'s types, so inside `dev` it would make a circle of them.
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -1,4 +1,6 @@
 //! `sasctl up`'s options, and the command: run until a signal, print the summary.
+//!
+//! Beside `up`, not inside it, so `up` never imports what uses it.
 
 use std::process::ExitCode;
 use std::time::Duration;
