@@ -23,8 +23,8 @@
 //!   `definitions/`; the operator's tests run on the task's fixtures, which name an
 //!   operator's `Actor`.
 //! - Not seen: an inherent `impl` in a higher file needs no import
-//!   (`definitions/checked.rs`'s `impl Workflows { fn builtin() }`), so a lower file calling such a function is not
-//!   caught by this test; the compiler would accept it. The functions of that kind today
+//!   (`definitions/checked.rs`'s `impl Workflows { fn builtin() }`), so a lower file
+//!   calling such a function is not caught by this test; the compiler would accept it. The functions of that kind today
 //!   (the built-in workflows) are called only from tests and from outside the domain.
 
 use std::collections::BTreeMap;
@@ -67,9 +67,10 @@ const TASK: &[(&str, u32)] = &[
     ("callback.rs", 8),
     ("operator.rs", 8),
     ("decisions.rs", 9),
-    ("fixtures.rs", 10),
-    ("invariants.rs", 10),
-    ("mod.rs", 11),
+    ("scheduling.rs", 10),
+    ("fixtures.rs", 11),
+    ("invariants.rs", 11),
+    ("mod.rs", 12),
 ];
 
 /// `definitions/`'s layers, lowest first.

@@ -3,9 +3,9 @@
 //! item; a reply gives the place back. Agents without limits never come here.
 
 use super::{Deps, HandlerError, Settings, schedule};
-pub(crate) use crate::domain::gate::reserved_for;
-use crate::domain::gate::{Admission, Gate, Limits, Passage, call_holder};
-use crate::domain::{Decision, Effect, SchedulerMessage, Timestamp, Trigger, Workflow};
+use crate::domain::Place;
+use crate::domain::gate::{Admission, Gate, Passage};
+use crate::domain::{SchedulerMessage, Timestamp};
 use crate::ports::{Metric, Outgoing, Written};
 
 /// Gates are shared by every claim of their agent: a burst of claims meets on one item,
@@ -23,43 +23,6 @@ impl Turns {
         let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
         turns.entry(agent.to_owned()).or_default().clone()
     }
-}
-
-/// The place a claim's call must hold: in which agent's gate, under what limits, held by
-/// whom and until when.
-#[derive(Debug, Clone)]
-pub(crate) struct Place {
-    pub agent: String,
-    pub limits: Limits,
-    pub holder: String,
-    pub until: Timestamp,
-}
-
-/// The place a decided claim needs, if the agent it dispatches has limits. A parallel
-/// stage's claim never needs one: the definition file keeps limited agents out of stages.
-pub(crate) fn place_of(settings: &Settings, wf: &Workflow, decision: &Decision) -> Option<Place> {
-    if decision.trigger != Trigger::Claimed {
-        return None;
-    }
-    let mut dispatches = decision.effects.iter().filter_map(|e| match e {
-        Effect::Dispatch { step, .. } => Some(*step),
-        _ => None,
-    });
-    let (Some(step), None) = (dispatches.next(), dispatches.next()) else {
-        return None;
-    };
-    if wf.stage_of(step).is_some() {
-        return None;
-    }
-    let agent = &wf.step(step)?.agent;
-    let limits = *settings.topology.limits.get(agent)?;
-    let task = &decision.next;
-    Some(Place {
-        agent: agent.clone(),
-        limits,
-        holder: call_holder(&task.order_id, task.attempt, &task.locked_by()?),
-        until: limits.hold_until(task.complete_by()?, settings.policy.reply_grace_ms),
-    })
 }
 
 /// One change of an agent's gate: read it, decide, write conditional on the revision

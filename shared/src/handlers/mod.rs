@@ -79,19 +79,6 @@ pub(crate) enum Transition {
     NoSuchTask,
 }
 
-/// Concurrent writers to one task are rare (a duplicate message, a supervisor racing a
-/// reply); a few re-reads settle them, and anything left is retried by redelivery.
-const CONFLICT_RETRIES: usize = 4;
-
-/// The branch replies of a parallel stage come back together and race on the record: each
-/// round of re-reads lands one, so a workflow with stages gets a round per branch of its
-/// widest stage, plus two for the supervisor and an operator. Workflows without stages
-/// keep `CONFLICT_RETRIES`.
-fn conflict_retries(workflow: &Workflow) -> usize {
-    let widest = workflow.stages.iter().map(|s| s.len as usize).max().unwrap_or(0);
-    CONFLICT_RETRIES.max(widest + 2)
-}
-
 /// Read the task, decide on it, write the decision conditional on the revision read.
 ///
 /// A decision's operator alert is raised *before* its write. An alert goes with giving
@@ -107,25 +94,10 @@ pub(crate) async fn transition(
     order_id: &OrderId,
     decide: impl Fn(&TaskRecord, &Workflow, Timestamp) -> Result<Decision, Refusal>,
 ) -> Result<Transition, HandlerError> {
-    transition_from(deps, settings, order_id, None, decide).await
-}
-
-/// [`transition`], starting from a read the caller made already (`None`: read first).
-pub(crate) async fn transition_from(
-    deps: &Deps,
-    settings: &Settings,
-    order_id: &OrderId,
-    mut read: Option<TaskRecord>,
-    decide: impl Fn(&TaskRecord, &Workflow, Timestamp) -> Result<Decision, Refusal>,
-) -> Result<Transition, HandlerError> {
     let mut tries = 0;
     loop {
-        let task = match read.take() {
-            Some(task) => task,
-            None => match deps.store.task(order_id).await? {
-                Some(task) => task,
-                None => return Ok(Transition::NoSuchTask),
-            },
+        let Some(task) = deps.store.task(order_id).await? else {
+            return Ok(Transition::NoSuchTask);
         };
         let workflow = settings.workflow(&task)?;
         tries += 1;
@@ -134,18 +106,14 @@ pub(crate) async fn transition_from(
             Ok(d) => d,
             Err(refusal) => return Ok(Transition::Refused(refusal)),
         };
-        for effect in &decision.effects {
-            if let Effect::Alert(alert) = effect {
-                raise(deps, alert).await?;
-            }
-        }
+        raise_alerts(deps, &decision).await?;
         match deps.store.replace(&decision.next, task.revision).await? {
             crate::ports::Written::Applied => {
                 return Ok(Transition::Applied { before: task, decision });
             }
             crate::ports::Written::RevisionMoved => {
                 deps.metrics.record(Metric::WriteConflict, 1);
-                if tries >= conflict_retries(workflow) {
+                if tries >= crate::domain::conflict_retries(workflow) {
                     return Err(HandlerError::Retry(format!(
                         "task {order_id} kept changing under concurrent writers"
                     )));
@@ -153,6 +121,16 @@ pub(crate) async fn transition_from(
             }
         }
     }
+}
+
+/// Raises a decision's operator alerts, before its write (`transition` says why).
+pub(crate) async fn raise_alerts(deps: &Deps, decision: &Decision) -> Result<(), HandlerError> {
+    for effect in &decision.effects {
+        if let Effect::Alert(alert) = effect {
+            raise(deps, alert).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Carries out a landed decision's effects. A failure here is retried by redelivery;

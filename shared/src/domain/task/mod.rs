@@ -35,10 +35,12 @@
 //!    - `operator.rs`: an operator's (or an app's) resubmit, compensate, cancel, pause and
 //!      resume, and who acts.
 //! 9. `decisions.rs`: the public decisions, one per message kind and operator act.
-//! 10. Tests only:
+//! 10. `scheduling.rs`: a Schedule handled whole (a limited agent's gate and the rounds
+//!     of lost races included), as a machine the scheduler drives without deciding.
+//! 11. Tests only:
 //!    - `fixtures.rs`: tasks in the states tests start from; checked decisions.
 //!    - `invariants.rs`: every decision against the table, in random sequences too.
-//! 11. `mod.rs`: this index and the re-exports.
+//! 12. `mod.rs`: this index and the re-exports.
 
 mod branches;
 mod callback;
@@ -53,6 +55,7 @@ mod phase;
 mod record;
 mod recovery;
 mod reply;
+mod scheduling;
 mod stored;
 mod timer;
 
@@ -66,3 +69,6 @@ pub use claim::Mint;
 pub use outcome::{Act, Cause, Effect, PARKED_MS, Policy, Refusal, StaleReason};
 pub use phase::{Claim, Lease, Phase, Unclaimed, WaitingFor};
 pub use record::{Decision, TaskRecord};
+pub use scheduling::{
+    CONFLICT_RETRIES, Done, GATED_ROUNDS, Next, Place, Scheduling, Seen, conflict_retries, place_of,
+};

@@ -1,0 +1,615 @@
+//! A Schedule, handled whole, as a machine without I/O: the scheduler performs each
+//! [`Next`] it asks for and reports back what came of it ([`Seen`]), until it is done.
+//!
+//! Most Schedules are one decision: read the task, decide (`TaskRecord::schedule`: wake,
+//! sleep or claim), write it conditional on the revision read, and perform its effects.
+//! A claim that dispatches an agent with limits (`domain::gate`) first takes a place in
+//! the agent's gate, and is written only once it holds one; without room, the task waits
+//! with a ticket. Everything that needs deciding on the way is decided here: the ticket
+//! an arrival brings, what a lost race on the task does with the place it took (handed
+//! back to the ticket it came with, or given back to the gate), a ticket taken whose task
+//! write was lost, a claim decided again after a lost race that now needs a place (it
+//! goes back through the gate, never around it), and how many rounds each may take.
+
+use std::collections::BTreeMap;
+
+use super::claim::Mint;
+use super::outcome::{Effect, Policy, Refusal};
+use super::record::{Decision, TaskRecord};
+use crate::domain::callback::CallbackSecret;
+use crate::domain::gate::{Admission, Limits, call_holder, reserved_for};
+use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
+use crate::domain::lifecycle::Trigger;
+use crate::domain::workflow::Workflow;
+
+/// Rounds of a gated claim, and of going back to the gate: each lost race on the task
+/// (a duplicate Schedule, a supervisor) reads it again. Anything left is redelivered.
+pub const GATED_ROUNDS: usize = 4;
+
+/// Concurrent writers to one task are rare (a duplicate message, a supervisor racing a
+/// reply); a few re-reads settle them, and anything left is retried by redelivery.
+pub const CONFLICT_RETRIES: usize = 4;
+
+/// The branch replies of a parallel stage come back together and race on the record: each
+/// round of re-reads lands one, so a workflow with stages gets a round per branch of its
+/// widest stage, plus two for the supervisor and an operator. Workflows without stages
+/// keep [`CONFLICT_RETRIES`].
+pub fn conflict_retries(workflow: &Workflow) -> usize {
+    let widest = workflow.stages.iter().map(|s| s.len as usize).max().unwrap_or(0);
+    CONFLICT_RETRIES.max(widest + 2)
+}
+
+/// The place a claim's call must hold: in which agent's gate, under what limits, held by
+/// whom and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub agent: String,
+    pub limits: Limits,
+    pub holder: String,
+    pub until: Timestamp,
+}
+
+/// The place a decided claim needs, if the agent it dispatches has limits. A parallel
+/// stage's claim never needs one: the definition file keeps limited agents out of stages.
+pub fn place_of(
+    limits: &BTreeMap<String, Limits>,
+    policy: &Policy,
+    wf: &Workflow,
+    decision: &Decision,
+) -> Option<Place> {
+    if decision.trigger != Trigger::Claimed {
+        return None;
+    }
+    let mut dispatches = decision.effects.iter().filter_map(|e| match e {
+        Effect::Dispatch { step, .. } => Some(*step),
+        _ => None,
+    });
+    let (Some(step), None) = (dispatches.next(), dispatches.next()) else {
+        return None;
+    };
+    if wf.stage_of(step).is_some() {
+        return None;
+    }
+    let agent = &wf.step(step)?.agent;
+    let limits = *limits.get(agent)?;
+    let task = &decision.next;
+    Some(Place {
+        agent: agent.clone(),
+        limits,
+        holder: call_holder(&task.order_id, task.attempt, &task.locked_by()?),
+        until: limits.hold_until(task.complete_by()?, policy.reply_grace_ms),
+    })
+}
+
+/// What the scheduler does next.
+#[derive(Debug)]
+pub enum Next {
+    /// Read the task, strongly consistent; report it with the workflow it runs and the time.
+    ReadTask,
+    /// Draw the secret of a callback step's token (once per Schedule, only when needed).
+    DrawSecret,
+    /// Arrive at the place's gate with the ticket the task holds there, if any; report
+    /// the admission.
+    Arrive { place: Place, ticket: Option<u64> },
+    /// Give `holder`'s place at `agent` back to the gate, best effort; then go on.
+    Release { agent: String, holder: String },
+    /// Hand `holder`'s place at `agent` back to `ticket`, best effort; then go on.
+    Unclaim { agent: String, holder: String, ticket: u64 },
+    /// Raise the decision's alerts, then write its record conditional on `revision`;
+    /// report whether it landed.
+    Write { decision: Decision, revision: u64 },
+    /// The write landed: perform the decision's effects (the first failure ends the
+    /// handling, for redelivery); then go on. `waited_ms`: how long the task waited for
+    /// its place, for a gated claim that had a ticket.
+    Perform { decision: Decision, waited_ms: Option<u64> },
+    /// Note that `ticket`'s task waits at `agent`'s gate, so its turn can wake it; then go on.
+    NoteWaiter { agent: String, ticket: u64, at: Timestamp },
+    /// Read `agent`'s gate; report whether `ticket` is still behind.
+    LookBehind { agent: String, ticket: u64 },
+    /// Over.
+    Done(Done),
+}
+
+/// How a Schedule's handling ended.
+#[derive(Debug)]
+pub enum Done {
+    /// Its work is done (its effects performed, if it wrote anything).
+    Handled,
+    /// The decision was refused: nothing was written.
+    Refused(Refusal),
+    /// A ticket was handed out, but the task cannot wait with it (paused, or moved on):
+    /// nothing was written; the ticket's turn comes and its place lapses.
+    Ignored(Refusal),
+    /// No such task.
+    NoSuchTask,
+    /// The task (or its gate) kept changing: leave the Schedule for redelivery.
+    KeptChanging(String),
+}
+
+/// What came of the last step.
+#[derive(Debug)]
+pub enum Seen<'w> {
+    /// The first call, or a step that reports nothing.
+    Nothing,
+    /// The task as read (none: no such task), with its workflow and the time.
+    Task(Option<(TaskRecord, &'w Workflow, Timestamp)>),
+    Secret(CallbackSecret),
+    Admission(Admission),
+    /// Whether the conditional write landed.
+    Landed(bool),
+    /// Whether the ticket is still behind in its gate.
+    Behind(bool),
+}
+
+/// Where the machine is: what it waits to hear of.
+#[derive(Debug)]
+enum At<'w> {
+    Start,
+    /// A read in the gate's rounds.
+    GateRead,
+    /// A read on the way without a gate.
+    PlainRead,
+    /// The secret, for a decision on `read`.
+    Secret {
+        read: Read<'w>,
+        gated: bool,
+    },
+    /// The task's wait was paused: its reserved place went back; decide without the gate.
+    ReleasedPaused {
+        read: Read<'w>,
+    },
+    Arriving {
+        read: Read<'w>,
+        decision: Decision,
+        place: Place,
+        ticket: Option<u64>,
+    },
+    WritingClaim {
+        read: Read<'w>,
+        decision: Decision,
+        place: Place,
+        ticket: Option<u64>,
+    },
+    /// A gate change after a lost race: the next gate round.
+    GaveBack,
+    WritingQueued {
+        decision: Decision,
+        agent: String,
+        ticket: u64,
+        now: Timestamp,
+    },
+    PerformedQueued {
+        agent: String,
+        ticket: u64,
+        now: Timestamp,
+    },
+    /// A waiter noted after its Queued write: look at the gate next; or, still waiting, done.
+    Noted {
+        agent: String,
+        ticket: u64,
+        look: bool,
+    },
+    Looked,
+    WritingPlain {
+        read: Read<'w>,
+        decision: Decision,
+    },
+    Performed,
+    Over,
+}
+
+/// A task as read, with its workflow and the time of the read.
+#[derive(Debug)]
+struct Read<'w> {
+    task: TaskRecord,
+    wf: &'w Workflow,
+    now: Timestamp,
+}
+
+/// One Schedule's handling.
+#[derive(Debug)]
+pub struct Scheduling<'w> {
+    order_id: OrderId,
+    lease: LeaseToken,
+    secret: Option<CallbackSecret>,
+    limits: &'w BTreeMap<String, Limits>,
+    policy: Policy,
+    at: At<'w>,
+    /// Reads made in this pass through the gate.
+    gate_reads: usize,
+    /// Passes on the way without a gate (a decision there that needs one starts another).
+    rounds: usize,
+    /// Writes tried on the way without a gate.
+    tries: usize,
+    /// A ticket taken in this pass whose task write was lost: the next arrival brings it.
+    taken: Option<(String, u64)>,
+}
+
+impl<'w> Scheduling<'w> {
+    /// A Schedule's handling under `lease`, with the limited agents' `limits`.
+    pub fn new(
+        order_id: OrderId,
+        lease: LeaseToken,
+        limits: &'w BTreeMap<String, Limits>,
+        policy: Policy,
+    ) -> Scheduling<'w> {
+        Scheduling {
+            order_id,
+            lease,
+            secret: None,
+            limits,
+            policy,
+            at: At::Start,
+            gate_reads: 0,
+            rounds: 0,
+            tries: 0,
+            taken: None,
+        }
+    }
+
+    /// The next step, given what came of the last one.
+    pub fn next(&mut self, seen: Seen<'w>) -> Next {
+        let at = std::mem::replace(&mut self.at, At::Over);
+        match (at, seen) {
+            (At::Start, _) => self.pass(),
+            (At::GateRead, Seen::Task(None)) => self.without_gate(None),
+            (At::GateRead, Seen::Task(Some((task, wf, now)))) => self.decide(Read { task, wf, now }, true),
+            (At::PlainRead, Seen::Task(None)) => Next::Done(Done::NoSuchTask),
+            (At::PlainRead, Seen::Task(Some((task, wf, now)))) => {
+                self.tries += 1;
+                self.decide(Read { task, wf, now }, false)
+            }
+            (At::Secret { read, gated }, Seen::Secret(secret)) => {
+                self.secret = Some(secret);
+                self.decide(read, gated)
+            }
+            (At::ReleasedPaused { read }, _) => self.without_gate(Some(read)),
+            (At::Arriving { read, decision, place, ticket }, Seen::Admission(admission)) => {
+                self.admitted(read, decision, place, ticket, admission)
+            }
+            (At::WritingClaim { read, decision, .. }, Seen::Landed(true)) => {
+                let waited_ms = read.task.queued().map(|q| read.now.millis_since(q.since));
+                self.at = At::Performed;
+                Next::Perform { decision, waited_ms }
+            }
+            // Another writer came first: the place goes back to the ticket it came with
+            // (the task keeps its turn), or back to the gate; then decide again.
+            (At::WritingClaim { place, ticket, .. }, Seen::Landed(false)) => {
+                self.at = At::GaveBack;
+                match ticket {
+                    Some(ticket) => Next::Unclaim { agent: place.agent, holder: place.holder, ticket },
+                    None => Next::Release { agent: place.agent, holder: place.holder },
+                }
+            }
+            (At::GaveBack, _) | (At::Looked, Seen::Behind(false)) => self.gate_round(),
+            (At::WritingQueued { agent, ticket, .. }, Seen::Landed(false)) => {
+                self.taken = Some((agent, ticket));
+                self.gate_round()
+            }
+            (At::WritingQueued { decision, agent, ticket, now }, Seen::Landed(true)) => {
+                self.at = At::PerformedQueued { agent, ticket, now };
+                Next::Perform { decision, waited_ms: None }
+            }
+            (At::PerformedQueued { agent, ticket, now }, _) => {
+                self.at = At::Noted { agent: agent.clone(), ticket, look: true };
+                Next::NoteWaiter { agent, ticket, at: now }
+            }
+            // Let through while noting itself, nobody could wake it: look again.
+            (At::Noted { agent, ticket, look: true }, _) => {
+                self.at = At::Looked;
+                Next::LookBehind { agent, ticket }
+            }
+            (At::Noted { look: false, .. }, _) | (At::Looked, Seen::Behind(true)) | (At::Performed, _) => {
+                Next::Done(Done::Handled)
+            }
+            (At::WritingPlain { decision, .. }, Seen::Landed(true)) => {
+                self.at = At::Performed;
+                Next::Perform { decision, waited_ms: None }
+            }
+            (At::WritingPlain { read, .. }, Seen::Landed(false)) => {
+                if self.tries >= conflict_retries(read.wf) {
+                    return Next::Done(Done::KeptChanging(format!(
+                        "task {} kept changing under concurrent writers",
+                        self.order_id
+                    )));
+                }
+                self.at = At::PlainRead;
+                Next::ReadTask
+            }
+            (at, seen) => unreachable_step(&format!("{seen:?} at {at:?}")),
+        }
+    }
+
+    /// A pass: through the gate if any agent has limits, else the way without one.
+    fn pass(&mut self) -> Next {
+        if self.limits.is_empty() {
+            return self.without_gate(None);
+        }
+        self.gate_reads = 0;
+        self.taken = None;
+        self.gate_round()
+    }
+
+    fn gate_round(&mut self) -> Next {
+        if self.gate_reads >= GATED_ROUNDS {
+            return Next::Done(Done::KeptChanging(format!(
+                "task {} kept changing while it passed its gate",
+                self.order_id
+            )));
+        }
+        self.gate_reads += 1;
+        self.at = At::GateRead;
+        Next::ReadTask
+    }
+
+    fn without_gate(&mut self, read: Option<Read<'w>>) -> Next {
+        self.tries = 0;
+        match read {
+            Some(read) => {
+                self.tries += 1;
+                self.decide(read, false)
+            }
+            None => {
+                self.at = At::PlainRead;
+                Next::ReadTask
+            }
+        }
+    }
+
+    fn decide(&mut self, read: Read<'w>, gated: bool) -> Next {
+        let callback = read.wf.step(read.task.step).is_some_and(|s| s.is_callback());
+        if callback && self.secret.is_none() {
+            self.at = At::Secret { read, gated };
+            return Next::DrawSecret;
+        }
+        let mint = Mint { lease: self.lease, secret: self.secret.filter(|_| callback) };
+        let decided = read.task.schedule(mint, read.now, read.wf, &self.policy);
+        let place = decided.as_ref().ok().and_then(|d| place_of(self.limits, &self.policy, read.wf, d));
+        match (decided, place, gated) {
+            (Ok(decision), Some(place), true) => {
+                let ticket = read
+                    .task
+                    .queued()
+                    .filter(|q| q.agent == place.agent)
+                    .map(|q| q.ticket)
+                    .or_else(|| self.taken.as_ref().filter(|(a, _)| *a == place.agent).map(|(_, t)| *t));
+                self.at = At::Arriving { read, decision, place: place.clone(), ticket };
+                Next::Arrive { place, ticket }
+            }
+            // Decided again without the gate after a lost race, it now needs a place:
+            // back through the gate, never around it.
+            (Ok(_), Some(_), false) => {
+                self.rounds += 1;
+                if self.rounds >= GATED_ROUNDS {
+                    return Next::Done(Done::KeptChanging(format!(
+                        "task {} kept changing at its gate",
+                        self.order_id
+                    )));
+                }
+                self.pass()
+            }
+            // Woken while paused: its turn is over, and the place kept for it goes to the
+            // next in line rather than waiting to lapse.
+            (Err(Refusal::Paused), _, true) if read.task.queued().is_some() => {
+                let q = read.task.queued().expect("queued").clone();
+                self.at = At::ReleasedPaused { read };
+                Next::Release { agent: q.agent, holder: reserved_for(q.ticket) }
+            }
+            (_, None, true) => self.without_gate(Some(read)),
+            (Ok(decision), None, false) => {
+                let revision = read.task.revision;
+                self.at = At::WritingPlain { read, decision: decision.clone() };
+                Next::Write { decision, revision }
+            }
+            (Err(refusal), _, false) => Next::Done(Done::Refused(refusal)),
+            (Err(_), Some(_), true) => unreachable_step("a refusal needs no place"),
+        }
+    }
+
+    fn admitted(
+        &mut self,
+        read: Read<'w>,
+        decision: Decision,
+        place: Place,
+        ticket: Option<u64>,
+        admission: Admission,
+    ) -> Next {
+        match admission {
+            Admission::Admitted => {
+                let revision = read.task.revision;
+                self.at = At::WritingClaim { read, decision: decision.clone(), place, ticket };
+                Next::Write { decision, revision }
+            }
+            Admission::Queued { ticket } => {
+                match read.task.queue(&place.agent, ticket, read.now, &self.policy) {
+                    Ok(queued) => {
+                        let revision = read.task.revision;
+                        self.at = At::WritingQueued {
+                            decision: queued.clone(),
+                            agent: place.agent,
+                            ticket,
+                            now: read.now,
+                        };
+                        Next::Write { decision: queued, revision }
+                    }
+                    Err(refusal) => Next::Done(Done::Ignored(refusal)),
+                }
+            }
+            // Noted again: a note lost to an error after the Queued write would leave
+            // nobody to wake this ticket but the supervisor.
+            Admission::StillWaiting { ticket } => {
+                self.at = At::Noted { agent: place.agent.clone(), ticket, look: false };
+                Next::NoteWaiter { agent: place.agent, ticket, at: read.now }
+            }
+        }
+    }
+}
+
+/// A report the machine cannot have asked for: a bug in the scheduler's loop.
+fn unreachable_step(what: &str) -> Next {
+    Next::Done(Done::KeptChanging(format!("scheduling lost its place: {what}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::task::fixtures::*;
+
+    /// three-step's first step's agent, limited to one call at a time.
+    fn limited(wf: &Workflow) -> (String, BTreeMap<String, Limits>) {
+        let agent = wf.step(0).unwrap().agent.clone();
+        let limits = Limits { max_in_flight: Some(1), max_per_second: None };
+        (agent.clone(), BTreeMap::from([(agent, limits)]))
+    }
+
+    fn read<'w>(task: &TaskRecord, wf: &'w Workflow) -> Seen<'w> {
+        Seen::Task(Some((task.clone(), wf, T0)))
+    }
+
+    fn run(limits: &BTreeMap<String, Limits>) -> Scheduling<'_> {
+        Scheduling::new(OrderId::parse("o-1").unwrap(), lease(1), limits, policy())
+    }
+
+    #[test]
+    fn without_limits_a_schedule_is_one_decision_written_then_performed() {
+        let wf = Workflow::three_step();
+        let task = new_task(&wf);
+        let none = BTreeMap::new();
+        let mut r = run(&none);
+        assert!(matches!(r.next(Seen::Nothing), Next::ReadTask));
+        let Next::Write { decision, revision } = r.next(read(&task, &wf)) else { panic!("a write") };
+        assert_eq!((decision.trigger, revision), (Trigger::Claimed, task.revision));
+        assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { waited_ms: None, .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Handled)));
+    }
+
+    #[test]
+    fn a_lost_race_on_the_task_is_read_again_until_the_rounds_run_out() {
+        let wf = Workflow::three_step();
+        let task = new_task(&wf);
+        let none = BTreeMap::new();
+        let mut r = run(&none);
+        r.next(Seen::Nothing);
+        for _ in 0..conflict_retries(&wf) - 1 {
+            assert!(matches!(r.next(read(&task, &wf)), Next::Write { .. }));
+            assert!(matches!(r.next(Seen::Landed(false)), Next::ReadTask));
+        }
+        assert!(matches!(r.next(read(&task, &wf)), Next::Write { .. }));
+        assert!(matches!(r.next(Seen::Landed(false)), Next::Done(Done::KeptChanging(_))));
+    }
+
+    #[test]
+    fn a_limited_claim_takes_a_place_first_and_a_lost_write_gives_it_back() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let task = new_task(&wf);
+        let mut r = run(&limits);
+        assert!(matches!(r.next(Seen::Nothing), Next::ReadTask));
+        let Next::Arrive { place, ticket: None } = r.next(read(&task, &wf)) else { panic!("an arrival") };
+        assert_eq!(place.agent, agent);
+        assert!(matches!(r.next(Seen::Admission(Admission::Admitted)), Next::Write { .. }));
+        // Without a ticket, the place goes back to the gate.
+        let Next::Release { holder, .. } = r.next(Seen::Landed(false)) else { panic!("a release") };
+        assert_eq!(holder, place.holder);
+        assert!(matches!(r.next(Seen::Nothing), Next::ReadTask));
+        // Admitted again, and this time it lands.
+        r.next(read(&task, &wf));
+        r.next(Seen::Admission(Admission::Admitted));
+        assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { waited_ms: None, .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Handled)));
+    }
+
+    #[test]
+    fn a_waiting_task_arrives_with_its_ticket_and_a_lost_write_hands_the_place_back_to_it() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let queued = new_task(&wf).queue(&agent, 7, T0, &policy()).unwrap().next;
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        let Next::Arrive { ticket: Some(7), .. } = r.next(read(&queued, &wf)) else {
+            panic!("with its ticket")
+        };
+        r.next(Seen::Admission(Admission::Admitted));
+        assert!(matches!(r.next(Seen::Landed(false)), Next::Unclaim { ticket: 7, .. }));
+        // A claim that lands after waiting says how long it waited.
+        r.next(Seen::Nothing);
+        r.next(read(&queued, &wf));
+        r.next(Seen::Admission(Admission::Admitted));
+        assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { waited_ms: Some(0), .. }));
+    }
+
+    #[test]
+    fn without_room_the_task_waits_with_a_ticket_notes_itself_and_looks_again() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let task = new_task(&wf);
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        r.next(read(&task, &wf));
+        let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::Queued { ticket: 3 })) else {
+            panic!("the Queued write")
+        };
+        assert_eq!(decision.trigger, Trigger::Queued);
+        // Its write lost: the ticket it took comes with its next arrival.
+        assert!(matches!(r.next(Seen::Landed(false)), Next::ReadTask));
+        assert!(matches!(r.next(read(&task, &wf)), Next::Arrive { ticket: Some(3), .. }));
+        r.next(Seen::Admission(Admission::Queued { ticket: 3 }));
+        assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { .. }));
+        let Next::NoteWaiter { agent: noted, ticket: 3, .. } = r.next(Seen::Nothing) else {
+            panic!("a note")
+        };
+        assert_eq!(noted, agent);
+        assert!(matches!(r.next(Seen::Nothing), Next::LookBehind { ticket: 3, .. }));
+        // Let through while it noted itself: another round at the gate.
+        assert!(matches!(r.next(Seen::Behind(false)), Next::ReadTask));
+    }
+
+    #[test]
+    fn a_ticket_still_behind_is_noted_again_and_nothing_is_written() {
+        let wf = Workflow::three_step();
+        let (_, limits) = limited(&wf);
+        let task = new_task(&wf);
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        r.next(read(&task, &wf));
+        assert!(matches!(
+            r.next(Seen::Admission(Admission::StillWaiting { ticket: 2 })),
+            Next::NoteWaiter { ticket: 2, .. }
+        ));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Handled)));
+    }
+
+    #[test]
+    fn a_paused_task_woken_in_line_gives_its_reserved_place_to_the_next() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let queued = new_task(&wf).queue(&agent, 5, T0, &policy()).unwrap().next;
+        let mut paused = queued.draft();
+        paused.paused = true;
+        let paused = paused.build().unwrap();
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        let Next::Release { holder, .. } = r.next(read(&paused, &wf)) else { panic!("a release") };
+        assert_eq!(holder, reserved_for(5));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(Refusal::Paused))));
+    }
+
+    #[test]
+    fn the_gate_rounds_are_bounded() {
+        let wf = Workflow::three_step();
+        let (_, limits) = limited(&wf);
+        let task = new_task(&wf);
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        for _ in 0..GATED_ROUNDS {
+            r.next(read(&task, &wf));
+            r.next(Seen::Admission(Admission::Admitted));
+            r.next(Seen::Landed(false));
+            if let Next::Done(done) = r.next(Seen::Nothing) {
+                assert!(matches!(done, Done::KeptChanging(_)), "{done:?}");
+                return;
+            }
+        }
+        panic!("more than {GATED_ROUNDS} rounds");
+    }
+}
