@@ -4,9 +4,8 @@
 use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, Transition, gate, perform, raise_alerts, transition};
-use crate::domain::gate::{MAX_PAUSE_MS, call_holder};
 use crate::domain::{
-    AgentReply, Done, Next, OrderId, Refusal, ReplyOutcome, SchedulerMessage, Scheduling, Seen, Trigger,
+    AgentReply, Done, Freed, Next, OrderId, Refusal, SchedulerMessage, Scheduling, Seen, Trigger, freed_by,
 };
 use crate::ports::{Metric, Written};
 
@@ -140,30 +139,18 @@ impl Scheduler {
     async fn reply(&self, reply: &AgentReply) -> Result<(), HandlerError> {
         let span = tracing::info_span!("scheduler", order_id = %reply.order_id, step = reply.step, attempt = reply.attempt);
         async {
-            let policy = self.settings.policy;
-            // The agent the reply's step calls, noted while deciding (the task's workflow says).
-            let called = std::sync::Mutex::new(None::<String>);
-            let result = transition(&self.deps, &self.settings, &reply.order_id, |task, wf, now| {
-                if let Some(step) = wf.step(reply.step) {
-                    *called.lock().unwrap_or_else(|p| p.into_inner()) = Some(step.agent.clone());
-                }
-                task.apply_reply(reply, now, wf, &policy)
+            let (deps, settings) = (&self.deps, &self.settings);
+            // The place the reply frees, noted while deciding (the task's workflow says
+            // which agent its step calls).
+            let freed = std::sync::Mutex::new(None::<Freed>);
+            let result = transition(deps, settings, &reply.order_id, |task, wf, now| {
+                *freed.lock().unwrap_or_else(|p| p.into_inner()) = freed_by(reply, wf, &settings.topology.limits);
+                task.apply_reply(reply, now, wf, &settings.policy)
             })
             .await;
-            // Whatever the fence said, the call this reply answers is over: its place in a
-            // limited agent's gate is free (a remote's Retry-After pauses the gate too).
-            let called = called.into_inner().unwrap_or_else(|p| p.into_inner());
-            if let Some(agent) = called.as_deref()
-                && self.settings.topology.limits.contains_key(agent)
-            {
-                let pause = match reply.outcome {
-                    ReplyOutcome::Throttled { retry_after_ms } => {
-                        Some(self.deps.clock.now().plus_ms(retry_after_ms.clamp(1, MAX_PAUSE_MS)))
-                    }
-                    _ => None,
-                };
-                let holder = call_holder(&reply.order_id, reply.attempt, &reply.lease);
-                gate::release(&self.deps, &self.settings, &self.turns, agent, &holder, pause).await;
+            if let Some(f) = freed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                let pause_until = f.pause_ms.map(|ms| deps.clock.now().plus_ms(ms));
+                gate::release(deps, settings, &self.turns, &f.agent, &f.holder, pause_until).await;
             }
             match result? {
                 Transition::Applied { before, decision } => {

@@ -70,5 +70,6 @@ pub use outcome::{Act, Cause, Effect, PARKED_MS, Policy, Refusal, StaleReason};
 pub use phase::{Claim, Lease, Phase, Unclaimed, WaitingFor};
 pub use record::{Decision, TaskRecord};
 pub use scheduling::{
-    CONFLICT_RETRIES, Done, GATED_ROUNDS, Next, Place, Scheduling, Seen, conflict_retries, place_of,
+    CONFLICT_RETRIES, Done, Freed, GATED_ROUNDS, Next, Place, Scheduling, Seen, conflict_retries, freed_by,
+    place_of,
 };

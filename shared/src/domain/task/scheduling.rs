@@ -17,9 +17,10 @@ use super::claim::Mint;
 use super::outcome::{Effect, Policy, Refusal};
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::CallbackSecret;
-use crate::domain::gate::{Admission, Limits, call_holder, reserved_for};
+use crate::domain::gate::{Admission, Limits, MAX_PAUSE_MS, call_holder, reserved_for};
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::Trigger;
+use crate::domain::messages::{AgentReply, ReplyOutcome};
 use crate::domain::workflow::Workflow;
 
 /// Rounds of a gated claim, and of going back to the gate: each lost race on the task
@@ -78,6 +79,29 @@ pub fn place_of(
         limits,
         holder: call_holder(&task.order_id, task.attempt, &task.locked_by()?),
         until: limits.hold_until(task.complete_by()?, policy.reply_grace_ms),
+    })
+}
+
+/// A place an agent's reply frees: whatever the fence says of the reply, the call it
+/// answers is over, so its place in a limited agent's gate goes back (and a remote's
+/// Retry-After pauses the gate for `pause_ms` from when the place is given back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Freed {
+    pub agent: String,
+    pub holder: String,
+    pub pause_ms: Option<u64>,
+}
+
+/// The place `reply` frees, if its step's agent (in the task's workflow) has limits.
+pub fn freed_by(reply: &AgentReply, wf: &Workflow, limits: &BTreeMap<String, Limits>) -> Option<Freed> {
+    let agent = &wf.step(reply.step)?.agent;
+    limits.contains_key(agent).then(|| Freed {
+        agent: agent.clone(),
+        holder: call_holder(&reply.order_id, reply.attempt, &reply.lease),
+        pause_ms: match reply.outcome {
+            ReplyOutcome::Throttled { retry_after_ms } => Some(retry_after_ms.clamp(1, MAX_PAUSE_MS)),
+            _ => None,
+        },
     })
 }
 
