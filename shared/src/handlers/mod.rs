@@ -214,7 +214,7 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
         Undo => m.record(Metric::CompensationStarted, 1),
         UndoAdvanced => m.record(Metric::CompensationStep, 1),
         Undone => {
-            if task.last_cause_is_success() {
+            if matches!(task.last_cause, crate::domain::Cause::Succeeded { .. }) {
                 m.record(Metric::CompensationStep, 1);
             }
             m.record(Metric::Compensated, 1);
@@ -226,12 +226,6 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
             m.record(Metric::OperatorAction, 1);
             m.record(Metric::Compensated, 1);
         }
-    }
-}
-
-impl TaskRecord {
-    fn last_cause_is_success(&self) -> bool {
-        matches!(self.last_cause, crate::domain::Cause::Succeeded { .. })
     }
 }
 
