@@ -144,6 +144,8 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         map.remove("phase");
     }
     v["locked_by"] = json!(task.locked_by());
+    v["reply_to"] = json!(task.reply_to);
+    v["last_error"] = json!(task.last_error);
     if task.paused() {
         v["paused"] = json!(true);
     }

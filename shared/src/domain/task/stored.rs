@@ -70,18 +70,21 @@ struct Stored {
     attempt: u32,
     #[serde(default, skip_serializing_if = "Held::is_empty")]
     phase: Held,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     deadline: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     redo_until: Option<u32>,
     failure_count: u32,
     #[serde(default)]
     step_failures: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     reply_to: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     submitter: Option<Sender>,
     #[serde(default, skip_serializing_if = "Outputs::is_empty")]
     outputs: Outputs,
     last_cause: Cause,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     last_error: Option<String>,
     #[serde(default)]
     timeline: Vec<Entry>,
