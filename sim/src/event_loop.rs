@@ -155,6 +155,13 @@ impl EventLoop {
         w.trace.note(now, line);
     }
 
+    /// `note` of formatted arguments (`Trace::note_args`).
+    fn note_args(&self, line: std::fmt::Arguments<'_>) {
+        let mut w = self.shared.w();
+        let now = w.now;
+        w.trace.note_args(now, line);
+    }
+
     fn run_to_the_end(&mut self) {
         loop {
             self.steps += 1;
@@ -352,7 +359,7 @@ impl EventLoop {
             let p = self.shared.w().faults.duplicate;
             let copies = if self.roll_outside("duplicate", p) { 2 } else { 1 };
             for _ in 0..copies {
-                self.note(|| format!("arrive {queue} {body}"));
+                self.note_args(format_args!("arrive {queue} {body}"));
                 let sent = from.send(&QueueUrl(queue.into()), Outgoing::new(body.clone())).now_or_never();
                 assert!(matches!(sent, Some(Ok(()))), "the embedded queue accepts at once");
             }
@@ -370,7 +377,7 @@ impl EventLoop {
                 Some((token, completion)) => {
                     let (id, crash_at) = self.new_invocation(Role::Outside);
                     let callbacks = self.deployed.callbacks[self.generation()].clone();
-                    self.note(|| format!("inv {id} outside {:?} {body}", planned.word));
+                    self.note_args(format_args!("inv {id} outside {:?} {body}", planned.word));
                     let future = outside_command(callbacks, self.shared.clone(), body, token, completion);
                     self.invocations
                         .insert(id, Invocation::unqueued(Role::Outside, future, crash_at, Vec::new()));
@@ -380,7 +387,7 @@ impl EventLoop {
                     let p = self.shared.w().faults.duplicate;
                     let copies = if self.roll_outside("duplicate", p) { 2 } else { 1 };
                     for _ in 0..copies {
-                        self.note(|| format!("outside {:?} {body}", planned.word));
+                        self.note_args(format_args!("outside {:?} {body}", planned.word));
                         let sent = self
                             .deployed
                             .queues
@@ -421,7 +428,7 @@ impl EventLoop {
         let crash_at = crash.then(|| w.rng.u32(0..=12));
         w.running.insert(id, Running { role: Some(role), skew, faulted: skew != 0 });
         let now = w.now;
-        w.trace.note(now, || format!("start inv {id} {role:?} skew {skew} crash_at {crash_at:?}"));
+        w.trace.note_args(now, format_args!("start inv {id} {role:?} skew {skew} crash_at {crash_at:?}"));
         (id, crash_at)
     }
 
@@ -438,10 +445,14 @@ impl EventLoop {
         }
         let (id, crash_at) = self.new_invocation(role);
         let generation = self.generation();
-        self.note(|| {
-            let ids: Vec<&str> = received.iter().map(|r| r.message.message_id.as_str()).collect();
-            format!("inv {id} receives {queue} {ids:?}")
-        });
+        // The ids as a `Vec<&str>` would print, without making one.
+        struct Ids<'a>(&'a [Received]);
+        impl std::fmt::Debug for Ids<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_list().entries(self.0.iter().map(|r| r.message.message_id.as_str())).finish()
+            }
+        }
+        self.note_args(format_args!("inv {id} receives {queue} {:?}", Ids(&received)));
         let messages: Vec<Inbound> = received.iter().map(|r| r.message.inbound()).collect();
         let dead_letters = DeadLetters {
             queues: self.deployed.sends.clone(),
@@ -553,7 +564,7 @@ impl EventLoop {
             let (id, crash_at) = self.new_invocation(Role::Operator);
             let submission = self.deployed.submission[self.generation()].clone();
             let (order_id, why, seen) = (task.order_id.clone(), why.clone(), task.revision);
-            self.note(|| format!("inv {id} operator {act:?} on {order_id} ({why})"));
+            self.note_args(format_args!("inv {id} operator {act:?} on {order_id} ({why})"));
             let future: InvocationFuture = operator::command(submission, order_id, act, why, seen);
             self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
         }
@@ -574,7 +585,7 @@ impl EventLoop {
             let (id, crash_at) = self.new_invocation(Role::Operator);
             let submission = self.deployed.submission[self.generation()].clone();
             let (order_id, seen) = (task.order_id.clone(), task.revision);
-            self.note(|| format!("inv {id} operator Resume on {order_id} ({why})"));
+            self.note_args(format_args!("inv {id} operator Resume on {order_id} ({why})"));
             let future: InvocationFuture = operator::command(submission, order_id, Act::Resume, why, seen);
             self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
         }
@@ -651,9 +662,7 @@ impl EventLoop {
                 w.running.entry(id).or_default().skew = skew;
             }
             w.current_invocation = None;
-            let io = w.ticket_io(ticket).map(|(_, io)| io);
-            let now = w.now;
-            w.trace.note(now, || format!("inv {id} io {io:?}"));
+            w.note_io(id, ticket);
             w.grant(ticket)
         };
         if let Some(waker) = waker {
@@ -674,7 +683,7 @@ impl EventLoop {
             self.sweep_group_faulted = true;
             self.end_of_sweep();
         }
-        self.note(|| format!("crash inv {id} {how}"));
+        self.note_args(format_args!("crash inv {id} {how}"));
         drop(invocation);
         self.shared.w().running.remove(&id);
     }
@@ -708,7 +717,10 @@ impl EventLoop {
                         self.deployed.queues.delete(queue, &r.receipt);
                     }
                 }
-                self.note(|| format!("finish inv {id} failures {:?} kept {}", report.failures, report.kept));
+                self.note_args(format_args!(
+                    "finish inv {id} failures {:?} kept {}",
+                    report.failures, report.kept
+                ));
             }
             Returned::Operator(result) => {
                 // The landed record is traced whole, in its rendering from before phases
@@ -723,11 +735,11 @@ impl EventLoop {
                     sas::handlers::Completed::Applied { trigger, .. } => format!("applied {trigger:?}"),
                     sas::handlers::Completed::Refused(why) => format!("refused: {why}"),
                 });
-                self.note(|| format!("finish inv {id} outside {result:?}"));
+                self.note_args(format_args!("finish inv {id} outside {result:?}"));
             }
             Returned::Sweep(result) => {
                 let faulted = self.shared.w().running.get(&id).is_some_and(|m| m.faulted);
-                self.note(|| format!("finish inv {id} sweep {result:?}"));
+                self.note_args(format_args!("finish inv {id} sweep {result:?}"));
                 let clean = result.as_ref().is_ok_and(|r| r.errors == 0) && !faulted;
                 self.sweep_group_faulted |= !clean;
                 self.sweep_group.push((id, invocation.due_at_start));
