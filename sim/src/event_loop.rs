@@ -575,7 +575,7 @@ impl EventLoop {
     /// period (a pause that lands after a resume is lifted the next time), so every order
     /// can end: a paused task waits for its operator, not for the liveness bound.
     fn resume_held(&mut self) {
-        let held: Vec<TaskRecord> = self.deployed.store.tasks().into_iter().filter(|t| t.paused()).collect();
+        let held: Vec<TaskRecord> = self.deployed.store.tasks_where(|t| t.paused());
         if held.is_empty() {
             return;
         }

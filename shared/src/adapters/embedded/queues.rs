@@ -68,7 +68,25 @@ struct Queue {
     /// Receipt -> (message, invisible until). Ordered, so messages whose visibility
     /// lapses at the same moment come back in the same order on every run (a seed replays).
     in_flight: BTreeMap<String, (StoredMessage, Timestamp)>,
+    /// The in-flight messages' visibility lapses, counted by time: the earliest is known
+    /// without reading every message in flight.
+    lapses: BTreeMap<Timestamp, u32>,
     fail_sends: u32,
+}
+
+impl Queue {
+    fn lapse_added(&mut self, until: Timestamp) {
+        *self.lapses.entry(until).or_default() += 1;
+    }
+
+    fn lapse_removed(&mut self, until: Timestamp) {
+        if let std::collections::btree_map::Entry::Occupied(mut n) = self.lapses.entry(until) {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -118,10 +136,15 @@ impl EmbeddedQueues {
         let mut guard = self.state();
         let state = &mut *guard;
         let q = state.queues.get_mut(queue).ok_or_else(|| QueueError::NoSuchQueue(queue.to_owned()))?;
-        let lapsed: Vec<String> =
-            q.in_flight.iter().filter(|(_, (_, until))| *until <= now).map(|(r, _)| r.clone()).collect();
+        let any_lapsed = q.lapses.first_key_value().is_some_and(|(until, _)| *until <= now);
+        let lapsed: Vec<String> = if any_lapsed {
+            q.in_flight.iter().filter(|(_, (_, until))| *until <= now).map(|(r, _)| r.clone()).collect()
+        } else {
+            Vec::new()
+        };
         for receipt in lapsed {
             let (message, until) = q.in_flight.remove(&receipt).expect("listed above");
+            q.lapse_removed(until);
             state.seq += 1;
             q.waiting.insert((until, state.seq), message);
         }
@@ -145,8 +168,9 @@ impl EmbeddedQueues {
             message.receive_count += 1;
             state.seq += 1;
             let receipt = format!("{queue}#{}", state.seq);
-            q.in_flight
-                .insert(receipt.clone(), (message.clone(), now.plus_ms(q.settings.visibility_timeout_ms)));
+            let until = now.plus_ms(q.settings.visibility_timeout_ms);
+            q.in_flight.insert(receipt.clone(), (message.clone(), until));
+            q.lapse_added(until);
             out.push(Received { message, receipt });
         }
         if let Some(dlq) = q.settings.dead_letter.clone() {
@@ -161,8 +185,10 @@ impl EmbeddedQueues {
 
     /// Deletes a received message; a receipt whose visibility lapsed is a no-op.
     pub fn delete(&self, queue: &str, receipt: &str) {
-        if let Some(q) = self.state().queues.get_mut(queue) {
-            q.in_flight.remove(receipt);
+        if let Some(q) = self.state().queues.get_mut(queue)
+            && let Some((_, until)) = q.in_flight.remove(receipt)
+        {
+            q.lapse_removed(until);
         }
     }
 
@@ -173,7 +199,7 @@ impl EmbeddedQueues {
         let state = self.state();
         let q = state.queues.get(queue)?;
         let waiting = q.waiting.first_key_value().map(|((at, _), _)| *at);
-        let lapsing = q.in_flight.values().map(|(_, until)| *until).min();
+        let lapsing = q.lapses.first_key_value().map(|(until, _)| *until);
         waiting.into_iter().chain(lapsing).min()
     }
 
@@ -190,6 +216,7 @@ impl EmbeddedQueues {
         };
         let mut all: Vec<_> = std::mem::take(&mut q.waiting).into_values().collect();
         all.extend(std::mem::take(&mut q.in_flight).into_values().map(|(m, _)| m));
+        q.lapses.clear();
         all
     }
 

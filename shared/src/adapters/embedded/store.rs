@@ -46,12 +46,23 @@ impl EmbeddedStore {
     pub fn writes(&self) -> Vec<WriteRecord> {
         self.tables().log.clone()
     }
+    /// Every landed task write so far, in order, taken out of the log (which is left
+    /// empty): for a run that is over, without copying every record.
+    pub fn take_writes(&self) -> Vec<WriteRecord> {
+        std::mem::take(&mut self.tables().log)
+    }
     /// One task's writes, in order.
     pub fn history(&self, id: &OrderId) -> Vec<TaskRecord> {
         self.tables().log.iter().filter(|w| &w.after.order_id == id).map(|w| w.after.clone()).collect()
     }
     pub fn tasks(&self) -> Vec<TaskRecord> {
         let mut all: Vec<_> = self.tables().tasks.values().cloned().collect();
+        all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
+        all
+    }
+    /// The tasks `keep` keeps, as `tasks` orders them, copying no other record.
+    pub fn tasks_where(&self, keep: impl Fn(&TaskRecord) -> bool) -> Vec<TaskRecord> {
+        let mut all: Vec<_> = self.tables().tasks.values().filter(|t| keep(t)).cloned().collect();
         all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
         all
     }
