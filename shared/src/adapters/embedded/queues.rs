@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -91,7 +91,8 @@ impl Queue {
 
 #[derive(Default)]
 struct State {
-    queues: HashMap<String, Queue>,
+    /// By name; a few short names, found faster in order than by hashing.
+    queues: BTreeMap<String, Queue>,
     seq: u64,
 }
 
