@@ -61,6 +61,8 @@ pub struct EventLoop {
     staged: Option<Workflows>,
     /// How branch replies arrived (`count_branch_replies`).
     branch_replies: BTreeMap<&'static str, u64>,
+    /// `run_ready`'s list of woken invocations, kept to be reused.
+    woken: Vec<InvocationId>,
 }
 
 /// What the loop leaves behind, for the run's outcome (`run.rs`).
@@ -100,6 +102,7 @@ impl EventLoop {
         EventLoop {
             staged,
             branch_replies: BTreeMap::new(),
+            woken: Vec::new(),
             agent_busy: vec![false; deployed.agents.len()],
             shared,
             deployed,
@@ -222,22 +225,31 @@ impl EventLoop {
 
     /// One scheduling decision: run some pending I/O call, start an invocation, or let time pass.
     fn step(&mut self, now: u64) {
-        let pending = self.shared.w().pending();
-        let startable: Vec<usize> = (0..WORK.len()).filter(|&i| self.startable(i, now)).collect();
-        if pending.is_empty() && startable.is_empty() {
+        let pending = self.shared.w().pending_count();
+        // The work queues an invocation may start from, in order (no allocation per step).
+        let mut startable = [0; WORK.len()];
+        let mut startables = 0;
+        for i in 0..WORK.len() {
+            if self.startable(i, now) {
+                startable[startables] = i;
+                startables += 1;
+            }
+        }
+        let startable = &startable[..startables];
+        if pending == 0 && startable.is_empty() {
             let next = self.next_event(now);
             self.advance_to(next.max(now + 1));
             return;
         }
-        let tick = if pending.is_empty() { 0 } else { TICK_WEIGHT };
-        let total = IO_WEIGHT * pending.len() as u64 + START_WEIGHT * startable.len() as u64 + tick;
+        let tick = if pending == 0 { 0 } else { TICK_WEIGHT };
+        let total = IO_WEIGHT * pending as u64 + START_WEIGHT * startable.len() as u64 + tick;
         let mut r = self.shared.w().rng.u64(..total);
-        if r < IO_WEIGHT * pending.len() as u64 {
-            let (ticket, id) = pending[(r / IO_WEIGHT) as usize];
+        if r < IO_WEIGHT * pending as u64 {
+            let (ticket, id) = self.shared.w().nth_pending((r / IO_WEIGHT) as usize).expect("counted above");
             self.grant(ticket, id);
             return;
         }
-        r -= IO_WEIGHT * pending.len() as u64;
+        r -= IO_WEIGHT * pending as u64;
         if r < START_WEIGHT * startable.len() as u64 {
             self.start_batch(startable[(r / START_WEIGHT) as usize]);
             return;
@@ -616,16 +628,19 @@ impl EventLoop {
 
     /// Polls every woken invocation until none is woken.
     fn run_ready(&mut self) {
+        // The list of woken invocations is kept between calls, so polling allocates none.
+        let mut woken = std::mem::take(&mut self.woken);
         loop {
-            let woken: Vec<InvocationId> =
-                self.invocations.iter().filter(|(_, i)| i.flag.take()).map(|(id, _)| *id).collect();
+            woken.clear();
+            woken.extend(self.invocations.iter().filter(|(_, i)| i.flag.take()).map(|(id, _)| *id));
             if woken.is_empty() {
-                return;
+                break;
             }
-            for id in woken {
+            for &id in &woken {
                 self.poll(id);
             }
         }
+        self.woken = woken;
     }
 
     fn poll(&mut self, id: InvocationId) {

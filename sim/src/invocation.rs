@@ -156,8 +156,8 @@ pub fn run_messages(
     Box::pin(async move {
         Returned::Batch(
             run_batch(messages, &dead_letters, |m| {
-                let body = m.body.clone();
-                with_msg(&shared, &body, handler.handle_message(m))
+                let body: Arc<str> = m.body.as_str().into();
+                with_msg(&shared, body, handler.handle_message(m))
             })
             .await,
         )
@@ -176,7 +176,7 @@ pub fn outside_command(
 ) -> InvocationFuture {
     Box::pin(async move {
         let word = sas::handlers::complete(&callbacks.deps, &callbacks.settings, &token, &completion);
-        Returned::Outside(with_msg(&shared, &body, word).await)
+        Returned::Outside(with_msg(&shared, body.into(), word).await)
     })
 }
 

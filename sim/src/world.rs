@@ -215,6 +215,16 @@ impl World {
         self.trace.note_args(self.now, format_args!("inv {id} io {io:?}"));
     }
 
+    /// How many I/O calls are pending: `pending().len()`, without the list.
+    pub fn pending_count(&self) -> usize {
+        self.tickets.values().filter(|t| !t.granted).count()
+    }
+
+    /// The `n`th of `pending()`.
+    pub fn nth_pending(&self, n: usize) -> Option<(u64, InvocationId)> {
+        self.tickets.iter().filter(|(_, t)| !t.granted).nth(n).map(|(id, t)| (*id, t.invocation))
+    }
+
     pub fn ticket_io(&self, ticket: u64) -> Option<(InvocationId, Io)> {
         self.tickets.get(&ticket).map(|t| (t.invocation, t.io.clone()))
     }

@@ -129,25 +129,19 @@ impl StateStore for EmbeddedStore {
 
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
         let mut t = self.tables();
-        let before = match t.tasks.get(&next.order_id) {
-            Some(current) if current.revision == expected_revision => current.clone(),
+        let Some(current) = t.tasks.get_mut(&next.order_id) else { return Ok(Written::RevisionMoved) };
+        let lands = current.revision == expected_revision
             // The planted bug of `Mutation::UnconditionalClaim`: claims skip the condition.
-            Some(current)
-                if crate::mutations::claim_unconditional()
-                    && matches!(next.last_cause, crate::domain::Cause::Claimed { .. }) =>
-            {
-                current.clone()
-            }
+            || (crate::mutations::claim_unconditional()
+                && matches!(next.last_cause, crate::domain::Cause::Claimed { .. }))
             // The planted bug of `Mutation::OperatorBlindWrite`: operators' writes too.
-            Some(current)
-                if crate::mutations::operator_blind_write()
-                    && matches!(next.last_cause, crate::domain::Cause::Operator { .. }) =>
-            {
-                current.clone()
-            }
-            _ => return Ok(Written::RevisionMoved),
-        };
-        t.tasks.insert(next.order_id.clone(), next.clone());
+            || (crate::mutations::operator_blind_write()
+                && matches!(next.last_cause, crate::domain::Cause::Operator { .. }));
+        if !lands {
+            return Ok(Written::RevisionMoved);
+        }
+        // The record it replaces is the write's `before`: moved out, not copied.
+        let before = std::mem::replace(current, next.clone());
         Self::index(&mut t, Some(&before), next);
         t.log.push(WriteRecord { before: Some(before), after: next.clone() });
         Ok(Written::Applied)
