@@ -618,8 +618,7 @@ impl EventLoop {
             .expect("the embedded store answers at once")
             .expect("no faults outside the fault layer")
             .into_iter()
-            .filter_map(|id| store.peek(&id))
-            .map(|t| (t.order_id, t.revision))
+            .filter_map(|id| store.peek_revision(&id).map(|revision| (id, revision)))
             .collect();
         let future = sweep(self.deployed.supervisor[self.generation()].clone());
         self.invocations.insert(id, Invocation::unqueued(Role::Supervisor, future, crash_at, due_at_start));
@@ -778,9 +777,7 @@ impl EventLoop {
         }
         for (id, due) in group {
             for (order_id, revision) in due {
-                let now =
-                    self.deployed.store.task(&order_id).now_or_never().expect("at once").expect("no fault");
-                if now.is_some_and(|t| t.revision == revision) {
+                if self.deployed.store.peek_revision(&order_id) == Some(revision) {
                     self.runtime.push(Violation::new(
                         Invariant::Supervised,
                         format!("supervisor run {id} (and any overlapping) left order {order_id}, due at its start, untouched"),

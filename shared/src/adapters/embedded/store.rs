@@ -70,6 +70,10 @@ impl EmbeddedStore {
     pub fn peek(&self, id: &OrderId) -> Option<TaskRecord> {
         self.tables().tasks.get(id).cloned()
     }
+    /// One task's revision as stored, outside the port, without copying the record.
+    pub fn peek_revision(&self, id: &OrderId) -> Option<u64> {
+        self.tables().tasks.get(id).map(|t| t.revision)
+    }
     /// Tasks per state, without copying records (cheap enough to poll for progress).
     pub fn state_counts(&self) -> std::collections::BTreeMap<crate::domain::ProcessState, usize> {
         let mut counts = std::collections::BTreeMap::new();
