@@ -1,5 +1,5 @@
 //! The simulation's checker: the shared invariants over the run's records
-//! (`invariants.rs`), plus what only the simulation can see: every message that arrived
+//! (`invariants/`), plus what only the simulation can see: every message that arrived
 //! and where it was kept, which function wrote each write and for which message, and
 //! true time (for liveness).
 
@@ -389,7 +389,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         let (Some(before), after) = (&w.before, &w.after) else { continue };
         let Some(wf) = run.workflows.get_version(&after.workflow, after.workflow_version) else { continue };
         for stage in stages_passed(before, after, wf) {
-            // Not applied at all is the shared checker's (`invariants.rs`); here, applied
+            // Not applied at all is the shared checker's (`invariants/writes.rs`); here, applied
             // only after the write that went past the stage landed.
             let late: Vec<(u32, u64)> = stage
                 .branches()

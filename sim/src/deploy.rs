@@ -61,15 +61,19 @@ pub struct Deployed {
     pub sends: Arc<dyn Queues>,
     pub alerts: Arc<RecordingAlerts>,
     pub metrics: Arc<CountingMetrics>,
-    pub submission: [Submission; 2],
+    /// Shared by every invocation of a generation: a clone of these would be the same
+    /// handler (their state, an agent's breakers, is shared through `Arc`s already).
+    pub submission: [Arc<Submission>; 2],
+    /// A clone is another container's scheduler, with turns of its own at the gates:
+    /// each invocation runs on a clone.
     pub scheduler: [Scheduler; 2],
     /// The scheduler function's handler of the callback queue (and of `sasctl tasks
     /// complete`, which runs the same `complete`).
-    pub callbacks: [Callbacks; 2],
-    pub supervisor: [Supervisor; 2],
+    pub callbacks: [Arc<Callbacks>; 2],
+    pub supervisor: [Arc<Supervisor>; 2],
     /// One agent per unit of the agent's concurrency, as Lambda runs a container per
     /// concurrent invocation: each keeps its own circuit breakers.
-    pub agents: Vec<[Agent; 2]>,
+    pub agents: Vec<[Arc<Agent>; 2]>,
 }
 
 /// Puts the deployment up. Draws the queues', the handlers' and each agent's generator
@@ -117,19 +121,20 @@ pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> D
                 remote: remote.clone(),
                 scheduler_queue: QueueUrl(SCHEDULER.into()),
             };
-            generations
-                .map(|g| Agent::new(deps.clone(), agent_settings(), g.workflows.clone()).with_agents(&defs))
+            generations.map(|g| {
+                Arc::new(Agent::new(deps.clone(), agent_settings(), g.workflows.clone()).with_agents(&defs))
+            })
         })
         .collect();
     let supervisor = generations.map(|g| {
         let mut supervisor = Supervisor::new(deps.clone(), g.clone());
         supervisor.page_size = swarm.page_size;
-        supervisor
+        Arc::new(supervisor)
     });
     Deployed {
-        submission: generations.map(|g| Submission::new(deps.clone(), g.clone())),
+        submission: generations.map(|g| Arc::new(Submission::new(deps.clone(), g.clone()))),
         scheduler: generations.map(|g| Scheduler::new(deps.clone(), g.clone())),
-        callbacks: generations.map(|g| Callbacks::new(deps.clone(), g.clone())),
+        callbacks: generations.map(|g| Arc::new(Callbacks::new(deps.clone(), g.clone()))),
         supervisor,
         agents,
         store,

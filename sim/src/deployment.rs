@@ -102,16 +102,23 @@ pub fn policy() -> Policy {
 /// (`Swarm::generated`): what handlers know before the seed's new version is published
 /// (`Swarm::publish`, added by `deploy::workflows`).
 pub fn workflows_before_publish(generated: &Workflow) -> Workflows {
-    let saga = Workflow::new(
-        "saga",
-        vec![
-            Step::read_only("check-stock", "inventory").with_max_failures(2),
-            Step::compensable("reserve-inventory", "inventory", "release-inventory"),
-            Step::pivot("ship-order", "shipping"),
-            Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
-        ],
-    );
-    Workflows::new(vec![Workflow::single_step(), Workflow::three_step(), saga, generated.clone()])
+    // The same three for every seed: built (the example file parsed) once per process.
+    static FIXED: std::sync::OnceLock<[Workflow; 3]> = std::sync::OnceLock::new();
+    let fixed = FIXED.get_or_init(|| {
+        let saga = Workflow::new(
+            "saga",
+            vec![
+                Step::read_only("check-stock", "inventory").with_max_failures(2),
+                Step::compensable("reserve-inventory", "inventory", "release-inventory"),
+                Step::pivot("ship-order", "shipping"),
+                Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
+            ],
+        );
+        [Workflow::single_step(), Workflow::three_step(), saga]
+    });
+    let mut all = fixed.to_vec();
+    all.push(generated.clone());
+    Workflows::new(all)
 }
 
 pub fn agent_settings() -> AgentSettings {

@@ -61,6 +61,8 @@ pub struct EventLoop {
     staged: Option<Workflows>,
     /// How branch replies arrived (`count_branch_replies`).
     branch_replies: BTreeMap<&'static str, u64>,
+    /// `run_ready`'s list of woken invocations, kept to be reused.
+    woken: Vec<InvocationId>,
 }
 
 /// What the loop leaves behind, for the run's outcome (`run.rs`).
@@ -100,6 +102,7 @@ impl EventLoop {
         EventLoop {
             staged,
             branch_replies: BTreeMap::new(),
+            woken: Vec::new(),
             agent_busy: vec![false; deployed.agents.len()],
             shared,
             deployed,
@@ -153,6 +156,13 @@ impl EventLoop {
         let mut w = self.shared.w();
         let now = w.now;
         w.trace.note(now, line);
+    }
+
+    /// `note` of formatted arguments (`Trace::note_args`).
+    fn note_args(&self, line: std::fmt::Arguments<'_>) {
+        let mut w = self.shared.w();
+        let now = w.now;
+        w.trace.note_args(now, line);
     }
 
     fn run_to_the_end(&mut self) {
@@ -215,22 +225,31 @@ impl EventLoop {
 
     /// One scheduling decision: run some pending I/O call, start an invocation, or let time pass.
     fn step(&mut self, now: u64) {
-        let pending = self.shared.w().pending();
-        let startable: Vec<usize> = (0..WORK.len()).filter(|&i| self.startable(i, now)).collect();
-        if pending.is_empty() && startable.is_empty() {
+        let pending = self.shared.w().pending_count();
+        // The work queues an invocation may start from, in order (no allocation per step).
+        let mut startable = [0; WORK.len()];
+        let mut startables = 0;
+        for i in 0..WORK.len() {
+            if self.startable(i, now) {
+                startable[startables] = i;
+                startables += 1;
+            }
+        }
+        let startable = &startable[..startables];
+        if pending == 0 && startable.is_empty() {
             let next = self.next_event(now);
             self.advance_to(next.max(now + 1));
             return;
         }
-        let tick = if pending.is_empty() { 0 } else { TICK_WEIGHT };
-        let total = IO_WEIGHT * pending.len() as u64 + START_WEIGHT * startable.len() as u64 + tick;
+        let tick = if pending == 0 { 0 } else { TICK_WEIGHT };
+        let total = IO_WEIGHT * pending as u64 + START_WEIGHT * startable.len() as u64 + tick;
         let mut r = self.shared.w().rng.u64(..total);
-        if r < IO_WEIGHT * pending.len() as u64 {
-            let (ticket, id) = pending[(r / IO_WEIGHT) as usize];
+        if r < IO_WEIGHT * pending as u64 {
+            let (ticket, id) = self.shared.w().nth_pending((r / IO_WEIGHT) as usize).expect("counted above");
             self.grant(ticket, id);
             return;
         }
-        r -= IO_WEIGHT * pending.len() as u64;
+        r -= IO_WEIGHT * pending as u64;
         if r < START_WEIGHT * startable.len() as u64 {
             self.start_batch(startable[(r / START_WEIGHT) as usize]);
             return;
@@ -352,7 +371,7 @@ impl EventLoop {
             let p = self.shared.w().faults.duplicate;
             let copies = if self.roll_outside("duplicate", p) { 2 } else { 1 };
             for _ in 0..copies {
-                self.note(|| format!("arrive {queue} {body}"));
+                self.note_args(format_args!("arrive {queue} {body}"));
                 let sent = from.send(&QueueUrl(queue.into()), Outgoing::new(body.clone())).now_or_never();
                 assert!(matches!(sent, Some(Ok(()))), "the embedded queue accepts at once");
             }
@@ -370,7 +389,7 @@ impl EventLoop {
                 Some((token, completion)) => {
                     let (id, crash_at) = self.new_invocation(Role::Outside);
                     let callbacks = self.deployed.callbacks[self.generation()].clone();
-                    self.note(|| format!("inv {id} outside {:?} {body}", planned.word));
+                    self.note_args(format_args!("inv {id} outside {:?} {body}", planned.word));
                     let future = outside_command(callbacks, self.shared.clone(), body, token, completion);
                     self.invocations
                         .insert(id, Invocation::unqueued(Role::Outside, future, crash_at, Vec::new()));
@@ -380,7 +399,7 @@ impl EventLoop {
                     let p = self.shared.w().faults.duplicate;
                     let copies = if self.roll_outside("duplicate", p) { 2 } else { 1 };
                     for _ in 0..copies {
-                        self.note(|| format!("outside {:?} {body}", planned.word));
+                        self.note_args(format_args!("outside {:?} {body}", planned.word));
                         let sent = self
                             .deployed
                             .queues
@@ -421,7 +440,7 @@ impl EventLoop {
         let crash_at = crash.then(|| w.rng.u32(0..=12));
         w.running.insert(id, Running { role: Some(role), skew, faulted: skew != 0 });
         let now = w.now;
-        w.trace.note(now, || format!("start inv {id} {role:?} skew {skew} crash_at {crash_at:?}"));
+        w.trace.note_args(now, format_args!("start inv {id} {role:?} skew {skew} crash_at {crash_at:?}"));
         (id, crash_at)
     }
 
@@ -438,10 +457,14 @@ impl EventLoop {
         }
         let (id, crash_at) = self.new_invocation(role);
         let generation = self.generation();
-        self.note(|| {
-            let ids: Vec<&str> = received.iter().map(|r| r.message.message_id.as_str()).collect();
-            format!("inv {id} receives {queue} {ids:?}")
-        });
+        // The ids as a `Vec<&str>` would print, without making one.
+        struct Ids<'a>(&'a [Received]);
+        impl std::fmt::Debug for Ids<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_list().entries(self.0.iter().map(|r| r.message.message_id.as_str())).finish()
+            }
+        }
+        self.note_args(format_args!("inv {id} receives {queue} {:?}", Ids(&received)));
         let messages: Vec<Inbound> = received.iter().map(|r| r.message.inbound()).collect();
         let dead_letters = DeadLetters {
             queues: self.deployed.sends.clone(),
@@ -553,7 +576,7 @@ impl EventLoop {
             let (id, crash_at) = self.new_invocation(Role::Operator);
             let submission = self.deployed.submission[self.generation()].clone();
             let (order_id, why, seen) = (task.order_id.clone(), why.clone(), task.revision);
-            self.note(|| format!("inv {id} operator {act:?} on {order_id} ({why})"));
+            self.note_args(format_args!("inv {id} operator {act:?} on {order_id} ({why})"));
             let future: InvocationFuture = operator::command(submission, order_id, act, why, seen);
             self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
         }
@@ -564,7 +587,7 @@ impl EventLoop {
     /// period (a pause that lands after a resume is lifted the next time), so every order
     /// can end: a paused task waits for its operator, not for the liveness bound.
     fn resume_held(&mut self) {
-        let held: Vec<TaskRecord> = self.deployed.store.tasks().into_iter().filter(|t| t.paused()).collect();
+        let held: Vec<TaskRecord> = self.deployed.store.tasks_where(|t| t.paused());
         if held.is_empty() {
             return;
         }
@@ -574,7 +597,7 @@ impl EventLoop {
             let (id, crash_at) = self.new_invocation(Role::Operator);
             let submission = self.deployed.submission[self.generation()].clone();
             let (order_id, seen) = (task.order_id.clone(), task.revision);
-            self.note(|| format!("inv {id} operator Resume on {order_id} ({why})"));
+            self.note_args(format_args!("inv {id} operator Resume on {order_id} ({why})"));
             let future: InvocationFuture = operator::command(submission, order_id, Act::Resume, why, seen);
             self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
         }
@@ -595,8 +618,7 @@ impl EventLoop {
             .expect("the embedded store answers at once")
             .expect("no faults outside the fault layer")
             .into_iter()
-            .filter_map(|id| store.peek(&id))
-            .map(|t| (t.order_id, t.revision))
+            .filter_map(|id| store.peek_revision(&id).map(|revision| (id, revision)))
             .collect();
         let future = sweep(self.deployed.supervisor[self.generation()].clone());
         self.invocations.insert(id, Invocation::unqueued(Role::Supervisor, future, crash_at, due_at_start));
@@ -605,16 +627,19 @@ impl EventLoop {
 
     /// Polls every woken invocation until none is woken.
     fn run_ready(&mut self) {
+        // The list of woken invocations is kept between calls, so polling allocates none.
+        let mut woken = std::mem::take(&mut self.woken);
         loop {
-            let woken: Vec<InvocationId> =
-                self.invocations.iter().filter(|(_, i)| i.flag.take()).map(|(id, _)| *id).collect();
+            woken.clear();
+            woken.extend(self.invocations.iter().filter(|(_, i)| i.flag.take()).map(|(id, _)| *id));
             if woken.is_empty() {
-                return;
+                break;
             }
-            for id in woken {
+            for &id in &woken {
                 self.poll(id);
             }
         }
+        self.woken = woken;
     }
 
     fn poll(&mut self, id: InvocationId) {
@@ -651,9 +676,7 @@ impl EventLoop {
                 w.running.entry(id).or_default().skew = skew;
             }
             w.current_invocation = None;
-            let io = w.ticket_io(ticket).map(|(_, io)| io);
-            let now = w.now;
-            w.trace.note(now, || format!("inv {id} io {io:?}"));
+            w.note_io(id, ticket);
             w.grant(ticket)
         };
         if let Some(waker) = waker {
@@ -674,7 +697,7 @@ impl EventLoop {
             self.sweep_group_faulted = true;
             self.end_of_sweep();
         }
-        self.note(|| format!("crash inv {id} {how}"));
+        self.note_args(format_args!("crash inv {id} {how}"));
         drop(invocation);
         self.shared.w().running.remove(&id);
     }
@@ -708,7 +731,10 @@ impl EventLoop {
                         self.deployed.queues.delete(queue, &r.receipt);
                     }
                 }
-                self.note(|| format!("finish inv {id} failures {:?} kept {}", report.failures, report.kept));
+                self.note_args(format_args!(
+                    "finish inv {id} failures {:?} kept {}",
+                    report.failures, report.kept
+                ));
             }
             Returned::Operator(result) => {
                 // The landed record is traced whole, in its rendering from before phases
@@ -723,11 +749,11 @@ impl EventLoop {
                     sas::handlers::Completed::Applied { trigger, .. } => format!("applied {trigger:?}"),
                     sas::handlers::Completed::Refused(why) => format!("refused: {why}"),
                 });
-                self.note(|| format!("finish inv {id} outside {result:?}"));
+                self.note_args(format_args!("finish inv {id} outside {result:?}"));
             }
             Returned::Sweep(result) => {
                 let faulted = self.shared.w().running.get(&id).is_some_and(|m| m.faulted);
-                self.note(|| format!("finish inv {id} sweep {result:?}"));
+                self.note_args(format_args!("finish inv {id} sweep {result:?}"));
                 let clean = result.as_ref().is_ok_and(|r| r.errors == 0) && !faulted;
                 self.sweep_group_faulted |= !clean;
                 self.sweep_group.push((id, invocation.due_at_start));
@@ -751,9 +777,7 @@ impl EventLoop {
         }
         for (id, due) in group {
             for (order_id, revision) in due {
-                let now =
-                    self.deployed.store.task(&order_id).now_or_never().expect("at once").expect("no fault");
-                if now.is_some_and(|t| t.revision == revision) {
+                if self.deployed.store.peek_revision(&order_id) == Some(revision) {
                     self.runtime.push(Violation::new(
                         Invariant::Supervised,
                         format!("supervisor run {id} (and any overlapping) left order {order_id}, due at its start, untouched"),

@@ -79,6 +79,6 @@ impl<F: Future> Future for WithMsg<F> {
     }
 }
 
-pub fn with_msg<F: Future>(shared: &Arc<Shared>, body: &str, inner: F) -> WithMsg<F> {
-    WithMsg { shared: shared.clone(), msg: body.into(), inner: Box::pin(inner) }
+pub fn with_msg<F: Future>(shared: &Arc<Shared>, body: Arc<str>, inner: F) -> WithMsg<F> {
+    WithMsg { shared: shared.clone(), msg: body, inner: Box::pin(inner) }
 }

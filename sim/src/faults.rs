@@ -166,7 +166,7 @@ impl Queues for SimQueues {
                     out.push(copy);
                 }
                 let now = w.now;
-                w.trace.note(now, || format!("send {queue} +{}ms {}", m.delay_ms, m.body));
+                w.trace.note_args(now, format_args!("send {queue} +{}ms {}", m.delay_ms, m.body));
                 out.push(m);
             }
         }
@@ -196,7 +196,7 @@ impl Alerts for SimAlerts {
                 return Err(AlertError("sim: topic unreachable".into()));
             }
             let now = w.now;
-            w.trace.note(now, || format!("alert {} {}", alert.order_id, alert.reason));
+            w.trace.note_args(now, format_args!("alert {} {}", alert.order_id, alert.reason));
         }
         self.inner.raise(alert).await
     }

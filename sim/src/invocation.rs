@@ -114,6 +114,13 @@ pub trait QueueFed: 'static {
     fn handle_message(&self, message: Inbound) -> impl Future<Output = Result<(), HandlerError>> + '_;
 }
 
+/// A handler shared by the invocations that run it (`deploy::Deployed`).
+impl<T: QueueFed> QueueFed for Arc<T> {
+    fn handle_message(&self, message: Inbound) -> impl Future<Output = Result<(), HandlerError>> + '_ {
+        T::handle_message(self, message)
+    }
+}
+
 impl QueueFed for Submission {
     fn handle_message(&self, message: Inbound) -> impl Future<Output = Result<(), HandlerError>> + '_ {
         self.handle(message)
@@ -149,8 +156,8 @@ pub fn run_messages(
     Box::pin(async move {
         Returned::Batch(
             run_batch(messages, &dead_letters, |m| {
-                let body = m.body.clone();
-                with_msg(&shared, &body, handler.handle_message(m))
+                let body: Arc<str> = m.body.as_str().into();
+                with_msg(&shared, body, handler.handle_message(m))
             })
             .await,
         )
@@ -161,7 +168,7 @@ pub fn run_messages(
 /// through `handlers::complete` on a scheduler function's container; its writes record
 /// `body` as what they were made for, as the queue's would.
 pub fn outside_command(
-    callbacks: Callbacks,
+    callbacks: Arc<Callbacks>,
     shared: Arc<Shared>,
     body: String,
     token: String,
@@ -169,11 +176,11 @@ pub fn outside_command(
 ) -> InvocationFuture {
     Box::pin(async move {
         let word = sas::handlers::complete(&callbacks.deps, &callbacks.settings, &token, &completion);
-        Returned::Outside(with_msg(&shared, &body, word).await)
+        Returned::Outside(with_msg(&shared, body.into(), word).await)
     })
 }
 
 /// A supervisor run: one sweep.
-pub fn sweep(supervisor: Supervisor) -> InvocationFuture {
+pub fn sweep(supervisor: Arc<Supervisor>) -> InvocationFuture {
     Box::pin(async move { Returned::Sweep(supervisor.sweep().await) })
 }

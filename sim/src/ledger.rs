@@ -3,7 +3,7 @@
 //! (`cli/src/remote_sim.rs`, real time): seeded faults, deduplication by idempotency key
 //! (a key's first verdict, applied or refused, is final), a forward step refused once its
 //! undo has been answered (docs/REFERENCE.md, "What sas relies on from the remote service"), and a
-//! ledger of every call and every applied effect, which the invariants (`invariants.rs`)
+//! ledger of every call and every applied effect, which the invariants (`invariants/`)
 //! judge runs by.
 
 use std::collections::{BTreeMap, BTreeSet};

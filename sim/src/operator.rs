@@ -64,7 +64,7 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand:
 
 /// The operator's command (`sasctl tasks`), run on a submission function's container.
 pub fn command(
-    submission: Submission,
+    submission: std::sync::Arc<Submission>,
     order_id: OrderId,
     act: Act,
     why: String,

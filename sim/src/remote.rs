@@ -60,7 +60,7 @@ impl RemoteService for SimRemote {
                     holder,
                     copy,
                 });
-                w.trace.note(now, || format!("remote {key} busy, retry after {retry_after_ms}"));
+                w.trace.note_args(now, format_args!("remote {key} busy, retry after {retry_after_ms}"));
                 return Err(RemoteError::Busy { reason: "429 too many requests".into(), retry_after_ms });
             }
             let mut faults = w.faults.remote;
@@ -99,13 +99,16 @@ impl RemoteService for SimRemote {
             // The caller's timeout may fire late (a hang past complete-by).
             let overshoot = w.faults.overshoot_max_ms;
             let hang_until = now + timeout_ms + if overshoot > 0 { w.rng.u64(0..=overshoot) } else { 0 };
-            let line = match verdict {
-                Verdict::Answer { latency_ms } => format!("remote {key} ok +{latency_ms}"),
-                Verdict::Transient => format!("remote {key} transient"),
-                Verdict::Refused => format!("remote {key} refused"),
-                Verdict::Hang => format!("remote {key} hangs until {hang_until}"),
-            };
-            w.trace.note(now, || line);
+            match verdict {
+                Verdict::Answer { latency_ms } => {
+                    w.trace.note_args(now, format_args!("remote {key} ok +{latency_ms}"))
+                }
+                Verdict::Transient => w.trace.note_args(now, format_args!("remote {key} transient")),
+                Verdict::Refused => w.trace.note_args(now, format_args!("remote {key} refused")),
+                Verdict::Hang => {
+                    w.trace.note_args(now, format_args!("remote {key} hangs until {hang_until}"))
+                }
+            }
             if limited {
                 // The service sees the call end when it answers, or when its caller hangs
                 // up: a hang (and an answer slower than the caller waits) closes at

@@ -118,7 +118,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         arrivals,
         tasks,
         orders,
-        writes: deployed.store.writes(),
+        writes: deployed.store.take_writes(),
         write_ctx: std::mem::take(&mut w.write_ctx),
         dead_letters,
         alerts: deployed.alerts.all(),

@@ -72,13 +72,33 @@ impl Default for Fnv {
 
 impl Fnv {
     pub fn add(&mut self, bytes: &[u8]) {
+        self.feed(bytes);
+        self.end();
+    }
+
+    /// Part of one `add`: the bytes, without the separator.
+    fn feed(&mut self, bytes: &[u8]) {
         for b in bytes {
             self.0 ^= u64::from(*b);
             self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
-        // A separator, so ("ab","c") and ("a","bc") differ.
+    }
+
+    /// The end of one `add`: a separator, so ("ab","c") and ("a","bc") differ.
+    fn end(&mut self) {
         self.0 ^= 0xff;
         self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+/// Formatted text fed straight into the hash, as `Fnv::add` of the whole text would
+/// (before its separator): no `String` is made for a line that is not kept.
+struct FnvWriter<'a>(&'a mut Fnv);
+
+impl std::fmt::Write for FnvWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.feed(s.as_bytes());
+        Ok(())
     }
 }
 
@@ -92,6 +112,18 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Notes `line` (formatted arguments): hashed as `note` hashes the same text, but
+    /// formatted into the hash directly unless the lines are kept.
+    pub fn note_args(&mut self, now: u64, line: std::fmt::Arguments<'_>) {
+        if self.lines.is_some() {
+            return self.note(now, || std::fmt::format(line));
+        }
+        self.hash.add(&now.to_le_bytes());
+        std::fmt::write(&mut FnvWriter(&mut self.hash), line).expect("hashing cannot fail");
+        self.hash.end();
+        self.events += 1;
+    }
+
     pub fn note(&mut self, now: u64, line: impl FnOnce() -> String) {
         let line = line();
         self.hash.add(&now.to_le_bytes());
@@ -152,7 +184,7 @@ impl World {
             self.running.entry(inv).or_default().faulted = true;
         }
         let inv = self.current_invocation;
-        self.trace.note(self.now, || format!("fault {kind} inv {inv:?}"));
+        self.trace.note_args(self.now, format_args!("fault {kind} inv {inv:?}"));
         true
     }
 
@@ -175,6 +207,22 @@ impl World {
     /// Pending I/O calls: (ticket, invocation, what), in ticket order.
     pub fn pending(&self) -> Vec<(u64, InvocationId)> {
         self.tickets.iter().filter(|(_, t)| !t.granted).map(|(id, t)| (*id, t.invocation)).collect()
+    }
+
+    /// Notes in the trace that invocation `id` makes its pending call `ticket`.
+    pub fn note_io(&mut self, id: InvocationId, ticket: u64) {
+        let io = self.tickets.get(&ticket).map(|t| &t.io);
+        self.trace.note_args(self.now, format_args!("inv {id} io {io:?}"));
+    }
+
+    /// How many I/O calls are pending: `pending().len()`, without the list.
+    pub fn pending_count(&self) -> usize {
+        self.tickets.values().filter(|t| !t.granted).count()
+    }
+
+    /// The `n`th of `pending()`.
+    pub fn nth_pending(&self, n: usize) -> Option<(u64, InvocationId)> {
+        self.tickets.iter().filter(|(_, t)| !t.granted).nth(n).map(|(id, t)| (*id, t.invocation))
     }
 
     pub fn ticket_io(&self, ticket: u64) -> Option<(InvocationId, Io)> {

@@ -424,7 +424,9 @@ impl Workflow {
 /// that name none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workflows {
-    all: Vec<Workflow>,
+    /// Shared: every handler's settings hold the deployment's workflows, and a clone of
+    /// them (a container's, the simulation's each invocation) copies nothing.
+    all: std::sync::Arc<[Workflow]>,
 }
 
 impl Workflows {
@@ -448,7 +450,7 @@ impl Workflows {
                     .all(|s| !s.is_timer() && !s.is_callback()))),
             "a parallel stage has at least two branches, each an agent step without a timer or callback"
         );
-        Workflows { all }
+        Workflows { all: all.into() }
     }
     /// The latest version of the first workflow named.
     pub fn default_workflow(&self) -> &Workflow {
@@ -481,7 +483,7 @@ impl Workflows {
     /// Each name once, in the order first defined.
     pub fn names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
-        for w in &self.all {
+        for w in self.all.iter() {
             if !names.contains(&w.name.as_str()) {
                 names.push(&w.name);
             }

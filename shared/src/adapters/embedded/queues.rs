@@ -1,4 +1,5 @@
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -68,13 +69,60 @@ struct Queue {
     /// Receipt -> (message, invisible until). Ordered, so messages whose visibility
     /// lapses at the same moment come back in the same order on every run (a seed replays).
     in_flight: BTreeMap<String, (StoredMessage, Timestamp)>,
+    /// The in-flight messages' visibility lapses, counted by time: the earliest is known
+    /// without reading every message in flight.
+    lapses: BTreeMap<Timestamp, u32>,
     fail_sends: u32,
+}
+
+impl Queue {
+    fn lapse_added(&mut self, until: Timestamp) {
+        *self.lapses.entry(until).or_default() += 1;
+    }
+
+    fn lapse_removed(&mut self, until: Timestamp) {
+        if let std::collections::btree_map::Entry::Occupied(mut n) = self.lapses.entry(until) {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+    }
 }
 
 #[derive(Default)]
 struct State {
-    queues: HashMap<String, Queue>,
+    /// By name: a few short names, looked up many times a step of a simulation, so hashed
+    /// cheaply (`NameHasher`). Nothing iterates it.
+    queues: HashMap<String, Queue, BuildHasherDefault<NameHasher>>,
     seq: u64,
+}
+
+/// A fast hash of a queue's name (FxHash's mixing, eight bytes at a time): SipHash's
+/// resistance to chosen keys is not needed for the deployment's own few queue names.
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl NameHasher {
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, byte: u8) {
+        self.mix(u64::from(byte));
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// SQS in-process: named queues with visibility timeout, redelivery, delay, DLQ
@@ -118,10 +166,15 @@ impl EmbeddedQueues {
         let mut guard = self.state();
         let state = &mut *guard;
         let q = state.queues.get_mut(queue).ok_or_else(|| QueueError::NoSuchQueue(queue.to_owned()))?;
-        let lapsed: Vec<String> =
-            q.in_flight.iter().filter(|(_, (_, until))| *until <= now).map(|(r, _)| r.clone()).collect();
+        let any_lapsed = q.lapses.first_key_value().is_some_and(|(until, _)| *until <= now);
+        let lapsed: Vec<String> = if any_lapsed {
+            q.in_flight.iter().filter(|(_, (_, until))| *until <= now).map(|(r, _)| r.clone()).collect()
+        } else {
+            Vec::new()
+        };
         for receipt in lapsed {
             let (message, until) = q.in_flight.remove(&receipt).expect("listed above");
+            q.lapse_removed(until);
             state.seq += 1;
             q.waiting.insert((until, state.seq), message);
         }
@@ -145,8 +198,9 @@ impl EmbeddedQueues {
             message.receive_count += 1;
             state.seq += 1;
             let receipt = format!("{queue}#{}", state.seq);
-            q.in_flight
-                .insert(receipt.clone(), (message.clone(), now.plus_ms(q.settings.visibility_timeout_ms)));
+            let until = now.plus_ms(q.settings.visibility_timeout_ms);
+            q.in_flight.insert(receipt.clone(), (message.clone(), until));
+            q.lapse_added(until);
             out.push(Received { message, receipt });
         }
         if let Some(dlq) = q.settings.dead_letter.clone() {
@@ -161,8 +215,10 @@ impl EmbeddedQueues {
 
     /// Deletes a received message; a receipt whose visibility lapsed is a no-op.
     pub fn delete(&self, queue: &str, receipt: &str) {
-        if let Some(q) = self.state().queues.get_mut(queue) {
-            q.in_flight.remove(receipt);
+        if let Some(q) = self.state().queues.get_mut(queue)
+            && let Some((_, until)) = q.in_flight.remove(receipt)
+        {
+            q.lapse_removed(until);
         }
     }
 
@@ -173,7 +229,7 @@ impl EmbeddedQueues {
         let state = self.state();
         let q = state.queues.get(queue)?;
         let waiting = q.waiting.first_key_value().map(|((at, _), _)| *at);
-        let lapsing = q.in_flight.values().map(|(_, until)| *until).min();
+        let lapsing = q.lapses.first_key_value().map(|(until, _)| *until);
         waiting.into_iter().chain(lapsing).min()
     }
 
@@ -190,6 +246,7 @@ impl EmbeddedQueues {
         };
         let mut all: Vec<_> = std::mem::take(&mut q.waiting).into_values().collect();
         all.extend(std::mem::take(&mut q.in_flight).into_values().map(|(m, _)| m));
+        q.lapses.clear();
         all
     }
 

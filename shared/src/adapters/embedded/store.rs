@@ -46,6 +46,11 @@ impl EmbeddedStore {
     pub fn writes(&self) -> Vec<WriteRecord> {
         self.tables().log.clone()
     }
+    /// Every landed task write so far, in order, taken out of the log (which is left
+    /// empty): for a run that is over, without copying every record.
+    pub fn take_writes(&self) -> Vec<WriteRecord> {
+        std::mem::take(&mut self.tables().log)
+    }
     /// One task's writes, in order.
     pub fn history(&self, id: &OrderId) -> Vec<TaskRecord> {
         self.tables().log.iter().filter(|w| &w.after.order_id == id).map(|w| w.after.clone()).collect()
@@ -55,9 +60,19 @@ impl EmbeddedStore {
         all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
         all
     }
+    /// The tasks `keep` keeps, as `tasks` orders them, copying no other record.
+    pub fn tasks_where(&self, keep: impl Fn(&TaskRecord) -> bool) -> Vec<TaskRecord> {
+        let mut all: Vec<_> = self.tables().tasks.values().filter(|t| keep(t)).cloned().collect();
+        all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
+        all
+    }
     /// One task as stored, outside the port (no injected faults), for checkers.
     pub fn peek(&self, id: &OrderId) -> Option<TaskRecord> {
         self.tables().tasks.get(id).cloned()
+    }
+    /// One task's revision as stored, outside the port, without copying the record.
+    pub fn peek_revision(&self, id: &OrderId) -> Option<u64> {
+        self.tables().tasks.get(id).map(|t| t.revision)
     }
     /// Tasks per state, without copying records (cheap enough to poll for progress).
     pub fn state_counts(&self) -> std::collections::BTreeMap<crate::domain::ProcessState, usize> {
@@ -118,25 +133,19 @@ impl StateStore for EmbeddedStore {
 
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
         let mut t = self.tables();
-        let before = match t.tasks.get(&next.order_id) {
-            Some(current) if current.revision == expected_revision => current.clone(),
+        let Some(current) = t.tasks.get_mut(&next.order_id) else { return Ok(Written::RevisionMoved) };
+        let lands = current.revision == expected_revision
             // The planted bug of `Mutation::UnconditionalClaim`: claims skip the condition.
-            Some(current)
-                if crate::mutations::claim_unconditional()
-                    && matches!(next.last_cause, crate::domain::Cause::Claimed { .. }) =>
-            {
-                current.clone()
-            }
+            || (crate::mutations::claim_unconditional()
+                && matches!(next.last_cause, crate::domain::Cause::Claimed { .. }))
             // The planted bug of `Mutation::OperatorBlindWrite`: operators' writes too.
-            Some(current)
-                if crate::mutations::operator_blind_write()
-                    && matches!(next.last_cause, crate::domain::Cause::Operator { .. }) =>
-            {
-                current.clone()
-            }
-            _ => return Ok(Written::RevisionMoved),
-        };
-        t.tasks.insert(next.order_id.clone(), next.clone());
+            || (crate::mutations::operator_blind_write()
+                && matches!(next.last_cause, crate::domain::Cause::Operator { .. }));
+        if !lands {
+            return Ok(Written::RevisionMoved);
+        }
+        // The record it replaces is the write's `before`: moved out, not copied.
+        let before = std::mem::replace(current, next.clone());
         Self::index(&mut t, Some(&before), next);
         t.log.push(WriteRecord { before: Some(before), after: next.clone() });
         Ok(Written::Applied)

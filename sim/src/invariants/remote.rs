@@ -1,0 +1,165 @@
+//! The remote service's side: its ledger agrees with each task's final state, one
+//! idempotency key per step with each effect applied at most once, and a limited agent's
+//! service never over its limits.
+
+use std::collections::BTreeSet;
+
+use sas::domain::{Action, OrderId, ProcessState, StepKind, TaskRecord, Workflow, idempotency_key};
+
+use super::catalogue::{Invariant, Records};
+use super::history::history_of;
+use super::transitions::applied;
+use crate::ledger::Ledger;
+
+/// The remote side's ledger against the final state: a Processed task has every step
+/// applied and none undone; a Compensated one left no effect standing.
+pub(super) fn remote_agrees(
+    r: &Records,
+    task: &TaskRecord,
+    workflow: &Workflow,
+    declined: &BTreeSet<u32>,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = &task.order_id;
+    // A timer step calls no remote service: the ledger has nothing of it.
+    for (step, def) in (0..workflow.len()).zip(&workflow.steps).filter(|(_, d)| !d.is_timer()) {
+        let done = applied(r.ledger, id, step, Action::Do);
+        let undone = applied(r.ledger, id, step, Action::Undo);
+        match task.state() {
+            ProcessState::Processed if !done || undone => add(
+                Invariant::RemoteAgrees,
+                format!("order {id} Processed but step {step}: applied {done}, undone {undone}"),
+            ),
+            // A callback step the outside declined had no effect, whatever the call started.
+            ProcessState::Compensated if done && !declined.contains(&step) => {
+                let stands = match def.kind() {
+                    StepKind::ReadOnly => false,
+                    StepKind::Compensable => !undone,
+                    StepKind::Pivot => true,
+                };
+                if stands {
+                    add(
+                        Invariant::NothingStands,
+                        format!(
+                            "order {id} Compensated but {} step {step} ({}) took effect{}; history: {}",
+                            match def.kind() {
+                                StepKind::Pivot => "pivot",
+                                _ => "compensable",
+                            },
+                            def.name,
+                            if def.kind() == StepKind::Pivot { "" } else { " and was never undone" },
+                            history_of(r.writes, id)
+                        ),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The remote side: one key per step and action, each effect applied at most once.
+pub(super) fn one_key_per_step_applied_once(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)) {
+    for ((order, step, action), keys) in &ledger.keys {
+        let want = OrderId::parse(order).map(|oid| idempotency_key(&oid, *step, *action).0);
+        if keys.len() != 1 || want.is_err() || !keys.contains(want.as_ref().unwrap_or(&String::new())) {
+            add(
+                Invariant::Idempotency,
+                format!("order {order} step {step} {action:?} called with keys {keys:?}"),
+            );
+        }
+    }
+    for (key, n) in &ledger.applied {
+        if *n > 1 {
+            add(Invariant::Idempotency, format!("effect {key} applied {n} times"));
+        }
+    }
+}
+
+/// The limits judged where they matter, at the remote service: from the calls its ledger
+/// saw (`Ledger::flights`), not from the gates that are meant to keep them. A call is in
+/// flight from its start until its end (a call that ended at the instant another started
+/// is over); the rate counts the calls started in every window of `RATE_WINDOW_MS`. Both
+/// within the clocks' slack (`Ledger::clock_slack_ms`): a place lapsed, or a rate tail
+/// ended, by one clock while a call went on by another's.
+///
+/// Calls are counted by the place they were made under (`Flight::holder`), and a copy's
+/// calls not past the place's reply (`Flight::copy`, `Ledger::replied`): SQS delivers a
+/// message at least once, and a request delivered twice is performed twice under its one
+/// place, one copy perhaps still calling after the other's reply gave the place back. No gate can see that; docs/SIMULATION.md tells it as a limit
+/// of flow control, and the run counts those calls (`Ledger::flights`).
+pub(super) fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)) {
+    use sas::domain::gate::RATE_WINDOW_MS;
+    let slack = ledger.clock_slack_ms;
+    let window_ms = RATE_WINDOW_MS.saturating_sub(slack);
+    for (agent, limits) in &ledger.limits {
+        let Some(flights) = ledger.flights.get(agent) else { continue };
+        // A place's calls are over once its reply is sent: a copy's call still open then
+        // (or made later) is the copy's, not the place's.
+        let flights: Vec<crate::ledger::Flight> = flights
+            .iter()
+            .filter(|f| !f.copy)
+            .map(|f| {
+                let end = ledger.replied.get(&f.holder).map_or(f.end, |r| f.end.min(*r));
+                crate::ledger::Flight { end, ..f.clone() }
+            })
+            .collect();
+        // One violation per limit and agent is enough to tell the story.
+        let mut in_flight_told = false;
+        let mut rate_told = false;
+        for (i, f) in flights.iter().enumerate() {
+            let before = &flights[..i];
+            if let Some(max) = limits.max_in_flight
+                && !in_flight_told
+            {
+                let open: BTreeSet<&str> = before
+                    .iter()
+                    .filter(|g| g.end > f.start + slack)
+                    .map(|g| g.holder.as_str())
+                    .chain([f.holder.as_str()])
+                    .collect();
+                if open.len() as u64 > u64::from(max) {
+                    in_flight_told = true;
+                    add(
+                        Invariant::RemoteWithinLimits,
+                        format!(
+                            "agent {agent} (max_in_flight {max}): call {} of {} started at {} ms with calls of {} places in flight: {open:?}",
+                            f.key,
+                            f.holder,
+                            f.start,
+                            open.len()
+                        ),
+                    );
+                }
+            }
+            if let Some(max) = limits.max_per_second
+                && !rate_told
+            {
+                let window: BTreeSet<&str> = before
+                    .iter()
+                    .filter(|g| g.start + window_ms > f.start)
+                    .map(|g| g.holder.as_str())
+                    .chain([f.holder.as_str()])
+                    .collect();
+                if window.len() as u64 > u64::from(max) {
+                    rate_told = true;
+                    let starts: Vec<(u64, &str)> = before
+                        .iter()
+                        .filter(|g| g.start + window_ms > f.start)
+                        .map(|g| (g.start, g.holder.as_str()))
+                        .collect();
+                    add(
+                        Invariant::RemoteWithinLimits,
+                        format!(
+                            "agent {agent} (max_per_second {max}): call {} of {} started at {} ms, {} places' calls within {window_ms} ms: {starts:?}",
+                            f.key,
+                            f.holder,
+                            f.start,
+                            window.len()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
