@@ -3,8 +3,8 @@
 //! one DynamoDB item billed per started KB on every write: the newest
 //! [`TIMELINE_LEN`] entries stay, and a count says how many older ones were let go.
 //!
-//! An entry is stored as a short list (`[at, what, step, attempt]`, then `note` and `by`
-//! when there are any) rather than a map: attribute names repeated in every entry would
+//! An entry is stored as a short list (`[at, what, step, attempt]`, then `note`, `by` and
+//! `step_attempt` as far as the last one there is, nulls before it) rather than a map: attribute names repeated in every entry would
 //! take a single-step order's record over 1 KB, and its writes to two units each.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -64,12 +64,25 @@ pub struct Entry {
     pub what: Happened,
     /// The step acted on (for a claim, the step claimed).
     pub step: u32,
-    /// The task's attempt after the move: a claim's entry carries the attempt it started.
+    /// The task's attempt after the move (its claims of every step, the counter tokens,
+    /// idempotency keys and the fence carry): a claim's entry carries the attempt it started.
     pub attempt: u32,
+    /// The step's own attempt (its claims of the step the entry names, the record's
+    /// `step_attempts`) when it differs from `attempt`: [`push`] keeps it only then, and an
+    /// entry written before it was kept has none. Read it through [`Entry::step_attempt`].
+    pub step_attempt: Option<u32>,
     /// Why: the reason a step failed or the task gave up, or an operator's `--reason`.
     pub note: Option<String>,
     /// Who acted, for an operator's action (the caller's identity).
     pub by: Option<String>,
+}
+
+impl Entry {
+    /// The step's own attempt, what people read: `step_attempt`, or `attempt` when it is
+    /// the same (or the entry is older than `step_attempt`).
+    pub fn step_attempt(&self) -> u32 {
+        self.step_attempt.unwrap_or(self.attempt)
+    }
 }
 
 // Written by hand rather than derived through an untagged enum: serde's untagged
@@ -77,17 +90,29 @@ pub struct Entry {
 impl Serialize for Entry {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
-        let len = 4 + usize::from(self.note.is_some() || self.by.is_some()) + usize::from(self.by.is_some());
+        // Trailing elements only as far as the last one present, nulls before it.
+        let len = if self.step_attempt.is_some() {
+            7
+        } else if self.by.is_some() {
+            6
+        } else if self.note.is_some() {
+            5
+        } else {
+            4
+        };
         let mut seq = s.serialize_seq(Some(len))?;
         seq.serialize_element(&self.at)?;
         seq.serialize_element(&self.what)?;
         seq.serialize_element(&self.step)?;
         seq.serialize_element(&self.attempt)?;
-        if self.note.is_some() || self.by.is_some() {
+        if len > 4 {
             seq.serialize_element(&self.note)?;
         }
-        if let Some(by) = &self.by {
-            seq.serialize_element(by)?;
+        if len > 5 {
+            seq.serialize_element(&self.by)?;
+        }
+        if let Some(n) = self.step_attempt {
+            seq.serialize_element(&n)?;
         }
         seq.end()
     }
@@ -99,7 +124,7 @@ impl<'de> Deserialize<'de> for Entry {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = Entry;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a timeline entry [at, what, step, attempt, note?, by?]")
+                f.write_str("a timeline entry [at, what, step, attempt, note?, by?, step_attempt?]")
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Entry, A::Error> {
                 use serde::de::Error;
@@ -109,11 +134,12 @@ impl<'de> Deserialize<'de> for Entry {
                 let step = seq.next_element()?.ok_or_else(|| missing(2))?;
                 let attempt = seq.next_element()?.ok_or_else(|| missing(3))?;
                 let note = seq.next_element::<Option<String>>()?.flatten();
-                let by = seq.next_element::<String>()?;
+                let by = seq.next_element::<Option<String>>()?.flatten();
+                let step_attempt = seq.next_element::<u32>()?;
                 if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
-                    return Err(A::Error::invalid_length(7, &self));
+                    return Err(A::Error::invalid_length(8, &self));
                 }
-                Ok(Entry { at, what, step, attempt, note, by })
+                Ok(Entry { at, what, step, attempt, step_attempt, note, by })
             }
         }
         d.deserialize_seq(Visitor)
@@ -137,6 +163,7 @@ pub fn cut_note(text: &str) -> String {
 pub fn push(entries: &mut Vec<Entry>, dropped: &mut u32, mut entry: Entry) {
     entry.note = entry.note.as_deref().map(cut_note);
     entry.by = entry.by.as_deref().map(cut_note);
+    entry.step_attempt = entry.step_attempt.filter(|n| *n != entry.attempt);
     entries.push(entry);
     if entries.len() > TIMELINE_LEN {
         let over = entries.len() - TIMELINE_LEN;
@@ -155,6 +182,7 @@ mod tests {
             what: Happened::Moved(Trigger::Claimed),
             step: 2,
             attempt: 3,
+            step_attempt: None,
             note: note.map(str::to_owned),
             by: by.map(str::to_owned),
         }
@@ -171,6 +199,10 @@ mod tests {
             assert_eq!(serde_json::to_string(&e).unwrap(), json);
             assert_eq!(serde_json::from_str::<Entry>(json).unwrap(), e);
         }
+        let second = Entry { step_attempt: Some(2), ..entry(5, None, None) };
+        assert_eq!(serde_json::to_string(&second).unwrap(), r#"[5,"Claimed",2,3,null,null,2]"#);
+        assert_eq!(serde_json::from_str::<Entry>(r#"[5,"Claimed",2,3,null,null,2]"#).unwrap(), second);
+        assert_eq!((second.step_attempt(), entry(5, None, None).step_attempt()), (2, 3));
         let submitted = Entry { what: Happened::Submitted, ..entry(1, None, None) };
         let json = serde_json::to_string(&submitted).unwrap();
         assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), submitted);
@@ -187,6 +219,15 @@ mod tests {
         assert_eq!(dropped, 5);
         assert_eq!(entries[0].at, Timestamp(5));
         assert_eq!(entries.last().unwrap().at, Timestamp(TIMELINE_LEN as u64 + 4));
+    }
+
+    #[test]
+    fn the_steps_attempt_is_kept_only_when_it_differs_from_the_tasks() {
+        let (mut entries, mut dropped) = (Vec::new(), 0);
+        push(&mut entries, &mut dropped, Entry { step_attempt: Some(3), ..entry(1, None, None) });
+        push(&mut entries, &mut dropped, Entry { step_attempt: Some(1), ..entry(2, None, None) });
+        assert_eq!((entries[0].step_attempt, entries[1].step_attempt), (None, Some(1)));
+        assert_eq!((entries[0].step_attempt(), entries[1].step_attempt()), (3, 1));
     }
 
     #[test]

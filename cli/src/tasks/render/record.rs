@@ -21,7 +21,7 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
             field(
                 "step",
                 format!(
-                    "{} {}, a parallel stage of {} ({} at once), claim {} of this stage, attempt {} in all",
+                    "{} {}, a parallel stage of {} ({} at once), attempt {} of this stage, {} in all",
                     task.step,
                     view.name(),
                     view.steps(),
@@ -143,6 +143,13 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     if let Some(map) = v.as_object_mut() {
         map.remove("phase");
     }
+    // `attempt` is the step's own, what people read; the task's counter (what tokens,
+    // idempotency keys and the fence carry) is `task_attempt`.
+    if let Some(map) = v.as_object_mut() {
+        map.remove("step_attempts");
+    }
+    v["attempt"] = json!(task.step_attempts);
+    v["task_attempt"] = json!(task.attempt);
     v["locked_by"] = json!(task.locked_by());
     if task.paused() {
         v["paused"] = json!(true);
@@ -178,7 +185,7 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     }
     // Curated as the rest: times in ISO-8601, and no digest (harmless, but nobody's to use).
     if let Some(cb) = task.callback() {
-        v["callback"] = callback_json(cb, wf);
+        v["callback"] = callback_json(task, cb, wf);
     }
     v["redo_until"] = json!(task.redo_until);
     // A stage's branches, curated as the rest (the record's own `stage` keeps bare times).

@@ -92,6 +92,7 @@ impl TaskRecord {
                 what: Happened::Submitted,
                 step: 0,
                 attempt: 0,
+                step_attempt: None,
                 note: None,
                 by: None,
             }],
