@@ -1,7 +1,8 @@
 //! A task's history, kept in its record: every move with its time, step, attempt and
 //! reason, and every operator action with who and why. Bounded, because the record is
-//! one DynamoDB item billed per started KB on every write: the newest
-//! [`TIMELINE_LEN`] entries stay, and a count says how many older ones were let go.
+//! one DynamoDB item billed per started KB on every write: at most [`TIMELINE_LEN`]
+//! entries, the first (`Submitted`, how the order began) and the newest; a count says how
+//! many were let go between them.
 //!
 //! An entry is stored as a short list (`[at, what, step, attempt]`, then `note`, `by` and
 //! `step_attempt` as far as the last one there is, nulls before it) rather than a map: attribute names repeated in every entry would
@@ -12,7 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::ids::Timestamp;
 use super::lifecycle::Trigger;
 
-/// Entries kept per task.
+/// Entries kept per task, `Submitted` among them.
 pub const TIMELINE_LEN: usize = 16;
 /// A note longer than this is cut; the record's `last_error` keeps the whole reason.
 pub const MAX_NOTE_BYTES: usize = 160;
@@ -159,7 +160,8 @@ pub fn cut_note(text: &str) -> String {
 }
 
 /// Appends `entry` to `entries`, letting the oldest go past [`TIMELINE_LEN`] and counting
-/// them in `dropped`.
+/// them in `dropped`; the first entry stays when it is `Submitted` (a record written
+/// before it was kept may have let it go), so the entries let go are those after it.
 pub fn push(entries: &mut Vec<Entry>, dropped: &mut u32, mut entry: Entry) {
     entry.note = entry.note.as_deref().map(cut_note);
     entry.by = entry.by.as_deref().map(cut_note);
@@ -167,7 +169,8 @@ pub fn push(entries: &mut Vec<Entry>, dropped: &mut u32, mut entry: Entry) {
     entries.push(entry);
     if entries.len() > TIMELINE_LEN {
         let over = entries.len() - TIMELINE_LEN;
-        entries.drain(..over);
+        let first = usize::from(entries[0].what == Happened::Submitted);
+        entries.drain(first..first + over);
         *dropped = dropped.saturating_add(over as u32);
     }
 }
@@ -210,15 +213,23 @@ mod tests {
     }
 
     #[test]
-    fn the_timeline_keeps_the_newest_entries_and_counts_the_rest() {
-        let (mut entries, mut dropped) = (Vec::new(), 0);
-        for at in 0..(TIMELINE_LEN as u64 + 5) {
+    fn the_timeline_keeps_submitted_and_the_newest_entries_and_counts_the_rest() {
+        let submitted = Entry { what: Happened::Submitted, ..entry(0, None, None) };
+        let (mut entries, mut dropped) = (vec![submitted.clone()], 0);
+        for at in 1..(TIMELINE_LEN as u64 + 5) {
             push(&mut entries, &mut dropped, entry(at, None, None));
         }
         assert_eq!(entries.len(), TIMELINE_LEN);
         assert_eq!(dropped, 5);
-        assert_eq!(entries[0].at, Timestamp(5));
+        assert_eq!(entries[0], submitted);
+        assert_eq!(entries[1].at, Timestamp(6), "entries 1-5 let go, after Submitted");
         assert_eq!(entries.last().unwrap().at, Timestamp(TIMELINE_LEN as u64 + 4));
+        // A record that lost its Submitted before it was kept lets its oldest go.
+        let (mut old, mut dropped) = (Vec::new(), 0);
+        for at in 0..(TIMELINE_LEN as u64 + 5) {
+            push(&mut old, &mut dropped, entry(at, None, None));
+        }
+        assert_eq!((old.len(), dropped, old[0].at), (TIMELINE_LEN, 5, Timestamp(5)));
     }
 
     #[test]

@@ -2,10 +2,23 @@
 //! lane at a parallel stage (the stage's own entries, or one branch's).
 
 use sas::domain::workflow::Stage;
-use sas::domain::{Entry, Happened, Trigger, Workflow};
+use sas::domain::{Entry, Happened, TaskRecord, Trigger, Workflow};
 use serde_json::{Value, json};
 
 use super::basics::{iso, one_line, step_name};
+
+/// Where the entries the record let go were, as an index into its timeline: after
+/// `Submitted`, which the timeline keeps, or before the first entry of a record that lost
+/// it before it was kept; `None` when none were let go.
+pub fn let_go_at(task: &TaskRecord) -> Option<usize> {
+    (task.timeline_dropped > 0)
+        .then(|| usize::from(task.timeline.first().is_some_and(|e| e.what == Happened::Submitted)))
+}
+
+/// The line standing for the entries let go.
+pub fn let_go_line(n: u32) -> String {
+    format!("... {n} {} let go ...", if n == 1 { "entry" } else { "entries" })
+}
 
 /// Where a timeline entry belongs at a parallel stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
