@@ -51,13 +51,14 @@ pub struct Report {
     /// Timer steps that began to wait, and that woke.
     pub timers_started: u64,
     pub timers_woken: u64,
-    /// Schedules that came for a timer before its time: dropped, nothing changed.
-    pub timer_schedules_early: u64,
+    /// Schedules that came for a timer before its time: dropped, nothing changed (not
+    /// timers that woke early: none does).
+    pub timer_schedules_early_dropped: u64,
     /// How long after its wake time each timer woke (on its delayed Schedule or the
     /// supervisor's sweep).
     pub timer_lateness_ms: Percentiles,
-    /// Timers in brief: `fired` (woke), `early` (schedules that came early, dropped) and
-    /// `max_late_ms` (the latest wake past its time; null when none woke).
+    /// Timers in brief: `woken`, `schedules_early_dropped` (schedules that came early,
+    /// dropped) and `max_late_ms` (the latest wake past its time; null when none woke).
     pub timers: Timers,
     /// Callback steps and the simulated outside party's word on them.
     pub callbacks: CallbackFigures,
@@ -75,9 +76,9 @@ pub struct Report {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Timers {
     /// Timer steps that woke.
-    pub fired: u64,
+    pub woken: u64,
     /// Schedules that came for a timer before its time: dropped, nothing changed.
-    pub early: u64,
+    pub schedules_early_dropped: u64,
     /// The latest a timer woke after its wake time, in ms.
     pub max_late_ms: Option<u64>,
 }
@@ -96,9 +97,10 @@ pub struct CallbackFigures {
     /// Attempts whose call the outside party answered (the work started), by the word
     /// each drew: `success`, `failure`, `late` or `never`.
     pub attempts: BTreeMap<String, usize>,
-    /// Attempts whose agent's answer was applied first (the task then waited); a word
-    /// that came before it was taken while the agent's call was still in flight.
-    pub started: u64,
+    /// Attempts that waited: their agent's answer (the work started) was applied before
+    /// the outside's word, and the task waited for it; a word that came first was taken
+    /// while the agent's call was still in flight.
+    pub waited: u64,
     /// Heartbeats applied.
     pub heartbeats: u64,
     /// What the outside party sent that must change nothing, by kind: `late`,
@@ -252,11 +254,11 @@ impl Report {
             step_latency_ms: pct(Metric::StepLatencyMs),
             timers_started: m.count(Metric::TimerStarted),
             timers_woken: m.count(Metric::TimerWoke),
-            timer_schedules_early: m.count(Metric::TimerEarly),
+            timer_schedules_early_dropped: m.count(Metric::TimerEarly),
             timer_lateness_ms: pct(Metric::TimerLatenessMs),
             timers: Timers {
-                fired: m.count(Metric::TimerWoke),
-                early: m.count(Metric::TimerEarly),
+                woken: m.count(Metric::TimerWoke),
+                schedules_early_dropped: m.count(Metric::TimerEarly),
                 max_late_ms: m.percentile(Metric::TimerLatenessMs, 100.0),
             },
             callbacks: CallbackFigures {
@@ -270,7 +272,7 @@ impl Report {
                     }
                     by
                 },
-                started: m.count(Metric::CallbackStarted),
+                waited: m.count(Metric::CallbackStarted),
                 heartbeats: m.count(Metric::CallbackHeartbeat),
                 bad_sent: {
                     let mut by: BTreeMap<String, usize> = BTreeMap::new();
@@ -398,12 +400,16 @@ impl Report {
             let _ = writeln!(w, "\ntimers");
             line(w, &self.timers_started, "began to wait (a timer step claimed)");
             line(w, &self.timers_woken, "woke: on their delayed schedule or the supervisor's sweep");
-            line(w, &self.timer_schedules_early, "early schedules dropped: came before the wake time");
+            line(
+                w,
+                &self.timer_schedules_early_dropped,
+                "early schedules dropped: came before the wake time",
+            );
         }
 
         // Only where the workflow has callback steps, as for timers.
         let c = &self.callbacks;
-        if c.started > 0 || c.completed > 0 || c.refused > 0 || !c.attempts.is_empty() {
+        if c.waited > 0 || c.completed > 0 || c.refused > 0 || !c.attempts.is_empty() {
             let _ = writeln!(w, "\ncallbacks (the simulated outside party's word on each started step)");
             let handed: usize = c.attempts.values().sum();
             let count = |map: &BTreeMap<String, usize>, k: &str| map.get(k).copied().unwrap_or(0);
@@ -416,7 +422,7 @@ impl Report {
                 count(&c.attempts, "never")
             );
             line(w, &handed, &fates);
-            line(w, &c.started, "of them waited: the agent's answer came before the word");
+            line(w, &c.waited, "of them waited: the agent's answer was applied before the word");
             line(w, &c.completed, "completed: a success or failure from the outside applied");
             line(w, &c.heartbeats, "heartbeats applied: the outside said it was still working");
             line(

@@ -17,7 +17,7 @@ use sas::domain::definitions::{DefinitionFile, Problem, Severity};
 /// The file's problems, with those of publishing it after `previous`.
 fn problems_of(file: &Path, previous: Option<&Path>) -> Result<(String, Vec<Problem>), String> {
     let text = read(file)?;
-    let mut problems = match DefinitionFile::parse(&text) {
+    let mut problems = match DefinitionFile::parse_all(&text) {
         Ok(parsed) => {
             let mut problems = parsed.check();
             if let Some(previous) = previous {
@@ -27,7 +27,7 @@ fn problems_of(file: &Path, previous: Option<&Path>) -> Result<(String, Vec<Prob
             }
             problems
         }
-        Err(problem) => vec![problem],
+        Err(problems) => problems,
     };
     problems.sort_by_key(|p| p.severity);
     Ok((text, problems))

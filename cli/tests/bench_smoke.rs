@@ -358,6 +358,7 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
             what: Happened::Moved(Trigger::CancelUndone),
             step: big,
             attempt: big,
+            step_attempt: Some(big - 1),
             note: Some(long('n', MAX_NOTE_BYTES)),
             by: Some(long('b', MAX_NOTE_BYTES)),
         })

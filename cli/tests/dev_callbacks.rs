@@ -58,8 +58,8 @@ fn the_approval_example_under_callback_faults_reports_consistent_figures() {
     assert_eq!(code, 0, "violations: {}\n{stderr}", report["violations"]);
     assert_eq!(report["violations"], serde_json::json!([]));
     let c = &report["callbacks"];
-    let (completed, refused, timed_out, started) =
-        (n(&c["completed"]), n(&c["refused"]), n(&c["timed_out"]), n(&c["started"]));
+    let (completed, refused, timed_out, waited) =
+        (n(&c["completed"]), n(&c["refused"]), n(&c["timed_out"]), n(&c["waited"]));
     let attempts: u64 = c["attempts"].as_object().unwrap().values().map(n).sum();
     let processed = n(&report["final_states"]["Processed"]);
     assert!(processed > 0 && completed > 0, "{c}");
@@ -67,7 +67,9 @@ fn the_approval_example_under_callback_faults_reports_consistent_figures() {
     // word or a lapse; each attempt the service started ended one of those ways, unless
     // its agent's call itself lapsed first.
     assert!(completed >= processed, "{c} vs {processed} Processed");
-    assert!(completed + timed_out >= started, "{c}");
+    assert!(completed + timed_out >= waited, "{c}");
+    // "of them waited": those that waited are among the attempts the service started.
+    assert!(waited <= attempts, "{c}");
     assert!(completed + timed_out <= attempts, "{c}");
     // Every bad word sent was refused (forged ones among them), and nothing else was
     // completed: at most one word an attempt.
@@ -76,7 +78,12 @@ fn the_approval_example_under_callback_faults_reports_consistent_figures() {
     assert!(refused >= bad && refused > 0, "{c}");
     // The timers' figures are there by their names, with nothing to count here.
     let t = &report["timers"];
-    assert_eq!((n(&t["fired"]), n(&t["early"]), t["max_late_ms"].is_null()), (0, 0, true), "{t}");
+    assert_eq!(
+        (n(&t["woken"]), n(&t["schedules_early_dropped"]), t["max_late_ms"].is_null()),
+        (0, 0, true),
+        "{t}"
+    );
+    assert!(t.get("early").is_none() && t.get("fired").is_none() && c.get("started").is_none(), "{report}");
 }
 
 #[test]

@@ -58,3 +58,36 @@ fn validate_exits_by_what_it_found() {
     assert!(String::from_utf8_lossy(&missing.stderr).starts_with("sasctl: cannot read "));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Shape errors in two workflows of the example: both reported, each naming its workflow
+/// and step beside the line and column.
+#[test]
+fn validate_names_every_shape_error_with_its_workflow_and_step() {
+    let example = std::fs::read_to_string(repo("examples/fulfil.json")).unwrap();
+    let charge = r#"{"name": "charge", "agent": "payment", "compensation": "refund"}"#;
+    let text = example.replacen(charge, &charge.replace("compensation", "compensate"), 1);
+    let v2 = text.find(r#""version": 2"#).unwrap();
+    let ship = r#"{"name": "ship", "agent": "inventory"}"#;
+    let text = format!(
+        "{}{}",
+        &text[..v2],
+        text[v2..].replacen(ship, &ship.replace('}', r#", "max_failures": "3"}"#), 1)
+    );
+    let dir = std::env::temp_dir().join(format!("sasctl-shape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("two.json");
+    std::fs::write(&file, text).unwrap();
+    let out = sasctl(&["workflows", "validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let errors: Vec<&str> = stdout.lines().filter(|l| l.contains(": error: ")).collect();
+    assert_eq!(errors.len(), 2, "{stdout}");
+    assert!(
+        errors[0].contains(
+            ": error: workflow fulfil v1, step charge (line 24, column 59): unknown field `compensate`"
+        ),
+        "{stdout}"
+    );
+    assert!(errors[1].contains(": error: workflow fulfil v2, step ship (line 36, column 66): invalid type: string \"3\", expected u32"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

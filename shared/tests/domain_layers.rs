@@ -82,6 +82,7 @@ const DEFINITIONS: &[(&str, u32)] = &[
     ("file.rs", 2),
     ("check.rs", 3),
     ("previous.rs", 3),
+    ("shape.rs", 3),
     ("checked.rs", 4),
     ("mod.rs", 5),
 ];

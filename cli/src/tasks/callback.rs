@@ -274,7 +274,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// One line: the order, step and attempt the token is for, and what moved (or why not).
+    /// One line: the order, step and the step's own attempt the token is for, and what
+    /// moved (or why not).
     pub fn line(&self, token: &CallbackToken, claims: &TokenClaims) -> String {
         match self {
             Outcome::Applied { before, after, trigger, name, task } => {
@@ -285,7 +286,7 @@ impl Outcome {
                 let mut line = format!(
                     "{}: {step}, attempt {}: {} -> {} ({trigger})",
                     claims.order_id,
-                    claims.attempt,
+                    step_attempt(task, claims),
                     before.as_str(),
                     after.as_str()
                 );
@@ -304,11 +305,12 @@ impl Outcome {
             "token": token.to_string(),
             "id": claims.order_id.as_str(),
             "step": claims.step,
-            "attempt": claims.attempt,
+            "task_attempt": claims.attempt,
         });
         match self {
             Outcome::Applied { before, after, trigger, name, task } => {
                 v["outcome"] = "applied".into();
+                v["attempt"] = step_attempt(task, claims).into();
                 v["step_name"] = json!(name);
                 v["from"] = before.as_str().into();
                 v["to"] = after.as_str().into();
@@ -323,6 +325,20 @@ impl Outcome {
             }
         }
         v
+    }
+}
+
+/// The step's own attempt the token was for (its claims carry the task's counter): from
+/// the written record's entry of the move, or its `step_attempts` while it still waits on
+/// that attempt; the task's counter if neither says (not seen: the move always logs).
+fn step_attempt(task: &TaskRecord, claims: &TokenClaims) -> u32 {
+    let logged = task.timeline.iter().rev().find(|e| {
+        e.what != sas::domain::Happened::Submitted && (e.step, e.attempt) == (claims.step, claims.attempt)
+    });
+    match logged {
+        Some(entry) => entry.step_attempt(),
+        None if (task.step, task.attempt) == (claims.step, claims.attempt) => task.step_attempts,
+        None => claims.attempt,
     }
 }
 
@@ -396,6 +412,16 @@ mod tests {
         let claims = CallbackToken::parse(t.expose()).unwrap().1;
         let mut task = crate::fixtures::task("o-1", ProcessState::Pending);
         task.step = 2;
+        // The completion's entry: step 1's first attempt, the task's third claim.
+        task.timeline.push(sas::domain::Entry {
+            at: Timestamp(1_700_000_000_000),
+            what: sas::domain::Happened::Moved(sas::domain::Trigger::Advanced),
+            step: 1,
+            attempt: 3,
+            step_attempt: Some(1),
+            note: None,
+            by: None,
+        });
         let applied = Outcome::Applied {
             before: ProcessState::Waiting,
             after: ProcessState::Pending,
@@ -405,15 +431,17 @@ mod tests {
         };
         assert_eq!(
             applied.line(&t, &claims),
-            "o-1: step 1 approve, attempt 3: Waiting -> Pending (Advanced)"
+            "o-1: step 1 approve, attempt 1: Waiting -> Pending (Advanced)"
         );
         let v = applied.json(Verb::Complete, &t, &claims);
         assert_eq!(v["outcome"], "applied");
         assert_eq!((v["from"].as_str(), v["to"].as_str()), (Some("Waiting"), Some("Pending")));
         assert_eq!(v["token"], "sas1.o-1.1.3.abab…");
+        assert_eq!((&v["attempt"], &v["task_attempt"]), (&json!(1), &json!(3)));
         assert!(v.get("next_due").is_none());
         // A heartbeat says when the next is due.
-        let waiting = crate::fixtures::task("o-1", ProcessState::Waiting);
+        let mut waiting = crate::fixtures::task("o-1", ProcessState::Waiting);
+        (waiting.step, waiting.attempt, waiting.step_attempts) = (1, 3, 2);
         let waiting = waiting.with_phase(sas::domain::Phase::waiting(sas::domain::WaitingFor::Callback(
             sas::domain::Awaiting {
                 step: 1,
@@ -435,7 +463,7 @@ mod tests {
         };
         assert_eq!(
             beat.line(&t, &claims),
-            "o-1: step 1, attempt 3: Waiting -> Waiting (Heartbeat); next heartbeat or completion due by 2023-11-14T22:13:50.000Z"
+            "o-1: step 1, attempt 2: Waiting -> Waiting (Heartbeat); next heartbeat or completion due by 2023-11-14T22:13:50.000Z"
         );
         assert_eq!(beat.json(Verb::Heartbeat, &t, &claims)["next_due"], "2023-11-14T22:13:50.000Z");
         let refused = Outcome::Refused("the token does not match the one issued for step 1 attempt 3".into());

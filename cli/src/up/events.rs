@@ -510,6 +510,7 @@ mod tests {
             what: Happened::Moved(Trigger::Cancel),
             step: 0,
             attempt: 1,
+            step_attempt: None,
             note: Some("too slow".into()),
             by: Some("app:shop".into()),
         });

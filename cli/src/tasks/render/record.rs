@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::basics::{iso, one_line, step_name};
 use super::stage::{stage_json, stage_lines, stage_view};
-use super::timeline::{entry_json, entry_line, lanes};
+use super::timeline::{entry_json, entry_line, lanes, let_go_at, let_go_line};
 use super::waits::{callback_json, callback_lines, queued_line, waits_for};
 
 /// The record as lines of text, its timeline last.
@@ -21,7 +21,7 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
             field(
                 "step",
                 format!(
-                    "{} {}, a parallel stage of {} ({} at once), claim {} of this stage, attempt {} in all",
+                    "{} {}, a parallel stage of {} ({} at once), attempt {} of this stage, {} in all",
                     task.step,
                     view.name(),
                     view.steps(),
@@ -114,15 +114,17 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     field("reply_to", task.reply_to.clone().unwrap_or_else(|| "none".to_owned()));
     field("created", iso(task.created_at));
     field("updated", format!("{} (revision {})", iso(task.updated_at), task.revision));
-    let dropped = if task.timeline_dropped > 0 {
-        format!(" ({} older entries not kept)", task.timeline_dropped)
-    } else {
-        String::new()
-    };
-    lines.push(format!("timeline, oldest first{dropped}:"));
-    for (entry, lane) in task.timeline.iter().zip(lanes(&task.timeline, wf)) {
-        lines.push(format!("  {}", entry_line(entry, wf, lane)));
+    lines.push("timeline, oldest first:".to_owned());
+    let mut timeline: Vec<String> = task
+        .timeline
+        .iter()
+        .zip(lanes(&task.timeline, wf))
+        .map(|(entry, lane)| format!("  {}", entry_line(entry, wf, lane)))
+        .collect();
+    if let Some(at) = let_go_at(task) {
+        timeline.insert(at, format!("  {}", let_go_line(task.timeline_dropped)));
     }
+    lines.extend(timeline);
     if next.is_empty() {
         lines.push("next: nothing to do by hand".to_owned());
     } else {
@@ -133,8 +135,8 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
 }
 
 /// The record as one JSON object: its fields (times in ISO-8601, the outputs as an object
-/// of each step's output by step name), the timeline's entries as objects, and the
-/// commands that apply.
+/// of each step's output by step name), the timeline's entries as objects (where entries
+/// were let go, `{"let_go": N}` between them), and the commands that apply.
 pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next: &[String]) -> Value {
     let mut v = serde_json::to_value(task).unwrap_or_else(|_| json!({}));
     let time = |t: Option<Timestamp>| t.map(iso);
@@ -143,6 +145,13 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     if let Some(map) = v.as_object_mut() {
         map.remove("phase");
     }
+    // `attempt` is the step's own, what people read; the task's counter (what tokens,
+    // idempotency keys and the fence carry) is `task_attempt`.
+    if let Some(map) = v.as_object_mut() {
+        map.remove("step_attempts");
+    }
+    v["attempt"] = json!(task.step_attempts);
+    v["task_attempt"] = json!(task.attempt);
     v["locked_by"] = json!(task.locked_by());
     v["reply_to"] = json!(task.reply_to);
     v["last_error"] = json!(task.last_error);
@@ -180,7 +189,7 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     }
     // Curated as the rest: times in ISO-8601, and no digest (harmless, but nobody's to use).
     if let Some(cb) = task.callback() {
-        v["callback"] = callback_json(cb, wf);
+        v["callback"] = callback_json(task, cb, wf);
     }
     v["redo_until"] = json!(task.redo_until);
     // A stage's branches, curated as the rest (the record's own `stage` keeps bare times).
@@ -195,8 +204,12 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     // Each output with its value, by step name: what a refund needs of its charge.
     v["outputs"] = Value::Object(task.outputs.iter().map(|(step, o)| (step.clone(), o.to_value())).collect());
     let lanes = lanes(&task.timeline, wf);
-    v["timeline"] =
-        Value::Array(task.timeline.iter().zip(lanes).map(|(e, lane)| entry_json(e, wf, lane)).collect());
+    let mut timeline: Vec<Value> =
+        task.timeline.iter().zip(lanes).map(|(e, lane)| entry_json(e, wf, lane)).collect();
+    if let Some(at) = let_go_at(task) {
+        timeline.insert(at, json!({"let_go": task.timeline_dropped}));
+    }
+    v["timeline"] = Value::Array(timeline);
     v["timeline_dropped"] = json!(task.timeline_dropped);
     v["next"] = json!(next);
     v
@@ -226,15 +239,22 @@ mod tests {
         assert!(text.contains("  step          0 reserve, attempt 0 of this step, 0 in all\n"), "{text}");
         assert!(text.contains("  deadline      none (ended)\n"), "{text}");
         assert!(text.contains("  last error    do-it: 422 no such customer\n"), "{text}");
-        assert!(text.contains("timeline, oldest first (3 older entries not kept):\n"), "{text}");
         assert!(
-            text.contains("  2023-11-14T22:13:20.000Z  Submitted     step 0 reserve  attempt 0\n"),
+            text.contains(
+                "timeline, oldest first:\n  2023-11-14T22:13:20.000Z  Submitted     step 0 reserve  attempt 0\n  ... 3 entries let go ...\n"
+            ),
             "{text}"
         );
         assert!(text.ends_with("next:\n  sasctl tasks resubmit o-1\n"), "{text}");
         let v = show_json(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
         assert_eq!(v["timeline"][0]["what"], "Submitted");
+        assert_eq!(v["timeline"][1], json!({"let_go": 3}));
         assert_eq!(v["timeline_dropped"], 3);
+        // A record that lost its Submitted before it was kept: the gap comes first.
+        t.timeline[0].what = sas::domain::Happened::Moved(sas::domain::Trigger::Claimed);
+        let text = show_text(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
+        assert!(text.contains("timeline, oldest first:\n  ... 3 entries let go ...\n  2023"), "{text}");
+        assert_eq!(show_json(&t, Some(&wf()), Timestamp(0), &[])["timeline"][0], json!({"let_go": 3}));
         assert_eq!(v["deadline"], Value::Null);
         assert_eq!(v["updated_at"], "2023-11-14T22:13:20.000Z");
     }

@@ -76,7 +76,6 @@ pub(super) fn stage_lines(
     let mut rows = vec![[
         "BRANCH".to_owned(),
         "ATTEMPT".to_owned(),
-        "DISPATCHES".to_owned(),
         "FAILURES".to_owned(),
         "OUTCOME".to_owned(),
         "COMPLETE BY".to_owned(),
@@ -107,15 +106,9 @@ pub(super) fn stage_lines(
             Some(t) => iso(t),
             None => "-".to_owned(),
         };
-        let attempt = if b.attempt == 0 { "-".to_owned() } else { b.attempt.to_string() };
-        rows.push([
-            name,
-            attempt,
-            b.dispatches.to_string(),
-            b.failures.to_string(),
-            outcome.to_owned(),
-            complete_by,
-        ]);
+        // The branch's own attempt: its dispatches (`attempt` is the task's counter).
+        let attempt = if b.dispatches == 0 { "-".to_owned() } else { b.dispatches.to_string() };
+        rows.push([name, attempt, b.failures.to_string(), outcome.to_owned(), complete_by]);
     }
     let mut lines = vec![summary];
     lines.extend(columns(&rows).into_iter().map(|l| format!("  {l}")));
@@ -145,8 +138,9 @@ fn columns<const N: usize>(rows: &[[String; N]]) -> Vec<String> {
         .collect()
 }
 
-/// The stage's branches as `show --json` gives them: each with its step and name, times
-/// in ISO-8601.
+/// The stage's branches as `show --json` gives them: each with its step and name, its own
+/// attempt (its dispatches) and the task's counter its reply echoes (`task_attempt`),
+/// times in ISO-8601.
 pub fn stage_json(view: &StageView, wf: Option<&Workflow>) -> Value {
     let branches: Vec<Value> = view
         .run
@@ -155,8 +149,8 @@ pub fn stage_json(view: &StageView, wf: Option<&Workflow>) -> Value {
             json!({
                 "step": step,
                 "step_name": step_name(wf, step),
-                "attempt": b.attempt,
-                "dispatches": b.dispatches,
+                "attempt": b.dispatches,
+                "task_attempt": b.attempt,
                 "failures": b.failures,
                 "outcome": b.outcome,
                 "in_flight": b.in_flight(),
@@ -248,15 +242,15 @@ mod stage_tests {
         let now = T0.plus_ms(50);
         let text = show_text(&t, Some(&wf()), now, &[]);
         for want in [
-            "  step          1 reserve-all, a parallel stage of steps 1-3 (3 at once), claim 1 of this stage, attempt 4 in all\n",
+            "  step          1 reserve-all, a parallel stage of steps 1-3 (3 at once), attempt 1 of this stage, 4 in all\n",
             "  failures      0 in all; each branch's own below (its budget is its step's)\n",
             "  stage         reserve-all (steps 1-3, 3 branches): 2 succeeded, 1 in flight\n",
-            "                  BRANCH          ATTEMPT  DISPATCHES  FAILURES  OUTCOME    COMPLETE BY\n",
-            "                  1 reserve-east  2        1           0         in flight  2023-11-14T22:13:50.020Z\n",
-            "                  2 reserve-west  3        1           0         succeeded  -\n",
-            "                  3 screen        4        1           0         succeeded  -\n",
+            "                  BRANCH          ATTEMPT  FAILURES  OUTCOME    COMPLETE BY\n",
+            "                  1 reserve-east  1        0         in flight  2023-11-14T22:13:50.020Z\n",
+            "                  2 reserve-west  1        0         succeeded  -\n",
+            "                  3 screen        1        0         succeeded  -\n",
             // The claim is the stage's; each success sits in its branch's lane.
-            "  2023-11-14T22:13:20.020Z  Claimed       * * *  stage reserve-all (steps 1-3)  attempt 4\n",
+            "  2023-11-14T22:13:20.020Z  Claimed       * * *  stage reserve-all (steps 1-3)  attempt 1\n",
             "  2023-11-14T22:13:20.030Z  BranchDone    | * |  step 2 reserve-west\n",
             "  2023-11-14T22:13:20.040Z  BranchDone    | | *  step 3 screen\n",
             // Before the stage, a lone step's lines as ever.
@@ -278,7 +272,7 @@ mod stage_tests {
         assert_eq!(v["stage"]["claimed"], true);
         assert_eq!(
             v["stage"]["branches"][0],
-            json!({"step": 1, "step_name": "reserve-east", "attempt": 2, "dispatches": 1, "failures": 0,
+            json!({"step": 1, "step_name": "reserve-east", "attempt": 1, "task_attempt": 2, "failures": 0,
                    "outcome": "open", "in_flight": true, "complete_by": "2023-11-14T22:13:50.020Z"})
         );
         assert_eq!(v["stage"]["branches"][1]["outcome"], "succeeded");
@@ -318,7 +312,7 @@ mod stage_tests {
             text.contains("0 succeeded; not claimed yet: its claim dispatches every branch at once\n"),
             "{text}"
         );
-        assert!(text.contains("  1 reserve-east  -        0           0         not run  -\n"), "{text}");
+        assert!(text.contains("  1 reserve-east  -        0         not run  -\n"), "{text}");
         // A task at a lone step has no stage.
         let lone = crate::fixtures::task("o-3", ProcessState::Pending);
         assert!(task_summary_json(&lone, Some(&wf())).get("stage").is_none());
@@ -334,7 +328,7 @@ mod stage_tests {
         for want in [
             "  2023-11-14T22:13:20.045Z  Undo          * | |  step 1 reserve-east  422: no stock\n",
             "  stage         reserve-all (steps 1-3, 3 branches): 2 succeeded, 1 refused\n",
-            "                  1 reserve-east  2        1           0         refused    -\n",
+            "                  1 reserve-east  1        0         refused    -\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
@@ -343,8 +337,8 @@ mod stage_tests {
         let early = reply(&at_stage(), 1, ReplyOutcome::Failed { reason: "422".into(), detail: None }, 25);
         let text_early = show_text(&early, Some(&wf()), T0.plus_ms(26), &[]);
         for want in [
-            "                  2 reserve-west  3        1           0         in doubt    -\n",
-            "                  3 screen        4        1           0         unanswered  -\n",
+            "                  2 reserve-west  1        0         in doubt    -\n",
+            "                  3 screen        1        0         unanswered  -\n",
             "  hold until    2023-11-14T22:13:50.020Z (branches of the stage still out may run until then: the undo waits)\n",
         ] {
             assert!(text_early.contains(want), "missing {want:?} in\n{text_early}");
@@ -376,9 +370,9 @@ mod stage_tests {
         assert_eq!(retried.state(), ProcessState::Pending);
         let text = show_text(&retried, Some(&wf), deadline, &[]);
         // reserve-west succeeded: the retry (and the claim after it) is the others'.
-        assert!(text.contains("  Retry         * | *  stage reserve-all (steps 1-3)  attempt 4"), "{text}");
+        assert!(text.contains("  Retry         * | *  stage reserve-all (steps 1-3)  attempt 1"), "{text}");
         assert!(
-            text.contains("                  1 reserve-east  2        1           1         to retry   -\n"),
+            text.contains("                  1 reserve-east  1        1         to retry   -\n"),
             "{text}"
         );
         let lanes_of = |t: &TaskRecord| lanes(&t.timeline, Some(&wf)).last().copied();

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::basics::{iso, one_line, step_name};
 use super::stage::stage_view;
-use super::waits::{queued_line, waits_for};
+use super::waits::{callback_step_attempt, queued_line, waits_for};
 
 /// A listed task as one JSON object.
 pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
@@ -33,7 +33,8 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
         v["queued"] = json!({"agent": q.agent, "ticket": q.ticket, "since": iso(q.since)});
     }
     if let (Some("callback"), Some(cb)) = (waits_for(task), &task.callback()) {
-        v["callback_attempt"] = json!(cb.attempt);
+        v["callback_attempt"] = json!(callback_step_attempt(task, cb));
+        v["callback_task_attempt"] = json!(cb.attempt);
         v["callback_due"] = json!(iso(cb.due()));
     }
     if let Some(view) = stage_view(task, wf).filter(|v| v.going_forward(task)) {

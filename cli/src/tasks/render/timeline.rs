@@ -2,10 +2,23 @@
 //! lane at a parallel stage (the stage's own entries, or one branch's).
 
 use sas::domain::workflow::Stage;
-use sas::domain::{Entry, Happened, Trigger, Workflow};
+use sas::domain::{Entry, Happened, TaskRecord, Trigger, Workflow};
 use serde_json::{Value, json};
 
 use super::basics::{iso, one_line, step_name};
+
+/// Where the entries the record let go were, as an index into its timeline: after
+/// `Submitted`, which the timeline keeps, or before the first entry of a record that lost
+/// it before it was kept; `None` when none were let go.
+pub fn let_go_at(task: &TaskRecord) -> Option<usize> {
+    (task.timeline_dropped > 0)
+        .then(|| usize::from(task.timeline.first().is_some_and(|e| e.what == Happened::Submitted)))
+}
+
+/// The line standing for the entries let go.
+pub fn let_go_line(n: u32) -> String {
+    format!("... {n} {} let go ...", if n == 1 { "entry" } else { "entries" })
+}
 
 /// Where a timeline entry belongs at a parallel stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,24 +86,24 @@ fn gutter(stage: &Stage, mask: u32) -> String {
     (0..stage.len).map(|i| if mask & (1 << i) != 0 { "*" } else { "|" }).collect::<Vec<_>>().join(" ")
 }
 
-/// One timeline entry as a line: time, what, step, attempt, why and who. In its lane at a
-/// parallel stage (`lanes`): the stage's own entries name the stage; a branch's name its
-/// step after the lanes' gutter, without the attempt (the entry keeps the task's newest
-/// attempt, not the branch's: the stage's table has each branch's).
+/// One timeline entry as a line: time, what, step, the step's own attempt, why and who.
+/// In its lane at a parallel stage (`lanes`): the stage's own entries name the stage and
+/// its attempt; a branch's name its step after the lanes' gutter, without an attempt (the
+/// entry keeps the stage's, not the branch's: the stage's table has each branch's).
 pub fn entry_line(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> String {
     let step = match step_name(wf, entry.step) {
         Some(name) => format!("step {} {name}", entry.step),
         None => format!("step {}", entry.step),
     };
     let subject = match lane {
-        Lane::Step => format!("{step}  attempt {}", entry.attempt),
+        Lane::Step => format!("{step}  attempt {}", entry.step_attempt()),
         Lane::Stage(stage, mask) => format!(
             "{}  stage {} (steps {}-{})  attempt {}",
             gutter(stage, mask),
             stage.name,
             stage.start,
             stage.end() - 1,
-            entry.attempt
+            entry.step_attempt()
         ),
         Lane::Branch(stage, i) => format!("{}  {step}", gutter(stage, 1 << i)),
     };
@@ -122,7 +135,8 @@ fn flow_note(entry: &Entry, wf: Option<&Workflow>) -> Option<String> {
     }
 }
 
-/// An entry as JSON; at a parallel stage also the stage's name and, for a branch's own
+/// An entry as JSON (`attempt` the step's own, `task_attempt` the task's counter); at a
+/// parallel stage also the stage's name and, for a branch's own
 /// entry, the branch's (null for the stage's own, which has the `branches` it concerns).
 pub fn entry_json(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> Value {
     let mut v = json!({
@@ -130,7 +144,8 @@ pub fn entry_json(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> Value {
         "what": entry.what.as_str(),
         "step": entry.step,
         "step_name": step_name(wf, entry.step),
-        "attempt": entry.attempt,
+        "attempt": entry.step_attempt(),
+        "task_attempt": entry.attempt,
         "note": entry.note,
         "by": entry.by,
     });
@@ -170,17 +185,18 @@ mod tests {
             what: Happened::Moved(Trigger::Resubmit),
             step: 1,
             attempt: 3,
+            step_attempt: Some(1),
             note: Some("remote\nfixed".into()),
             by: Some("arn:aws:sts::1:user/me".into()),
         };
         assert_eq!(
             entry_line(&e, Some(&wf()), Lane::Step),
-            "2023-11-14T22:13:20.000Z  Resubmit      step 1 ship  attempt 3  remote fixed  by arn:aws:sts::1:user/me"
+            "2023-11-14T22:13:20.000Z  Resubmit      step 1 ship  attempt 1  remote fixed  by arn:aws:sts::1:user/me"
         );
         assert_eq!(
             entry_json(&e, None, Lane::Step),
             json!({"at": "2023-11-14T22:13:20.000Z", "what": "Resubmit", "step": 1, "step_name": null,
-                   "attempt": 3, "note": "remote\nfixed", "by": "arn:aws:sts::1:user/me"})
+                   "attempt": 1, "task_attempt": 3, "note": "remote\nfixed", "by": "arn:aws:sts::1:user/me"})
         );
     }
 }

@@ -55,7 +55,10 @@ pub(super) fn callback_lines(
         "waits for",
         format!(
             "a callback on {step}, attempt {}: the token sas1.{}.{}.{}.… completes it",
-            cb.attempt, task.order_id, cb.step, cb.attempt
+            callback_step_attempt(task, cb),
+            task.order_id,
+            cb.step,
+            cb.attempt
         ),
     )];
     out.push((
@@ -88,13 +91,22 @@ pub(super) fn callback_lines(
     out
 }
 
+/// The step's own attempt a callback waits on: the task's `step_attempts`, the wait being
+/// the task's current step and attempt (the record holds no other); the token's counter
+/// if ever not.
+pub(super) fn callback_step_attempt(task: &TaskRecord, cb: &Awaiting) -> u32 {
+    if (cb.step, cb.attempt) == (task.step, task.attempt) { task.step_attempts } else { cb.attempt }
+}
+
 /// A callback step's wait as `show --json` gives it: the record's `callback` with times
-/// in ISO-8601, its step's name and when it is next due, without the token's digest.
-pub fn callback_json(cb: &Awaiting, wf: Option<&Workflow>) -> Value {
+/// in ISO-8601, its step's name, its step's own attempt (`task_attempt` the token's
+/// counter) and when it is next due, without the token's digest.
+pub fn callback_json(task: &TaskRecord, cb: &Awaiting, wf: Option<&Workflow>) -> Value {
     json!({
         "step": cb.step,
         "step_name": step_name(wf, cb.step),
-        "attempt": cb.attempt,
+        "attempt": callback_step_attempt(task, cb),
+        "task_attempt": cb.attempt,
         "since": iso(cb.since),
         "started_at": cb.started_at.map(iso),
         "timeout_at": iso(cb.timeout_at),
@@ -158,6 +170,7 @@ mod callback_tests {
         let mut t = crate::fixtures::task("o-1", ProcessState::Waiting);
         t.step = 1;
         t.attempt = 2;
+        t.step_attempts = 1;
         let cb = Awaiting {
             step: 1,
             attempt: 2,
@@ -177,7 +190,7 @@ mod callback_tests {
         let now = Timestamp(1_700_000_700_000);
         let text = show_text(&t, Some(&wf()), now, &[]);
         for want in [
-            "  waits for     a callback on step 1 approve, attempt 2: the token sas1.o-1.1.2.… completes it\n",
+            "  waits for     a callback on step 1 approve, attempt 1: the token sas1.o-1.1.2.… completes it\n",
             "  started       2023-11-14T22:13:20.500Z (the agent began the work; claimed 2023-11-14T22:13:20.000Z)\n",
             "  times out at  2023-11-15T22:13:20.000Z\n",
             "  heartbeat     every 1h, last 2023-11-14T22:23:20.000Z\n",
@@ -189,7 +202,7 @@ mod callback_tests {
         assert_eq!(v["waits_for"], "callback");
         assert_eq!(
             v["callback"],
-            json!({"step": 1, "step_name": "approve", "attempt": 2, "since": "2023-11-14T22:13:20.000Z",
+            json!({"step": 1, "step_name": "approve", "attempt": 1, "task_attempt": 2, "since": "2023-11-14T22:13:20.000Z",
                    "started_at": "2023-11-14T22:13:20.500Z", "timeout_at": "2023-11-15T22:13:20.000Z",
                    "heartbeat_ms": 3_600_000, "last_heartbeat": "2023-11-14T22:23:20.000Z",
                    "due": "2023-11-14T23:23:20.000Z"})
@@ -223,7 +236,7 @@ mod callback_tests {
         let text = show_text(&t, None, Timestamp(1_700_000_001_000), &[]);
         assert!(
             text.contains(
-                "  waits for     a callback on step 1, attempt 2: the token sas1.o-1.1.2.… completes it\n"
+                "  waits for     a callback on step 1, attempt 1: the token sas1.o-1.1.2.… completes it\n"
             ),
             "{text}"
         );
@@ -249,7 +262,8 @@ mod callback_tests {
         assert!(listed.contains("Waiting for callback, due 2023-11-14T23:23:20.000Z"), "{listed}");
         assert!(listed.contains("Waiting until 2023-11-14T22:14:20.000Z"), "{listed}");
         let v = task_summary_json(&cb, Some(&wf()));
-        assert_eq!((v["waits_for"].as_str(), v["callback_attempt"].as_u64()), (Some("callback"), Some(2)));
+        assert_eq!((v["waits_for"].as_str(), v["callback_attempt"].as_u64()), (Some("callback"), Some(1)));
+        assert_eq!(v["callback_task_attempt"], 2);
         assert_eq!(v["callback_due"], "2023-11-14T23:23:20.000Z");
         assert_eq!(task_summary_json(&timer, None)["waits_for"], "timer");
         // Whoever holds the token is shown how to use it.
@@ -313,6 +327,7 @@ mod flow_tests {
             what: Happened::Moved(Trigger::Throttled),
             step: 0,
             attempt: 1,
+            step_attempt: None,
             note: None,
             by: None,
         });

@@ -20,6 +20,8 @@
 //! 3. Peers:
 //!    - `check.rs`: every problem of a file, errors and warnings, in file order.
 //!    - `previous.rs`: what publishing a file in place of the last one would break.
+//!    - `shape.rs`: every shape error of a file that does not parse, each located by its
+//!      agent, or its workflow and step, and its line and column.
 //! 4. `checked.rs`: a checked file, ready to run, and the built-in workflows.
 //! 5. `mod.rs`: this index and the re-exports.
 
@@ -29,6 +31,7 @@ mod file;
 mod limits;
 mod previous;
 mod problem;
+mod shape;
 mod urls;
 mod waiting_steps;
 

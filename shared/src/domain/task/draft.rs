@@ -332,6 +332,13 @@ impl Draft {
             what: Happened::Moved(d.trigger),
             step,
             attempt: d.next.attempt,
+            // The step's own count after the move, or before it when the move began a new
+            // count (the step went on, or its undoing began): the attempt the move ended.
+            step_attempt: Some(if d.next.step_attempts == 0 {
+                self.step_attempts
+            } else {
+                d.next.step_attempts
+            }),
             note,
             by: by.map(|(who, _)| who.to_owned()),
         };

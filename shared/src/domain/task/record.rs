@@ -92,6 +92,7 @@ impl TaskRecord {
                 what: Happened::Submitted,
                 step: 0,
                 attempt: 0,
+                step_attempt: None,
                 note: None,
                 by: None,
             }],
@@ -307,7 +308,8 @@ mod tests {
         );
         let refused = reply(&claimed, &wf, failed("out of stock"), T0).next;
         assert_eq!(refused.timeline.last().unwrap().note.as_deref(), Some("out of stock"));
-        // A task that retries forever keeps only the newest entries, and counts the rest.
+        // A task that retries forever keeps Submitted and the newest entries, and counts
+        // the rest.
         let mut t = claim(&new_task(&wf), &wf, 1, T0);
         let mut moves = 2;
         for n in 0..40u128 {
@@ -318,5 +320,13 @@ mod tests {
         }
         assert_eq!(t.timeline.len(), timeline::TIMELINE_LEN);
         assert_eq!(t.timeline_dropped as usize + t.timeline.len(), moves);
+        assert_eq!((t.timeline[0].what, t.timeline[0].at), (Happened::Submitted, T0));
+        let last = t.timeline.last().unwrap();
+        assert_eq!(
+            (last.what, last.attempt, last.step_attempt()),
+            (Happened::Moved(Trigger::Claimed), 41, 41)
+        );
+        let before = &t.timeline[t.timeline.len() - 2];
+        assert_eq!((before.what, before.attempt), (Happened::Moved(Trigger::Retry), 40));
     }
 }

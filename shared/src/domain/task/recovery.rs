@@ -53,17 +53,17 @@ impl Draft {
         let budget = wf.max_failures(self.step, policy.failure_threshold);
         counted.last_error = Some(match self.state {
             ProcessState::Processing | ProcessState::Compensating if self.locked_by.is_some() => {
-                format!("attempt {} passed its deadline without a reply", self.attempt)
+                format!("attempt {} passed its deadline without a reply", self.step_attempts)
             }
             ProcessState::Waiting => match &self.callback {
                 Some(cb) if cb.due() < cb.timeout_at => {
                     format!(
                         "attempt {} missed a heartbeat: none came by {}",
-                        self.attempt,
+                        self.step_attempts,
                         cb.due().to_rfc3339()
                     )
                 }
-                _ => format!("attempt {} was not completed by its callback timeout", self.attempt),
+                _ => format!("attempt {} was not completed by its callback timeout", self.step_attempts),
             },
             _ => "waited past its deadline without being claimed".to_owned(),
         });
