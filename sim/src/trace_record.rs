@@ -1,8 +1,7 @@
-//! A landed operator action's line in the trace: the record written, in the form its
-//! debug rendering had before the record held its phase as one enum (field by field, the
-//! phase's fields flat, a stage only when there is one). The trace hash covers this line,
-//! so histories hash as they did then: the seeds pinned in tests and every fingerprint
-//! taken since (scripts/sim-fingerprint.sh).
+//! A landed operator action's line in the trace: the record written, field by field with
+//! the phase's fields flat (a stage only when there is one), as its debug rendering was
+//! before the record held its phase as one enum. The trace hash covers this line, so a
+//! change of the record's layout alone moves no history's hash (scripts/sim-fingerprint.sh).
 
 use sas::domain::TaskRecord;
 use sas::handlers::{HandlerError, Operated};
