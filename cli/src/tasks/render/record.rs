@@ -154,6 +154,9 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     v["task_attempt"] = json!(task.attempt);
     v["locked_by"] = json!(task.locked_by());
     v["reply_to"] = json!(task.reply_to);
+    v["workflow_version"] = json!(task.workflow_version);
+    v["failure_count"] = json!(task.failure_count);
+    v["step_failures"] = json!(task.step_failures);
     v["last_error"] = json!(task.last_error);
     if task.paused() {
         v["paused"] = json!(true);

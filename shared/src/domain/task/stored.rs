@@ -55,13 +55,14 @@ impl Held {
 }
 
 /// The stored item. `deadline` stays at the top level: the due index is keyed on it.
+/// What is empty, zero or the first version is left out: every byte is billed.
 /// The fields after `updated_at` are read only: where records written before the phase
 /// map kept what it holds.
 #[derive(Serialize, Deserialize)]
 struct Stored {
     order_id: OrderId,
     workflow: String,
-    #[serde(default = "crate::domain::workflow::first_version")]
+    #[serde(default = "crate::domain::workflow::first_version", skip_serializing_if = "is_first")]
     workflow_version: u32,
     order: Arc<Order>,
     state: ProcessState,
@@ -74,8 +75,9 @@ struct Stored {
     deadline: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     redo_until: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_zero")]
     failure_count: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     step_failures: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reply_to: Option<String>,
@@ -109,6 +111,10 @@ struct Stored {
     stage: Option<StageRun>,
     #[serde(default, skip_serializing)]
     paused: bool,
+}
+
+fn is_first(version: &u32) -> bool {
+    *version == crate::domain::workflow::first_version()
 }
 
 fn is_zero(n: &u32) -> bool {
