@@ -22,6 +22,7 @@ mod switches {
     static JOIN_EARLY: AtomicBool = AtomicBool::new(false);
     static UNDO_EVERY_BRANCH: AtomicBool = AtomicBool::new(false);
     static GATE_BLIND_WRITE: AtomicBool = AtomicBool::new(false);
+    static TICKETS_LEFT_BEHIND: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -72,6 +73,10 @@ mod switches {
         /// check for room and the taking of a place are no longer one atomic step, so two
         /// schedulers that read the same last free place both take it.
         GateBlindWrite,
+        /// A task that leaves an agent's line without taking its turn keeps its ticket
+        /// in the gate (no `Effect::HandBack`): when its turn comes, a place is reserved
+        /// for a task that will not come, and the live waiters behind it wait it out.
+        TicketsLeftBehind,
     }
 
     impl Mutation {
@@ -92,6 +97,7 @@ mod switches {
                 Mutation::JoinEarly => &JOIN_EARLY,
                 Mutation::UndoEveryBranch => &UNDO_EVERY_BRANCH,
                 Mutation::GateBlindWrite => &GATE_BLIND_WRITE,
+                Mutation::TicketsLeftBehind => &TICKETS_LEFT_BEHIND,
             }
         }
         pub fn set(self, on: bool) {
@@ -148,6 +154,9 @@ mod switches {
     }
     pub fn gate_blind_write() -> bool {
         Mutation::GateBlindWrite.is_on()
+    }
+    pub fn tickets_left_behind() -> bool {
+        Mutation::TicketsLeftBehind.is_on()
     }
 }
 
@@ -246,5 +255,11 @@ pub(crate) const fn undo_every_branch() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn gate_blind_write() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn tickets_left_behind() -> bool {
     false
 }

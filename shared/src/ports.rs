@@ -389,6 +389,9 @@ pub enum Metric {
     /// A gate's conditional write found the gate moved since it was read: read and
     /// decided again.
     GateConflict,
+    /// A task left an agent's line without taking its turn and its ticket was withdrawn
+    /// (a place reserved for it freed, or its turn marked to be skipped).
+    TicketHandedBack,
 }
 
 impl Metric {
@@ -430,6 +433,7 @@ impl Metric {
             Metric::CapacityWaitMs => "CapacityWait",
             Metric::Throttled => "Throttled",
             Metric::GateConflict => "GateConflicts",
+            Metric::TicketHandedBack => "TicketsHandedBack",
         }
     }
     pub fn is_latency(self) -> bool {

@@ -475,6 +475,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         }
     }
 
+    crate::gate_log::tickets_handed_back(&run.writes, &run.write_ctx, &run.gates, &mut add);
+
     // ---- liveness: every order ended within the bound after the faults stopped ----
     let deadline = run.quiet_at + run.bound_ms;
     for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {

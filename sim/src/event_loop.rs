@@ -438,7 +438,7 @@ impl EventLoop {
         };
         let crash = f.crash > 0.0 && w.rng.f64() < f.crash;
         let crash_at = crash.then(|| w.rng.u32(0..=12));
-        w.running.insert(id, Running { role: Some(role), skew, faulted: skew != 0 });
+        w.running.insert(id, Running { role: Some(role), skew, faulted: skew != 0, hit: false });
         let now = w.now;
         w.trace.note_args(now, format_args!("start inv {id} {role:?} skew {skew} crash_at {crash_at:?}"));
         (id, crash_at)
@@ -709,6 +709,12 @@ impl EventLoop {
             return;
         }
         let invocation = self.invocations.remove(&id).expect("finishing a live invocation");
+        {
+            let mut w = self.shared.w();
+            let hit = w.running.get(&id).is_some_and(|m| m.hit);
+            let now = w.now;
+            w.gates.ended(id, now, hit);
+        }
         if let Some(slot) = invocation.agent_slot {
             self.agent_busy[slot] = false;
         }

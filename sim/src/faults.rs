@@ -91,10 +91,17 @@ impl StateStore for SimStore {
     async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
         self.before(Io::ReplaceGate).await?;
         let result = self.inner.replace_gate(next, expected_revision).await;
+        if matches!(result, Ok(Written::RevisionMoved)) {
+            let mut w = self.shared.w();
+            if let Some(inv) = w.current_invocation {
+                w.gates.lost_race(inv);
+            }
+        }
         if matches!(result, Ok(Written::Applied)) {
             // The gate as written, for a replay to follow who held which place when.
             let mut w = self.shared.w();
             let now = w.now;
+            w.gates.landed(next, now);
             w.trace.note(now, || {
                 let holds: Vec<String> =
                     next.holds.iter().map(|h| format!("{}<{}", h.holder, h.until.0)).collect();

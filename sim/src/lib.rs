@@ -10,6 +10,7 @@ pub mod deployment;
 mod event_loop;
 mod executor;
 pub mod faults;
+pub mod gate_log;
 pub mod invariants;
 mod invocation;
 pub mod ledger;

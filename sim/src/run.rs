@@ -40,6 +40,8 @@ pub struct Outcome {
     pub orders: BTreeMap<OrderId, Arc<Order>>,
     pub writes: Vec<WriteRecord>,
     pub write_ctx: Vec<WriteCtx>,
+    /// What the gates let through, and which invocations ended cleanly.
+    pub gates: crate::gate_log::GateLog,
     pub dead_letters: BTreeMap<&'static str, Vec<StoredMessage>>,
     pub alerts: Vec<OperatorAlert>,
     pub ledger: Ledger,
@@ -120,6 +122,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         orders,
         writes: deployed.store.take_writes(),
         write_ctx: std::mem::take(&mut w.write_ctx),
+        gates: std::mem::take(&mut w.gates),
         dead_letters,
         alerts: deployed.alerts.all(),
         ledger: std::mem::take(&mut w.ledger),

@@ -55,8 +55,10 @@ pub struct Running {
     pub role: Option<Role>,
     /// This invocation's clock offset from true time (a Lambda host's clock).
     pub skew: i64,
-    /// Whether any fault was injected into it (crash aside).
+    /// Whether any fault was injected into it (crash aside), its clock's skew included.
     pub faulted: bool,
+    /// Whether a fault was rolled for one of its calls (its skew aside).
+    pub hit: bool,
 }
 
 /// FNV-1a, 64 bit: a hash that is the same in every process and on every platform, so
@@ -161,6 +163,8 @@ pub struct World {
     /// The outside party of callback steps: the tokens the remote service was handed, and
     /// the words it plans and sent (`outside.rs`).
     pub outside: Outside,
+    /// What the gates let through, and who ended cleanly (`gate_log.rs`).
+    pub gates: crate::gate_log::GateLog,
     /// Faults injected, by kind.
     pub fault_counts: BTreeMap<&'static str, u64>,
     /// The names of the branches of the run's parallel stages, whose service refuses them
@@ -181,7 +185,9 @@ impl World {
         }
         *self.fault_counts.entry(kind).or_default() += 1;
         if let Some(inv) = self.current_invocation {
-            self.running.entry(inv).or_default().faulted = true;
+            let running = self.running.entry(inv).or_default();
+            running.faulted = true;
+            running.hit = true;
         }
         let inv = self.current_invocation;
         self.trace.note_args(self.now, format_args!("fault {kind} inv {inv:?}"));
@@ -278,6 +284,7 @@ impl Shared {
             write_ctx: Vec::new(),
             ledger: Ledger::default(),
             outside: Outside::default(),
+            gates: Default::default(),
             fault_counts: BTreeMap::new(),
             stage_branches: Default::default(),
         })))

@@ -198,6 +198,17 @@ fn a_gate_written_blind_is_caught() {
     );
 }
 
+/// A task that leaves an agent's line (a cancel while it waits for a place) without
+/// handing its ticket back: its turn comes, and a place is reserved for nobody.
+#[test]
+fn a_ticket_left_behind_is_caught() {
+    let found = caught(Mutation::TicketsLeftBehind);
+    assert!(
+        found.contains_key(&Invariant::TicketsHandedBack),
+        "no ticket was found let through after its task left the line: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -218,6 +229,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::JoinEarly,
             Mutation::UndoEveryBranch,
             Mutation::GateBlindWrite,
+            Mutation::TicketsLeftBehind,
         ]
         .iter()
         .all(|m| !m.is_on())

@@ -94,6 +94,11 @@ pub struct Gate {
     /// Tickets let through: every ticket below this one has had its turn.
     #[serde(default)]
     pub admitted: u64,
+    /// Tickets still behind whose tasks left the line (cancelled, refused, moved on):
+    /// their turn is skipped, so no place waits for a task that will not come. Each goes
+    /// when its turn comes, so there are never more than the tickets waiting.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withdrawn: Vec<u64>,
     /// The remote asked to be left alone until then (a 429 or 503 with Retry-After).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<Timestamp>,
@@ -129,6 +134,17 @@ pub enum Admission {
     StillWaiting { ticket: u64 },
 }
 
+/// What withdrawing a ticket came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawn {
+    /// Its place was reserved: it went to the next in line.
+    PlaceFreed,
+    /// Still behind: its turn will be skipped.
+    Skipped,
+    /// Its turn had come and gone (its place claimed or lapsed): nothing held.
+    Nothing,
+}
+
 /// A decided change of the gate: write `next` conditional on the revision read, then
 /// wake the tasks of `wake` (tickets let through, in order), and send a look at the gate
 /// for `poke` if set.
@@ -148,15 +164,16 @@ impl Gate {
             tails: Vec::new(),
             issued: 0,
             admitted: 0,
+            withdrawn: Vec::new(),
             paused_until: None,
             poke_at: None,
             revision: 0,
         }
     }
 
-    /// Tickets handed out that have not had their turn.
+    /// Tickets handed out that have not had their turn, their tasks still in line.
     pub fn waiting(&self) -> u64 {
-        self.issued.saturating_sub(self.admitted)
+        self.issued.saturating_sub(self.admitted).saturating_sub(self.withdrawn.len() as u64)
     }
 
     /// A task arrives for a call that would hold its place until `until`, with the
@@ -246,6 +263,27 @@ impl Gate {
         Passage { next, outcome: found, wake: Vec::new(), poke: None }
     }
 
+    /// The task of `ticket` left the line without taking its turn: a place reserved for
+    /// it goes to the next in line, and a ticket still behind is skipped when its turn
+    /// comes. What it came to, for the count and the log.
+    pub fn withdraw(&self, now: Timestamp, limits: &Limits, ticket: u64) -> Passage<Withdrawn> {
+        let mut next = self.moved(now);
+        let outcome = if let Some(i) = next.holds.iter().position(|h| h.holder == reserved_for(ticket)) {
+            next.holds.remove(i);
+            Withdrawn::PlaceFreed
+        } else if next.behind(ticket) {
+            if !next.withdrawn.contains(&ticket) {
+                next.withdrawn.push(ticket);
+            }
+            Withdrawn::Skipped
+        } else {
+            Withdrawn::Nothing
+        };
+        let wake = next.let_through(now, limits);
+        let poke = next.plan_poke(now, limits);
+        Passage { next, outcome, wake, poke }
+    }
+
     /// The remote asked for a pause (Retry-After): nobody is let through before `until`.
     pub fn pause(&self, now: Timestamp, until: Timestamp) -> Gate {
         let mut next = self.moved(now);
@@ -308,8 +346,16 @@ impl Gate {
     /// reserved for `RESERVATION_MS`; returns them.
     fn let_through(&mut self, now: Timestamp, limits: &Limits) -> Vec<u64> {
         let mut through = Vec::new();
-        while self.waiting() > 0 && self.has_room(now, limits) {
+        while self.admitted < self.issued {
             let t = self.admitted;
+            if let Some(i) = self.withdrawn.iter().position(|w| *w == t) {
+                self.withdrawn.swap_remove(i);
+                self.admitted += 1;
+                continue;
+            }
+            if !self.has_room(now, limits) {
+                break;
+            }
             self.holds.push(Hold { holder: reserved_for(t), until: now.plus_ms(RESERVATION_MS) });
             self.admitted += 1;
             through.push(t);
@@ -383,6 +429,57 @@ mod tests {
         // Ticket 0 comes after all: its turn is over and others wait, so it queues again.
         let again = late.next.arrive(at(10 + RESERVATION_MS + 1), &one, "b#1", at(99_999), Some(0));
         assert!(matches!(again.outcome, Admission::Queued { .. }));
+    }
+
+    #[test]
+    fn a_withdrawn_ticket_hands_its_reserved_place_to_the_next_in_line_at_once() {
+        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
+        let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
+        let g = g.arrive(at(2), &one, "c#1", at(100), None).next;
+        let r = g.release(at(10), &one, "a#1");
+        assert_eq!(r.wake, vec![0]);
+        // Ticket 0's task was cancelled: its place goes to ticket 1 now, not in 10 s.
+        let w = r.next.withdraw(at(11), &one, 0);
+        assert_eq!(w.outcome, Withdrawn::PlaceFreed);
+        assert_eq!(w.wake, vec![1]);
+        assert_eq!(w.next.holds, vec![Hold { holder: reserved_for(1), until: at(11 + RESERVATION_MS) }]);
+    }
+
+    #[test]
+    fn a_withdrawn_ticket_still_behind_is_skipped_when_its_turn_comes() {
+        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
+        let g = g.arrive(at(1), &one, "b#1", at(100), None).next; // ticket 0
+        let g = g.arrive(at(2), &one, "c#1", at(100), None).next; // ticket 1
+        let g = g.arrive(at(3), &one, "d#1", at(100), None).next; // ticket 2
+        // Ticket 1 waits behind ticket 0: it is skipped later. Ticket 0, at the front, at once.
+        let w = g.withdraw(at(4), &one, 1);
+        assert_eq!(w.outcome, Withdrawn::Skipped);
+        assert!(w.wake.is_empty(), "no room yet");
+        assert_eq!((w.next.waiting(), w.next.withdrawn.clone()), (2, vec![1]));
+        let w = w.next.withdraw(at(5), &one, 0);
+        assert_eq!((w.next.admitted, w.next.waiting(), w.next.withdrawn.len()), (2, 1, 0));
+        // The place comes free: ticket 2 gets it.
+        let r = w.next.release(at(10), &one, "a#1");
+        assert_eq!(r.wake, vec![2]);
+        assert_eq!((r.next.admitted, r.next.waiting()), (3, 0));
+        assert!(r.next.withdrawn.is_empty(), "each withdrawal goes when its turn comes");
+        // Its turn over, a withdrawn ticket holds nothing: withdrawing it again changes nothing.
+        let again = r.next.withdraw(at(11), &one, 0);
+        assert_eq!(again.outcome, Withdrawn::Nothing);
+        assert_eq!(Gate { revision: r.next.revision, ..again.next }, r.next);
+    }
+
+    #[test]
+    fn when_every_waiting_ticket_is_withdrawn_a_newcomer_goes_straight_in() {
+        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
+        let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
+        let g = g.withdraw(at(2), &one, 0).next.release(at(3), &one, "a#1").next;
+        assert_eq!(g.waiting(), 0);
+        let n = g.arrive(at(4), &one, "n#1", at(100), None);
+        assert_eq!(n.outcome, Admission::Admitted);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::{Deps, HandlerError, Settings, schedule};
 use crate::domain::Place;
-use crate::domain::gate::{Admission, Gate, Passage};
+use crate::domain::gate::{Admission, Gate, Passage, Withdrawn};
 use crate::domain::{SchedulerMessage, Timestamp};
 use crate::ports::{Metric, Outgoing, Written};
 
@@ -120,6 +120,26 @@ pub(crate) async fn unclaim(
     if let Err(e) = change(deps, settings, turns, agent, |gate, now| gate.unclaim(now, holder, ticket)).await
     {
         tracing::warn!(%agent, %holder, error = %e, "place not handed back to its ticket; it lapses at its own time");
+    }
+}
+
+/// Withdraws the ticket of a task that left the line (`Effect::HandBack`). Best effort:
+/// a reservation not handed back lapses at its own time, so a failure is logged, not
+/// retried. `turns`: the caller's, or a fresh set where it has none (the conditional
+/// write keeps it correct; the turns only spare lost races).
+pub(crate) async fn withdraw(deps: &Deps, settings: &Settings, turns: &Turns, agent: &str, ticket: u64) {
+    // An agent whose limits were taken away keeps no line any more.
+    let Some(limits) = settings.topology.limits.get(agent) else {
+        return;
+    };
+    match change(deps, settings, turns, agent, |gate, now| gate.withdraw(now, limits, ticket)).await {
+        Ok(passage) if passage.outcome != Withdrawn::Nothing => {
+            deps.metrics.record(Metric::TicketHandedBack, 1);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(%agent, ticket, error = %e, "ticket not handed back; a place reserved for it lapses at its own time");
+        }
     }
 }
 

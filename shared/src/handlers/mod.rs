@@ -167,6 +167,10 @@ pub(crate) async fn perform(
             }
             // Raised before the write, by `transition`.
             Effect::Alert(_) => Ok(()),
+            Effect::HandBack(ticket) => {
+                gate::withdraw(deps, settings, &gate::Turns::default(), &ticket.agent, ticket.ticket).await;
+                Ok(())
+            }
         };
         if let Err(e) = result {
             tracing::warn!(order_id = %task.order_id, error = %e, "effect failed after its write landed");

@@ -65,6 +65,10 @@ impl Scheduler {
                         gate::release(deps, settings, &self.turns, &agent, &holder, None).await;
                         Seen::Nothing
                     }
+                    Next::Withdraw { agent, ticket } => {
+                        gate::withdraw(deps, settings, &self.turns, &agent, ticket).await;
+                        Seen::Nothing
+                    }
                     Next::Unclaim { agent, holder, ticket } => {
                         gate::unclaim(deps, settings, &self.turns, &agent, &holder, ticket).await;
                         Seen::Nothing
@@ -124,7 +128,7 @@ impl Scheduler {
                     Ok(())
                 }
                 Done::Ignored(refusal) => {
-                    tracing::info!(%refusal, "schedule ignored; its ticket's place lapses");
+                    tracing::info!(%refusal, "schedule ignored; its ticket handed back");
                     Ok(())
                 }
                 Done::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),

@@ -46,10 +46,11 @@ pub enum Invariant {
     StageUndoExact,
     LateBranchReplyChangesNothing,
     RemoteWithinLimits,
+    TicketsHandedBack,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 34] = [
+    pub const ALL: [Invariant; 35] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -84,6 +85,7 @@ impl Invariant {
         Invariant::StageUndoExact,
         Invariant::LateBranchReplyChangesNothing,
         Invariant::RemoteWithinLimits,
+        Invariant::TicketsHandedBack,
     ];
 
     /// The invariant in words (docs/ARCHITECTURE.md, "What every run checks", lists them).
@@ -150,6 +152,9 @@ impl Invariant {
             }
             Invariant::RemoteWithinLimits => {
                 "a limited agent's service never sees more than max_in_flight calls at once, nor more than max_per_second starting in any one second"
+            }
+            Invariant::TicketsHandedBack => {
+                "a task that leaves an agent's line without its turn hands its ticket back: no place is reserved for it after"
             }
         }
     }

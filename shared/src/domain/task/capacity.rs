@@ -105,6 +105,7 @@ impl Draft {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
+    use super::super::outcome::Act;
     use crate::domain::ReplyOutcome;
     use crate::domain::workflow::Workflow;
 
@@ -151,6 +152,41 @@ mod tests {
         assert_eq!(d.next.failure_count, 0);
         assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 0 }]);
         assert!(d.next.deadline().unwrap() > due);
+    }
+
+    fn hand_backs(d: &Decision) -> Vec<&Ticket> {
+        d.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::HandBack(t) => Some(t),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn leaving_the_line_without_taking_the_turn_hands_the_ticket_back() {
+        let (wf, policy) = (Workflow::three_step(), policy());
+        let queued = new_task(&wf).queue("pay", 4, T0.plus_ms(10), &policy).unwrap().next;
+        let ticket = queued.queued().unwrap().clone();
+        // A cancel leaves the line: the ticket goes back.
+        let cancelled = act(&queued, &wf, Act::Cancel);
+        assert_eq!(cancelled.next.queued(), None);
+        assert_eq!(hand_backs(&cancelled), vec![&ticket]);
+        // A new ticket in place of a lapsed one hands the old one back.
+        let again = checked(&queued, queued.queue("pay", 9, T0.plus_ms(20), &policy));
+        assert_eq!(hand_backs(&again), vec![&ticket]);
+        // Staying in line hands nothing back: a pause keeps the ticket for the resume, and
+        // the supervisor asks the gate again with it.
+        let paused = act(&queued, &wf, Act::Pause);
+        assert_eq!((paused.next.queued(), hand_backs(&paused).len()), (Some(&ticket), 0));
+        let resumed = act(&paused.next, &wf, Act::Resume);
+        assert_eq!((resumed.next.queued(), hand_backs(&resumed).len()), (Some(&ticket), 0));
+        let due = queued.recover(queued.deadline().unwrap(), &wf, &policy, 0).unwrap();
+        assert!(hand_backs(&due).is_empty());
+        // The claim takes its turn with the ticket: its place is the call's now.
+        let claim = checked(&queued, queued.claim(lease(1), T0.plus_ms(30), &wf, &policy));
+        assert!(hand_backs(&claim).is_empty());
     }
 
     #[test]

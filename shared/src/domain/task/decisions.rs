@@ -18,7 +18,8 @@
 use super::claim::Mint;
 use super::draft::Draft;
 use super::operator::{Actor, Origin};
-use super::outcome::{Act, Policy, Refusal, StaleReason};
+use super::outcome::{Act, Effect, Policy, Refusal, StaleReason};
+use crate::domain::lifecycle::Trigger;
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};
 use crate::domain::ids::Timestamp;
@@ -35,7 +36,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
-        built(self.draft().schedule(mint, now, wf, policy))
+        built(self, self.draft().schedule(mint, now, wf, policy))
     }
 
     /// Scheduler: take the task for its current step (Pending, or Compensating and unlocked).
@@ -46,7 +47,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
-        built(self.draft().claim(mint, now, wf, policy))
+        built(self, self.draft().claim(mint, now, wf, policy))
     }
 
     /// Scheduler: the step's agent had no room and handed out `ticket`.
@@ -57,7 +58,7 @@ impl TaskRecord {
         now: Timestamp,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
-        built(self.draft().queue(agent, ticket, now, policy))
+        built(self, self.draft().queue(agent, ticket, now, policy))
     }
 
     /// The fence: the reply belongs to the live lease of this very attempt, in time.
@@ -73,7 +74,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
-        built(self.draft().apply_reply(reply, now, wf, policy))
+        built(self, self.draft().apply_reply(reply, now, wf, policy))
     }
 
     /// The token's fence: the wait it completes, if it may.
@@ -97,7 +98,7 @@ impl TaskRecord {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
-        built(self.draft().complete(token, claims, completion, now, wf, policy))
+        built(self, self.draft().complete(token, claims, completion, now, wf, policy))
     }
 
     /// Supervisor: the task is due. A timer wakes, a task waiting for a place asks its
@@ -109,7 +110,7 @@ impl TaskRecord {
         policy: &Policy,
         jitter: u64,
     ) -> Result<Decision, Refusal> {
-        built(self.draft().recover(now, wf, policy, jitter))
+        built(self, self.draft().recover(now, wf, policy, jitter))
     }
 
     /// The deadline passed with the step neither answered nor woken: retry or give up.
@@ -120,12 +121,12 @@ impl TaskRecord {
         policy: &Policy,
         jitter: u64,
     ) -> Result<Decision, Refusal> {
-        built(self.draft().lapse(now, wf, policy, jitter))
+        built(self, self.draft().lapse(now, wf, policy, jitter))
     }
 
     /// A waiting timer's time came.
     pub fn wake(&self, now: Timestamp, wf: &Workflow, policy: &Policy) -> Result<Decision, Refusal> {
-        built(self.draft().wake(now, wf, policy))
+        built(self, self.draft().wake(now, wf, policy))
     }
 
     /// The operator's `act` on this task as read, or why it does not apply.
@@ -143,12 +144,24 @@ impl TaskRecord {
         {
             self.check_sender(sender)?;
         }
-        built(self.draft().act(act, actor, now, wf, policy))
+        built(self, self.draft().act(act, actor, now, wf, policy))
     }
 }
 
-/// A decision with its next record built: one whose shape its state allows.
-fn built(decided: Result<Decision<Draft>, Refusal>) -> Result<Decision, Refusal> {
+/// A decision with its next record built: one whose shape its state allows. Leaving a
+/// phase hands back what it held: a ticket in a limited agent's line that the next record
+/// no longer holds is withdrawn (`Effect::HandBack`), unless the claim took its turn with
+/// it (the ticket's place became the call's, given back by the reply).
+fn built(read: &TaskRecord, decided: Result<Decision<Draft>, Refusal>) -> Result<Decision, Refusal> {
     let d = decided?;
-    Ok(Decision { trigger: d.trigger, next: d.next.build()?, effects: d.effects })
+    let next = d.next.build()?;
+    let mut effects = d.effects;
+    if let Some(held) = read.queued()
+        && next.queued() != Some(held)
+        && d.trigger != Trigger::Claimed
+        && !crate::mutations::tickets_left_behind()
+    {
+        effects.push(Effect::HandBack(held.clone()));
+    }
+    Ok(Decision { trigger: d.trigger, next, effects })
 }

@@ -159,6 +159,11 @@ pub enum Effect {
         reason: Option<String>,
     },
     Alert(OperatorAlert),
+    /// The task left its place in a limited agent's line without taking its turn (a
+    /// cancel, a give-up, an operator's undo): withdraw the ticket from the gate, so a
+    /// place reserved for it goes to the next in line now and its turn is skipped. Best
+    /// effort: a reservation not handed back lapses after `gate::RESERVATION_MS`.
+    HandBack(crate::domain::gate::Ticket),
 }
 
 /// Why a decision was refused: each is an expected outcome, not a fault.

@@ -126,6 +126,9 @@ pub enum Next {
     /// handling, for redelivery); then go on. `waited_ms`: how long the task waited for
     /// its place, for a gated claim that had a ticket.
     Perform { decision: Decision, waited_ms: Option<u64> },
+    /// Withdraw `ticket` from its gate, best effort (`gate::Gate::withdraw`): it was
+    /// handed out in this pass, but the task does not wait with it; then go on.
+    Withdraw { agent: String, ticket: u64 },
     /// Note that `ticket`'s task waits at `agent`'s gate, so its turn can wake it; then go on.
     NoteWaiter { agent: String, ticket: u64, at: Timestamp },
     /// Read `agent`'s gate; report whether `ticket` is still behind.
@@ -142,7 +145,7 @@ pub enum Done {
     /// The decision was refused: nothing was written.
     Refused(Refusal),
     /// A ticket was handed out, but the task cannot wait with it (paused, or moved on):
-    /// nothing was written; the ticket's turn comes and its place lapses.
+    /// nothing was written, and the ticket was withdrawn.
     Ignored(Refusal),
     /// No such task.
     NoSuchTask,
@@ -196,6 +199,14 @@ enum At<'w> {
     },
     /// A gate change after a lost race: the next gate round.
     GaveBack,
+    /// A ticket taken in this pass withdrawn, as the decision on `read` did not need it:
+    /// decide on it again.
+    WithdrewTaken {
+        read: Read<'w>,
+        gated: bool,
+    },
+    /// A ticket handed out to a task that cannot wait with it withdrawn: over.
+    WithdrewIgnored(Refusal),
     WritingQueued {
         decision: Decision,
         agent: String,
@@ -306,6 +317,8 @@ impl<'w> Scheduling<'w> {
                 }
             }
             (At::GaveBack, _) | (At::Looked, Seen::Behind(false)) => self.gate_round(),
+            (At::WithdrewTaken { read, gated }, _) => self.decide(read, gated),
+            (At::WithdrewIgnored(refusal), _) => Next::Done(Done::Ignored(refusal)),
             (At::WritingQueued { agent, ticket, .. }, Seen::Landed(false)) => {
                 self.taken = Some((agent, ticket));
                 self.gate_round()
@@ -389,6 +402,18 @@ impl<'w> Scheduling<'w> {
         let mint = Mint { lease: self.lease, secret: self.secret.filter(|_| callback) };
         let decided = read.task.schedule(mint, read.now, read.wf, &self.policy);
         let place = decided.as_ref().ok().and_then(|d| place_of(self.limits, &self.policy, read.wf, d));
+        // A ticket taken in this pass whose Queued write was lost goes with the next
+        // arrival at its gate; a decision that makes none (the task moved on, or needs
+        // another agent, or holds its own ticket there) hands it back first.
+        let arrives_with_taken = gated
+            && self.taken.as_ref().is_some_and(|(agent, _)| {
+                place.as_ref().is_some_and(|p| p.agent == *agent)
+                    && read.task.queued().is_none_or(|q| q.agent != *agent)
+            });
+        if !arrives_with_taken && let Some((agent, ticket)) = self.taken.take() {
+            self.at = At::WithdrewTaken { read, gated };
+            return Next::Withdraw { agent, ticket };
+        }
         match (decided, place, gated) {
             (Ok(decision), Some(place), true) => {
                 let ticket = read
@@ -456,7 +481,10 @@ impl<'w> Scheduling<'w> {
                         };
                         Next::Write { decision: queued, revision }
                     }
-                    Err(refusal) => Next::Done(Done::Ignored(refusal)),
+                    Err(refusal) => {
+                        self.at = At::WithdrewIgnored(refusal);
+                        Next::Withdraw { agent: place.agent, ticket }
+                    }
                 }
             }
             // Noted again: a note lost to an error after the Queued write would leave
@@ -616,6 +644,25 @@ mod tests {
         let Next::Release { holder, .. } = r.next(read(&paused, &wf)) else { panic!("a release") };
         assert_eq!(holder, reserved_for(5));
         assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(Refusal::Paused))));
+    }
+
+    #[test]
+    fn a_ticket_taken_for_a_write_that_lost_to_a_cancel_is_handed_back() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let task = new_task(&wf);
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        r.next(read(&task, &wf));
+        r.next(Seen::Admission(Admission::Queued { ticket: 3 }));
+        // The Queued write lost to a cancel: the task no longer needs a place.
+        assert!(matches!(r.next(Seen::Landed(false)), Next::ReadTask));
+        let cancelled = act(&task, &wf, crate::domain::task::outcome::Act::Cancel).next;
+        let Next::Withdraw { agent: from, ticket: 3 } = r.next(read(&cancelled, &wf)) else {
+            panic!("the ticket handed back")
+        };
+        assert_eq!(from, agent);
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(_))));
     }
 
     #[test]
