@@ -1642,3 +1642,45 @@ async fn a_claim_decided_again_after_a_concurrent_write_still_needs_its_place() 
     assert!(h.store.peek_gate("pay").is_some_and(|g| g.holds.iter().any(|p| p.holder == holder)));
     assert_eq!(h.depth(common::AGENT), 1);
 }
+
+/// A cancelled task that waited for a place hands its ticket back (issue 35): when the
+/// place comes free, the next live waiter gets it at once, not after a reservation for
+/// the cancelled one has lapsed.
+#[tokio::test]
+async fn a_cancelled_waiter_hands_its_ticket_back_and_the_next_gets_the_place_at_once() {
+    use sas::domain::gate::Limits;
+    use sas::domain::{Step, Workflow, Workflows};
+    let wf = Workflow::new("w", vec![Step::pivot("pay", "pay")]);
+    let h = Harness::with_workflows(policy(), Workflows::new(vec![wf]));
+    let mut settings = h.settings.clone();
+    settings.topology.limits.insert("pay".into(), Limits { max_in_flight: Some(1), max_per_second: None });
+    let submission = sas::handlers::Submission::new(h.deps.clone(), settings.clone());
+    let scheduler = sas::handlers::Scheduler::new(h.deps.clone(), settings);
+    for id in ["o-1", "o-2", "o-3"] {
+        h.submit(id, "w").await;
+    }
+    all_ok(h.pump_with(ORDERS, |m| submission.handle(m)).await, 3);
+    all_ok(h.pump_with(SCHEDULER, |m| scheduler.handle(m)).await, 3);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing);
+    let line: Vec<_> = ["o-2", "o-3"].iter().map(|id| h.task(id).queued().map(|q| q.ticket)).collect();
+    assert_eq!(line, vec![Some(0), Some(1)]);
+
+    h.send(ORDERS, r#"{"cancel":"o-2","reason":"changed my mind"}"#).await;
+    all_ok(h.pump_with(ORDERS, |m| submission.handle(m)).await, 1);
+    assert_eq!(h.task("o-2").queued(), None);
+    assert_eq!(h.count(Metric::TicketHandedBack), 1);
+    let gate = h.store.peek_gate("pay").expect("the gate");
+    assert_eq!((gate.admitted, gate.waiting()), (1, 1), "ticket 0 skipped, ticket 1 still waits");
+
+    // o-1's call ends: its place goes straight to o-3, with no time passing.
+    all_ok(h.pump_agent().await, 1);
+    for _ in 0..3 {
+        for r in h.pump_with(SCHEDULER, |m| scheduler.handle(m)).await {
+            r.unwrap();
+        }
+    }
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
+    assert_eq!(h.task("o-3").state(), ProcessState::Processing, "o-3 claimed the place o-1 gave back");
+    let gate = h.store.peek_gate("pay").expect("the gate");
+    assert!(!gate.holds.iter().any(|p| p.holder.starts_with('#')), "no place reserved for anybody: {gate:?}");
+}

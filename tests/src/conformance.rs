@@ -610,6 +610,15 @@ pub async fn gate_writes_are_conditional_and_faithful(b: &Backend) {
     let stored = b.store.gate("pay").await.unwrap().expect("written");
     assert_eq!(stored, released.next, "{}: tails and reserved places kept", b.name);
     assert_eq!(stored.tails.len(), 1, "{}", b.name);
+    // Two more wait (tickets 1 and 2); ticket 2's task leaves the line: it is kept as
+    // withdrawn, behind ticket 1, and read back so.
+    let one = stored.arrive(T0.plus_ms(3), &limits, "o-3#1", T0.plus_ms(60_000), None).next;
+    let two = one.arrive(T0.plus_ms(3), &limits, "o-4#1", T0.plus_ms(60_000), None).next;
+    let withdrawn = two.withdraw(T0.plus_ms(4), &limits, 2);
+    assert_eq!(withdrawn.next.withdrawn, vec![2], "{}", b.name);
+    assert_eq!(b.store.replace_gate(&withdrawn.next, stored.revision).await.unwrap(), Written::Applied);
+    let stored = b.store.gate("pay").await.unwrap().expect("written");
+    assert_eq!(stored, withdrawn.next, "{}: withdrawn tickets kept", b.name);
     // Waiter notes.
     let id = OrderId::parse("o-2").unwrap();
     assert_eq!(b.store.waiter("pay", 0).await.unwrap(), None, "{}", b.name);
