@@ -374,6 +374,14 @@ mod tests {
 
     const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None };
 
+    /// One place, held by `a#1` until 50; tickets 0 (`b#1`) and 1 (`c#1`) wait.
+    fn one_place_two_waiting() -> (Limits, Gate) {
+        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
+        let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
+        (one, g.arrive(at(2), &one, "c#1", at(100), None).next)
+    }
+
     #[test]
     fn arrivals_pass_while_there_is_room_then_take_tickets_in_order() {
         let g = Gate::new("pay");
@@ -417,10 +425,7 @@ mod tests {
 
     #[test]
     fn a_reserved_place_not_taken_in_time_goes_to_the_next_ticket() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None };
-        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
-        let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
-        let g = g.arrive(at(2), &one, "c#1", at(100), None).next;
+        let (one, g) = one_place_two_waiting();
         let r = g.release(at(10), &one, "a#1");
         assert_eq!(r.wake, vec![0]);
         // Ticket 0's task never comes: its place lapses and ticket 1 goes.
@@ -433,10 +438,7 @@ mod tests {
 
     #[test]
     fn a_withdrawn_ticket_hands_its_reserved_place_to_the_next_in_line_at_once() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None };
-        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
-        let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
-        let g = g.arrive(at(2), &one, "c#1", at(100), None).next;
+        let (one, g) = one_place_two_waiting();
         let r = g.release(at(10), &one, "a#1");
         assert_eq!(r.wake, vec![0]);
         // Ticket 0's task was cancelled: its place goes to ticket 1 now, not in 10 s.
@@ -448,10 +450,7 @@ mod tests {
 
     #[test]
     fn a_withdrawn_ticket_still_behind_is_skipped_when_its_turn_comes() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None };
-        let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
-        let g = g.arrive(at(1), &one, "b#1", at(100), None).next; // ticket 0
-        let g = g.arrive(at(2), &one, "c#1", at(100), None).next; // ticket 1
+        let (one, g) = one_place_two_waiting();
         let g = g.arrive(at(3), &one, "d#1", at(100), None).next; // ticket 2
         // Ticket 1 waits behind ticket 0: it is skipped later. Ticket 0, at the front, at once.
         let w = g.withdraw(at(4), &one, 1);
