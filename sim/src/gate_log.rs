@@ -11,7 +11,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sas::adapters::embedded::WriteRecord;
-use sas::domain::ProcessState;
 use sas::domain::gate::{Gate, reserved_for};
 
 use crate::invariants::Invariant;
@@ -60,8 +59,8 @@ impl GateLog {
 }
 
 /// `Invariant::TicketsHandedBack`: every landed write that leaves a ticket without its
-/// claim (the claim takes its turn with it: Processing), against the tickets let through
-/// after the writing invocation ended cleanly.
+/// claim (the claim takes its turn with it: a lease appears), against the tickets let
+/// through after the writing invocation ended cleanly.
 pub fn tickets_handed_back(
     writes: &[WriteRecord],
     ctx: &[WriteCtx],
@@ -70,7 +69,7 @@ pub fn tickets_handed_back(
 ) {
     for (w, ctx) in writes.iter().zip(ctx) {
         let Some(held) = w.before.as_ref().and_then(|b| b.queued()) else { continue };
-        if w.after.queued() == Some(held) || w.after.state() == ProcessState::Processing {
+        if w.after.queued() == Some(held) || w.after.locked_by().is_some() {
             continue;
         }
         let Some(&ended) = log.ended_clean.get(&ctx.invocation) else { continue };

@@ -57,7 +57,7 @@ pub struct Running {
     pub skew: i64,
     /// Whether any fault was injected into it (crash aside), its clock's skew included.
     pub faulted: bool,
-    /// Whether a fault was rolled for one of its calls (its skew aside).
+    /// Whether a fault was rolled while it ran (its starting clock skew aside).
     pub hit: bool,
 }
 

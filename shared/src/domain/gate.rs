@@ -30,6 +30,11 @@ pub const RATE_WINDOW_MS: u64 = 1_000;
 pub const RESERVATION_MS: u64 = 10_000;
 /// The longest pause a remote's Retry-After buys: a longer one is cut to this.
 pub const MAX_PAUSE_MS: u64 = 300_000;
+/// The most withdrawn tickets a gate marks to skip: every write of the gate is billed by
+/// its size (each entry a few bytes, all of them under 2 KB). A ticket withdrawn past
+/// this is let through in its turn, and the place reserved for it lapses after
+/// `RESERVATION_MS`, as if its hand-back had been lost.
+pub const MAX_WITHDRAWN: usize = 256;
 /// The largest `max_in_flight` a definition may set: the gate keeps an entry per place
 /// and every write of the gate is billed by its size.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 100;
@@ -94,9 +99,9 @@ pub struct Gate {
     /// Tickets let through: every ticket below this one has had its turn.
     #[serde(default)]
     pub admitted: u64,
-    /// Tickets still behind whose tasks left the line (cancelled, refused, moved on):
-    /// their turn is skipped, so no place waits for a task that will not come. Each goes
-    /// when its turn comes, so there are never more than the tickets waiting.
+    /// Tickets still behind whose tasks left the line (a cancel, a new ticket in place of
+    /// a lapsed one): their turn is skipped, so no place waits for a task that will not
+    /// come. In ascending order; each goes when its turn comes. At most `MAX_WITHDRAWN`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub withdrawn: Vec<u64>,
     /// The remote asked to be left alone until then (a 429 or 503 with Retry-After).
@@ -141,6 +146,8 @@ pub enum Withdrawn {
     PlaceFreed,
     /// Still behind: its turn will be skipped.
     Skipped,
+    /// Still behind, but `MAX_WITHDRAWN` are marked already: its place will lapse.
+    Unmarked,
     /// Its turn had come and gone (its place claimed or lapsed): nothing held.
     Nothing,
 }
@@ -272,10 +279,14 @@ impl Gate {
             next.holds.remove(i);
             Withdrawn::PlaceFreed
         } else if next.behind(ticket) {
-            if !next.withdrawn.contains(&ticket) {
-                next.withdrawn.push(ticket);
+            match next.withdrawn.binary_search(&ticket) {
+                Ok(_) => Withdrawn::Skipped,
+                Err(_) if next.withdrawn.len() >= MAX_WITHDRAWN => Withdrawn::Unmarked,
+                Err(at) => {
+                    next.withdrawn.insert(at, ticket);
+                    Withdrawn::Skipped
+                }
             }
-            Withdrawn::Skipped
         } else {
             Withdrawn::Nothing
         };
@@ -301,6 +312,9 @@ impl Gate {
         let mut next = self.clone();
         next.holds.retain(|h| h.until > now);
         next.tails.retain(|t| *t > now);
+        // Only tickets behind are marked; an item written otherwise keeps none that passed.
+        let admitted = next.admitted;
+        next.withdrawn.retain(|t| *t >= admitted);
         if next.paused_until.is_some_and(|p| p <= now) {
             next.paused_until = None;
         }
@@ -348,8 +362,8 @@ impl Gate {
         let mut through = Vec::new();
         while self.admitted < self.issued {
             let t = self.admitted;
-            if let Some(i) = self.withdrawn.iter().position(|w| *w == t) {
-                self.withdrawn.swap_remove(i);
+            if self.withdrawn.first() == Some(&t) {
+                self.withdrawn.remove(0);
                 self.admitted += 1;
                 continue;
             }
@@ -468,6 +482,36 @@ mod tests {
         let again = r.next.withdraw(at(11), &one, 0);
         assert_eq!(again.outcome, Withdrawn::Nothing);
         assert_eq!(Gate { revision: r.next.revision, ..again.next }, r.next);
+    }
+
+    #[test]
+    fn withdrawn_tickets_are_kept_in_order_and_no_more_than_the_cap() {
+        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let mut g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
+        let waiting = MAX_WITHDRAWN as u64 + 3;
+        for i in 0..waiting {
+            g = g.arrive(at(1), &one, &format!("w{i}#1"), at(100), None).next;
+        }
+        // Ticket 0 stays in line; the rest leave, last first.
+        for t in (1..waiting).rev() {
+            let w = g.withdraw(at(2), &one, t);
+            let expected = if t > 2 { Withdrawn::Skipped } else { Withdrawn::Unmarked };
+            assert_eq!(w.outcome, expected, "ticket {t}");
+            g = w.next;
+        }
+        assert_eq!(g.withdrawn.len(), MAX_WITHDRAWN);
+        assert!(g.withdrawn.windows(2).all(|p| p[0] < p[1]));
+        // The place comes free: ticket 0 gets it; then 1 and 2 (unmarked) in their turns.
+        let r = g.release(at(10), &one, "a#1");
+        assert_eq!(r.wake, vec![0]);
+        let r = r.next.release(at(11), &one, &reserved_for(0));
+        assert_eq!(r.wake, vec![1]);
+        let r = r.next.release(at(12), &one, &reserved_for(1));
+        assert_eq!(r.wake, vec![2]);
+        // After 2, every marked ticket is skipped: nobody waits, nothing is marked.
+        let r = r.next.release(at(13), &one, &reserved_for(2));
+        assert!(r.wake.is_empty());
+        assert_eq!((r.next.waiting(), r.next.withdrawn.len(), r.next.admitted), (0, 0, waiting));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::{Deps, HandlerError, Settings, schedule};
 use crate::domain::Place;
-use crate::domain::gate::{Admission, Gate, Passage, Withdrawn};
+use crate::domain::gate::{Admission, Gate, MAX_WITHDRAWN, Passage, Withdrawn};
 use crate::domain::{SchedulerMessage, Timestamp};
 use crate::ports::{Metric, Outgoing, Written};
 
@@ -133,8 +133,11 @@ pub(crate) async fn withdraw(deps: &Deps, settings: &Settings, turns: &Turns, ag
         return;
     };
     match change(deps, settings, turns, agent, |gate, now| gate.withdraw(now, limits, ticket)).await {
-        Ok(passage) if passage.outcome != Withdrawn::Nothing => {
+        Ok(passage) if matches!(passage.outcome, Withdrawn::PlaceFreed | Withdrawn::Skipped) => {
             deps.metrics.record(Metric::TicketHandedBack, 1);
+        }
+        Ok(passage) if passage.outcome == Withdrawn::Unmarked => {
+            tracing::warn!(%agent, ticket, "ticket not marked: the gate marks {MAX_WITHDRAWN} at most; a place reserved for it lapses at its own time");
         }
         Ok(_) => {}
         Err(e) => {

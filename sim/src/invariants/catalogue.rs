@@ -154,7 +154,7 @@ impl Invariant {
                 "a limited agent's service never sees more than max_in_flight calls at once, nor more than max_per_second starting in any one second"
             }
             Invariant::TicketsHandedBack => {
-                "a task that leaves an agent's line without its turn hands its ticket back: no place is reserved for it after"
+                "a task that leaves an agent's line without its turn hands its ticket back: the ticket is never let through after"
             }
         }
     }

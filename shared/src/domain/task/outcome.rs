@@ -160,9 +160,10 @@ pub enum Effect {
     },
     Alert(OperatorAlert),
     /// The task left its place in a limited agent's line without taking its turn (a
-    /// cancel, a give-up, an operator's undo): withdraw the ticket from the gate, so a
-    /// place reserved for it goes to the next in line now and its turn is skipped. Best
-    /// effort: a reservation not handed back lapses after `gate::RESERVATION_MS`.
+    /// cancel, or a new ticket in place of one whose turn lapsed): withdraw the ticket
+    /// from the gate, so a place reserved for it goes to the next in line now and its
+    /// turn is skipped. Best effort: a reservation not handed back lapses after
+    /// `gate::RESERVATION_MS`.
     HandBack(crate::domain::gate::Ticket),
 }
 

@@ -205,8 +205,8 @@ enum At<'w> {
         read: Read<'w>,
         gated: bool,
     },
-    /// A ticket handed out to a task that cannot wait with it withdrawn: over.
-    WithdrewIgnored(Refusal),
+    /// The pass's ticket withdrawn on the way out: over, as `Done` says.
+    WithdrewThenDone(Done),
     WritingQueued {
         decision: Decision,
         agent: String,
@@ -256,7 +256,10 @@ pub struct Scheduling<'w> {
     rounds: usize,
     /// Writes tried on the way without a gate.
     tries: usize,
-    /// A ticket taken in this pass whose task write was lost: the next arrival brings it.
+    /// A ticket this pass holds a claim on that the record as last read may not show: one
+    /// taken whose Queued write was lost, or one a lost claim handed its place back to
+    /// (`Unclaim`). The next arrival at its gate brings it; a pass that ends otherwise, or
+    /// finds the record no longer holding it, withdraws it.
     taken: Option<(String, u64)>,
 }
 
@@ -289,7 +292,7 @@ impl<'w> Scheduling<'w> {
             (At::Start, _) => self.pass(),
             (At::GateRead, Seen::Task(None)) => self.without_gate(None),
             (At::GateRead, Seen::Task(Some((task, wf, now)))) => self.decide(Read { task, wf, now }, true),
-            (At::PlainRead, Seen::Task(None)) => Next::Done(Done::NoSuchTask),
+            (At::PlainRead, Seen::Task(None)) => self.over(Done::NoSuchTask),
             (At::PlainRead, Seen::Task(Some((task, wf, now)))) => {
                 self.tries += 1;
                 self.decide(Read { task, wf, now }, false)
@@ -303,6 +306,8 @@ impl<'w> Scheduling<'w> {
                 self.admitted(read, decision, place, ticket, admission)
             }
             (At::WritingClaim { read, decision, .. }, Seen::Landed(true)) => {
+                // The claim took its turn with the pass's ticket, if it had one.
+                self.taken = None;
                 let waited_ms = read.task.queued().map(|q| read.now.millis_since(q.since));
                 self.at = At::Performed;
                 Next::Perform { decision, waited_ms }
@@ -312,18 +317,25 @@ impl<'w> Scheduling<'w> {
             (At::WritingClaim { place, ticket, .. }, Seen::Landed(false)) => {
                 self.at = At::GaveBack;
                 match ticket {
-                    Some(ticket) => Next::Unclaim { agent: place.agent, holder: place.holder, ticket },
+                    Some(ticket) => {
+                        // The place is the ticket's again: if the record no longer holds
+                        // the ticket when read next (a cancel came first), it is withdrawn.
+                        self.taken = Some((place.agent.clone(), ticket));
+                        Next::Unclaim { agent: place.agent, holder: place.holder, ticket }
+                    }
                     None => Next::Release { agent: place.agent, holder: place.holder },
                 }
             }
             (At::GaveBack, _) | (At::Looked, Seen::Behind(false)) => self.gate_round(),
             (At::WithdrewTaken { read, gated }, _) => self.decide(read, gated),
-            (At::WithdrewIgnored(refusal), _) => Next::Done(Done::Ignored(refusal)),
+            (At::WithdrewThenDone(done), _) => Next::Done(done),
             (At::WritingQueued { agent, ticket, .. }, Seen::Landed(false)) => {
                 self.taken = Some((agent, ticket));
                 self.gate_round()
             }
             (At::WritingQueued { decision, agent, ticket, now }, Seen::Landed(true)) => {
+                // The record holds the ticket now.
+                self.taken = None;
                 self.at = At::PerformedQueued { agent, ticket, now };
                 Next::Perform { decision, waited_ms: None }
             }
@@ -369,14 +381,23 @@ impl<'w> Scheduling<'w> {
 
     fn gate_round(&mut self) -> Next {
         if self.gate_reads >= GATED_ROUNDS {
-            return Next::Done(Done::KeptChanging(format!(
-                "task {} kept changing while it passed its gate",
-                self.order_id
-            )));
+            let why = format!("task {} kept changing while it passed its gate", self.order_id);
+            return self.over(Done::KeptChanging(why));
         }
         self.gate_reads += 1;
         self.at = At::GateRead;
         Next::ReadTask
+    }
+
+    /// Ends the pass as `done` says, withdrawing its own ticket first, if it holds one.
+    fn over(&mut self, done: Done) -> Next {
+        match self.taken.take() {
+            Some((agent, ticket)) => {
+                self.at = At::WithdrewThenDone(done);
+                Next::Withdraw { agent, ticket }
+            }
+            None => Next::Done(done),
+        }
     }
 
     fn without_gate(&mut self, read: Option<Read<'w>>) -> Next {
@@ -402,17 +423,21 @@ impl<'w> Scheduling<'w> {
         let mint = Mint { lease: self.lease, secret: self.secret.filter(|_| callback) };
         let decided = read.task.schedule(mint, read.now, read.wf, &self.policy);
         let place = decided.as_ref().ok().and_then(|d| place_of(self.limits, &self.policy, read.wf, d));
-        // A ticket taken in this pass whose Queued write was lost goes with the next
-        // arrival at its gate; a decision that makes none (the task moved on, or needs
-        // another agent, or holds its own ticket there) hands it back first.
-        let arrives_with_taken = gated
-            && self.taken.as_ref().is_some_and(|(agent, _)| {
-                place.as_ref().is_some_and(|p| p.agent == *agent)
-                    && read.task.queued().is_none_or(|q| q.agent != *agent)
-            });
-        if !arrives_with_taken && let Some((agent, ticket)) = self.taken.take() {
-            self.at = At::WithdrewTaken { read, gated };
-            return Next::Withdraw { agent, ticket };
+        // The pass's own ticket: the record holds it (nothing of the pass's own then), or
+        // it goes with the next arrival at its gate when the record holds none there; a
+        // decision that makes no such arrival (the task moved on, or needs another
+        // agent, or holds another ticket there) hands it back first.
+        if let Some((agent, ticket)) = &self.taken {
+            let recorded = read.task.queued().is_some_and(|q| q.agent == *agent && q.ticket == *ticket);
+            let brought = gated
+                && place.as_ref().is_some_and(|p| p.agent == *agent)
+                && read.task.queued().is_none_or(|q| q.agent != *agent);
+            if recorded {
+                self.taken = None;
+            } else if !brought && let Some((agent, ticket)) = self.taken.take() {
+                self.at = At::WithdrewTaken { read, gated };
+                return Next::Withdraw { agent, ticket };
+            }
         }
         match (decided, place, gated) {
             (Ok(decision), Some(place), true) => {
@@ -430,10 +455,8 @@ impl<'w> Scheduling<'w> {
             (Ok(_), Some(_), false) => {
                 self.rounds += 1;
                 if self.rounds >= GATED_ROUNDS {
-                    return Next::Done(Done::KeptChanging(format!(
-                        "task {} kept changing at its gate",
-                        self.order_id
-                    )));
+                    let why = format!("task {} kept changing at its gate", self.order_id);
+                    return self.over(Done::KeptChanging(why));
                 }
                 self.pass()
             }
@@ -460,14 +483,21 @@ impl<'w> Scheduling<'w> {
         read: Read<'w>,
         decision: Decision,
         place: Place,
-        ticket: Option<u64>,
+        arrived_with: Option<u64>,
         admission: Admission,
     ) -> Next {
         match admission {
             Admission::Admitted => {
                 let revision = read.task.revision;
-                self.at = At::WritingClaim { read, decision: decision.clone(), place, ticket };
+                self.at = At::WritingClaim { read, decision: decision.clone(), place, ticket: arrived_with };
                 Next::Write { decision, revision }
+            }
+            // A ticket still behind that the record does not hold (taken by this pass,
+            // its Queued write lost): written now, as a new one would be.
+            Admission::StillWaiting { ticket }
+                if read.task.queued().is_none_or(|q| q.agent != place.agent || q.ticket != ticket) =>
+            {
+                self.admitted(read, decision, place, arrived_with, Admission::Queued { ticket })
             }
             Admission::Queued { ticket } => {
                 match read.task.queue(&place.agent, ticket, read.now, &self.policy) {
@@ -482,8 +512,8 @@ impl<'w> Scheduling<'w> {
                         Next::Write { decision: queued, revision }
                     }
                     Err(refusal) => {
-                        self.at = At::WithdrewIgnored(refusal);
-                        Next::Withdraw { agent: place.agent, ticket }
+                        self.taken = Some((place.agent, ticket));
+                        self.over(Done::Ignored(refusal))
                     }
                 }
             }
@@ -605,7 +635,11 @@ mod tests {
         // Its write lost: the ticket it took comes with its next arrival.
         assert!(matches!(r.next(Seen::Landed(false)), Next::ReadTask));
         assert!(matches!(r.next(read(&task, &wf)), Next::Arrive { ticket: Some(3), .. }));
-        r.next(Seen::Admission(Admission::Queued { ticket: 3 }));
+        // Still behind, and not on the record yet: the Queued write again.
+        let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::StillWaiting { ticket: 3 })) else {
+            panic!("the Queued write again")
+        };
+        assert_eq!(decision.next.queued().map(|q| q.ticket), Some(3));
         assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { .. }));
         let Next::NoteWaiter { agent: noted, ticket: 3, .. } = r.next(Seen::Nothing) else {
             panic!("a note")
@@ -619,8 +653,8 @@ mod tests {
     #[test]
     fn a_ticket_still_behind_is_noted_again_and_nothing_is_written() {
         let wf = Workflow::three_step();
-        let (_, limits) = limited(&wf);
-        let task = new_task(&wf);
+        let (agent, limits) = limited(&wf);
+        let task = new_task(&wf).queue(&agent, 2, T0, &policy()).unwrap().next;
         let mut r = run(&limits);
         r.next(Seen::Nothing);
         r.next(read(&task, &wf));
@@ -664,6 +698,47 @@ mod tests {
         };
         assert_eq!(from, agent);
         assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(_))));
+    }
+
+    #[test]
+    fn a_place_handed_back_to_a_ticket_the_task_has_left_is_withdrawn() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let queued = new_task(&wf).queue(&agent, 7, T0, &policy()).unwrap().next;
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        r.next(read(&queued, &wf));
+        r.next(Seen::Admission(Admission::Admitted));
+        // The claim lost to a cancel: the place goes back to ticket 7 ...
+        assert!(matches!(r.next(Seen::Landed(false)), Next::Unclaim { ticket: 7, .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::ReadTask));
+        // ... and, the record no longer holding it, ticket 7 is withdrawn.
+        let cancelled = act(&queued, &wf, crate::domain::task::outcome::Act::Cancel).next;
+        assert!(matches!(r.next(read(&cancelled, &wf)), Next::Withdraw { ticket: 7, .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(_))));
+    }
+
+    #[test]
+    fn a_pass_that_runs_out_of_rounds_withdraws_the_ticket_it_took() {
+        let wf = Workflow::three_step();
+        let (_, limits) = limited(&wf);
+        let task = new_task(&wf);
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        for round in 0..GATED_ROUNDS {
+            r.next(read(&task, &wf));
+            r.next(Seen::Admission(Admission::Queued { ticket: 3 }));
+            match r.next(Seen::Landed(false)) {
+                Next::ReadTask => continue,
+                Next::Withdraw { ticket: 3, .. } => {
+                    assert_eq!(round, GATED_ROUNDS - 1);
+                    assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::KeptChanging(_))));
+                    return;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        panic!("more than {GATED_ROUNDS} rounds");
     }
 
     #[test]
