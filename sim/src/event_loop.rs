@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use futures::FutureExt;
-use sas::adapters::embedded::Received;
 use sas::adapters::embedded::queue_names::SCHEDULER;
-use sas::domain::{Act, Action, OrderId, SchedulerMessage, TaskRecord, Timestamp, Workflows};
+use sas::adapters::embedded::{QueueId, Received};
+use sas::domain::{Act, Action, AgentReply, OrderId, SchedulerMessage, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{DeadLetters, Inbound};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
@@ -63,6 +63,21 @@ pub struct EventLoop {
     branch_replies: BTreeMap<&'static str, u64>,
     /// `run_ready`'s list of woken invocations, kept to be reused.
     woken: Vec<InvocationId>,
+    /// The work queues' places in the embedded queues, by `WORK`'s order: asked about at
+    /// every step, so not looked up by name each time.
+    work_ids: [QueueId; WORK.len()],
+}
+
+/// How many roles there are (`Role as usize` below this).
+const ROLES: usize = 6;
+const _: () = assert!(Role::Outside as usize + 1 == ROLES, "Role::Outside is the last role");
+
+/// A role's outage: the role, from, until (`Faults::outage`).
+type Outage = Option<(Role, u64, u64)>;
+
+/// Whether `role` is in its outage at `now`.
+fn out(outage: Outage, role: Role, now: u64) -> bool {
+    outage.is_some_and(|(r, from, until)| r == role && from <= now && now < until)
 }
 
 /// What the loop leaves behind, for the run's outcome (`run.rs`).
@@ -99,7 +114,9 @@ impl EventLoop {
         operator_times.sort_unstable();
         let all = workflows(&swarm);
         let staged = all.all().iter().any(|w| !w.stages.is_empty()).then_some(all);
+        let work_ids = WORK.map(|w| deployed.queues.id(w.queue).expect("the work queues are deployed"));
         EventLoop {
+            work_ids,
             staged,
             branch_replies: BTreeMap::new(),
             woken: Vec::new(),
@@ -225,12 +242,16 @@ impl EventLoop {
 
     /// One scheduling decision: run some pending I/O call, start an invocation, or let time pass.
     fn step(&mut self, now: u64) {
-        let pending = self.shared.w().pending_count();
+        let (pending, outage) = {
+            let w = self.shared.w();
+            (w.pending_count(), w.faults.outage)
+        };
+        let running = self.running_by_role();
         // The work queues an invocation may start from, in order (no allocation per step).
         let mut startable = [0; WORK.len()];
         let mut startables = 0;
         for i in 0..WORK.len() {
-            if self.startable(i, now) {
+            if self.startable(i, now, &running, outage) {
                 startable[startables] = i;
                 startables += 1;
             }
@@ -258,8 +279,14 @@ impl EventLoop {
         self.advance_to(now + by);
     }
 
-    fn running_as(&self, role: Role) -> usize {
-        self.invocations.values().filter(|i| i.role == role).count()
+    /// How many invocations run, by role (`Role as usize`): one pass over them for a
+    /// step's every question of how many run as what.
+    fn running_by_role(&self) -> [usize; ROLES] {
+        let mut running = [0; ROLES];
+        for i in self.invocations.values() {
+            running[i.role as usize] += 1;
+        }
+        running
     }
 
     fn limit(&self, role: Role) -> usize {
@@ -271,17 +298,11 @@ impl EventLoop {
         }
     }
 
-    fn startable(&self, work: usize, now: u64) -> bool {
-        let work_queue = WORK[work];
-        let consumer = work_queue.consumer;
-        self.running_as(consumer) < self.limit(consumer)
-            && !self.out(consumer, now)
-            && self.deployed.queues.next_visible(work_queue.queue).is_some_and(|t| t.0 <= now)
-    }
-
-    /// Whether `role` is in its outage at `now`.
-    fn out(&self, role: Role, now: u64) -> bool {
-        self.shared.w().faults.outage.is_some_and(|(r, from, until)| r == role && from <= now && now < until)
+    fn startable(&self, work: usize, now: u64, running: &[usize; ROLES], outage: Outage) -> bool {
+        let consumer = WORK[work].consumer;
+        running[consumer as usize] < self.limit(consumer)
+            && !out(outage, consumer, now)
+            && self.deployed.queues.next_visible_at(self.work_ids[work]).is_some_and(|t| t.0 <= now)
     }
 
     fn next_event(&self, now: u64) -> u64 {
@@ -289,17 +310,19 @@ impl EventLoop {
         if let Some(t) = self.shared.w().next_timer() {
             next = next.min(t);
         }
-        if let Some((_, from, until)) = self.shared.w().faults.outage {
+        let outage = self.shared.w().faults.outage;
+        if let Some((_, from, until)) = outage {
             for t in [from, until] {
                 if t > now {
                     next = next.min(t);
                 }
             }
         }
-        for work in WORK {
-            let full =
-                self.running_as(work.consumer) >= self.limit(work.consumer) || self.out(work.consumer, now);
-            if let Some(t) = self.deployed.queues.next_visible(work.queue)
+        let running = self.running_by_role();
+        for (work, id) in WORK.iter().zip(self.work_ids) {
+            let full = running[work.consumer as usize] >= self.limit(work.consumer)
+                || out(outage, work.consumer, now);
+            if let Some(t) = self.deployed.queues.next_visible_at(id)
                 && !full
             {
                 next = next.min(t.0);
@@ -417,7 +440,7 @@ impl EventLoop {
             && self.next_operator == self.operator_times.len()
             && self.invocations.is_empty()
             && !self.shared.w().has_timers()
-            && WORK.iter().all(|work| self.deployed.queues.depth(work.queue) == 0)
+            && self.work_ids.iter().all(|id| self.deployed.queues.depth_at(*id) == 0)
             && self.deployed.store.state_counts().keys().all(|s| s.is_terminal())
     }
 
@@ -452,9 +475,7 @@ impl EventLoop {
         if received.is_empty() {
             return;
         }
-        if queue == SCHEDULER {
-            self.count_branch_replies(&received);
-        }
+        let replies = if queue == SCHEDULER { self.count_branch_replies(&received) } else { Vec::new() };
         let (id, crash_at) = self.new_invocation(role);
         let generation = self.generation();
         // The ids as a `Vec<&str>` would print, without making one.
@@ -495,7 +516,8 @@ impl EventLoop {
                 unreachable!("{role:?} is not fed by a queue")
             }
         };
-        let invocation = Invocation::batch(role, future, queue, received, crash_at, agent_slot);
+        let mut invocation = Invocation::batch(role, future, queue, received, crash_at, agent_slot);
+        invocation.replies = replies;
         self.invocations.insert(id, invocation);
         self.run_ready();
     }
@@ -506,15 +528,20 @@ impl EventLoop {
     /// duplicate or an earlier dispatch's), `late` (the stage ended: the task went past it
     /// or gave up), `out_of_order` (live while a branch before it is still out), `racing`
     /// (another reply of the same stage is in this batch or in a running scheduler's).
-    fn count_branch_replies(&mut self, received: &[Received]) {
-        let Some(all) = &self.staged else { return };
-        let reply_of = |r: &Received| match SchedulerMessage::parse(&r.message.body) {
-            Ok(SchedulerMessage::Reply(reply)) if reply.action == Action::Do => Some(reply),
-            _ => None,
-        };
+    fn count_branch_replies(&mut self, received: &[Received]) -> Vec<Option<(OrderId, u32)>> {
+        let Some(all) = &self.staged else { return Vec::new() };
+        // Each message parsed once, here: the batch's replies, and those of the running
+        // schedulers' batches as they were parsed when those started (`Invocation::replies`).
+        let replies: Vec<Option<AgentReply>> = received
+            .iter()
+            .map(|r| match SchedulerMessage::parse(&r.message.body) {
+                Ok(SchedulerMessage::Reply(reply)) if reply.action == Action::Do => Some(reply),
+                _ => None,
+            })
+            .collect();
         let mut counted = Vec::new();
-        for r in received {
-            let Some(reply) = reply_of(r) else { continue };
+        for (n, reply) in replies.iter().enumerate() {
+            let Some(reply) = reply else { continue };
             let Some(task) = self.deployed.store.peek(&reply.order_id) else { continue };
             let Some(wf) = all.get_version(&task.workflow, task.workflow_version) else { continue };
             let Some(stage) = wf.stage_of(reply.step) else { continue };
@@ -533,22 +560,26 @@ impl EventLoop {
             } else {
                 counted.push("stale");
             }
-            let same_stage = |other: &Received| {
-                !std::ptr::eq(other, r)
-                    && reply_of(other).is_some_and(|o| o.order_id == reply.order_id && stage.contains(o.step))
-            };
+            let same_stage =
+                |(order_id, step): (&OrderId, u32)| *order_id == reply.order_id && stage.contains(step);
+            let in_batch = replies
+                .iter()
+                .enumerate()
+                .filter(|(m, _)| *m != n)
+                .filter_map(|(_, o)| o.as_ref().map(|o| (&o.order_id, o.step)));
             let elsewhere = self
                 .invocations
                 .values()
                 .filter(|i| i.queue == Some(SCHEDULER))
-                .flat_map(|i| i.received.iter());
-            if received.iter().chain(elsewhere).any(same_stage) {
+                .flat_map(|i| i.replies.iter().flatten().map(|(o, step)| (o, *step)));
+            if in_batch.chain(elsewhere).any(same_stage) {
                 counted.push("racing");
             }
         }
         for kind in counted {
             *self.branch_replies.entry(kind).or_default() += 1;
         }
+        replies.into_iter().map(|r| r.map(|r| (r.order_id, r.step))).collect()
     }
 
     fn start_operator_actions(&mut self, now: u64) {

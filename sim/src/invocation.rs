@@ -42,6 +42,9 @@ pub struct Invocation {
     /// The queue its batch came from, and the batch, to delete once it returns.
     pub queue: Option<&'static str>,
     pub received: Vec<Received>,
+    /// A scheduler batch's forward replies, by their place in `received` (order, step),
+    /// when the seed has parallel stages (`EventLoop::count_branch_replies`).
+    pub replies: Vec<Option<(OrderId, u32)>>,
     /// Crash when this many I/O calls have been granted (at the next one, or at the end).
     pub crash_at: Option<u32>,
     pub granted: u32,
@@ -84,6 +87,7 @@ impl Invocation {
             flag: Flag::woken(),
             queue: None,
             received: Vec::new(),
+            replies: Vec::new(),
             crash_at,
             granted: 0,
             agent_slot: None,

@@ -314,11 +314,75 @@ impl Ledger {
 /// attempt); the key when the request cannot be read (it always can: the agent read it).
 /// A reply to the scheduler names its place the same way.
 pub fn holder_of(request: Option<&str>, key: &str) -> String {
-    let parsed = request.and_then(|body| serde_json::from_str::<serde_json::Value>(body).ok());
-    let place = parsed.and_then(|v| Some((v["order_id"].as_str()?.to_owned(), v["attempt"].as_u64()?)));
-    match place {
+    let place = request.and_then(|body| serde_json::from_str::<Place>(body).ok());
+    match place.and_then(|p| Some((p.order_id?, p.attempt?))) {
         Some((order, attempt)) => format!("{order}#{attempt}"),
         None => key.to_owned(),
+    }
+}
+
+/// The two fields of a JSON object `holder_of` reads, as `serde_json::Value`'s indexing
+/// reads them (the last of a repeated key; `None` if absent or of another type; no place
+/// from anything but an object), without building a `Value` of the whole request and its
+/// order: that was 2 % of a run's instructions.
+struct Place {
+    order_id: Option<String>,
+    attempt: Option<u64>,
+}
+
+impl<'de> serde::Deserialize<'de> for Place {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Place, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Place;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Place, A::Error> {
+                let mut place = Place { order_id: None, attempt: None };
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key {
+                        Key::OrderId => {
+                            place.order_id =
+                                map.next_value::<serde_json::Value>()?.as_str().map(str::to_owned)
+                        }
+                        Key::Attempt => place.attempt = map.next_value::<serde_json::Value>()?.as_u64(),
+                        Key::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(place)
+            }
+        }
+        d.deserialize_any(Fields)
+    }
+}
+
+/// A key of the object `Place` reads, told apart without allocating (unescaped as any).
+enum Key {
+    OrderId,
+    Attempt,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Key;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(match key {
+                    "order_id" => Key::OrderId,
+                    "attempt" => Key::Attempt,
+                    _ => Key::Other,
+                })
+            }
+        }
+        d.deserialize_str(Name)
     }
 }
 

@@ -185,7 +185,7 @@ pub fn run_seeds(seeds: std::ops::Range<u64>, threads: usize, stop_after: Option
                         if seed >= seeds.end {
                             break;
                         }
-                        let verdict = run_seed(seed, &Options::default());
+                        let verdict = run_seed(seed, &Options { unhashed: true, ..Options::default() });
                         if !verdict.violations.is_empty() {
                             failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         }

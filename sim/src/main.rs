@@ -12,7 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse::<u64>().ok()) {
-        let verdict = sas_sim::run_seed(seed, &sas_sim::Options { keep_trace: true, swarm: None });
+        let verdict =
+            sas_sim::run_seed(seed, &sas_sim::Options { keep_trace: true, swarm: None, unhashed: false });
         for line in &verdict.outcome.trace {
             println!("{line}");
         }

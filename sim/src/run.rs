@@ -26,6 +26,11 @@ pub struct Options {
     pub keep_trace: bool,
     /// Overrides the seed's swarm.
     pub swarm: Option<Swarm>,
+    /// Leaves the trace unhashed (`Outcome::hash` 0) unless its lines are kept: for runs of
+    /// many seeds (`run_seeds`), which sum what the seeds did and never compare histories.
+    /// Nothing noted in the trace draws from the generator or changes the world, so the
+    /// run decides the same.
+    pub unhashed: bool,
 }
 
 /// Everything a run leaves behind for the checker and the report.
@@ -65,6 +70,7 @@ pub struct Outcome {
     pub runtime: Vec<Violation>,
     /// How branch replies of parallel stages arrived, by kind (`EventLoop::count_branch_replies`).
     pub branch_replies: BTreeMap<&'static str, u64>,
+    /// The history's hash (FNV-1a of every trace line and its time); 0 if `Options::unhashed`.
     pub hash: u64,
     pub trace: Vec<String>,
 }
@@ -77,7 +83,7 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let drawn = Swarm::from_rng(&mut rng);
     let swarm = options.swarm.clone().unwrap_or(drawn);
     let arrivals = workload::generate(&mut rng, &swarm);
-    let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace);
+    let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace, options.unhashed);
     shared.w().ledger.limits = swarm.limits.clone();
     shared.w().ledger.clock_slack_ms = 2 * swarm.faults.skew_max_ms;
     shared.w().outside = Outside::new(seed, swarm.outside, &workflows(&swarm));

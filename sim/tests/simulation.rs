@@ -104,7 +104,7 @@ fn the_same_seed_gives_the_same_history() {
 #[test]
 fn replay() {
     let seed = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let v = run_seed(seed, &Options { keep_trace: true, swarm: None });
+    let v = run_seed(seed, &Options { keep_trace: true, swarm: None, unhashed: false });
     if std::env::var("SIM_SEED").is_ok() {
         for line in &v.outcome.trace {
             println!("{line}");
@@ -162,7 +162,7 @@ fn without_faults_every_order_is_processed() {
         swarm.app_cancels = 0;
         // And the outside party of callback steps answers every one in time, with success.
         swarm.outside = sas_sim::outside::OutsideRates::default();
-        let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
+        let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm), unhashed: false });
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
         assert_eq!(v.outcome.crashes, 0);
         assert!(v.outcome.fault_counts.is_empty(), "{:?}", v.outcome.fault_counts);
@@ -272,11 +272,12 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
     let seed = 194_484;
     // The seed's history as it was found: since agents have limits, this seed has some.
     let found = || sas_sim::swarm::Swarm::before_limits(&mut fastrand::Rng::with_seed(seed));
-    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(found()) });
+    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(found()), unhashed: false });
     assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
     assert_eq!(v.outcome.ledger.late_do_refused, 1, "the held-up `do` arrived after its undo");
     // Its history from before callback steps, too (`regression_seeds`).
-    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(without_callbacks(seed)) });
+    let v =
+        run_seed(seed, &Options { keep_trace: false, swarm: Some(without_callbacks(seed)), unhashed: false });
     assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
     // Re-pinned when timeline entries began to keep the step's own attempt (a record
     // change only: the same history, its records one field longer).
@@ -286,7 +287,7 @@ fn a_forward_call_held_up_past_its_undo_is_refused_by_the_contract() {
     let mut swarm = found();
     assert!(!swarm.faults.remote.ignores_undone);
     swarm.faults.remote.ignores_undone = true;
-    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm) });
+    let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(swarm), unhashed: false });
     assert!(
         v.violations.iter().any(|f| f.invariant == sas_sim::invariants::Invariant::Compensation
             && f.detail.contains("took effect after it was undone")),
@@ -328,7 +329,10 @@ fn regression_seeds() {
     for (seed, hash) in
         [(16, 0x26f3_ac9a_4727_2703), (20, 0xcf77_f412_5bfc_a8c1), (2816, 0x98ef_ebdf_c361_fa7c)]
     {
-        let v = run_seed(seed, &Options { keep_trace: false, swarm: Some(without_callbacks(seed)) });
+        let v = run_seed(
+            seed,
+            &Options { keep_trace: false, swarm: Some(without_callbacks(seed)), unhashed: false },
+        );
         assert!(v.violations.is_empty(), "{}", sas_sim::describe_failure(seed, &v.violations));
         assert_eq!(
             v.outcome.hash, hash,

@@ -10,7 +10,7 @@ mod store;
 
 pub use clock::ManualClock;
 pub use metrics::{CountingMetrics, MetricsSnapshot};
-pub use queues::{EmbeddedQueues, QueueSettings, Received, SendingAs, StoredMessage};
+pub use queues::{EmbeddedQueues, QueueId, QueueSettings, Received, SendingAs, StoredMessage};
 pub use store::{EmbeddedStore, WriteRecord};
 
 use std::sync::Mutex;

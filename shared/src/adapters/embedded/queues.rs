@@ -76,6 +76,16 @@ struct Queue {
 }
 
 impl Queue {
+    fn next_visible(&self) -> Option<Timestamp> {
+        let waiting = self.waiting.first_key_value().map(|((at, _), _)| *at);
+        let lapsing = self.lapses.first_key_value().map(|(until, _)| *until);
+        waiting.into_iter().chain(lapsing).min()
+    }
+
+    fn depth(&self) -> usize {
+        self.waiting.len() + self.in_flight.len()
+    }
+
     fn lapse_added(&mut self, until: Timestamp) {
         *self.lapses.entry(until).or_default() += 1;
     }
@@ -92,11 +102,41 @@ impl Queue {
 
 #[derive(Default)]
 struct State {
-    /// By name: a few short names, looked up many times a step of a simulation, so hashed
-    /// cheaply (`NameHasher`). Nothing iterates it.
-    queues: HashMap<String, Queue, BuildHasherDefault<NameHasher>>,
+    /// In the order they were first named; a queue's place is its [`QueueId`].
+    queues: Vec<Queue>,
+    /// Each queue's place, by name: a few short names, looked up many times a step of a
+    /// simulation, so hashed cheaply (`NameHasher`). Nothing iterates it.
+    places: HashMap<String, usize, BuildHasherDefault<NameHasher>>,
     seq: u64,
 }
+
+impl State {
+    fn get(&self, queue: &str) -> Option<&Queue> {
+        self.places.get(queue).map(|&i| &self.queues[i])
+    }
+
+    fn get_mut(&mut self, queue: &str) -> Option<&mut Queue> {
+        self.places.get(queue).map(|&i| &mut self.queues[i])
+    }
+
+    fn get_or_create(&mut self, queue: &str) -> &mut Queue {
+        let i = match self.places.get(queue) {
+            Some(&i) => i,
+            None => {
+                self.queues.push(Queue::default());
+                self.places.insert(queue.to_owned(), self.queues.len() - 1);
+                self.queues.len() - 1
+            }
+        };
+        &mut self.queues[i]
+    }
+}
+
+/// A queue's place in [`EmbeddedQueues`] ([`EmbeddedQueues::id`]): for a caller that asks
+/// about one queue many times (the simulation's loop, at every step), without a lookup of
+/// its name each time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueId(usize);
 
 /// A fast hash of a queue's name (FxHash's mixing, eight bytes at a time): SipHash's
 /// resistance to chosen keys is not needed for the deployment's own few queue names.
@@ -111,10 +151,15 @@ impl NameHasher {
 
 impl Hasher for NameHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.mix(u64::from_le_bytes(word));
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.mix(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+        }
+        // The last few bytes shifted into a word, not copied into one: a copy of unknown
+        // length is a call to `memcpy`, a good part of a lookup's cost.
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            self.mix(rest.iter().rev().fold(0, |word, b| (word << 8) | u64::from(*b)));
         }
     }
     fn write_u8(&mut self, byte: u8) {
@@ -149,12 +194,12 @@ impl EmbeddedQueues {
     }
 
     pub fn create(&self, name: &str, settings: QueueSettings) {
-        self.state().queues.entry(name.to_owned()).or_default().settings = settings;
+        self.state().get_or_create(name).settings = settings;
     }
 
     /// Fault injection: the next `n` sends to `queue` fail as if SQS were unreachable.
     pub fn fail_next_sends(&self, queue: &str, n: u32) {
-        if let Some(q) = self.state().queues.get_mut(queue) {
+        if let Some(q) = self.state().get_mut(queue) {
             q.fail_sends = n;
         }
     }
@@ -165,7 +210,8 @@ impl EmbeddedQueues {
         let now = self.clock.now();
         let mut guard = self.state();
         let state = &mut *guard;
-        let q = state.queues.get_mut(queue).ok_or_else(|| QueueError::NoSuchQueue(queue.to_owned()))?;
+        let mut seq = state.seq;
+        let q = state.get_mut(queue).ok_or_else(|| QueueError::NoSuchQueue(queue.to_owned()))?;
         let any_lapsed = q.lapses.first_key_value().is_some_and(|(until, _)| *until <= now);
         let lapsed: Vec<String> = if any_lapsed {
             q.in_flight.iter().filter(|(_, (_, until))| *until <= now).map(|(r, _)| r.clone()).collect()
@@ -175,8 +221,8 @@ impl EmbeddedQueues {
         for receipt in lapsed {
             let (message, until) = q.in_flight.remove(&receipt).expect("listed above");
             q.lapse_removed(until);
-            state.seq += 1;
-            q.waiting.insert((until, state.seq), message);
+            seq += 1;
+            q.waiting.insert((until, seq), message);
         }
         let mut out = Vec::new();
         let mut to_dead_letter = Vec::new();
@@ -196,18 +242,20 @@ impl EmbeddedQueues {
                 continue;
             }
             message.receive_count += 1;
-            state.seq += 1;
-            let receipt = format!("{queue}#{}", state.seq);
+            seq += 1;
+            let receipt = format!("{queue}#{seq}");
             let until = now.plus_ms(q.settings.visibility_timeout_ms);
             q.in_flight.insert(receipt.clone(), (message.clone(), until));
             q.lapse_added(until);
             out.push(Received { message, receipt });
         }
-        if let Some(dlq) = q.settings.dead_letter.clone() {
+        let dead_letter = q.settings.dead_letter.clone();
+        state.seq = seq;
+        if let Some(dlq) = dead_letter {
             for message in to_dead_letter {
                 state.seq += 1;
                 let key = (now, state.seq);
-                state.queues.entry(dlq.clone()).or_default().waiting.insert(key, message);
+                state.get_or_create(&dlq).waiting.insert(key, message);
             }
         }
         Ok(out)
@@ -215,7 +263,7 @@ impl EmbeddedQueues {
 
     /// Deletes a received message; a receipt whose visibility lapsed is a no-op.
     pub fn delete(&self, queue: &str, receipt: &str) {
-        if let Some(q) = self.state().queues.get_mut(queue)
+        if let Some(q) = self.state().get_mut(queue)
             && let Some((_, until)) = q.in_flight.remove(receipt)
         {
             q.lapse_removed(until);
@@ -226,22 +274,33 @@ impl EmbeddedQueues {
     /// messages' visible-at and its in-flight messages' visibility lapse. For a
     /// discrete-event driver (the simulation) that jumps time to the next event.
     pub fn next_visible(&self, queue: &str) -> Option<Timestamp> {
-        let state = self.state();
-        let q = state.queues.get(queue)?;
-        let waiting = q.waiting.first_key_value().map(|((at, _), _)| *at);
-        let lapsing = q.lapses.first_key_value().map(|(until, _)| *until);
-        waiting.into_iter().chain(lapsing).min()
+        self.state().get(queue)?.next_visible()
     }
 
     /// Messages waiting (visible or delayed) plus in flight.
     pub fn depth(&self, queue: &str) -> usize {
-        self.state().queues.get(queue).map_or(0, |q| q.waiting.len() + q.in_flight.len())
+        self.state().get(queue).map_or(0, Queue::depth)
+    }
+
+    /// The place of the queue named `queue`, if there is one.
+    pub fn id(&self, queue: &str) -> Option<QueueId> {
+        self.state().places.get(queue).map(|&i| QueueId(i))
+    }
+
+    /// `next_visible` of the queue at `id`.
+    pub fn next_visible_at(&self, id: QueueId) -> Option<Timestamp> {
+        self.state().queues[id.0].next_visible()
+    }
+
+    /// `depth` of the queue at `id`.
+    pub fn depth_at(&self, id: QueueId) -> usize {
+        self.state().queues[id.0].depth()
     }
 
     /// Every message in `queue`, removed: for reading status and dead-letter queues.
     pub fn drain(&self, queue: &str) -> Vec<StoredMessage> {
         let mut state = self.state();
-        let Some(q) = state.queues.get_mut(queue) else {
+        let Some(q) = state.get_mut(queue) else {
             return Vec::new();
         };
         let mut all: Vec<_> = std::mem::take(&mut q.waiting).into_values().collect();
@@ -268,7 +327,8 @@ impl EmbeddedQueues {
         {
             let mut guard = self.state();
             let state = &mut *guard;
-            let q = state.queues.get_mut(&queue.0).ok_or_else(|| QueueError::NoSuchQueue(queue.0.clone()))?;
+            let mut seq = state.seq;
+            let q = state.get_mut(&queue.0).ok_or_else(|| QueueError::NoSuchQueue(queue.0.clone()))?;
             if q.fail_sends > 0 {
                 q.fail_sends -= 1;
                 return Err(QueueError::Unavailable {
@@ -278,9 +338,9 @@ impl EmbeddedQueues {
             }
             let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
             for m in messages {
-                state.seq += 1;
+                seq += 1;
                 let stored = StoredMessage {
-                    message_id: format!("m-{}", state.seq),
+                    message_id: format!("m-{seq}"),
                     body: m.body,
                     attributes: m.attributes,
                     receive_count: 0,
@@ -289,12 +349,13 @@ impl EmbeddedQueues {
                 };
                 let visible_at = now.plus_ms(m.delay_ms);
                 if q.settings.duplicate_rate > 0.0 && rng.f64() < q.settings.duplicate_rate {
-                    state.seq += 1;
-                    q.waiting.insert((visible_at, state.seq), stored.clone());
+                    seq += 1;
+                    q.waiting.insert((visible_at, seq), stored.clone());
                 }
-                state.seq += 1;
-                q.waiting.insert((visible_at, state.seq), stored);
+                seq += 1;
+                q.waiting.insert((visible_at, seq), stored);
             }
+            state.seq = seq;
         }
         self.sent.notify_waiters();
         Ok(())
