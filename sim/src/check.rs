@@ -238,7 +238,9 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         if ctx.message.as_deref().is_some_and(|m| words.contains(m)) {
             continue;
         }
-        let message = ctx.message.as_deref().map(SchedulerMessage::parse);
+        // Parsed only for the causes judged by it.
+        let parsed = std::cell::OnceCell::new();
+        let message = || parsed.get_or_init(|| ctx.message.as_deref().map(SchedulerMessage::parse));
         match &after.last_cause {
             Cause::DeadlinePassed { .. } if ctx.role != Some(Role::Supervisor) => {
                 add(Invariant::Lifecycle, format!("order {id}: a lapse written by {:?}", ctx.role));
@@ -259,10 +261,10 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     format!("order {id}: cancelled by a message from another sender: {:?}", ctx.message),
                 );
             }
-            Cause::Claimed { .. } if !is_schedule_of(&message, id) => {
+            Cause::Claimed { .. } if !is_schedule_of(message(), id) => {
                 add(Invariant::Lifecycle, format!("order {id}: claimed while handling {:?}", ctx.message));
             }
-            Cause::Slept { .. } if !(ctx.role == Some(Role::Scheduler) && is_schedule_of(&message, id)) => {
+            Cause::Slept { .. } if !(ctx.role == Some(Role::Scheduler) && is_schedule_of(message(), id)) => {
                 add(
                     Invariant::Lifecycle,
                     format!("order {id}: put to sleep while handling {:?}", ctx.message),
@@ -270,7 +272,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             }
             Cause::Woke { .. }
                 if !(ctx.role == Some(Role::Supervisor)
-                    || (ctx.role == Some(Role::Scheduler) && is_schedule_of(&message, id))) =>
+                    || (ctx.role == Some(Role::Scheduler) && is_schedule_of(message(), id))) =>
             {
                 add(
                     Invariant::Lifecycle,
@@ -280,7 +282,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             // A timer step whose time cannot be read fails for good when a Schedule comes.
             Cause::Failed { step, action: sas::domain::Action::Do, .. }
                 if ctx.role == Some(Role::Scheduler)
-                    && is_schedule_of(&message, id)
+                    && is_schedule_of(message(), id)
                     && before.state() == ProcessState::Pending
                     && *step == before.step
                     && run
@@ -300,7 +302,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     Cause::Started { step } => (*step, sas::domain::Action::Do),
                     _ => unreachable!("matched above"),
                 };
-                let Some(Ok(SchedulerMessage::Reply(reply))) = message else {
+                let Some(Ok(SchedulerMessage::Reply(reply))) = message() else {
                     add(
                         Invariant::Fenced,
                         format!("order {id}: a reply's write made while handling {:?}", ctx.message),

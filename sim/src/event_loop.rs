@@ -532,11 +532,16 @@ impl EventLoop {
         let Some(all) = &self.staged else { return Vec::new() };
         // Each message parsed once, here: the batch's replies, and those of the running
         // schedulers' batches as they were parsed when those started (`Invocation::replies`).
+        // A forward reply names its action `"do"`, or spells it with escapes: no other body
+        // can be one, and is not parsed.
+        let may_be_forward = |body: &str| body.contains(r#""do""#) || body.contains('\\');
         let replies: Vec<Option<AgentReply>> = received
             .iter()
-            .map(|r| match SchedulerMessage::parse(&r.message.body) {
-                Ok(SchedulerMessage::Reply(reply)) if reply.action == Action::Do => Some(reply),
-                _ => None,
+            .map(|r| {
+                match may_be_forward(&r.message.body).then(|| SchedulerMessage::parse(&r.message.body)) {
+                    Some(Ok(SchedulerMessage::Reply(reply))) if reply.action == Action::Do => Some(reply),
+                    _ => None,
+                }
             })
             .collect();
         let mut counted = Vec::new();

@@ -147,6 +147,132 @@ impl Intake {
     }
 }
 
+/// Of an order's JSON object, whether its `items` (the last, if repeated), when they are an
+/// array, hold only objects: what `OrderRequest::parse` asks of the shape, read without
+/// building a `serde_json::Value` of the whole order.
+struct ItemsShape {
+    items_are_objects: bool,
+}
+
+impl<'de> Deserialize<'de> for ItemsShape {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ItemsShape, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = ItemsShape;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ItemsShape, A::Error> {
+                let mut shape = ItemsShape { items_are_objects: true };
+                while let Some(key) = map.next_key::<IsItems>()? {
+                    if key.0 {
+                        shape.items_are_objects = map.next_value::<AllObjects>()?.0;
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(shape)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// Whether a key is `items` (unescaped as any key).
+struct IsItems(bool);
+
+impl<'de> Deserialize<'de> for IsItems {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<IsItems, D::Error> {
+        struct Key;
+        impl serde::de::Visitor<'_> for Key {
+            type Value = IsItems;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<IsItems, E> {
+                Ok(IsItems(key == "items"))
+            }
+        }
+        d.deserialize_str(Key)
+    }
+}
+
+/// Of any JSON value: false only for an array with an element that is not an object.
+struct AllObjects(bool);
+
+/// Of any JSON value: whether it is an object.
+struct IsObject(bool);
+
+macro_rules! any_other_value {
+    ($out:expr) => {
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($out)
+        }
+    };
+}
+
+impl<'de> Deserialize<'de> for AllObjects {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AllObjects, D::Error> {
+        struct Value;
+        impl<'de> serde::de::Visitor<'de> for Value {
+            type Value = AllObjects;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            any_other_value!(AllObjects(true));
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<AllObjects, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(AllObjects(true))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<AllObjects, A::Error> {
+                let mut all = true;
+                while let Some(IsObject(object)) = seq.next_element()? {
+                    all &= object;
+                }
+                Ok(AllObjects(all))
+            }
+        }
+        d.deserialize_any(Value)
+    }
+}
+
+impl<'de> Deserialize<'de> for IsObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<IsObject, D::Error> {
+        struct Value;
+        impl<'de> serde::de::Visitor<'de> for Value {
+            type Value = IsObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            any_other_value!(IsObject(false));
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<IsObject, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(IsObject(true))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<IsObject, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(IsObject(false))
+            }
+        }
+        d.deserialize_any(Value)
+    }
+}
+
 /// A validated order: what is stored and what agents see. Its JSON is the payload
 /// that decides whether a second submission under the same id is a duplicate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,14 +311,9 @@ impl OrderRequest {
     pub fn parse(body: &str) -> Result<OrderRequest, MessageError> {
         let request = parse_json(body)?;
         // The typed parse accepted it (so it is well-formed and small); the items must be
-        // objects too, not positional arrays.
-        let shape: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(body).map_err(MessageError::from_json)?;
-        if shape
-            .get("items")
-            .and_then(|v| v.as_array())
-            .is_some_and(|items| !items.iter().all(|i| i.is_object()))
-        {
+        // objects too, not positional arrays. Only their shape is read, not built.
+        let shape: ItemsShape = serde_json::from_str(body).map_err(MessageError::from_json)?;
+        if !shape.items_are_objects {
             return Err(MessageError::Malformed("items must be JSON objects, not arrays".into()));
         }
         Ok(request)
@@ -356,11 +477,48 @@ pub enum SchedulerMessage {
 
 impl SchedulerMessage {
     pub fn parse(body: &str) -> Result<SchedulerMessage, MessageError> {
+        if let Some(message) = SchedulerMessage::parse_tag_first(body) {
+            return Ok(message);
+        }
         parse_json(body)
+    }
+
+    /// A schedule or a reply as `to_body` writes them, its tag first, read straight into
+    /// its fields: the tagged enum's own parse first copies every field into a buffer to
+    /// find the tag, which made it most of a scheduler message's handling. Only what that
+    /// parse reads the same is read here: the same fields after the tag, no other tag, the
+    /// same size limit; anything else, an error included, is left to it.
+    fn parse_tag_first(body: &str) -> Option<SchedulerMessage> {
+        if body.len() > MAX_BODY_BYTES {
+            return None;
+        }
+        let (fields, reply) = if let Some(rest) = body.strip_prefix(r#"{"type":"reply","#) {
+            (rest, true)
+        } else if let Some(rest) = body.strip_prefix(r#"{"type":"schedule","#) {
+            (rest, false)
+        } else {
+            return None;
+        };
+        let mut object = String::with_capacity(fields.len() + 1);
+        object.push('{');
+        object.push_str(fields);
+        if reply {
+            serde_json::from_str::<AgentReply>(&object).ok().map(SchedulerMessage::Reply)
+        } else {
+            let ScheduleFields { order_id } = serde_json::from_str(&object).ok()?;
+            Some(SchedulerMessage::Schedule { order_id })
+        }
     }
     pub fn to_body(&self) -> String {
         serde_json::to_string(self).expect("messages always serialize")
     }
+}
+
+/// `SchedulerMessage::Schedule`'s fields, for `SchedulerMessage::parse_tag_first`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleFields {
+    order_id: OrderId,
 }
 
 /// The scheduler's instruction to an agent: run one action of one step, under a lease.
@@ -734,5 +892,42 @@ mod tests {
         let m = SchedulerMessage::Schedule { order_id: OrderId::parse("o-1").unwrap() };
         assert_eq!(SchedulerMessage::parse(&m.to_body()).unwrap(), m);
         assert!(SchedulerMessage::parse(r#"{"type":"launch","order_id":"o-1"}"#).is_err());
+    }
+
+    /// The tag-first reading agrees with the tagged enum's own wherever it reads anything.
+    #[test]
+    fn tag_first_reads_as_the_tagged_parse() {
+        let lease = r#""lease":"67e55044-10b1-426f-9247-bb680e5fe0c8""#;
+        let reply =
+            format!(r#"{{"type":"reply","order_id":"o-1","step":2,"action":"do","attempt":3,{lease}"#);
+        let bodies = [
+            r#"{"type":"schedule","order_id":"o-1"}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","type":"schedule"}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","at":5}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"no spaces"}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1"} x"#.to_owned(),
+            r#"{"type":"schedule",}"#.to_owned(),
+            format!(
+                r#"{reply},"outcome":{{"status":"succeeded","output":{{"n":1.5,"s":"é","big":18446744073709551616}}}}}}"#
+            ),
+            format!(r#"{reply},"outcome":{{"status":"succeeded"}}}}"#),
+            format!(r#"{reply},"outcome":{{"status":"failed","reason":"r","detail":null}}}}"#),
+            format!(r#"{reply},"outcome":{{"status":"throttled","retry_after_ms":100}}}}"#),
+            format!(r#"{reply},"outcome":{{"status":"succeeded"}},"type":"reply"}}"#),
+            format!(r#"{reply},"outcome":{{"status":"succeeded"}},"extra":1}}"#),
+            format!(r#"{reply},"outcome":{{"status":"succeeded","output":null}}}}"#),
+            format!(r#"{reply},"step":-1,"outcome":{{"status":"succeeded"}}}}"#),
+            format!(r#"{reply},"outcome":{{"status":"succeeded"}},"step":4}}"#),
+        ];
+        let mut read = 0;
+        for body in &bodies {
+            let tagged = parse_json::<SchedulerMessage>(body).ok();
+            if let Some(fast) = SchedulerMessage::parse_tag_first(body) {
+                read += 1;
+                assert_eq!(Some(&fast), tagged.as_ref(), "{body}");
+            }
+            assert_eq!(SchedulerMessage::parse(body).ok(), tagged, "{body}");
+        }
+        assert!(read >= 6, "the common bodies are read tag first ({read})");
     }
 }

@@ -11,7 +11,8 @@ use crate::ports::{Metric, Written};
 
 pub struct Scheduler {
     pub deps: Deps,
-    pub settings: Settings,
+    /// Shared by its clones: every container of a deployment runs the same settings.
+    pub settings: std::sync::Arc<Settings>,
     /// This process's turns at the limited agents' gates.
     turns: std::sync::Arc<gate::Turns>,
 }
@@ -20,13 +21,13 @@ pub struct Scheduler {
 /// takes its own turns at the gates, and races the others' writes as containers do.
 impl Clone for Scheduler {
     fn clone(&self) -> Scheduler {
-        Scheduler::new(self.deps.clone(), self.settings.clone())
+        Scheduler { deps: self.deps.clone(), settings: self.settings.clone(), turns: Default::default() }
     }
 }
 
 impl Scheduler {
     pub fn new(deps: Deps, settings: Settings) -> Scheduler {
-        Scheduler { deps, settings, turns: Default::default() }
+        Scheduler { deps, settings: std::sync::Arc::new(settings), turns: Default::default() }
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
