@@ -46,23 +46,6 @@ pub struct TimeError {
 }
 
 /// At most 64 characters of what was given, for an error message.
-/// `n` in decimal appended to `out`, as `write!(out, "{n}")` would: for the ids and keys
-/// made many times a message, where `format!`'s machinery cost more than the text.
-pub(crate) fn push_decimal(out: &mut String, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    let mut rest = n;
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
-}
-
 fn cut(text: &str) -> String {
     text.chars().take(64).collect()
 }
@@ -177,15 +160,6 @@ impl fmt::Display for Sender {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn decimal_is_what_format_writes() {
-        for n in [0, 7, 9, 10, 99, 100, 12_345, u64::from(u32::MAX), u64::MAX - 1, u64::MAX] {
-            let mut text = String::from("x");
-            push_decimal(&mut text, n);
-            assert_eq!(text, format!("x{n}"));
-        }
-    }
 
     #[test]
     fn order_id_rules() {

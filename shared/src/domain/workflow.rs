@@ -36,7 +36,7 @@ pub fn idempotency_key(order_id: &OrderId, step: u32, action: Action) -> Idempot
     let mut key = String::with_capacity(order_id.as_str().len() + 17);
     key.push_str(order_id.as_str());
     key.push(':');
-    super::ids::push_decimal(&mut key, step.into());
+    key.push_str(itoa::Buffer::new().format(step));
     key.push(':');
     key.push_str(action.as_str());
     IdempotencyKey(key)

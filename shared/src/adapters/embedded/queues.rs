@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use crate::domain::Timestamp;
-use crate::domain::ids::push_decimal;
 use crate::ports::{Clock, Delivery, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues};
 
 /// One queue's behaviour, as an SQS queue's attributes and redrive policy set it.
@@ -176,7 +175,7 @@ impl Hasher for NameHasher {
 fn message_id(seq: u64) -> String {
     let mut id = String::with_capacity(22);
     id.push_str("m-");
-    push_decimal(&mut id, seq);
+    id.push_str(itoa::Buffer::new().format(seq));
     id
 }
 
@@ -256,7 +255,7 @@ impl EmbeddedQueues {
             let mut receipt = String::with_capacity(queue.len() + 21);
             receipt.push_str(queue);
             receipt.push('#');
-            push_decimal(&mut receipt, seq);
+            receipt.push_str(itoa::Buffer::new().format(seq));
             let until = now.plus_ms(q.settings.visibility_timeout_ms);
             q.in_flight.insert(receipt.clone(), (message.clone(), until));
             q.lapse_added(until);
