@@ -477,7 +477,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         }
     }
 
-    crate::gate_log::tickets_handed_back(&run.writes, &run.write_ctx, &run.gates, &mut add);
+    tickets_handed_back(&run.writes, &run.write_ctx, &run.gates, &mut add);
 
     // ---- liveness: every order ended within the bound after the faults stopped ----
     let deadline = run.quiet_at + run.bound_ms;
@@ -587,6 +587,35 @@ fn callbacks(run: &Outcome, words: &BTreeSet<&str>, add: &mut impl FnMut(Invaria
                         &run.writes,
                         &sas::domain::OrderId::parse(id).expect("a stored id")
                     )
+                ),
+            );
+        }
+    }
+}
+
+/// `Invariant::TicketsHandedBack`: every landed write that leaves a ticket without its
+/// claim (the claim takes its turn with it: a lease appears), against the tickets let
+/// through after the writing invocation ended cleanly.
+fn tickets_handed_back(
+    writes: &[sas::adapters::embedded::WriteRecord],
+    ctx: &[crate::world::WriteCtx],
+    log: &crate::gate_log::GateLog,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    for (w, ctx) in writes.iter().zip(ctx) {
+        let Some(held) = w.before.as_ref().and_then(|b| b.queued()) else { continue };
+        if w.after.queued() == Some(held) || w.after.locked_by().is_some() {
+            continue;
+        }
+        let Some(&ended) = log.ended_clean.get(&ctx.invocation) else { continue };
+        if let Some(late) =
+            log.let_through.iter().find(|l| l.agent == held.agent && l.ticket == held.ticket && l.at > ended)
+        {
+            add(
+                Invariant::TicketsHandedBack,
+                format!(
+                    "order {} left the line of agent {} (ticket {}) at {} ms, in invocation {} that ended cleanly at {ended} ms; the ticket was let through at {} ms",
+                    w.after.order_id, held.agent, held.ticket, ctx.at, ctx.invocation, late.at
                 ),
             );
         }

@@ -1,6 +1,6 @@
 //! What the limited agents' gates did, as the simulation saw them: which tickets each
-//! landed gate write let through (a place reserved for each), which invocations ended
-//! with nothing in their way, and the check `Invariant::TicketsHandedBack` built on them.
+//! landed gate write let through (a place reserved for each), and which invocations ended
+//! with nothing in their way. `check.rs` judges `Invariant::TicketsHandedBack` on them.
 //!
 //! A task that leaves an agent's line without taking its turn (a cancel, a give-up)
 //! hands its ticket back in the same invocation, after its write lands (`Effect::HandBack`),
@@ -10,11 +10,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use sas::adapters::embedded::WriteRecord;
 use sas::domain::gate::{Gate, reserved_for};
 
-use crate::invariants::Invariant;
-use crate::world::{InvocationId, WriteCtx};
+/// An invocation's id (`world::InvocationId`), kept as a number so this file needs
+/// nothing of the crate.
+type InvocationId = u64;
 
 /// A ticket let through by a landed gate write, at true time `at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,35 +54,6 @@ impl GateLog {
     pub fn ended(&mut self, invocation: InvocationId, at: u64, hit: bool) {
         if !hit && !self.lost_race.contains(&invocation) {
             self.ended_clean.insert(invocation, at);
-        }
-    }
-}
-
-/// `Invariant::TicketsHandedBack`: every landed write that leaves a ticket without its
-/// claim (the claim takes its turn with it: a lease appears), against the tickets let
-/// through after the writing invocation ended cleanly.
-pub fn tickets_handed_back(
-    writes: &[WriteRecord],
-    ctx: &[WriteCtx],
-    log: &GateLog,
-    add: &mut impl FnMut(Invariant, String),
-) {
-    for (w, ctx) in writes.iter().zip(ctx) {
-        let Some(held) = w.before.as_ref().and_then(|b| b.queued()) else { continue };
-        if w.after.queued() == Some(held) || w.after.locked_by().is_some() {
-            continue;
-        }
-        let Some(&ended) = log.ended_clean.get(&ctx.invocation) else { continue };
-        if let Some(late) =
-            log.let_through.iter().find(|l| l.agent == held.agent && l.ticket == held.ticket && l.at > ended)
-        {
-            add(
-                Invariant::TicketsHandedBack,
-                format!(
-                    "order {} left the line of agent {} (ticket {}) at {} ms, in invocation {} that ended cleanly at {ended} ms; the ticket was let through at {} ms",
-                    w.after.order_id, held.agent, held.ticket, ctx.at, ctx.invocation, late.at
-                ),
-            );
         }
     }
 }

@@ -104,8 +104,8 @@ impl Draft {
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::*;
-    use super::*;
     use super::super::outcome::Act;
+    use super::*;
     use crate::domain::ReplyOutcome;
     use crate::domain::workflow::Workflow;
 

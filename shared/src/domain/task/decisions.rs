@@ -19,10 +19,10 @@ use super::claim::Mint;
 use super::draft::Draft;
 use super::operator::{Actor, Origin};
 use super::outcome::{Act, Effect, Policy, Refusal, StaleReason};
-use crate::domain::lifecycle::Trigger;
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};
 use crate::domain::ids::Timestamp;
+use crate::domain::lifecycle::Trigger;
 use crate::domain::messages::AgentReply;
 use crate::domain::workflow::Workflow;
 

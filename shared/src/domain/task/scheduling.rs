@@ -636,7 +636,8 @@ mod tests {
         assert!(matches!(r.next(Seen::Landed(false)), Next::ReadTask));
         assert!(matches!(r.next(read(&task, &wf)), Next::Arrive { ticket: Some(3), .. }));
         // Still behind, and not on the record yet: the Queued write again.
-        let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::StillWaiting { ticket: 3 })) else {
+        let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::StillWaiting { ticket: 3 }))
+        else {
             panic!("the Queued write again")
         };
         assert_eq!(decision.next.queued().map(|q| q.ticket), Some(3));
