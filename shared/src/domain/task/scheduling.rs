@@ -552,6 +552,18 @@ mod tests {
         Scheduling::new(OrderId::parse("o-1").unwrap(), lease(1), limits, policy())
     }
 
+    /// A Schedule's run that has read `task` and asked to arrive at its gate.
+    fn arrived<'w>(
+        limits: &'w BTreeMap<String, Limits>,
+        task: &TaskRecord,
+        wf: &'w Workflow,
+    ) -> Scheduling<'w> {
+        let mut r = run(limits);
+        r.next(Seen::Nothing);
+        assert!(matches!(r.next(read(task, wf)), Next::Arrive { .. }), "an arrival at the gate");
+        r
+    }
+
     #[test]
     fn without_limits_a_schedule_is_one_decision_written_then_performed() {
         let wf = Workflow::three_step();
@@ -625,9 +637,7 @@ mod tests {
         let wf = Workflow::three_step();
         let (agent, limits) = limited(&wf);
         let task = new_task(&wf);
-        let mut r = run(&limits);
-        r.next(Seen::Nothing);
-        r.next(read(&task, &wf));
+        let mut r = arrived(&limits, &task, &wf);
         let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::Queued { ticket: 3 })) else {
             panic!("the Queued write")
         };
@@ -656,9 +666,7 @@ mod tests {
         let wf = Workflow::three_step();
         let (agent, limits) = limited(&wf);
         let task = new_task(&wf).queue(&agent, 2, T0, &policy()).unwrap().next;
-        let mut r = run(&limits);
-        r.next(Seen::Nothing);
-        r.next(read(&task, &wf));
+        let mut r = arrived(&limits, &task, &wf);
         assert!(matches!(
             r.next(Seen::Admission(Admission::StillWaiting { ticket: 2 })),
             Next::NoteWaiter { ticket: 2, .. }
@@ -686,9 +694,7 @@ mod tests {
         let wf = Workflow::three_step();
         let (agent, limits) = limited(&wf);
         let task = new_task(&wf);
-        let mut r = run(&limits);
-        r.next(Seen::Nothing);
-        r.next(read(&task, &wf));
+        let mut r = arrived(&limits, &task, &wf);
         // Ticket 3 taken, and the Queued write lost to a cancel: no place needed now.
         for seen in [Seen::Admission(Admission::Queued { ticket: 3 }), Seen::Landed(false)] {
             r.next(seen);
@@ -706,9 +712,7 @@ mod tests {
         let wf = Workflow::three_step();
         let (agent, limits) = limited(&wf);
         let queued = new_task(&wf).queue(&agent, 7, T0, &policy()).unwrap().next;
-        let mut r = run(&limits);
-        r.next(Seen::Nothing);
-        r.next(read(&queued, &wf));
+        let mut r = arrived(&limits, &queued, &wf);
         r.next(Seen::Admission(Admission::Admitted));
         // The claim lost to a cancel: the place goes back to ticket 7 ...
         assert!(matches!(r.next(Seen::Landed(false)), Next::Unclaim { ticket: 7, .. }));
