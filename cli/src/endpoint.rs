@@ -315,7 +315,7 @@ pub type RecordingStore<S> = TapStore<S, WriteLog>;
 #[derive(Default)]
 struct Log {
     writes: Vec<WriteRecord>,
-    latest: HashMap<OrderId, TaskRecord>,
+    latest: HashMap<OrderId, Arc<TaskRecord>>,
 }
 
 impl WriteLog {
@@ -342,8 +342,9 @@ impl WriteLog {
 impl Tap for WriteLog {
     fn landed(&self, after: &TaskRecord, _: Landed) {
         let mut log = self.log();
+        let after = Arc::new(after.clone());
         let before = log.latest.insert(after.order_id.clone(), after.clone());
-        log.writes.push(WriteRecord { before, after: after.clone() });
+        log.writes.push(WriteRecord { before, after });
     }
 }
 

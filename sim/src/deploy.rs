@@ -78,7 +78,13 @@ pub struct Deployed {
 
 /// Puts the deployment up. Draws the queues', the handlers' and each agent's generator
 /// seeds from `rng`, in that order: a seed's history depends on it.
-pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> Deployed {
+/// `workflows`: the seed's (`workflows`), as the deployment after its publish knows them.
+pub fn deploy(
+    swarm: &Swarm,
+    workflows: &Workflows,
+    shared: &Arc<Shared>,
+    rng: &mut fastrand::Rng,
+) -> Deployed {
     let store = Arc::new(EmbeddedStore::new());
     let queues = Arc::new(EmbeddedQueues::new(Arc::new(TrueClock { shared: shared.clone() }), rng.u64(..)));
     for q in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, CALLBACKS_DLQ, STATUS] {
@@ -107,7 +113,7 @@ pub fn deploy(swarm: &Swarm, shared: &Arc<Shared>, rng: &mut fastrand::Rng) -> D
     // the way a deployment's definitions do.
     let defs = agent_defs(swarm);
     let topology = queue_names::topology().with_queue_agents(&defs);
-    let settings = Settings::new(policy(), workflows(swarm), topology, queue_names::reply_to_rules());
+    let settings = Settings::new(policy(), workflows.clone(), topology, queue_names::reply_to_rules());
     let before = settings.clone().with_workflows(workflows_before_publish(&swarm.generated));
     let generations = [&before, &settings];
     let remote = Arc::new(SimRemote { shared: shared.clone() });

@@ -15,7 +15,7 @@ use sas::domain::{Act, Action, AgentReply, OrderId, SchedulerMessage, TaskRecord
 use sas::handlers::{DeadLetters, Inbound};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
-use crate::deploy::{Deployed, workflows};
+use crate::deploy::Deployed;
 use crate::deployment::{CALLBACKS, Role, SUPERVISOR_PERIOD_MS, WORK};
 use crate::invariants::{Invariant, Violation, branch_live, running_stage};
 use crate::invocation::{Invocation, InvocationFuture, outside_command, run_messages, sweep};
@@ -58,9 +58,13 @@ pub struct EventLoop {
     /// started, and whether any of them met a fault or crashed.
     sweep_group: Vec<(InvocationId, Vec<(OrderId, u64)>)>,
     sweep_group_faulted: bool,
-    /// The seed's workflows when some have a parallel stage (to tell how branch replies
-    /// arrive); `None` when none has, so those seeds pay nothing for it.
-    staged: Option<Workflows>,
+    /// The seed's workflows (`deploy::workflows`), built once for the whole seed.
+    workflows: Workflows,
+    /// Whether some have a parallel stage (to tell how branch replies arrive): seeds
+    /// without one pay nothing for it.
+    staged: bool,
+    /// The seed's bound (`timing::seed_bound_ms`).
+    bound_ms: u64,
     /// How branch replies arrived (`count_branch_replies`).
     branch_replies: BTreeMap<&'static str, u64>,
     /// `run_ready`'s list of woken invocations, kept to be reused.
@@ -85,6 +89,8 @@ fn out(outage: Outage, role: Role, now: u64) -> bool {
 /// What the loop leaves behind, for the run's outcome (`run.rs`).
 pub struct Ended {
     pub swarm: Swarm,
+    pub workflows: Workflows,
+    pub bound_ms: u64,
     pub shared: Arc<Shared>,
     pub deployed: Deployed,
     pub arrivals: Vec<Arrival>,
@@ -103,23 +109,26 @@ impl EventLoop {
     /// deployment's draws (`deploy::deploy`).
     pub fn new(
         swarm: Swarm,
+        workflows: Workflows,
         shared: Arc<Shared>,
         deployed: Deployed,
         arrivals: Vec<Arrival>,
         rng: &mut fastrand::Rng,
     ) -> EventLoop {
         let quiet_at = swarm.fault_window_ms;
-        let deadline = quiet_at + seed_bound_ms(&swarm);
+        let bound_ms = seed_bound_ms(&swarm, &workflows);
+        let deadline = quiet_at + bound_ms;
         // Within the fault window, so that the quiet tail's liveness bound holds.
         let mut operator_times: Vec<u64> =
             (0..swarm.operator_actions).map(|_| rng.u64(0..=quiet_at)).collect();
         operator_times.sort_unstable();
-        let all = workflows(&swarm);
-        let staged = all.all().iter().any(|w| !w.stages.is_empty()).then_some(all);
+        let staged = workflows.all().iter().any(|w| !w.stages.is_empty());
         let work_ids = WORK.map(|w| deployed.queues.id(w.queue).expect("the work queues are deployed"));
         EventLoop {
             work_ids,
+            workflows,
             staged,
+            bound_ms,
             branch_replies: BTreeMap::new(),
             woken: Vec::new(),
             agent_busy: vec![false; deployed.agents.len()],
@@ -154,6 +163,8 @@ impl EventLoop {
         self.run_to_the_end();
         Ended {
             swarm: self.swarm,
+            workflows: self.workflows,
+            bound_ms: self.bound_ms,
             shared: self.shared,
             deployed: self.deployed,
             arrivals: self.arrivals,
@@ -531,7 +542,10 @@ impl EventLoop {
     /// or gave up), `out_of_order` (live while a branch before it is still out), `racing`
     /// (another reply of the same stage is in this batch or in a running scheduler's).
     fn count_branch_replies(&mut self, received: &[Received]) -> Vec<Option<(OrderId, u32)>> {
-        let Some(all) = &self.staged else { return Vec::new() };
+        if !self.staged {
+            return Vec::new();
+        }
+        let all = &self.workflows;
         // Each message parsed once, here: the batch's replies, and those of the running
         // schedulers' batches as they were parsed when those started (`Invocation::replies`).
         // A forward reply names its action `"do"`, or spells it with escapes: no other body

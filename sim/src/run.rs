@@ -16,7 +16,6 @@ use crate::invariants::Violation;
 use crate::ledger::Ledger;
 use crate::outside::Outside;
 use crate::swarm::Swarm;
-use crate::timing::seed_bound_ms;
 use crate::workload::{self, Arrival};
 use crate::world::{Shared, WriteCtx};
 
@@ -86,21 +85,25 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     let shared = Shared::new(rng.u64(..), swarm.faults, options.keep_trace, options.unhashed);
     shared.w().ledger.limits = swarm.limits.clone();
     shared.w().ledger.clock_slack_ms = 2 * swarm.faults.skew_max_ms;
-    shared.w().outside = Outside::new(seed, swarm.outside, &workflows(&swarm));
-    shared.w().stage_branches = workflows(&swarm)
+    // Built once per seed, and handed to each part that reads them.
+    let workflows = workflows(&swarm);
+    shared.w().outside = Outside::new(seed, swarm.outside, &workflows);
+    shared.w().stage_branches = workflows
         .all()
         .iter()
         .flat_map(|w| w.stages.iter().flat_map(|st| st.branches().filter_map(|i| w.step(i))))
         .map(|s| s.name.clone())
         .collect();
-    let deployed = deploy(&swarm, &shared, &mut rng);
-    let ended = EventLoop::new(swarm, shared, deployed, arrivals, &mut rng).run();
+    let deployed = deploy(&swarm, &workflows, &shared, &mut rng);
+    let ended = EventLoop::new(swarm, workflows, shared, deployed, arrivals, &mut rng).run();
     outcome(seed, ended)
 }
 
 fn outcome(seed: u64, ended: Ended) -> Outcome {
     let Ended {
         swarm,
+        workflows,
+        bound_ms,
         shared,
         deployed,
         arrivals,
@@ -122,7 +125,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
     Outcome {
         seed,
         policy: policy(),
-        workflows: workflows(&swarm),
+        workflows,
         arrivals,
         tasks,
         orders,
@@ -135,7 +138,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         outside: std::mem::take(&mut w.outside),
         quiet_at,
         resumed_at,
-        bound_ms: seed_bound_ms(&swarm),
+        bound_ms,
         ended_at: w.now,
         steps,
         invocations,

@@ -78,13 +78,13 @@ fn failure_cycles(policy: &Policy, faults: &Faults, workflows: &Workflows) -> (u
 /// one at a time), each of those also waiting out a place reserved for a task that never
 /// came (`gate::RESERVATION_MS`) and a remote's pause. Timers hold no place: their waits
 /// are counted once.
-pub fn seed_bound_ms(swarm: &Swarm) -> u64 {
-    let (policy, workflows) = (crate::deployment::policy(), crate::deploy::workflows(swarm));
-    let bound = liveness_bound_ms(&policy, &swarm.faults, &workflows);
+pub fn seed_bound_ms(swarm: &Swarm, workflows: &Workflows) -> u64 {
+    let policy = crate::deployment::policy();
+    let bound = liveness_bound_ms(&policy, &swarm.faults, workflows);
     if swarm.limits.is_empty() {
         return bound;
     }
-    let (cycles, cycle) = failure_cycles(&policy, &swarm.faults, &workflows);
+    let (cycles, cycle) = failure_cycles(&policy, &swarm.faults, workflows);
     let waits = sas::domain::gate::RESERVATION_MS + swarm.faults.busy_retry_max_ms;
     bound + swarm.orders as u64 * cycles * (cycle + waits)
 }

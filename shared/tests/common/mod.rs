@@ -406,7 +406,7 @@ impl Harness {
                 Some(before) => {
                     assert_eq!(
                         last.get(&after.order_id),
-                        Some(before),
+                        Some(&**before),
                         "write {i}: not on the latest revision"
                     );
                     let operator = matches!(after.last_cause, sas::domain::Cause::Operator { .. });
@@ -432,7 +432,7 @@ impl Harness {
                     assert_eq!(after.revision, before.revision + 1, "write {i}");
                 }
             }
-            last.insert(after.order_id.clone(), after.clone());
+            last.insert(after.order_id.clone(), TaskRecord::clone(after));
         }
         for task in self.store.tasks() {
             assert_eq!(last.get(&task.order_id), Some(&task), "the table holds the last write");

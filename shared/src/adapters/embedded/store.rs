@@ -1,5 +1,5 @@
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
@@ -7,16 +7,18 @@ use crate::domain::gate::Gate;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
 use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
 
-/// One landed write of a task record, for history and invariant checks.
+/// One landed write of a task record, for history and invariant checks. Its records are
+/// shared with the table (and with the next write's `before`): a write copies its record
+/// once, however many places keep it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteRecord {
-    pub before: Option<TaskRecord>,
-    pub after: TaskRecord,
+    pub before: Option<Arc<TaskRecord>>,
+    pub after: Arc<TaskRecord>,
 }
 
 #[derive(Default)]
 struct Tables {
-    tasks: HashMap<OrderId, TaskRecord>,
+    tasks: HashMap<OrderId, Arc<TaskRecord>>,
     /// The sparse due index: (deadline, order id) of every task that has a deadline.
     due: BTreeSet<(Timestamp, OrderId)>,
     /// The sparse error index: (updated_at, order id) of every task in Error.
@@ -53,22 +55,28 @@ impl EmbeddedStore {
     }
     /// One task's writes, in order.
     pub fn history(&self, id: &OrderId) -> Vec<TaskRecord> {
-        self.tables().log.iter().filter(|w| &w.after.order_id == id).map(|w| w.after.clone()).collect()
+        self.tables()
+            .log
+            .iter()
+            .filter(|w| &w.after.order_id == id)
+            .map(|w| TaskRecord::clone(&w.after))
+            .collect()
     }
     pub fn tasks(&self) -> Vec<TaskRecord> {
-        let mut all: Vec<_> = self.tables().tasks.values().cloned().collect();
+        let mut all: Vec<_> = self.tables().tasks.values().map(|t| TaskRecord::clone(t)).collect();
         all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
         all
     }
     /// The tasks `keep` keeps, as `tasks` orders them, copying no other record.
     pub fn tasks_where(&self, keep: impl Fn(&TaskRecord) -> bool) -> Vec<TaskRecord> {
-        let mut all: Vec<_> = self.tables().tasks.values().filter(|t| keep(t)).cloned().collect();
+        let mut all: Vec<_> =
+            self.tables().tasks.values().filter(|t| keep(t)).map(|t| TaskRecord::clone(t)).collect();
         all.sort_by(|a, b| a.order_id.cmp(&b.order_id));
         all
     }
     /// One task as stored, outside the port (no injected faults), for checkers.
     pub fn peek(&self, id: &OrderId) -> Option<TaskRecord> {
-        self.tables().tasks.get(id).cloned()
+        self.tables().tasks.get(id).map(|t| TaskRecord::clone(t))
     }
     /// One task's revision as stored, outside the port, without copying the record.
     pub fn peek_revision(&self, id: &OrderId) -> Option<u64> {
@@ -119,16 +127,17 @@ impl StateStore for EmbeddedStore {
     async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
         let mut t = self.tables();
         if let Some(existing) = t.tasks.get(&task.order_id) {
-            return Ok(Inserted::Exists(Box::new(existing.clone())));
+            return Ok(Inserted::Exists(Box::new(TaskRecord::clone(existing))));
         }
+        let task = Arc::new(task.clone());
         t.tasks.insert(task.order_id.clone(), task.clone());
-        Self::index(&mut t, None, task);
-        t.log.push(WriteRecord { before: None, after: task.clone() });
+        Self::index(&mut t, None, &task);
+        t.log.push(WriteRecord { before: None, after: task });
         Ok(Inserted::New)
     }
 
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
-        Ok(self.tables().tasks.get(id).cloned())
+        Ok(self.tables().tasks.get(id).map(|t| TaskRecord::clone(t)))
     }
 
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
@@ -145,9 +154,10 @@ impl StateStore for EmbeddedStore {
             return Ok(Written::RevisionMoved);
         }
         // The record it replaces is the write's `before`: moved out, not copied.
+        let next = Arc::new(next.clone());
         let before = std::mem::replace(current, next.clone());
-        Self::index(&mut t, Some(&before), next);
-        t.log.push(WriteRecord { before: Some(before), after: next.clone() });
+        Self::index(&mut t, Some(&before), &next);
+        t.log.push(WriteRecord { before: Some(before), after: next });
         Ok(Written::Applied)
     }
 
@@ -206,6 +216,6 @@ impl TaskListing for EmbeddedStore {
             Listing::Live => t.due.iter().take(limit).map(|(_, id)| id.clone()).collect(),
         };
         t.list_items_read += keys.len() as u64;
-        Ok(keys.iter().filter_map(|id| t.tasks.get(id).cloned()).collect())
+        Ok(keys.iter().filter_map(|id| t.tasks.get(id).map(|t| TaskRecord::clone(t))).collect())
     }
 }

@@ -349,86 +349,92 @@ impl Draft {
 
 impl Draft {
     /// The phase this draft describes, or why it describes none: the shape rules that
-    /// types state.
-    fn phase(&self) -> Result<Phase, String> {
-        let d = self;
-        let s = d.state;
-        let lease = match (d.locked_by, d.complete_by) {
+    /// types state. It takes what the phase holds out of the draft (a decision's draft is
+    /// built once), and words a broken rule only when one breaks.
+    fn phase(&mut self) -> Result<Phase, String> {
+        let s = self.state;
+        let lease = match (self.locked_by, self.complete_by) {
             (Some(token), Some(complete_by)) => Some(Lease { token, complete_by }),
             (None, None) => None,
             _ => return Err("LockedBy and CompleteBy disagree".into()),
         };
-        let due = || d.deadline.ok_or_else(|| format!("{s:?} with deadline None"));
-        let none = |what: &str, held: bool| if held { Err(format!("{s:?} {what}")) } else { Ok(()) };
-        let unclaimed = || Unclaimed { hold_until: d.hold_until, queued: d.queued.clone() };
+        let deadline = self.deadline;
+        let due = || deadline.ok_or_else(|| format!("{s:?} with deadline None"));
+        let none = |what: &dyn Fn() -> String, held: bool| {
+            if held { Err(format!("{s:?} {}", what())) } else { Ok(()) }
+        };
+        let fixed = |what: &'static str| move || what.to_owned();
         if !matches!(s, ProcessState::Pending | ProcessState::Compensating | ProcessState::Error) {
-            none("held for a cancelled attempt", d.hold_until.is_some())?;
+            none(&fixed("held for a cancelled attempt"), self.hold_until.is_some())?;
         }
         if s != ProcessState::Waiting {
-            none(&format!("with wake time {:?}", d.wake_at), d.wake_at.is_some())?;
+            let wake_at = self.wake_at;
+            none(&|| format!("with wake time {wake_at:?}"), wake_at.is_some())?;
         }
         if !matches!(s, ProcessState::Processing | ProcessState::Waiting) {
-            none("holding a callback", d.callback.is_some())?;
+            none(&fixed("holding a callback"), self.callback.is_some())?;
         }
         if !matches!(s, ProcessState::Pending | ProcessState::Compensating) || lease.is_some() {
-            none("waiting for a place in a gate", d.queued.is_some())?;
+            none(&fixed("waiting for a place in a gate"), self.queued.is_some())?;
         }
         if !matches!(s, ProcessState::Processing | ProcessState::Compensating) {
-            none("holding a lease", lease.is_some())?;
+            none(&fixed("holding a lease"), lease.is_some())?;
         }
         if s.is_terminal() {
-            none(&format!("with deadline {:?}", d.deadline), d.deadline.is_some())?;
-            none("and paused", d.paused)?;
+            none(&|| format!("with deadline {deadline:?}"), deadline.is_some())?;
+            none(&fixed("and paused"), self.paused)?;
             if s != ProcessState::Error {
-                none("keeping a stage's branches", d.stage.is_some())?;
+                none(&fixed("keeping a stage's branches"), self.stage.is_some())?;
             }
         }
-        let (stage, paused) = (d.stage.clone(), d.paused);
+        let paused = self.paused;
+        let hold_until = self.hold_until;
         Ok(match s {
-            ProcessState::Pending => Phase::Pending { due: due()?, wait: unclaimed(), stage, paused },
+            ProcessState::Pending => Phase::Pending {
+                due: due()?,
+                wait: Unclaimed { hold_until, queued: self.queued.take() },
+                stage: self.stage.take(),
+                paused,
+            },
             ProcessState::Processing => Phase::Processing {
                 due: due()?,
                 lease: lease.ok_or("Processing without a lease")?,
-                callback: d.callback.clone(),
-                stage,
+                callback: self.callback.take(),
+                stage: self.stage.take(),
                 paused,
             },
             ProcessState::Waiting => {
-                none("keeping a stage's branches", stage.is_some())?;
-                let wait = match (d.wake_at, &d.callback) {
+                none(&fixed("keeping a stage's branches"), self.stage.is_some())?;
+                let wait = match (self.wake_at, self.callback.take()) {
                     (Some(wake_at), None) => WaitingFor::Timer { wake_at },
-                    (None, Some(cb)) => WaitingFor::Callback(cb.clone()),
+                    (None, Some(cb)) => WaitingFor::Callback(cb),
                     _ => return Err("Waiting for neither (or both) a timer and a callback".into()),
                 };
                 let phase = Phase::Waiting { wait, paused };
-                if phase.deadline() != d.deadline {
-                    return Err(format!(
-                        "Waiting until {:?} with deadline {:?}",
-                        phase.deadline(),
-                        d.deadline
-                    ));
+                if phase.deadline() != deadline {
+                    return Err(format!("Waiting until {:?} with deadline {deadline:?}", phase.deadline()));
                 }
                 phase
             }
             ProcessState::Compensating => {
                 if lease.is_some() {
-                    none("held for a cancelled attempt", d.hold_until.is_some())?;
+                    none(&fixed("held for a cancelled attempt"), hold_until.is_some())?;
                 }
                 let claim = match lease {
                     Some(lease) => Claim::Leased(lease),
-                    None => Claim::Unclaimed(unclaimed()),
+                    None => Claim::Unclaimed(Unclaimed { hold_until, queued: self.queued.take() }),
                 };
-                Phase::Compensating { due: due()?, claim, stage, paused }
+                Phase::Compensating { due: due()?, claim, stage: self.stage.take(), paused }
             }
             ProcessState::Processed => Phase::Processed,
-            ProcessState::Error => Phase::Error { stage, hold_until: d.hold_until },
+            ProcessState::Error => Phase::Error { stage: self.stage.take(), hold_until },
             ProcessState::Compensated => Phase::Compensated,
         })
     }
 
     /// The record this draft describes. A draft that breaks the record's shape is a bug
     /// in the decision that made it: refused as a corrupt record, so nothing is written.
-    pub(in crate::domain) fn build(self) -> Result<TaskRecord, Refusal> {
+    pub(in crate::domain) fn build(mut self) -> Result<TaskRecord, Refusal> {
         let corrupt = |workflow: &str, why: String| Refusal::Corrupt { workflow: workflow.to_owned(), why };
         let phase = self.phase().map_err(|why| corrupt(&self.workflow, why))?;
         let record = TaskRecord {

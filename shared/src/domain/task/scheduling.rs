@@ -12,6 +12,7 @@
 //! goes back through the gate, never around it), and how many rounds each may take.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::claim::Mint;
 use super::outcome::{Effect, Policy, Refusal};
@@ -106,6 +107,8 @@ pub fn freed_by(reply: &AgentReply, wf: &Workflow, limits: &BTreeMap<String, Lim
 }
 
 /// What the scheduler does next.
+// Each value is moved once per step; boxing the large ones would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Next {
     /// Read the task, strongly consistent; report it with the workflow it runs and the time.
@@ -120,8 +123,9 @@ pub enum Next {
     /// Hand `holder`'s place at `agent` back to `ticket`, best effort; then go on.
     Unclaim { agent: String, holder: String, ticket: u64 },
     /// Raise the decision's alerts, then write its record conditional on `revision`;
-    /// report whether it landed.
-    Write { decision: Decision, revision: u64 },
+    /// report whether it landed. Shared with the machine, which performs it if it lands,
+    /// so a write copies no record.
+    Write { decision: Arc<Decision>, revision: u64 },
     /// The write landed: perform the decision's effects (the first failure ends the
     /// handling, for redelivery); then go on. `waited_ms`: how long the task waited for
     /// its place, for a gated claim that had a ticket.
@@ -154,6 +158,7 @@ pub enum Done {
 }
 
 /// What came of the last step.
+#[allow(clippy::large_enum_variant)] // as for `Next`
 #[derive(Debug)]
 pub enum Seen<'w> {
     /// The first call, or a step that reports nothing.
@@ -169,6 +174,7 @@ pub enum Seen<'w> {
 }
 
 /// Where the machine is: what it waits to hear of.
+#[allow(clippy::large_enum_variant)] // as for `Next`
 #[derive(Debug)]
 enum At<'w> {
     Start,
@@ -193,7 +199,7 @@ enum At<'w> {
     },
     WritingClaim {
         read: Read<'w>,
-        decision: Decision,
+        decision: Arc<Decision>,
         place: Place,
         ticket: Option<u64>,
     },
@@ -208,7 +214,7 @@ enum At<'w> {
     /// The pass's ticket withdrawn on the way out: over, as `Done` says.
     WithdrewThenDone(Done),
     WritingQueued {
-        decision: Decision,
+        decision: Arc<Decision>,
         agent: String,
         ticket: u64,
         now: Timestamp,
@@ -227,7 +233,7 @@ enum At<'w> {
     Looked,
     WritingPlain {
         read: Read<'w>,
-        decision: Decision,
+        decision: Arc<Decision>,
     },
     Performed,
     Over,
@@ -310,7 +316,7 @@ impl<'w> Scheduling<'w> {
                 self.taken = None;
                 let waited_ms = read.task.queued().map(|q| read.now.millis_since(q.since));
                 self.at = At::Performed;
-                Next::Perform { decision, waited_ms }
+                Next::Perform { decision: landed(decision), waited_ms }
             }
             // Another writer came first: the place goes back to the ticket it came with
             // (the task keeps its turn), or back to the gate; then decide again.
@@ -337,7 +343,7 @@ impl<'w> Scheduling<'w> {
                 // The record holds the ticket now.
                 self.taken = None;
                 self.at = At::PerformedQueued { agent, ticket, now };
-                Next::Perform { decision, waited_ms: None }
+                Next::Perform { decision: landed(decision), waited_ms: None }
             }
             (At::PerformedQueued { agent, ticket, now }, _) => {
                 self.at = At::Noted { agent: agent.clone(), ticket, look: true };
@@ -353,7 +359,7 @@ impl<'w> Scheduling<'w> {
             }
             (At::WritingPlain { decision, .. }, Seen::Landed(true)) => {
                 self.at = At::Performed;
-                Next::Perform { decision, waited_ms: None }
+                Next::Perform { decision: landed(decision), waited_ms: None }
             }
             (At::WritingPlain { read, .. }, Seen::Landed(false)) => {
                 if self.tries >= conflict_retries(read.wf) {
@@ -470,6 +476,7 @@ impl<'w> Scheduling<'w> {
             (_, None, true) => self.without_gate(Some(read)),
             (Ok(decision), None, false) => {
                 let revision = read.task.revision;
+                let decision = Arc::new(decision);
                 self.at = At::WritingPlain { read, decision: decision.clone() };
                 Next::Write { decision, revision }
             }
@@ -489,6 +496,7 @@ impl<'w> Scheduling<'w> {
         match admission {
             Admission::Admitted => {
                 let revision = read.task.revision;
+                let decision = Arc::new(decision);
                 self.at = At::WritingClaim { read, decision: decision.clone(), place, ticket: arrived_with };
                 Next::Write { decision, revision }
             }
@@ -502,6 +510,7 @@ impl<'w> Scheduling<'w> {
             Admission::Queued { ticket } => {
                 match read.task.queue(&place.agent, ticket, read.now, &self.policy) {
                     Ok(queued) => {
+                        let queued = Arc::new(queued);
                         let revision = read.task.revision;
                         self.at = At::WritingQueued {
                             decision: queued.clone(),
@@ -525,6 +534,12 @@ impl<'w> Scheduling<'w> {
             }
         }
     }
+}
+
+/// The decision of a write that landed, to perform: the handler has let its share go by
+/// then, so it is moved out rather than copied.
+fn landed(decision: Arc<Decision>) -> Decision {
+    Arc::try_unwrap(decision).unwrap_or_else(|shared| Decision::clone(&shared))
 }
 
 /// A report the machine cannot have asked for: a bug in the scheduler's loop.
