@@ -309,7 +309,7 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
     let output = StepOutput::from_value(&serde_json::from_str(&worst).unwrap()).unwrap();
     assert!(output.as_str().len() <= MAX_OUTPUT_BYTES && output.as_str().len() > MAX_OUTPUT_BYTES - 2);
     for s in &wf.steps {
-        t.outputs.insert(s.name.clone(), output.clone());
+        std::sync::Arc::make_mut(&mut t.outputs).insert(s.name.clone(), output.clone());
     }
     let mut run = StageRun::new(&wf.stages[0]);
     for b in &mut run.branches {
@@ -352,17 +352,19 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
         reason: long('f', MAX_REASON_BYTES),
         in_doubt: false,
     };
-    t.timeline = (0..TIMELINE_LEN)
-        .map(|_| sas::domain::Entry {
-            at: far,
-            what: Happened::Moved(Trigger::CancelUndone),
-            step: big,
-            attempt: big,
-            step_attempt: Some(big - 1),
-            note: Some(long('n', MAX_NOTE_BYTES)),
-            by: Some(long('b', MAX_NOTE_BYTES)),
-        })
-        .collect();
+    t.timeline = std::sync::Arc::new(
+        (0..TIMELINE_LEN)
+            .map(|_| sas::domain::Entry {
+                at: far,
+                what: Happened::Moved(Trigger::CancelUndone),
+                step: big,
+                attempt: big,
+                step_attempt: Some(big - 1),
+                note: Some(long('n', MAX_NOTE_BYTES)),
+                by: Some(long('b', MAX_NOTE_BYTES)),
+            })
+            .collect(),
+    );
     t.created_at = far;
     t.updated_at = far;
 

@@ -1,6 +1,7 @@
 //! `sasctl dev` end to end on the embedded backend, and proof that its invariant
 //! checker catches each kind of violation when one is planted in a real run's record.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sas::domain::{Action, Cause, Lease, LeaseToken, Phase, ProcessState, Sender, TaskRecord, Timestamp};
@@ -158,26 +159,26 @@ async fn the_checker_catches_each_planted_violation() {
         let w = r.writes.iter().rev().find(|w| w.after.state().is_terminal()).unwrap().clone();
         let mut again = w.clone();
         again.before = Some(w.after.clone());
-        again.after = in_state(&again.after, ProcessState::Pending, 0);
+        again.after = in_state(&again.after, ProcessState::Pending, 0).into();
         r.writes.push(again);
     });
     expect("second live lease", Invariant::OneLease, &|r| {
         let w = r.writes.iter().find(|w| w.before.is_none()).unwrap().clone();
         let mut stolen = w.clone();
         let mut before = w.after.clone();
-        before = in_state(&before, ProcessState::Processing, 1);
+        before = in_state(&before, ProcessState::Processing, 1).into();
         stolen.before = Some(before);
-        stolen.after = in_state(&stolen.after, ProcessState::Processing, 2);
+        stolen.after = in_state(&stolen.after, ProcessState::Processing, 2).into();
         r.writes.push(stolen);
     });
     expect("late reply applied", Invariant::Fenced, &|r| {
         let i = r.writes.iter().position(|w| matches!(w.after.last_cause, Cause::Succeeded { .. })).unwrap();
         let cb = r.writes[i].before.as_ref().unwrap().complete_by().unwrap();
-        r.writes[i].after.updated_at = cb.plus_ms(1);
+        Arc::make_mut(&mut r.writes[i].after).updated_at = cb.plus_ms(1);
     });
     expect("failure count shrank", Invariant::Failures, &|r| {
         let i = r.writes.iter().position(|w| w.before.as_ref().is_some_and(|b| b.failure_count > 0)).unwrap();
-        r.writes[i].after.failure_count = 0;
+        Arc::make_mut(&mut r.writes[i].after).failure_count = 0;
     });
     expect("compensation out of order", Invariant::Compensation, &|r| {
         let i = r
@@ -186,7 +187,7 @@ async fn the_checker_catches_each_planted_violation() {
             .position(|w| matches!(w.after.last_cause, Cause::Succeeded { action: Action::Undo, .. }))
             .unwrap();
         let mut twice = r.writes[i].clone();
-        twice.after.revision += 1_000;
+        Arc::make_mut(&mut twice.after).revision += 1_000;
         r.writes.insert(i + 1, twice);
     });
     expect("new key on retry", Invariant::Idempotency, &|r| {
@@ -380,7 +381,7 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
     let mut late = clone(&base);
     let i = completions(&late)[0];
     let due = late.writes[i].before.as_ref().unwrap().callback().unwrap().due();
-    late.writes[i].after.updated_at = due.plus_ms(1);
+    Arc::make_mut(&mut late.writes[i].after).updated_at = due.plus_ms(1);
     assert!(found(&late, Invariant::Fenced, "its wait due at"));
     // A completion whose attempt the outside sent nothing genuine: only a bad token can
     // have applied it.
@@ -406,7 +407,7 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
             skipped.tasks.iter().any(|t| &t.order_id == id && t.state() == ProcessState::Processed)
         })
         .unwrap();
-    skipped.writes[i].after.last_cause = Cause::Heartbeat { step: 1 };
+    Arc::make_mut(&mut skipped.writes[i].after).last_cause = Cause::Heartbeat { step: 1 };
     assert!(found(&skipped, Invariant::Compensation, "Processed with steps"));
 }
 

@@ -63,7 +63,7 @@ fn check(run: &DevOutcome) {
         let task = tasks.get(id.as_str()).unwrap_or_else(|| panic!("order {id} has no task"));
         assert!(task.state().is_terminal(), "order {id} ended {:?}", task.state());
         let last = run.writes.iter().rev().find(|w| w.after.order_id.as_str() == id).expect("written");
-        assert_eq!(&last.after, *task, "order {id}: stored record differs from the last write");
+        assert_eq!(&*last.after, *task, "order {id}: stored record differs from the last write");
     }
 
     // Every bad message is in the orders DLQ with a reason naming what was wrong.

@@ -413,7 +413,7 @@ mod tests {
         let mut task = crate::fixtures::task("o-1", ProcessState::Pending);
         task.step = 2;
         // The completion's entry: step 1's first attempt, the task's third claim.
-        task.timeline.push(sas::domain::Entry {
+        std::sync::Arc::make_mut(&mut task.timeline).push(sas::domain::Entry {
             at: Timestamp(1_700_000_000_000),
             what: sas::domain::Happened::Moved(sas::domain::Trigger::Advanced),
             step: 1,

@@ -505,7 +505,7 @@ mod tests {
         let log = EventLog::quiet();
         log.landed(&task("slow-1", ProcessState::Processing), Landed::Inserted);
         let mut cancelled = task("slow-1", ProcessState::Compensating);
-        cancelled.timeline.push(sas::domain::Entry {
+        std::sync::Arc::make_mut(&mut cancelled.timeline).push(sas::domain::Entry {
             at: Timestamp(1_700_000_001_000),
             what: Happened::Moved(Trigger::Cancel),
             step: 0,

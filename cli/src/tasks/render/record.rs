@@ -254,7 +254,8 @@ mod tests {
         assert_eq!(v["timeline"][1], json!({"let_go": 3}));
         assert_eq!(v["timeline_dropped"], 3);
         // A record that lost its Submitted before it was kept: the gap comes first.
-        t.timeline[0].what = sas::domain::Happened::Moved(sas::domain::Trigger::Claimed);
+        std::sync::Arc::make_mut(&mut t.timeline)[0].what =
+            sas::domain::Happened::Moved(sas::domain::Trigger::Claimed);
         let text = show_text(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
         assert!(text.contains("timeline, oldest first:\n  ... 3 entries let go ...\n  2023"), "{text}");
         assert_eq!(show_json(&t, Some(&wf()), Timestamp(0), &[])["timeline"][0], json!({"let_go": 3}));
@@ -266,7 +267,8 @@ mod tests {
     fn show_json_gives_each_output_with_its_value() {
         let mut t = task(ProcessState::Error);
         let charge = json!({"charge_id": "ch_1", "amount": 12});
-        t.outputs.insert("charge".into(), sas::domain::StepOutput::from_value(&charge).unwrap());
+        std::sync::Arc::make_mut(&mut t.outputs)
+            .insert("charge".into(), sas::domain::StepOutput::from_value(&charge).unwrap());
         let v = show_json(&t, Some(&wf()), Timestamp(1_700_000_001_000), &[]);
         assert_eq!(v["outputs"], json!({"charge": {"charge_id": "ch_1", "amount": 12}}));
         assert!(

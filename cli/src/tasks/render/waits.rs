@@ -322,7 +322,7 @@ mod flow_tests {
     #[test]
     fn show_gives_the_wait_and_a_timeline_that_reads_queued_and_throttled() {
         let mut t = queued();
-        t.timeline.push(Entry {
+        std::sync::Arc::make_mut(&mut t.timeline).push(Entry {
             at: Timestamp(T0 + 9_000),
             what: Happened::Moved(Trigger::Throttled),
             step: 0,

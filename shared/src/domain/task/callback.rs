@@ -6,6 +6,8 @@
 //! step and attempt (so a completion applies at most once, and a token of an earlier
 //! attempt is dead), the token's digest is the record's, and the callback is not yet due.
 
+use std::sync::Arc;
+
 use super::draft::Draft;
 use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
@@ -99,7 +101,7 @@ impl Draft {
             && (before.step, before.attempt) == (self.step, self.attempt)
         {
             let at = d.next.timeline.len() - 2;
-            d.next.timeline.remove(at);
+            Arc::make_mut(&mut d.next.timeline).remove(at);
         }
         Ok(d)
     }
@@ -155,12 +157,12 @@ impl Draft {
                 let mut done = self.clone().unlocked();
                 match step_output {
                     Some(o) => {
-                        done.outputs.insert(name.clone(), o);
+                        Arc::make_mut(&mut done.outputs).insert(name.clone(), o);
                     }
                     // No output: the agent's answer at the start does not stand for the
                     // outside's at the end.
                     None => {
-                        done.outputs.remove(&name);
+                        Arc::make_mut(&mut done.outputs).remove(&name);
                     }
                 }
                 let cause = Cause::Completed { step };

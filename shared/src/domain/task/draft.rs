@@ -86,11 +86,11 @@ pub(in crate::domain) struct Draft {
     /// Held by an operator (`Act::Pause`): no claim while set. Only on live tasks.
     pub paused: bool,
     /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
-    pub outputs: Outputs,
+    pub outputs: Arc<Outputs>,
     pub last_cause: Cause,
     pub last_error: Option<String>,
     /// The newest moves and operator actions, oldest first (`timeline.rs`).
-    pub timeline: Vec<Entry>,
+    pub timeline: Arc<Vec<Entry>>,
     /// Older entries let go to keep the record small.
     pub timeline_dropped: u32,
     /// Bumped by every write; every write is conditional on the revision it read.
@@ -342,7 +342,7 @@ impl Draft {
             note,
             by: by.map(|(who, _)| who.to_owned()),
         };
-        timeline::push(&mut d.next.timeline, &mut d.next.timeline_dropped, entry);
+        timeline::push(Arc::make_mut(&mut d.next.timeline), &mut d.next.timeline_dropped, entry);
         Ok(d)
     }
 }

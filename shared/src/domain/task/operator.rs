@@ -26,6 +26,8 @@
 //! None of them undoes past a pivot (a step with no compensation that took effect or
 //! may have): such a task only goes forward, as the pipeline's own give-ups decide.
 
+use std::sync::Arc;
+
 use super::branches::Outcome;
 use super::draft::Draft;
 use super::outcome::{Act, Cause, Effect, Policy, Refusal};
@@ -267,7 +269,7 @@ impl Draft {
         // outputs of the steps before them.
         for s in (from..wf.len()).filter(|s| !kept.contains(s)) {
             if let Some(step) = wf.step(s) {
-                next.outputs.remove(&step.name);
+                Arc::make_mut(&mut next.outputs).remove(&step.name);
             }
         }
         let step = Some(self.step_name(wf, from, Action::Do));

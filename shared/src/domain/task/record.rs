@@ -54,11 +54,13 @@ pub struct TaskRecord {
     /// sender: any cancel applies to those, as it did before.
     pub submitter: Option<Sender>,
     /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
-    pub outputs: Outputs,
+    /// Shared, as the order is: most decisions copy the record and change no output.
+    pub outputs: Arc<Outputs>,
     pub last_cause: Cause,
     pub last_error: Option<String>,
-    /// The newest moves and operator actions, oldest first (`timeline.rs`).
-    pub timeline: Vec<Entry>,
+    /// The newest moves and operator actions, oldest first (`timeline.rs`). Shared: a
+    /// decision copies it once, when it adds its entry, and reads and writes none.
+    pub timeline: Arc<Vec<Entry>>,
     /// Older entries let go to keep the record small.
     pub timeline_dropped: u32,
     /// Bumped by every write; every write is conditional on the revision it read.
@@ -84,10 +86,10 @@ impl TaskRecord {
             step_failures: 0,
             reply_to,
             submitter: None,
-            outputs: Outputs::new(),
+            outputs: Arc::default(),
             last_cause: Cause::Submitted,
             last_error: None,
-            timeline: vec![Entry {
+            timeline: Arc::new(vec![Entry {
                 at: now,
                 what: Happened::Submitted,
                 step: 0,
@@ -95,7 +97,7 @@ impl TaskRecord {
                 step_attempt: None,
                 note: None,
                 by: None,
-            }],
+            }]),
             timeline_dropped: 0,
             revision: 1,
             created_at: now,

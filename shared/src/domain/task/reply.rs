@@ -1,6 +1,8 @@
 //! An agent's reply: the fence it must pass (the live lease of this very attempt, in
 //! time), then the step's success, refusal or unusable output.
 
+use std::sync::Arc;
+
 use super::branches::Outcome;
 use super::draft::Draft;
 use super::outcome::{Cause, Effect, Policy, Refusal, StaleReason};
@@ -108,7 +110,7 @@ impl Draft {
                 let cause = Cause::Succeeded { step, action };
                 let mut done = self.clone();
                 if let Some(step_output) = step_output {
-                    done.outputs.insert(name.clone(), step_output);
+                    Arc::make_mut(&mut done.outputs).insert(name.clone(), step_output);
                 }
                 // A callback step's agent only started the work: the outside ends it.
                 if wf.step(step).is_some_and(|s| s.is_callback()) {
@@ -185,7 +187,7 @@ impl Draft {
                         || (crate::mutations::join_early()
                             && run.branches.iter().filter(|b| b.outcome != Outcome::Succeeded).count() == 1);
                     if let Some(step_output) = step_output {
-                        next.outputs.insert(name.clone(), step_output);
+                        Arc::make_mut(&mut next.outputs).insert(name.clone(), step_output);
                     }
                     let cause = Cause::Succeeded { step, action };
                     if all {
