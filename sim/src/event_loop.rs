@@ -260,18 +260,19 @@ impl EventLoop {
             (w.pending_count(), w.faults.outage)
         };
         let running = self.running_by_role();
+        let visible = self.deployed.queues.next_visible_each(&self.work_ids);
         // The work queues an invocation may start from, in order (no allocation per step).
         let mut startable = [0; WORK.len()];
         let mut startables = 0;
         for i in 0..WORK.len() {
-            if self.startable(i, now, &running, outage) {
+            if self.startable(i, now, &running, outage, visible[i]) {
                 startable[startables] = i;
                 startables += 1;
             }
         }
         let startable = &startable[..startables];
         if pending == 0 && startable.is_empty() {
-            let next = self.next_event(now);
+            let next = self.next_event(now, &running, &visible);
             self.advance_to(next.max(now + 1));
             return;
         }
@@ -311,14 +312,30 @@ impl EventLoop {
         }
     }
 
-    fn startable(&self, work: usize, now: u64, running: &[usize; ROLES], outage: Outage) -> bool {
+    /// Whether an invocation may start from `WORK[work]`, whose queue's next message is
+    /// visible at `visible`.
+    fn startable(
+        &self,
+        work: usize,
+        now: u64,
+        running: &[usize; ROLES],
+        outage: Outage,
+        visible: Option<Timestamp>,
+    ) -> bool {
         let consumer = WORK[work].consumer;
         running[consumer as usize] < self.limit(consumer)
             && !out(outage, consumer, now)
-            && self.deployed.queues.next_visible_at(self.work_ids[work]).is_some_and(|t| t.0 <= now)
+            && visible.is_some_and(|t| t.0 <= now)
     }
 
-    fn next_event(&self, now: u64) -> u64 {
+    /// When something next happens, given the invocations `running` and when each work
+    /// queue's next message is `visible` (by `WORK`'s order).
+    fn next_event(
+        &self,
+        now: u64,
+        running: &[usize; ROLES],
+        visible: &[Option<Timestamp>; WORK.len()],
+    ) -> u64 {
         let mut next = self.next_sweep;
         if let Some(t) = self.shared.w().next_timer() {
             next = next.min(t);
@@ -331,11 +348,10 @@ impl EventLoop {
                 }
             }
         }
-        let running = self.running_by_role();
-        for (work, id) in WORK.iter().zip(self.work_ids) {
+        for (work, visible) in WORK.iter().zip(visible) {
             let full = running[work.consumer as usize] >= self.limit(work.consumer)
                 || out(outage, work.consumer, now);
-            if let Some(t) = self.deployed.queues.next_visible_at(id)
+            if let Some(t) = visible
                 && !full
             {
                 next = next.min(t.0);

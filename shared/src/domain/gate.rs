@@ -68,7 +68,8 @@ impl Limits {
 /// apart two schedulers that decided the same attempt of one task (a duplicate
 /// Schedule): the one whose claim loses gives back its own place, never the winner's.
 pub fn call_holder(order_id: &OrderId, attempt: u32, lease: &LeaseToken) -> String {
-    let lease = lease.0.simple().to_string();
+    let mut hex = uuid::Uuid::encode_buffer();
+    let lease = lease.0.simple().encode_lower(&mut hex);
     format!("{order_id}#{attempt}.{}", &lease[..8])
 }
 

@@ -304,6 +304,13 @@ impl EmbeddedQueues {
         self.state().queues[id.0].next_visible()
     }
 
+    /// `next_visible_at` of each queue of `ids`, read under one lock: for a loop that asks
+    /// of several queues at every step.
+    pub fn next_visible_each<const N: usize>(&self, ids: &[QueueId; N]) -> [Option<Timestamp>; N] {
+        let state = self.state();
+        ids.map(|id| state.queues[id.0].next_visible())
+    }
+
     /// `depth` of the queue at `id`.
     pub fn depth_at(&self, id: QueueId) -> usize {
         self.state().queues[id.0].depth()
