@@ -471,7 +471,8 @@ async fn duplicate_schedule_loses_the_claim() {
     let h = Harness::new();
     h.submit("o-1", SINGLE).await;
     all_ok(h.pump_orders().await, 1);
-    h.send(SCHEDULER, SchedulerMessage::Schedule { order_id: Harness::id("o-1") }.to_body()).await;
+    h.send(SCHEDULER, SchedulerMessage::Schedule { order_id: Harness::id("o-1"), turn: None }.to_body())
+        .await;
 
     all_ok(h.pump_scheduler().await, 2);
     assert_eq!((h.count(Metric::Claimed), h.count(Metric::ClaimLost)), (1, 1));
@@ -987,7 +988,7 @@ async fn malformed_scheduler_and_agent_messages_are_kept_with_their_reasons() {
     let h = Harness::new();
     h.submit("o-1", SINGLE).await;
     all_ok(h.pump_orders().await, 1);
-    let ghost = SchedulerMessage::Schedule { order_id: Harness::id("ghost") }.to_body();
+    let ghost = SchedulerMessage::Schedule { order_id: Harness::id("ghost"), turn: None }.to_body();
     for body in ["garbage", r#"{"type":"launch","order_id":"o-1"}"#, &ghost] {
         h.send(SCHEDULER, body).await;
     }
@@ -1451,7 +1452,7 @@ fn cool_off(wait_ms: u64) -> Harness {
 }
 
 fn schedule_body(id: &str) -> String {
-    SchedulerMessage::Schedule { order_id: Harness::id(id) }.to_body()
+    SchedulerMessage::Schedule { order_id: Harness::id(id), turn: None }.to_body()
 }
 
 #[tokio::test]
@@ -1683,4 +1684,78 @@ async fn a_cancelled_waiter_hands_its_ticket_back_and_the_next_gets_the_place_at
     assert_eq!(h.task("o-3").state(), ProcessState::Processing, "o-3 claimed the place o-1 gave back");
     let gate = h.store.peek_gate("pay").expect("the gate");
     assert!(!gate.holds.iter().any(|p| p.holder.starts_with('#')), "no place reserved for anybody: {gate:?}");
+}
+
+/// A thousand waiters cancelled in front of ten live ones (issue 36): more than the gate
+/// marks withdrawn (`MAX_WITHDRAWN`), so most cancelled tickets are still let through. Each
+/// wakes its task with the ticket (`Schedule::turn`), the cancelled task hands the turn on
+/// at once, and the live ones are all served with no time passing: none waits for a place
+/// reserved for a cancelled task to lapse.
+#[tokio::test]
+async fn a_thousand_cancelled_waiters_never_hold_up_the_live_ones() {
+    use sas::domain::gate::{Limits, MAX_WITHDRAWN};
+    use sas::domain::{Step, Workflow, Workflows};
+    const CANCELLED: usize = 1_000;
+    let wf = Workflow::new("w", vec![Step::pivot("pay", "pay")]);
+    let h = Harness::with_workflows(policy(), Workflows::new(vec![wf]));
+    let mut settings = h.settings.clone();
+    settings.topology.limits.insert("pay".into(), Limits { max_in_flight: Some(1), max_per_second: None });
+    let submission = sas::handlers::Submission::new(h.deps.clone(), settings.clone());
+    let scheduler = sas::handlers::Scheduler::new(h.deps.clone(), settings);
+    let drain = |queue: &'static str| {
+        let (submission, scheduler) = (&submission, &scheduler);
+        let h = &h;
+        async move {
+            loop {
+                let results = match queue {
+                    ORDERS => h.pump_with(ORDERS, |m| submission.handle(m)).await,
+                    _ => h.pump_with(SCHEDULER, |m| scheduler.handle(m)).await,
+                };
+                if results.is_empty() {
+                    break;
+                }
+                all_ok(results.clone(), results.len());
+            }
+        }
+    };
+    let cancelled: Vec<String> = (0..CANCELLED).map(|i| format!("gone-{i}")).collect();
+    let live: Vec<String> = (0..10).map(|i| format!("live-{i}")).collect();
+    h.submit("first", "w").await;
+    drain(ORDERS).await;
+    drain(SCHEDULER).await;
+    for id in cancelled.iter().chain(&live) {
+        h.submit(id, "w").await;
+    }
+    drain(ORDERS).await;
+    drain(SCHEDULER).await;
+    assert_eq!(h.task("first").state(), ProcessState::Processing);
+    assert_eq!(h.task("live-9").queued().map(|q| q.ticket), Some(CANCELLED as u64 + 9));
+    // Newest first: a ticket withdrawn at the head of the line is passed over at once, so
+    // only those withdrawn behind others are marked, and the marks run out.
+    for id in cancelled.iter().rev() {
+        h.send(ORDERS, format!(r#"{{"cancel":"{id}","reason":"changed my mind"}}"#)).await;
+    }
+    drain(ORDERS).await;
+    assert_eq!(h.count(Metric::TicketHandedBack), MAX_WITHDRAWN as u64, "marked, the others not yet");
+    let gate = h.store.peek_gate("pay").expect("the gate");
+    assert_eq!(
+        gate.withdrawn.len(),
+        MAX_WITHDRAWN,
+        "the gate marks what it can; the rest are let through: {gate:?}"
+    );
+
+    // Each live one is served in turn; the clock never moves.
+    let start = sas::ports::Clock::now(&*h.clock);
+    let mut served = Vec::new();
+    for _ in 0..live.len() + 1 {
+        all_ok(h.pump_agent().await, 1);
+        drain(SCHEDULER).await;
+        served.extend(live.iter().filter(|id| h.task(id).state() == ProcessState::Processing).cloned());
+    }
+    assert_eq!(sas::ports::Clock::now(&*h.clock), start);
+    assert_eq!(served, live, "every live one claimed, in its order, one at a time");
+    assert!(live.iter().all(|id| h.task(id).state() == ProcessState::Processed));
+    assert_eq!(h.count(Metric::TicketHandedBack), CANCELLED as u64, "every cancelled ticket handed back");
+    let gate = h.store.peek_gate("pay").expect("the gate");
+    assert!(gate.holds.is_empty() && gate.waiting() == 0, "nothing held or waiting: {gate:?}");
 }

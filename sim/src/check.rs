@@ -75,7 +75,7 @@ fn short(s: &str) -> String {
 }
 
 fn is_schedule_of(message: &Option<Result<SchedulerMessage, MessageError>>, id: &str) -> bool {
-    matches!(message, Some(Ok(SchedulerMessage::Schedule { order_id })) if order_id.as_str() == id)
+    matches!(message, Some(Ok(SchedulerMessage::Schedule { order_id, .. })) if order_id.as_str() == id)
 }
 
 /// Every violation of the run; empty means every invariant held.

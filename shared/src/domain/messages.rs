@@ -462,7 +462,14 @@ impl CallbackMessage {
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SchedulerMessage {
     /// Claim the task and dispatch its current step.
-    Schedule { order_id: OrderId },
+    Schedule {
+        order_id: OrderId,
+        /// Set by a limited agent's gate when it wakes the task: the ticket whose turn
+        /// came. A task that no longer holds it (cancelled, moved on) gives it back at
+        /// once, instead of leaving its reserved place to lapse.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn: Option<Turn>,
+    },
     /// An agent's answer for one attempt.
     Reply(AgentReply),
     /// Look at a limited agent's gate again: only time could make room for the tickets
@@ -505,8 +512,8 @@ impl SchedulerMessage {
         if reply {
             serde_json::from_str::<AgentReply>(&object).ok().map(SchedulerMessage::Reply)
         } else {
-            let ScheduleFields { order_id } = serde_json::from_str(&object).ok()?;
-            Some(SchedulerMessage::Schedule { order_id })
+            let ScheduleFields { order_id, turn } = serde_json::from_str(&object).ok()?;
+            Some(SchedulerMessage::Schedule { order_id, turn })
         }
     }
     pub fn to_body(&self) -> String {
@@ -519,6 +526,16 @@ impl SchedulerMessage {
 #[serde(deny_unknown_fields)]
 struct ScheduleFields {
     order_id: OrderId,
+    #[serde(default)]
+    turn: Option<Turn>,
+}
+
+/// A ticket's turn at a limited agent's gate (`domain::gate`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    pub agent: String,
+    pub ticket: u64,
 }
 
 /// The scheduler's instruction to an agent: run one action of one step, under a lease.
@@ -889,8 +906,18 @@ mod tests {
 
     #[test]
     fn scheduler_messages_round_trip() {
-        let m = SchedulerMessage::Schedule { order_id: OrderId::parse("o-1").unwrap() };
+        let m = SchedulerMessage::Schedule { order_id: OrderId::parse("o-1").unwrap(), turn: None };
+        assert_eq!(m.to_body(), r#"{"type":"schedule","order_id":"o-1"}"#, "as before turns");
         assert_eq!(SchedulerMessage::parse(&m.to_body()).unwrap(), m);
+        let woken = SchedulerMessage::Schedule {
+            order_id: OrderId::parse("o-1").unwrap(),
+            turn: Some(Turn { agent: "pay".into(), ticket: 7 }),
+        };
+        assert_eq!(
+            woken.to_body(),
+            r#"{"type":"schedule","order_id":"o-1","turn":{"agent":"pay","ticket":7}}"#
+        );
+        assert_eq!(SchedulerMessage::parse(&woken.to_body()).unwrap(), woken);
         assert!(SchedulerMessage::parse(r#"{"type":"launch","order_id":"o-1"}"#).is_err());
     }
 
@@ -907,6 +934,9 @@ mod tests {
             r#"{"type":"schedule","order_id":"no spaces"}"#.to_owned(),
             r#"{"type":"schedule","order_id":"o-1"} x"#.to_owned(),
             r#"{"type":"schedule",}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","turn":{"agent":"pay","ticket":7}}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","turn":{"agent":"pay","ticket":7,"x":1}}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","turn":null}"#.to_owned(),
             format!(
                 r#"{reply},"outcome":{{"status":"succeeded","output":{{"n":1.5,"s":"é","big":18446744073709551616}}}}}}"#
             ),

@@ -2,10 +2,10 @@
 //! takes a place in the agent's gate (`domain::gate`), one conditional write of the gate
 //! item; a reply gives the place back. Agents without limits never come here.
 
-use super::{Deps, HandlerError, Settings, schedule};
+use super::{Deps, HandlerError, Settings};
 use crate::domain::Place;
 use crate::domain::gate::{Admission, Gate, MAX_WITHDRAWN, Passage, Withdrawn};
-use crate::domain::{SchedulerMessage, Timestamp};
+use crate::domain::{SchedulerMessage, Timestamp, Turn};
 use crate::ports::{Metric, Outgoing, Written};
 
 /// Gates are shared by every claim of their agent: a burst of claims meets on one item,
@@ -137,7 +137,9 @@ pub(crate) async fn withdraw(deps: &Deps, settings: &Settings, turns: &Turns, ag
             deps.metrics.record(Metric::TicketHandedBack, 1);
         }
         Ok(passage) if passage.outcome == Withdrawn::Unmarked => {
-            tracing::warn!(%agent, ticket, "ticket not marked: the gate marks {MAX_WITHDRAWN} at most; a place reserved for it lapses at its own time");
+            // Its turn wakes the task with the ticket (`Schedule::turn`), and the task, no
+            // longer holding it, hands the turn on then: one message, not a lapse.
+            tracing::info!(%agent, ticket, "ticket not marked (the gate marks {MAX_WITHDRAWN} at most): handed on when its turn comes");
         }
         Ok(_) => {}
         Err(e) => {
@@ -185,7 +187,15 @@ const MAX_DELAY_MS: u64 = 900_000;
 async fn wake(deps: &Deps, settings: &Settings, agent: &str, tickets: &[u64]) {
     for &ticket in tickets {
         let result = match deps.store.waiter(agent, ticket).await {
-            Ok(Some(order_id)) => schedule(deps, settings, &order_id, 0).await,
+            Ok(Some(order_id)) => {
+                // With the ticket: a task that no longer holds it hands the turn on at once.
+                let turn = Some(Turn { agent: agent.to_owned(), ticket });
+                let body = SchedulerMessage::Schedule { order_id, turn }.to_body();
+                deps.queues
+                    .send(&settings.topology.scheduler_queue, Outgoing::new(body))
+                    .await
+                    .map_err(HandlerError::from)
+            }
             Ok(None) => Ok(()),
             Err(e) => Err(e.into()),
         };

@@ -341,7 +341,7 @@ pub(crate) async fn schedule(
     order_id: &OrderId,
     delay_ms: u64,
 ) -> Result<(), HandlerError> {
-    let body = crate::domain::SchedulerMessage::Schedule { order_id: order_id.clone() }.to_body();
+    let body = crate::domain::SchedulerMessage::Schedule { order_id: order_id.clone(), turn: None }.to_body();
     deps.queues.send(&settings.topology.scheduler_queue, Outgoing::delayed(body, delay_ms)).await?;
     Ok(())
 }

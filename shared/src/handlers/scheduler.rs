@@ -5,7 +5,8 @@ use tracing::Instrument;
 
 use super::{Deps, HandlerError, Inbound, Settings, Transition, gate, perform, raise_alerts, transition};
 use crate::domain::{
-    AgentReply, Done, Freed, Next, OrderId, Refusal, SchedulerMessage, Scheduling, Seen, Trigger, freed_by,
+    AgentReply, Done, Freed, Next, OrderId, Refusal, SchedulerMessage, Scheduling, Seen, Trigger, Turn,
+    freed_by,
 };
 use crate::ports::{Metric, Written};
 
@@ -32,7 +33,7 @@ impl Scheduler {
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
         match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
-            SchedulerMessage::Schedule { order_id } => self.schedule(&order_id).await,
+            SchedulerMessage::Schedule { order_id, turn } => self.schedule(&order_id, turn).await,
             SchedulerMessage::Reply(reply) => self.reply(&reply).await,
             SchedulerMessage::Gate { agent, at } => {
                 gate::look(&self.deps, &self.settings, &self.turns, &agent, at).await
@@ -42,12 +43,13 @@ impl Scheduler {
 
     /// A Schedule: the domain's machine decides each step (`domain::Scheduling`); this
     /// performs them, in order, and reports what came of each.
-    async fn schedule(&self, order_id: &OrderId) -> Result<(), HandlerError> {
+    async fn schedule(&self, order_id: &OrderId, turn: Option<Turn>) -> Result<(), HandlerError> {
         let span = tracing::info_span!("scheduler", order_id = %order_id);
         async {
             let (deps, settings) = (&self.deps, &self.settings);
             let lease = deps.random.lease();
-            let mut run = Scheduling::new(order_id.clone(), lease, &settings.topology.limits, settings.policy);
+            let mut run = Scheduling::new(order_id.clone(), lease, &settings.topology.limits, settings.policy)
+                .woken_for(turn.map(|t| (t.agent, t.ticket)));
             let mut seen = Seen::Nothing;
             let done = loop {
                 seen = match run.next(seen) {

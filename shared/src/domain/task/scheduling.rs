@@ -264,9 +264,13 @@ pub struct Scheduling<'w> {
     tries: usize,
     /// A ticket this pass holds a claim on that the record as last read may not show: one
     /// taken whose Queued write was lost, or one a lost claim handed its place back to
-    /// (`Unclaim`). The next arrival at its gate brings it; a pass that ends otherwise, or
-    /// finds the record no longer holding it, withdraws it.
+    /// (`Unclaim`), or the one whose turn woke this Schedule. The next arrival at its gate
+    /// brings it; a pass that ends otherwise, or finds the record no longer holding it,
+    /// withdraws it.
     taken: Option<(String, u64)>,
+    /// The ticket whose turn woke this Schedule (`SchedulerMessage::Schedule::turn`), for
+    /// the first pass to hold as `taken`.
+    turn: Option<(String, u64)>,
 }
 
 impl<'w> Scheduling<'w> {
@@ -288,7 +292,18 @@ impl<'w> Scheduling<'w> {
             rounds: 0,
             tries: 0,
             taken: None,
+            turn: None,
         }
+    }
+
+    /// The handling of a Schedule the gate sent when `turn`'s ticket was let through: a
+    /// place is reserved for it. A task that holds the ticket takes its turn as before; one
+    /// that no longer does (cancelled, refused, moved on, gone) withdraws it, so the place
+    /// goes to the next in line now rather than when the reservation lapses. This is what
+    /// frees the turns of tickets the gate could not mark withdrawn (`MAX_WITHDRAWN`).
+    pub fn woken_for(mut self, turn: Option<(String, u64)>) -> Scheduling<'w> {
+        self.turn = turn;
+        self
     }
 
     /// The next step, given what came of the last one.
@@ -381,7 +396,7 @@ impl<'w> Scheduling<'w> {
             return self.without_gate(None);
         }
         self.gate_reads = 0;
-        self.taken = None;
+        self.taken = self.turn.take();
         self.gate_round()
     }
 
@@ -778,5 +793,46 @@ mod tests {
             }
         }
         panic!("more than {GATED_ROUNDS} rounds");
+    }
+
+    fn woken<'w>(limits: &'w BTreeMap<String, Limits>, agent: &str, ticket: u64) -> Scheduling<'w> {
+        let mut r = run(limits).woken_for(Some((agent.to_owned(), ticket)));
+        assert!(matches!(r.next(Seen::Nothing), Next::ReadTask));
+        r
+    }
+
+    #[test]
+    fn woken_for_the_ticket_it_holds_a_task_takes_its_turn() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let queued = new_task(&wf).queue(&agent, 3, T0, &policy()).unwrap().next;
+        let mut r = woken(&limits, &agent, 3);
+        assert!(matches!(r.next(read(&queued, &wf)), Next::Arrive { ticket: Some(3), .. }));
+    }
+
+    #[test]
+    fn woken_for_a_ticket_it_no_longer_holds_a_task_hands_the_turn_on_first() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        // It holds a newer ticket there: the old one's turn goes on, then it arrives with its own.
+        let requeued = new_task(&wf).queue(&agent, 5, T0, &policy()).unwrap().next;
+        let mut r = woken(&limits, &agent, 3);
+        let Next::Withdraw { agent: a, ticket: 3 } = r.next(read(&requeued, &wf)) else {
+            panic!("a withdrawal")
+        };
+        assert_eq!(a, agent);
+        assert!(matches!(r.next(Seen::Nothing), Next::Arrive { ticket: Some(5), .. }));
+        // Cancelled (Compensated at once: nothing took effect): the turn goes on, nothing else.
+        let queued = new_task(&wf).queue(&agent, 3, T0, &policy()).unwrap().next;
+        let cancelled = act(&queued, &wf, crate::domain::task::outcome::Act::Cancel).next;
+        assert_eq!(cancelled.state(), crate::domain::ProcessState::Compensated);
+        let mut r = woken(&limits, &agent, 3);
+        assert!(matches!(r.next(read(&cancelled, &wf)), Next::Withdraw { ticket: 3, .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(_))));
+        // Gone.
+        let mut r = woken(&limits, &agent, 3);
+        assert!(matches!(r.next(Seen::Task(None)), Next::ReadTask), "read again without the gate");
+        assert!(matches!(r.next(Seen::Task(None)), Next::Withdraw { ticket: 3, .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::NoSuchTask)));
     }
 }
