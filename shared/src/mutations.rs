@@ -23,6 +23,7 @@ mod switches {
     static UNDO_EVERY_BRANCH: AtomicBool = AtomicBool::new(false);
     static GATE_BLIND_WRITE: AtomicBool = AtomicBool::new(false);
     static TICKETS_LEFT_BEHIND: AtomicBool = AtomicBool::new(false);
+    static THROTTLED_FOREVER: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -77,6 +78,9 @@ mod switches {
         /// in the gate (no `Effect::HandBack`): when its turn comes, a place is reserved
         /// for a task that will not come, and the live waiters behind it wait it out.
         TicketsLeftBehind,
+        /// A throttled step never gives up: its throttle budget is ignored, and a remote
+        /// that keeps answering 429 keeps the order cycling (the behaviour before budgets).
+        ThrottledForever,
     }
 
     impl Mutation {
@@ -98,6 +102,7 @@ mod switches {
                 Mutation::UndoEveryBranch => &UNDO_EVERY_BRANCH,
                 Mutation::GateBlindWrite => &GATE_BLIND_WRITE,
                 Mutation::TicketsLeftBehind => &TICKETS_LEFT_BEHIND,
+                Mutation::ThrottledForever => &THROTTLED_FOREVER,
             }
         }
         pub fn set(self, on: bool) {
@@ -157,6 +162,9 @@ mod switches {
     }
     pub fn tickets_left_behind() -> bool {
         Mutation::TicketsLeftBehind.is_on()
+    }
+    pub fn throttled_forever() -> bool {
+        Mutation::ThrottledForever.is_on()
     }
 }
 
@@ -261,5 +269,11 @@ pub(crate) const fn gate_blind_write() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn tickets_left_behind() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn throttled_forever() -> bool {
     false
 }

@@ -114,7 +114,14 @@ pub fn workflows_before_publish(generated: &Workflow) -> Workflows {
                 Step::compensable("send-invoice", "billing", "void-invoice").with_max_failures(4),
             ],
         );
-        [Workflow::single_step(), Workflow::three_step(), saga]
+        // Throttle budgets of a few of the remote's pauses (`busy_retry_max_ms`): most
+        // throttled calls are these workflows', so their steps spend a budget and give up.
+        [Workflow::single_step(), Workflow::three_step(), saga].map(|mut w| {
+            for (i, step) in w.steps.iter_mut().enumerate() {
+                step.max_throttled_ms = Some(1_000 + 500 * i as u64);
+            }
+            w
+        })
     });
     let mut all = fixed.to_vec();
     all.push(generated.clone());

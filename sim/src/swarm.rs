@@ -503,7 +503,17 @@ impl Swarm {
         }
         if side.u8(..4) > 0 {
             self.faults.remote_busy = pick(side, 0.05, 0.3);
-            self.faults.busy_retry_max_ms = side.u64(100..=2_000);
+            self.faults.busy_retry_max_ms = side.u64(100..=4_000);
+            // Throttle budgets of a pause or a few on half the steps of limited agents in
+            // the seed's own workflows, so some steps spend theirs and give up.
+            let limited: BTreeSet<String> = self.limits.keys().cloned().collect();
+            let own =
+                std::iter::once(&mut self.generated).chain(self.publish.as_mut().map(|p| &mut p.workflow));
+            for step in own.flat_map(|w| w.steps.iter_mut()) {
+                if limited.contains(&step.agent) {
+                    step.max_throttled_ms = Some(side.u64(1_000..=3_000));
+                }
+            }
         }
         // A place is a lease: it covers a request held up on its way for as long as the
         // reply grace, not one held up for seconds by a stalled world, which reaches the

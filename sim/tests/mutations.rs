@@ -209,6 +209,17 @@ fn a_ticket_left_behind_is_caught() {
     );
 }
 
+/// A throttled step that never gives up: a remote that keeps answering 429 keeps its
+/// order cycling past the step's throttle budget.
+#[test]
+fn a_step_throttled_forever_is_caught() {
+    let found = caught(Mutation::ThrottledForever);
+    assert!(
+        found.contains_key(&Invariant::ThrottleBudget),
+        "no step was found throttled past its budget: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -230,6 +241,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::UndoEveryBranch,
             Mutation::GateBlindWrite,
             Mutation::TicketsLeftBehind,
+            Mutation::ThrottledForever,
         ]
         .iter()
         .all(|m| !m.is_on())

@@ -123,6 +123,11 @@ pub struct Step {
     /// claim; the deployment's step timeout when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The step's throttle budget: how long in all its remote may ask it (and, separately,
+    /// its compensation) to wait with 429 or 503 and Retry-After before the task gives up
+    /// as for its failure budget; an hour when absent (`DEFAULT_MAX_THROTTLED_MS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_throttled_ms: Option<u64>,
 }
 
 impl Step {
@@ -137,6 +142,7 @@ impl Step {
             effect: StepEffect::Writes,
             max_failures: None,
             timeout_ms: None,
+            max_throttled_ms: None,
         }
     }
     /// A step that changes something and cannot be undone.
@@ -150,6 +156,7 @@ impl Step {
             effect: StepEffect::Writes,
             max_failures: None,
             timeout_ms: None,
+            max_throttled_ms: None,
         }
     }
     /// A step that only reads.
@@ -166,6 +173,9 @@ impl Step {
     }
     pub fn with_max_failures(self, max_failures: u32) -> Step {
         Step { max_failures: Some(max_failures), ..self }
+    }
+    pub fn with_max_throttled_ms(self, max_throttled_ms: u64) -> Step {
+        Step { max_throttled_ms: Some(max_throttled_ms), ..self }
     }
 
     pub fn kind(&self) -> StepKind {
@@ -421,6 +431,12 @@ impl Workflow {
     /// Lapses step `index` (or its compensation) may take before the task gives up.
     pub fn max_failures(&self, index: u32, default: u32) -> u32 {
         self.step(index).and_then(|s| s.max_failures).unwrap_or(default)
+    }
+    /// How long in all step `index`'s remote (or its compensation's) may ask it to wait.
+    pub fn max_throttled_ms(&self, index: u32) -> u64 {
+        self.step(index)
+            .and_then(|s| s.max_throttled_ms)
+            .unwrap_or(super::definitions::DEFAULT_MAX_THROTTLED_MS)
     }
     /// How long one attempt of step `index` (or its compensation) has after its claim.
     pub fn timeout_ms(&self, index: u32, default: u64) -> u64 {

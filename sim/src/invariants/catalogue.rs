@@ -47,10 +47,11 @@ pub enum Invariant {
     LateBranchReplyChangesNothing,
     RemoteWithinLimits,
     TicketsHandedBack,
+    ThrottleBudget,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 35] = [
+    pub const ALL: [Invariant; 36] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -86,6 +87,7 @@ impl Invariant {
         Invariant::LateBranchReplyChangesNothing,
         Invariant::RemoteWithinLimits,
         Invariant::TicketsHandedBack,
+        Invariant::ThrottleBudget,
     ];
 
     /// The invariant in words (docs/ARCHITECTURE.md, "What every run checks", lists them).
@@ -155,6 +157,9 @@ impl Invariant {
             }
             Invariant::TicketsHandedBack => {
                 "a task that leaves an agent's line without its turn hands its ticket back: the ticket is never let through after"
+            }
+            Invariant::ThrottleBudget => {
+                "a step's remote never has it wait, throttled, longer in all than its throttle budget: past it, the step gives up"
             }
         }
     }

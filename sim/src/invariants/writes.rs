@@ -39,6 +39,7 @@ pub(super) fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String))
         let wf = r.workflows.get_version(&before.workflow, before.workflow_version);
         a_move_of_the_table(r, before, after, add);
         one_live_lease(before, after, add);
+        throttled_within_budget(after, wf, add);
         failures_within_budget(r, before, after, add);
         // A timer step whose time cannot be read fails with no reply: there is nothing to fence.
         let timer = wf.and_then(|wf| wf.step(before.step)).is_some_and(|s| s.is_timer());
@@ -92,6 +93,25 @@ fn a_move_of_the_table(
             Invariant::Lifecycle,
             format!("order {id}: {:?} --{t:?}--> {:?} is not in the table", before.state(), after.state()),
         ),
+    }
+}
+
+/// A step's throttled wait so far (`step_throttled_ms`, which every Throttled move adds its
+/// pause to) stays within the step's budget: a pause that would take it past gives up.
+fn throttled_within_budget(
+    after: &TaskRecord,
+    wf: Option<&Workflow>,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let Some(budget) = wf.map(|wf| wf.max_throttled_ms(after.step)) else { return };
+    if after.step_throttled_ms > budget {
+        add(
+            Invariant::ThrottleBudget,
+            format!(
+                "order {} revision {}: step {} throttled {} ms in all, over its budget of {budget} ms",
+                after.order_id, after.revision, after.step, after.step_throttled_ms
+            ),
+        );
     }
 }
 

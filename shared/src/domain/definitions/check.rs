@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::file::{AgentKind, AuthDef, DefinitionFile};
 use super::limits::{
-    MAX_BRANCHES, MAX_FAILURES, MAX_NAME_LEN, MAX_STEP_TIMEOUT_MS, MAX_STEPS, MIN_STEP_TIMEOUT_MS, name_ok,
+    MAX_BRANCHES, MAX_FAILURES, MAX_MAX_THROTTLED_MS, MAX_NAME_LEN, MAX_STEP_TIMEOUT_MS, MAX_STEPS,
+    MIN_MAX_THROTTLED_MS, MIN_STEP_TIMEOUT_MS, name_ok,
 };
 use super::problem::{Problem, Severity};
 use super::urls::{queue_url_ok, remote_url_allowed, secret_host};
@@ -327,6 +328,14 @@ impl DefinitionFile {
                 {
                     error(at("max_failures"), format!("{n} is out of range: 1 to {MAX_FAILURES}"));
                 }
+                if let Some(t) = step.max_throttled_ms
+                    && !(MIN_MAX_THROTTLED_MS..=MAX_MAX_THROTTLED_MS).contains(&t)
+                {
+                    error(
+                        at("max_throttled_ms"),
+                        format!("{t} is out of range: {MIN_MAX_THROTTLED_MS} to {MAX_MAX_THROTTLED_MS}"),
+                    );
+                }
             }
         }
         for name in self.agents.keys().filter(|a| !used_agents.contains(a.as_str())) {
@@ -360,7 +369,7 @@ mod tests {
             {"name": "w", "steps": [
                {"name": "s", "agent": "nope"},
                {"name": "s", "agent": "a", "timeout_ms": 10},
-               {"name": "t", "agent": "a", "max_failures": 0, "compensation": "t"},
+               {"name": "t", "agent": "a", "max_failures": 0, "compensation": "t", "max_throttled_ms": 999},
                {"name": "r", "agent": "a", "effect": "none", "compensation": "undo-r"}]},
             {"name": "w", "steps": []}]}"#;
         let got = problems(text);
@@ -371,6 +380,7 @@ mod tests {
             "error: workflow w v1, step s, timeout_ms: 10 is out of range: 1000 to 50000",
             r#"error: workflow w v1, step t, compensation: "t" is also a step of agent a: the two calls would share a URL"#,
             "error: workflow w v1, step t, max_failures: 0 is out of range: 1 to 100",
+            "error: workflow w v1, step t, max_throttled_ms: 999 is out of range: 1000 to 604800000",
             "error: workflow w v1, step r, effect: a step with no effect has nothing to compensate",
             "error: workflow w v1, version: is defined twice",
             "error: workflow w v1, steps: must hold 1 to 20 steps, not 0",

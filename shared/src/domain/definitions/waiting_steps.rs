@@ -31,6 +31,9 @@ pub(super) fn timer_problems(wf: &Workflow, step: &Step, wait: &Wait) -> Vec<(&'
     if step.max_failures.is_some() {
         out.push(("max_failures", not_for_timer.to_owned()));
     }
+    if step.max_throttled_ms.is_some() {
+        out.push(("max_throttled_ms", not_for_timer.to_owned()));
+    }
     if step.callback.is_some() {
         out.push((
             "callback",

@@ -5,10 +5,11 @@
 use super::draft::Draft;
 use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
+use super::recovery::GiveUpReason;
 use crate::domain::gate::{MAX_PAUSE_MS, Ticket};
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
-use crate::domain::workflow::Action;
+use crate::domain::workflow::{Action, Workflow};
 
 /// The longest a waiting task goes without the supervisor asking its gate again.
 pub const MAX_RECHECK_MS: u64 = 15 * 60 * 1_000;
@@ -80,17 +81,39 @@ impl Draft {
 
     /// Scheduler: the step's remote answered 429 or 503 with Retry-After (the fence has
     /// passed the reply). The lease ends with no failure counted, and the step comes back
-    /// to its gate after the pause, behind whoever waits.
+    /// to its gate after the pause, behind whoever waits; unless the pause would take the
+    /// step's throttled wait past its budget (`Step::max_throttled_ms`): then the task
+    /// gives up as for a spent failure budget, and an operator is told.
     pub(in crate::domain) fn throttled(
         &self,
         action: Action,
         retry_after_ms: u64,
         now: Timestamp,
+        wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision<Draft>, Refusal> {
         let pause = retry_after_ms.clamp(1, MAX_PAUSE_MS);
+        let waited = self.step_throttled_ms.saturating_add(pause);
+        let budget = wf.max_throttled_ms(self.step);
+        if waited > budget && !crate::mutations::throttled_forever() {
+            let reason = format!(
+                "throttle budget spent: the remote asked this step to wait {waited} ms in all (budget {budget} ms)"
+            );
+            // This call did nothing, but the step stays in doubt: a copy of its request (an
+            // earlier attempt's, or this one's in another container) may have reached the
+            // service and may still until this attempt's complete-by. So the give-up undoes
+            // the step too, and no undo is claimed before that complete-by, as after a cancel.
+            let mut held = self.clone();
+            held.hold_until = self.complete_by.max(self.hold_until);
+            let cause = Cause::Failed { step: self.step, action, reason: reason.clone(), in_doubt: true };
+            return match action {
+                Action::Do => held.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), true, true),
+                Action::Undo => held.fail(now, wf, cause, GiveUpReason::plain(&reason)),
+            };
+        }
         let cause = Cause::Throttled { step: self.step, action, retry_after_ms: pause };
         let mut next = self.moved(Trigger::Throttled, now, cause)?.unlocked();
+        next.step_throttled_ms = waited;
         next.deadline = Some(now.plus_ms(pause + policy.pending_timeout_ms));
         next.last_error = Some(format!("the remote asked to wait {pause} ms (429 or 503 with Retry-After)"));
         Ok(Decision {
@@ -207,5 +230,74 @@ mod tests {
             d.next.apply_reply(&reply, T0.plus_ms(6), &wf, &policy),
             Err(Refusal::StaleReply(_))
         ));
+    }
+
+    /// Throttled again and again, a step gives up once the remote has asked it to wait
+    /// longer in all than its budget, as for a spent failure budget: an alert, and the
+    /// undo of what may have taken effect: the step itself too (a copy of its request may
+    /// have reached the service), and not before its attempt's complete-by.
+    #[test]
+    fn a_step_throttled_past_its_budget_gives_up_and_tells_an_operator() {
+        use crate::domain::workflow::Step;
+        let policy = policy();
+        let wf = Workflow::new(
+            "w",
+            vec![
+                Step::compensable("reserve", "inventory", "release").with_max_throttled_ms(5_000),
+                Step::pivot("pay", "pay"),
+            ],
+        );
+        let throttled = |task: &crate::domain::TaskRecord, now: Timestamp| {
+            let claimed = checked(task, task.claim(lease(u128::from(now.0)), now, &wf, &policy)).next;
+            let reply = reply_for(&claimed, ReplyOutcome::Throttled { retry_after_ms: 2_000 });
+            checked(&claimed, claimed.apply_reply(&reply, now.plus_ms(1), &wf, &policy))
+        };
+        let first = throttled(&new_task(&wf), T0);
+        assert_eq!((first.trigger, first.next.step_throttled_ms), (Trigger::Throttled, 2_000));
+        let second = throttled(&first.next, T0.plus_ms(3_000));
+        assert_eq!((second.trigger, second.next.step_throttled_ms), (Trigger::Throttled, 4_000));
+        // A third pause would make 6 s of the 5 allowed.
+        let third = throttled(&second.next, T0.plus_ms(6_000));
+        assert_eq!(
+            (third.trigger, third.next.state(), third.next.step),
+            (Trigger::Undo, ProcessState::Compensating, 0)
+        );
+        let complete_by = T0.plus_ms(6_000 + policy.step_timeout_ms);
+        assert_eq!(third.next.hold_until(), Some(complete_by), "held for the attempt's complete-by");
+        assert!(matches!(
+            third.next.claim(lease(7), T0.plus_ms(6_002), &wf, &policy),
+            Err(Refusal::Held { .. })
+        ));
+        assert_eq!(alerts(&third).len(), 1, "an operator is told");
+        assert!(third.next.last_error.as_deref().is_some_and(|e| e.contains("throttle budget spent")));
+        // Nothing counts against the next step: it starts with its whole budget.
+        let claimed = checked(&first.next, first.next.claim(lease(9), T0.plus_ms(3_000), &wf, &policy)).next;
+        let done = reply(&claimed, &wf, ok(), T0.plus_ms(3_001)).next;
+        assert_eq!((done.step, done.step_throttled_ms), (1, 0));
+    }
+
+    /// A compensation throttled past its budget stops in Error, as one out of failures does.
+    #[test]
+    fn an_undo_throttled_past_its_budget_stops_in_error() {
+        let policy = policy();
+        let wf = three_step_failing();
+        let failed = error_at_ship(&wf);
+        let undoing = checked(&failed, failed.act(Act::Compensate, OPS, T0, &wf, &policy)).next;
+        assert_eq!(undoing.state(), ProcessState::Compensating);
+        let mut task = undoing;
+        let mut now = T0;
+        loop {
+            now = now.plus_ms(60_000);
+            let claimed = checked(&task, task.claim(lease(u128::from(now.0)), now, &wf, &policy)).next;
+            let reply = reply_for(&claimed, ReplyOutcome::Throttled { retry_after_ms: MAX_PAUSE_MS });
+            let d = checked(&claimed, claimed.apply_reply(&reply, now.plus_ms(1), &wf, &policy));
+            if d.trigger != Trigger::Throttled {
+                assert_eq!((d.trigger, d.next.state()), (Trigger::Fail, ProcessState::Error));
+                assert!(task.step_throttled_ms + MAX_PAUSE_MS > wf.max_throttled_ms(task.step));
+                break;
+            }
+            assert!(d.next.step_throttled_ms <= wf.max_throttled_ms(d.next.step));
+            task = d.next;
+        }
     }
 }

@@ -77,6 +77,8 @@ pub(in crate::domain) struct Draft {
     /// Lapses of the current step in the current direction: its failure budget's use.
     /// Starts again at zero when the task moves to another step or starts undoing.
     pub step_failures: u32,
+    /// The current step's throttled wait so far (`TaskRecord::step_throttled_ms`).
+    pub step_throttled_ms: u64,
     pub reply_to: Option<String>,
     /// Who sent the order: the principal of its SQS `SenderId` (`ids::Sender`). Only a
     /// cancel from the same sender applies, and the same id sent by another is refused.
@@ -222,6 +224,7 @@ impl Draft {
         self.step = step;
         self.step_attempts = 0;
         self.step_failures = 0;
+        self.step_throttled_ms = 0;
         self
     }
 
@@ -449,6 +452,7 @@ impl Draft {
             redo_until: self.redo_until,
             failure_count: self.failure_count,
             step_failures: self.step_failures,
+            step_throttled_ms: self.step_throttled_ms,
             reply_to: self.reply_to,
             submitter: self.submitter,
             outputs: self.outputs,
@@ -492,6 +496,7 @@ impl TaskRecord {
             deadline: p.deadline(),
             failure_count: self.failure_count,
             step_failures: self.step_failures,
+            step_throttled_ms: self.step_throttled_ms,
             reply_to: self.reply_to.clone(),
             submitter: self.submitter.clone(),
             paused: p.paused(),

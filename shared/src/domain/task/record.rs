@@ -47,6 +47,10 @@ pub struct TaskRecord {
     /// Lapses of the current step in the current direction: its failure budget's use.
     /// Starts again at zero when the task moves to another step or starts undoing.
     pub step_failures: u32,
+    /// How long in all the current step's remote has asked it to wait (Throttled), in the
+    /// current direction: its throttle budget's use (`Step::max_throttled_ms`). Starts
+    /// again at zero with `step_failures`.
+    pub step_throttled_ms: u64,
     pub reply_to: Option<String>,
     /// Who sent the order: the principal of its SQS `SenderId` (`ids::Sender`). Only a
     /// cancel from the same sender applies, and the same id sent by another is refused.
@@ -84,6 +88,7 @@ impl TaskRecord {
             redo_until: None,
             failure_count: 0,
             step_failures: 0,
+            step_throttled_ms: 0,
             reply_to,
             submitter: None,
             outputs: Arc::default(),

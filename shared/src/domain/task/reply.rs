@@ -91,7 +91,7 @@ impl Draft {
                     ),
                 });
             }
-            return self.throttled(reply.action, retry_after_ms, now, policy);
+            return self.throttled(reply.action, retry_after_ms, now, wf, policy);
         }
         if at_stage {
             return self.branch_reply(reply, now, wf, policy);

@@ -79,6 +79,9 @@ struct Stored {
     failure_count: u32,
     #[serde(default, skip_serializing_if = "is_zero")]
     step_failures: u32,
+    /// Absent before throttle budgets, and while nothing was throttled: zero.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    step_throttled_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reply_to: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +124,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_ms(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Serialize for TaskRecord {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let p = &self.phase;
@@ -148,6 +155,7 @@ impl Serialize for TaskRecord {
             redo_until: self.redo_until,
             failure_count: self.failure_count,
             step_failures: self.step_failures,
+            step_throttled_ms: self.step_throttled_ms,
             reply_to: self.reply_to.clone(),
             submitter: self.submitter.clone(),
             outputs: Outputs::clone(&self.outputs),
@@ -195,6 +203,7 @@ impl<'de> Deserialize<'de> for TaskRecord {
             deadline: s.deadline,
             failure_count: s.failure_count,
             step_failures: s.step_failures,
+            step_throttled_ms: s.step_throttled_ms,
             reply_to: s.reply_to,
             submitter: s.submitter,
             paused: h.paused || s.paused,
