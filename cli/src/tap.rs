@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
-use sas::ports::{AlertError, Alerts, Inserted, StateStore, StoreError, Written};
+use sas::ports::{AlertError, Alerts, Inserted, Noted, StateStore, StoreError, Written};
 
 /// How a write landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl<S: StateStore, T: Tap> StateStore for TapStore<S, T> {
         ticket: u64,
         order_id: &OrderId,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Noted, StoreError> {
         self.inner.put_waiter(agent, ticket, order_id, now).await
     }
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {

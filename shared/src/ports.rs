@@ -106,6 +106,17 @@ pub enum Written {
     RevisionMoved,
 }
 
+/// What came of noting a ticket's waiter (`StateStore::put_waiter`). A gate hands each
+/// ticket to one task only, so once written a note never comes to name another order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Noted {
+    /// The note names this order: written now, or already written by this order (a
+    /// retried or duplicated Schedule).
+    Applied,
+    /// Another order's note holds the ticket; nothing was written.
+    HeldByAnother,
+}
+
 /// Which tasks `TaskListing::list` reads: always through an index, never by scanning the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listing {
@@ -135,14 +146,16 @@ pub trait StateStore: Send + Sync {
     /// if it was never written).
     async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError>;
     /// Notes which order holds `ticket` in the agent's line, so whoever lets the ticket
-    /// through can wake it. Expires on its own.
+    /// through can wake it. Expires on its own. Conditional like every other write: only
+    /// if the ticket has no note, or one naming this same order ([`Noted`]); a failed
+    /// condition is that outcome, never a [`StoreError`].
     async fn put_waiter(
         &self,
         agent: &str,
         ticket: u64,
         order_id: &OrderId,
         now: Timestamp,
-    ) -> Result<(), StoreError>;
+    ) -> Result<Noted, StoreError>;
     /// The order noted for `ticket`, if it was noted.
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError>;
 }

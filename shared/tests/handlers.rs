@@ -901,7 +901,7 @@ impl StateStore for LaggingIndex {
         ticket: u64,
         order_id: &sas::domain::OrderId,
         now: sas::domain::Timestamp,
-    ) -> Result<(), sas::ports::StoreError> {
+    ) -> Result<sas::ports::Noted, sas::ports::StoreError> {
         self.inner.put_waiter(agent, ticket, order_id, now).await
     }
     async fn waiter(
@@ -1581,7 +1581,7 @@ impl StateStore for RacedOnce {
         ticket: u64,
         order_id: &sas::domain::OrderId,
         now: sas::domain::Timestamp,
-    ) -> Result<(), sas::ports::StoreError> {
+    ) -> Result<sas::ports::Noted, sas::ports::StoreError> {
         self.inner.put_waiter(agent, ticket, order_id, now).await
     }
     async fn waiter(

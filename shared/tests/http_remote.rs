@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sas::adapters::embedded::ManualClock;
-use sas::adapters::http_remote::HttpRemote;
+use sas::adapters::http_remote::{HttpRemote, MIN_RETRY_AFTER_MS};
 use sas::domain::{Action, IdempotencyKey, Order, OrderId, SECRET_RETRY_MS, SECRET_TTL_MS};
 use sas::ports::{RemoteCall, RemoteError, RemoteService};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -99,6 +99,46 @@ async fn a_refusal_says_only_the_status_class() {
         call(&base).await.unwrap_err(),
         RemoteError::Transient("the remote service is unavailable (HTTP 5xx)".into())
     );
+}
+
+/// A 429 or 503 with Retry-After is `Busy` with its delay: seconds, or an HTTP date counted
+/// from the adapter's clock, and never under a second; a value of neither form is no
+/// Retry-After at all.
+#[tokio::test]
+async fn retry_after_in_seconds_or_as_a_date_is_busy_with_its_delay() {
+    // Wed, 21 Oct 2015 07:28:00 GMT.
+    let now = 1_445_412_480_000;
+    let answers = [
+        ("503 Service Unavailable", "Wed, 21 Oct 2015 07:28:30 GMT", Some(30_000)),
+        ("429 Too Many Requests", "2", Some(2_000)),
+        ("503 Service Unavailable", "0", Some(MIN_RETRY_AFTER_MS)),
+        ("429 Too Many Requests", "Tue, 20 Oct 2015 07:28:00 GMT", Some(MIN_RETRY_AFTER_MS)),
+        ("503 Service Unavailable", "in a while", None),
+    ];
+    for (status, retry_after, delay) in answers {
+        let answer =
+            format!("HTTP/1.1 {status}\r\nRetry-After: {retry_after}\r\nContent-Length: 4\r\n\r\nbusy");
+        let (base, _) = serve(answer.into_bytes()).await;
+        let remote =
+            HttpRemote::new(&base).with_agents(&agents_at(&base)).with_clock(Arc::new(ManualClock::at(now)));
+        let err = call_agent(&remote, "plain").await.unwrap_err();
+        let class = if status.starts_with('5') { "5xx" } else { "4xx" };
+        match delay {
+            Some(retry_after_ms) => assert_eq!(
+                err,
+                RemoteError::Busy {
+                    reason: format!("the remote service asked to wait (HTTP {class}, Retry-After)"),
+                    retry_after_ms
+                },
+                "{retry_after}"
+            ),
+            None => assert_eq!(
+                err,
+                RemoteError::Transient(format!("the remote service is unavailable (HTTP {class})")),
+                "{retry_after}"
+            ),
+        }
+    }
 }
 
 #[tokio::test]

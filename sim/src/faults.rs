@@ -10,8 +10,8 @@ use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
 use sas::domain::gate::Gate;
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Clock, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
-    Written,
+    AlertError, Alerts, Clock, Inserted, Noted, Outgoing, QueueError, QueueUrl, Queues, StateStore,
+    StoreError, Written,
 };
 
 use crate::world::{Io, Shared, WriteCtx};
@@ -120,7 +120,7 @@ impl StateStore for SimStore {
         ticket: u64,
         order_id: &OrderId,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Noted, StoreError> {
         self.before(Io::PutWaiter).await?;
         let result = self.inner.put_waiter(agent, ticket, order_id, now).await;
         self.written(result, false)

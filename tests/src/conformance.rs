@@ -11,7 +11,7 @@ use sas::domain::{
     Action, AgentReply, Cause, Lease, LeaseToken, LineItem, Order, OrderId, Phase, Policy, ProcessState,
     Refusal, ReplyOutcome, StaleReason, TaskRecord, Timestamp, Workflow,
 };
-use sas::ports::{Delivery, Inserted, Outgoing, QueueUrl, Written};
+use sas::ports::{Delivery, Inserted, Noted, Outgoing, QueueUrl, Written};
 
 use crate::Backend;
 
@@ -584,7 +584,8 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
 
 /// An agent's gate (flow control) is one item beside the tasks: written only on the
 /// revision read (0: never written), read back exactly as written, and never seen by the
-/// due index or the listings. A waiter note names the order of a ticket.
+/// due index or the listings. A waiter note names the order of a ticket, and is written
+/// only where the ticket has none or one naming that same order.
 pub async fn gate_writes_are_conditional_and_faithful(b: &Backend) {
     use sas::domain::gate::{Admission, Gate, Limits};
     let limits = Limits { max_in_flight: Some(1), max_per_second: Some(5) };
@@ -619,12 +620,37 @@ pub async fn gate_writes_are_conditional_and_faithful(b: &Backend) {
     assert_eq!(b.store.replace_gate(&withdrawn.next, stored.revision).await.unwrap(), Written::Applied);
     let stored = b.store.gate("pay").await.unwrap().expect("written");
     assert_eq!(stored, withdrawn.next, "{}: withdrawn tickets kept", b.name);
-    // Waiter notes.
+    // Waiter notes. The same order noting its ticket again (a retried Schedule) is
+    // answered as written; another order's note for that ticket is refused, and the
+    // first one stands.
     let id = OrderId::parse("o-2").unwrap();
     assert_eq!(b.store.waiter("pay", 0).await.unwrap(), None, "{}", b.name);
-    b.store.put_waiter("pay", 0, &id, T0).await.unwrap();
-    assert_eq!(b.store.waiter("pay", 0).await.unwrap(), Some(id), "{}", b.name);
+    assert_eq!(b.store.put_waiter("pay", 0, &id, T0).await.unwrap(), Noted::Applied, "{}", b.name);
+    assert_eq!(b.store.put_waiter("pay", 0, &id, T0.plus_ms(5)).await.unwrap(), Noted::Applied, "{}", b.name);
+    assert_eq!(b.store.waiter("pay", 0).await.unwrap(), Some(id.clone()), "{}", b.name);
+    let other = OrderId::parse("o-3").unwrap();
+    assert_eq!(
+        b.store.put_waiter("pay", 0, &other, T0.plus_ms(6)).await.unwrap(),
+        Noted::HeldByAnother,
+        "{}",
+        b.name
+    );
+    assert_eq!(
+        b.store.waiter("pay", 0).await.unwrap(),
+        Some(id.clone()),
+        "{}: the first note stands",
+        b.name
+    );
     assert_eq!(b.store.waiter("pay", 1).await.unwrap(), None, "{}", b.name);
+    // The refusal is per ticket: the other order notes its own.
+    assert_eq!(
+        b.store.put_waiter("pay", 1, &other, T0.plus_ms(6)).await.unwrap(),
+        Noted::Applied,
+        "{}",
+        b.name
+    );
+    assert_eq!(b.store.waiter("pay", 1).await.unwrap(), Some(other), "{}", b.name);
+    assert_eq!(b.store.waiter("pay", 0).await.unwrap(), Some(id), "{}", b.name);
     // Neither gates nor notes are tasks: the due index and the listings never see them.
     assert!(b.store.due(Timestamp(u64::MAX / 2), 100).await.unwrap().is_empty(), "{}", b.name);
     let live = b.lister.list(&sas::ports::Listing::Live, 100).await.unwrap();

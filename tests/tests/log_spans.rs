@@ -15,7 +15,7 @@ use sas::adapters::embedded::{
 use sas::adapters::system::FastRandom;
 use sas::domain::{OrderId, Policy, TaskRecord, Timestamp, Workflows};
 use sas::handlers::{DeadLetters, Deps, Inbound, Settings, Submission, Topology, run_batch};
-use sas::ports::{Inserted, QueueUrl, StateStore, StoreError, Written};
+use sas::ports::{Inserted, Noted, QueueUrl, StateStore, StoreError, Written};
 
 /// The embedded store, but every call suspends once first, as a network call does.
 struct Suspending(EmbeddedStore);
@@ -54,7 +54,7 @@ impl StateStore for Suspending {
         ticket: u64,
         order_id: &OrderId,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Noted, StoreError> {
         self.0.put_waiter(agent, ticket, order_id, now).await
     }
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {

@@ -10,7 +10,8 @@ use serde::Serialize;
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
 use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Inserted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError, Written,
+    AlertError, Alerts, Inserted, Noted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
+    Written,
 };
 
 /// AWS requests and billed units, counted around the ports (see `cost`).
@@ -156,7 +157,7 @@ impl StateStore for RoundTrips {
         ticket: u64,
         order_id: &OrderId,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Noted, StoreError> {
         self.0.put_waiter(agent, ticket, order_id, now).await
     }
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
@@ -313,15 +314,16 @@ impl StateStore for CountingStore {
         ticket: u64,
         order_id: &OrderId,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
-        self.inner.put_waiter(agent, ticket, order_id, now).await?;
+    ) -> Result<Noted, StoreError> {
+        let noted = self.inner.put_waiter(agent, ticket, order_id, now).await?;
+        // A conditional PutItem; a failed condition bills the write too.
         self.with(|u| {
             u.ddb_puts += 1;
             u.wru += 1.0;
             u.gate.waiter_writes += 1;
             u.gate.wru += 1.0;
         });
-        Ok(())
+        Ok(noted)
     }
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
         let r = self.inner.waiter(agent, ticket).await?;

@@ -2,15 +2,16 @@
 //! `{REMOTE_SERVICE_URL}/{agent}/{action-name}`) with the order as JSON and the
 //! idempotency key in the `Idempotency-Key` header, the outputs of earlier steps, and a
 //! callback step's token.
-//! 2xx is success, its body the step's output; 3xx (not followed),
-//! 408, 409, 429 and 5xx are transient (a 429 or 503 with Retry-After in seconds is `Busy`, with its delay); any other 4xx is a refusal, except a 401 or 403
-//! to a call with the agent's auth header, which may be a rotated secret
-//! ([`RemoteError::AuthRefused`]).
+//! 2xx is success, its body the step's output; 3xx (not followed), 408, 409, 429 and 5xx
+//! are transient (a 429 or 503 with a Retry-After, in seconds or as an HTTP date, is
+//! `Busy`, with its delay, at least [`MIN_RETRY_AFTER_MS`]); any other 4xx is a refusal,
+//! except a 401 or 403 to a call with the agent's auth header, which may be a rotated
+//! secret ([`RemoteError::AuthRefused`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -25,6 +26,13 @@ pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 /// The most of an error answer's body that is read, for the log line: the rest is never
 /// read, however large the remote service makes it.
 pub const MAX_ERROR_BODY_BYTES: usize = 1_024;
+
+/// The shortest delay a Retry-After buys. `Retry-After: 0`, or a date already past, would
+/// otherwise send the next call at once (a limited agent's gate pauses for 1 ms) into the
+/// same refusal: a tight loop against a service that asked to be left alone. No cap here:
+/// the gate cuts a pause to `MAX_PAUSE_MS` (`domain/gate.rs`), and an agent without
+/// limits does not wait past complete-by.
+pub const MIN_RETRY_AFTER_MS: u64 = 1_000;
 
 /// The client is built on the first call, not in `new`: building it loads the root
 /// certificates and sets up TLS (~3.5 ms), which would otherwise sit on the agent's cold
@@ -49,7 +57,7 @@ pub struct HttpRemote {
     agents: BTreeMap<String, Endpoint>,
     /// Where auth values are read; `None` until [`HttpRemote::with_secrets`].
     secrets: Option<Arc<dyn Secrets>>,
-    /// When a value read is due to be read again.
+    /// When a value read is due to be read again, and how far off a Retry-After's date is.
     clock: Arc<dyn Clock>,
 }
 
@@ -117,7 +125,8 @@ impl HttpRemote {
         }
     }
 
-    /// The clock that ages the values read (the system's by default).
+    /// The clock that ages the values read and counts down to a Retry-After's date (the
+    /// system's by default).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> HttpRemote {
         self.clock = clock;
         self
@@ -288,6 +297,23 @@ pub(crate) async fn body_bytes(
     Ok(bytes)
 }
 
+/// A Retry-After's delay from `now`, in ms, at least [`MIN_RETRY_AFTER_MS`]: either form
+/// HTTP allows (RFC 9110, 10.2.3), delay-seconds or an HTTP date (IMF-fixdate, or the
+/// obsolete RFC 850 and asctime forms, which `httpdate` reads too). `None` for anything
+/// else: the answer is then what it would be without the header.
+fn retry_after_ms(value: &str, now: Timestamp) -> Option<u64> {
+    let value = value.trim();
+    let ms = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64 is still a delay: the longest there is.
+        value.parse::<u64>().unwrap_or(u64::MAX).saturating_mul(1_000)
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        let at_ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        u64::try_from(at_ms).unwrap_or(u64::MAX).saturating_sub(now.0)
+    };
+    Some(ms.max(MIN_RETRY_AFTER_MS))
+}
+
 fn status_class(status: reqwest::StatusCode) -> &'static str {
     match status.as_u16() {
         300..=399 => "3xx",
@@ -347,14 +373,14 @@ impl RemoteService for HttpRemote {
             RemoteError::Transient(format!("the remote service {what}"))
         })?;
         let status = response.status();
-        // Read before the body: only its delay in seconds is taken (an HTTP date is rare
-        // from APIs and is treated as no header).
+        // Read before the body. A date counts from this adapter's clock, not the answer's
+        // `Date`: the delay is waited out on the functions' clock (the same system clock
+        // in a deployment; a test's own where one is set).
         let retry_after_ms = matches!(status.as_u16(), 429 | 503)
             .then(|| response.headers().get(reqwest::header::RETRY_AFTER))
             .flatten()
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|secs| secs.saturating_mul(1_000));
+            .and_then(|v| retry_after_ms(v, self.clock.now()));
         if status.is_success() {
             // An answer cut off on the way is asked for again: the key brings the same one.
             return body_bytes(&mut response, MAX_OUTPUT_BYTES + 1).await.map_err(|e| {
@@ -424,6 +450,29 @@ mod tests {
         assert_eq!(remote.timeout_ms("payment", 5_000), 700);
         assert_eq!(remote.timeout_ms("payment", 300), 300, "complete-by still bounds the call");
         assert_eq!(remote.timeout_ms("inventory", 5_000), 5_000);
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date_and_never_under_the_floor() {
+        // Wed, 21 Oct 2015 07:28:00 GMT.
+        let now = Timestamp(1_445_412_480_000);
+        assert_eq!(retry_after_ms("120", now), Some(120_000));
+        assert_eq!(retry_after_ms(" 2 ", now), Some(2_000), "surrounding spaces are not part of it");
+        assert_eq!(retry_after_ms("0", now), Some(MIN_RETRY_AFTER_MS), "no tight loop");
+        assert_eq!(retry_after_ms("99999999999999999999999", now), Some(u64::MAX));
+        // A date, in each of the three forms, 90 s after `now`.
+        for date in
+            ["Wed, 21 Oct 2015 07:29:30 GMT", "Wednesday, 21-Oct-15 07:29:30 GMT", "Wed Oct 21 07:29:30 2015"]
+        {
+            assert_eq!(retry_after_ms(date, now), Some(90_000), "{date}");
+        }
+        assert_eq!(retry_after_ms("Wed, 21 Oct 2015 07:28:00 GMT", now), Some(MIN_RETRY_AFTER_MS), "now");
+        assert_eq!(retry_after_ms("Tue, 20 Oct 2015 07:28:00 GMT", now), Some(MIN_RETRY_AFTER_MS), "past");
+        for garbage in
+            ["", "soon", "-5", "+5", "1.5", "2 s", "Wed, 32 Oct 2015 07:28:00 GMT", "2015-10-21T07:29:30Z"]
+        {
+            assert_eq!(retry_after_ms(garbage, now), None, "{garbage:?}");
+        }
     }
 
     #[test]

@@ -105,7 +105,14 @@ impl Scheduler {
                         Seen::Nothing
                     }
                     Next::NoteWaiter { agent, ticket, at } => {
-                        deps.store.put_waiter(&agent, ticket, order_id, at).await?;
+                        let noted = deps.store.put_waiter(&agent, ticket, order_id, at).await?;
+                        if noted == crate::ports::Noted::HeldByAnother {
+                            // A gate hands each ticket out once; a note by another order
+                            // means its numbering started again (say, its item deleted
+                            // while the notes wait out their TTL). The wake goes to that
+                            // order: this one waits for the supervisor to ask the gate again.
+                            tracing::warn!(%agent, ticket, order = %order_id, "another order holds this ticket's waiter note; only the supervisor's re-ask wakes this one");
+                        }
                         Seen::Nothing
                     }
                     Next::LookBehind { agent, ticket } => {

@@ -22,6 +22,10 @@
 //! decision was made on. One condition on one attribute is what makes claims
 //! exclusive, replies fenced and recoveries happen once; the adapter adds no logic of
 //! its own on top.
+//!
+//! A limited agent's gate is written the same way, on its revision, and a waiter note
+//! (`gate#<agent>#<ticket>`) only where the ticket has none or one naming the same
+//! order: no write of the adapter is unconditional.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +39,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use crate::domain::gate::Gate;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
 pub use crate::ports::TableNames;
-use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
+use crate::ports::{Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
 
 /// Attribute names the adapter adds to or reads from items, beside the records' own.
 pub const KEY: &str = "order_id";
@@ -75,6 +79,12 @@ where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     StoreError::Unavailable(format!("{what}: {}", DisplayErrorContext(err)))
+}
+
+/// A PutItem refused on its condition: an outcome of the write (`Written`, `Noted`) that
+/// the caller decides on, never an outage.
+fn condition_failed<R>(err: &SdkError<PutItemError, R>) -> bool {
+    err.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception())
 }
 
 /// When a finished task's record expires, in epoch seconds: `retention_days` after its
@@ -415,9 +425,7 @@ impl StateStore for DynamoStore {
         match result {
             Ok(_) => Ok(Written::Applied),
             // Also the answer when the row is gone: there is no revision to match.
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Ok(Written::RevisionMoved)
-            }
+            Err(e) if condition_failed(&e) => Ok(Written::RevisionMoved),
             Err(e) => Err(unavailable("writing task", e)),
         }
     }
@@ -450,18 +458,29 @@ impl StateStore for DynamoStore {
         ticket: u64,
         order_id: &OrderId,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Noted, StoreError> {
+        let order = AttributeValue::S(order_id.as_str().to_owned());
         let mut item = waiter_key(agent, ticket);
-        item.insert(WAITER_ORDER.to_owned(), AttributeValue::S(order_id.as_str().to_owned()));
+        item.insert(WAITER_ORDER.to_owned(), order.clone());
         item.insert(EXPIRES_AT.to_owned(), AttributeValue::N((now.0 / 1_000 + WAITER_TTL_SECS).to_string()));
-        self.client
+        // The same order's note again (a retried Schedule, or one whose response was
+        // lost) lands and only moves its expiry on; another order's note is never lost.
+        let result = self
+            .client
             .put_item()
             .table_name(&self.tables.state)
             .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#k) OR #w = :order")
+            .expression_attribute_names("#k", KEY)
+            .expression_attribute_names("#w", WAITER_ORDER)
+            .expression_attribute_values(":order", order)
             .send()
-            .await
-            .map_err(|e| unavailable("noting a waiter", e))?;
-        Ok(())
+            .await;
+        match result {
+            Ok(_) => Ok(Noted::Applied),
+            Err(e) if condition_failed(&e) => Ok(Noted::HeldByAnother),
+            Err(e) => Err(unavailable("noting a waiter", e)),
+        }
     }
 
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
@@ -535,9 +554,7 @@ impl DynamoStore {
         };
         match put.send().await {
             Ok(_) => Ok(Written::Applied),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Ok(Written::RevisionMoved)
-            }
+            Err(e) if condition_failed(&e) => Ok(Written::RevisionMoved),
             Err(e) => Err(unavailable("writing gate", e)),
         }
     }

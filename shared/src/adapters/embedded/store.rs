@@ -1,3 +1,4 @@
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -5,7 +6,7 @@ use async_trait::async_trait;
 
 use crate::domain::gate::Gate;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
-use crate::ports::{Inserted, Listing, StateStore, StoreError, TaskListing, Written};
+use crate::ports::{Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
 
 /// One landed write of a task record, for history and invariant checks. Its records are
 /// shared with the table (and with the next write's `before`): a write copies its record
@@ -190,9 +191,15 @@ impl StateStore for EmbeddedStore {
         ticket: u64,
         order_id: &OrderId,
         _now: Timestamp,
-    ) -> Result<(), StoreError> {
-        self.tables().waiters.insert((agent.to_owned(), ticket), order_id.clone());
-        Ok(())
+    ) -> Result<Noted, StoreError> {
+        match self.tables().waiters.entry((agent.to_owned(), ticket)) {
+            Entry::Occupied(noted) if noted.get() != order_id => Ok(Noted::HeldByAnother),
+            Entry::Occupied(_) => Ok(Noted::Applied),
+            Entry::Vacant(free) => {
+                free.insert(order_id.clone());
+                Ok(Noted::Applied)
+            }
+        }
     }
 
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
