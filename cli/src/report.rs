@@ -51,14 +51,15 @@ pub struct Report {
     /// Timer steps that began to wait, and that woke.
     pub timers_started: u64,
     pub timers_woken: u64,
-    /// Schedules that came for a timer before its time: dropped, nothing changed (not
-    /// timers that woke early: none does).
-    pub timer_schedules_early_dropped: u64,
+    /// Schedules that came for a timer before its time: nothing changed, and each was
+    /// sent again for the wake time (not timers that woke early: none does).
+    pub timer_schedules_early: u64,
     /// How long after its wake time each timer woke (on its delayed Schedule or the
     /// supervisor's sweep).
     pub timer_lateness_ms: Percentiles,
-    /// Timers in brief: `woken`, `schedules_early_dropped` (schedules that came early,
-    /// dropped) and `max_late_ms` (the latest wake past its time; null when none woke).
+    /// Timers in brief: `woken`, `schedules_early` (schedules that came early, sent again
+    /// for the wake time) and `max_late_ms` (the latest wake past its time; null when none
+    /// woke).
     pub timers: Timers,
     /// Callback steps and the simulated outside party's word on them.
     pub callbacks: CallbackFigures,
@@ -77,8 +78,8 @@ pub struct Report {
 pub struct Timers {
     /// Timer steps that woke.
     pub woken: u64,
-    /// Schedules that came for a timer before its time: dropped, nothing changed.
-    pub schedules_early_dropped: u64,
+    /// Schedules that came for a timer before its time: nothing changed; sent again.
+    pub schedules_early: u64,
     /// The latest a timer woke after its wake time, in ms.
     pub max_late_ms: Option<u64>,
 }
@@ -254,11 +255,11 @@ impl Report {
             step_latency_ms: pct(Metric::StepLatencyMs),
             timers_started: m.count(Metric::TimerStarted),
             timers_woken: m.count(Metric::TimerWoke),
-            timer_schedules_early_dropped: m.count(Metric::TimerEarly),
+            timer_schedules_early: m.count(Metric::TimerEarly),
             timer_lateness_ms: pct(Metric::TimerLatenessMs),
             timers: Timers {
                 woken: m.count(Metric::TimerWoke),
-                schedules_early_dropped: m.count(Metric::TimerEarly),
+                schedules_early: m.count(Metric::TimerEarly),
                 max_late_ms: m.percentile(Metric::TimerLatenessMs, 100.0),
             },
             callbacks: CallbackFigures {
@@ -402,8 +403,8 @@ impl Report {
             line(w, &self.timers_woken, "woke: on their delayed schedule or the supervisor's sweep");
             line(
                 w,
-                &self.timer_schedules_early_dropped,
-                "early schedules dropped: came before the wake time",
+                &self.timer_schedules_early,
+                "early schedules: came before the wake time, sent again for then",
             );
         }
 

@@ -1468,13 +1468,15 @@ async fn a_timer_waits_without_dispatching_and_its_delayed_schedule_wakes_it_on_
     assert_eq!(h.depth(AGENT), 0);
     assert_eq!(h.depth(SCHEDULER), 1, "its wake, delayed");
 
-    // A duplicate Schedule a millisecond early: dropped, counted, nothing written.
+    // A duplicate Schedule a millisecond early: counted, nothing written, and sent again
+    // for the timer's time.
     h.advance(4_999);
     assert!(h.pump_scheduler().await.is_empty(), "the wake is still delayed");
     h.send(SCHEDULER, schedule_body("o-1")).await;
     all_ok(h.pump_scheduler().await, 1);
     assert_eq!(h.task("o-1"), waiting);
     assert_eq!(h.count(Metric::TimerEarly), 1);
+    assert_eq!(h.depth(SCHEDULER), 2, "the wake and the early one's, both for then");
 
     h.advance(1);
     h.run_until_quiet().await;
@@ -1484,6 +1486,27 @@ async fn a_timer_waits_without_dispatching_and_its_delayed_schedule_wakes_it_on_
     assert_eq!((h.count(Metric::TimerStarted), h.count(Metric::TimerWoke)), (1, 1));
     assert_eq!(h.metrics().samples[&Metric::TimerLatenessMs], vec![0], "on time");
     assert!(h.status_kinds().contains(&OrderStatus::StepCompleted));
+    h.finish();
+}
+
+/// A timer whose own wake was lost, woken early by a copy of the Schedule that put it to
+/// sleep: the copy comes back at the timer's time, so it wakes then, not at the sweep.
+#[tokio::test]
+async fn an_early_schedule_comes_back_when_the_timer_is_due() {
+    let h = cool_off(5_000);
+    h.submit("o-1", "cool-off").await;
+    h.run_until_quiet().await;
+    assert_eq!(h.drain(SCHEDULER).len(), 1, "its delayed wake, lost");
+    h.advance(4_000);
+    h.send(SCHEDULER, schedule_body("o-1")).await;
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!((h.count(Metric::TimerEarly), h.depth(SCHEDULER)), (1, 1));
+    h.advance(999);
+    assert!(h.pump_scheduler().await.is_empty(), "not before its time");
+    h.advance(1);
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
+    assert_eq!(h.metrics().samples[&Metric::TimerLatenessMs], vec![0], "on time, with no sweep");
     h.finish();
 }
 

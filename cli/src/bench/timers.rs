@@ -87,7 +87,7 @@ impl fmt::Display for TimerRow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} ({} ms, woken by the {}): {} orders, {} woken, {} early Schedules dropped; late p50 {} ms, p99 {} ms, max {} ms (supervisor every {} ms){}",
+            "{} ({} ms, woken by the {}): {} orders, {} woken, {} early Schedules (sent again); late p50 {} ms, p99 {} ms, max {} ms (supervisor every {} ms){}",
             self.workflow,
             self.wait_ms,
             self.woken_by,

@@ -3,7 +3,9 @@
 
 use tracing::Instrument;
 
-use super::{Deps, HandlerError, Inbound, Settings, Transition, gate, perform, raise_alerts, transition};
+use super::{
+    Deps, HandlerError, Inbound, Settings, Transition, gate, perform, raise_alerts, schedule, transition,
+};
 use crate::domain::{
     AgentReply, Done, Freed, Next, OrderId, Refusal, SchedulerMessage, Scheduling, Seen, Trigger, Turn,
     freed_by,
@@ -123,12 +125,20 @@ impl Scheduler {
             };
             match done {
                 Done::Handled => Ok(()),
-                // A duplicate of the Schedule that put the timer to sleep, or one from before:
-                // the timer's own delayed Schedule (or the supervisor) wakes it on time.
+                // A duplicate of the Schedule that put the timer to sleep, or one read on a
+                // clock behind the writer's: it comes back when the timer is due.
                 Done::Refused(refusal @ Refusal::Asleep { .. }) => {
-                    tracing::info!(%refusal, "schedule before the timer's time ignored");
                     deps.metrics.record(Metric::TimerEarly, 1);
-                    Ok(())
+                    match refusal.rearm_ms() {
+                        Some(delay_ms) => {
+                            tracing::info!(%refusal, delay_ms, "schedule before the timer's time: sent again for then");
+                            schedule(deps, settings, order_id, delay_ms).await
+                        }
+                        None => {
+                            tracing::info!(%refusal, "schedule before the timer's time: the supervisor wakes it");
+                            Ok(())
+                        }
+                    }
                 }
                 // Held: the cancel's own delayed Schedule (or the supervisor) claims it later.
                 // Paused: the resume sends a Schedule of its own.

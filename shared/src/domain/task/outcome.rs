@@ -200,6 +200,23 @@ pub enum Refusal {
     OtherSender { order_id: OrderId, sent_by: Option<Sender> },
 }
 
+impl Refusal {
+    /// For a Schedule that found its timer still asleep (a copy of the one that put it to
+    /// sleep, or one read on a clock behind the writer's): the delay of a Schedule that
+    /// comes back when the timer is due, so it wakes then rather than at the supervisor's
+    /// next sweep, up to a period late. None for any other refusal, and for a wake further
+    /// off than a message can be delayed: the supervisor's sweep is that timer's wake.
+    pub fn rearm_ms(&self) -> Option<u64> {
+        match self {
+            Refusal::Asleep { wake_at, now } => {
+                let left = wake_at.millis_since(*now).max(1);
+                (left <= crate::domain::wait::MAX_DELAYED_WAKE_MS).then_some(left)
+            }
+            _ => None,
+        }
+    }
+}
+
 fn from_whom(sent_by: Option<&Sender>) -> String {
     match sent_by {
         Some(s) => format!(" (this message came from {s})"),

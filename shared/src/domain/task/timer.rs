@@ -349,4 +349,14 @@ mod tests {
         let t = new_task(&wf);
         assert!(matches!(t.claim(lease(1), T0, &wf, &policy()), Err(Refusal::Corrupt { .. })));
     }
+
+    #[test]
+    fn an_early_schedule_is_sent_again_for_the_timers_time_if_a_message_can_wait_that_long() {
+        let asleep = |left: u64| Refusal::Asleep { wake_at: T0.plus_ms(left), now: T0 };
+        assert_eq!(asleep(4_000).rearm_ms(), Some(4_000));
+        assert_eq!(asleep(0).rearm_ms(), Some(1), "never a zero delay");
+        assert_eq!(asleep(MAX_DELAYED_WAKE_MS).rearm_ms(), Some(MAX_DELAYED_WAKE_MS));
+        assert_eq!(asleep(MAX_DELAYED_WAKE_MS + 1).rearm_ms(), None, "the sweep wakes it");
+        assert_eq!(Refusal::Paused.rearm_ms(), None);
+    }
 }
