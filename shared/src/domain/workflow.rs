@@ -90,6 +90,11 @@ pub enum StepKind {
     ReadOnly,
 }
 
+/// A step's throttle budget when it sets none (`Step::max_throttled_ms`): an hour, long
+/// past any real rate limit's window, short enough that an order stuck behind a remote
+/// that keeps saying "later" is given up and an operator told the same day.
+pub const DEFAULT_MAX_THROTTLED_MS: u64 = 3_600_000;
+
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -434,9 +439,7 @@ impl Workflow {
     }
     /// How long in all step `index`'s remote (or its compensation's) may ask it to wait.
     pub fn max_throttled_ms(&self, index: u32) -> u64 {
-        self.step(index)
-            .and_then(|s| s.max_throttled_ms)
-            .unwrap_or(super::definitions::DEFAULT_MAX_THROTTLED_MS)
+        self.step(index).and_then(|s| s.max_throttled_ms).unwrap_or(DEFAULT_MAX_THROTTLED_MS)
     }
     /// How long one attempt of step `index` (or its compensation) has after its claim.
     pub fn timeout_ms(&self, index: u32, default: u64) -> u64 {

@@ -13,12 +13,8 @@ pub const MAX_STEPS: usize = 20;
 /// (each round of conflicting writes lands one) and the dispatches of one claim.
 pub const MAX_BRANCHES: usize = 10;
 pub const MAX_FAILURES: u32 = 100;
-/// A step's throttle budget (`max_throttled_ms`): how long in all its remote may ask it to
-/// wait (429 or 503 with Retry-After) before the step gives up. Absent, an hour: long
-/// past any real rate limit's window, short enough that an order stuck behind a remote
-/// that keeps saying "later" is given up and an operator told the same day. At least a
-/// second (the shortest pause a Retry-After gets), at most a week.
-pub const DEFAULT_MAX_THROTTLED_MS: u64 = 3_600_000;
+/// A step's throttle budget (`max_throttled_ms`, `workflow::DEFAULT_MAX_THROTTLED_MS` when
+/// absent): at least a second (the shortest pause a Retry-After gets), at most a week.
 pub const MIN_MAX_THROTTLED_MS: u64 = 1_000;
 pub const MAX_MAX_THROTTLED_MS: u64 = 7 * 24 * 3_600_000;
 pub const MAX_NAME_LEN: usize = 64;

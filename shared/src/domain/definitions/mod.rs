@@ -38,8 +38,8 @@ mod waiting_steps;
 pub use checked::{Definitions, EXAMPLE};
 pub use file::{AgentDef, AgentKind, AuthDef, BreakerDef, DefinitionFile, RetryDef};
 pub use limits::{
-    DEFAULT_MAX_THROTTLED_MS, MAX_BRANCHES, MAX_FAILURES, MAX_MAX_THROTTLED_MS, MAX_NAME_LEN,
-    MAX_STEP_TIMEOUT_MS, MAX_STEPS, MIN_MAX_THROTTLED_MS, MIN_STEP_TIMEOUT_MS,
+    MAX_BRANCHES, MAX_FAILURES, MAX_MAX_THROTTLED_MS, MAX_NAME_LEN, MAX_STEP_TIMEOUT_MS, MAX_STEPS,
+    MIN_MAX_THROTTLED_MS, MIN_STEP_TIMEOUT_MS,
 };
 pub use problem::{Invalid, Problem, Severity};
 pub use urls::remote_url_allowed;

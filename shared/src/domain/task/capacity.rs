@@ -5,11 +5,9 @@
 use super::draft::Draft;
 use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
-use super::recovery::GiveUpReason;
-use crate::domain::gate::{MAX_PAUSE_MS, Ticket};
+use crate::domain::gate::Ticket;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
-use crate::domain::workflow::{Action, Workflow};
 
 /// The longest a waiting task goes without the supervisor asking its gate again.
 pub const MAX_RECHECK_MS: u64 = 15 * 60 * 1_000;
@@ -78,50 +76,6 @@ impl Draft {
         });
         self.logged(now, decision, None)
     }
-
-    /// Scheduler: the step's remote answered 429 or 503 with Retry-After (the fence has
-    /// passed the reply). The lease ends with no failure counted, and the step comes back
-    /// to its gate after the pause, behind whoever waits; unless the pause would take the
-    /// step's throttled wait past its budget (`Step::max_throttled_ms`): then the task
-    /// gives up as for a spent failure budget, and an operator is told.
-    pub(in crate::domain) fn throttled(
-        &self,
-        action: Action,
-        retry_after_ms: u64,
-        now: Timestamp,
-        wf: &Workflow,
-        policy: &Policy,
-    ) -> Result<Decision<Draft>, Refusal> {
-        let pause = retry_after_ms.clamp(1, MAX_PAUSE_MS);
-        let waited = self.step_throttled_ms.saturating_add(pause);
-        let budget = wf.max_throttled_ms(self.step);
-        if waited > budget && !crate::mutations::throttled_forever() {
-            let reason = format!(
-                "throttle budget spent: the remote asked this step to wait {waited} ms in all (budget {budget} ms)"
-            );
-            // This call did nothing, but the step stays in doubt: a copy of its request (an
-            // earlier attempt's, or this one's in another container) may have reached the
-            // service and may still until this attempt's complete-by. So the give-up undoes
-            // the step too, and no undo is claimed before that complete-by, as after a cancel.
-            let mut held = self.clone();
-            held.hold_until = self.complete_by.max(self.hold_until);
-            let cause = Cause::Failed { step: self.step, action, reason: reason.clone(), in_doubt: true };
-            return match action {
-                Action::Do => held.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), true, true),
-                Action::Undo => held.fail(now, wf, cause, GiveUpReason::plain(&reason)),
-            };
-        }
-        let cause = Cause::Throttled { step: self.step, action, retry_after_ms: pause };
-        let mut next = self.moved(Trigger::Throttled, now, cause)?.unlocked();
-        next.step_throttled_ms = waited;
-        next.deadline = Some(now.plus_ms(pause + policy.pending_timeout_ms));
-        next.last_error = Some(format!("the remote asked to wait {pause} ms (429 or 503 with Retry-After)"));
-        Ok(Decision {
-            trigger: Trigger::Throttled,
-            next,
-            effects: vec![Effect::Schedule { delay_ms: pause }],
-        })
-    }
 }
 
 #[cfg(test)]
@@ -130,6 +84,7 @@ mod tests {
     use super::super::outcome::Act;
     use super::*;
     use crate::domain::ReplyOutcome;
+    use crate::domain::gate::MAX_PAUSE_MS;
     use crate::domain::workflow::Workflow;
 
     #[test]

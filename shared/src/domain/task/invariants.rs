@@ -112,7 +112,8 @@ fn every_row_of_the_table_is_a_decision() {
     let done = Completion::Success { output: None };
     let no = Completion::Failure { reason: "declined".into() };
     let complete = |t: &TaskRecord, wf: &Workflow, c: &Completion| {
-        checked(t, t.complete(&token, &claims, c, T0.plus_ms(10), wf, &policy()))
+        // Past a tenth of the heartbeat interval since the claim: a heartbeat is written.
+        checked(t, t.complete(&token, &claims, c, T0.plus_ms(1_000), wf, &policy()))
     };
     // Nothing compensates: a refusal ends in Error.
     let lone = Workflow::new(
