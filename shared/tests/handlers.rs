@@ -1667,11 +1667,9 @@ async fn a_claim_decided_again_after_a_concurrent_write_still_needs_its_place() 
     assert_eq!(h.depth(common::AGENT), 1);
 }
 
-/// A cancelled task that waited for a place hands its ticket back (issue 35): when the
-/// place comes free, the next live waiter gets it at once, not after a reservation for
-/// the cancelled one has lapsed.
-#[tokio::test]
-async fn a_cancelled_waiter_hands_its_ticket_back_and_the_next_gets_the_place_at_once() {
+/// A one-step workflow `w` whose agent `pay` takes one call at a time, with the
+/// submission and scheduler handlers that know the limit.
+fn one_place_at_pay() -> (Harness, sas::handlers::Submission, sas::handlers::Scheduler) {
     use sas::domain::gate::Limits;
     use sas::domain::{Step, Workflow, Workflows};
     let wf = Workflow::new("w", vec![Step::pivot("pay", "pay")]);
@@ -1680,6 +1678,15 @@ async fn a_cancelled_waiter_hands_its_ticket_back_and_the_next_gets_the_place_at
     settings.topology.limits.insert("pay".into(), Limits { max_in_flight: Some(1), max_per_second: None });
     let submission = sas::handlers::Submission::new(h.deps.clone(), settings.clone());
     let scheduler = sas::handlers::Scheduler::new(h.deps.clone(), settings);
+    (h, submission, scheduler)
+}
+
+/// A cancelled task that waited for a place hands its ticket back (issue 35): when the
+/// place comes free, the next live waiter gets it at once, not after a reservation for
+/// the cancelled one has lapsed.
+#[tokio::test]
+async fn a_cancelled_waiter_hands_its_ticket_back_and_the_next_gets_the_place_at_once() {
+    let (h, submission, scheduler) = one_place_at_pay();
     for id in ["o-1", "o-2", "o-3"] {
         h.submit(id, "w").await;
     }
@@ -1716,15 +1723,9 @@ async fn a_cancelled_waiter_hands_its_ticket_back_and_the_next_gets_the_place_at
 /// reserved for a cancelled task to lapse.
 #[tokio::test]
 async fn a_thousand_cancelled_waiters_never_hold_up_the_live_ones() {
-    use sas::domain::gate::{Limits, MAX_WITHDRAWN};
-    use sas::domain::{Step, Workflow, Workflows};
+    use sas::domain::gate::MAX_WITHDRAWN;
     const CANCELLED: usize = 1_000;
-    let wf = Workflow::new("w", vec![Step::pivot("pay", "pay")]);
-    let h = Harness::with_workflows(policy(), Workflows::new(vec![wf]));
-    let mut settings = h.settings.clone();
-    settings.topology.limits.insert("pay".into(), Limits { max_in_flight: Some(1), max_per_second: None });
-    let submission = sas::handlers::Submission::new(h.deps.clone(), settings.clone());
-    let scheduler = sas::handlers::Scheduler::new(h.deps.clone(), settings);
+    let (h, submission, scheduler) = one_place_at_pay();
     let drain = |queue: &'static str| {
         let (submission, scheduler) = (&submission, &scheduler);
         let h = &h;
