@@ -114,9 +114,12 @@ async fn agents_show_places_held_tickets_waiting_and_a_pause_and_tasks_list_filt
     // payment (2 places): o-a and o-b hold them; o-c and o-d wait with tickets 0 and 1.
     let two = Limits { max_in_flight: Some(2), max_per_second: None };
     let mut gate = Gate::new("payment");
-    for (holder, ticket) in
-        [("o-a#1.0000000a", None), ("o-b#2.0000000b", None), ("o-c#1.0000000c", Some(0)), ("o-d#1.0000000d", Some(1))]
-    {
+    for (holder, ticket) in [
+        ("o-a#1.0000000a", None),
+        ("o-b#2.0000000b", None),
+        ("o-c#1.0000000c", Some(0)),
+        ("o-d#1.0000000d", Some(1)),
+    ] {
         let passage = gate.arrive(now, &two, holder, now.plus_ms(120_000), None);
         if let Some(t) = ticket {
             assert_eq!(passage.outcome, sas::domain::gate::Admission::Queued { ticket: t });
@@ -157,17 +160,22 @@ async fn agents_show_places_held_tickets_waiting_and_a_pause_and_tasks_list_filt
     assert!(!listed.contains("inventory"), "an agent without limits has no gate: {listed}");
     assert!(listed.ends_with("2 agent(s) with limits\n"), "{listed}");
 
-    let json: serde_json::Value = serde_json::from_str(&run(&["agents", "list", "--json"])).expect("one JSON array");
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["agents", "list", "--json"])).expect("one JSON array");
     let all = json.as_array().expect("an array");
     assert_eq!(all.len(), 2, "{json}");
-    assert_eq!((all[0]["agent"].as_str(), all[0]["held"].as_u64(), all[0]["waiting"].as_u64()), (Some("payment"), Some(2), Some(2)));
+    assert_eq!(
+        (all[0]["agent"].as_str(), all[0]["held"].as_u64(), all[0]["waiting"].as_u64()),
+        (Some("payment"), Some(2), Some(2))
+    );
     assert!(all[0]["paused_until"].is_null(), "{json}");
     assert_eq!((all[1]["agent"].as_str(), all[1]["held"].as_u64()), (Some("warehouse"), Some(0)));
     assert!(all[1]["paused_until"].is_string(), "{json}");
 
     let shown: serde_json::Value =
         serde_json::from_str(&run(&["agents", "show", "payment", "--json"])).expect("one JSON object");
-    let calls: Vec<&str> = shown["calls"].as_array().unwrap().iter().map(|c| c["order_id"].as_str().unwrap()).collect();
+    let calls: Vec<&str> =
+        shown["calls"].as_array().unwrap().iter().map(|c| c["order_id"].as_str().unwrap()).collect();
     assert_eq!(calls, ["o-a", "o-b"], "{shown}");
     assert_eq!(shown["calls"][1]["attempt"], 2);
     assert_eq!(shown["first_in_line"]["order_id"], "o-c", "{shown}");
@@ -184,7 +192,9 @@ async fn agents_show_places_held_tickets_waiting_and_a_pause_and_tasks_list_filt
     let ids = |out: String| -> Vec<String> {
         let mut ids: Vec<String> = out
             .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON object a line")["id"].to_string())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).expect("a JSON object a line")["id"].to_string()
+            })
             .collect();
         ids.sort();
         ids

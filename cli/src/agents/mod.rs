@@ -207,7 +207,8 @@ mod tests {
     #[test]
     fn only_agents_with_limits_have_a_gate_to_show() {
         let d = Definitions::parse(FILE).unwrap();
-        let names: Vec<_> = limited(&d).into_iter().map(|(n, l)| (n, l.max_in_flight, l.max_per_second)).collect();
+        let names: Vec<_> =
+            limited(&d).into_iter().map(|(n, l)| (n, l.max_in_flight, l.max_per_second)).collect();
         assert_eq!(
             names,
             vec![("payment".to_owned(), Some(10), None), ("warehouse".to_owned(), None, Some(50))]

@@ -36,8 +36,14 @@ pub struct FirstInLine {
 /// (`sas::domain::gate::call_holder`, `reserved_for`; a test holds the two together).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Holder {
-    Call { order_id: String, attempt: u32, lease: String },
-    Reserved { ticket: u64 },
+    Call {
+        order_id: String,
+        attempt: u32,
+        lease: String,
+    },
+    Reserved {
+        ticket: u64,
+    },
     /// A holder in no form this sasctl knows: shown as it is.
     Other(String),
 }
@@ -125,9 +131,7 @@ fn columns(rows: &[Vec<String>], indent: &str) -> String {
 /// `agents list`'s table: one row per agent, its limits and its gate at `now`.
 pub fn list_text(agents: &[Seen], now: Timestamp) -> String {
     let mut rows = vec![
-        ["AGENT", "MAX IN FLIGHT", "MAX PER SECOND", "HELD", "WAITING", "PAUSED"]
-            .map(str::to_owned)
-            .to_vec(),
+        ["AGENT", "MAX IN FLIGHT", "MAX PER SECOND", "HELD", "WAITING", "PAUSED"].map(str::to_owned).to_vec(),
     ];
     for seen in agents {
         let n = at(seen, now);
@@ -172,7 +176,10 @@ pub fn show_text(seen: &Seen, now: Timestamp, next: &[String]) -> String {
     if let Some(m) = seen.limits.max_per_second {
         fields.push((
             "this second",
-            format!("{} of {m} (places held, and given back less than a second ago)", n.holds.len() + n.tails),
+            format!(
+                "{} of {m} (places held, and given back less than a second ago)",
+                n.holds.len() + n.tails
+            ),
         ));
     }
     fields.push(("waiting", waiting_line(&n)));
@@ -368,7 +375,12 @@ mod tests {
     #[test]
     fn a_gate_never_written_is_nothing_held_and_nobody_waiting() {
         let row = list_text(&[seen(None)], t(0));
-        assert!(row.lines().nth(1).unwrap().starts_with("payment  2              -               0     0        -"));
+        assert!(
+            row.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("payment  2              -               0     0        -")
+        );
         let v = show_json(&seen(None), t(0), &[]);
         assert_eq!((v["held"].clone(), v["waiting"].clone()), (json!(0), json!(0)));
         assert_eq!(v["gate_written"], json!(false));
@@ -416,7 +428,11 @@ mod tests {
         let g = g.arrive(t(1), &rate, "o-2#1.00000000", t(60_000), None).next;
         let g = g.release(t(100), &rate, "o-1#1.00000000").next;
         let s = Seen { agent: "wms".into(), limits: rate, gate: Some(g), first: None };
-        assert!(show_text(&s, t(500), &[]).contains("this second     2 of 5 ("), "{}", show_text(&s, t(500), &[]));
+        assert!(
+            show_text(&s, t(500), &[]).contains("this second     2 of 5 ("),
+            "{}",
+            show_text(&s, t(500), &[])
+        );
         assert_eq!(show_json(&s, t(500), &[])["this_second"], json!(2));
         assert_eq!(show_json(&s, t(1_500), &[])["this_second"], json!(1), "the tail ends a second after");
     }

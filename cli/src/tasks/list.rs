@@ -33,9 +33,8 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
     }
     let now = now();
     let since = filter.since.map(|d| Timestamp(now.0.saturating_sub(d.as_millis() as u64)));
-    let narrowed = filter.workflow.is_some()
-        || filter.agent.is_some()
-        || (state != StateArg::Error && since.is_some());
+    let narrowed =
+        filter.workflow.is_some() || filter.agent.is_some() || (state != StateArg::Error && since.is_some());
     // One more than asked for, to tell "that is all" from "more remain".
     let window = if state == StateArg::Error && !narrowed {
         filter.limit + 1
@@ -59,7 +58,9 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
             (_, None) => !t.state().is_terminal() && t.deadline().is_some_and(|d| d < now),
         })
         .filter(|t| filter.workflow.as_ref().is_none_or(|w| *w == t.workflow))
-        .filter(|t| filter.agent.as_ref().is_none_or(|a| at_agent(t, render::workflow_of(&ctx.definitions, t), a)))
+        .filter(|t| {
+            filter.agent.as_ref().is_none_or(|a| at_agent(t, render::workflow_of(&ctx.definitions, t), a))
+        })
         .filter(|t| since.is_none_or(|s| t.updated_at >= s))
         .collect();
     let more = tasks.len() > filter.limit || read_full;
