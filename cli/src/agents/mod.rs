@@ -26,22 +26,24 @@ const FIRST_IN_LINE_TRIES: u64 = 3;
 /// `sasctl agents ...`.
 #[derive(Debug, clap::Subcommand)]
 pub enum AgentsCommand {
-    /// The agents with limits: each one's max_in_flight and max_per_second, the places
-    /// held now (calls in flight and places reserved for tasks let through), the tickets
-    /// waiting (the queue's length) and "paused until T" while a Retry-After pause is on.
+    /// One line per agent with limits: its limits, places held, tickets waiting, and any
+    /// Retry-After pause.
     ///
-    /// One consistent read of each agent's gate (the state table's `gate#<agent>` item).
+    /// For each: max_in_flight and max_per_second, the places held now (calls in flight
+    /// and places reserved for tasks let through), the tickets waiting (the queue's
+    /// length) and "paused until T" while a Retry-After pause is on. One consistent read of each agent's gate (the state table's `gate#<agent>` item).
     /// An agent whose gate was never written shows 0 held, 0 waiting. The agents are
     /// those of the definition file (--workflows): pass the one the deployment runs.
     /// With --json, one JSON array of objects.
     List(AgentsArgs),
-    /// One agent with limits: its limits; who holds each place (the task, its attempt and
-    /// lease, and until when: a call's place lasts until its complete-by plus the reply
-    /// grace, so when it began is not shown); the places reserved for tickets let through
-    /// and not yet claimed (since when, and until when); the tickets waiting; the task
-    /// first in line and how long it has waited; a pause ("paused until T").
+    /// One agent with limits: who holds its places, the tickets waiting, the task first in
+    /// line, any pause.
     ///
-    /// A place whose time has passed is not shown: it holds nothing back. The task first
+    /// Its limits; who holds each place (the task, its attempt and lease, and until when:
+    /// a call's place lasts until its complete-by plus the reply grace, so when it began
+    /// is not shown); the places reserved for tickets let through and not yet claimed
+    /// (since when, and until when); the tickets waiting; the task first in line and how
+    /// long it has waited; a pause ("paused until T"). A place whose time has passed is not shown: it holds nothing back. The task first
     /// in line is found through the lowest waiting ticket's waiter note and its record,
     /// never a Scan. An agent the definition file does not name, or names without limits,
     /// is one line on stderr and exit 1.
