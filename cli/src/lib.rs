@@ -2,9 +2,10 @@
 //! report; `bench`, the benchmarks of docs/BENCHMARKS.md; `workflows`, checking a
 //! definition file; `dlq`, reading and redriving a deployment's dead-letter queues
 //! (finding the deployment: `deployment`); `tasks`, listing, showing and acting on a
-//! deployment's tasks.
+//! deployment's tasks; `agents`, the limited agents' gates.
 
 pub mod agent_fault;
+pub mod agents;
 pub mod args;
 pub mod aws_stub;
 pub mod bench;

@@ -58,6 +58,10 @@ enum Command {
     /// complete, fail or heartbeat a callback step by its token.
     #[command(subcommand)]
     Tasks(sasctl::tasks::TasksCommand),
+    /// A deployment's agents with limits (max_in_flight, max_per_second): the places held,
+    /// the tickets waiting and any Retry-After pause, for all of them or one.
+    #[command(subcommand)]
+    Agents(sasctl::agents::AgentsCommand),
 }
 
 #[derive(Subcommand)]
@@ -144,6 +148,7 @@ async fn main() -> ExitCode {
             sasctl::dlq::redrive(&args).await.map_err(|e| e.to_string())
         }
         Command::Tasks(command) => sasctl::tasks::run(command).await.map_err(|e| e.to_string()),
+        Command::Agents(command) => sasctl::agents::run(command).await.map_err(|e| e.to_string()),
         Command::Workflows(WorkflowsCommand::Schema) => {
             println!("{}", sasctl::workflows::schema());
             Ok(ExitCode::SUCCESS)

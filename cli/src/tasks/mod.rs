@@ -16,7 +16,7 @@
 mod act;
 pub mod callback;
 mod list;
-mod render;
+pub(crate) mod render;
 mod show;
 
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ use sas::domain::{Definitions, OrderId, Policy, ProcessState};
 use crate::args::{duration, non_empty, whole};
 use crate::deployment::{Deployment, DeploymentArgs, DeploymentError, aws_reason};
 
-pub use list::Selection;
+pub use list::{Selection, now};
 
 /// Read when --workflows is not given.
 pub const WORKFLOWS_VAR: &str = "SAS_WORKFLOWS";
@@ -54,6 +54,10 @@ pub enum TasksCommand {
     /// callback and when its heartbeat or completion is due (with --json, `waits_for`).
     /// A task at a parallel stage has the stage's name as its STEP, and how many of its
     /// branches are done (with --json, `stage`).
+    ///
+    /// `--agent NAME` keeps the tasks whose current step (or a branch of its stage) runs
+    /// on agent NAME, by the definition file, or that wait in NAME's gate: a filter on
+    /// what the index read gives, like --workflow, not a query of its own.
     List(ListArgs),
     /// Show one task: its state, step, lease and deadline, what a waiting task waits for
     /// (a timer's wake time; a callback's attempt, start, timeout, heartbeats and next
@@ -148,7 +152,8 @@ pub enum StateArg {
     Stuck,
     /// Live and paused by an operator (in any live state).
     Paused,
-    /// Pending or Compensating, waiting for a place in its agent's gate (flow control).
+    /// Pending or Compensating, waiting for a place in its agent's gate (flow control),
+    /// or for the end of a Retry-After pause its agent's service asked for (throttled).
     Queued,
 }
 
@@ -196,6 +201,9 @@ pub struct Filter {
     /// Only tasks of this workflow.
     #[arg(long, value_name = "NAME")]
     pub workflow: Option<String>,
+    /// Only tasks whose current step runs on this agent, or that wait in its gate.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
     /// Only tasks changed this recently: 90s, 15m, 2h, 3d.
     #[arg(long, value_name = "AGE", value_parser = duration("--since"))]
     pub since: Option<Duration>,
@@ -230,8 +238,8 @@ pub struct ResubmitArgs {
 pub struct ActArgs {
     /// The task's id (its order's order_id). Or give --state to act on a listing's tasks.
     pub id: Option<String>,
-    /// Act on every task `tasks list --state STATE` selects (with --workflow, --since,
-    /// --limit), at most --rate a second, with a progress bar and a summary.
+    /// Act on every task `tasks list --state STATE` selects (with --workflow, --agent,
+    /// --since, --limit), at most --rate a second, with a progress bar and a summary.
     #[arg(long, value_enum, conflicts_with = "id")]
     pub state: Option<StateArg>,
     /// Why: recorded in each task's timeline with who acted (required).

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::basics::{iso, one_line, step_name};
 use super::stage::stage_view;
-use super::waits::{callback_step_attempt, queued_line, waits_for};
+use super::waits::{callback_step_attempt, queued_line, throttled_until, waits_for};
 
 /// A listed task as one JSON object.
 pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
@@ -32,6 +32,9 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
     if let Some(q) = task.queued() {
         v["queued"] = json!({"agent": q.agent, "ticket": q.ticket, "since": iso(q.since)});
     }
+    if let Some(at) = throttled_until(task) {
+        v["throttled_until"] = json!(iso(at));
+    }
     if let (Some("callback"), Some(cb)) = (waits_for(task), &task.callback()) {
         v["callback_attempt"] = json!(callback_step_attempt(task, cb));
         v["callback_task_attempt"] = json!(cb.attempt);
@@ -50,16 +53,18 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
 
 /// The state as a listing shows it: a waiting timer with its wake time, a waiting
 /// callback with when its heartbeat or completion is due, a task waiting for a place in
-/// its agent's gate with its ticket and how long it has waited.
+/// its agent's gate with its ticket and how long it has waited, a throttled one with when
+/// it is tried again.
 fn state_cell(task: &TaskRecord, now: Timestamp) -> String {
     let state = match (task.wake_at(), waits_for(task), &task.callback()) {
         (Some(at), ..) => format!("{} until {}", task.state().as_str(), iso(at)),
         (None, Some("callback"), Some(cb)) => {
             format!("{} for callback, due {}", task.state().as_str(), iso(cb.due()))
         }
-        _ => match queued_line(task, now) {
-            Some(q) => format!("{}, {q}", task.state().as_str()),
-            None => task.state().as_str().to_owned(),
+        _ => match (queued_line(task, now), throttled_until(task)) {
+            (Some(q), _) => format!("{}, {q}", task.state().as_str()),
+            (None, Some(at)) => format!("{}, throttled until {}", task.state().as_str(), iso(at)),
+            (None, None) => task.state().as_str().to_owned(),
         },
     };
     if task.paused() { format!("{state} (paused)") } else { state }

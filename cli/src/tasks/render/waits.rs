@@ -27,6 +27,20 @@ pub fn queued_line(task: &TaskRecord, now: Timestamp) -> Option<String> {
     Some(format!("waiting for a place at {} (ticket {}, {waited:.1} s)", q.agent, q.ticket))
 }
 
+/// When a throttled task is tried again: its agent's service answered 429 or 503 with
+/// Retry-After, and the task (no lease, Pending or Compensating) waits for the retry that
+/// was sent with that delay from the move's time.
+pub fn throttled_until(task: &TaskRecord) -> Option<Timestamp> {
+    match task.last_cause {
+        sas::domain::Cause::Throttled { retry_after_ms, .. }
+            if task.locked_by().is_none() && !task.state().is_terminal() =>
+        {
+            Some(task.updated_at.plus_ms(retry_after_ms))
+        }
+        _ => None,
+    }
+}
+
 /// A length of time as people write it: `90s`, `15m`, `1h`, `1500 ms`.
 pub fn span(ms: u64) -> String {
     match ms {
@@ -355,5 +369,23 @@ mod flow_tests {
         assert_eq!(v["timeline"][1]["what"], "Queued");
         let ended = crate::fixtures::task("o-2", ProcessState::Processed);
         assert!(show_json(&ended, None, now, &[]).get("queued").is_none());
+    }
+
+    /// A task its agent's service throttled waits for its retry: the listing says until
+    /// when (the move's time plus the Retry-After), and `--state queued` selects it.
+    #[test]
+    fn a_throttled_task_says_when_it_is_tried_again() {
+        let mut t = crate::fixtures::task("o-3", ProcessState::Pending);
+        t.updated_at = Timestamp(T0 + 5_000);
+        t.last_cause =
+            sas::domain::Cause::Throttled { step: 0, action: sas::domain::Action::Do, retry_after_ms: 2_000 };
+        assert_eq!(super::throttled_until(&t), Some(Timestamp(T0 + 7_000)));
+        let listed = table_at(&[(&t, Some(&wf()))], Timestamp(T0 + 6_000));
+        assert!(listed.contains("Pending, throttled until 2023-11-14T22:13:27.000Z"), "{listed}");
+        assert_eq!(task_summary_json(&t, Some(&wf()))["throttled_until"], "2023-11-14T22:13:27.000Z");
+        // Claimed again since, or ended: no longer waiting for the pause.
+        let ended = t.clone().with_phase(sas::domain::Phase::ended(ProcessState::Processed).unwrap());
+        assert_eq!(super::throttled_until(&ended), None);
+        assert!(task_summary_json(&queued(), None).get("throttled_until").is_none());
     }
 }
