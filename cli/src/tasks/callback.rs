@@ -231,7 +231,6 @@ async fn apply(
             Outcome::Applied { before, after: task.state(), trigger: trigger.as_str(), name, task }
         }
         Ok(Completed::Refused(why)) => Outcome::Refused(why.to_string()),
-        Ok(Completed::Acknowledged) => Outcome::Acknowledged,
         // The store, a queue or the alerts topic failed: before the write (nothing
         // changed), or after it (its effects are the supervisor's to recover).
         Err(HandlerError::Retry(why)) => {
@@ -250,12 +249,12 @@ async fn apply(
         println!("{}", outcome.json(verb, token, claims));
     } else {
         match &outcome {
-            Outcome::Applied { .. } | Outcome::Acknowledged => println!("{}", outcome.line(token, claims)),
+            Outcome::Applied { .. } => println!("{}", outcome.line(token, claims)),
             Outcome::Refused(_) => eprintln!("sasctl: {}", outcome.line(token, claims)),
         }
     }
     Ok(ExitCode::from(match outcome {
-        Outcome::Applied { .. } | Outcome::Acknowledged => EXIT_APPLIED,
+        Outcome::Applied { .. } => EXIT_APPLIED,
         Outcome::Refused(_) => EXIT_REFUSED,
     }))
 }
@@ -272,8 +271,6 @@ pub enum Outcome {
         task: Box<TaskRecord>,
     },
     Refused(String),
-    /// A heartbeat acknowledged without a write: the last one was too recent.
-    Acknowledged,
 }
 
 impl Outcome {
@@ -299,10 +296,6 @@ impl Outcome {
                 line
             }
             Outcome::Refused(why) => format!("{token}: refused: {why}"),
-            Outcome::Acknowledged => format!(
-                "{}: step {}: heartbeat acknowledged, not written (the last came less than a tenth of its interval ago)",
-                claims.order_id, claims.step
-            ),
         }
     }
 
@@ -330,7 +323,6 @@ impl Outcome {
                 v["outcome"] = "refused".into();
                 v["reason"] = why.clone().into();
             }
-            Outcome::Acknowledged => v["outcome"] = "acknowledged".into(),
         }
         v
     }

@@ -163,20 +163,7 @@ pub struct Awaiting {
     pub since: Timestamp,
 }
 
-/// A step without a heartbeat interval gains nothing from a heartbeat but its time: one
-/// within this of the last is not written.
-pub const HEARTBEAT_FLOOR_MS: u64 = 60_000;
-
 impl Awaiting {
-    /// Whether a heartbeat at `now` comes so soon after the last (or the claim) that
-    /// writing it would move the step's due time by at most a tenth of its interval: it
-    /// is acknowledged and not written, so an outside party that heartbeats in a tight
-    /// loop costs reads, not a rewrite of the whole record each time.
-    pub fn heartbeat_too_soon(&self, now: Timestamp) -> bool {
-        let floor = self.heartbeat_ms.map_or(HEARTBEAT_FLOOR_MS, |ms| ms / 10);
-        now.millis_since(self.last_heartbeat.unwrap_or(self.since)) < floor
-    }
-
     /// When the attempt fails if nothing arrives: the timeout, or the next heartbeat due
     /// if that comes first.
     pub fn due(&self) -> Timestamp {

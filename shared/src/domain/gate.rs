@@ -32,8 +32,8 @@ pub const RESERVATION_MS: u64 = 10_000;
 pub const MAX_PAUSE_MS: u64 = 300_000;
 /// The most withdrawn tickets a gate marks to skip: every write of the gate is billed by
 /// its size (each entry a few bytes, all of them under 2 KB). A ticket withdrawn past
-/// this is let through in its turn, and the place reserved for it lapses after
-/// `RESERVATION_MS`, as if its hand-back had been lost.
+/// this is let through in its turn, and its wake (`Schedule::turn`) finds the task no
+/// longer holding it and hands the place on then.
 pub const MAX_WITHDRAWN: usize = 256;
 /// The largest `max_in_flight` a definition may set: the gate keeps an entry per place
 /// and every write of the gate is billed by its size.
@@ -147,7 +147,8 @@ pub enum Withdrawn {
     PlaceFreed,
     /// Still behind: its turn will be skipped.
     Skipped,
-    /// Still behind, but `MAX_WITHDRAWN` are marked already: its place will lapse.
+    /// Still behind, but `MAX_WITHDRAWN` are marked already: its turn's wake hands the
+    /// place on.
     Unmarked,
     /// Its turn had come and gone (its place claimed or lapsed): nothing held.
     Nothing,
@@ -259,11 +260,18 @@ impl Gate {
 
     /// A claim that held a place given it for `ticket` lost its task write: the place
     /// goes back to the ticket (reserved again), so the task keeps its turn.
-    pub fn unclaim(&self, now: Timestamp, holder: &str, ticket: u64) -> Passage<bool> {
+    /// If a place is reserved for the ticket already (two passes of its task each took
+    /// one, and both lost their writes), this one is released instead: one reservation
+    /// per ticket, never a second place held for nobody.
+    pub fn unclaim(&self, now: Timestamp, limits: &Limits, holder: &str, ticket: u64) -> Passage<bool> {
+        let reserved = reserved_for(ticket);
+        if self.holds.iter().any(|h| h.holder == reserved) {
+            return self.release(now, limits, holder);
+        }
         let mut next = self.moved(now);
         let found = match next.holds.iter_mut().find(|h| h.holder == holder) {
             Some(place) => {
-                *place = Hold { holder: reserved_for(ticket), until: now.plus_ms(RESERVATION_MS) };
+                *place = Hold { holder: reserved, until: now.plus_ms(RESERVATION_MS) };
                 true
             }
             None => false,
@@ -591,10 +599,28 @@ mod tests {
         let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
         let g = g.release(at(2), &one, "a#1").next;
         let took = g.arrive(at(3), &one, "b#1", at(100), Some(0)).next;
-        let back = took.unclaim(at(4), "b#1", 0);
+        let back = took.unclaim(at(4), &one, "b#1", 0);
         assert!(back.outcome);
         let again = back.next.arrive(at(5), &one, "b#1.x", at(100), Some(0));
         assert_eq!(again.outcome, Admission::Admitted, "the ticket's place waited for it");
+    }
+
+    /// Two passes of one task each held a place for its ticket and both lost their task
+    /// writes: the second hand-back releases its place, so the ticket has one reservation.
+    #[test]
+    fn a_ticket_is_reserved_one_place_however_many_claims_hand_theirs_back() {
+        let g = Gate::new("pay").arrive(at(0), &TWO, "a#1", at(50), None).next;
+        let g = g.arrive(at(1), &TWO, "c#1", at(50), None).next;
+        let g = g.arrive(at(2), &TWO, "b#1", at(100), None).next;
+        let g = g.release(at(3), &TWO, "a#1").next;
+        assert!(g.holds.iter().any(|h| h.holder == reserved_for(0)), "b's ticket let through");
+        let first = g.arrive(at(4), &TWO, "b#1.x", at(100), Some(0)).next;
+        let second =
+            first.release(at(5), &TWO, "c#1").next.arrive(at(5), &TWO, "b#1.y", at(100), Some(0)).next;
+        assert_eq!(second.holds.len(), 2, "both passes hold a place: {second:?}");
+        let back = second.unclaim(at(6), &TWO, "b#1.x", 0).next.unclaim(at(6), &TWO, "b#1.y", 0).next;
+        let reserved = back.holds.iter().filter(|h| h.holder == reserved_for(0)).count();
+        assert_eq!((reserved, back.holds.len()), (1, 1), "{back:?}");
     }
 
     #[test]

@@ -19,8 +19,6 @@ pub enum Completed {
     Applied { before: ProcessState, trigger: Trigger, task: Box<TaskRecord> },
     /// It changed nothing, for this reason (told to whoever sent it).
     Refused(CompletionRefused),
-    /// A heartbeat acknowledged without a write: the last was too recent to move anything.
-    Acknowledged,
 }
 
 /// Applies `completion` of the step `token` names. `Err` only for trouble worth trying
@@ -62,10 +60,6 @@ pub async fn complete(
                 })
             }
             Transition::Refused(Refusal::Completion(why)) => Ok(refused(deps, why)),
-            Transition::Refused(soon @ Refusal::HeartbeatTooSoon { .. }) => {
-                tracing::info!(%soon, "heartbeat acknowledged, not written");
-                Ok(Completed::Acknowledged)
-            }
             Transition::Refused(other) => Err(HandlerError::Reject(other.to_string())),
             Transition::NoSuchTask => Ok(refused(deps, CompletionRefused::NoSuchOrder(claims.order_id.clone()))),
         }
@@ -103,7 +97,7 @@ impl Callbacks {
             HandlerError::Reject(format!("not a callback message: {e}"))
         })?;
         match complete(&self.deps, &self.settings, &parsed.token, &completion).await? {
-            Completed::Applied { .. } | Completed::Acknowledged => Ok(()),
+            Completed::Applied { .. } => Ok(()),
             Completed::Refused(why) => Err(HandlerError::Reject(format!("callback refused: {why}"))),
         }
     }

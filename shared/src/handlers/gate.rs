@@ -117,7 +117,12 @@ pub(crate) async fn unclaim(
     holder: &str,
     ticket: u64,
 ) {
-    if let Err(e) = change(deps, settings, turns, agent, |gate, now| gate.unclaim(now, holder, ticket)).await
+    // An agent whose limits were taken away keeps no places any more.
+    let Some(limits) = settings.topology.limits.get(agent) else {
+        return;
+    };
+    if let Err(e) =
+        change(deps, settings, turns, agent, |gate, now| gate.unclaim(now, limits, holder, ticket)).await
     {
         tracing::warn!(%agent, %holder, error = %e, "place not handed back to its ticket; it lapses at its own time");
     }

@@ -50,6 +50,8 @@ impl Scheduler {
         async {
             let (deps, settings) = (&self.deps, &self.settings);
             let lease = deps.random.lease();
+            // The gate's own wake: not a message anyone sent wrong, even for a task gone.
+            let woken = turn.is_some();
             let mut run = Scheduling::new(order_id.clone(), lease, &settings.topology.limits, settings.policy)
                 .woken_for(turn.map(|t| (t.agent, t.ticket)));
             let mut seen = Seen::Nothing;
@@ -152,6 +154,11 @@ impl Scheduler {
                     Ok(())
                 }
                 Done::Refused(refusal) => Err(HandlerError::Reject(refusal.to_string())),
+                // Its turn was handed on (`Next::Withdraw`) before the pass ended.
+                Done::NoSuchTask if woken => {
+                    tracing::info!("woken at the gate for a task that is gone: its turn handed on");
+                    Ok(())
+                }
                 Done::NoSuchTask => Err(HandlerError::Reject(format!("schedule for unknown order {order_id}"))),
                 Done::KeptChanging(why) => Err(HandlerError::Retry(why)),
             }

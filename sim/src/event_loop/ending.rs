@@ -78,7 +78,6 @@ impl EventLoop {
                 let result = result.map(|c| match c {
                     sas::handlers::Completed::Applied { trigger, .. } => format!("applied {trigger:?}"),
                     sas::handlers::Completed::Refused(why) => format!("refused: {why}"),
-                    sas::handlers::Completed::Acknowledged => "acknowledged".to_owned(),
                 });
                 self.note_args(format_args!("finish inv {id} outside {result:?}"));
             }

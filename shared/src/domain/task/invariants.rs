@@ -112,8 +112,7 @@ fn every_row_of_the_table_is_a_decision() {
     let done = Completion::Success { output: None };
     let no = Completion::Failure { reason: "declined".into() };
     let complete = |t: &TaskRecord, wf: &Workflow, c: &Completion| {
-        // Past a tenth of the heartbeat interval since the claim: a heartbeat is written.
-        checked(t, t.complete(&token, &claims, c, T0.plus_ms(1_000), wf, &policy()))
+        checked(t, t.complete(&token, &claims, c, T0.plus_ms(10), wf, &policy()))
     };
     // Nothing compensates: a refusal ends in Error.
     let lone = Workflow::new(

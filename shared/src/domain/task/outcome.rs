@@ -180,10 +180,6 @@ pub enum Refusal {
     /// Not claimable yet: held after a cancel until the cancelled attempt is over.
     #[error("held until {until}: an attempt of a cancelled task or a stopped stage may still be running")]
     Held { until: Timestamp },
-    /// A heartbeat so soon after the last that it is acknowledged without a write
-    /// (`Awaiting::heartbeat_too_soon`): not an error to its sender.
-    #[error("heartbeat acknowledged: the last was at {last}, too recent to write another")]
-    HeartbeatTooSoon { last: Timestamp },
     /// A Schedule for a waiting timer that came before its time: nothing changes.
     #[error("asleep until {wake_at}: woken early at {now}")]
     Asleep { wake_at: Timestamp, now: Timestamp },
