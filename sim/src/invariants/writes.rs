@@ -19,6 +19,9 @@ pub(super) fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String))
     // The latest record of each order, as the writes so far left it: each write must start
     // from it.
     let mut latest: BTreeMap<&str, &TaskRecord> = BTreeMap::new();
+    // Each order's throttled wait at its current step and direction, summed from the
+    // pauses of its Throttled moves in the log, not read from the record's own count.
+    let mut throttled: BTreeMap<&str, u64> = BTreeMap::new();
     for w in r.writes {
         let after: &TaskRecord = &w.after;
         let id = after.order_id.as_str();
@@ -39,7 +42,9 @@ pub(super) fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String))
         let wf = r.workflows.get_version(&before.workflow, before.workflow_version);
         a_move_of_the_table(r, before, after, add);
         one_live_lease(before, after, add);
-        throttled_within_budget(after, wf, add);
+        let spent = throttled.entry(id).or_default();
+        *spent = throttled_so_far(*spent, before, after);
+        throttled_within_budget(after, *spent, wf, add);
         failures_within_budget(r, before, after, add);
         // A timer step whose time cannot be read fails with no reply: there is nothing to fence.
         let timer = wf.and_then(|wf| wf.step(before.step)).is_some_and(|s| s.is_timer());
@@ -96,19 +101,39 @@ fn a_move_of_the_table(
     }
 }
 
-/// A step's throttled wait so far (`step_throttled_ms`, which every Throttled move adds its
-/// pause to) stays within the step's budget: a pause that would take it past gives up.
+/// The throttled wait of `after`'s step and direction, given `spent` before the write: it
+/// starts again at a new step, a new direction (an undo begins), and an operator's
+/// resubmit or undo; a Throttled move adds its pause.
+fn throttled_so_far(spent: u64, before: &TaskRecord, after: &TaskRecord) -> u64 {
+    let anew = before.step != after.step
+        || before.action() != after.action()
+        || matches!(
+            after.last_cause,
+            Cause::Operator { act: sas::domain::Act::Resubmit { .. } | sas::domain::Act::Compensate, .. }
+        );
+    let spent = if anew { 0 } else { spent };
+    match after.last_cause {
+        Cause::Throttled { retry_after_ms, .. } if after.revision > before.revision => spent + retry_after_ms,
+        _ => spent,
+    }
+}
+
+/// A step's remote never has it wait, throttled, longer in all than its budget (`spent`,
+/// summed from the log); and at each Throttled move the record's own count
+/// (`step_throttled_ms`, which the give-up reads) says the same.
 fn throttled_within_budget(
     after: &TaskRecord,
+    spent: u64,
     wf: Option<&Workflow>,
     add: &mut impl FnMut(Invariant, String),
 ) {
     let Some(budget) = wf.map(|wf| wf.max_throttled_ms(after.step)) else { return };
-    if after.step_throttled_ms > budget {
+    let moved = matches!(after.last_cause, Cause::Throttled { .. });
+    if spent > budget || (moved && after.step_throttled_ms != spent) {
         add(
             Invariant::ThrottleBudget,
             format!(
-                "order {} revision {}: step {} throttled {} ms in all, over its budget of {budget} ms",
+                "order {} revision {}: step {} throttled {spent} ms in all (the record says {}), budget {budget} ms",
                 after.order_id, after.revision, after.step, after.step_throttled_ms
             ),
         );
