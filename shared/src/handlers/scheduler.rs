@@ -119,6 +119,10 @@ impl Scheduler {
                         }
                         Seen::Nothing
                     }
+                    Next::Rearm { delay_ms } => {
+                        schedule(deps, settings, order_id, delay_ms).await?;
+                        Seen::Nothing
+                    }
                     Next::LookBehind { agent, ticket } => {
                         Seen::Behind(deps.store.gate(&agent).await?.is_some_and(|g| g.behind(ticket)))
                     }
@@ -128,19 +132,12 @@ impl Scheduler {
             match done {
                 Done::Handled => Ok(()),
                 // A duplicate of the Schedule that put the timer to sleep, or one read on a
-                // clock behind the writer's: it comes back when the timer is due.
+                // clock behind the writer's: sent again for the timer's time if a message can
+                // wait that long (`Next::Rearm`), else the supervisor's sweep wakes it.
                 Done::Refused(refusal @ Refusal::Asleep { .. }) => {
+                    tracing::info!(%refusal, "schedule before the timer's time");
                     deps.metrics.record(Metric::TimerEarly, 1);
-                    match refusal.rearm_ms() {
-                        Some(delay_ms) => {
-                            tracing::info!(%refusal, delay_ms, "schedule before the timer's time: sent again for then");
-                            schedule(deps, settings, order_id, delay_ms).await
-                        }
-                        None => {
-                            tracing::info!(%refusal, "schedule before the timer's time: the supervisor wakes it");
-                            Ok(())
-                        }
-                    }
+                    Ok(())
                 }
                 // Held: the cancel's own delayed Schedule (or the supervisor) claims it later.
                 // Paused: the resume sends a Schedule of its own.

@@ -137,6 +137,9 @@ pub enum Next {
     NoteWaiter { agent: String, ticket: u64, at: Timestamp },
     /// Read `agent`'s gate; report whether `ticket` is still behind.
     LookBehind { agent: String, ticket: u64 },
+    /// Send this task a Schedule delayed `delay_ms`: one that came while its timer slept
+    /// comes back when it is due (`Refusal::rearm_ms`); then go on.
+    Rearm { delay_ms: u64 },
     /// Over.
     Done(Done),
 }
@@ -236,6 +239,8 @@ enum At<'w> {
         decision: Arc<Decision>,
     },
     Performed,
+    /// An early Schedule sent again: over, refused as `refusal` says.
+    Rearmed(Refusal),
     Over,
 }
 
@@ -350,6 +355,7 @@ impl<'w> Scheduling<'w> {
             (At::GaveBack, _) | (At::Looked, Seen::Behind(false)) => self.gate_round(),
             (At::WithdrewTaken { read, gated }, _) => self.decide(read, gated),
             (At::WithdrewThenDone(done), _) => Next::Done(done),
+            (At::Rearmed(refusal), _) => Next::Done(Done::Refused(refusal)),
             (At::WritingQueued { agent, ticket, .. }, Seen::Landed(false)) => {
                 self.taken = Some((agent, ticket));
                 self.gate_round()
@@ -495,7 +501,13 @@ impl<'w> Scheduling<'w> {
                 self.at = At::WritingPlain { read, decision: decision.clone() };
                 Next::Write { decision, revision }
             }
-            (Err(refusal), _, false) => Next::Done(Done::Refused(refusal)),
+            (Err(refusal), _, false) => match refusal.rearm_ms() {
+                Some(delay_ms) => {
+                    self.at = At::Rearmed(refusal);
+                    Next::Rearm { delay_ms }
+                }
+                None => Next::Done(Done::Refused(refusal)),
+            },
             (Err(_), Some(_), true) => unreachable_step("a refusal needs no place"),
         }
     }
@@ -834,5 +846,29 @@ mod tests {
         assert!(matches!(r.next(Seen::Task(None)), Next::ReadTask), "read again without the gate");
         assert!(matches!(r.next(Seen::Task(None)), Next::Withdraw { ticket: 3, .. }));
         assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::NoSuchTask)));
+    }
+
+    /// A Schedule that finds its timer asleep is sent again for the wake time when a
+    /// message can wait that long; a longer sleep is the supervisor's to wake.
+    #[test]
+    fn an_early_schedule_for_a_sleeping_timer_is_sent_again_for_its_time() {
+        let wf = timer_first();
+        let none = BTreeMap::new();
+        let asleep = sleep(&new_task(&wf), &wf, T0);
+        let mut r = run(&none);
+        r.next(Seen::Nothing);
+        let early = Seen::Task(Some((asleep.clone(), &wf, T0.plus_ms(400))));
+        assert!(matches!(r.next(early), Next::Rearm { delay_ms: 600 }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(Refusal::Asleep { .. }))));
+        // Asleep past what a message can wait: no Schedule, only the refusal.
+        let long = Workflow::new(
+            "long",
+            vec![crate::domain::Step::timer("t", crate::domain::Wait::for_ms(3_600_000))],
+        );
+        let asleep = sleep(&new_task(&long), &long, T0);
+        let mut r = run(&none);
+        r.next(Seen::Nothing);
+        let early = Seen::Task(Some((asleep, &long, T0.plus_ms(400))));
+        assert!(matches!(r.next(early), Next::Done(Done::Refused(Refusal::Asleep { .. }))));
     }
 }
