@@ -59,6 +59,32 @@ pub fn token_order(body: &str) -> Option<String> {
     Some(claims.order_id.to_string())
 }
 
+/// `rows` as a table: each column padded to its widest cell, the last one unpadded, each
+/// line after `indent` and without trailing spaces.
+pub fn columns<R: AsRef<[String]>>(rows: &[R], indent: &str) -> String {
+    let mut widths = vec![0usize; rows.first().map_or(0, |r| r.as_ref().len())];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let row = row.as_ref();
+        let mut line = indent.to_owned();
+        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -264,8 +264,8 @@ impl EventLoop {
         // The work queues an invocation may start from, in order (no allocation per step).
         let mut startable = [0; WORK.len()];
         let mut startables = 0;
-        for i in 0..WORK.len() {
-            if self.startable(i, now, &running, outage, visible[i]) {
+        for (i, &at) in visible.iter().enumerate() {
+            if self.startable(i, now, &running, outage, at) {
                 startable[startables] = i;
                 startables += 1;
             }

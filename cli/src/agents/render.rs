@@ -104,30 +104,6 @@ fn seconds(ms: u64) -> String {
     format!("{:.1} s", ms as f64 / 1_000.0)
 }
 
-/// `rows` as columns padded to their widest cell, the last one unpadded.
-fn columns(rows: &[Vec<String>], indent: &str) -> String {
-    let mut widths = vec![0usize; rows.first().map_or(0, Vec::len)];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = indent.to_owned();
-        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
 /// `agents list`'s table: one row per agent, its limits and its gate at `now`.
 pub fn list_text(agents: &[Seen], now: Timestamp) -> String {
     let mut rows = vec![
@@ -144,7 +120,7 @@ pub fn list_text(agents: &[Seen], now: Timestamp) -> String {
             n.paused_until.map_or_else(|| "-".to_owned(), |p| format!("paused until {}", iso(p))),
         ]);
     }
-    columns(&rows, "")
+    crate::text::columns(&rows, "")
 }
 
 /// One agent of `agents list --json`.
@@ -236,7 +212,7 @@ pub fn show_text(seen: &Seen, now: Timestamp, next: &[String]) -> String {
                 }
             });
         }
-        out.push_str(&columns(&rows, "  "));
+        out.push_str(&crate::text::columns(&rows, "  "));
     }
     if !next.is_empty() {
         out.push_str("\nnext:\n");

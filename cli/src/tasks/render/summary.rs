@@ -105,26 +105,7 @@ pub fn table_at(tasks: &[(&TaskRecord, Option<&Workflow>)], now: Timestamp) -> S
             task.last_error.as_deref().map_or_else(|| "-".to_owned(), |e| one_line(e, 80)),
         ]);
     }
-    let mut widths = [0usize; 7];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    crate::text::columns(&rows, "")
 }
 
 /// The listing's table as `sasctl tasks list` prints it: waits for a place measured to
