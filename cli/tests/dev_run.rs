@@ -315,6 +315,11 @@ fn clone(run: &DevOutcome) -> DevOutcome {
 async fn the_fulfil_example_with_a_queue_agent_and_a_failing_payment_service() {
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/fulfil.json")).unwrap();
+    // The example gives `reserve` (and so its undo) 30 s, and a hung call there is waited
+    // out to its complete-by: an order that drew four hangs on that step would outlast the
+    // run's two minutes. Three seconds keep every recovery and keep the run bounded.
+    assert_eq!(text.matches(r#""timeout_ms": 30000"#).count(), 2, "the example's reserve steps");
+    let text = text.replace(r#""timeout_ms": 30000"#, r#""timeout_ms": 3000"#);
     let definitions = sas::domain::Definitions::parse(&text).unwrap();
     let mut options = DevOptions { definitions, workflow: "fulfil".into(), ..options("fulfil", 100, 21) };
     let payment: sasctl::agent_fault::AgentFault = "payment=fail:0.3,refuse:0.05".parse().unwrap();
