@@ -24,6 +24,8 @@ mod switches {
     static GATE_BLIND_WRITE: AtomicBool = AtomicBool::new(false);
     static TICKETS_LEFT_BEHIND: AtomicBool = AtomicBool::new(false);
     static THROTTLED_FOREVER: AtomicBool = AtomicBool::new(false);
+    static HEARTBEAT_NO_SLACK: AtomicBool = AtomicBool::new(false);
+    static HEARTBEAT_EVERY_WRITE: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -81,6 +83,14 @@ mod switches {
         /// A throttled step never gives up: its throttle budget is ignored, and a remote
         /// that keeps answering 429 keeps the order cycling (the behaviour before budgets).
         ThrottledForever,
+        /// A callback's heartbeat is due one interval after the last heartbeat written,
+        /// without the floor's slack, while heartbeats within the floor are still left
+        /// unwritten: a party beating every interval is lapsed after a beat that fell
+        /// within the floor (the earlier attempt at the floor, reverted for this).
+        HeartbeatNoSlack,
+        /// Every heartbeat is written, however soon after the last one (the behaviour
+        /// before the floor).
+        HeartbeatEveryWrite,
     }
 
     impl Mutation {
@@ -103,6 +113,8 @@ mod switches {
                 Mutation::GateBlindWrite => &GATE_BLIND_WRITE,
                 Mutation::TicketsLeftBehind => &TICKETS_LEFT_BEHIND,
                 Mutation::ThrottledForever => &THROTTLED_FOREVER,
+                Mutation::HeartbeatNoSlack => &HEARTBEAT_NO_SLACK,
+                Mutation::HeartbeatEveryWrite => &HEARTBEAT_EVERY_WRITE,
             }
         }
         pub fn set(self, on: bool) {
@@ -165,6 +177,12 @@ mod switches {
     }
     pub fn throttled_forever() -> bool {
         Mutation::ThrottledForever.is_on()
+    }
+    pub fn heartbeat_no_slack() -> bool {
+        Mutation::HeartbeatNoSlack.is_on()
+    }
+    pub fn heartbeat_every_write() -> bool {
+        Mutation::HeartbeatEveryWrite.is_on()
     }
 }
 
@@ -275,5 +293,17 @@ pub(crate) const fn tickets_left_behind() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn throttled_forever() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn heartbeat_no_slack() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn heartbeat_every_write() -> bool {
     false
 }

@@ -383,6 +383,8 @@ pub enum Metric {
     CallbackApplied,
     /// A heartbeat from the outside was applied.
     CallbackHeartbeat,
+    /// A heartbeat came within the floor of the last one written: acknowledged, not written.
+    CallbackHeartbeatNoted,
     /// A completion or heartbeat changed nothing: an old, foreign, forged or malformed
     /// token, or one for a step that has ended.
     CallbackRefused,
@@ -439,6 +441,7 @@ impl Metric {
             Metric::CallbackStarted => "CallbacksStarted",
             Metric::CallbackApplied => "CallbackCompletionsApplied",
             Metric::CallbackHeartbeat => "CallbackHeartbeats",
+            Metric::CallbackHeartbeatNoted => "CallbackHeartbeatsNoted",
             Metric::CallbackRefused => "CallbackCompletionsRefused",
             Metric::CallbackTimedOut => "CallbacksTimedOut",
             Metric::WriteConflict => "WriteConflicts",

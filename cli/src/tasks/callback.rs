@@ -230,6 +230,7 @@ async fn apply(
             let name = render::step_name(render::workflow_of(&ctx.definitions, &task), claims.step);
             Outcome::Applied { before, after: task.state(), trigger: trigger.as_str(), name, task }
         }
+        Ok(Completed::Noted { written_at, due }) => Outcome::Noted { written_at, due },
         Ok(Completed::Refused(why)) => Outcome::Refused(why.to_string()),
         // The store, a queue or the alerts topic failed: before the write (nothing
         // changed), or after it (its effects are the supervisor's to recover).
@@ -249,12 +250,12 @@ async fn apply(
         println!("{}", outcome.json(verb, token, claims));
     } else {
         match &outcome {
-            Outcome::Applied { .. } => println!("{}", outcome.line(token, claims)),
+            Outcome::Applied { .. } | Outcome::Noted { .. } => println!("{}", outcome.line(token, claims)),
             Outcome::Refused(_) => eprintln!("sasctl: {}", outcome.line(token, claims)),
         }
     }
     Ok(ExitCode::from(match outcome {
-        Outcome::Applied { .. } => EXIT_APPLIED,
+        Outcome::Applied { .. } | Outcome::Noted { .. } => EXIT_APPLIED,
         Outcome::Refused(_) => EXIT_REFUSED,
     }))
 }
@@ -269,6 +270,12 @@ pub enum Outcome {
         trigger: &'static str,
         name: Option<String>,
         task: Box<TaskRecord>,
+    },
+    /// A heartbeat acknowledged without a write: the one written at `written_at`, less
+    /// than the floor before, stands; the step is due by `due`.
+    Noted {
+        written_at: sas::domain::Timestamp,
+        due: sas::domain::Timestamp,
     },
     Refused(String),
 }
@@ -295,6 +302,13 @@ impl Outcome {
                 }
                 line
             }
+            Outcome::Noted { written_at, due } => format!(
+                "{}: step {}: heartbeat noted (the one written at {} stands); next heartbeat or completion due by {}",
+                claims.order_id,
+                claims.step,
+                render::iso(*written_at),
+                render::iso(*due)
+            ),
             Outcome::Refused(why) => format!("{token}: refused: {why}"),
         }
     }
@@ -318,6 +332,11 @@ impl Outcome {
                 if let Some(due) = next_due(task) {
                     v["next_due"] = render::iso(due).into();
                 }
+            }
+            Outcome::Noted { written_at, due } => {
+                v["outcome"] = "noted".into();
+                v["written_at"] = render::iso(*written_at).into();
+                v["next_due"] = render::iso(*due).into();
             }
             Outcome::Refused(why) => {
                 v["outcome"] = "refused".into();

@@ -20,6 +20,17 @@ use super::ids::{OrderId, Timestamp};
 
 /// The shortest callback timeout and heartbeat interval.
 pub const MIN_CALLBACK_MS: u64 = 1_000;
+/// The least heartbeat floor (`heartbeat_floor_ms`).
+pub const MIN_HEARTBEAT_FLOOR_MS: u64 = 1_000;
+
+/// How close after the last written heartbeat another one is acknowledged without a write:
+/// a tenth of `every` (the heartbeat interval, or the callback timeout of a step without
+/// one), at least `MIN_HEARTBEAT_FLOOR_MS`. A party that beats far more often than it must
+/// then costs at most one write per floor; the wait's due time allows for the beats left
+/// unwritten (`Awaiting::due`).
+pub fn heartbeat_floor_ms(every: u64) -> u64 {
+    (every / 10).max(MIN_HEARTBEAT_FLOOR_MS)
+}
 /// The longest callback timeout: 366 days, as long as the longest timer.
 pub const MAX_CALLBACK_MS: u64 = 366 * 24 * 60 * 60 * 1_000;
 /// A token's prefix: its format's version.
@@ -165,10 +176,33 @@ pub struct Awaiting {
 
 impl Awaiting {
     /// When the attempt fails if nothing arrives: the timeout, or the next heartbeat due
-    /// if that comes first.
+    /// if that comes first. The heartbeat is due one interval and one floor after the last
+    /// one written: a heartbeat acknowledged within the floor was not written, so it pushed
+    /// nothing out, and a party that beats at least every interval has its next beat
+    /// written (or again acknowledged) before then. Without the floor's slack, a party
+    /// beating every interval would be lapsed after a beat that fell within the floor.
     pub fn due(&self) -> Timestamp {
-        let beat = self.heartbeat_ms.map(|ms| self.last_heartbeat.unwrap_or(self.since).plus_ms(ms));
+        let beat = self.heartbeat_ms.map(|ms| {
+            let slack = if crate::mutations::heartbeat_no_slack() { 0 } else { heartbeat_floor_ms(ms) };
+            self.beat_from().plus_ms(ms + slack)
+        });
         beat.map_or(self.timeout_at, |b| b.min(self.timeout_at))
+    }
+
+    /// The last heartbeat written, or the claim: the interval and the floor count from here.
+    pub fn beat_from(&self) -> Timestamp {
+        self.last_heartbeat.unwrap_or(self.since)
+    }
+
+    /// This wait's heartbeat floor: from its interval, or from its timeout when it has none.
+    pub fn floor_ms(&self) -> u64 {
+        heartbeat_floor_ms(self.heartbeat_ms.unwrap_or_else(|| self.timeout_at.millis_since(self.since)))
+    }
+
+    /// Whether a heartbeat at `now` is written: only once the floor has passed since the
+    /// last one written (or the claim).
+    pub fn writes_heartbeat(&self, now: Timestamp) -> bool {
+        now >= self.beat_from().plus_ms(self.floor_ms()) || crate::mutations::heartbeat_every_write()
     }
 }
 
@@ -281,8 +315,37 @@ mod tests {
         };
         assert_eq!(w.due(), Timestamp(10_000));
         w.heartbeat_ms = Some(3_000);
-        assert_eq!(w.due(), Timestamp(3_000));
+        assert_eq!(w.due(), Timestamp(4_000), "the interval and the floor's slack (1 s at least)");
         w.last_heartbeat = Some(Timestamp(8_000));
         assert_eq!(w.due(), Timestamp(10_000), "never past the timeout");
+    }
+
+    #[test]
+    fn the_floor_is_a_tenth_of_the_interval_at_least_a_second() {
+        assert_eq!(heartbeat_floor_ms(1_000), 1_000);
+        assert_eq!(heartbeat_floor_ms(3_000), 1_000);
+        assert_eq!(heartbeat_floor_ms(60_000), 6_000);
+        assert_eq!(heartbeat_floor_ms(3_600_000), 360_000);
+        let mut w = Awaiting {
+            step: 1,
+            attempt: 1,
+            digest: String::new(),
+            timeout_at: Timestamp(600_000),
+            heartbeat_ms: Some(60_000),
+            last_heartbeat: None,
+            started_at: None,
+            since: Timestamp(0),
+        };
+        assert_eq!((w.floor_ms(), w.due()), (6_000, Timestamp(66_000)));
+        // Counted from the claim until a heartbeat is written, then from that one.
+        assert!(!w.writes_heartbeat(Timestamp(5_999)));
+        assert!(w.writes_heartbeat(Timestamp(6_000)));
+        w.last_heartbeat = Some(Timestamp(50_000));
+        assert!(!w.writes_heartbeat(Timestamp(55_999)));
+        assert!(w.writes_heartbeat(Timestamp(56_000)));
+        assert_eq!(w.due(), Timestamp(116_000));
+        // Without an interval, the floor comes from the timeout.
+        w.heartbeat_ms = None;
+        assert_eq!((w.floor_ms(), w.due()), (60_000, Timestamp(600_000)));
     }
 }

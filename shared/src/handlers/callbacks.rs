@@ -8,7 +8,8 @@ use tracing::Instrument;
 
 use super::{Deps, HandlerError, Settings, Transition, perform, transition};
 use crate::domain::{
-    CallbackMessage, CallbackToken, Completion, CompletionRefused, ProcessState, Refusal, TaskRecord, Trigger,
+    CallbackMessage, CallbackToken, Completion, CompletionRefused, ProcessState, Refusal, TaskRecord,
+    Timestamp, Trigger,
 };
 use crate::ports::Metric;
 
@@ -17,6 +18,9 @@ use crate::ports::Metric;
 pub enum Completed {
     /// It landed: the task was `before` and moved by `trigger`.
     Applied { before: ProcessState, trigger: Trigger, task: Box<TaskRecord> },
+    /// A heartbeat acknowledged without a write: it came within the floor of the last one
+    /// written, which stands (`Awaiting::due` allows for it). A success to its sender.
+    Noted { written_at: Timestamp, due: Timestamp },
     /// It changed nothing, for this reason (told to whoever sent it).
     Refused(CompletionRefused),
 }
@@ -59,6 +63,11 @@ pub async fn complete(
                     task: Box::new(decision.next),
                 })
             }
+            Transition::Refused(Refusal::HeartbeatNoted { written_at, floor_ms, due }) => {
+                tracing::debug!(%written_at, floor_ms, %due, "heartbeat noted, not written");
+                deps.metrics.record(Metric::CallbackHeartbeatNoted, 1);
+                Ok(Completed::Noted { written_at, due })
+            }
             Transition::Refused(Refusal::Completion(why)) => Ok(refused(deps, why)),
             Transition::Refused(other) => Err(HandlerError::Reject(other.to_string())),
             Transition::NoSuchTask => Ok(refused(deps, CompletionRefused::NoSuchOrder(claims.order_id.clone()))),
@@ -97,7 +106,7 @@ impl Callbacks {
             HandlerError::Reject(format!("not a callback message: {e}"))
         })?;
         match complete(&self.deps, &self.settings, &parsed.token, &completion).await? {
-            Completed::Applied { .. } => Ok(()),
+            Completed::Applied { .. } | Completed::Noted { .. } => Ok(()),
             Completed::Refused(why) => Err(HandlerError::Reject(format!("callback refused: {why}"))),
         }
     }

@@ -77,6 +77,7 @@ impl EventLoop {
             Returned::Outside(result) => {
                 let result = result.map(|c| match c {
                     sas::handlers::Completed::Applied { trigger, .. } => format!("applied {trigger:?}"),
+                    sas::handlers::Completed::Noted { .. } => "noted".to_owned(),
                     sas::handlers::Completed::Refused(why) => format!("refused: {why}"),
                 });
                 self.note_args(format_args!("finish inv {id} outside {result:?}"));

@@ -115,11 +115,15 @@ impl Draft {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision<Draft>, Refusal> {
-        self.awaiting_token(token, claims, now).map_err(Refusal::Completion)?;
+        let awaiting = self.awaiting_token(token, claims, now).map_err(Refusal::Completion)?;
         self.check_workflow(wf)?;
         let step = self.step;
         let name = self.step_name(wf, step, Action::Do);
         match completion {
+            Completion::Heartbeat if !awaiting.writes_heartbeat(now) => {
+                let (written_at, floor_ms, due) = (awaiting.beat_from(), awaiting.floor_ms(), awaiting.due());
+                Err(Refusal::HeartbeatNoted { written_at, floor_ms, due })
+            }
             Completion::Heartbeat => {
                 let mut next = self.moved(Trigger::Heartbeat, now, Cause::Heartbeat { step })?;
                 if let Some(cb) = next.callback.as_mut() {
@@ -183,7 +187,7 @@ impl Draft {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::callback::CallbackSecret;
+    use crate::domain::callback::{Callback, CallbackSecret};
     use crate::domain::task::TaskRecord;
     use crate::domain::task::fixtures::*;
 
@@ -221,7 +225,11 @@ mod tests {
         let wf = approval();
         let (t, _) = started(&wf);
         assert_eq!((t.state(), t.step, t.locked_by()), (ProcessState::Waiting, 1, None));
-        assert_eq!(t.deadline(), Some(T0.plus_ms(3_000)), "the heartbeat comes before the timeout");
+        assert_eq!(
+            t.deadline(),
+            Some(T0.plus_ms(4_000)),
+            "the heartbeat (3 s and the floor's 1 s of slack) comes before the timeout"
+        );
         assert_eq!(t.outputs.get("approve").unwrap().to_value()["ticket"], "A-1");
     }
 
@@ -270,7 +278,7 @@ mod tests {
         let e = t.complete(&old, &claims_of(&old), &ok, T0.plus_ms(10), &wf, &policy());
         assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::Ended { .. }))), "{e:?}");
         // Past the heartbeat due.
-        let e = t.complete(&token, &claims, &ok, T0.plus_ms(3_001), &wf, &policy());
+        let e = t.complete(&token, &claims, &ok, T0.plus_ms(4_001), &wf, &policy());
         assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::TimedOut { .. }))), "{e:?}");
     }
 
@@ -285,13 +293,13 @@ mod tests {
         );
         assert_eq!(
             (d.trigger, d.next.state(), d.next.deadline()),
-            (Trigger::Heartbeat, ProcessState::Waiting, Some(T0.plus_ms(5_000)))
+            (Trigger::Heartbeat, ProcessState::Waiting, Some(T0.plus_ms(6_000)))
         );
         let d1 = checked(
             &d.next,
             d.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(4_500), &wf, &policy()),
         );
-        assert_eq!(d1.next.deadline(), Some(T0.plus_ms(7_500)));
+        assert_eq!(d1.next.deadline(), Some(T0.plus_ms(8_500)));
         let d2 = checked(
             &d1.next,
             d1.next.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(7_400), &wf, &policy()),
@@ -302,11 +310,105 @@ mod tests {
         assert_eq!(beats, 1);
     }
 
+    /// The heartbeat's rows, one by one (approval: heartbeat 3 s, so a floor of 1 s and a
+    /// heartbeat due 4 s after the last one written; claimed at T0).
+    #[test]
+    fn a_heartbeat_within_the_floor_is_noted_unwritten_and_the_due_time_allows_for_it() {
+        let wf = approval();
+        let (t, token) = started(&wf);
+        let claims = claims_of(&token);
+        let beat = |task: &TaskRecord, at: u64| {
+            task.complete(&token, &claims, &Completion::Heartbeat, T0.plus_ms(at), &wf, &policy())
+        };
+        let noted = |written: u64, due: u64| {
+            Some(Refusal::HeartbeatNoted {
+                written_at: T0.plus_ms(written),
+                floor_ms: 1_000,
+                due: T0.plus_ms(due),
+            })
+        };
+        // Row: none written yet, within the floor of the claim: noted, nothing to write.
+        assert_eq!(beat(&t, 999).err(), noted(0, 4_000));
+        // Row: none written yet, at the floor: written; due an interval and a floor later.
+        let first = checked(&t, beat(&t, 1_000));
+        assert_eq!((first.trigger, first.next.deadline()), (Trigger::Heartbeat, Some(T0.plus_ms(5_000))));
+        let t = first.next;
+        // Row: within the floor of the last one written: noted, the due time unchanged.
+        assert_eq!(beat(&t, 1_999).err(), noted(1_000, 5_000));
+        // Row: at the floor after it: written.
+        let second = checked(&t, beat(&t, 2_000));
+        assert_eq!(second.next.deadline(), Some(T0.plus_ms(6_000)));
+        // Row: at the due time itself: still in time, written.
+        let last = checked(&t, beat(&t, 5_000));
+        assert_eq!(last.next.deadline(), Some(T0.plus_ms(9_000)));
+        // Row: past it: refused as late, and the supervisor's lapse applies.
+        assert!(matches!(
+            beat(&t, 5_001),
+            Err(Refusal::Completion(CompletionRefused::TimedOut { due, .. })) if due == T0.plus_ms(5_000)
+        ));
+        assert!(matches!(t.recover(T0.plus_ms(4_999), &wf, &policy(), 0), Err(Refusal::NotDue { .. })));
+        assert_eq!(checked(&t, t.recover(T0.plus_ms(5_000), &wf, &policy(), 0)).trigger, Trigger::Retry);
+        // Row: a noted heartbeat still passes the token's fence first.
+        let forged = CallbackToken::mint(&t.order_id, 1, t.attempt, &CallbackSecret([8; 32]));
+        let e = t.complete(
+            &forged,
+            &claims_of(&forged),
+            &Completion::Heartbeat,
+            T0.plus_ms(1_500),
+            &wf,
+            &policy(),
+        );
+        assert!(matches!(e, Err(Refusal::Completion(CompletionRefused::Forged { .. }))), "{e:?}");
+    }
+
+    /// A party that beats at least every interval, however often, is never lapsed and
+    /// never refused, and costs at most one write per floor.
+    #[test]
+    fn a_party_beating_at_least_every_interval_is_never_lapsed_and_written_once_per_floor() {
+        let long = Callback { timeout_ms: 120_000, heartbeat_ms: Some(3_000) };
+        let wf = Workflow {
+            steps: vec![
+                approval().steps[0].clone(),
+                approval().steps[1].clone().with_callback(long),
+                approval().steps[2].clone(),
+            ],
+            ..approval()
+        };
+        for every in [100, 700, 999, 1_000, 1_001, 1_999, 2_500, 2_999, 3_000] {
+            let (mut t, token) = started(&wf);
+            let claims = claims_of(&token);
+            let (mut at, mut writes, mut last_write) = (0, 0, 0);
+            while at + every < 100_000 {
+                at += every;
+                let now = T0.plus_ms(at);
+                // The supervisor, just before each beat, finds nothing due.
+                assert!(
+                    matches!(t.recover(T0.plus_ms(at - 1), &wf, &policy(), 0), Err(Refusal::NotDue { .. })),
+                    "beating every {every} ms: lapsed at {at} ms"
+                );
+                match t.complete(&token, &claims, &Completion::Heartbeat, now, &wf, &policy()) {
+                    Ok(d) => {
+                        assert!(
+                            at - last_write >= 1_000,
+                            "every {every} ms: written {} ms apart",
+                            at - last_write
+                        );
+                        (writes, last_write) = (writes + 1, at);
+                        t = d.next;
+                    }
+                    Err(Refusal::HeartbeatNoted { .. }) => {}
+                    Err(e) => panic!("beating every {every} ms: refused at {at} ms: {e}"),
+                }
+            }
+            assert!(writes <= at / 1_000 + 1, "every {every} ms: {writes} writes in {at} ms");
+        }
+    }
+
     #[test]
     fn a_missed_heartbeat_is_a_lapse_and_the_retry_kills_the_old_token() {
         let wf = approval();
         let (t, token) = started(&wf);
-        let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
+        let d = checked(&t, t.recover(T0.plus_ms(4_000), &wf, &policy(), 0));
         assert_eq!(
             (d.trigger, d.next.state(), d.next.callback().clone()),
             (Trigger::Retry, ProcessState::Pending, None)
@@ -315,7 +417,7 @@ mod tests {
             &token,
             &claims_of(&token),
             &Completion::Heartbeat,
-            T0.plus_ms(3_001),
+            T0.plus_ms(4_001),
             &wf,
             &policy(),
         );
@@ -345,7 +447,7 @@ mod tests {
             ..approval()
         };
         let (t, _) = started(&wf);
-        let d = checked(&t, t.recover(T0.plus_ms(3_000), &wf, &policy(), 0));
+        let d = checked(&t, t.recover(T0.plus_ms(4_000), &wf, &policy(), 0));
         assert_eq!(
             (d.trigger, d.next.state(), d.next.step),
             (Trigger::Undo, ProcessState::Compensating, 1),

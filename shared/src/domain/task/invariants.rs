@@ -114,6 +114,10 @@ fn every_row_of_the_table_is_a_decision() {
     let complete = |t: &TaskRecord, wf: &Workflow, c: &Completion| {
         checked(t, t.complete(&token, &claims, c, T0.plus_ms(10), wf, &policy()))
     };
+    // A heartbeat is written once the floor (1 s here) has passed since the claim.
+    let heartbeat = |t: &TaskRecord| {
+        checked(t, t.complete(&token, &claims, &beat, T0.plus_ms(1_500), &approval, &policy()))
+    };
     // Nothing compensates: a refusal ends in Error.
     let lone = Workflow::new(
         "lone",
@@ -137,8 +141,8 @@ fn every_row_of_the_table_is_a_decision() {
     let due = waiting_cb.deadline().unwrap();
     let callback_cases: Vec<(&TaskRecord, Decision)> = vec![
         (&claimed_cb, reply(&claimed_cb, &approval, ok(), T0)),
-        (&claimed_cb, complete(&claimed_cb, &approval, &beat)),
-        (&waiting_cb, complete(&waiting_cb, &approval, &beat)),
+        (&claimed_cb, heartbeat(&claimed_cb)),
+        (&waiting_cb, heartbeat(&waiting_cb)),
         (&waiting_cb, complete(&waiting_cb, &approval, &done)),
         (&lone_waiting, lone_done),
         (&waiting_cb, checked(&waiting_cb, waiting_cb.recover(due, &approval, &policy(), 0))),

@@ -188,6 +188,13 @@ pub enum Refusal {
     /// A callback completion or heartbeat that does not apply: nothing changed.
     #[error("completion refused: {0}")]
     Completion(CompletionRefused),
+    /// Not a refusal to its sender: a heartbeat that passed the token's fence less than
+    /// the floor after the last one written, acknowledged without a write (the wait's due
+    /// time allows for it: `Awaiting::due`).
+    #[error(
+        "heartbeat noted: the last one written at {written_at} stands (floor {floor_ms} ms); due by {due}"
+    )]
+    HeartbeatNoted { written_at: Timestamp, floor_ms: u64, due: Timestamp },
     #[error("task record does not fit workflow {workflow:?}: {why}")]
     Corrupt { workflow: String, why: String },
     /// An operator's action that does not apply to the task as it is: nothing changed.
