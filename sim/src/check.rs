@@ -463,6 +463,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
     }
 
     callbacks(run, &words, &mut add);
+    heartbeats_kept(run, skew, &mut add);
 
     // ---- a paused task holds still: nothing is claimed and no timer starts ----
     for w in &run.writes {
@@ -589,6 +590,69 @@ fn callbacks(run: &Outcome, words: &BTreeSet<&str>, add: &mut impl FnMut(Invaria
                     )
                 ),
             );
+        }
+    }
+}
+
+/// `Invariant::HeartbeatsKept`, both halves:
+/// - A party that beats at least every interval is never lapsed: a lapse of a callback's
+///   wait for a missed heartbeat (not its timeout) lands more than one interval after every
+///   heartbeat of that attempt the pipeline acknowledged, written or only noted. Each time
+///   is true time and each clock may be off it by the run's skew, so the two decisions' clocks
+///   allow twice that (an acknowledgement is timed from when its handling began, a lapse by
+///   its write: each no later than the decision's own clock read, and no earlier).
+/// - A heartbeating step is written at most once per floor: each heartbeat write lands at
+///   least the floor (`heartbeat_floor_ms`) after the last one written, or the claim, on the
+///   writers' clocks, where the floor is decided.
+fn heartbeats_kept(run: &Outcome, skew: u64, add: &mut impl FnMut(Invariant, String)) {
+    // The acknowledged heartbeats of each minted token's attempt, by (order, step, attempt).
+    let mut acked: BTreeMap<(&str, u32, u32), Vec<u64>> = BTreeMap::new();
+    for a in &run.outside.acked {
+        let Some(m) = CallbackMessage::parse(&a.body).ok() else { continue };
+        if m.completion().ok() != Some(Completion::Heartbeat) {
+            continue;
+        }
+        let Some(h) = run.outside.handed.get(&m.token) else { continue };
+        acked.entry((h.order_id.as_str(), h.step, h.attempt)).or_default().push(a.at);
+    }
+    for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        let Some(cb) = before.callback() else { continue };
+        let id = after.order_id.as_str();
+        match &after.last_cause {
+            Cause::DeadlinePassed { state: ProcessState::Waiting, .. } if cb.due() < cb.timeout_at => {
+                let Some(interval) = cb.heartbeat_ms else { continue };
+                let beats = acked.get(&(id, cb.step, cb.attempt)).map_or(&[][..], Vec::as_slice);
+                if let Some(at) = beats.iter().filter(|&&at| ctx.at + 2 * skew <= at + interval).max() {
+                    add(
+                        Invariant::HeartbeatsKept,
+                        format!(
+                            "order {id}: step {} attempt {} lapsed for a missed heartbeat at {} ms (due {}), though a heartbeat was acknowledged at {at} ms, within its {interval} ms interval (clock skew allowed: {skew} ms)",
+                            cb.step,
+                            cb.attempt,
+                            ctx.at,
+                            cb.due()
+                        ),
+                    );
+                }
+            }
+            Cause::Heartbeat { .. } => {
+                let Some(written) = after.callback().and_then(|a| a.last_heartbeat) else { continue };
+                let floor = cb.floor_ms();
+                if written < cb.beat_from().plus_ms(floor) {
+                    add(
+                        Invariant::HeartbeatsKept,
+                        format!(
+                            "order {id}: step {} attempt {}: a heartbeat written at {written}, {} ms after the last one written (or the claim) at {}, within the {floor} ms floor",
+                            cb.step,
+                            cb.attempt,
+                            written.millis_since(cb.beat_from()),
+                            cb.beat_from()
+                        ),
+                    );
+                }
+            }
+            _ => {}
         }
     }
 }

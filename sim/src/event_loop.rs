@@ -18,7 +18,7 @@ use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 use crate::deploy::Deployed;
 use crate::deployment::{CALLBACKS, Role, SUPERVISOR_PERIOD_MS, WORK};
 use crate::invariants::{Invariant, Violation, branch_live, running_stage};
-use crate::invocation::{Invocation, InvocationFuture, outside_command, run_messages, sweep};
+use crate::invocation::{Invocation, InvocationFuture, NotingAcks, outside_command, run_messages, sweep};
 use crate::operator;
 use crate::swarm::Swarm;
 use crate::timing::{IO_WEIGHT, MAX_STEPS, START_WEIGHT, TICK_MAX_MS, TICK_WEIGHT, seed_bound_ms};
@@ -530,7 +530,11 @@ impl EventLoop {
             }
             // The scheduler function takes the callback queue with its `Callbacks` handler.
             Role::Scheduler if queue == CALLBACKS => {
-                run_messages(self.deployed.callbacks[generation].clone(), shared, messages, dead_letters)
+                let noting = NotingAcks {
+                    callbacks: self.deployed.callbacks[generation].clone(),
+                    shared: shared.clone(),
+                };
+                run_messages(noting, shared, messages, dead_letters)
             }
             Role::Scheduler => {
                 run_messages(self.deployed.scheduler[generation].clone(), shared, messages, dead_letters)

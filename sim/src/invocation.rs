@@ -19,6 +19,7 @@ use sas::handlers::{
 
 use crate::deployment::Role;
 use crate::executor::{Flag, poll_caught, with_msg};
+use crate::outside::Acked;
 use crate::world::{InvocationId, Shared};
 
 /// What an invocation returned, by what it ran.
@@ -137,9 +138,23 @@ impl QueueFed for Scheduler {
     }
 }
 
-impl QueueFed for Callbacks {
+/// The callback queue's handler, noting each word it acknowledges (`Outside::acked`).
+pub struct NotingAcks {
+    pub callbacks: Arc<Callbacks>,
+    pub shared: Arc<Shared>,
+}
+
+impl QueueFed for NotingAcks {
     fn handle_message(&self, message: Inbound) -> impl Future<Output = Result<(), HandlerError>> + '_ {
-        self.handle(message)
+        async move {
+            let at = self.shared.w().now;
+            let body: Arc<str> = message.body.as_str().into();
+            let handled = self.callbacks.handle(message).await;
+            if handled.is_ok() {
+                self.shared.w().outside.acked.push(Acked { at, body });
+            }
+            handled
+        }
     }
 }
 
@@ -179,8 +194,14 @@ pub fn outside_command(
     completion: Completion,
 ) -> InvocationFuture {
     Box::pin(async move {
+        let at = shared.w().now;
+        let body: Arc<str> = body.into();
         let word = sas::handlers::complete(&callbacks.deps, &callbacks.settings, &token, &completion);
-        Returned::Outside(with_msg(&shared, body.into(), word).await)
+        let done = with_msg(&shared, body.clone(), word).await;
+        if matches!(done, Ok(Completed::Applied { .. } | Completed::Noted { .. })) {
+            shared.w().outside.acked.push(Acked { at, body });
+        }
+        Returned::Outside(done)
     })
 }
 

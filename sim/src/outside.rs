@@ -189,6 +189,17 @@ pub struct Outside {
     seq: u64,
     /// Every word sent, in the order sent.
     pub sent: Vec<Sent>,
+    /// The words the pipeline acknowledged (a callback handler that returned success, or
+    /// `sasctl tasks ...` that applied or noted it), in the order acknowledged.
+    pub acked: Vec<Acked>,
+}
+
+/// A word the pipeline acknowledged, and the true time its handling began: the decision
+/// that acknowledged it read the clock no earlier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    pub at: u64,
+    pub body: std::sync::Arc<str>,
 }
 
 impl Default for Outside {
@@ -202,6 +213,7 @@ impl Default for Outside {
             planned: BTreeMap::new(),
             seq: 0,
             sent: Vec::new(),
+            acked: Vec::new(),
         }
     }
 }

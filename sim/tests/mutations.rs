@@ -220,6 +220,25 @@ fn a_step_throttled_forever_is_caught() {
     );
 }
 
+/// Issue 36, item 7: heartbeats within the floor left unwritten, but the wait due one
+/// interval after the last one written (no slack): a party beating every interval is
+/// lapsed after a beat that fell within the floor.
+#[test]
+fn a_heartbeat_due_without_the_floors_slack_is_caught() {
+    let found = caught(Mutation::HeartbeatNoSlack);
+    assert!(found.contains_key(&Invariant::HeartbeatsKept), "no compliant party was found lapsed: {found:?}");
+}
+
+/// Every heartbeat written, however soon after the last one.
+#[test]
+fn a_heartbeat_written_within_the_floor_is_caught() {
+    let found = caught(Mutation::HeartbeatEveryWrite);
+    assert!(
+        found.contains_key(&Invariant::HeartbeatsKept),
+        "no heartbeat was found written within the floor: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -242,6 +261,8 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::GateBlindWrite,
             Mutation::TicketsLeftBehind,
             Mutation::ThrottledForever,
+            Mutation::HeartbeatNoSlack,
+            Mutation::HeartbeatEveryWrite,
         ]
         .iter()
         .all(|m| !m.is_on())

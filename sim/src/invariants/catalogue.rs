@@ -48,10 +48,11 @@ pub enum Invariant {
     RemoteWithinLimits,
     TicketsHandedBack,
     ThrottleBudget,
+    HeartbeatsKept,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 36] = [
+    pub const ALL: [Invariant; 37] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -88,6 +89,7 @@ impl Invariant {
         Invariant::RemoteWithinLimits,
         Invariant::TicketsHandedBack,
         Invariant::ThrottleBudget,
+        Invariant::HeartbeatsKept,
     ];
 
     /// The invariant in words (docs/ARCHITECTURE.md, "What every run checks", lists them).
@@ -160,6 +162,9 @@ impl Invariant {
             }
             Invariant::ThrottleBudget => {
                 "a step's remote never has it wait, throttled, longer in all than its throttle budget: past it, the step gives up"
+            }
+            Invariant::HeartbeatsKept => {
+                "a party that heartbeats at least every interval is never lapsed, and a heartbeating step is written at most once per floor"
             }
         }
     }
