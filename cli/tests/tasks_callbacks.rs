@@ -69,7 +69,9 @@ fn waiting_task(id: &str, secret: u8) -> (TaskRecord, CallbackToken) {
         workflow_version: None,
     };
     let policy = Policy::default();
-    let now = sas::adapters::system::SystemClock.now();
+    // Claimed two minutes ago: past the heartbeat floor (a tenth of the 10 minutes), so the
+    // first heartbeat is written.
+    let now = Timestamp(sas::adapters::system::SystemClock.now().0 - 120_000);
     let task = TaskRecord::new(&order, None, now, &policy);
     let lease = LeaseToken(uuid::Uuid::new_v4());
     let claimed =
@@ -160,6 +162,12 @@ async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
         out.starts_with("appr-1: step 0 approve, attempt 1: Waiting -> Waiting (Heartbeat); next heartbeat or completion due by "),
         "{out}"
     );
+    // Another at once, within the floor: acknowledged (exit 0), not written.
+    let written = store.task(&task.order_id).await.unwrap().unwrap().revision;
+    let (code, out, err) = run(&["tasks", "heartbeat", token.expose()], "");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("appr-1: step 0: heartbeat noted (the one written at "), "{out}");
+    assert_eq!(store.task(&task.order_id).await.unwrap().unwrap().revision, written);
     // The completion, with its output: the task goes on to ship.
     let (code, out, err) =
         run(&["tasks", "complete", "-", "--output", r#"{"approved_by":"ana"}"#, "--json"], token.expose());
