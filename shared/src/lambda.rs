@@ -190,16 +190,22 @@ where
 /// index fails the invocation, which the function-errors alarm watches.
 pub async fn serve_schedule(supervisor: Supervisor) -> Result<(), Error> {
     let supervisor = &supervisor;
-    lambda_runtime::run(service_fn(move |_: LambdaEvent<EventBridgeEvent<serde_json::Value>>| async move {
-        let report = supervisor.sweep().await?;
-        Ok::<_, Error>(serde_json::json!({
-            "examined": report.examined,
-            "retried": report.retried,
-            "gave_up": report.gave_up,
-            "skipped": report.skipped,
-            "errors": report.errors,
-        }))
-    }))
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<EventBridgeEvent<serde_json::Value>>| async move {
+            // The run's budget is the invocation's own time: Lambda's deadline, in ms since the epoch.
+            let report = supervisor.sweep_until(crate::domain::Timestamp(event.context.deadline)).await?;
+            Ok::<_, Error>(serde_json::json!({
+                "examined": report.examined,
+                "retried": report.retried,
+                "woke": report.woke,
+                "gave_up": report.gave_up,
+                "skipped": report.skipped,
+                "errors": report.errors,
+                "pages": report.pages,
+                "cut_short": report.cut_short,
+            }))
+        },
+    ))
     .await
 }
 

@@ -934,7 +934,8 @@ async fn a_stale_index_entry_does_not_stop_the_sweep_before_the_due_tasks() {
         ..h.deps.clone()
     };
     let mut supervisor = sas::handlers::Supervisor::new(deps, h.settings.clone());
-    supervisor.page_size = 1;
+    supervisor.budget.page_size = 1;
+    supervisor.budget.max_page_size = 1;
     let report = supervisor.sweep().await.expect("sweep");
     assert_eq!((report.skipped, report.retried, report.errors), (1, 2, 0), "{report:?}");
     assert_eq!(h.task("o-1").failure_count, 1);
@@ -1263,6 +1264,105 @@ async fn an_open_circuit_fails_fast_without_holding_the_invocation() {
     assert_eq!(h.remote.calls().len(), 2);
     assert_eq!(h.count(Metric::CircuitOpen), 2);
     assert_eq!(h.task("o-2").state(), ProcessState::Processing, "left for the supervisor");
+}
+
+/// A store whose every task read takes a second of the manual clock: a sweep's rounds take
+/// time, as DynamoDB's round trips do.
+struct SlowReads {
+    inner: std::sync::Arc<sas::adapters::embedded::EmbeddedStore>,
+    clock: std::sync::Arc<sas::adapters::embedded::ManualClock>,
+}
+
+#[async_trait::async_trait]
+impl StateStore for SlowReads {
+    async fn insert(
+        &self,
+        task: &sas::domain::TaskRecord,
+    ) -> Result<sas::ports::Inserted, sas::ports::StoreError> {
+        self.inner.insert(task).await
+    }
+    async fn task(
+        &self,
+        id: &sas::domain::OrderId,
+    ) -> Result<Option<sas::domain::TaskRecord>, sas::ports::StoreError> {
+        self.clock.advance(1_000);
+        self.inner.task(id).await
+    }
+    async fn replace(
+        &self,
+        next: &sas::domain::TaskRecord,
+        expected_revision: u64,
+    ) -> Result<sas::ports::Written, sas::ports::StoreError> {
+        self.inner.replace(next, expected_revision).await
+    }
+    async fn due(
+        &self,
+        now: sas::domain::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<sas::domain::OrderId>, sas::ports::StoreError> {
+        self.inner.due(now, limit).await
+    }
+    async fn gate(&self, agent: &str) -> Result<Option<sas::domain::gate::Gate>, sas::ports::StoreError> {
+        self.inner.gate(agent).await
+    }
+    async fn replace_gate(
+        &self,
+        next: &sas::domain::gate::Gate,
+        expected_revision: u64,
+    ) -> Result<sas::ports::Written, sas::ports::StoreError> {
+        self.inner.replace_gate(next, expected_revision).await
+    }
+    async fn put_waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+        order_id: &sas::domain::OrderId,
+        now: sas::domain::Timestamp,
+    ) -> Result<sas::ports::Noted, sas::ports::StoreError> {
+        self.inner.put_waiter(agent, ticket, order_id, now).await
+    }
+    async fn waiter(
+        &self,
+        agent: &str,
+        ticket: u64,
+    ) -> Result<Option<sas::domain::OrderId>, sas::ports::StoreError> {
+        self.inner.waiter(agent, ticket).await
+    }
+}
+
+/// A run stops starting pages once its longest round and the margin no longer fit before
+/// its deadline, and the next run carries on where it stopped; a run with little due reads
+/// one page, as before budgets grew.
+#[tokio::test]
+async fn a_sweep_stops_at_its_time_budget_and_the_next_run_carries_on() {
+    let h = Harness::new();
+    let ids: Vec<String> = (0..30).map(|i| format!("o-{i:02}")).collect();
+    for id in &ids {
+        h.submit(id, SINGLE).await;
+    }
+    for _ in 0..3 {
+        all_ok(h.pump_orders().await, 10);
+        assert_eq!(h.intercept(SCHEDULER).len(), 10, "their Schedule messages are lost");
+    }
+    h.to_deadline("o-29");
+    let deps = sas::handlers::Deps {
+        store: std::sync::Arc::new(SlowReads { inner: h.store.clone(), clock: h.clock.clone() }),
+        ..h.deps.clone()
+    };
+    let mut supervisor = sas::handlers::Supervisor::new(deps, h.settings.clone());
+    // Rounds of 5 reads, 5 s each: pages start at 0, 5 and 10 s; at 15 s, a 5 s round and
+    // the 2 s margin would end past the 20 s deadline.
+    supervisor.budget =
+        sas::handlers::SweepBudget { page_size: 5, max_page_size: 5, run_ms: 20_000, margin_ms: 2_000 };
+    let first = supervisor.sweep().await.expect("sweep");
+    assert_eq!((first.pages, first.retried, first.cut_short), (3, 15, true), "{first:?}");
+    let second = supervisor.sweep().await.expect("sweep");
+    assert_eq!((second.pages, second.retried, second.cut_short), (3, 15, true), "{second:?}");
+    assert!(ids.iter().all(|id| h.task(id).failure_count == 1), "each recovered once");
+    let idle = supervisor.sweep().await.expect("sweep");
+    assert_eq!((idle.pages, idle.examined, idle.cut_short), (1, 0, false), "{idle:?}");
+    h.intercept(SCHEDULER);
+    h.finish();
 }
 
 // ---- operator actions ----

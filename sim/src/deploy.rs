@@ -15,6 +15,7 @@ use sas::domain::Workflows;
 use sas::domain::definitions::{AgentDef, AgentKind};
 use sas::handlers::{
     Agent, AgentDeps, Callbacks, Deps, Scheduler, SendCoalescer, Settings, Submission, Supervisor,
+    SweepBudget,
 };
 use sas::ports::{QueueUrl, Queues};
 
@@ -134,7 +135,12 @@ pub fn deploy(
         .collect();
     let supervisor = generations.map(|g| {
         let mut supervisor = Supervisor::new(deps.clone(), g.clone());
-        supervisor.page_size = swarm.page_size;
+        supervisor.budget = SweepBudget {
+            page_size: swarm.page_size,
+            max_page_size: swarm.max_page_size,
+            run_ms: swarm.sweep_run_ms,
+            margin_ms: swarm.sweep_run_ms / 10,
+        };
         Arc::new(supervisor)
     });
     Deployed {

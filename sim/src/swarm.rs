@@ -133,8 +133,13 @@ pub struct Swarm {
     pub scheduler_concurrency: usize,
     pub agent_concurrency: usize,
     pub batch_size: usize,
-    /// Supervisor index page size (small pages exercise paging).
+    /// Supervisor index page size (small pages exercise paging), and the most a page
+    /// grows to.
     pub page_size: usize,
+    pub max_page_size: usize,
+    /// How long a supervisor run may take (`SweepBudget::run_ms`): in one seed in four,
+    /// short enough that a run stops with due tasks left for the next one.
+    pub sweep_run_ms: u64,
     /// Operator actions (resubmit, compensate, cancel) taken on tasks during the fault
     /// window, racing the pipeline; some sent twice at once, as from two terminals.
     pub operator_actions: usize,
@@ -437,6 +442,7 @@ impl Swarm {
         let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ PAUSE_SALT);
         let pauses = side.bool().then(|| side.u64(..));
         let limit_seed = rng.get_seed() ^ LIMIT_SALT;
+        let mut sweeps = fastrand::Rng::with_seed(rng.get_seed() ^ SWEEP_SALT);
         let swarm = Swarm {
             faults,
             orders,
@@ -454,12 +460,15 @@ impl Swarm {
             agent_concurrency: rng.usize(1..=3),
             batch_size: rng.usize(1..=10),
             page_size: [1, 2, 100][rng.usize(..3)],
+            max_page_size: 0,
+            sweep_run_ms: if sweeps.u8(..4) == 0 { sweeps.u64(100..=1_000) } else { 60_000 },
             operator_actions: if rng.bool() { rng.usize(1..=6) } else { 0 },
             app_cancels: if rng.u8(..4) == 0 { rng.usize(1..=2) } else { 0 },
             outside,
             pauses,
             limits: BTreeMap::new(),
         };
+        let swarm = Swarm { max_page_size: swarm.page_size * [1, 4][sweeps.usize(..2)], ..swarm };
         (swarm, limit_seed)
     }
 
@@ -549,6 +558,8 @@ const STAGE_FAULT_SALT: u64 = 0x5eed_b4a2;
 /// histories, and this one leaves the seeds of `sim/tests` that alone take some rare rows
 /// ((Waiting, Cancel)) or catch some planted bugs (`ResubmitAfterUndo`) still doing so.
 const LIMIT_SALT: u64 = 303;
+/// The supervisor's budget is drawn from a side generator too.
+const SWEEP_SALT: u64 = 0x5eed_5a1e;
 
 impl Swarm {
     /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.
@@ -600,7 +611,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {}; faults: {}; callback steps: {}; stages: {}; outside: {}; limits: {}",
+            "{} orders ({}), {} resent, {} conflicting, {} bad, {} operator actions, {} app cancels; concurrency {}/{}/{}, batch {}, page {} to {}, sweeps of {} ms; faults: {}; callback steps: {}; stages: {}; outside: {}; limits: {}",
             self.orders,
             self.workflows.join("/"),
             self.resends,
@@ -613,6 +624,8 @@ impl fmt::Display for Swarm {
             self.agent_concurrency,
             self.batch_size,
             self.page_size,
+            self.max_page_size,
+            self.sweep_run_ms,
             self.faults.enabled().join(", "),
             self.callback_steps(),
             self.stages(),

@@ -30,7 +30,7 @@ pub use operator::{Operated, operate};
 pub use scheduler::Scheduler;
 pub use settings::Settings;
 pub use submission::Submission;
-pub use supervisor::{Supervisor, SweepReport};
+pub use supervisor::{Supervisor, SweepBudget, SweepReport};
 // Defined with the ports, so the adapters that build them need not import the handlers.
 pub use crate::ports::{Inbound, Topology};
 

@@ -85,7 +85,8 @@ impl EventLoop {
             Returned::Sweep(result) => {
                 let faulted = self.shared.w().running.get(&id).is_some_and(|m| m.faulted);
                 self.note_args(format_args!("finish inv {id} sweep {result:?}"));
-                let clean = result.as_ref().is_ok_and(|r| r.errors == 0) && !faulted;
+                // A run its time budget cut short may leave due tasks: the next run has them.
+                let clean = result.as_ref().is_ok_and(|r| r.errors == 0 && !r.cut_short) && !faulted;
                 self.sweep_group_faulted |= !clean;
                 self.sweep_group.push((id, invocation.due_at_start));
                 self.end_of_sweep();
