@@ -7,6 +7,7 @@
 //!   service answered in-process, orders per second, CPU time per order and microseconds
 //!   per message per handler.
 //! - `sweep`: items the supervisor reads per sweep with 100 due tasks among N finished ones.
+//! - `backlog`: 100,000 timers due at once: how late the supervisor wakes the last one.
 //! - `recovery`: simulated time from an agent crash to the order's completion.
 //! - `cost`: AWS requests and billed units per order, counted around the ports, priced.
 //! - `contention`: a parallel stage's branch replies racing on one record, against the
@@ -34,6 +35,7 @@
 //! This file holds the command: its arguments, and printing each report as text or JSON.
 //! Nothing here asserts a timing: the smoke test in `tests` checks structure only.
 
+mod backlog;
 mod cold_start;
 mod contention;
 mod cost;
@@ -55,6 +57,7 @@ use serde::Serialize;
 
 use sas::domain::Policy;
 
+pub use backlog::{BacklogReport, BacklogRun, backlog_once, backlog_report};
 pub use cold_start::{
     BENCH_STATE_TABLE, ColdStartCase, ColdStartReport, ColdStartRun, ColdStartTable, cold_start,
     cold_start_case, cold_start_once, judge,
@@ -153,6 +156,25 @@ pub enum BenchCommand {
         waiting: Vec<usize>,
         #[arg(long, default_value_t = 100)]
         due: usize,
+    },
+    /// A backlog of timers all due at once (an hour's wait before a step), woken by the
+    /// supervisor's runs: how late the latest wakes against the period. Real time within a
+    /// run, each store call and SQS request taking --latency-ms.
+    Backlog {
+        /// Timers due at once (1 to 1,000,000).
+        #[arg(long, default_value_t = 100_000,
+              value_parser = crate::args::whole::<usize>("--timers", 1, 1_000_000))]
+        timers: usize,
+        /// Milliseconds each store call and SQS request takes (0 to 1000).
+        #[arg(long, default_value_t = 10, value_parser = crate::args::whole::<u64>("--latency-ms", 0, 1_000))]
+        latency_ms: u64,
+        /// The supervisor's period, which is also each run's time budget, in ms (10000 to 3600000).
+        #[arg(long, default_value_t = 60_000,
+              value_parser = crate::args::whole::<u64>("--supervisor-period-ms", 10_000, 3_600_000))]
+        supervisor_period_ms: u64,
+        /// Backlogs (1 to 100); medians are quoted.
+        #[arg(long, default_value_t = 3, value_parser = crate::args::whole::<usize>("--repeats", 1, 100))]
+        repeats: usize,
     },
     /// How late timers wake, both ways: a 5-minute wait on its delayed Schedule, an hour's
     /// on the supervisor's sweep (simulated time, orders spread over one period).
@@ -351,6 +373,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 }
             }
             emit(args.json, &SweepReport(rows), ToString::to_string);
+        }
+        BenchCommand::Backlog { timers, latency_ms, supervisor_period_ms, repeats } => {
+            let report = backlog_report(timers, latency_ms, supervisor_period_ms, repeats).await;
+            emit(args.json, &report, ToString::to_string);
         }
         BenchCommand::Timers { orders, supervisor_period_ms } => {
             let rows = timers(orders, supervisor_period_ms).await;
