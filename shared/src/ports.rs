@@ -390,6 +390,9 @@ pub enum Metric {
     CallbackRefused,
     /// A callback's timeout or heartbeat passed with no word from the outside.
     CallbackTimedOut,
+    /// A supervisor run stopped at its time budget, perhaps with due tasks left for the
+    /// next run: a backlog larger than one run wakes.
+    SweepCutShort,
     /// A decision's conditional write found the task moved since it was read (another
     /// writer won): it is read and decided again. Branch replies of a parallel stage race
     /// so on one record.
@@ -444,6 +447,7 @@ impl Metric {
             Metric::CallbackHeartbeatNoted => "CallbackHeartbeatsNoted",
             Metric::CallbackRefused => "CallbackCompletionsRefused",
             Metric::CallbackTimedOut => "CallbacksTimedOut",
+            Metric::SweepCutShort => "SweepsCutShort",
             Metric::WriteConflict => "WriteConflicts",
             Metric::CapacityQueued => "CapacityQueued",
             Metric::CapacityWaitMs => "CapacityWait",

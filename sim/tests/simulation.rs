@@ -73,7 +73,9 @@ fn seeds_keep_every_invariant() {
             "CallbackCompletionsApplied",
             "CallbackCompletionsRefused",
             "CallbackHeartbeats",
+            "CallbackHeartbeatsNoted",
             "CallbacksTimedOut",
+            "SweepsCutShort",
         ] {
             assert!(summary.metrics.get(counter).is_some_and(|n| *n > 0), "{counter}: {:?}", summary.metrics);
         }

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use super::coalesce::join_round;
 use super::{Deps, HandlerError, Settings, Transition, perform, transition};
 use crate::domain::{OrderId, ProcessState, Refusal, Timestamp, Trigger};
+use crate::ports::Metric;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -100,6 +101,7 @@ impl Supervisor {
             let now = self.deps.clock.now();
             if report.pages > 0 && !self.budget.another_page(now, longest_round_ms, deadline) {
                 report.cut_short = true;
+                self.deps.metrics.record(Metric::SweepCutShort, 1);
                 break;
             }
             let limit = size + lingering;
