@@ -104,6 +104,8 @@ pub struct CallbackFigures {
     pub waited: u64,
     /// Heartbeats applied.
     pub heartbeats: u64,
+    /// Heartbeats acknowledged without a write: within the floor of the last one written.
+    pub heartbeats_noted: u64,
     /// What the outside party sent that must change nothing, by kind: `late`,
     /// `second_copy`, `stale`, `forged`.
     pub bad_sent: BTreeMap<String, usize>,
@@ -275,6 +277,7 @@ impl Report {
                 },
                 waited: m.count(Metric::CallbackStarted),
                 heartbeats: m.count(Metric::CallbackHeartbeat),
+                heartbeats_noted: m.count(Metric::CallbackHeartbeatNoted),
                 bad_sent: {
                     let mut by: BTreeMap<String, usize> = BTreeMap::new();
                     for s in run.callback_sends.iter().filter(|s| s.kind.is_bad()) {
@@ -426,6 +429,7 @@ impl Report {
             line(w, &c.waited, "of them waited: the agent's answer was applied before the word");
             line(w, &c.completed, "completed: a success or failure from the outside applied");
             line(w, &c.heartbeats, "heartbeats applied: the outside said it was still working");
+            line(w, &c.heartbeats_noted, "heartbeats noted, not written: too soon after the last written");
             line(
                 w,
                 &c.refused,

@@ -51,7 +51,9 @@ pub struct Callback {
     pub timeout_ms: u64,
     /// When set, the outside must send a heartbeat (or complete) at least this often, in
     /// milliseconds (1000 to `timeout_ms`); a missed heartbeat fails the attempt as the
-    /// timeout does.
+    /// timeout does, once this and a floor (a tenth of it, at least 1 s) have passed since
+    /// the last heartbeat written. A heartbeat within the floor of the last one written is
+    /// acknowledged but not written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(range(min = 1_000, max = 31_622_400_000u64)))]
     pub heartbeat_ms: Option<u64>,
