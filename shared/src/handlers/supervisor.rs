@@ -37,7 +37,8 @@ pub struct SweepBudget {
     /// Due entries read by a run's first page: a run with fewer due costs one query of
     /// this many, as it always did.
     pub page_size: usize,
-    /// The largest page, so the most recoveries one round has in flight.
+    /// The largest page, so the most recoveries one round has in flight: each holds a
+    /// connection to DynamoDB, and a Lambda function has 1,024 file descriptors.
     pub max_page_size: usize,
     /// How long a run may take when whoever invoked it set no deadline (the embedded
     /// backend, `sasctl dev`, the simulation); on Lambda, the invocation's deadline.
@@ -50,7 +51,7 @@ impl Default for SweepBudget {
     fn default() -> Self {
         // 60 s is the function's timeout (template.yaml) and the default period: a run
         // ends before the next one starts.
-        SweepBudget { page_size: 100, max_page_size: 1_000, run_ms: 60_000, margin_ms: 5_000 }
+        SweepBudget { page_size: 100, max_page_size: 500, run_ms: 60_000, margin_ms: 5_000 }
     }
 }
 
@@ -174,7 +175,7 @@ mod tests {
         let b = SweepBudget::default();
         let sizes: Vec<usize> =
             std::iter::successors(Some(b.page_size), |&s| Some(b.next_page(s))).take(6).collect();
-        assert_eq!(sizes, [100, 200, 400, 800, 1_000, 1_000]);
+        assert_eq!(sizes, [100, 200, 400, 500, 500, 500]);
         let tiny = SweepBudget { page_size: 1, max_page_size: 1, ..b };
         assert_eq!(tiny.next_page(1), 1);
     }
