@@ -1,7 +1,9 @@
 //! `sasctl bench` at tiny sizes: structure and sanity only, never timing.
 
 use sas::domain::Policy;
-use sasctl::bench::{CostAssumptions, ListingOptions, cost, listing, recovery, sweep_once, throughput};
+use sasctl::bench::{
+    CostAssumptions, ListingOptions, backlog_report, cost, listing, recovery, sweep_once, throughput,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throughput_processes_every_order() {
@@ -29,6 +31,16 @@ async fn sweep_reads_only_due_items() {
         assert_eq!(row.items_read, 10);
         assert_eq!(row.recovered, 10);
     }
+}
+
+/// A backlog larger than the first pages: every timer woken, by growing pages, in one run.
+#[tokio::test]
+async fn a_backlog_of_timers_wakes_in_one_run() {
+    let r = backlog_report(2_000, 0, 60_000, 1).await;
+    let run = &r.runs[0];
+    assert_eq!((run.woken, run.runs), (2_000, 1), "{r:?}");
+    assert_eq!(run.pages, 6, "100, 200, 400, then 500 a page: {r:?}");
+    assert!(run.max_late_ms >= run.p50_late_ms);
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ use sas::ports::{
     Clock, Inserted, Metric, Noted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError, Written,
 };
 
-use super::measure::median;
+use super::measure::{cpu_time, median};
 
 /// An hour's wait, then a step: woken, a task goes on to the step with a Schedule.
 const TIMER_THEN_STEP: &str = "timer-then-ship";
@@ -52,6 +52,9 @@ pub struct BacklogRun {
     pub max_late_ms: u64,
     /// Wall time of the runs themselves.
     pub sweep_seconds: f64,
+    /// The process's CPU time during the runs, per timer woken (the sweep is one task on
+    /// one thread, as in a Lambda invocation).
+    pub cpu_us_per_timer: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -202,6 +205,7 @@ pub async fn backlog_once(timers: usize, latency_ms: u64, period_ms: u64) -> Bac
         ..Supervisor::new(deps, settings)
     };
     let (mut runs, mut pages, mut sweep_seconds) = (0, 0, 0.0);
+    let cpu = cpu_time();
     loop {
         clock.set(at.plus_ms(runs as u64 * period_ms));
         let started = Instant::now();
@@ -213,14 +217,17 @@ pub async fn backlog_once(timers: usize, latency_ms: u64, period_ms: u64) -> Bac
             break;
         }
     }
+    let cpu = (cpu_time() - cpu).as_secs_f64();
     let counted = metrics.snapshot();
+    let woken = counted.count(Metric::TimerWoke);
     BacklogRun {
         runs,
         pages,
-        woken: counted.count(Metric::TimerWoke),
+        woken,
         p50_late_ms: counted.percentile(Metric::TimerLatenessMs, 50.0).unwrap_or(0),
         max_late_ms: counted.percentile(Metric::TimerLatenessMs, 100.0).unwrap_or(0),
         sweep_seconds,
+        cpu_us_per_timer: cpu * 1e6 / woken.max(1) as f64,
     }
 }
 
@@ -258,8 +265,8 @@ impl fmt::Display for BacklogReport {
         for r in &self.runs {
             writeln!(
                 f,
-                "  {} run(s), {} pages, {} woken, late p50 {} ms, max {} ms, {:.2} s sweeping",
-                r.runs, r.pages, r.woken, r.p50_late_ms, r.max_late_ms, r.sweep_seconds
+                "  {} run(s), {} pages, {} woken, late p50 {} ms, max {} ms, {:.2} s sweeping, {:.1} us CPU per timer",
+                r.runs, r.pages, r.woken, r.p50_late_ms, r.max_late_ms, r.sweep_seconds, r.cpu_us_per_timer
             )?;
         }
         Ok(())
