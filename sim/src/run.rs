@@ -46,6 +46,8 @@ pub struct Outcome {
     pub write_ctx: Vec<WriteCtx>,
     /// What the gates let through, and which invocations ended cleanly.
     pub gates: crate::gate_log::GateLog,
+    /// When each supervisor run that stopped at its time budget ended (true time).
+    pub sweeps_cut_short: Vec<u64>,
     pub dead_letters: BTreeMap<&'static str, Vec<StoredMessage>>,
     pub alerts: Vec<OperatorAlert>,
     pub ledger: Ledger,
@@ -132,6 +134,7 @@ fn outcome(seed: u64, ended: Ended) -> Outcome {
         writes: deployed.store.take_writes(),
         write_ctx: std::mem::take(&mut w.write_ctx),
         gates: std::mem::take(&mut w.gates),
+        sweeps_cut_short: std::mem::take(&mut w.sweeps_cut_short),
         dead_letters,
         alerts: deployed.alerts.all(),
         ledger: std::mem::take(&mut w.ledger),

@@ -177,6 +177,8 @@ pub struct World {
     pub outside: Outside,
     /// What the gates let through, and who ended cleanly (`gate_log.rs`).
     pub gates: crate::gate_log::GateLog,
+    /// When each supervisor run that stopped at its time budget ended, in true time.
+    pub sweeps_cut_short: Vec<u64>,
     /// Faults injected, by kind.
     pub fault_counts: BTreeMap<&'static str, u64>,
     /// The names of the branches of the run's parallel stages, whose service refuses them
@@ -301,6 +303,7 @@ impl Shared {
             ledger: Ledger::default(),
             outside: Outside::default(),
             gates: Default::default(),
+            sweeps_cut_short: Vec::new(),
             fault_counts: BTreeMap::new(),
             stage_branches: Default::default(),
         })))

@@ -86,7 +86,13 @@ impl EventLoop {
                 let faulted = self.shared.w().running.get(&id).is_some_and(|m| m.faulted);
                 self.note_args(format_args!("finish inv {id} sweep {result:?}"));
                 // A run its time budget cut short may leave due tasks: the next run has them.
-                let clean = result.as_ref().is_ok_and(|r| r.errors == 0 && !r.cut_short) && !faulted;
+                let cut_short = result.as_ref().is_ok_and(|r| r.cut_short);
+                if cut_short {
+                    let mut w = self.shared.w();
+                    let now = w.now;
+                    w.sweeps_cut_short.push(now);
+                }
+                let clean = result.as_ref().is_ok_and(|r| r.errors == 0) && !cut_short && !faulted;
                 self.sweep_group_faulted |= !clean;
                 self.sweep_group.push((id, invocation.due_at_start));
                 self.end_of_sweep();
