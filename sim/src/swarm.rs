@@ -468,7 +468,8 @@ impl Swarm {
             pauses,
             limits: BTreeMap::new(),
         };
-        let swarm = Swarm { max_page_size: swarm.page_size * [1, 4][sweeps.usize(..2)], ..swarm };
+        let swarm =
+            Swarm { max_page_size: swarm.page_size * if sweeps.u8(..4) == 0 { 4 } else { 1 }, ..swarm };
         (swarm, limit_seed)
     }
 
