@@ -145,16 +145,14 @@ pub struct NotingAcks {
 }
 
 impl QueueFed for NotingAcks {
-    fn handle_message(&self, message: Inbound) -> impl Future<Output = Result<(), HandlerError>> + '_ {
-        async move {
-            let at = self.shared.w().now;
-            let body: Arc<str> = message.body.as_str().into();
-            let handled = self.callbacks.handle(message).await;
-            if handled.is_ok() {
-                self.shared.w().outside.acked.push(Acked { at, body });
-            }
-            handled
+    async fn handle_message(&self, message: Inbound) -> Result<(), HandlerError> {
+        let at = self.shared.w().now;
+        let body: Arc<str> = message.body.as_str().into();
+        let handled = self.callbacks.handle(message).await;
+        if handled.is_ok() {
+            self.shared.w().outside.acked.push(Acked { at, body });
         }
+        handled
     }
 }
 
