@@ -482,9 +482,9 @@ mod tests {
         };
         assert_eq!(
             beat.line(&t, &claims),
-            "o-1: step 1, attempt 2: Waiting -> Waiting (Heartbeat); next heartbeat or completion due by 2023-11-14T22:13:50.000Z"
+            "o-1: step 1, attempt 2: Waiting -> Waiting (Heartbeat); next heartbeat or completion due by 2023-11-14T22:13:51.000Z"
         );
-        assert_eq!(beat.json(Verb::Heartbeat, &t, &claims)["next_due"], "2023-11-14T22:13:50.000Z");
+        assert_eq!(beat.json(Verb::Heartbeat, &t, &claims)["next_due"], "2023-11-14T22:13:51.000Z");
         let refused = Outcome::Refused("the token does not match the one issued for step 1 attempt 3".into());
         let line = refused.line(&t, &claims);
         assert_eq!(

@@ -208,7 +208,8 @@ mod callback_tests {
             "  started       2023-11-14T22:13:20.500Z (the agent began the work; claimed 2023-11-14T22:13:20.000Z)\n",
             "  times out at  2023-11-15T22:13:20.000Z\n",
             "  heartbeat     every 1h, last 2023-11-14T22:23:20.000Z\n",
-            "  next due      2023-11-14T23:23:20.000Z (a heartbeat or the completion)\n",
+            // The hour's interval and its floor (6 minutes) after the last heartbeat written.
+            "  next due      2023-11-14T23:29:20.000Z (a heartbeat or the completion)\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
@@ -219,7 +220,7 @@ mod callback_tests {
             json!({"step": 1, "step_name": "approve", "attempt": 1, "task_attempt": 2, "since": "2023-11-14T22:13:20.000Z",
                    "started_at": "2023-11-14T22:13:20.500Z", "timeout_at": "2023-11-15T22:13:20.000Z",
                    "heartbeat_ms": 3_600_000, "last_heartbeat": "2023-11-14T22:23:20.000Z",
-                   "due": "2023-11-14T23:23:20.000Z"})
+                   "due": "2023-11-14T23:29:20.000Z"})
         );
         for shown in [text, v.to_string()] {
             assert!(!shown.contains("d1gest"), "the digest is shown: {shown}");
@@ -273,12 +274,12 @@ mod callback_tests {
         let timer = crate::fixtures::task("o-2", ProcessState::Waiting)
             .with_phase(Phase::waiting(WaitingFor::Timer { wake_at: Timestamp(1_700_000_060_000) }));
         let listed = table(&[(&cb, Some(&wf())), (&timer, None)]);
-        assert!(listed.contains("Waiting for callback, due 2023-11-14T23:23:20.000Z"), "{listed}");
+        assert!(listed.contains("Waiting for callback, due 2023-11-14T23:29:20.000Z"), "{listed}");
         assert!(listed.contains("Waiting until 2023-11-14T22:14:20.000Z"), "{listed}");
         let v = task_summary_json(&cb, Some(&wf()));
         assert_eq!((v["waits_for"].as_str(), v["callback_attempt"].as_u64()), (Some("callback"), Some(1)));
         assert_eq!(v["callback_task_attempt"], 2);
-        assert_eq!(v["callback_due"], "2023-11-14T23:23:20.000Z");
+        assert_eq!(v["callback_due"], "2023-11-14T23:29:20.000Z");
         assert_eq!(task_summary_json(&timer, None)["waits_for"], "timer");
         // Whoever holds the token is shown how to use it.
         let next =
