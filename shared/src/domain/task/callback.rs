@@ -208,7 +208,7 @@ mod tests {
             (claims.order_id.clone(), claims.step, claims.attempt),
             (t.order_id.clone(), 1, t.attempt)
         );
-        let cb = t.callback().clone().unwrap();
+        let cb = t.callback().cloned().unwrap();
         assert_eq!(cb.digest, token.digest());
         assert!(
             !serde_json::to_string(&t).unwrap().contains(token.expose()),
@@ -240,7 +240,7 @@ mod tests {
         let done = Completion::Success { output: Some(serde_json::json!({"approved_by": "ana"})) };
         let d = checked(&t, t.complete(&token, &claims_of(&token), &done, T0.plus_ms(100), &wf, &policy()));
         assert_eq!(
-            (d.trigger, d.next.state(), d.next.step, d.next.callback().clone()),
+            (d.trigger, d.next.state(), d.next.step, d.next.callback().cloned()),
             (Trigger::Advanced, ProcessState::Pending, 2, None)
         );
         assert_eq!(d.next.outputs.get("approve").unwrap().to_value()["approved_by"], "ana");
@@ -410,7 +410,7 @@ mod tests {
         let (t, token) = started(&wf);
         let d = checked(&t, t.recover(T0.plus_ms(4_000), &wf, &policy(), 0));
         assert_eq!(
-            (d.trigger, d.next.state(), d.next.callback().clone()),
+            (d.trigger, d.next.state(), d.next.callback().cloned()),
             (Trigger::Retry, ProcessState::Pending, None)
         );
         let e = d.next.complete(
