@@ -237,6 +237,9 @@ impl Scheduler {
             if let Some(f) = freed.into_inner().unwrap_or_else(|p| p.into_inner()) {
                 let pause_until = f.pause_ms.map(|ms| deps.clock.now().plus_ms(ms));
                 gate::release(deps, settings, &self.turns, let_through, &f.agent, &f.holder, pause_until).await;
+                // The next call first: the reply's own sends (its status, the next step's
+                // Schedule) may wait out the batch's send hold (`coalesce`).
+                self.hand_over(let_through).await;
             }
             match result? {
                 Transition::Applied { before, decision } => {
