@@ -30,6 +30,15 @@ pub const RATE_WINDOW_MS: u64 = 1_000;
 pub const RESERVATION_MS: u64 = 10_000;
 /// The longest pause a remote's Retry-After buys: a longer one is cut to this.
 pub const MAX_PAUSE_MS: u64 = 300_000;
+/// The shortest: `Retry-After: 0`, a date already past, or a queue worker's
+/// `retry_after_ms: 0` would otherwise send the next call at once into the same refusal,
+/// a tight loop against a service that asked to be left alone.
+pub const MIN_PAUSE_MS: u64 = 1_000;
+
+/// A remote's requested pause as the gate and the task keep it.
+pub fn pause_ms(retry_after_ms: u64) -> u64 {
+    retry_after_ms.clamp(MIN_PAUSE_MS, MAX_PAUSE_MS)
+}
 /// The most withdrawn tickets a gate marks to skip: every write of the gate is billed by
 /// its size (each entry a few bytes, all of them under 2 KB). A ticket withdrawn past
 /// this is let through in its turn, and its wake (`Schedule::turn`) finds the task no

@@ -18,7 +18,7 @@ use super::claim::Mint;
 use super::outcome::{Effect, Policy, Refusal};
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::CallbackSecret;
-use crate::domain::gate::{Admission, Limits, MAX_PAUSE_MS, call_holder, reserved_for};
+use crate::domain::gate::{Admission, Limits, call_holder, pause_ms, reserved_for};
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::Trigger;
 use crate::domain::messages::{AgentReply, ReplyOutcome};
@@ -100,7 +100,7 @@ pub fn freed_by(reply: &AgentReply, wf: &Workflow, limits: &BTreeMap<String, Lim
         agent: agent.clone(),
         holder: call_holder(&reply.order_id, reply.attempt, &reply.lease),
         pause_ms: match reply.outcome {
-            ReplyOutcome::Throttled { retry_after_ms } => Some(retry_after_ms.clamp(1, MAX_PAUSE_MS)),
+            ReplyOutcome::Throttled { retry_after_ms } => Some(pause_ms(retry_after_ms)),
             _ => None,
         },
     })
