@@ -2,7 +2,8 @@
 //! `cargo lambda watch` (cargo-lambda's Runtime API emulator, in its `--only-lambda-apis`
 //! mode, so the binaries are the test command's own build, not a second compile) with
 //! exactly what `infra/bootstrap.sh` printed plus the variables the docs tell a user to add, against
-//! the test endpoint (moto under infra/with-moto.sh). This test stands in for Lambda's
+//! the test endpoints (moto under infra/with-moto.sh; DynamoDB Local and LocalStack under
+//! infra/with-localstack.sh, each service's endpoint in its own variable). This test stands in for Lambda's
 //! event sources: it receives from the orders, scheduler, agent and callback queues,
 //! invokes the matching function with an `SqsEvent` through cargo-lambda's invoke
 //! endpoint (the scheduler for both of its queues, each record carrying its queue's
@@ -17,7 +18,7 @@
 //! scheduler binary, and the real one ends the order Processed.
 //!
 //! cargo-lambda comes from the project venv that `scripts/cargo-lambda-venv.sh` installs
-//! (the test command runs it). Without it, or without moto, the test fails under
+//! (the test command runs it). Without it, or without an emulator, the test fails under
 //! `CI=true` and is skipped with a loud line otherwise.
 
 use std::collections::{BTreeMap, HashMap};
@@ -306,7 +307,7 @@ fn order(id: &str, workflow: &str, reply_to: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
-    let Some(endpoint) = sas_tests::endpoint(TEST) else { return };
+    let Some(endpoints) = sas_tests::endpoints(TEST) else { return };
     let root = repo_root();
     let Some(tools) = cargo_lambda_dir(&root) else { return };
     let started = Instant::now();
@@ -319,9 +320,12 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     let bin_dir = target.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
 
     // infra/bootstrap.sh's output, exactly, then what infra/README.md has a user add.
+    // Bootstrap finds the endpoints where a user's shell has them after `moto.sh env` or
+    // `localstack.sh env`.
     let prefix = sas_tests::unique_prefix("watch");
     let bootstrap = clean_command(bin_dir.join("sas-bootstrap"), &root)
-        .args(["--prefix", &prefix, "--endpoint-url", &endpoint, "--visibility-timeout", "30"])
+        .args(["--prefix", &prefix, "--visibility-timeout", "30"])
+        .envs(endpoints.env_vars())
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
@@ -361,8 +365,9 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     definitions["agents"]["orders"]["max_in_flight"] = json!(1);
     let workflows = dir.join("workflows.json");
     std::fs::write(&workflows, definitions.to_string()).expect("definition file");
+    let endpoint_lines: String = endpoints.env_vars().iter().map(|(k, v)| format!("{k}={v}\n")).collect();
     let added = format!(
-        "REMOTE_SERVICE_URL={}\nWORKFLOWS_FILE={}\nAWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\n\
+        "REMOTE_SERVICE_URL={}\nWORKFLOWS_FILE={}\n{endpoint_lines}AWS_REGION=us-east-1\n\
          AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
         remote.base_url(),
         workflows.display()
@@ -424,8 +429,9 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         watch.functions.push(child);
     }
 
-    let sdk = sas_tests::sdk_config(&endpoint).await;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let sdk = endpoints.sdk_config().await;
+    let clients = endpoints.clients(&sdk);
+    let sqs = clients.sqs.clone();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let sources = Arc::new(EventSources {
         http: reqwest::Client::new(),
@@ -521,7 +527,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         .expect("completion sent");
     expected.insert(waits.clone(), ProcessState::Processed);
 
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), TableNames::new(vars["STATE_TABLE"]));
+    let store = DynamoStore::new(clients.dynamodb.clone(), TableNames::new(vars["STATE_TABLE"]));
     let deadline = Instant::now() + ORDERS_WITHIN;
     let mut states: BTreeMap<String, Option<ProcessState>> = BTreeMap::new();
     loop {
