@@ -40,7 +40,7 @@ step "tests: unit, handler, conformance (embedded + moto), end to end over moto 
 # runs the command and stops moto. With CI=true, emulator-backed tests never skip.
 infra/with-moto.sh cargo test --locked --workspace
 
-step "tests: conformance (embedded + LocalStack/DynamoDB Local) and under cargo lambda watch, on LocalStack + DynamoDB Local"
+step "tests: conformance, the four functions under cargo lambda watch, and sasctl up, on LocalStack + DynamoDB Local"
 # The same two suites on the emulators users run: Amazon's DynamoDB Local for the state
 # table, LocalStack for SQS and SNS (infra/with-localstack.sh; docs/DEPLOY.md lists how
 # they differ from moto). The build above made the test binaries.
@@ -49,7 +49,7 @@ if ! wait "$localstack_install"; then
     echo "infra/localstack.sh install failed (its output is above)" >&2
     exit 1
 fi
-infra/with-localstack.sh cargo test --locked --workspace --test conformance --test cargo_lambda_watch
+infra/with-localstack.sh cargo test --locked --workspace --test conformance --test cargo_lambda_watch --test up_split
 
 step "sasctl dev: $orders single-step orders with failures and hangs injected"
 "$bin/sasctl" dev --orders "$orders" --workflow single-step --failure-rate 0.2 --hang-rate 0.05

@@ -122,7 +122,16 @@ pub async fn run_command(args: UpArgs) -> Result<ExitCode, String> {
     let json = args.json;
     let (endpoint, dynamodb_endpoint) = match (args.emulator, args.endpoint_url) {
         (Some(emulator), _) => start_emulator(emulator)?,
-        (None, Some(url)) => (url, args.dynamodb_endpoint_url),
+        (None, Some(url)) => {
+            if let Some(dynamodb) = &args.dynamodb_endpoint_url
+                && crate::endpoint::check_url(dynamodb).is_err()
+            {
+                return Err(format!(
+                    "--dynamodb-endpoint-url {dynamodb:?} is not an http(s) URL such as http://127.0.0.1:8000"
+                ));
+            }
+            (url, args.dynamodb_endpoint_url)
+        }
         (None, None) => return Err("give --endpoint-url or --emulator".into()),
     };
     let options = crate::up::UpOptions {
