@@ -79,7 +79,9 @@ impl Emulator {
 /// it running) and reads its endpoints from the script's `env`: every service's, and
 /// DynamoDB's when it has its own.
 pub fn start_emulator(emulator: Emulator) -> Result<(String, Option<String>), String> {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra").join(emulator.script());
+    let repository =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(std::path::Path::new("."));
+    let script = repository.join("infra").join(emulator.script());
     let name = format!("infra/{}", emulator.script());
     if !script.is_file() {
         return Err(format!(
