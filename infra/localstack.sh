@@ -207,10 +207,13 @@ start() {
     # with LOCALSTACK_HOST gives queue URLs on the gateway's own address
     # (http://127.0.0.1:<port>/<account>/<name>); the default names a
     # *.localhost.localstack.cloud host, which needs DNS from the internet.
+    # OVERRIDE_IN_DOCKER=0: LocalStack takes any machine with /.dockerenv for its own
+    # container and then writes under /var/lib/localstack, ignoring FILESYSTEM_ROOT.
     spawn localstack env \
         GATEWAY_LISTEN="$HOST:$ls_port" LOCALSTACK_HOST="$HOST:$ls_port" \
         SERVICES="$SERVICES" SQS_ENDPOINT_STRATEGY=off \
         GATEWAY_SERVER=hypercorn DNS_ADDRESS=0 DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
+        OVERRIDE_IN_DOCKER=0 \
         LOCALSTACK_VOLUME_DIR="$STATE/localstack-volume" FILESYSTEM_ROOT="$STATE/localstack-volume" \
         "$PY" -m localstack.runtime.main
     # -sharedDb: one database whatever the credentials and region, as one AWS account has

@@ -24,7 +24,7 @@ pub struct UpArgs {
     /// infra/localstack.sh: LocalStack with DynamoDB Local) and run against it; a running
     /// one is reused, and it keeps running after `up` stops (the script's `stop` ends it
     /// and discards the resources). moto starts in about 1 s, LocalStack with DynamoDB
-    /// Local in about 4 s.
+    /// Local in 4 to 6 s.
     #[arg(long, value_enum)]
     pub emulator: Option<Emulator>,
     /// Names the table PREFIX-state, the queues PREFIX-orders, ... and the topic
