@@ -57,10 +57,6 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    pub fn one(url: &str) -> Endpoints {
-        Endpoints { dynamodb: url.to_owned(), sqs: url.to_owned(), sns: url.to_owned() }
-    }
-
     /// `SAS_TEST_ENDPOINT_<SERVICE>`, each falling back to `SAS_TEST_ENDPOINT`; `None`
     /// unless every service has one.
     pub fn from_env() -> Option<Endpoints> {
@@ -83,12 +79,8 @@ impl Endpoints {
         ]
     }
 
-    /// SDK configuration with the tests' credentials and region and these endpoints (the
-    /// clients take theirs from the `Clients` it builds).
-    pub async fn sdk_config(&self) -> SdkConfig {
-        test_loader().load().await
-    }
-
+    /// A client per service, each at its endpoint, from the tests' configuration
+    /// ([`sdk_config_per_service`]).
     pub fn clients(&self, sdk: &SdkConfig) -> sas::adapters::aws::Clients {
         sas::adapters::aws::Clients {
             dynamodb: aws_sdk_dynamodb::Client::from_conf(
@@ -122,6 +114,12 @@ fn test_loader() -> aws_config::ConfigLoader {
     sas::adapters::aws::config_loader()
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(credentials)
+}
+
+/// The tests' credentials and region and no endpoint: each client sets its own
+/// ([`Endpoints::clients`]).
+pub async fn sdk_config_per_service() -> SdkConfig {
+    test_loader().load().await
 }
 
 /// SDK configuration for one test endpoint serving every service.
@@ -203,7 +201,7 @@ impl Backend {
     /// A fresh state table and queues on the test endpoint, or `None` when there is none.
     pub async fn aws(test: &str) -> Option<Backend> {
         let endpoints = endpoints(test)?;
-        let sdk = endpoints.sdk_config().await;
+        let sdk = sdk_config_per_service().await;
         let prefix = unique_prefix(test);
         let tables = TableNames::new(format!("{prefix}-state"));
         let clients = endpoints.clients(&sdk);

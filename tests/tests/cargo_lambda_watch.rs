@@ -429,7 +429,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         watch.functions.push(child);
     }
 
-    let sdk = endpoints.sdk_config().await;
+    let sdk = sas_tests::sdk_config_per_service().await;
     let clients = endpoints.clients(&sdk);
     let sqs = clients.sqs.clone();
     let _ = rustls::crypto::ring::default_provider().install_default();
