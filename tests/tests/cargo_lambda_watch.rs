@@ -2,7 +2,8 @@
 //! `cargo lambda watch` (cargo-lambda's Runtime API emulator, in its `--only-lambda-apis`
 //! mode, so the binaries are the test command's own build, not a second compile) with
 //! exactly what `infra/bootstrap.sh` printed plus the variables the docs tell a user to add, against
-//! the test endpoint (moto under infra/with-moto.sh). This test stands in for Lambda's
+//! the test endpoints (moto under infra/with-moto.sh; DynamoDB Local and LocalStack under
+//! infra/with-localstack.sh, each service's endpoint in its own variable). This test stands in for Lambda's
 //! event sources: it receives from the orders, scheduler, agent and callback queues,
 //! invokes the matching function with an `SqsEvent` through cargo-lambda's invoke
 //! endpoint (the scheduler for both of its queues, each record carrying its queue's
@@ -17,7 +18,7 @@
 //! scheduler binary, and the real one ends the order Processed.
 //!
 //! cargo-lambda comes from the project venv that `scripts/cargo-lambda-venv.sh` installs
-//! (the test command runs it). Without it, or without moto, the test fails under
+//! (the test command runs it). Without it, or without an emulator, the test fails under
 //! `CI=true` and is skipped with a loud line otherwise.
 
 use std::collections::{BTreeMap, HashMap};
@@ -329,7 +330,7 @@ impl Rig {
     /// queue, as Lambda runs the agent's concurrent invocations (a process takes one
     /// invocation at a time).
     async fn start(
-        endpoint: &str,
+        endpoints: &sas_tests::Endpoints,
         tools: PathBuf,
         definitions: impl FnOnce(&mut Value),
         remote_url: &str,
@@ -344,9 +345,12 @@ impl Rig {
         let bin_dir = target.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
 
         // infra/bootstrap.sh's output, exactly, then what infra/README.md has a user add.
+        // Bootstrap finds the endpoints where a user's shell has them after `moto.sh env`
+        // or `localstack.sh env`.
         let prefix = sas_tests::unique_prefix("watch");
         let bootstrap = clean_command(bin_dir.join("sas-bootstrap"), &root)
-            .args(["--prefix", &prefix, "--endpoint-url", endpoint, "--visibility-timeout", "30"])
+            .args(["--prefix", &prefix, "--visibility-timeout", "30"])
+            .envs(endpoints.env_vars())
             .env("AWS_REGION", "us-east-1")
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
@@ -369,8 +373,9 @@ impl Rig {
         definitions(&mut file);
         let workflows = dir.join("workflows.json");
         std::fs::write(&workflows, file.to_string()).expect("definition file");
+        let endpoint_lines: String = endpoints.env_vars().iter().map(|(k, v)| format!("{k}={v}\n")).collect();
         let added = format!(
-            "REMOTE_SERVICE_URL={remote_url}\nWORKFLOWS_FILE={}\nAWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\n\
+            "REMOTE_SERVICE_URL={remote_url}\nWORKFLOWS_FILE={}\n{endpoint_lines}AWS_REGION=us-east-1\n\
              AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
             workflows.display()
         );
@@ -434,8 +439,9 @@ impl Rig {
             watch.functions.push(child);
         }
 
-        let sdk = sas_tests::sdk_config(endpoint).await;
-        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let sdk = sas_tests::sdk_config_per_service().await;
+        let clients = endpoints.clients(&sdk);
+        let sqs = clients.sqs.clone();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let sources = Arc::new(EventSources {
             http: reqwest::Client::new(),
@@ -464,8 +470,7 @@ impl Rig {
                 }
             }));
         }
-        let store =
-            DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), TableNames::new(&vars["STATE_TABLE"]));
+        let store = DynamoStore::new(clients.dynamodb.clone(), TableNames::new(&vars["STATE_TABLE"]));
         Rig { watch, sources, vars, sqs, store, dir, prefix, pumps }
     }
 
@@ -512,7 +517,7 @@ impl Rig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
-    let Some(endpoint) = sas_tests::endpoint(TEST) else { return };
+    let Some(endpoints) = sas_tests::endpoints(TEST) else { return };
     let Some(tools) = cargo_lambda_dir(&repo_root()) else { return };
     let started = Instant::now();
 
@@ -541,7 +546,7 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         // of them waits its turn in the agent's gate, across the scheduler's invocations.
         definitions["agents"]["orders"]["max_in_flight"] = json!(1);
     };
-    let mut rig = Rig::start(&endpoint, tools, definitions, &remote.base_url(), 1).await;
+    let mut rig = Rig::start(&endpoints, tools, definitions, &remote.base_url(), 1).await;
     let (prefix, vars, sqs, sources) =
         (rig.prefix.clone(), rig.vars.clone(), rig.sqs.clone(), rig.sources.clone());
 
@@ -679,7 +684,7 @@ async fn bench_hand_over_under_cargo_lambda_watch() {
         return;
     };
     let orders: usize = orders.parse().expect("SAS_BENCH_HANDOVER: a number of orders");
-    let Some(endpoint) = sas_tests::endpoint(BENCH) else { return };
+    let Some(endpoints) = sas_tests::endpoints(BENCH) else { return };
     let Some(tools) = cargo_lambda_dir(&repo_root()) else { return };
     let slow = RemoteFaults { latency_max_ms: LATENCY_MAX_MS, ..RemoteFaults::default() };
     let remote =
@@ -687,7 +692,7 @@ async fn bench_hand_over_under_cargo_lambda_watch() {
             .await
             .expect("remote service");
     let limit = |d: &mut Value| d["agents"]["orders"]["max_in_flight"] = json!(PLACES);
-    let mut rig = Rig::start(&endpoint, tools, limit, &remote.base_url(), PLACES as usize).await;
+    let mut rig = Rig::start(&endpoints, tools, limit, &remote.base_url(), PLACES as usize).await;
     let ids: Vec<String> = (0..orders).map(|i| format!("h-{}-{i}", rig.prefix)).collect();
     let status_url = rig.vars["STATUS_QUEUE_URL"].clone();
     rig.send_orders(ids.iter().map(|id| order(id, "single-step", &status_url))).await;
