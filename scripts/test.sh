@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (README.md, "The two commands"). On a fresh machine it
-# installs what it needs (moto server, template linters) into project-local venvs.
+# installs what it needs (moto server, LocalStack, DynamoDB Local, template linters) into
+# project-local venvs and folders.
 #   SAS_DEV_ORDERS   orders per `sasctl dev` run (default 1000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,13 @@ orders=${SAS_DEV_ORDERS:-1000}
 
 step "citations: every file the docs and comments cite is in the repository"
 scripts/check-citations.sh
+
+# LocalStack and DynamoDB Local install (a few minutes, mostly downloads; a no-op once
+# installed) in the background while the build below keeps both cores busy.
+mkdir -p "${CARGO_TARGET_DIR:-target}"
+localstack_install_log="${CARGO_TARGET_DIR:-target}/localstack-install.log"
+infra/localstack.sh install >"$localstack_install_log" 2>&1 &
+localstack_install=$!
 
 step "build (workspace, all targets)"
 # One build serves every step below: each crate is compiled once. Its `sas` carries the
@@ -31,6 +39,17 @@ step "tests: unit, handler, conformance (embedded + moto), end to end over moto 
 # with-moto.sh starts moto on loopback (one request at a time), exports its endpoint,
 # runs the command and stops moto. With CI=true, emulator-backed tests never skip.
 infra/with-moto.sh cargo test --locked --workspace
+
+step "tests: conformance, the four functions under cargo lambda watch, and sasctl up, on LocalStack + DynamoDB Local"
+# The same two suites on the emulators users run: Amazon's DynamoDB Local for the state
+# table, LocalStack for SQS and SNS (infra/with-localstack.sh; docs/DEPLOY.md lists how
+# they differ from moto). The build above made the test binaries.
+if ! wait "$localstack_install"; then
+    cat "$localstack_install_log" >&2
+    echo "infra/localstack.sh install failed (its output is above)" >&2
+    exit 1
+fi
+infra/with-localstack.sh cargo test --locked --workspace --test conformance --test cargo_lambda_watch --test up_split
 
 step "sasctl dev: $orders single-step orders with failures and hangs injected"
 "$bin/sasctl" dev --orders "$orders" --workflow single-step --failure-rate 0.2 --hang-rate 0.05

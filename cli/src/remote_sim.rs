@@ -59,6 +59,11 @@ pub struct Flights {
     pub max_in_flight: u64,
     /// When each call arrived, in µs after the service started, in arrival order.
     pub arrivals_us: Vec<u64>,
+    /// Calls closed and not yet followed by an arrival: when each closed, oldest first.
+    closed_us: std::collections::VecDeque<u64>,
+    /// For each call that arrived after another had closed: how long after the oldest
+    /// such close it came (the hand-over of a place, when every call holds one), in µs.
+    pub hand_overs_us: Vec<u64>,
 }
 
 impl Flights {
@@ -93,6 +98,9 @@ impl Service {
         f.in_flight += 1;
         f.max_in_flight = f.max_in_flight.max(f.in_flight);
         f.arrivals_us.push(at);
+        if let Some(closed) = f.closed_us.pop_front() {
+            f.hand_overs_us.push(at.saturating_sub(closed));
+        }
         InFlight { service: self.clone(), agent: agent.to_owned() }
     }
 }
@@ -102,6 +110,7 @@ impl Drop for InFlight {
         let mut flights = self.service.flights.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = flights.get_mut(&self.agent) {
             f.in_flight -= 1;
+            f.closed_us.push_back(self.service.started.elapsed().as_micros() as u64);
         }
     }
 }

@@ -57,7 +57,10 @@ const UNUSED_REMOTE: &str = "http://127.0.0.1:9";
 
 #[derive(Debug, Clone)]
 pub struct UpOptions {
+    /// Every service's endpoint, or every one but DynamoDB's when `dynamodb_endpoint` names it.
     pub endpoint: String,
+    /// DynamoDB's own endpoint (DynamoDB Local beside LocalStack), if it is not `endpoint`.
+    pub dynamodb_endpoint: Option<String>,
     pub prefix: String,
     /// The definition file; the built-in examples/workflows.json when `None`.
     pub workflows: Option<PathBuf>,
@@ -72,6 +75,16 @@ pub struct UpOptions {
     /// How long one receive waits (`RECEIVE_WAIT_MS` unless a benchmark says otherwise).
     pub receive_wait_ms: u64,
     pub json: bool,
+}
+
+impl UpOptions {
+    /// The endpoints, as the startup line names them.
+    pub fn endpoints(&self) -> String {
+        match &self.dynamodb_endpoint {
+            Some(dynamodb) => format!("{} (DynamoDB at {dynamodb})", self.endpoint),
+            None => self.endpoint.clone(),
+        }
+    }
 }
 
 /// MaximumBatchingWindowInSeconds of each function's event source, in ms.
@@ -241,7 +254,8 @@ impl Startup<'_> {
                 "ready",
                 "",
                 serde_json::json!({
-                    "endpoint": o.endpoint, "prefix": o.prefix, "created": self.created,
+                    "endpoint": o.endpoint, "dynamodb_endpoint": o.dynamodb_endpoint,
+                    "prefix": o.prefix, "created": self.created,
                     "queues": {
                         "orders": p.orders_queue, "orders_dlq": p.orders_dlq,
                         "scheduler": p.scheduler_queue, "scheduler_dlq": p.scheduler_dlq,
@@ -265,7 +279,7 @@ impl Startup<'_> {
             n => format!("{n} of {total} created, the rest reused"),
         };
         let mut lines = vec![
-            format!("sasctl up: the four functions against {}, prefix {} ({made})", o.endpoint, o.prefix),
+            format!("sasctl up: the four functions against {}, prefix {} ({made})", o.endpoints(), o.prefix),
             format!("  orders queue     {}  (rejected orders: {})", p.orders_queue, p.orders_dlq),
             format!("  scheduler queue  {}", p.scheduler_queue),
             format!("  agent queue      {}", p.agent_queue),
@@ -310,18 +324,24 @@ fn fmt_period(d: Duration) -> String {
 pub struct Stopped {
     pub summary: UpCounts,
     pub endpoint: String,
+    pub dynamodb_endpoint: Option<String>,
     pub prefix: String,
 }
 
 impl Stopped {
     /// The closing lines: the counts, and what became of the resources.
     pub fn render(&self) -> String {
+        let (at, dynamodb_arg) = match &self.dynamodb_endpoint {
+            Some(d) => {
+                (format!("{} (DynamoDB at {d})", self.endpoint), format!(" --dynamodb-endpoint-url {d}"))
+            }
+            None => (self.endpoint.clone(), String::new()),
+        };
         format!(
-            "stopped: {}\nthe resources stay at {} under the prefix {}: `sasctl up --endpoint-url {} --prefix {}` \
+            "stopped: {}\nthe resources stay at {at} under the prefix {}: `sasctl up --endpoint-url {}{dynamodb_arg} --prefix {}` \
              carries on with them. No sasctl command removes them: stopping moto or LocalStack discards them, \
              or delete the table, queues and topic named {}-*\n",
             self.summary.line(),
-            self.endpoint,
             self.prefix,
             self.endpoint,
             self.prefix,
@@ -370,7 +390,12 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     for worker in workers {
         let _ = worker.await;
     }
-    Ok(Stopped { summary: events.summary(), endpoint: options.endpoint, prefix: options.prefix })
+    Ok(Stopped {
+        summary: events.summary(),
+        endpoint: options.endpoint,
+        dynamodb_endpoint: options.dynamodb_endpoint,
+        prefix: options.prefix,
+    })
 }
 
 /// What `up` found and made before its functions start.
@@ -390,6 +415,9 @@ pub struct Ready {
 /// configurations from them.
 pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
     check_url(&options.endpoint)?;
+    if let Some(url) = &options.dynamodb_endpoint {
+        check_url(url)?;
+    }
     if !valid_prefix(&options.prefix) {
         return Err(UpError::Prefix(options.prefix.clone()));
     }
@@ -403,13 +431,18 @@ pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
 
     let sdk = sdk_config(&options.endpoint).await;
     probe(&sdk, &options.endpoint).await?;
-    let clients = Clients::new(&sdk);
+    let mut clients = Clients::new(&sdk);
+    if let Some(url) = &options.dynamodb_endpoint {
+        clients.dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(url).build(),
+        );
+    }
     let layout = Layout::standard(&options.prefix);
     let provision_failed =
         |reason: String| UpError::Provision { url: options.endpoint.clone(), reason: one_line(&reason) };
     let before = crate::resources::existing(&clients, &layout).await.map_err(provision_failed)?;
     let provisioned =
-        provision::provision(&sdk, &layout).await.map_err(|e| provision_failed(e.to_string()))?;
+        provision::provision_with(&clients, &layout).await.map_err(|e| provision_failed(e.to_string()))?;
     let now = crate::resources::existing(&clients, &layout).await.map_err(provision_failed)?;
     let created = crate::resources::made(&before, now);
     let region = sdk.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);

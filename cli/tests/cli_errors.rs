@@ -106,6 +106,15 @@ fn up_names_its_bad_input_in_one_line() {
             &["up", "--endpoint-url", "notaurl"],
             "sasctl: --endpoint-url \"notaurl\" is not an http(s) URL such as http://127.0.0.1:4566",
         ),
+        (&["up"], "sasctl: missing --endpoint-url <URL> (see --help)"),
+        (
+            &["up", "--emulator", "moto", "--endpoint-url", &url],
+            "sasctl: --emulator <EMULATOR> cannot be used with --endpoint-url <URL> (see --help)",
+        ),
+        (
+            &["up", "--endpoint-url", &url, "--dynamodb-endpoint-url", "nope"],
+            "sasctl: --dynamodb-endpoint-url \"nope\" is not an http(s) URL such as http://127.0.0.1:8000",
+        ),
         (
             &["up", "--endpoint-url", &url, "--prefix", "a/b"],
             "sasctl: --prefix \"a/b\" must be 1 to 40 of [A-Za-z0-9_-] (it names the table, queues and topic)",

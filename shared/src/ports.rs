@@ -410,6 +410,9 @@ pub enum Metric {
     /// A task left an agent's line without taking its turn and its ticket was withdrawn
     /// (a place reserved for it freed, or its turn marked to be skipped).
     TicketHandedBack,
+    /// A turn let through was claimed by the scheduler invocation that made the room,
+    /// with no queue hop (`Scheduler::hand_over`).
+    HandedOver,
 }
 
 impl Metric {
@@ -454,6 +457,7 @@ impl Metric {
             Metric::Throttled => "Throttled",
             Metric::GateConflict => "GateConflicts",
             Metric::TicketHandedBack => "TicketsHandedBack",
+            Metric::HandedOver => "HandedOver",
         }
     }
     pub fn is_latency(self) -> bool {

@@ -59,12 +59,19 @@ async fn a_burst_is_let_in_up_to_the_limit_and_the_rest_wait_their_turn_in_order
         assert_eq!((t.failure_count, t.step_failures, t.attempt), (0, 0, 0));
         assert!(t.deadline().is_some());
     }
-    // The calls answer; each reply gives its place back and wakes the next in line.
+    // The calls answer; each reply gives its place back and the same invocation claims
+    // the next in line and dispatches its request: no Schedule message between.
     all_ok(h.pump_agent().await, 2);
     all_ok(h.pump_scheduler().await, 2);
-    assert_eq!(states(&h, 5), [Processed, Processed, Pending, Pending, Pending]);
-    all_ok(h.pump_scheduler().await, 2);
     assert_eq!(states(&h, 5), [Processed, Processed, Processing, Processing, Pending], "o-2 and o-3 first");
+    assert_eq!(h.count(Metric::HandedOver), 2);
+    let bodies = h.queues.bodies(SCHEDULER);
+    // Only the gate's planned looks wait there (`Gate::poke_at`).
+    assert!(
+        bodies.iter().all(|b| b.contains(r#""type":"gate""#)),
+        "nobody woken through the queue: {bodies:?}"
+    );
+    assert_eq!(h.depth(AGENT), 2, "the next two requests are out");
     h.run_until_quiet().await;
     assert_eq!(states(&h, 5), [Processed; 5]);
     let waits = h.metrics().samples.get(&Metric::CapacityWaitMs).map_or(0, Vec::len);

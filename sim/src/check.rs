@@ -231,9 +231,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         );
         return found;
     }
+    // Orders that ever held a ticket at a gate, as of the write at hand.
+    let mut ever_queued: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (w, ctx) in run.writes.iter().zip(&run.write_ctx) {
         let (Some(before), after) = (&w.before, &w.after) else { continue };
         let id = after.order_id.as_str();
+        if before.queued().is_some() {
+            ever_queued.insert(id);
+        }
         // Made for a word of the outside: judged with the callbacks, below.
         if ctx.message.as_deref().is_some_and(|m| words.contains(m)) {
             continue;
@@ -261,7 +266,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                     format!("order {id}: cancelled by a message from another sender: {:?}", ctx.message),
                 );
             }
-            Cause::Claimed { .. } if !is_schedule_of(message(), id) => {
+            // Or a hand-over: the scheduler that let a turn through claims the task noted
+            // for its ticket while handling whatever freed the place (a reply, a look,
+            // another claim), as the turn's Schedule would; the task may have left the
+            // line since (`Scheduling::woken_for`).
+            Cause::Claimed { .. }
+                if !is_schedule_of(message(), id)
+                    && !(ctx.role == Some(Role::Scheduler) && ever_queued.contains(id)) =>
+            {
                 add(Invariant::Lifecycle, format!("order {id}: claimed while handling {:?}", ctx.message));
             }
             Cause::Slept { .. } if !(ctx.role == Some(Role::Scheduler) && is_schedule_of(message(), id)) => {

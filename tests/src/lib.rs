@@ -2,8 +2,12 @@
 //! behind the same ports, and the rules for finding an AWS endpoint.
 //!
 //! Tests that need an endpoint read it from `SAS_TEST_ENDPOINT` (set by
-//! `infra/with-moto.sh`). Without one they print a loud SKIPPED line and pass, unless
-//! `CI=true`, where a missing emulator is a failure: CI must never go green by
+//! `infra/with-moto.sh`: one endpoint for every service). The conformance suite and the
+//! `cargo lambda watch` test also take one endpoint per service,
+//! `SAS_TEST_ENDPOINT_DYNAMODB`, `_SQS` and `_SNS` (set by `infra/with-localstack.sh`:
+//! DynamoDB Local for DynamoDB, LocalStack for the rest), each falling back to
+//! `SAS_TEST_ENDPOINT`. Without an endpoint a test prints a loud SKIPPED line and passes,
+//! unless `CI=true`, where a missing emulator is a failure: CI must never go green by
 //! skipping.
 
 pub mod callbacks;
@@ -26,32 +30,101 @@ pub fn endpoint(test: &str) -> Option<String> {
     if let Some(e) = std::env::var(ENDPOINT_VAR).ok().filter(|e| !e.trim().is_empty()) {
         return Some(e);
     }
+    skip_or_fail(test, ENDPOINT_VAR);
+    None
+}
+
+fn skip_or_fail(test: &str, needs: &str) {
     let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
     assert!(
         !ci,
-        "{test}: CI=true but {ENDPOINT_VAR} is not set. Emulator-backed tests must run in CI: \
+        "{test}: CI=true but {needs} is not set. Emulator-backed tests must run in CI: \
          run them under infra/with-moto.sh (it installs and starts moto and sets {ENDPOINT_VAR})."
     );
     // Straight to stderr, past libtest's capture (which swallows a passing test's
     // eprintln!): a skip must be seen.
-    let line = format!(
-        "*** SKIPPED: moto not running: {test} needs {ENDPOINT_VAR} (run under infra/with-moto.sh) ***\n"
-    );
+    let line = format!("*** SKIPPED: no emulator: {test} needs {needs} (run under infra/with-moto.sh) ***\n");
     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+}
+
+/// Where an emulator-backed test sends each service's requests: one URL for all (moto),
+/// or DynamoDB Local for DynamoDB and LocalStack for SQS and SNS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    pub dynamodb: String,
+    pub sqs: String,
+    pub sns: String,
+}
+
+impl Endpoints {
+    /// `SAS_TEST_ENDPOINT_<SERVICE>`, each falling back to `SAS_TEST_ENDPOINT`; `None`
+    /// unless every service has one.
+    pub fn from_env() -> Option<Endpoints> {
+        let var = |name: &str| std::env::var(name).ok().filter(|e| !e.trim().is_empty());
+        let service = |name: &str| var(&format!("{ENDPOINT_VAR}_{name}")).or_else(|| var(ENDPOINT_VAR));
+        Some(Endpoints { dynamodb: service("DYNAMODB")?, sqs: service("SQS")?, sns: service("SNS")? })
+    }
+
+    /// The variables that point the AWS SDK (a function, `sas-bootstrap`) at these
+    /// endpoints: `AWS_ENDPOINT_URL` when one serves every service, else one
+    /// `AWS_ENDPOINT_URL_<SERVICE>` each.
+    pub fn env_vars(&self) -> Vec<(&'static str, String)> {
+        if self.dynamodb == self.sqs && self.sqs == self.sns {
+            return vec![("AWS_ENDPOINT_URL", self.sqs.clone())];
+        }
+        vec![
+            ("AWS_ENDPOINT_URL_DYNAMODB", self.dynamodb.clone()),
+            ("AWS_ENDPOINT_URL_SQS", self.sqs.clone()),
+            ("AWS_ENDPOINT_URL_SNS", self.sns.clone()),
+        ]
+    }
+
+    /// A client per service, each at its endpoint, from the tests' configuration
+    /// ([`sdk_config_per_service`]).
+    pub fn clients(&self, sdk: &SdkConfig) -> sas::adapters::aws::Clients {
+        sas::adapters::aws::Clients {
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(sdk).endpoint_url(&self.dynamodb).build(),
+            ),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::config::Builder::from(sdk).endpoint_url(&self.sqs).build(),
+            ),
+            sns: aws_sdk_sns::Client::from_conf(
+                aws_sdk_sns::config::Builder::from(sdk).endpoint_url(&self.sns).build(),
+            ),
+        }
+    }
+}
+
+/// The endpoints to test against, or `None` after printing why the test is skipped.
+/// Panics under `CI=true` when there are none.
+pub fn endpoints(test: &str) -> Option<Endpoints> {
+    if let Some(e) = Endpoints::from_env() {
+        return Some(e);
+    }
+    skip_or_fail(test, &format!("{ENDPOINT_VAR} (or {ENDPOINT_VAR}_DYNAMODB, _SQS and _SNS)"));
     None
 }
 
-/// SDK configuration for a test endpoint: fixed dummy credentials and region, so the
-/// tests do not depend on (or touch) whatever AWS profile the machine has.
-pub async fn sdk_config(endpoint: &str) -> SdkConfig {
+/// The loader every test configuration starts from: fixed dummy credentials and region,
+/// so the tests do not depend on (or touch) whatever AWS profile the machine has.
+fn test_loader() -> aws_config::ConfigLoader {
     let credentials =
         aws_sdk_dynamodb::config::Credentials::new("testing", "testing", None, None, "sas-tests");
     sas::adapters::aws::config_loader()
-        .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(credentials)
-        .load()
-        .await
+}
+
+/// The tests' credentials and region and no endpoint: each client sets its own
+/// ([`Endpoints::clients`]).
+pub async fn sdk_config_per_service() -> SdkConfig {
+    test_loader().load().await
+}
+
+/// SDK configuration for one test endpoint serving every service.
+pub async fn sdk_config(endpoint: &str) -> SdkConfig {
+    test_loader().endpoint_url(endpoint).load().await
 }
 
 /// A name prefix no other test (or earlier run against the same server) uses.
@@ -127,15 +200,15 @@ impl Backend {
 
     /// A fresh state table and queues on the test endpoint, or `None` when there is none.
     pub async fn aws(test: &str) -> Option<Backend> {
-        let endpoint = endpoint(test)?;
-        let sdk = sdk_config(&endpoint).await;
+        let endpoints = endpoints(test)?;
+        let sdk = sdk_config_per_service().await;
         let prefix = unique_prefix(test);
         let tables = TableNames::new(format!("{prefix}-state"));
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let clients = endpoints.clients(&sdk);
+        let (dynamodb, sqs) = (clients.dynamodb, clients.sqs);
         provision::create_tables(&dynamodb, &tables)
             .await
-            .unwrap_or_else(|e| panic!("creating tables at {endpoint}: {e}"));
+            .unwrap_or_else(|e| panic!("creating tables at {}: {e}", endpoints.dynamodb));
         // SQS counts visibility in whole seconds; one is the shortest that is not zero.
         let spec = QueueSpec {
             name: format!("{prefix}-work"),
@@ -144,7 +217,7 @@ impl Backend {
         };
         let (work, dlq) = provision::create_queue(&sqs, &spec)
             .await
-            .unwrap_or_else(|e| panic!("creating queues at {endpoint}: {e}"));
+            .unwrap_or_else(|e| panic!("creating queues at {}: {e}", endpoints.sqs));
         let store = Arc::new(DynamoStore::new(dynamodb, tables));
         let queues = Arc::new(SqsQueues::new(sqs));
         Some(Backend {

@@ -52,6 +52,7 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
 
     let options = UpOptions {
         endpoint: endpoint.clone(),
+        dynamodb_endpoint: None,
         prefix: sas_tests::unique_prefix("callbacks"),
         workflows: Some(workflows),
         remote_service_url: None,

@@ -2,7 +2,8 @@
 //! `cargo lambda watch` (cargo-lambda's Runtime API emulator, in its `--only-lambda-apis`
 //! mode, so the binaries are the test command's own build, not a second compile) with
 //! exactly what `infra/bootstrap.sh` printed plus the variables the docs tell a user to add, against
-//! the test endpoint (moto under infra/with-moto.sh). This test stands in for Lambda's
+//! the test endpoints (moto under infra/with-moto.sh; DynamoDB Local and LocalStack under
+//! infra/with-localstack.sh, each service's endpoint in its own variable). This test stands in for Lambda's
 //! event sources: it receives from the orders, scheduler, agent and callback queues,
 //! invokes the matching function with an `SqsEvent` through cargo-lambda's invoke
 //! endpoint (the scheduler for both of its queues, each record carrying its queue's
@@ -17,7 +18,7 @@
 //! scheduler binary, and the real one ends the order Processed.
 //!
 //! cargo-lambda comes from the project venv that `scripts/cargo-lambda-venv.sh` installs
-//! (the test command runs it). Without it, or without moto, the test fails under
+//! (the test command runs it). Without it, or without an emulator, the test fails under
 //! `CI=true` and is skipped with a loud line otherwise.
 
 use std::collections::{BTreeMap, HashMap};
@@ -304,33 +305,221 @@ fn order(id: &str, workflow: &str, reply_to: &str) -> String {
     .to_string()
 }
 
+/// The four functions under `cargo lambda watch` on fresh resources of the test endpoint,
+/// with the event sources polling their queues, as a user's local setup runs them.
+struct Rig {
+    /// Dropped last: the functions stop with it.
+    watch: Watch,
+    sources: Arc<EventSources>,
+    /// infra/bootstrap.sh's output: the resources' names and URLs.
+    vars: HashMap<String, String>,
+    sqs: aws_sdk_sqs::Client,
+    store: DynamoStore,
+    /// The work directory: the definition file, the env file and the log.
+    dir: PathBuf,
+    prefix: String,
+    pumps: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Rig {
+    /// Bootstraps the resources, writes `definitions` and the env file the docs describe
+    /// (`remote_url` as the remote service), starts cargo-lambda and the four binaries, and
+    /// the event sources of the orders, scheduler, agent and callback queues.
+    ///
+    /// `agents`: how many agent processes run, each with its own poller of the agent
+    /// queue, as Lambda runs the agent's concurrent invocations (a process takes one
+    /// invocation at a time).
+    async fn start(
+        endpoints: &sas_tests::Endpoints,
+        tools: PathBuf,
+        definitions: impl FnOnce(&mut Value),
+        remote_url: &str,
+        agents: usize,
+    ) -> Rig {
+        let root = repo_root();
+        // The test command's one build (`--workspace --all-targets`, a no-op here after it)
+        // made `sas-bootstrap` and the four functions: this test runs those binaries rather
+        // than have cargo-lambda compile the functions a second time for their own features.
+        cargo_build(&root, &["--workspace", "--all-targets", "--quiet"]);
+        let target = std::env::current_exe().expect("test path");
+        let bin_dir = target.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+
+        // infra/bootstrap.sh's output, exactly, then what infra/README.md has a user add.
+        // Bootstrap finds the endpoints where a user's shell has them after `moto.sh env`
+        // or `localstack.sh env`.
+        let prefix = sas_tests::unique_prefix("watch");
+        let bootstrap = clean_command(bin_dir.join("sas-bootstrap"), &root)
+            .args(["--prefix", &prefix, "--visibility-timeout", "30"])
+            .envs(endpoints.env_vars())
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("sas-bootstrap runs");
+        assert!(bootstrap.status.success(), "bootstrap failed");
+        let printed = String::from_utf8(bootstrap.stdout).expect("UTF-8");
+        let vars: HashMap<String, String> = printed
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cargo-lambda-watch-{prefix}"));
+        std::fs::create_dir_all(&dir).expect("work dir");
+        let builtin =
+            std::fs::read_to_string(root.join("examples/workflows.json")).expect("built-in workflows");
+        let mut file: Value = serde_json::from_str(&builtin).expect("JSON");
+        definitions(&mut file);
+        let workflows = dir.join("workflows.json");
+        std::fs::write(&workflows, file.to_string()).expect("definition file");
+        let endpoint_lines: String = endpoints.env_vars().iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        let added = format!(
+            "REMOTE_SERVICE_URL={remote_url}\nWORKFLOWS_FILE={}\n{endpoint_lines}AWS_REGION=us-east-1\n\
+             AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
+            workflows.display()
+        );
+        let env_file = dir.join("local.env");
+        std::fs::write(&env_file, format!("{printed}{added}")).expect("env file");
+
+        // cargo lambda watch's Runtime API and invoke endpoint, on its own port, in its own
+        // process group; `--only-lambda-apis` serves the API without building, and each
+        // function binary joins it with the variables cargo-lambda prints for that mode
+        // plus the env file's, exactly.
+        let port = free_port();
+        let log = dir.join("watch.log");
+        let out = std::fs::File::create(&log).expect("log file");
+        let path = std::env::join_paths(
+            std::iter::once(tools)
+                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+        )
+        .expect("PATH");
+        let child = {
+            use std::os::unix::process::CommandExt;
+            clean_command("cargo", &root)
+                .args(["lambda", "watch", "--only-lambda-apis"])
+                .args(["--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
+                .env("PATH", path)
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().expect("log"))
+                .stderr(out.try_clone().expect("log"))
+                .process_group(0)
+                .spawn()
+                .expect("cargo lambda watch starts")
+        };
+        let group = child.id();
+        let mut watch = Watch { child, functions: Vec::new(), log };
+        let until = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "cargo lambda watch did not listen on {port}:\n{}", watch.tail());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let env_file_vars: Vec<(String, String)> = std::fs::read_to_string(&env_file)
+            .expect("env file")
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect();
+        let processes =
+            FUNCTIONS.iter().flat_map(|&f| std::iter::repeat_n(f, if f == "agent" { agents } else { 1 }));
+        for function in processes {
+            use std::os::unix::process::CommandExt;
+            let child = clean_command(bin_dir.join(function), &root)
+                .envs(env_file_vars.iter().map(|(k, v)| (k, v)))
+                .env("AWS_LAMBDA_RUNTIME_API", format!("http://127.0.0.1:{port}/.rt/{function}"))
+                .env("AWS_LAMBDA_FUNCTION_NAME", function)
+                .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+                .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().expect("log"))
+                .stderr(out.try_clone().expect("log"))
+                // In cargo-lambda's group, so dropping `watch` stops the functions too.
+                .process_group(group as i32)
+                .spawn()
+                .unwrap_or_else(|e| panic!("{function} starts: {e}"));
+            watch.functions.push(child);
+        }
+
+        let sdk = sas_tests::sdk_config_per_service().await;
+        let clients = endpoints.clients(&sdk);
+        let sqs = clients.sqs.clone();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let sources = Arc::new(EventSources {
+            http: reqwest::Client::new(),
+            invoke_base: format!("http://127.0.0.1:{port}"),
+            sqs: sqs.clone(),
+            region: "us-east-1".into(),
+            invocations: AtomicU64::new(0),
+            failed_invocations: AtomicU64::new(0),
+        });
+        let mut pumps = Vec::new();
+        let pollers = [
+            ("ORDERS_QUEUE_URL", "submission"),
+            ("SCHEDULER_QUEUE_URL", "scheduler"),
+            ("CALLBACK_QUEUE_URL", "scheduler"),
+        ]
+        .into_iter()
+        .chain(std::iter::repeat_n(("AGENT_QUEUE_URL", "agent"), agents));
+        for (queue, function) in pollers {
+            let (sources, url) = (sources.clone(), vars[queue].clone());
+            let arn = sas::adapters::aws::provision::queue_arn(&sqs, &url, function)
+                .await
+                .expect("the queue's ARN");
+            pumps.push(tokio::spawn(async move {
+                loop {
+                    sources.poll(&url, &arn, function).await;
+                }
+            }));
+        }
+        let store = DynamoStore::new(clients.dynamodb.clone(), TableNames::new(&vars["STATE_TABLE"]));
+        Rig { watch, sources, vars, sqs, store, dir, prefix, pumps }
+    }
+
+    /// Sends each order to the orders queue, as an application does.
+    async fn send_orders(&self, orders: impl IntoIterator<Item = String>) {
+        for body in orders {
+            self.sqs
+                .send_message()
+                .queue_url(&self.vars["ORDERS_QUEUE_URL"])
+                .message_body(body)
+                .send()
+                .await
+                .expect("order sent");
+        }
+    }
+
+    /// Each order's state, read until every one has ended or `within` is up.
+    async fn wait_for_ends(
+        &self,
+        ids: impl Iterator<Item = &String> + Clone,
+        within: Duration,
+    ) -> BTreeMap<String, Option<ProcessState>> {
+        let deadline = Instant::now() + within;
+        let mut states = BTreeMap::new();
+        loop {
+            for id in ids.clone() {
+                let task = self.store.task(&OrderId::parse(id).expect("id")).await.expect("state table read");
+                states.insert(id.clone(), task.map(|t| t.state()));
+            }
+            let ended = states.values().all(|s| s.is_some_and(|s| s.is_terminal()));
+            if ended || Instant::now() > deadline {
+                return states;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    fn stop_pumps(&mut self) {
+        for pump in self.pumps.drain(..) {
+            pump.abort();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
-    let Some(endpoint) = sas_tests::endpoint(TEST) else { return };
-    let root = repo_root();
-    let Some(tools) = cargo_lambda_dir(&root) else { return };
+    let Some(endpoints) = sas_tests::endpoints(TEST) else { return };
+    let Some(tools) = cargo_lambda_dir(&repo_root()) else { return };
     let started = Instant::now();
-
-    // The test command's one build (`--workspace --all-targets`, a no-op here after it) made
-    // `sas-bootstrap` and the four functions: this test runs those binaries rather than
-    // have cargo-lambda compile the functions a second time for their own feature set.
-    cargo_build(&root, &["--workspace", "--all-targets", "--quiet"]);
-    let target = std::env::current_exe().expect("test path");
-    let bin_dir = target.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
-
-    // infra/bootstrap.sh's output, exactly, then what infra/README.md has a user add.
-    let prefix = sas_tests::unique_prefix("watch");
-    let bootstrap = clean_command(bin_dir.join("sas-bootstrap"), &root)
-        .args(["--prefix", &prefix, "--endpoint-url", &endpoint, "--visibility-timeout", "30"])
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("sas-bootstrap runs");
-    assert!(bootstrap.status.success(), "bootstrap failed");
-    let printed = String::from_utf8(bootstrap.stdout).expect("UTF-8");
-    let vars: HashMap<&str, &str> = printed.lines().filter_map(|l| l.split_once('=')).collect();
 
     let remote = LoopbackRemote::start(
         RemoteFaults::default(),
@@ -339,148 +528,50 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     )
     .await
     .expect("remote service");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cargo-lambda-watch-{prefix}"));
-    std::fs::create_dir_all(&dir).expect("work dir");
     // The definition file: the built-in workflows, and `approve`, whose one step waits for
     // the outside, its agent a loopback service that keeps the token it is handed.
     let approvals = Approvals::serve().await;
-    let builtin = std::fs::read_to_string(root.join("examples/workflows.json")).expect("built-in workflows");
-    let mut definitions: Value = serde_json::from_str(&builtin).expect("JSON");
-    definitions["agents"][callbacks::AGENT] = approvals.agent();
-    definitions["workflows"].as_array_mut().expect("workflows").push(callbacks::workflow());
-    // A parallel stage: the scheduler binary dispatches both branches at once, the refused
-    // charge stops the stage, and only the reservation is released.
-    definitions["workflows"].as_array_mut().expect("workflows").push(json!({
-        "name": FAN_OUT,
-        "steps": [{"parallel": {"name": "reserve-and-charge", "steps": [
-            {"name": "reserve-stock", "agent": "inventory", "compensation": "release-stock"},
-            {"name": "charge-payment", "agent": "payment", "compensation": "refund-payment"}]}}]
-    }));
-    // Flow control: the single-step orders' agent lets one call in at a time; the burst of
-    // them waits its turn in the agent's gate, across the scheduler's invocations.
-    definitions["agents"]["orders"]["max_in_flight"] = json!(1);
-    let workflows = dir.join("workflows.json");
-    std::fs::write(&workflows, definitions.to_string()).expect("definition file");
-    let added = format!(
-        "REMOTE_SERVICE_URL={}\nWORKFLOWS_FILE={}\nAWS_ENDPOINT_URL={endpoint}\nAWS_REGION=us-east-1\n\
-         AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
-        remote.base_url(),
-        workflows.display()
-    );
-    let env_file = dir.join("local.env");
-    std::fs::write(&env_file, format!("{printed}{added}")).expect("env file");
-
-    // cargo lambda watch's Runtime API and invoke endpoint, on its own port, in its own
-    // process group; `--only-lambda-apis` serves the API without building, and each
-    // function binary joins it with the variables cargo-lambda prints for that mode plus
-    // the env file's, exactly.
-    let port = free_port();
-    let log = dir.join("watch.log");
-    let out = std::fs::File::create(&log).expect("log file");
-    let path = std::env::join_paths(
-        std::iter::once(tools).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
-    .expect("PATH");
-    let child = {
-        use std::os::unix::process::CommandExt;
-        clean_command("cargo", &root)
-            .args(["lambda", "watch", "--only-lambda-apis"])
-            .args(["--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
-            .env("PATH", path)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out.try_clone().expect("log"))
-            .process_group(0)
-            .spawn()
-            .expect("cargo lambda watch starts")
+    let definitions = |definitions: &mut Value| {
+        definitions["agents"][callbacks::AGENT] = approvals.agent();
+        definitions["workflows"].as_array_mut().expect("workflows").push(callbacks::workflow());
+        // A parallel stage: the scheduler binary dispatches both branches at once, the
+        // refused charge stops the stage, and only the reservation is released.
+        definitions["workflows"].as_array_mut().expect("workflows").push(json!({
+            "name": FAN_OUT,
+            "steps": [{"parallel": {"name": "reserve-and-charge", "steps": [
+                {"name": "reserve-stock", "agent": "inventory", "compensation": "release-stock"},
+                {"name": "charge-payment", "agent": "payment", "compensation": "refund-payment"}]}}]
+        }));
+        // Flow control: the single-step orders' agent lets one call in at a time; the burst
+        // of them waits its turn in the agent's gate, across the scheduler's invocations.
+        definitions["agents"]["orders"]["max_in_flight"] = json!(1);
     };
-    let group = child.id();
-    let mut watch = Watch { child, functions: Vec::new(), log };
-    let until = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "cargo lambda watch did not listen on {port}:\n{}", watch.tail());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let env_file_vars: Vec<(String, String)> = std::fs::read_to_string(&env_file)
-        .expect("env file")
-        .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-        .collect();
-    for function in FUNCTIONS {
-        use std::os::unix::process::CommandExt;
-        let child = clean_command(bin_dir.join(function), &root)
-            .envs(env_file_vars.iter().map(|(k, v)| (k, v)))
-            .env("AWS_LAMBDA_RUNTIME_API", format!("http://127.0.0.1:{port}/.rt/{function}"))
-            .env("AWS_LAMBDA_FUNCTION_NAME", function)
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out.try_clone().expect("log"))
-            // In cargo-lambda's group, so dropping `watch` stops the functions too.
-            .process_group(group as i32)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{function} starts: {e}"));
-        watch.functions.push(child);
-    }
-
-    let sdk = sas_tests::sdk_config(&endpoint).await;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let sources = Arc::new(EventSources {
-        http: reqwest::Client::new(),
-        invoke_base: format!("http://127.0.0.1:{port}"),
-        sqs: sqs.clone(),
-        region: "us-east-1".into(),
-        invocations: AtomicU64::new(0),
-        failed_invocations: AtomicU64::new(0),
-    });
+    let mut rig = Rig::start(&endpoints, tools, definitions, &remote.base_url(), 1).await;
+    let (prefix, vars, sqs, sources) =
+        (rig.prefix.clone(), rig.vars.clone(), rig.sqs.clone(), rig.sources.clone());
 
     // Orders to the orders queue, as an application sends them, status to the status queue.
-    let (orders_url, status_url) = (vars["ORDERS_QUEUE_URL"].to_owned(), vars["STATUS_QUEUE_URL"].to_owned());
+    let status_url = vars["STATUS_QUEUE_URL"].clone();
     let mut expected = BTreeMap::new();
+    let mut orders = Vec::new();
     for i in 0..SINGLE + THREE + STAGED {
-        let (id, workflow, end) = if i < SINGLE {
-            (format!("w-{prefix}-{i}"), "single-step", ProcessState::Processed)
+        let (workflow, end) = if i < SINGLE {
+            ("single-step", ProcessState::Processed)
         } else if i < SINGLE + THREE {
-            (format!("w-{prefix}-{i}"), "three-step", ProcessState::Compensated)
+            ("three-step", ProcessState::Compensated)
         } else {
-            (format!("w-{prefix}-{i}"), FAN_OUT, ProcessState::Compensated)
+            (FAN_OUT, ProcessState::Compensated)
         };
-        sqs.send_message()
-            .queue_url(&orders_url)
-            .message_body(order(&id, workflow, &status_url))
-            .send()
-            .await
-            .expect("order sent");
+        let id = format!("w-{prefix}-{i}");
+        orders.push(order(&id, workflow, &status_url));
         expected.insert(id, end);
     }
     let waits = format!("w-{prefix}-cb");
-    sqs.send_message()
-        .queue_url(&orders_url)
-        .message_body(order(&waits, callbacks::STEP, &status_url))
-        .send()
-        .await
-        .expect("order sent");
+    orders.push(order(&waits, callbacks::STEP, &status_url));
+    rig.send_orders(orders).await;
 
-    // The event sources run until every order has ended (or time is up).
+    // The supervisor runs on its schedule until every order has ended (or time is up).
     let stop = Arc::new(AtomicBool::new(false));
-    let mut pumps = Vec::new();
-    for (queue, function) in [
-        ("ORDERS_QUEUE_URL", "submission"),
-        ("SCHEDULER_QUEUE_URL", "scheduler"),
-        ("AGENT_QUEUE_URL", "agent"),
-        ("CALLBACK_QUEUE_URL", "scheduler"),
-    ] {
-        let (sources, url) = (sources.clone(), vars[queue].to_owned());
-        let arn =
-            sas::adapters::aws::provision::queue_arn(&sqs, &url, function).await.expect("the queue's ARN");
-        pumps.push(tokio::spawn(async move {
-            loop {
-                sources.poll(&url, &arn, function).await;
-            }
-        }));
-    }
     let ticks = {
         let (sources, stop) = (sources.clone(), stop.clone());
         tokio::spawn(async move {
@@ -504,9 +595,9 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
     let (_, claims) = sas::domain::CallbackToken::parse(&token).expect("a token");
     let forged = json!({"token": callbacks::forged(&token), "outcome": "success"}).to_string();
     let send =
-        |body: String| sqs.send_message().queue_url(vars["CALLBACK_QUEUE_URL"]).message_body(body).send();
+        |body: String| sqs.send_message().queue_url(&vars["CALLBACK_QUEUE_URL"]).message_body(body).send();
     send(forged.clone()).await.expect("completion sent");
-    let kept = callbacks::take(&sqs, vars["CALLBACK_DLQ_URL"], 1).await;
+    let kept = callbacks::take(&sqs, &vars["CALLBACK_DLQ_URL"], 1).await;
     assert_eq!(
         kept.get(&forged).cloned().flatten(),
         Some(format!(
@@ -514,30 +605,15 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
             claims.attempt
         )),
         "kept by the scheduler binary: {kept:?}\n{}",
-        watch.tail()
+        rig.watch.tail()
     );
     send(json!({"token": token, "outcome": "success", "output": {"approved_by": "ops"}}).to_string())
         .await
         .expect("completion sent");
     expected.insert(waits.clone(), ProcessState::Processed);
 
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), TableNames::new(vars["STATE_TABLE"]));
-    let deadline = Instant::now() + ORDERS_WITHIN;
-    let mut states: BTreeMap<String, Option<ProcessState>> = BTreeMap::new();
-    loop {
-        for id in expected.keys() {
-            let task = store.task(&OrderId::parse(id).expect("id")).await.expect("state table read");
-            states.insert(id.clone(), task.map(|t| t.state()));
-        }
-        let ended = states.values().all(|s| s.is_some_and(|s| s.is_terminal()));
-        if ended || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    for pump in pumps {
-        pump.abort();
-    }
+    let states = rig.wait_for_ends(expected.keys(), ORDERS_WITHIN).await;
+    rig.stop_pumps();
     stop.store(true, Ordering::Relaxed);
     let supervisor_runs = tokio::time::timeout(Duration::from_secs(130), ticks).await;
 
@@ -550,10 +626,10 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
          cargo lambda watch's log (cargo's output and the functions' JSON logs) ends:\n{}",
         sources.invocations.load(Ordering::Relaxed),
         sources.failed_invocations.load(Ordering::Relaxed),
-        watch.tail()
+        rig.watch.tail()
     );
     let supervisor_runs = supervisor_runs.ok().and_then(Result::ok).unwrap_or(0);
-    assert!(supervisor_runs >= 1, "the supervisor ran on its schedule:\n{}", watch.tail());
+    assert!(supervisor_runs >= 1, "the supervisor ran on its schedule:\n{}", rig.watch.tail());
 
     // The remote service saw it: each single-step order applied once; each three-step
     // order, and each fan-out order (its branches at once), reserved, was refused its
@@ -571,14 +647,14 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
 
     // The limited agent's gate: every place given back, every ticket's turn come.
     let gate =
-        sas::ports::StateStore::gate(&store, "orders").await.expect("gate read").expect("gate written");
+        sas::ports::StateStore::gate(&rig.store, "orders").await.expect("gate read").expect("gate written");
     assert!(gate.holds.is_empty() && gate.waiting() == 0, "{gate:?}");
 
     // Nothing of the callback queue was taken for a scheduler message.
-    assert_eq!(sas_tests::depth(&sqs, vars["SCHEDULER_DLQ_URL"]).await, 0, "the scheduler DLQ is empty");
+    assert_eq!(sas_tests::depth(&sqs, &vars["SCHEDULER_DLQ_URL"]).await, 0, "the scheduler DLQ is empty");
 
     // The agent said once why it ignores cargo-lambda's deadline.
-    let log = std::fs::read_to_string(&watch.log).unwrap_or_default();
+    let log = std::fs::read_to_string(&rig.watch.log).unwrap_or_default();
     assert!(log.contains("not a real one"), "the agent logged the ignored deadline");
     eprintln!(
         "{TEST}: {} orders ended as expected in {:.1} s ({} invocations, {} supervisor runs)",
@@ -588,6 +664,65 @@ async fn orders_end_processed_and_compensated_under_cargo_lambda_watch() {
         supervisor_runs
     );
     // Passed: the env file and the log go (a failure keeps them for a look).
-    drop(watch);
+    let dir = rig.dir.clone();
+    drop(rig);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The hand-over's benchmark (docs/BENCHMARKS.md, section 11): a burst of single-step
+/// orders through agent `orders` with `max_in_flight: 2`, its service answering each call
+/// in 0-1,000 ms (500 on average), the functions on the settings the docs give them (the
+/// scheduler's 300 ms send hold among them). Heavy, so it runs only with
+/// `SAS_BENCH_HANDOVER=<orders>`, and prints one JSON line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_hand_over_under_cargo_lambda_watch() {
+    const BENCH: &str = "bench_hand_over_under_cargo_lambda_watch";
+    const PLACES: u64 = 2;
+    const LATENCY_MAX_MS: u64 = 1_000;
+    let Ok(orders) = std::env::var("SAS_BENCH_HANDOVER") else {
+        eprintln!("{BENCH}: a benchmark; set SAS_BENCH_HANDOVER=<orders> to run it");
+        return;
+    };
+    let orders: usize = orders.parse().expect("SAS_BENCH_HANDOVER: a number of orders");
+    let Some(endpoints) = sas_tests::endpoints(BENCH) else { return };
+    let Some(tools) = cargo_lambda_dir(&repo_root()) else { return };
+    let slow = RemoteFaults { latency_max_ms: LATENCY_MAX_MS, ..RemoteFaults::default() };
+    let remote =
+        LoopbackRemote::start(RemoteFaults::default(), BTreeMap::from([("orders".to_owned(), slow)]), 7)
+            .await
+            .expect("remote service");
+    let limit = |d: &mut Value| d["agents"]["orders"]["max_in_flight"] = json!(PLACES);
+    let mut rig = Rig::start(&endpoints, tools, limit, &remote.base_url(), PLACES as usize).await;
+    let ids: Vec<String> = (0..orders).map(|i| format!("h-{}-{i}", rig.prefix)).collect();
+    let status_url = rig.vars["STATUS_QUEUE_URL"].clone();
+    rig.send_orders(ids.iter().map(|id| order(id, "single-step", &status_url))).await;
+    let within = Duration::from_secs(60 + 2 * orders as u64);
+    let states = rig.wait_for_ends(ids.iter(), within).await;
+    rig.stop_pumps();
+    assert!(states.values().all(|s| *s == Some(ProcessState::Processed)), "{states:?}\n{}", rig.watch.tail());
+    let flights = remote.flights().remove("orders").expect("the limited service was called");
+    let arrivals = &flights.arrivals_us;
+    let span_s = (arrivals[arrivals.len() - 1] - arrivals[0]) as f64 / 1e6;
+    let calls_per_second = (arrivals.len() - 1) as f64 / span_s;
+    let latency_s = LATENCY_MAX_MS as f64 / 2_000.0;
+    // Between a call's answer and the next call's arrival: the reply's trip, the claim,
+    // and the next request's trip.
+    let mut hand_overs = flights.hand_overs_us.clone();
+    hand_overs.sort_unstable();
+    let at = |q: f64| hand_overs[((hand_overs.len() - 1) as f64 * q) as usize] as f64 / 1e6;
+    println!(
+        "{}",
+        json!({
+            "orders": orders,
+            "places": PLACES,
+            "calls": flights.calls,
+            "max_in_flight_seen": flights.max_in_flight,
+            "calls_per_second": calls_per_second,
+            "of_places_over_latency": calls_per_second / (PLACES as f64 / latency_s),
+            "hand_over_p50_s": at(0.5),
+            "hand_over_p90_s": at(0.9),
+            "invocations": rig.sources.invocations.load(Ordering::Relaxed),
+        })
+    );
+    assert!(flights.max_in_flight <= PLACES, "{flights:?}");
 }

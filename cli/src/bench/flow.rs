@@ -84,6 +84,10 @@ pub struct FlowReport {
     pub limited_calls_per_s: f64,
     /// 10 calls at once over the services' mean time.
     pub ideal_calls_per_s: f64,
+    /// From a call's answer to the next call's arrival at the limited service
+    /// (`Flights::hand_overs_us`), µs: what giving a place to the next in line costs.
+    pub hand_over_p50_us: u64,
+    pub hand_over_p90_us: u64,
     /// Waits of the burst's tasks for a place, first arrival at the gate to claim.
     pub waiting_ms: Waiting,
     /// The `steady` step, first claim to success: alone, and beside the burst.
@@ -128,6 +132,12 @@ impl fmt::Display for FlowReport {
             self.ideal_calls_per_s,
             self.limited_calls_per_s / self.ideal_calls_per_s,
             self.burst_s
+        )?;
+        writeln!(
+            f,
+            "  a place's hand-over, answer to the next call: p50 {:.2} ms  p90 {:.2} ms",
+            self.hand_over_p50_us as f64 / 1e3,
+            self.hand_over_p90_us as f64 / 1e3
         )?;
         let w = &self.waiting_ms;
         let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
@@ -239,6 +249,10 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
         _ => 0.0,
     };
     let figures = crate::report::agent_figures(&burst);
+    let mut hand_overs = seen.hand_overs_us.clone();
+    hand_overs.sort_unstable();
+    let hand_over =
+        |q: f64| hand_overs.get(((hand_overs.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
     let (base, base_order_p99) = steady(&baseline);
     let (with, with_order_p99) = steady(&burst);
     Ok(FlowReport {
@@ -252,6 +266,8 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
         limited_calls: seen.calls,
         limited_calls_per_s: if span_s > 0.0 { seen.calls.saturating_sub(1) as f64 / span_s } else { 0.0 },
         ideal_calls_per_s: o.ideal_per_s(),
+        hand_over_p50_us: hand_over(0.5),
+        hand_over_p90_us: hand_over(0.9),
         waiting_ms: figures.get("limited").map(|a| a.waiting_ms.clone()).unwrap_or_default(),
         baseline: base,
         with_burst: with,

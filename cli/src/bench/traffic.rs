@@ -144,6 +144,7 @@ impl Running {
     ) -> Result<Running, String> {
         let options = UpOptions {
             endpoint: proxy.url.clone(),
+            dynamodb_endpoint: None,
             prefix: format!("sas-traffic-{}-{run}", std::process::id()),
             workflows,
             remote_service_url: Some(remote.base_url()),

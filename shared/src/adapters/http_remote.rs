@@ -27,12 +27,11 @@ pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 /// read, however large the remote service makes it.
 pub const MAX_ERROR_BODY_BYTES: usize = 1_024;
 
-/// The shortest delay a Retry-After buys. `Retry-After: 0`, or a date already past, would
-/// otherwise send the next call at once (a limited agent's gate pauses for 1 ms) into the
-/// same refusal: a tight loop against a service that asked to be left alone. No cap here:
-/// the gate cuts a pause to `MAX_PAUSE_MS` (`domain/gate.rs`), and an agent without
-/// limits does not wait past complete-by.
-pub const MIN_RETRY_AFTER_MS: u64 = 1_000;
+/// The shortest delay a Retry-After buys, for the agent's own retries too (the domain
+/// holds a task's and a gate's pause to the same floor, `gate::pause_ms`). No cap here:
+/// the gate cuts a pause to `MAX_PAUSE_MS`, and an agent without limits does not wait
+/// past complete-by.
+pub const MIN_RETRY_AFTER_MS: u64 = crate::domain::gate::MIN_PAUSE_MS;
 
 /// The client is built on the first call, not in `new`: building it loads the root
 /// certificates and sets up TLS (~3.5 ms), which would otherwise sit on the agent's cold

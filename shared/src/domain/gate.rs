@@ -30,6 +30,15 @@ pub const RATE_WINDOW_MS: u64 = 1_000;
 pub const RESERVATION_MS: u64 = 10_000;
 /// The longest pause a remote's Retry-After buys: a longer one is cut to this.
 pub const MAX_PAUSE_MS: u64 = 300_000;
+/// The shortest: `Retry-After: 0`, a date already past, or a queue worker's
+/// `retry_after_ms: 0` would otherwise send the next call at once into the same refusal,
+/// a tight loop against a service that asked to be left alone.
+pub const MIN_PAUSE_MS: u64 = 1_000;
+
+/// A remote's requested pause as the gate and the task keep it.
+pub fn pause_ms(retry_after_ms: u64) -> u64 {
+    retry_after_ms.clamp(MIN_PAUSE_MS, MAX_PAUSE_MS)
+}
 /// The most withdrawn tickets a gate marks to skip: every write of the gate is billed by
 /// its size (each entry a few bytes, all of them under 2 KB). A ticket withdrawn past
 /// this is let through in its turn, and its wake (`Schedule::turn`) finds the task no
@@ -71,6 +80,12 @@ pub fn call_holder(order_id: &OrderId, attempt: u32, lease: &LeaseToken) -> Stri
     let mut hex = uuid::Uuid::encode_buffer();
     let lease = lease.0.simple().encode_lower(&mut hex);
     format!("{order_id}#{attempt}.{}", &lease[..8])
+}
+
+/// Whether two holders are passes of one attempt of one task (`call_holder`: the same
+/// `<order>#<attempt>.`, another lease).
+fn same_claim(a: &str, b: &str) -> bool {
+    matches!((a.rsplit_once('.'), b.rsplit_once('.')), (Some((x, _)), Some((y, _))) if x == y)
 }
 
 /// The holder of a place reserved for `ticket`, let through and not yet claimed.
@@ -138,6 +153,10 @@ pub enum Admission {
     Queued { ticket: u64 },
     /// The ticket already held has not had its turn yet.
     StillWaiting { ticket: u64 },
+    /// The ticket's turn was taken by another pass of the same claim (two Schedules of
+    /// one task, read at one revision): at most one of their writes can land, and a new
+    /// ticket here would send the task to the back of the line if it were this one's.
+    Contended,
 }
 
 /// What withdrawing a ticket came to.
@@ -208,6 +227,7 @@ impl Gate {
             // handed out): in at once only if nobody waits.
             // The same claim asking twice (a redelivered message): it holds its place.
             _ if next.holds.iter().any(|h| h.holder == holder) => Admission::Admitted,
+            Some(_) if next.holds.iter().any(|h| same_claim(&h.holder, holder)) => Admission::Contended,
             _ => {
                 if next.waiting() == 0 && next.has_room(now, limits) {
                     next.holds.push(Hold { holder: holder.to_owned(), until });
@@ -433,6 +453,24 @@ mod tests {
         assert_eq!(c2.next.holds.len(), 2);
     }
 
+    /// Two Schedules of one waiting task, woken for its turn, race: the first takes the
+    /// reserved place; the second, the same attempt under another lease, neither takes a
+    /// second place nor a new ticket that would put the task at the back of the line.
+    #[test]
+    fn a_second_pass_of_the_same_claim_leaves_the_turn_to_the_first() {
+        let (one, g) = one_place_two_waiting();
+        let r = g.release(at(10), &one, "a#1");
+        assert_eq!(r.wake, vec![0]);
+        let first = r.next.arrive(at(11), &one, "b#2.0000aaaa", at(100), Some(0));
+        assert_eq!(first.outcome, Admission::Admitted);
+        let second = first.next.arrive(at(12), &one, "b#2.0000bbbb", at(100), Some(0));
+        assert_eq!(second.outcome, Admission::Contended);
+        assert_eq!((second.next.issued, second.next.holds.len()), (first.next.issued, 1));
+        // Another task's claim, or another attempt of this one, is not a second pass.
+        let other = first.next.arrive(at(12), &one, "b#3.0000bbbb", at(100), Some(0));
+        assert_eq!(other.outcome, Admission::Queued { ticket: 2 });
+    }
+
     #[test]
     fn a_place_nobody_gives_back_lapses_and_the_line_moves_on_at_the_next_change() {
         let g = Gate::new("pay");
@@ -605,8 +643,9 @@ mod tests {
         assert_eq!(again.outcome, Admission::Admitted, "the ticket's place waited for it");
     }
 
-    /// Two passes of one task each held a place for its ticket and both lost their task
-    /// writes: the second hand-back releases its place, so the ticket has one reservation.
+    /// Two passes of one task, read at two revisions (two attempts: passes of one claim
+    /// contend instead), each held a place for its ticket and both lost their task writes:
+    /// the second hand-back releases its place, so the ticket has one reservation.
     #[test]
     fn a_ticket_is_reserved_one_place_however_many_claims_hand_theirs_back() {
         let g = Gate::new("pay").arrive(at(0), &TWO, "a#1", at(50), None).next;
@@ -616,9 +655,9 @@ mod tests {
         assert!(g.holds.iter().any(|h| h.holder == reserved_for(0)), "b's ticket let through");
         let first = g.arrive(at(4), &TWO, "b#1.x", at(100), Some(0)).next;
         let second =
-            first.release(at(5), &TWO, "c#1").next.arrive(at(5), &TWO, "b#1.y", at(100), Some(0)).next;
+            first.release(at(5), &TWO, "c#1").next.arrive(at(5), &TWO, "b#2.y", at(100), Some(0)).next;
         assert_eq!(second.holds.len(), 2, "both passes hold a place: {second:?}");
-        let back = second.unclaim(at(6), &TWO, "b#1.x", 0).next.unclaim(at(6), &TWO, "b#1.y", 0).next;
+        let back = second.unclaim(at(6), &TWO, "b#1.x", 0).next.unclaim(at(6), &TWO, "b#2.y", 0).next;
         let reserved = back.holds.iter().filter(|h| h.holder == reserved_for(0)).count();
         assert_eq!((reserved, back.holds.len()), (1, 1), "{back:?}");
     }

@@ -1,11 +1,16 @@
 //! Flow control in the scheduler: a claim that dispatches an agent with limits first
 //! takes a place in the agent's gate (`domain::gate`), one conditional write of the gate
 //! item; a reply gives the place back. Agents without limits never come here.
+//!
+//! The turns a change lets through are collected (`LetThrough`), not sent while the
+//! gate is held: the scheduler claims their tasks itself once its own message is done
+//! (`Scheduler::hand_over`), so a place freed by a reply is taken again with no queue hop
+//! between; other handlers wake them through the scheduler's queue (`wake`).
 
 use super::{Deps, HandlerError, Settings};
 use crate::domain::Place;
 use crate::domain::gate::{Admission, Gate, MAX_WITHDRAWN, Passage, Withdrawn};
-use crate::domain::{SchedulerMessage, Timestamp, Turn};
+use crate::domain::{OrderId, SchedulerMessage, Timestamp, Turn};
 use crate::ports::{Metric, Outgoing, Written};
 
 /// Gates are shared by every claim of their agent: a burst of claims meets on one item,
@@ -25,18 +30,52 @@ impl Turns {
     }
 }
 
+/// The turns gate changes let through, in order, for their tasks to take their places.
+#[derive(Default)]
+pub(crate) struct LetThrough(std::sync::Mutex<Vec<Turn>>);
+
+impl LetThrough {
+    fn add(&self, agent: &str, tickets: &[u64]) {
+        let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        turns.extend(tickets.iter().map(|&ticket| Turn { agent: agent.to_owned(), ticket }));
+    }
+
+    /// Takes the turns collected so far.
+    pub(crate) fn take(&self) -> Vec<Turn> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 /// One change of an agent's gate: read it, decide, write conditional on the revision
 /// read, and read again if another writer came first. The tickets the change let
-/// through are woken.
+/// through go to `let_through`; the look it plans is sent once the turn is given up, so
+/// no send waits with the gate held (a batch's sends wait for each other: `coalesce`).
 pub(crate) async fn change<T>(
     deps: &Deps,
     settings: &Settings,
     turns: &Turns,
+    let_through: &LetThrough,
     agent: &str,
     decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
 ) -> Result<Passage<T>, HandlerError> {
-    let turn = turns.of(agent);
-    let _turn = turn.lock().await;
+    let (passage, now) = {
+        let turn = turns.of(agent);
+        let _turn = turn.lock().await;
+        landed(deps, agent, decide).await?
+    };
+    let_through.add(agent, &passage.wake);
+    if let Some(at) = passage.poke {
+        poke(deps, settings, agent, at, now).await;
+    }
+    Ok(passage)
+}
+
+/// The rounds of one change, under the caller's turn: the passage that landed, and when.
+async fn landed<T>(
+    deps: &Deps,
+    agent: &str,
+    decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
+) -> Result<(Passage<T>, Timestamp), HandlerError> {
     for _ in 0..GATE_RETRIES {
         let gate = deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent));
         let now = deps.clock.now();
@@ -48,13 +87,7 @@ pub(crate) async fn change<T>(
             false => deps.store.replace_gate(&passage.next, gate.revision).await?,
         };
         match written {
-            Written::Applied => {
-                wake(deps, settings, agent, &passage.wake).await;
-                if let Some(at) = passage.poke {
-                    poke(deps, settings, agent, at, now).await;
-                }
-                return Ok(passage);
-            }
+            Written::Applied => return Ok((passage, now)),
             Written::RevisionMoved => deps.metrics.record(Metric::GateConflict, 1),
         }
     }
@@ -66,10 +99,11 @@ pub(crate) async fn arrive(
     deps: &Deps,
     settings: &Settings,
     turns: &Turns,
+    let_through: &LetThrough,
     place: &Place,
     ticket: Option<u64>,
 ) -> Result<Admission, HandlerError> {
-    let passage = change(deps, settings, turns, &place.agent, |gate, now| {
+    let passage = change(deps, settings, turns, let_through, &place.agent, |gate, now| {
         gate.arrive(now, &place.limits, &place.holder, place.until, ticket)
     })
     .await?;
@@ -83,6 +117,7 @@ pub(crate) async fn release(
     deps: &Deps,
     settings: &Settings,
     turns: &Turns,
+    let_through: &LetThrough,
     agent: &str,
     holder: &str,
     pause_until: Option<Timestamp>,
@@ -90,7 +125,7 @@ pub(crate) async fn release(
     let Some(limits) = settings.topology.limits.get(agent) else {
         return;
     };
-    let result = change(deps, settings, turns, agent, |gate, now| {
+    let result = change(deps, settings, turns, let_through, agent, |gate, now| {
         match pause_until {
             Some(until) => {
                 let mut p = gate.pause(now, until).release(now, limits, holder);
@@ -113,6 +148,7 @@ pub(crate) async fn unclaim(
     deps: &Deps,
     settings: &Settings,
     turns: &Turns,
+    let_through: &LetThrough,
     agent: &str,
     holder: &str,
     ticket: u64,
@@ -121,8 +157,10 @@ pub(crate) async fn unclaim(
     let Some(limits) = settings.topology.limits.get(agent) else {
         return;
     };
-    if let Err(e) =
-        change(deps, settings, turns, agent, |gate, now| gate.unclaim(now, limits, holder, ticket)).await
+    if let Err(e) = change(deps, settings, turns, let_through, agent, |gate, now| {
+        gate.unclaim(now, limits, holder, ticket)
+    })
+    .await
     {
         tracing::warn!(%agent, %holder, error = %e, "place not handed back to its ticket; it lapses at its own time");
     }
@@ -132,12 +170,21 @@ pub(crate) async fn unclaim(
 /// a reservation not handed back lapses at its own time, so a failure is logged, not
 /// retried. `turns`: the caller's, or a fresh set where it has none (the conditional
 /// write keeps it correct; the turns only spare lost races).
-pub(crate) async fn withdraw(deps: &Deps, settings: &Settings, turns: &Turns, agent: &str, ticket: u64) {
+pub(crate) async fn withdraw(
+    deps: &Deps,
+    settings: &Settings,
+    turns: &Turns,
+    let_through: &LetThrough,
+    agent: &str,
+    ticket: u64,
+) {
     // An agent whose limits were taken away keeps no line any more.
     let Some(limits) = settings.topology.limits.get(agent) else {
         return;
     };
-    match change(deps, settings, turns, agent, |gate, now| gate.withdraw(now, limits, ticket)).await {
+    match change(deps, settings, turns, let_through, agent, |gate, now| gate.withdraw(now, limits, ticket))
+        .await
+    {
         Ok(passage) if matches!(passage.outcome, Withdrawn::PlaceFreed | Withdrawn::Skipped) => {
             deps.metrics.record(Metric::TicketHandedBack, 1);
         }
@@ -158,6 +205,7 @@ pub(crate) async fn look(
     deps: &Deps,
     settings: &Settings,
     turns: &Turns,
+    let_through: &LetThrough,
     agent: &str,
     planned: Option<Timestamp>,
 ) -> Result<(), HandlerError> {
@@ -166,7 +214,7 @@ pub(crate) async fn look(
         tracing::info!(%agent, "look at the gate of an agent without limits ignored");
         return Ok(());
     };
-    change(deps, settings, turns, agent, |gate, now| gate.look(now, limits, planned)).await?;
+    change(deps, settings, turns, let_through, agent, |gate, now| gate.look(now, limits, planned)).await?;
     Ok(())
 }
 
@@ -187,27 +235,35 @@ async fn poke(deps: &Deps, settings: &Settings, agent: &str, at: Timestamp, now:
 /// SQS's longest delay: a later look is sent at this and plans the rest.
 const MAX_DELAY_MS: u64 = 900_000;
 
-/// Sends a Schedule to the task of each ticket let through. A ticket whose task is not
-/// noted yet is not lost: the task looks at the gate again after noting itself.
-async fn wake(deps: &Deps, settings: &Settings, agent: &str, tickets: &[u64]) {
-    for &ticket in tickets {
-        let result = match deps.store.waiter(agent, ticket).await {
-            Ok(Some(order_id)) => {
-                // With the ticket: a task that no longer holds it hands the turn on at once.
-                let turn = Some(Turn { agent: agent.to_owned(), ticket });
-                let body = SchedulerMessage::Schedule { order_id, turn }.to_body();
-                deps.queues
-                    .send(&settings.topology.scheduler_queue, Outgoing::new(body))
-                    .await
-                    .map_err(HandlerError::from)
-            }
+/// Sends a Schedule to the task of each turn let through, for handlers that do not claim
+/// tasks themselves. A ticket whose task is not noted yet is not lost: the task looks at
+/// the gate again after noting itself.
+pub(crate) async fn wake(deps: &Deps, settings: &Settings, turns: Vec<Turn>) {
+    for turn in turns {
+        let result = match deps.store.waiter(&turn.agent, turn.ticket).await {
+            Ok(Some(order_id)) => send_turn(deps, settings, order_id, turn).await,
             Ok(None) => Ok(()),
             Err(e) => Err(e.into()),
         };
         if let Err(e) = result {
             // Its place is kept for `RESERVATION_MS`, and the supervisor asks the gate
             // again for a task that waits long.
-            tracing::warn!(%agent, ticket, error = %e, "could not wake the next in line");
+            tracing::warn!(error = %e, "could not wake the next in line");
         }
     }
+}
+
+/// A Schedule for the task of a turn, with the turn: a task that no longer holds the
+/// ticket hands it on at once.
+pub(crate) async fn send_turn(
+    deps: &Deps,
+    settings: &Settings,
+    order_id: OrderId,
+    turn: Turn,
+) -> Result<(), HandlerError> {
+    let body = SchedulerMessage::Schedule { order_id, turn: Some(turn) }.to_body();
+    deps.queues
+        .send(&settings.topology.scheduler_queue, Outgoing::new(body))
+        .await
+        .map_err(HandlerError::from)
 }

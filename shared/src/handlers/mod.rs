@@ -168,7 +168,10 @@ pub(crate) async fn perform(
             // Raised before the write, by `transition`.
             Effect::Alert(_) => Ok(()),
             Effect::HandBack(ticket) => {
-                gate::withdraw(deps, settings, &gate::Turns::default(), &ticket.agent, ticket.ticket).await;
+                let let_through = gate::LetThrough::default();
+                let turns = gate::Turns::default();
+                gate::withdraw(deps, settings, &turns, &let_through, &ticket.agent, ticket.ticket).await;
+                gate::wake(deps, settings, let_through.take()).await;
                 Ok(())
             }
         };

@@ -12,6 +12,11 @@ use crate::domain::{
 };
 use crate::ports::{Metric, Written};
 
+/// The most turns one message's invocation claims itself; the rest are woken through the
+/// queue. A reply frees one place; a look after a pause can let a gate's worth through,
+/// and claiming those one after another would hold the message's batch.
+const MAX_HAND_OVERS: usize = 8;
+
 pub struct Scheduler {
     pub deps: Deps,
     /// Shared by its clones: every container of a deployment runs the same settings.
@@ -34,18 +39,71 @@ impl Scheduler {
     }
 
     pub async fn handle(&self, message: Inbound) -> Result<(), HandlerError> {
-        match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
-            SchedulerMessage::Schedule { order_id, turn } => self.schedule(&order_id, turn).await,
-            SchedulerMessage::Reply(reply) => self.reply(&reply).await,
-            SchedulerMessage::Gate { agent, at } => {
-                gate::look(&self.deps, &self.settings, &self.turns, &agent, at).await
+        let let_through = gate::LetThrough::default();
+        let result =
+            match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
+                SchedulerMessage::Schedule { order_id, turn } => {
+                    self.schedule(&order_id, turn, &let_through).await
+                }
+                SchedulerMessage::Reply(reply) => self.reply(&reply, &let_through).await,
+                SchedulerMessage::Gate { agent, at } => {
+                    gate::look(&self.deps, &self.settings, &self.turns, &let_through, &agent, at).await
+                }
+            };
+        // Whatever came of the message, the places it let through are taken.
+        self.hand_over(&let_through).await;
+        result
+    }
+
+    /// Claims the tasks of the turns a message let through, here and now: a place freed
+    /// by a reply goes to the next in line with no queue hop between (the reply, then the
+    /// next request: two hops, not three). Past `MAX_HAND_OVERS`, or where a claim fails,
+    /// a turn is woken through the scheduler's queue as before, so none is lost.
+    async fn hand_over(&self, let_through: &gate::LetThrough) {
+        let (deps, settings) = (&self.deps, &self.settings);
+        let mut left = MAX_HAND_OVERS;
+        loop {
+            let turns = let_through.take();
+            if turns.is_empty() {
+                return;
+            }
+            for turn in turns {
+                if left == 0 {
+                    gate::wake(deps, settings, vec![turn]).await;
+                    continue;
+                }
+                left -= 1;
+                let order_id = match deps.store.waiter(&turn.agent, turn.ticket).await {
+                    // Not noted yet: the task looks at the gate again after noting itself.
+                    Ok(None) => continue,
+                    Ok(Some(order_id)) => order_id,
+                    Err(e) => {
+                        tracing::warn!(agent = %turn.agent, ticket = turn.ticket, error = %e, "waiter note unread; the turn is woken through the queue");
+                        gate::wake(deps, settings, vec![turn]).await;
+                        continue;
+                    }
+                };
+                deps.metrics.record(Metric::HandedOver, 1);
+                if let Err(e) = self.schedule(&order_id, Some(turn.clone()), let_through).await {
+                    // The Schedule message gets what a failed claim gets: redelivery, or
+                    // the DLQ with its reason.
+                    tracing::info!(order_id = %order_id, error = %e, "hand-over not claimed here; woken through the queue");
+                    if let Err(e) = gate::send_turn(deps, settings, order_id, turn).await {
+                        tracing::warn!(error = %e, "could not wake the next in line");
+                    }
+                }
             }
         }
     }
 
     /// A Schedule: the domain's machine decides each step (`domain::Scheduling`); this
     /// performs them, in order, and reports what came of each.
-    async fn schedule(&self, order_id: &OrderId, turn: Option<Turn>) -> Result<(), HandlerError> {
+    async fn schedule(
+        &self,
+        order_id: &OrderId,
+        turn: Option<Turn>,
+        let_through: &gate::LetThrough,
+    ) -> Result<(), HandlerError> {
         let span = tracing::info_span!("scheduler", order_id = %order_id);
         async {
             let (deps, settings) = (&self.deps, &self.settings);
@@ -66,18 +124,18 @@ impl Scheduler {
                     },
                     Next::DrawSecret => Seen::Secret(deps.random.callback_secret()),
                     Next::Arrive { place, ticket } => {
-                        Seen::Admission(gate::arrive(deps, settings, &self.turns, &place, ticket).await?)
+                        Seen::Admission(gate::arrive(deps, settings, &self.turns, let_through, &place, ticket).await?)
                     }
                     Next::Release { agent, holder } => {
-                        gate::release(deps, settings, &self.turns, &agent, &holder, None).await;
+                        gate::release(deps, settings, &self.turns, let_through, &agent, &holder, None).await;
                         Seen::Nothing
                     }
                     Next::Withdraw { agent, ticket } => {
-                        gate::withdraw(deps, settings, &self.turns, &agent, ticket).await;
+                        gate::withdraw(deps, settings, &self.turns, let_through, &agent, ticket).await;
                         Seen::Nothing
                     }
                     Next::Unclaim { agent, holder, ticket } => {
-                        gate::unclaim(deps, settings, &self.turns, &agent, &holder, ticket).await;
+                        gate::unclaim(deps, settings, &self.turns, let_through, &agent, &holder, ticket).await;
                         Seen::Nothing
                     }
                     Next::Write { decision, revision } => {
@@ -164,7 +222,7 @@ impl Scheduler {
         .await
     }
 
-    async fn reply(&self, reply: &AgentReply) -> Result<(), HandlerError> {
+    async fn reply(&self, reply: &AgentReply, let_through: &gate::LetThrough) -> Result<(), HandlerError> {
         let span = tracing::info_span!("scheduler", order_id = %reply.order_id, step = reply.step, attempt = reply.attempt);
         async {
             let (deps, settings) = (&self.deps, &self.settings);
@@ -178,7 +236,10 @@ impl Scheduler {
             .await;
             if let Some(f) = freed.into_inner().unwrap_or_else(|p| p.into_inner()) {
                 let pause_until = f.pause_ms.map(|ms| deps.clock.now().plus_ms(ms));
-                gate::release(deps, settings, &self.turns, &f.agent, &f.holder, pause_until).await;
+                gate::release(deps, settings, &self.turns, let_through, &f.agent, &f.holder, pause_until).await;
+                // The next call first: the reply's own sends (its status, the next step's
+                // Schedule) may wait out the batch's send hold (`coalesce`).
+                self.hand_over(let_through).await;
             }
             match result? {
                 Transition::Applied { before, decision } => {

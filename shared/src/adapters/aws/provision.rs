@@ -146,17 +146,24 @@ impl Provisioned {
 
 /// Creates (or finds) everything in `layout`.
 pub async fn provision(sdk: &SdkConfig, layout: &Layout) -> Result<Provisioned, ProvisionError> {
-    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-    let sqs = aws_sdk_sqs::Client::new(sdk);
-    let sns = aws_sdk_sns::Client::new(sdk);
-    create_tables(&dynamodb, &layout.tables).await?;
-    let (orders_queue, orders_dlq) = create_queue(&sqs, &layout.orders).await?;
-    let (scheduler_queue, scheduler_dlq) = create_queue(&sqs, &layout.scheduler).await?;
-    let (agent_queue, agent_dlq) = create_queue(&sqs, &layout.agent).await?;
-    let (callback_queue, callback_dlq) = create_queue(&sqs, &layout.callbacks).await?;
-    let (status_queue, _) = create_queue(&sqs, &layout.status).await?;
-    let status_queue_arn = queue_arn(&sqs, &status_queue, &layout.status.name).await?;
-    let alert_topic_arn = create_topic(&sns, &layout.alert_topic).await?;
+    provision_with(&super::Clients::new(sdk), layout).await
+}
+
+/// [`provision`] through the caller's clients, which may each have an endpoint of their
+/// own (DynamoDB Local for the table beside LocalStack for the queues and topic).
+pub async fn provision_with(
+    clients: &super::Clients,
+    layout: &Layout,
+) -> Result<Provisioned, ProvisionError> {
+    let (dynamodb, sqs, sns) = (&clients.dynamodb, &clients.sqs, &clients.sns);
+    create_tables(dynamodb, &layout.tables).await?;
+    let (orders_queue, orders_dlq) = create_queue(sqs, &layout.orders).await?;
+    let (scheduler_queue, scheduler_dlq) = create_queue(sqs, &layout.scheduler).await?;
+    let (agent_queue, agent_dlq) = create_queue(sqs, &layout.agent).await?;
+    let (callback_queue, callback_dlq) = create_queue(sqs, &layout.callbacks).await?;
+    let (status_queue, _) = create_queue(sqs, &layout.status).await?;
+    let status_queue_arn = queue_arn(sqs, &status_queue, &layout.status.name).await?;
+    let alert_topic_arn = create_topic(sns, &layout.alert_topic).await?;
     let missing =
         |dlq: Option<String>, name: &str| dlq.ok_or_else(|| failed(name, "has no dead-letter queue"));
     Ok(Provisioned {

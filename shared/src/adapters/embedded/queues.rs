@@ -316,6 +316,17 @@ impl EmbeddedQueues {
         self.state().queues[id.0].depth()
     }
 
+    /// The bodies of every message in `queue` (waiting, delayed or in flight), left
+    /// where they are: for tests that look without taking.
+    pub fn bodies(&self, queue: &str) -> Vec<String> {
+        let state = self.state();
+        let Some(q) = state.get(queue) else {
+            return Vec::new();
+        };
+        let waiting = q.waiting.values().map(|m| m.body.clone());
+        waiting.chain(q.in_flight.values().map(|(m, _)| m.body.clone())).collect()
+    }
+
     /// Every message in `queue`, removed: for reading status and dead-letter queues.
     pub fn drain(&self, queue: &str) -> Vec<StoredMessage> {
         let mut state = self.state();

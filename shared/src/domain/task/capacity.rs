@@ -180,6 +180,16 @@ mod tests {
             (ProcessState::Pending, None, 0)
         );
         assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 2_000 }]);
+        // No tight loop: a worker's `retry_after_ms: 0` waits the floor, and so does its gate.
+        let now = reply_for(&claimed, ReplyOutcome::Throttled { retry_after_ms: 0 });
+        let d0 = checked(&claimed, claimed.apply_reply(&now, T0.plus_ms(5), &wf, &policy));
+        assert_eq!(d0.effects, vec![Effect::Schedule { delay_ms: crate::domain::gate::MIN_PAUSE_MS }]);
+        let limits = [(
+            wf.steps[0].agent.clone(),
+            crate::domain::gate::Limits { max_in_flight: Some(1), max_per_second: None },
+        )];
+        let freed = crate::domain::task::freed_by(&now, &wf, &limits.into_iter().collect()).unwrap();
+        assert_eq!(freed.pause_ms, Some(crate::domain::gate::MIN_PAUSE_MS));
         // A late copy of the same reply is fenced off.
         assert!(matches!(
             d.next.apply_reply(&reply, T0.plus_ms(6), &wf, &policy),

@@ -8,7 +8,7 @@ use super::draft::Draft;
 use super::outcome::{Cause, Effect, Policy, Refusal, StaleReason};
 use super::record::Decision;
 use super::recovery::GiveUpReason;
-use crate::domain::gate::MAX_PAUSE_MS;
+use crate::domain::gate::pause_ms;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
@@ -254,7 +254,7 @@ impl Draft {
         wf: &Workflow,
         policy: &Policy,
     ) -> Result<Decision<Draft>, Refusal> {
-        let pause = retry_after_ms.clamp(1, MAX_PAUSE_MS);
+        let pause = pause_ms(retry_after_ms);
         let waited = self.step_throttled_ms.saturating_add(pause);
         let budget = wf.max_throttled_ms(self.step);
         if waited > budget && !crate::mutations::throttled_forever() {

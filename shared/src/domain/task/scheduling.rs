@@ -18,7 +18,7 @@ use super::claim::Mint;
 use super::outcome::{Effect, Policy, Refusal};
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::CallbackSecret;
-use crate::domain::gate::{Admission, Limits, MAX_PAUSE_MS, call_holder, reserved_for};
+use crate::domain::gate::{Admission, Limits, call_holder, pause_ms, reserved_for};
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::Trigger;
 use crate::domain::messages::{AgentReply, ReplyOutcome};
@@ -100,7 +100,7 @@ pub fn freed_by(reply: &AgentReply, wf: &Workflow, limits: &BTreeMap<String, Lim
         agent: agent.clone(),
         holder: call_holder(&reply.order_id, reply.attempt, &reply.lease),
         pause_ms: match reply.outcome {
-            ReplyOutcome::Throttled { retry_after_ms } => Some(retry_after_ms.clamp(1, MAX_PAUSE_MS)),
+            ReplyOutcome::Throttled { retry_after_ms } => Some(pause_ms(retry_after_ms)),
             _ => None,
         },
     })
@@ -553,6 +553,12 @@ impl<'w> Scheduling<'w> {
                     }
                 }
             }
+            // Another pass of this claim took the ticket's place: its write or this
+            // one's lands, not both, and this one leaves the turn to it.
+            Admission::Contended => self.over(Done::Refused(Refusal::ClaimLost {
+                state: read.task.state(),
+                locked: read.task.locked_by().is_some(),
+            })),
             // Noted again: a note lost to an error after the Queued write would leave
             // nobody to wake this ticket but the supervisor.
             Admission::StillWaiting { ticket } => {
@@ -729,6 +735,23 @@ mod tests {
         let Next::Release { holder, .. } = r.next(read(&paused, &wf)) else { panic!("a release") };
         assert_eq!(holder, reserved_for(5));
         assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(Refusal::Paused))));
+    }
+
+    /// Woken with its ticket, a queued task's second pass finds the turn taken by the
+    /// first (`Admission::Contended`): it stops without a write and without handing the
+    /// ticket back, which the first pass holds.
+    #[test]
+    fn a_second_pass_of_a_woken_claim_leaves_the_turn_to_the_first() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = limited(&wf);
+        let queued = new_task(&wf).queue(&agent, 5, T0, &policy()).unwrap().next;
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        assert!(matches!(r.next(read(&queued, &wf)), Next::Arrive { ticket: Some(5), .. }));
+        assert!(matches!(
+            r.next(Seen::Admission(Admission::Contended)),
+            Next::Done(Done::Refused(Refusal::ClaimLost { .. }))
+        ));
     }
 
     #[test]
