@@ -271,8 +271,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             // another claim), as the turn's Schedule would; the task may have left the
             // line since (`Scheduling::woken_for`).
             Cause::Claimed { .. }
-                if !is_schedule_of(message(), id)
-                    && !(ctx.role == Some(Role::Scheduler) && ever_queued.contains(id)) =>
+                if !(is_schedule_of(message(), id)
+                    || (ctx.role == Some(Role::Scheduler) && ever_queued.contains(id))) =>
             {
                 add(Invariant::Lifecycle, format!("order {id}: claimed while handling {:?}", ctx.message));
             }
