@@ -156,7 +156,8 @@ pub enum Admission {
     /// The ticket's turn was taken by another pass of the same claim (two Schedules of
     /// one task, read at one revision): at most one of their writes can land, and a new
     /// ticket here would send the task to the back of the line if it were this one's.
-    Contended,
+    /// `until`: when that pass's place lapses if its claim never lands (it died).
+    Contended { until: Timestamp },
 }
 
 /// What withdrawing a ticket came to.
@@ -227,7 +228,9 @@ impl Gate {
             // handed out): in at once only if nobody waits.
             // The same claim asking twice (a redelivered message): it holds its place.
             _ if next.holds.iter().any(|h| h.holder == holder) => Admission::Admitted,
-            Some(_) if next.holds.iter().any(|h| same_claim(&h.holder, holder)) => Admission::Contended,
+            Some(_) if let Some(h) = next.holds.iter().find(|h| same_claim(&h.holder, holder)) => {
+                Admission::Contended { until: h.until }
+            }
             _ => {
                 if next.waiting() == 0 && next.has_room(now, limits) {
                     next.holds.push(Hold { holder: holder.to_owned(), until });
@@ -464,7 +467,7 @@ mod tests {
         let first = r.next.arrive(at(11), &one, "b#2.0000aaaa", at(100), Some(0));
         assert_eq!(first.outcome, Admission::Admitted);
         let second = first.next.arrive(at(12), &one, "b#2.0000bbbb", at(100), Some(0));
-        assert_eq!(second.outcome, Admission::Contended);
+        assert_eq!(second.outcome, Admission::Contended { until: at(100) });
         assert_eq!((second.next.issued, second.next.holds.len()), (first.next.issued, 1));
         // Another task's claim, or another attempt of this one, is not a second pass.
         let other = first.next.arrive(at(12), &one, "b#3.0000bbbb", at(100), Some(0));

@@ -554,11 +554,22 @@ impl<'w> Scheduling<'w> {
                 }
             }
             // Another pass of this claim took the ticket's place: its write or this
-            // one's lands, not both, and this one leaves the turn to it.
-            Admission::Contended => self.over(Done::Refused(Refusal::ClaimLost {
-                state: read.task.state(),
-                locked: read.task.locked_by().is_some(),
-            })),
+            // one's lands, not both, and this one leaves the turn to it. In case that
+            // pass died before its write, a Schedule comes back once its place has
+            // lapsed: then the task takes a place or a ticket again, not wait for the
+            // supervisor (one message, only when passes contend).
+            Admission::Contended { until } => {
+                let lost =
+                    Refusal::ClaimLost { state: read.task.state(), locked: read.task.locked_by().is_some() };
+                let delay_ms = until.millis_since(read.now) + 1;
+                // Past a message's longest delay, the task's own deadline brings the
+                // supervisor's ask instead.
+                if delay_ms > crate::domain::wait::MAX_DELAYED_WAKE_MS {
+                    return self.over(Done::Refused(lost));
+                }
+                self.at = At::Rearmed(lost);
+                Next::Rearm { delay_ms }
+            }
             // Noted again: a note lost to an error after the Queued write would leave
             // nobody to wake this ticket but the supervisor.
             Admission::StillWaiting { ticket } => {
@@ -739,7 +750,7 @@ mod tests {
 
     /// Woken with its ticket, a queued task's second pass finds the turn taken by the
     /// first (`Admission::Contended`): it stops without a write and without handing the
-    /// ticket back, which the first pass holds.
+    /// ticket back, which the first pass holds, and comes back when that place lapses.
     #[test]
     fn a_second_pass_of_a_woken_claim_leaves_the_turn_to_the_first() {
         let wf = Workflow::three_step();
@@ -748,10 +759,10 @@ mod tests {
         let mut r = run(&limits);
         r.next(Seen::Nothing);
         assert!(matches!(r.next(read(&queued, &wf)), Next::Arrive { ticket: Some(5), .. }));
-        assert!(matches!(
-            r.next(Seen::Admission(Admission::Contended)),
-            Next::Done(Done::Refused(Refusal::ClaimLost { .. }))
-        ));
+        // Back after the other pass's place lapses, in case that pass died unwritten.
+        let contended = Seen::Admission(Admission::Contended { until: T0.plus_ms(61_000) });
+        assert!(matches!(r.next(contended), Next::Rearm { delay_ms: 61_001 }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(Refusal::ClaimLost { .. }))));
     }
 
     #[test]
