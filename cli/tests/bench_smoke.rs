@@ -114,7 +114,11 @@ async fn cost_counts_the_gate_of_a_limited_agent() {
     let a = CostAssumptions::default();
     let free = cost("single-step", 50, false, &a).await;
     assert!(free.gate.is_none());
-    let limits = [("orders".to_owned(), Limits { max_in_flight: Some(10), max_per_second: None })].into();
+    let limits = [(
+        "orders".to_owned(),
+        Limits { max_in_flight: Some(10), max_per_second: None, places_per_gate: None },
+    )]
+    .into();
     let gated = sasctl::bench::cost_limited("single-step", 50, false, &limits, &a).await;
     assert_eq!(gated.processed, 50);
     let g = gated.gate.as_ref().expect("a gate row");

@@ -26,6 +26,7 @@ mod switches {
     static THROTTLED_FOREVER: AtomicBool = AtomicBool::new(false);
     static HEARTBEAT_NO_SLACK: AtomicBool = AtomicBool::new(false);
     static HEARTBEAT_EVERY_WRITE: AtomicBool = AtomicBool::new(false);
+    static WHOLE_LIMITS_PER_GATE: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -91,6 +92,9 @@ mod switches {
         /// Every heartbeat is written, however soon after the last one (the behaviour
         /// before the floor).
         HeartbeatEveryWrite,
+        /// Each gate of an agent whose places are spread over several holds the agent's
+        /// whole limits, not its share: together they let through more.
+        WholeLimitsPerGate,
     }
 
     impl Mutation {
@@ -115,6 +119,7 @@ mod switches {
                 Mutation::ThrottledForever => &THROTTLED_FOREVER,
                 Mutation::HeartbeatNoSlack => &HEARTBEAT_NO_SLACK,
                 Mutation::HeartbeatEveryWrite => &HEARTBEAT_EVERY_WRITE,
+                Mutation::WholeLimitsPerGate => &WHOLE_LIMITS_PER_GATE,
             }
         }
         pub fn set(self, on: bool) {
@@ -183,6 +188,9 @@ mod switches {
     }
     pub fn heartbeat_every_write() -> bool {
         Mutation::HeartbeatEveryWrite.is_on()
+    }
+    pub fn whole_limits_per_gate() -> bool {
+        Mutation::WholeLimitsPerGate.is_on()
     }
 }
 
@@ -305,5 +313,11 @@ pub(crate) const fn heartbeat_no_slack() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn heartbeat_every_write() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn whole_limits_per_gate() -> bool {
     false
 }

@@ -29,7 +29,7 @@ fn limited(limits: Limits) -> Harness {
     h
 }
 
-const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None };
+const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
 
 async fn submit_all(h: &Harness, n: usize) {
     for i in 0..n {
@@ -99,7 +99,7 @@ async fn the_remote_never_sees_more_than_the_limit_at_once() {
 
 #[tokio::test]
 async fn a_place_whose_holder_died_lapses_and_the_supervisor_moves_the_line_on() {
-    let h = limited(Limits { max_in_flight: Some(1), max_per_second: None });
+    let h = limited(Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None });
     submit_all(&h, 2).await;
     all_ok(h.pump_scheduler().await, 2);
     assert_eq!(states(&h, 2), [ProcessState::Processing, ProcessState::Pending]);
@@ -177,7 +177,7 @@ async fn agents_without_limits_touch_no_gate_even_where_others_have_one() {
 
 #[tokio::test]
 async fn under_a_rate_limit_calls_spread_over_windows_and_time_alone_lets_the_next_through() {
-    let h = limited(Limits { max_in_flight: None, max_per_second: Some(2) });
+    let h = limited(Limits { max_in_flight: None, max_per_second: Some(2), places_per_gate: None });
     submit_all(&h, 5).await;
     for _ in 0..10 {
         h.run_until_quiet().await;

@@ -113,7 +113,9 @@ pub fn deploy(
     // reaching the scheduler (`Topology::limits`) and the agents (`Agent::with_agents`)
     // the way a deployment's definitions do.
     let defs = agent_defs(swarm);
-    let topology = queue_names::topology().with_queue_agents(&defs);
+    let mut topology = queue_names::topology().with_queue_agents(&defs);
+    // With how many places each of their gates holds, which no definition file sets.
+    topology.limits.clone_from(&swarm.limits);
     let settings = Settings::new(policy(), workflows.clone(), topology, queue_names::reply_to_rules());
     let before = settings.clone().with_workflows(workflows_before_publish(&swarm.generated));
     let generations = [&before, &settings];

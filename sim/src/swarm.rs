@@ -474,7 +474,8 @@ impl Swarm {
     }
 
     /// One seed in three gives some of the agents its orders use flow-control limits
-    /// (`max_in_flight` 1 to 4, `max_per_second` 1 to 5, or both), never one a parallel
+    /// (`max_in_flight` 1 to 4, `max_per_second` 1 to 5, or both; half of them spread over
+    /// gates of one or two places), never one a parallel
     /// stage's branch calls (the definition file refuses it), and most of those seeds a
     /// remote that answers limited agents "too many requests" now and then. Drawn from a
     /// side generator: every other seed runs as it did before gates existed.
@@ -509,7 +510,8 @@ impl Swarm {
                 1 => (None, Some(side.u32(1..=5))),
                 _ => (Some(side.u32(1..=4)), Some(side.u32(1..=5))),
             };
-            self.limits.insert((*agent).to_owned(), Limits { max_in_flight, max_per_second });
+            self.limits
+                .insert((*agent).to_owned(), Limits { max_in_flight, max_per_second, places_per_gate: None });
         }
         if side.u8(..4) > 0 {
             self.faults.remote_busy = pick(side, 0.05, 0.3);
@@ -547,6 +549,15 @@ impl Swarm {
             }
             // And a slower service: a place taken twice shows as two calls at once.
             self.faults.remote.latency_max_ms = self.faults.remote.latency_max_ms.max(side.u64(300..=900));
+        }
+        // Half of them spread each agent's places over gates of one or two
+        // (`gate::Limits::gates`), as 1,000 places spread over gates of 25: a call, its
+        // reply and its task's ticket must all find the one gate of its order.
+        if side.bool() {
+            let per = side.u32(1..=2);
+            for l in self.limits.values_mut() {
+                l.places_per_gate = Some(per);
+            }
         }
     }
 }

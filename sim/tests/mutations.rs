@@ -239,6 +239,16 @@ fn a_heartbeat_written_within_the_floor_is_caught() {
     );
 }
 
+/// Each of an agent's gates holding its whole limits, not its share.
+#[test]
+fn every_gate_holding_the_whole_limits_is_caught() {
+    let found = caught(Mutation::WholeLimitsPerGate);
+    assert!(
+        found.contains_key(&Invariant::RemoteWithinLimits),
+        "no limited agent's service was found over its limits: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -263,6 +273,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::ThrottledForever,
             Mutation::HeartbeatNoSlack,
             Mutation::HeartbeatEveryWrite,
+            Mutation::WholeLimitsPerGate,
         ]
         .iter()
         .all(|m| !m.is_on())

@@ -292,7 +292,7 @@ mod tests {
         Timestamp(T0 + ms)
     }
 
-    const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None };
+    const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
 
     /// payment, two places: o-1's call holds one, then o-1's call is over and ticket 0 is
     /// let through (a reserved place); tickets 1 and 2 wait. Made by the domain's own
@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn under_a_rate_limit_show_counts_the_places_given_back_this_second() {
-        let rate = Limits { max_in_flight: None, max_per_second: Some(5) };
+        let rate = Limits { max_in_flight: None, max_per_second: Some(5), places_per_gate: None };
         let g = Gate::new("wms").arrive(t(0), &rate, "o-1#1.00000000", t(60_000), None).next;
         let g = g.arrive(t(1), &rate, "o-2#1.00000000", t(60_000), None).next;
         let g = g.release(t(100), &rate, "o-1#1.00000000").next;

@@ -423,7 +423,11 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             for (wf, agent, places) in limited {
                 let limits = [(
                     agent.to_owned(),
-                    sas::domain::gate::Limits { max_in_flight: Some(places), max_per_second: None },
+                    sas::domain::gate::Limits {
+                        max_in_flight: Some(places),
+                        max_per_second: None,
+                        places_per_gate: None,
+                    },
                 )];
                 rows.push(cost_limited(wf, orders, false, &limits.into(), &a).await);
             }

@@ -18,6 +18,18 @@
 //! instant (the latest of their admissions), and there are never more of those than
 //! the limit. That argument needs one request per place: an agent with a rate limit
 //! makes one request per dispatch (`handlers::agent`).
+//!
+//! An agent's places are spread over as many gate items as keep each one small
+//! (`Limits::gates`, `PLACES_PER_GATE` places each): DynamoDB bills every write of an
+//! item by its size and takes at most 1,000 write units a second per item, so one item
+//! of 1,000 places (about 50 KB) could take 20 writes a second. Each gate holds its share
+//! of the limits (`Limits::of_gate`, the shares adding up to the agent's), and an order's
+//! calls always go through the same one (`gate_of`, by a digest of the order id), so a
+//! reply, a lapse or a cancel finds its place without being told where it is. The shares
+//! hold the agent's limits because they add up to them; what it costs is that a gate
+//! with waiters does not borrow another's free place (docs/ARCHITECTURE.md).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,19 +56,24 @@ pub fn pause_ms(retry_after_ms: u64) -> u64 {
 /// this is let through in its turn, and its wake (`Schedule::turn`) finds the task no
 /// longer holding it and hands the place on then.
 pub const MAX_WITHDRAWN: usize = 256;
-/// The largest `max_in_flight` a definition may set: the gate keeps an entry per place
-/// and every write of the gate is billed by its size.
-pub const MAX_IN_FLIGHT_LIMIT: u32 = 100;
-/// The largest `max_per_second`: each call writes its gate twice, a full window keeps
-/// up to this many entries, and one DynamoDB item takes at most 1,000 write units (1 KB
-/// each) a second.
-pub const MAX_PER_SECOND_LIMIT: u32 = 100;
+/// The largest `max_in_flight` a definition may set: 40 gate items of 25 places.
+pub const MAX_IN_FLIGHT_LIMIT: u32 = 1_000;
+/// The largest `max_per_second`: each call writes its gate twice, so 1,000 calls a second
+/// over 40 gate items of about 2 KB each bill each item about 100 write units a second.
+pub const MAX_PER_SECOND_LIMIT: u32 = 1_000;
+/// The most places (and calls a second) one gate item holds: each place's entry is about
+/// 50 bytes, so a full gate with its rate window stays under 2 KB, two write units.
+pub const PLACES_PER_GATE: u32 = 25;
 
 /// An agent's limits, from the definition file. Neither set: no gate at all.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     pub max_in_flight: Option<u32>,
     pub max_per_second: Option<u32>,
+    /// Places per gate item, if not `PLACES_PER_GATE`: the simulation sets it small, so
+    /// that a few places spread over several gates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub places_per_gate: Option<u32>,
 }
 
 impl Limits {
@@ -64,11 +81,79 @@ impl Limits {
         self.max_in_flight.is_some() || self.max_per_second.is_some()
     }
 
+    /// How many gate items hold the agent's places: enough for `PLACES_PER_GATE` each,
+    /// and never more than each limit, so every gate's share of each is at least 1.
+    pub fn gates(&self) -> u32 {
+        let per = self.places_per_gate.unwrap_or(PLACES_PER_GATE).max(1);
+        let set = || [self.max_in_flight, self.max_per_second].into_iter().flatten();
+        let widest = set().max().unwrap_or(1);
+        let narrowest = set().min().unwrap_or(1);
+        widest.div_ceil(per).clamp(1, narrowest.max(1))
+    }
+
+    /// Gate `k`'s share of `n`: the limits split as evenly as whole numbers go, the
+    /// first gates taking one more where they do not divide.
+    pub fn of_gate(&self, k: u32, n: u32) -> Limits {
+        if crate::mutations::whole_limits_per_gate() {
+            return *self;
+        }
+        let share = |m: u32| m / n + u32::from(k < m % n);
+        Limits {
+            max_in_flight: self.max_in_flight.map(share),
+            max_per_second: self.max_per_second.map(share),
+            places_per_gate: self.places_per_gate,
+        }
+    }
+
     /// How long a call's place lasts if nobody gives it back: past complete-by and the
     /// grace the agent is held to, and, under a rate limit, the window after it.
     pub fn hold_until(&self, complete_by: Timestamp, grace_ms: u64) -> Timestamp {
         let tail = if self.max_per_second.is_some() { RATE_WINDOW_MS } else { 0 };
         complete_by.plus_ms(grace_ms + tail)
+    }
+}
+
+/// The gate an order's calls at `agent` take their places in, and its share of the
+/// agent's limits: the agent's own name while one gate holds them all (as before there
+/// were several), else `<agent>@<k>`, `k` from a digest of the order id, so every
+/// process finds the same one. Agent names hold no `@` (`definitions`).
+pub fn gate_of(agent: &str, limits: &Limits, order_id: &OrderId) -> (String, Limits) {
+    let n = limits.gates();
+    if n == 1 {
+        return (agent.to_owned(), *limits);
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, order_id.as_str().as_bytes());
+    let mut first = [0u8; 4];
+    first.copy_from_slice(&digest.as_ref()[..4]);
+    let k = u32::from_be_bytes(first) % n;
+    (format!("{agent}@{k}"), limits.of_gate(k, n))
+}
+
+/// The agent a gate belongs to.
+pub fn agent_of_gate(gate: &str) -> &str {
+    gate.split_once('@').map_or(gate, |(agent, _)| agent)
+}
+
+/// Every gate of an agent with `limits`, in order.
+pub fn gates_of(agent: &str, limits: &Limits) -> Vec<String> {
+    match limits.gates() {
+        1 => vec![agent.to_owned()],
+        n => (0..n).map(|k| format!("{agent}@{k}")).collect(),
+    }
+}
+
+/// The limits the gate named `gate` holds, from every agent's: `None` if its agent has
+/// none any more, or spreads them over other gates now (its limits changed). A task
+/// waiting there then arrives at its new gate afresh, and what the old one holds lapses.
+pub fn limits_of_gate(all: &BTreeMap<String, Limits>, gate: &str) -> Option<Limits> {
+    let limits = all.get(agent_of_gate(gate))?;
+    let n = limits.gates();
+    match gate.split_once('@') {
+        None => (n == 1).then_some(*limits),
+        Some((_, k)) => {
+            let k: u32 = k.parse().ok()?;
+            (n > 1 && k < n).then(|| limits.of_gate(k, n))
+        }
     }
 }
 
@@ -99,9 +184,10 @@ pub struct Hold {
     pub until: Timestamp,
 }
 
-/// The gate item of one agent.
+/// One gate item of an agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gate {
+    /// The gate's name (`gate_of`): the agent's, or `<agent>@<k>`.
     pub agent: String,
     /// Places held: calls in flight and places reserved for tickets let through.
     #[serde(default)]
@@ -138,6 +224,7 @@ pub struct Gate {
 /// waits (`TaskRecord::queued`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ticket {
+    /// The gate's name (`gate_of`).
     pub agent: String,
     pub ticket: u64,
     /// When the task first came to the gate for this step: the wait is measured from it.
@@ -418,11 +505,11 @@ mod tests {
         Timestamp(ms)
     }
 
-    const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None };
+    const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
 
     /// One place, held by `a#1` until 50; tickets 0 (`b#1`) and 1 (`c#1`) wait.
     fn one_place_two_waiting() -> (Limits, Gate) {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
         let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
         (one, g.arrive(at(2), &one, "c#1", at(100), None).next)
@@ -536,7 +623,7 @@ mod tests {
 
     #[test]
     fn withdrawn_tickets_are_kept_in_order_and_no_more_than_the_cap() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
         let mut g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let waiting = MAX_WITHDRAWN as u64 + 3;
         for i in 0..waiting {
@@ -566,7 +653,7 @@ mod tests {
 
     #[test]
     fn when_every_waiting_ticket_is_withdrawn_a_newcomer_goes_straight_in() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
         let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
         let g = g.withdraw(at(2), &one, 0).next.release(at(3), &one, "a#1").next;
@@ -577,7 +664,7 @@ mod tests {
 
     #[test]
     fn a_rate_counts_each_place_until_a_window_after_it_is_given_back() {
-        let rate = Limits { max_in_flight: None, max_per_second: Some(2) };
+        let rate = Limits { max_in_flight: None, max_per_second: Some(2), places_per_gate: None };
         let g = Gate::new("wh");
         let a = g.arrive(at(0), &rate, "a#1", at(5_000), None).next;
         let b = a.arrive(at(0), &rate, "b#1", at(5_000), None).next;
@@ -587,12 +674,16 @@ mod tests {
         let d = c.next.arrive(at(1_010), &rate, "d#1", at(5_000), None);
         assert_eq!(d.wake, vec![0], "a's tail is over: ticket 0 first");
         assert_eq!(d.outcome, Admission::Queued { ticket: 1 });
-        assert_eq!(Limits { max_in_flight: None, max_per_second: Some(1) }.hold_until(at(10), 5), at(1_015));
+        assert_eq!(
+            Limits { max_in_flight: None, max_per_second: Some(1), places_per_gate: None }
+                .hold_until(at(10), 5),
+            at(1_015)
+        );
     }
 
     #[test]
     fn when_only_time_can_make_room_one_look_is_planned_for_then() {
-        let rate = Limits { max_in_flight: None, max_per_second: Some(1) };
+        let rate = Limits { max_in_flight: None, max_per_second: Some(1), places_per_gate: None };
         let a = Gate::new("wh").arrive(at(0), &rate, "a#1", at(5_000), None);
         assert_eq!(a.poke, None, "nobody waits");
         let b = a.next.arrive(at(1), &rate, "b#1", at(5_000), None);
@@ -635,7 +726,7 @@ mod tests {
 
     #[test]
     fn a_claim_that_lost_its_task_write_hands_its_place_back_to_its_ticket() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None };
+        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
         let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
         let g = g.release(at(2), &one, "a#1").next;
@@ -671,5 +762,67 @@ mod tests {
         let r = g.release(at(20), &TWO, "a#1");
         assert!(!r.outcome);
         assert!(r.next.holds.is_empty());
+    }
+
+    fn limits(in_flight: Option<u32>, per_second: Option<u32>) -> Limits {
+        Limits { max_in_flight: in_flight, max_per_second: per_second, places_per_gate: None }
+    }
+
+    #[test]
+    fn places_spread_over_gates_of_at_most_25_each_never_below_one_of_each_limit() {
+        assert_eq!(limits(Some(10), None).gates(), 1);
+        assert_eq!(limits(Some(25), None).gates(), 1);
+        assert_eq!(limits(Some(26), None).gates(), 2);
+        assert_eq!(limits(Some(1_000), None).gates(), 40);
+        assert_eq!(limits(None, Some(1_000)).gates(), 40);
+        assert_eq!(limits(Some(1_000), Some(1_000)).gates(), 40);
+        // A rate of 5 a second cannot be shared by more than 5 gates.
+        assert_eq!(limits(Some(1_000), Some(5)).gates(), 5);
+        let small = Limits { places_per_gate: Some(1), ..limits(Some(3), Some(2)) };
+        assert_eq!(small.gates(), 2);
+    }
+
+    #[test]
+    fn the_gates_shares_add_up_to_the_agents_limits() {
+        for l in [limits(Some(1_000), None), limits(Some(999), Some(101)), limits(Some(26), Some(60))] {
+            let n = l.gates();
+            let shares: Vec<Limits> = (0..n).map(|k| l.of_gate(k, n)).collect();
+            let sum = |f: fn(&Limits) -> Option<u32>| shares.iter().map(|s| f(s).unwrap_or(0)).sum::<u32>();
+            assert_eq!(sum(|s| s.max_in_flight), l.max_in_flight.unwrap_or(0), "{l:?}");
+            assert_eq!(sum(|s| s.max_per_second), l.max_per_second.unwrap_or(0), "{l:?}");
+            assert!(
+                shares.iter().all(
+                    |s| s.max_in_flight.is_none_or(|m| m >= 1) && s.max_per_second.is_none_or(|m| m >= 1)
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn an_order_always_finds_the_same_gate_and_its_limits_by_name() {
+        let l = limits(Some(1_000), None);
+        let all = BTreeMap::from([("pay".to_owned(), l)]);
+        let mut used = std::collections::BTreeSet::new();
+        for i in 0..400 {
+            let order = OrderId::parse(&format!("o-{i}")).unwrap();
+            let (gate, share) = gate_of("pay", &l, &order);
+            assert_eq!(gate_of("pay", &l, &order), (gate.clone(), share));
+            assert_eq!(agent_of_gate(&gate), "pay");
+            assert_eq!(limits_of_gate(&all, &gate), Some(share));
+            used.insert(gate);
+        }
+        // 400 orders over 40 gates: every gate gets some.
+        assert_eq!(used.len(), 40);
+        assert_eq!(gates_of("pay", &l).len(), 40);
+        // One gate: the agent's own name, as before gates were spread.
+        let one = limits(Some(10), None);
+        assert_eq!(gate_of("pay", &one, &OrderId::parse("o-1").unwrap()), ("pay".to_owned(), one));
+        let all = BTreeMap::from([("pay".to_owned(), one)]);
+        assert_eq!(limits_of_gate(&all, "pay"), Some(one));
+        // Limits changed under a waiting task: gates the agent no longer has hold nothing.
+        assert_eq!(limits_of_gate(&all, "pay@3"), None);
+        assert_eq!(limits_of_gate(&BTreeMap::from([("pay".to_owned(), l)]), "pay"), None);
+        assert_eq!(limits_of_gate(&BTreeMap::from([("pay".to_owned(), l)]), "pay@40"), None);
+        assert_eq!(limits_of_gate(&all, "other"), None);
     }
 }

@@ -9,7 +9,7 @@
 
 use super::{Deps, HandlerError, Settings};
 use crate::domain::Place;
-use crate::domain::gate::{Admission, Gate, MAX_WITHDRAWN, Passage, Withdrawn};
+use crate::domain::gate::{Admission, Gate, MAX_WITHDRAWN, Passage, Withdrawn, limits_of_gate};
 use crate::domain::{OrderId, SchedulerMessage, Timestamp, Turn};
 use crate::ports::{Metric, Outgoing, Written};
 
@@ -103,7 +103,7 @@ pub(crate) async fn arrive(
     place: &Place,
     ticket: Option<u64>,
 ) -> Result<Admission, HandlerError> {
-    let passage = change(deps, settings, turns, let_through, &place.agent, |gate, now| {
+    let passage = change(deps, settings, turns, let_through, &place.gate, |gate, now| {
         gate.arrive(now, &place.limits, &place.holder, place.until, ticket)
     })
     .await?;
@@ -122,18 +122,18 @@ pub(crate) async fn release(
     holder: &str,
     pause_until: Option<Timestamp>,
 ) {
-    let Some(limits) = settings.topology.limits.get(agent) else {
+    let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
     let result = change(deps, settings, turns, let_through, agent, |gate, now| {
         match pause_until {
             Some(until) => {
-                let mut p = gate.pause(now, until).release(now, limits, holder);
+                let mut p = gate.pause(now, until).release(now, &limits, holder);
                 // `pause` and `release` each bump the revision; one write lands both.
                 p.next.revision = gate.revision + 1;
                 p
             }
-            None => gate.release(now, limits, holder),
+            None => gate.release(now, &limits, holder),
         }
     })
     .await;
@@ -153,12 +153,13 @@ pub(crate) async fn unclaim(
     holder: &str,
     ticket: u64,
 ) {
-    // An agent whose limits were taken away keeps no places any more.
-    let Some(limits) = settings.topology.limits.get(agent) else {
+    // An agent whose limits were taken away (or spread over other gates now) keeps no
+    // places here any more.
+    let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
     if let Err(e) = change(deps, settings, turns, let_through, agent, |gate, now| {
-        gate.unclaim(now, limits, holder, ticket)
+        gate.unclaim(now, &limits, holder, ticket)
     })
     .await
     {
@@ -178,11 +179,12 @@ pub(crate) async fn withdraw(
     agent: &str,
     ticket: u64,
 ) {
-    // An agent whose limits were taken away keeps no line any more.
-    let Some(limits) = settings.topology.limits.get(agent) else {
+    // An agent whose limits were taken away (or spread over other gates now) keeps no
+    // line here any more.
+    let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
-    match change(deps, settings, turns, let_through, agent, |gate, now| gate.withdraw(now, limits, ticket))
+    match change(deps, settings, turns, let_through, agent, |gate, now| gate.withdraw(now, &limits, ticket))
         .await
     {
         Ok(passage) if matches!(passage.outcome, Withdrawn::PlaceFreed | Withdrawn::Skipped) => {
@@ -209,12 +211,13 @@ pub(crate) async fn look(
     agent: &str,
     planned: Option<Timestamp>,
 ) -> Result<(), HandlerError> {
-    // An agent whose limits were taken away has nobody waiting behind a gate any more.
-    let Some(limits) = settings.topology.limits.get(agent) else {
-        tracing::info!(%agent, "look at the gate of an agent without limits ignored");
+    // An agent whose limits were taken away (or spread over other gates now) has nobody
+    // waiting behind this gate any more.
+    let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
+        tracing::info!(%agent, "look at a gate its agent's limits no longer keep ignored");
         return Ok(());
     };
-    change(deps, settings, turns, let_through, agent, |gate, now| gate.look(now, limits, planned)).await?;
+    change(deps, settings, turns, let_through, agent, |gate, now| gate.look(now, &limits, planned)).await?;
     Ok(())
 }
 

@@ -236,7 +236,7 @@ impl Scheduler {
             .await;
             if let Some(f) = freed.into_inner().unwrap_or_else(|p| p.into_inner()) {
                 let pause_until = f.pause_ms.map(|ms| deps.clock.now().plus_ms(ms));
-                gate::release(deps, settings, &self.turns, let_through, &f.agent, &f.holder, pause_until).await;
+                gate::release(deps, settings, &self.turns, let_through, &f.gate, &f.holder, pause_until).await;
                 // The next call first: the reply's own sends (its status, the next step's
                 // Schedule) may wait out the batch's send hold (`coalesce`).
                 self.hand_over(let_through).await;

@@ -99,13 +99,7 @@ impl DefinitionFile {
             if let Some(m) = agent.max_per_second
                 && !(1..=MAX_PER_SECOND_LIMIT).contains(&m)
             {
-                error(
-                    at("max_per_second"),
-                    format!(
-                        "{m} is out of range: 1 to {MAX_PER_SECOND_LIMIT} (each call writes the agent's gate \
-                         item twice, and one item takes at most 1,000 writes a second)"
-                    ),
-                );
+                error(at("max_per_second"), format!("{m} is out of range: 1 to {MAX_PER_SECOND_LIMIT}"));
             }
             if let Some(r) = agent.retry
                 && (r.base_ms == 0 || r.cap_ms < r.base_ms || r.cap_ms > MAX_STEP_TIMEOUT_MS)

@@ -72,11 +72,11 @@ pub struct AgentDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthDef>,
     /// At most this many calls in progress at once, across every container and every
-    /// workflow that uses the agent (1 to 100). Work over it waits its turn, in arrival
+    /// workflow that uses the agent (1 to 1,000). Work over it waits its turn, in arrival
     /// order, and counts no failure (`gate.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<u32>,
-    /// At most this many calls started in any one-second window (1 to 100). An agent with
+    /// At most this many calls started in any one-second window (1 to 1,000). An agent with
     /// it makes one request per dispatch: a transient failure is retried by the
     /// supervisor, through the gate, not in place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,7 +86,11 @@ pub struct AgentDef {
 impl AgentDef {
     /// The agent's flow-control limits; none set is an agent without a gate.
     pub fn limits(&self) -> crate::domain::gate::Limits {
-        crate::domain::gate::Limits { max_in_flight: self.max_in_flight, max_per_second: self.max_per_second }
+        crate::domain::gate::Limits {
+            max_in_flight: self.max_in_flight,
+            max_per_second: self.max_per_second,
+            places_per_gate: None,
+        }
     }
 }
 

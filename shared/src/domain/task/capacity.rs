@@ -186,7 +186,11 @@ mod tests {
         assert_eq!(d0.effects, vec![Effect::Schedule { delay_ms: crate::domain::gate::MIN_PAUSE_MS }]);
         let limits = [(
             wf.steps[0].agent.clone(),
-            crate::domain::gate::Limits { max_in_flight: Some(1), max_per_second: None },
+            crate::domain::gate::Limits {
+                max_in_flight: Some(1),
+                max_per_second: None,
+                places_per_gate: None,
+            },
         )];
         let freed = crate::domain::task::freed_by(&now, &wf, &limits.into_iter().collect()).unwrap();
         assert_eq!(freed.pause_ms, Some(crate::domain::gate::MIN_PAUSE_MS));

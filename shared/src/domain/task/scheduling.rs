@@ -18,7 +18,7 @@ use super::claim::Mint;
 use super::outcome::{Effect, Policy, Refusal};
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::CallbackSecret;
-use crate::domain::gate::{Admission, Limits, call_holder, pause_ms, reserved_for};
+use crate::domain::gate::{Admission, Limits, call_holder, gate_of, pause_ms, reserved_for};
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::Trigger;
 use crate::domain::messages::{AgentReply, ReplyOutcome};
@@ -41,11 +41,11 @@ pub fn conflict_retries(workflow: &Workflow) -> usize {
     CONFLICT_RETRIES.max(widest + 2)
 }
 
-/// The place a claim's call must hold: in which agent's gate, under what limits, held by
-/// whom and until when.
+/// The place a claim's call must hold: in which gate (`gate::gate_of`), under what
+/// limits (that gate's share), held by whom and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
-    pub agent: String,
+    pub gate: String,
     pub limits: Limits,
     pub holder: String,
     pub until: Timestamp,
@@ -73,10 +73,10 @@ pub fn place_of(
         return None;
     }
     let agent = &wf.step(step)?.agent;
-    let limits = *limits.get(agent)?;
     let task = &decision.next;
+    let (gate, limits) = gate_of(agent, limits.get(agent)?, &task.order_id);
     Some(Place {
-        agent: agent.clone(),
+        gate,
         limits,
         holder: call_holder(&task.order_id, task.attempt, &task.locked_by()?),
         until: limits.hold_until(task.complete_by()?, policy.reply_grace_ms),
@@ -88,7 +88,8 @@ pub fn place_of(
 /// Retry-After pauses the gate for `pause_ms` from when the place is given back).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Freed {
-    pub agent: String,
+    /// The gate's name (`gate::gate_of`).
+    pub gate: String,
     pub holder: String,
     pub pause_ms: Option<u64>,
 }
@@ -96,8 +97,8 @@ pub struct Freed {
 /// The place `reply` frees, if its step's agent (in the task's workflow) has limits.
 pub fn freed_by(reply: &AgentReply, wf: &Workflow, limits: &BTreeMap<String, Limits>) -> Option<Freed> {
     let agent = &wf.step(reply.step)?.agent;
-    limits.contains_key(agent).then(|| Freed {
-        agent: agent.clone(),
+    limits.get(agent).map(|l| Freed {
+        gate: gate_of(agent, l, &reply.order_id).0,
         holder: call_holder(&reply.order_id, reply.attempt, &reply.lease),
         pause_ms: match reply.outcome {
             ReplyOutcome::Throttled { retry_after_ms } => Some(pause_ms(retry_after_ms)),
@@ -346,10 +347,10 @@ impl<'w> Scheduling<'w> {
                     Some(ticket) => {
                         // The place is the ticket's again: if the record no longer holds
                         // the ticket when read next (a cancel came first), it is withdrawn.
-                        self.taken = Some((place.agent.clone(), ticket));
-                        Next::Unclaim { agent: place.agent, holder: place.holder, ticket }
+                        self.taken = Some((place.gate.clone(), ticket));
+                        Next::Unclaim { agent: place.gate, holder: place.holder, ticket }
                     }
-                    None => Next::Release { agent: place.agent, holder: place.holder },
+                    None => Next::Release { agent: place.gate, holder: place.holder },
                 }
             }
             (At::GaveBack, _) | (At::Looked, Seen::Behind(false)) => self.gate_round(),
@@ -457,7 +458,7 @@ impl<'w> Scheduling<'w> {
         if let Some((agent, ticket)) = &self.taken {
             let recorded = read.task.queued().is_some_and(|q| q.agent == *agent && q.ticket == *ticket);
             let brought = gated
-                && place.as_ref().is_some_and(|p| p.agent == *agent)
+                && place.as_ref().is_some_and(|p| p.gate == *agent)
                 && read.task.queued().is_none_or(|q| q.agent != *agent);
             if recorded {
                 self.taken = None;
@@ -471,9 +472,9 @@ impl<'w> Scheduling<'w> {
                 let ticket = read
                     .task
                     .queued()
-                    .filter(|q| q.agent == place.agent)
+                    .filter(|q| q.agent == place.gate)
                     .map(|q| q.ticket)
-                    .or_else(|| self.taken.as_ref().filter(|(a, _)| *a == place.agent).map(|(_, t)| *t));
+                    .or_else(|| self.taken.as_ref().filter(|(a, _)| *a == place.gate).map(|(_, t)| *t));
                 self.at = At::Arriving { read, decision, place: place.clone(), ticket };
                 Next::Arrive { place, ticket }
             }
@@ -530,25 +531,25 @@ impl<'w> Scheduling<'w> {
             // A ticket still behind that the record does not hold (taken by this pass,
             // its Queued write lost): written now, as a new one would be.
             Admission::StillWaiting { ticket }
-                if read.task.queued().is_none_or(|q| q.agent != place.agent || q.ticket != ticket) =>
+                if read.task.queued().is_none_or(|q| q.agent != place.gate || q.ticket != ticket) =>
             {
                 self.admitted(read, decision, place, arrived_with, Admission::Queued { ticket })
             }
             Admission::Queued { ticket } => {
-                match read.task.queue(&place.agent, ticket, read.now, &self.policy) {
+                match read.task.queue(&place.gate, ticket, read.now, &self.policy) {
                     Ok(queued) => {
                         let queued = Arc::new(queued);
                         let revision = read.task.revision;
                         self.at = At::WritingQueued {
                             decision: queued.clone(),
-                            agent: place.agent,
+                            agent: place.gate,
                             ticket,
                             now: read.now,
                         };
                         Next::Write { decision: queued, revision }
                     }
                     Err(refusal) => {
-                        self.taken = Some((place.agent, ticket));
+                        self.taken = Some((place.gate, ticket));
                         self.over(Done::Ignored(refusal))
                     }
                 }
@@ -573,8 +574,8 @@ impl<'w> Scheduling<'w> {
             // Noted again: a note lost to an error after the Queued write would leave
             // nobody to wake this ticket but the supervisor.
             Admission::StillWaiting { ticket } => {
-                self.at = At::Noted { agent: place.agent.clone(), ticket, look: false };
-                Next::NoteWaiter { agent: place.agent, ticket, at: read.now }
+                self.at = At::Noted { agent: place.gate.clone(), ticket, look: false };
+                Next::NoteWaiter { agent: place.gate, ticket, at: read.now }
             }
         }
     }
@@ -599,7 +600,7 @@ mod tests {
     /// three-step's first step's agent, limited to one call at a time.
     fn limited(wf: &Workflow) -> (String, BTreeMap<String, Limits>) {
         let agent = wf.step(0).unwrap().agent.clone();
-        let limits = Limits { max_in_flight: Some(1), max_per_second: None };
+        let limits = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
         (agent.clone(), BTreeMap::from([(agent, limits)]))
     }
 
@@ -659,7 +660,7 @@ mod tests {
         let mut r = run(&limits);
         assert!(matches!(r.next(Seen::Nothing), Next::ReadTask));
         let Next::Arrive { place, ticket: None } = r.next(read(&task, &wf)) else { panic!("an arrival") };
-        assert_eq!(place.agent, agent);
+        assert_eq!(place.gate, agent);
         assert!(matches!(r.next(Seen::Admission(Admission::Admitted)), Next::Write { .. }));
         // Without a ticket, the place goes back to the gate.
         let Next::Release { holder, .. } = r.next(Seen::Landed(false)) else { panic!("a release") };
