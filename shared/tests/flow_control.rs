@@ -193,3 +193,32 @@ async fn under_a_rate_limit_calls_spread_over_windows_and_time_alone_lets_the_ne
     }
     assert!(starts[4] - starts[0] < 4_000, "no minute-long stall waiting for the supervisor: {starts:?}");
 }
+
+#[tokio::test]
+async fn places_spread_over_gates_are_each_held_to_their_share_and_given_back_to_their_own_gate() {
+    // 5 places over gates of 2: three gates, holding 2, 2 and 1.
+    let spread = Limits { max_in_flight: Some(5), max_per_second: None, places_per_gate: Some(2) };
+    assert_eq!(spread.gates(), 3);
+    let h = limited(spread);
+    submit_all(&h, 10).await;
+    let mut most = 0;
+    for _ in 0..60 {
+        h.pump_scheduler().await;
+        most = most.max(h.depth(AGENT));
+        for (k, share) in [(0, 2), (1, 2), (2, 1)] {
+            let held = h.store.peek_gate(&format!("orders@{k}")).map_or(0, |g| g.holds.len());
+            assert!(held <= share, "gate {k} holds {held} of its {share}");
+        }
+        h.pump_agent().await;
+    }
+    assert!(most <= 5, "{most} calls out at once against 5 places");
+    assert!(h.count(Metric::CapacityQueued) > 0, "10 orders waited at 5 places");
+    h.run_until_quiet().await;
+    assert_eq!(states(&h, 10), [ProcessState::Processed; 10]);
+    assert!(h.store.peek_gate("orders").is_none(), "the agent's own name holds no gate once spread");
+    for k in 0..3 {
+        let gate = h.store.peek_gate(&format!("orders@{k}")).expect("each gate was used");
+        assert!(gate.holds.is_empty(), "every place given back to its own gate: {gate:?}");
+        assert_eq!(gate.issued, gate.admitted, "every ticket of gate {k} had its turn");
+    }
+}
