@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use sas::domain::Definitions;
-use sas::domain::gate::{Gate, Limits};
+use sas::domain::gate::{Gate, Limits, gates_of};
 use sas::ports::StateStore as _;
 
 use crate::deployment::DeploymentArgs;
@@ -31,7 +31,8 @@ pub enum AgentsCommand {
     ///
     /// For each: max_in_flight and max_per_second, the places held now (calls in flight
     /// and places reserved for tasks let through), the tickets waiting (the queue's
-    /// length) and "paused until T" while a Retry-After pause is on. One consistent read of each agent's gate (the state table's `gate#<agent>` item).
+    /// length) and "paused until T" while a Retry-After pause is on. One consistent read of each agent's gate (the state table's `gate#<agent>` item, or
+    /// `gate#<agent>@<k>` for each 25 places past 25, added up).
     /// An agent whose gate was never written shows 0 held, 0 waiting. The agents are
     /// those of the definition file (--workflows): pass the one the deployment runs.
     /// With --json, one JSON array of objects.
@@ -109,8 +110,14 @@ pub fn not_limited(definitions: &Definitions, from: &str, name: &str) -> Option<
     }
 }
 
-async fn gate(ctx: &Context, agent: &str) -> Result<Option<Gate>, TasksError> {
-    ctx.store.gate(agent).await.map_err(|e| ctx.store_error(e))
+/// The agent's gates that were ever written: one consistent read of each
+/// (`gate::gates_of`: one, or one per 25 places).
+async fn gates(ctx: &Context, agent: &str, limits: &Limits) -> Result<Vec<Gate>, TasksError> {
+    let mut written = Vec::new();
+    for name in gates_of(agent, limits) {
+        written.extend(ctx.store.gate(&name).await.map_err(|e| ctx.store_error(e))?);
+    }
+    Ok(written)
 }
 
 /// The task holding the lowest waiting ticket whose waiter note and record agree.
@@ -132,8 +139,8 @@ async fn list(args: &AgentsArgs) -> Result<ExitCode, TasksError> {
     let ctx = Context::connect(&args.common()).await?;
     let mut seen = Vec::new();
     for (agent, limits) in limited(&ctx.definitions) {
-        let gate = gate(&ctx, &agent).await?;
-        seen.push(Seen { agent, limits, gate, first: None });
+        let gates = gates(&ctx, &agent, &limits).await?;
+        seen.push(Seen { agent, limits, gates, first: None });
     }
     let now = crate::tasks::now();
     if args.json {
@@ -165,12 +172,17 @@ async fn show(args: &ShowAgentArgs) -> Result<ExitCode, TasksError> {
     }
     let limits = definitions.agents[&args.name].limits();
     let ctx = Context::connect(&common).await?;
-    let gate = gate(&ctx, &args.name).await?;
-    let first = match &gate {
-        Some(g) if g.waiting() > 0 => first_in_line(&ctx, g).await?,
-        _ => None,
-    };
-    let seen = Seen { agent: args.name.clone(), limits, gate, first };
+    let gates = gates(&ctx, &args.name, &limits).await?;
+    // The longest waiting of each gate's first in line.
+    let mut first: Option<FirstInLine> = None;
+    for g in gates.iter().filter(|g| g.waiting() > 0) {
+        if let Some(f) = first_in_line(&ctx, g).await?
+            && first.as_ref().is_none_or(|b| f.since < b.since)
+        {
+            first = Some(f);
+        }
+    }
+    let seen = Seen { agent: args.name.clone(), limits, gates, first };
     let flags = crate::tasks::render::deployment_flags(&common.deployment, common.workflows.as_deref());
     let name = crate::tasks::render::shell_word(&args.name);
     let next = vec![

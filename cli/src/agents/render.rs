@@ -16,8 +16,10 @@ use crate::tasks::render::{iso, one_line};
 pub struct Seen {
     pub agent: String,
     pub limits: Limits,
-    /// `None`: the gate was never written (nothing ever waited or held a place).
-    pub gate: Option<Gate>,
+    /// Its gates that were ever written (none: nothing ever waited or held a place). An
+    /// agent's places spread over several gates past 25 (`Limits::gates`): what they hold
+    /// is shown added up.
+    pub gates: Vec<Gate>,
     /// The task holding the lowest waiting ticket, when its waiter note and its record
     /// agree on it.
     pub first: Option<FirstInLine>,
@@ -65,28 +67,37 @@ impl Holder {
     }
 }
 
-/// The gate as it stands at `now`: places still held, what waits, and a pause still on.
+/// The gates as they stand at `now`: places still held, what waits, and a pause still on
+/// (the latest, where several gates were paused).
 struct Now<'a> {
     holds: Vec<(Holder, Timestamp)>,
     /// Places given back in the last window that still count against `max_per_second`.
     tails: usize,
     waiting: u64,
     paused_until: Option<Timestamp>,
+    /// The agent's one gate, when one holds all its places and it was written.
     gate: Option<&'a Gate>,
+    /// How many gates hold its places, and how many of them were written.
+    spread: u32,
+    written: usize,
 }
 
 fn at(seen: &Seen, now: Timestamp) -> Now<'_> {
-    let gate = seen.gate.as_ref();
+    let gates = &seen.gates;
+    let spread = seen.limits.gates();
     Now {
-        holds: gate
-            .map(|g| g.holds.iter().filter(|h| h.until > now).map(|h| (Holder::parse(&h.holder), h.until)))
-            .into_iter()
-            .flatten()
+        holds: gates
+            .iter()
+            .flat_map(|g| {
+                g.holds.iter().filter(|h| h.until > now).map(|h| (Holder::parse(&h.holder), h.until))
+            })
             .collect(),
-        tails: gate.map_or(0, |g| g.tails.iter().filter(|t| **t > now).count()),
-        waiting: gate.map_or(0, Gate::waiting),
-        paused_until: gate.and_then(|g| g.paused_until).filter(|p| *p > now),
-        gate,
+        tails: gates.iter().map(|g| g.tails.iter().filter(|t| **t > now).count()).sum(),
+        waiting: gates.iter().map(Gate::waiting).sum(),
+        paused_until: gates.iter().filter_map(|g| g.paused_until).filter(|p| *p > now).max(),
+        gate: gates.first().filter(|_| spread == 1),
+        spread,
+        written: gates.len(),
     }
 }
 
@@ -181,7 +192,12 @@ pub fn show_text(seen: &Seen, now: Timestamp, next: &[String]) -> String {
     if let Some(look) = n.gate.and_then(|g| g.poke_at).filter(|p| *p > now) {
         fields.push(("next look", iso(look)));
     }
-    if n.gate.is_none() {
+    if n.spread > 1 {
+        fields.push((
+            "gates",
+            format!("{} ({} written), each holding its share of the limits", n.spread, n.written),
+        ));
+    } else if n.gate.is_none() {
         fields.push(("gate", "never written: nothing has waited or held a place yet".to_owned()));
     }
     let mut out = String::new();
@@ -233,6 +249,7 @@ fn waiting_line(n: &Now<'_>) -> String {
             };
             format!("{} ticket(s), tickets {} to {}{skipped}", n.waiting, g.admitted, g.issued - 1)
         }
+        _ if n.waiting > 0 => format!("{} ticket(s) over {} gates", n.waiting, n.spread),
         _ => "0 ticket(s)".to_owned(),
     }
 }
@@ -257,7 +274,8 @@ pub fn show_json(seen: &Seen, now: Timestamp, next: &[String]) -> Value {
         }
     }
     let mut v = list_json(seen, now);
-    v["gate_written"] = json!(n.gate.is_some());
+    v["gate_written"] = json!(n.written > 0);
+    v["gates"] = json!(n.spread);
     v["calls"] = json!(calls);
     v["reserved_places"] = json!(reserved);
     if !other.is_empty() {
@@ -310,7 +328,7 @@ mod tests {
     }
 
     fn seen(gate: Option<Gate>) -> Seen {
-        Seen { agent: "payment".into(), limits: TWO, gate, first: None }
+        Seen { agent: "payment".into(), limits: TWO, gates: gate.into_iter().collect(), first: None }
     }
 
     #[test]
@@ -403,7 +421,7 @@ mod tests {
         let g = Gate::new("wms").arrive(t(0), &rate, "o-1#1.00000000", t(60_000), None).next;
         let g = g.arrive(t(1), &rate, "o-2#1.00000000", t(60_000), None).next;
         let g = g.release(t(100), &rate, "o-1#1.00000000").next;
-        let s = Seen { agent: "wms".into(), limits: rate, gate: Some(g), first: None };
+        let s = Seen { agent: "wms".into(), limits: rate, gates: vec![g], first: None };
         assert!(
             show_text(&s, t(500), &[]).contains("this second     2 of 5 ("),
             "{}",
@@ -411,5 +429,36 @@ mod tests {
         );
         assert_eq!(show_json(&s, t(500), &[])["this_second"], json!(2));
         assert_eq!(show_json(&s, t(1_500), &[])["this_second"], json!(1), "the tail ends a second after");
+    }
+
+    #[test]
+    fn places_spread_over_gates_are_shown_added_up() {
+        let thirty = Limits { max_in_flight: Some(30), max_per_second: None, places_per_gate: None };
+        assert_eq!(thirty.gates(), 2);
+        let gate = |name: &str, holders: &[&str]| {
+            holders.iter().fold(Gate::new(name), |g, h| g.arrive(t(0), &TWO, h, t(60_000), None).next)
+        };
+        let s = Seen {
+            agent: "payment".into(),
+            limits: thirty,
+            gates: vec![
+                gate("payment@0", &["o-1#1.00000000", "o-2#1.00000000", "o-3#1.00000000"]),
+                gate("payment@1", &["o-4#1.00000000"]),
+            ],
+            first: None,
+        };
+        let v = show_json(&s, t(1_000), &[]);
+        assert_eq!(
+            (v["held"].clone(), v["waiting"].clone(), v["gates"].clone()),
+            (json!(3), json!(1), json!(2))
+        );
+        let text = show_text(&s, t(1_000), &[]);
+        for want in [
+            "held            3 of 30 (3 in calls, 0 reserved)\n",
+            "waiting         1 ticket(s) over 2 gates\n",
+            "gates           2 (2 written)",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
     }
 }

@@ -85,7 +85,7 @@ fn known_agent(definitions: &Definitions, from: &str, agent: &str) -> Result<(),
 /// Whether the task's current step runs on `agent` (at a parallel stage, any branch of
 /// it), or the task waits in `agent`'s gate. Without its workflow, only the latter.
 pub fn at_agent(task: &TaskRecord, wf: Option<&sas::domain::Workflow>, agent: &str) -> bool {
-    task.queued().is_some_and(|q| q.agent == agent)
+    task.queued().is_some_and(|q| sas::domain::gate::agent_of_gate(&q.agent) == agent)
         || wf.is_some_and(|wf| wf.together(task.step).any(|i| wf.step(i).is_some_and(|s| s.agent == agent)))
 }
 
