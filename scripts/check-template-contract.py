@@ -22,7 +22,7 @@ infra/ bootstrap expect. This checks that contract:
   and its integration sends there with that role;
 - the functions' one layer (the definition file) is a layer of the stack's own account;
 - alarms: OrdersFailed, depth on every DLQ, Errors and Throttles per function, supervisor
-  not running (missing data breaching), StaleReplies, CallbacksTimedOut; all notify the
+  not running (missing data breaching), StaleReplies, CallbacksTimedOut, SweepsCutShort; all notify the
   operator topic;
 - the dashboard body is valid JSON once substituted and shows every alarm;
 - outputs carry queue URLs, table names and the topic ARN.
@@ -464,7 +464,7 @@ sup = [a["Properties"] for a in alarms.values() if a["Properties"].get("MetricNa
 if not sup or sup[0].get("TreatMissingData") != "breaching" or sup[0].get("ComparisonOperator") != "LessThanThreshold":
     err("supervisor: no 'not running' alarm (Invocations < threshold, missing data breaching)")
 flat = json.dumps(alarms)
-for metric in ("OrdersFailed", "StaleReplies", "CallbacksTimedOut"):
+for metric in ("OrdersFailed", "StaleReplies", "CallbacksTimedOut", "SweepsCutShort"):
     if f'"{metric}"' not in flat:
         err(f"no alarm on {metric}")
 
