@@ -14,7 +14,9 @@
 //!    `P-orders-dlq`, ..., `P-alerts`): the template's `Prefix` parameter (`sas` by
 //!    default), or the `dev-xxxxxxxx` a `sasctl dev --endpoint-url ... --keep` run printed;
 //! 4. the environment: `SAS_STACK`, else `SAS_PREFIX`, read only when neither `--stack`
-//!    nor `--prefix` is given.
+//!    nor `--prefix` is given;
+//! 5. on an emulator's endpoint (`--endpoint-url` or `AWS_ENDPOINT_URL`) with no resource
+//!    flag either: `sasctl up`'s default prefix, `sas-local`.
 //!
 //! The `reply_to` allow-list an operator action's status updates go by is the functions':
 //! the status queue (`StatusQueueArn`, `P-status`, or `--status-queue-arn`), the extra
@@ -46,12 +48,14 @@ pub const PREFIX_VAR: &str = "SAS_PREFIX";
 #[command(next_help_heading = "Deployment")]
 pub struct DeploymentArgs {
     /// The CloudFormation stack: its outputs name the table, queues and topic. Without
-    /// --stack or --prefix, SAS_STACK is read, then SAS_PREFIX; the flags below override
-    /// single resources.
+    /// --stack or --prefix, SAS_STACK is read, then SAS_PREFIX, and on an emulator's
+    /// endpoint with neither, `sasctl up`'s default prefix sas-local; the flags below
+    /// override single resources.
     #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
     pub stack: Option<String>,
     /// The prefix of every resource name (P-state, P-orders, P-orders-dlq, ..., P-alerts):
-    /// the template's Prefix parameter, or a kept `sasctl dev` run's dev-xxxxxxxx.
+    /// the template's Prefix parameter, `sasctl up`'s --prefix (sas-local unless given), or
+    /// a kept `sasctl dev` run's dev-xxxxxxxx.
     #[arg(long, value_name = "P")]
     pub prefix: Option<String>,
     /// The state table's name (overrides the stack or prefix).
@@ -343,9 +347,20 @@ impl DeploymentArgs {
         if let Some(stack) = set(env(STACK_VAR)) {
             return Origin::Stack(stack);
         }
-        match set(env(PREFIX_VAR)) {
-            Some(prefix) => Origin::Prefix(prefix),
-            None => Origin::Flags,
+        if let Some(prefix) = set(env(PREFIX_VAR)) {
+            return Origin::Prefix(prefix);
+        }
+        // Nothing names it, on an emulator's endpoint, and no resource flag either: the
+        // resources `sasctl up` makes there by default, so `tasks` after `up` needs no
+        // flag. On AWS itself nothing is assumed.
+        let local = set(self.endpoint_url.clone()).or_else(|| set(env("AWS_ENDPOINT_URL"))).is_some();
+        let named =
+            [&self.table, &self.orders_queue, &self.scheduler_queue, &self.agent_queue, &self.callback_queue]
+                .iter()
+                .any(|flag| flag.is_some());
+        match local && !named {
+            true => Origin::Prefix(crate::up::DEFAULT_PREFIX.to_owned()),
+            false => Origin::Flags,
         }
     }
 
@@ -722,6 +737,14 @@ mod tests {
         assert_eq!(args().origin_with(&only_prefix), Origin::Prefix("p".into()));
         let blank = DeploymentArgs { stack: Some(" ".into()), ..args() };
         assert_eq!(blank.origin_with(&none), Origin::Flags, "an empty value is unset");
+        // On an emulator with nothing named: `sasctl up`'s default prefix.
+        let local = DeploymentArgs { endpoint_url: Some("http://127.0.0.1:5000".into()), ..args() };
+        assert_eq!(local.origin_with(&none), Origin::Prefix(crate::up::DEFAULT_PREFIX.into()));
+        let env_endpoint =
+            |name: &str| (name == "AWS_ENDPOINT_URL").then(|| "http://127.0.0.1:4566".to_owned());
+        assert_eq!(args().origin_with(&env_endpoint), Origin::Prefix(crate::up::DEFAULT_PREFIX.into()));
+        let table = DeploymentArgs { table: Some("t".into()), ..local };
+        assert_eq!(table.origin_with(&none), Origin::Flags, "a resource named by flag: nothing assumed");
     }
 
     #[test]

@@ -79,6 +79,19 @@ pub struct UpOptions {
 
 impl UpOptions {
     /// The endpoints, as the startup line names them.
+    /// The environment that makes every later `sasctl tasks`, `agents` and `dlq` command
+    /// (and the aws CLI v2) find this run's resources without a flag.
+    pub fn exports(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![("AWS_ENDPOINT_URL", self.endpoint.clone())];
+        vars.extend(self.dynamodb_endpoint.clone().map(|d| ("AWS_ENDPOINT_URL_DYNAMODB", d)));
+        vars.push((crate::deployment::PREFIX_VAR, self.prefix.clone()));
+        if let Some(file) = &self.workflows {
+            let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.clone());
+            vars.push((crate::tasks::WORKFLOWS_VAR, file.display().to_string()));
+        }
+        vars
+    }
+
     pub fn endpoints(&self) -> String {
         match &self.dynamodb_endpoint {
             Some(dynamodb) => format!("{} (DynamoDB at {dynamodb})", self.endpoint),
@@ -268,6 +281,7 @@ impl Startup<'_> {
                     "supervisor_period_ms": every, "step_timeout_ms": self.step_timeout_ms,
                     "windows": o.windows,
                     "send_example": example,
+                    "exports": o.exports().into_iter().collect::<BTreeMap<_, _>>(),
                 }),
             );
             return;
@@ -306,6 +320,14 @@ impl Startup<'_> {
         ));
         lines.push("send an order:".to_owned());
         lines.push(format!("  {example}"));
+        let exports: Vec<String> =
+            o.exports().iter().map(|(k, v)| format!("{k}={}", crate::tasks::render::shell_word(v))).collect();
+        lines.push(
+            "watch it from another terminal (every sasctl tasks, agents and dlq command then needs no flag):"
+                .to_owned(),
+        );
+        lines.push(format!("  export {}", exports.join(" ")));
+        lines.push("  sasctl tasks list --state processing; sasctl tasks show <order id>".to_owned());
         lines.push("running; Ctrl-C stops (the resources stay)".to_owned());
         let mut out = std::io::stdout().lock();
         for line in lines {
@@ -361,7 +383,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| UpError::Signals(e.to_string()))?;
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| UpError::Signals(e.to_string()))?;
 
-    let events = Arc::new(EventLog::new(options.json));
+    let events = Arc::new(EventLog::new(options.json).with_workflows(ready.definitions.workflows.clone()));
     Startup {
         options: &options,
         provisioned: &ready.provisioned,
@@ -510,7 +532,11 @@ pub fn start(
 
     let pumps = Pumps {
         consumer: sqs,
-        kept: Arc::new(events::RejectionTap { inner: sends, log: events.clone() }),
+        kept: Arc::new(events::RejectionTap {
+            inner: sends,
+            log: events.clone(),
+            refused_at: QueueUrl(ready.provisioned.callback_dlq.clone()),
+        }),
         metrics,
         settings: PumpSettings {
             batch_size: 10,

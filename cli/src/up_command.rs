@@ -2,6 +2,7 @@
 //!
 //! Beside `up`, not inside it, so `up` never imports what uses it.
 
+use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -85,12 +86,15 @@ pub fn start_emulator(emulator: Emulator) -> Result<(String, Option<String>), St
     let name = format!("infra/{}", emulator.script());
     if !script.is_file() {
         return Err(format!(
-            "--emulator: {} is not there (sasctl runs the script of the repository it was built in);              start an emulator yourself and give --endpoint-url",
+            "--emulator: {} is not there (sasctl runs the script of the repository it was built in); start an emulator yourself and give --endpoint-url",
             script.display()
         ));
     }
+    // In a process group of its own: the terminal's Ctrl-C, which stops `up`, goes to its
+    // foreground group and must not reach the emulator, which stays running.
     let started = std::process::Command::new(&script)
         .arg("start")
+        .process_group(0)
         .stdout(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("--emulator: {name} start: {e}"))?;

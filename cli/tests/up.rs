@@ -319,6 +319,24 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
     }
     let states = aws.wait_until_ended(&orders, Duration::from_secs(90)).await;
     assert_eq!(states, ["Processed", "Processed", "Processed", "Error"]);
+    // The exports `up` prints are all a later `sasctl tasks` needs: no flag.
+    let export = startup.lines().find_map(|l| l.trim().strip_prefix("export ")).expect("an export line");
+    let vars: Vec<(&str, &str)> = export.split(' ').filter_map(|kv| kv.split_once('=')).collect();
+    assert!(vars.contains(&("SAS_PREFIX", prefix.as_str())), "{export}");
+    assert!(vars.contains(&("AWS_ENDPOINT_URL", endpoint.as_str())), "{export}");
+    let listed = tokio::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["tasks", "list", "--state", "error", "--json"])
+        .env_remove("SAS_STACK")
+        .envs(vars.iter().copied())
+        .output()
+        .await
+        .expect("sasctl runs");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success() && text.contains("refuse-1"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
     // The last event lines may trail the table by a moment.
     up.wait_for_line(|l| l.contains("Error") && l.contains("refuse-1"), Duration::from_secs(10)).await;
 
@@ -327,7 +345,7 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
     assert_eq!(status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
         stdout.contains(
-            "stopped: 4 accepted, 3 processed, 1 error, 0 compensated, 0 in flight; 0 rejected, 1 alerts"
+            "stopped: 4 accepted, 3 processed, 1 error, 0 compensated, 0 in flight; 0 rejected, 0 callbacks refused, 1 alerts"
         ),
         "{stdout}"
     );

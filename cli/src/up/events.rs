@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sas::domain::{
-    Act, Actor, CancelRequest, Happened, Intake, OperatorAlert, OrderId, Origin, ProcessState, Sender,
-    TaskRecord, Trigger,
+    Act, Actor, CancelRequest, Cause, Happened, Intake, OperatorAlert, OrderId, Origin, ProcessState, Sender,
+    TaskRecord, Trigger, Workflows,
 };
 use sas::handlers::{BatchReport, HandlerError, Inbound, REASON_ATTRIBUTE, Submission, SweepReport};
 use sas::ports::{AlertError, Alerts, Outgoing, QueueError, QueueUrl, Queues};
 use serde::Serialize;
+use serde_json::json;
 
 use crate::pump::PumpEvents;
 use crate::tap::{Landed, Tap};
@@ -36,8 +37,11 @@ pub struct UpCounts {
     pub compensated: usize,
     /// Not ended yet.
     pub in_flight: usize,
-    /// Messages kept in a dead-letter queue with a reason (bad orders, mostly).
+    /// Messages kept in a dead-letter queue with a reason (bad orders, mostly), other than
+    /// callback completions.
     pub rejected: usize,
+    /// Callback completions refused and kept in the callback DLQ with their reason.
+    pub callbacks_refused: usize,
     /// Operator alerts published.
     pub alerts: usize,
     pub supervisor_runs: u64,
@@ -50,14 +54,15 @@ pub struct UpCounts {
 impl UpCounts {
     pub fn line(&self) -> String {
         format!(
-            "{} accepted, {} processed, {} error, {} compensated, {} in flight; {} rejected, {} alerts, \
-             {} supervisor runs ({} retries)",
+            "{} accepted, {} processed, {} error, {} compensated, {} in flight; {} rejected, {} callbacks \
+             refused, {} alerts, {} supervisor runs ({} retries)",
             self.accepted,
             self.processed,
             self.error,
             self.compensated,
             self.in_flight,
             self.rejected,
+            self.callbacks_refused,
             self.alerts,
             self.supervisor_runs,
             self.supervisor_retries
@@ -91,6 +96,8 @@ impl Counts {
 /// Where events are told, and the counts kept.
 pub struct EventLog {
     started: Instant,
+    /// The run's workflows, to name steps (`with_workflows`).
+    workflows: Option<Workflows>,
     json: bool,
     /// Tells nothing, only counts (`bench traffic`).
     quiet: bool,
@@ -104,7 +111,12 @@ fn queue_name(url: &str) -> &str {
 
 impl EventLog {
     pub fn new(json: bool) -> EventLog {
-        EventLog { started: Instant::now(), json, quiet: false, counts: Mutex::default() }
+        EventLog { started: Instant::now(), workflows: None, json, quiet: false, counts: Mutex::default() }
+    }
+
+    /// Names the steps of `workflows` in what it tells.
+    pub fn with_workflows(self, workflows: Workflows) -> EventLog {
+        EventLog { workflows: Some(workflows), ..self }
     }
 
     /// An event log that only counts.
@@ -192,6 +204,20 @@ impl EventLog {
             &text,
             serde_json::json!({ "order_id": task.order_id.as_str(), "state": state, "reason": why }),
         );
+    }
+
+    /// The step's name, where the run's definitions have the task's workflow.
+    fn step_name(&self, task: &TaskRecord, step: u32) -> String {
+        let named =
+            self.workflows.as_ref().and_then(|w| w.get_version(&task.workflow, task.workflow_version));
+        named.and_then(|wf| wf.step(step)).map_or_else(|| format!("step {step}"), |s| s.name.clone())
+    }
+
+    /// A task that starts or stops waiting (`wait_event`).
+    fn waits(&self, task: &TaskRecord) {
+        if let Some((what, text, fields)) = wait_event(task, |step| self.step_name(task, step)) {
+            self.tell(what, &text, fields);
+        }
     }
 
     /// An app's cancel arrived on the orders queue.
@@ -282,6 +308,8 @@ impl Tap for EventLog {
             );
         } else if terminal {
             self.ended(task);
+        } else {
+            self.waits(task);
         }
     }
 }
@@ -324,19 +352,99 @@ impl PumpEvents for EventLog {
     }
 }
 
+/// The line a task that starts or stops waiting is told with: a timer, the outside, a
+/// place at a limited agent, or a remote's Retry-After. `name`: a step's name.
+fn wait_event(
+    task: &TaskRecord,
+    name: impl Fn(u32) -> String,
+) -> Option<(&'static str, String, serde_json::Value)> {
+    let order = task.order_id.as_str();
+    let at = |ms: u64| crate::tasks::render::iso(sas::domain::Timestamp(ms));
+    let (what, text, fields) = match &task.last_cause {
+        Cause::Slept { step, wake_at } => {
+            let name = name(*step);
+            (
+                "waiting",
+                format!("{order} sleeps at {name} until {}", at(wake_at.0)),
+                json!({"step": name, "wake_at": at(wake_at.0)}),
+            )
+        }
+        Cause::Started { step } => {
+            let name = name(*step);
+            let timeout = task.callback().map(|c| at(c.timeout_at.0));
+            let until = timeout.as_deref().map_or_else(String::new, |t| format!(" (timeout {t})"));
+            (
+                "waiting",
+                format!("{order} waits for the outside at {name}{until}"),
+                json!({"step": name, "timeout_at": timeout}),
+            )
+        }
+        Cause::Woke { step, late_ms } => {
+            let name = name(*step);
+            (
+                "woke",
+                format!("{order} woke at {name}, {late_ms} ms after its time"),
+                json!({"step": name, "late_ms": late_ms}),
+            )
+        }
+        Cause::Completed { step } => {
+            let name = name(*step);
+            (
+                "woke",
+                format!("{order}'s callback at {name} completed"),
+                json!({"step": name, "completed": true}),
+            )
+        }
+        Cause::Queued { step, ticket } => {
+            let name = name(*step);
+            let gate = task.queued().map(|q| q.agent.clone()).unwrap_or_default();
+            (
+                "queued",
+                format!("{order} waits for a place at {gate} for {name} (ticket {ticket})"),
+                json!({"step": name, "gate": gate, "ticket": ticket}),
+            )
+        }
+        Cause::Throttled { step, retry_after_ms, .. } => {
+            let name = name(*step);
+            (
+                "throttled",
+                format!(
+                    "{order} throttled at {name}: tried again in {:.1} s",
+                    *retry_after_ms as f64 / 1_000.0
+                ),
+                json!({"step": name, "retry_after_ms": retry_after_ms}),
+            )
+        }
+        _ => return None,
+    };
+    let mut fields = fields;
+    fields["order_id"] = json!(order);
+    Some((what, text, fields))
+}
+
 /// The queues the handlers keep rejected messages through, telling the event log of each
 /// one kept (with its reason) once it is in its dead-letter queue.
 pub struct RejectionTap {
     pub inner: Arc<dyn Queues>,
     pub log: Arc<EventLog>,
+    /// The callback DLQ: what is kept there is a completion the task refused (a token
+    /// stale, forged or for a step that ended), counted as refused, not as a rejection.
+    pub refused_at: QueueUrl,
 }
 
 impl RejectionTap {
     fn kept(&self, queue: &QueueUrl, message: &Outgoing) {
         let Some(reason) = message.attributes.get(REASON_ATTRIBUTE) else { return };
-        self.log.counts().summary.rejected += 1;
+        let refused = *queue == self.refused_at;
+        {
+            let mut counts = self.log.counts();
+            match refused {
+                true => counts.summary.callbacks_refused += 1,
+                false => counts.summary.rejected += 1,
+            }
+        }
         self.log.tell(
-            "rejected",
+            if refused { "refused" } else { "rejected" },
             &rejected_text(queue_name(&queue.0), &message.body, reason),
             serde_json::json!({
                 "order_id": named_order(&message.body), "queue": queue.0, "reason": reason,
@@ -528,5 +636,23 @@ mod tests {
         assert!(!log.cancel_landed(&id), "told once");
         // Nothing else is a cancel.
         assert!(cancel_in(&task("slow-1", ProcessState::Processing), Some(ProcessState::Pending)).is_none());
+    }
+
+    #[test]
+    fn waits_are_told_with_the_step_name_and_other_changes_are_not() {
+        let name = |step: u32| format!("s{step}");
+        let mut t = task("o-1", ProcessState::Pending);
+        t.last_cause = Cause::Slept { step: 1, wake_at: Timestamp(1_700_000_060_000) };
+        let (what, text, fields) = wait_event(&t, name).expect("a sleep is told");
+        assert_eq!((what, text.as_str()), ("waiting", "o-1 sleeps at s1 until 2023-11-14T22:14:20.000Z"));
+        assert_eq!(fields["order_id"], "o-1");
+        t.last_cause = Cause::Woke { step: 1, late_ms: 40 };
+        assert_eq!(wait_event(&t, name).unwrap().1, "o-1 woke at s1, 40 ms after its time");
+        t.last_cause = Cause::Queued { step: 0, ticket: 7 };
+        assert_eq!(wait_event(&t, name).unwrap().0, "queued");
+        t.last_cause = Cause::Throttled { step: 0, action: sas::domain::Action::Do, retry_after_ms: 2_500 };
+        assert_eq!(wait_event(&t, name).unwrap().1, "o-1 throttled at s0: tried again in 2.5 s");
+        t.last_cause = Cause::Claimed { step: 0, action: sas::domain::Action::Do };
+        assert!(wait_event(&t, name).is_none(), "a claim is no wait");
     }
 }
