@@ -118,6 +118,7 @@ impl Default for DevOptions {
                 duplicate: 0.05,
                 stale: 0.02,
                 forged: 0.02,
+                keep_alive: false,
             },
             duplicate_rate: 0.05,
             malformed: 10,

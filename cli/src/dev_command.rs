@@ -204,6 +204,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         duplicate: args.callback_duplicate_rate,
         stale: args.callback_stale_rate,
         forged: args.callback_forged_rate,
+        keep_alive: false,
     };
     let options = DevOptions {
         orders: args.orders,

@@ -305,6 +305,10 @@ pub struct CallbackFaults {
     /// While the attempt waits, a success is sent with a forged token: the attempt's
     /// order, step and attempt, another secret.
     pub forged: f64,
+    /// A party with no word of its own (`never`) still sends the heartbeats the step asks
+    /// for, until its timeout: it keeps the work open for someone to complete by hand
+    /// (`sasctl up`).
+    pub keep_alive: bool,
 }
 
 /// The reason of every failure the outside party sends.
@@ -370,6 +374,18 @@ pub struct Outside {
     queues: Arc<dyn Queues>,
     queue: QueueUrl,
     state: Mutex<OutsideState>,
+    /// Told of each token once, when its call brings it (`with_keeper`).
+    keeper: Option<tokio::sync::mpsc::UnboundedSender<KeptToken>>,
+}
+
+/// A callback step's token as the outside party was given it, for someone to complete it
+/// by hand (`sasctl up` prints `sasctl tasks complete TOKEN`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptToken {
+    pub order_id: String,
+    pub step: String,
+    pub attempt: u32,
+    pub token: String,
 }
 
 #[derive(Default)]
@@ -434,7 +450,12 @@ impl Outside {
                 })
                 .or_insert(cb);
         }
-        Outside { faults, seed, steps, queues, queue, state: Mutex::default() }
+        Outside { faults, seed, steps, queues, queue, state: Mutex::default(), keeper: None }
+    }
+
+    /// Tells `keeper` of each token the calls bring, once per token.
+    pub fn with_keeper(self, keeper: tokio::sync::mpsc::UnboundedSender<KeptToken>) -> Outside {
+        Outside { keeper: Some(keeper), ..self }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, OutsideState> {
@@ -483,6 +504,14 @@ impl Outside {
             seen.insert(claims.attempt, token.expose().to_owned());
             earlier
         };
+        if let Some(keeper) = &self.keeper {
+            let _ = keeper.send(KeptToken {
+                order_id: call.order_id.to_owned(),
+                step: call.name.to_owned(),
+                attempt: claims.attempt,
+                token: token.expose().to_owned(),
+            });
+        }
         let f = &self.faults;
         let mut rng = dice(self.seed ^ 0xca11_bac4_0000_0000, call.key, claims.attempt.into());
         let roll = rng.f64();
@@ -538,14 +567,14 @@ impl Outside {
         };
         let own = token.expose();
         // Heartbeats, one well before each is due, while the word is still to come.
-        if let Some(every) = cb.heartbeat_ms.filter(|_| fate != Fate::Never) {
+        if let Some(every) = cb.heartbeat_ms.filter(|_| fate != Fate::Never || f.keep_alive) {
             let half = (every / 2).max(1);
             let until = match fate {
-                Fate::Late => cb.timeout_ms.saturating_sub(half),
+                Fate::Late | Fate::Never => cb.timeout_ms.saturating_sub(half),
                 _ => delay,
             };
             // A sign of life halfway to a word that takes a while.
-            if fate != Fate::Late && delay >= 50 {
+            if !matches!(fate, Fate::Late | Fate::Never) && delay >= 50 {
                 push(delay / 2, SendKind::Genuine, own, &Completion::Heartbeat);
             }
             let mut t = half;
@@ -784,5 +813,11 @@ mod tests {
         // Never: not a word, not a heartbeat.
         let never = outside(CallbackFaults { never: 1.0, ..Default::default() }, Some(1_000));
         assert!(never.plan(&mut Ledger::default(), &call("o-1:0:do"), &token(1, 1), "", 0).is_empty());
+        // Kept for a person: no word, only heartbeats every half interval until the timeout.
+        let kept =
+            outside(CallbackFaults { never: 1.0, keep_alive: true, ..Default::default() }, Some(1_000));
+        let sends = kept.plan(&mut Ledger::default(), &call("o-1:0:do"), &token(1, 1), "", 0);
+        assert!(!sends.is_empty());
+        assert!(sends.iter().all(|(_, x)| x.body.contains("heartbeat")), "{sends:?}");
     }
 }

@@ -14,7 +14,7 @@ mod events;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sas::adapters::aws::provision::{self, Layout, Provisioned};
@@ -37,6 +37,7 @@ pub use events::{EventLog, UpCounts};
 
 use crate::endpoint::{EndpointError, check_url, one_line, probe, sdk_config};
 use crate::pump::{PumpEvents, PumpSettings, pump};
+use crate::remote_sim::{CallbackFaults, KeptToken, LoopbackRemote, Outside};
 use crate::tap::{TapStore, TeeAlerts};
 
 /// The prefix when none is given: the same every time, so a restarted `up` finds the
@@ -55,6 +56,17 @@ pub const DEPLOYED_SCHEDULE: &str = "rate(1 minute)";
 /// agent's configuration requires one, and no call ever goes to it (port 9, discard).
 const UNUSED_REMOTE: &str = "http://127.0.0.1:9";
 
+/// The remote service `up` runs on loopback for agents without a url of their own: the
+/// simulation's well-behaved service (`remote_sim`), with these faults, and the outside
+/// party of callback steps, which keeps each token and either completes it after up to
+/// `callback_delay_ms` or leaves it to the user (`up` prints the command).
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    pub faults: crate::remote_sim::RemoteFaults,
+    pub agent_faults: BTreeMap<String, crate::remote_sim::RemoteFaults>,
+    pub callback_delay_ms: Option<u64>,
+}
+
 #[derive(Debug, Clone)]
 pub struct UpOptions {
     /// Every service's endpoint, or every one but DynamoDB's when `dynamodb_endpoint` names it.
@@ -65,7 +77,11 @@ pub struct UpOptions {
     /// The definition file; the built-in examples/workflows.json when `None`.
     pub workflows: Option<PathBuf>,
     /// `REMOTE_SERVICE_URL`: where agents without a `url` of their own send their calls.
+    /// `None`: to the simulated service `simulated` describes, which `up` runs.
     pub remote_service_url: Option<String>,
+    /// The simulated remote service (and callback steps' outside party) `up` runs when no
+    /// `remote_service_url` is given; `None` with none given: every agent needs its own url.
+    pub simulated: Option<Simulated>,
     pub supervisor_period: Duration,
     /// Batches in flight per function.
     pub concurrency: usize,
@@ -84,6 +100,17 @@ impl UpOptions {
     pub fn exports(&self) -> Vec<(&'static str, String)> {
         let mut vars = vec![("AWS_ENDPOINT_URL", self.endpoint.clone())];
         vars.extend(self.dynamodb_endpoint.clone().map(|d| ("AWS_ENDPOINT_URL_DYNAMODB", d)));
+        // What the aws CLI needs too (v1 reads only AWS_DEFAULT_REGION): the region `up`
+        // signs for, and throwaway credentials unless the environment has its own.
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let region =
+            env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION")).unwrap_or_else(|| "us-east-1".into());
+        vars.push(("AWS_REGION", region.clone()));
+        vars.push(("AWS_DEFAULT_REGION", region));
+        if env("AWS_ACCESS_KEY_ID").is_none() && env("AWS_PROFILE").is_none() {
+            vars.push(("AWS_ACCESS_KEY_ID", "test".into()));
+            vars.push(("AWS_SECRET_ACCESS_KEY", "test".into()));
+        }
         vars.push((crate::deployment::PREFIX_VAR, self.prefix.clone()));
         if let Some(file) = &self.workflows {
             let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.clone());
@@ -147,6 +174,8 @@ pub enum UpError {
          URL/<agent>/<step>), or a --workflows file whose agents each name their url"
     )]
     NoRemote { agents: String, file: String },
+    #[error("cannot start the simulated remote service on loopback: {0}")]
+    Service(String),
     #[error("cannot create the resources at {url}: {reason}")]
     Provision { url: String, reason: String },
     #[error("the functions' configuration is not valid: {0}")]
@@ -396,6 +425,17 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
 
     let (stop_all, stop) = watch::channel(false);
     let workers = start(&ready, &options, events.clone(), stop);
+    let kept = ready.kept.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(mut kept) = kept {
+        let (events, by_hand) =
+            (events.clone(), options.simulated.as_ref().is_some_and(|s| s.callback_delay_ms.is_none()));
+        // Not one of the workers a stop waits for: it ends with the run.
+        tokio::spawn(async move {
+            while let Some(token) = kept.recv().await {
+                events.kept_token(&token, by_hand);
+            }
+        });
+    }
     tokio::select! {
         _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
@@ -431,7 +471,13 @@ pub struct Ready {
     /// The resources this call created (the rest were found).
     pub created: Vec<crate::resources::Resource>,
     configs: Configs,
+    /// The simulated remote service, held while `up` runs (dropped, it stops serving),
+    /// and the tokens its outside party keeps (taken once, by the event log's teller).
+    _service: Option<LoopbackRemote>,
+    kept: Mutex<Option<KeptTokens>>,
 }
+
+type KeptTokens = tokio::sync::mpsc::UnboundedReceiver<KeptToken>;
 
 /// Checks the options, finds or creates the resources and reads the functions'
 /// configurations from them.
@@ -444,12 +490,11 @@ pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
         return Err(UpError::Prefix(options.prefix.clone()));
     }
     let definitions = crate::workflows::load(options.workflows.as_deref()).map_err(UpError::Definitions)?;
-    let (targets, without_url) = agent_targets(&definitions, options.remote_service_url.as_deref());
-    if options.remote_service_url.is_none() && !without_url.is_empty() {
+    let (_, without_url) = agent_targets(&definitions, options.remote_service_url.as_deref());
+    if options.remote_service_url.is_none() && options.simulated.is_none() && !without_url.is_empty() {
         let file = crate::workflows::source_name(options.workflows.as_deref());
         return Err(UpError::NoRemote { agents: without_url.join(", "), file });
     }
-    let remote = options.remote_service_url.clone().unwrap_or_else(|| UNUSED_REMOTE.to_owned());
 
     let sdk = sdk_config(&options.endpoint).await;
     probe(&sdk, &options.endpoint).await?;
@@ -468,8 +513,71 @@ pub async fn prepare(options: &UpOptions) -> Result<Ready, UpError> {
     let now = crate::resources::existing(&clients, &layout).await.map_err(provision_failed)?;
     let created = crate::resources::made(&before, now);
     let region = sdk.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
+    let service = match (&options.remote_service_url, &options.simulated) {
+        (None, Some(simulated)) if !without_url.is_empty() => {
+            Some(simulated_service(simulated, &definitions, &clients, &provisioned).await?)
+        }
+        _ => None,
+    };
+    let remote = match (&options.remote_service_url, &service) {
+        (Some(url), _) => url.clone(),
+        (None, Some((service, _))) => service.base_url(),
+        (None, None) => UNUSED_REMOTE.to_owned(),
+    };
+    let (mut targets, _) =
+        agent_targets(&definitions, Some(remote.as_str()).filter(|_| !without_url.is_empty()));
+    if service.is_some() {
+        for line in targets.iter_mut().filter(|l| l.contains(&remote)) {
+            line.push_str(" (the simulated service)");
+        }
+    }
+    let (service, kept) = service.map_or((None, None), |(s, k)| (Some(s), Some(k)));
     let configs = configs(&provisioned, options, &region, &remote)?;
-    Ok(Ready { definitions, targets, sdk, clients, provisioned, created, configs })
+    Ok(Ready {
+        definitions,
+        targets,
+        sdk,
+        clients,
+        provisioned,
+        created,
+        configs,
+        _service: service,
+        kept: Mutex::new(kept),
+    })
+}
+
+/// Starts the simulated service on loopback, its outside party sending completions on
+/// the run's callback queue and telling of each token it keeps.
+async fn simulated_service(
+    simulated: &Simulated,
+    definitions: &Definitions,
+    clients: &Clients,
+    provisioned: &Provisioned,
+) -> Result<(LoopbackRemote, KeptTokens), UpError> {
+    let (keeper, kept) = tokio::sync::mpsc::unbounded_channel();
+    let callbacks = match simulated.callback_delay_ms {
+        Some(delay_max_ms) => CallbackFaults { delay_max_ms, ..CallbackFaults::default() },
+        // Kept for the user: no word of its own.
+        None => CallbackFaults { never: 1.0, keep_alive: true, ..CallbackFaults::default() },
+    };
+    let queues: Arc<dyn Queues> = Arc::new(SqsQueues::new(clients.sqs.clone()));
+    let outside = Outside::new(
+        callbacks,
+        fastrand::u64(..),
+        &definitions.workflows,
+        queues,
+        QueueUrl(provisioned.callback_queue.clone()),
+    )
+    .with_keeper(keeper);
+    let service = LoopbackRemote::start_with(
+        simulated.faults,
+        simulated.agent_faults.clone(),
+        fastrand::u64(..),
+        Some(outside),
+    )
+    .await
+    .map_err(|e| UpError::Service(e.to_string()))?;
+    Ok((service, kept))
 }
 
 /// The four functions, wired as their Lambda binaries wire them, with the event log watching

@@ -34,14 +34,47 @@ pub struct UpArgs {
     #[arg(long, default_value = crate::up::DEFAULT_PREFIX)]
     pub prefix: String,
     /// Definition file of the workflows and agents (default: the built-in
-    /// examples/workflows.json, whose agents have no url and so need
-    /// --remote-service-url).
+    /// examples/workflows.json, whose agents have no url: they call the simulated service,
+    /// or --remote-service-url).
     #[arg(long, value_name = "FILE")]
     pub workflows: Option<std::path::PathBuf>,
     /// Where agents without a url of their own send their calls: POST
-    /// URL/<agent>/<step> (https, or http to a loopback host).
+    /// URL/<agent>/<step> (https, or http to a loopback host). Without it, `up` runs a
+    /// simulated service on loopback for them (the options under "The simulated
+    /// service").
     #[arg(long, value_name = "URL", env = "REMOTE_SERVICE_URL")]
     pub remote_service_url: Option<String>,
+    /// Probability a call to the simulated service fails transiently (503), 0 to 1.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::rate("--failure-rate"),
+          help_heading = "The simulated service (without --remote-service-url)")]
+    pub failure_rate: f64,
+    /// Probability a call is refused for good (422), 0 to 1.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::rate("--permanent-rate"),
+          help_heading = "The simulated service (without --remote-service-url)")]
+    pub permanent_rate: f64,
+    /// Probability a call never answers (the agent's timeout ends it), 0 to 1.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::rate("--hang-rate"),
+          help_heading = "The simulated service (without --remote-service-url)")]
+    pub hang_rate: f64,
+    /// Its time per answered call: uniform up to this, in ms (at most 60000).
+    #[arg(long, default_value_t = 100, value_parser = whole::<u64>("--latency-ms", 0, 60_000),
+          help_heading = "The simulated service (without --remote-service-url)")]
+    pub latency_ms: u64,
+    /// One agent's service fails differently: NAME=KIND:RATE[,KIND:RATE], kinds fail,
+    /// refuse, undo-refuse, hang, bad-output (0 to 1) and latency (ms). Repeatable.
+    #[arg(
+        long,
+        value_name = "NAME=KIND:RATE",
+        help_heading = "The simulated service (without --remote-service-url)"
+    )]
+    pub agent_fault: Vec<crate::agent_fault::AgentFault>,
+    /// Callback steps: the simulated service answers a callback step's call at once (the
+    /// work started) and keeps the token. Without this option `up` prints
+    /// `sasctl tasks complete TOKEN` for you to complete it; with it, the service completes
+    /// each one itself with success, up to this long after the call (0 to 3600000 ms).
+    #[arg(long, value_name = "MS", value_parser = whole::<u64>("--callback-delay-ms", 0, 3_600_000),
+          help_heading = "The simulated service (without --remote-service-url)")]
+    pub callback_delay_ms: Option<u64>,
     /// How often the supervisor runs, in ms (100 to 3600000). The deployed one runs on
     /// its EventBridge schedule, rate(1 minute) by default.
     #[arg(long, default_value_t = 10_000,
@@ -140,7 +173,31 @@ pub async fn run_command(args: UpArgs) -> Result<ExitCode, String> {
         }
         (None, None) => return Err("give --endpoint-url or --emulator".into()),
     };
+    let simulated = match &args.remote_service_url {
+        Some(_) => None,
+        None => {
+            let faults = crate::remote_sim::RemoteFaults {
+                transient: args.failure_rate,
+                permanent: args.permanent_rate,
+                undo_permanent: 0.0,
+                hang: args.hang_rate,
+                latency_max_ms: args.latency_ms,
+                bad_output: 0.0,
+                ignores_undone: false,
+            };
+            if faults.transient + faults.permanent + faults.hang >= 1.0 {
+                return Err(
+                    "--failure-rate, --permanent-rate and --hang-rate must add up to less than 1".into()
+                );
+            }
+            let definitions = crate::workflows::load(args.workflows.as_deref()).map_err(|e| e.to_string())?;
+            let agents: Vec<&str> = definitions.agents.keys().map(String::as_str).collect();
+            let agent_faults = crate::agent_fault::per_agent(&args.agent_fault, faults, &agents)?;
+            Some(crate::up::Simulated { faults, agent_faults, callback_delay_ms: args.callback_delay_ms })
+        }
+    };
     let options = crate::up::UpOptions {
+        simulated,
         endpoint,
         dynamodb_endpoint,
         prefix: args.prefix,

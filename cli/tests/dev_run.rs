@@ -354,6 +354,7 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
         duplicate: 0.2,
         stale: 0.2,
         forged: 0.2,
+        keep_alive: false,
     };
     let base = dev::run(options, |_| {}).await.expect("dev run starts");
     assert_clean(&base);

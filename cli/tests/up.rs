@@ -584,3 +584,55 @@ async fn an_operator_lists_failed_tasks_resubmits_them_once_fixed_and_cancels_a_
     remove_resources(&endpoint, &prefix).await;
     let _ = std::fs::remove_dir_all(workflows.parent().unwrap());
 }
+
+/// Without --remote-service-url, `up` runs the simulated service: the agents' calls are
+/// answered with no service of the user's, a callback step's token is printed with the
+/// command that completes it, and that command (with only the printed exports) finishes
+/// the order.
+#[tokio::test]
+async fn the_simulated_service_answers_and_a_callback_is_completed_by_the_printed_command() {
+    let test = "the_simulated_service_answers_and_a_callback_is_completed_by_the_printed_command";
+    let Some(endpoint) = support::endpoint(test) else { return };
+    let dir = std::env::temp_dir().join(format!("sasctl-up-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let workflows = dir.join("approval.json");
+    let text = serde_json::json!({
+        "agents": {"payment": {}, "approvals": {}},
+        "workflows": [{"name": "approval", "steps": [
+            {"name": "charge", "agent": "payment", "compensation": "refund"},
+            {"name": "approve", "agent": "approvals",
+             "callback": {"timeout_ms": 120_000, "heartbeat_ms": 5_000}},
+        ]}],
+    });
+    std::fs::write(&workflows, text.to_string()).unwrap();
+    let prefix = format!("t-up-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let up = Up::start(&endpoint, &prefix, &workflows).await;
+    let startup = up.stdout();
+    assert!(startup.contains("(the simulated service)"), "{startup}");
+    let aws = Aws::new(&endpoint, &prefix).await;
+    aws.send_order_of("wait-1", "approval").await;
+    let line =
+        up.wait_for_line(|l| l.contains("callback") && l.contains("wait-1"), Duration::from_secs(60)).await;
+    let token = line
+        .split_whitespace()
+        .skip_while(|w| *w != "complete")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+        .to_owned();
+    let export = startup.lines().find_map(|l| l.trim().strip_prefix("export ")).expect("an export line");
+    let vars: Vec<(&str, &str)> = export.split(' ').filter_map(|kv| kv.split_once('=')).collect();
+    let done = tokio::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["tasks", "complete", &token])
+        .env_remove("SAS_STACK")
+        .envs(vars.iter().copied())
+        .output()
+        .await
+        .expect("sasctl runs");
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let states = aws.wait_until_ended(&["wait-1"], Duration::from_secs(60)).await;
+    assert_eq!(states, ["Processed"]);
+    up.interrupt();
+    let (status, stdout, _) = up.finish(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    remove_resources(&endpoint, &prefix).await;
+}

@@ -148,6 +148,7 @@ impl Running {
             prefix: format!("sas-traffic-{}-{run}", std::process::id()),
             workflows,
             remote_service_url: Some(remote.base_url()),
+            simulated: None,
             supervisor_period,
             concurrency,
             windows,

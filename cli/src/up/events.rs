@@ -220,6 +220,26 @@ impl EventLog {
         }
     }
 
+    /// The simulated service's outside party was given a callback step's token: by hand,
+    /// the command that completes it; else, that the party will.
+    pub fn kept_token(&self, kept: &crate::remote_sim::KeptToken, by_hand: bool) {
+        let complete = format!("sasctl tasks complete {}", kept.token);
+        let text = match by_hand {
+            true => format!(
+                "{} at {} waits for you (the simulated party sends its heartbeats until the step's \
+                 timeout): {complete}  (or: sasctl tasks fail TOKEN --reason ...)",
+                kept.order_id, kept.step
+            ),
+            false => format!("{} at {}: the simulated party completes it soon", kept.order_id, kept.step),
+        };
+        self.tell(
+            "callback",
+            &text,
+            json!({"order_id": kept.order_id, "step": kept.step, "attempt": kept.attempt,
+                   "token": kept.token, "complete": by_hand.then_some(complete)}),
+        );
+    }
+
     /// An app's cancel arrived on the orders queue.
     pub fn cancel_asked(&self, cancel: &CancelRequest) {
         let by = cancel.actor_name();
