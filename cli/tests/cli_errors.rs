@@ -128,10 +128,12 @@ fn up_names_its_bad_input_in_one_line() {
             "sasctl: --concurrency must be at least 1 (got 0)",
         ),
         (
-            &["up", "--endpoint-url", &url],
-            "sasctl: agents inventory, orders, payment, shipping of the built-in examples/workflows.json have \
-             no url of their own: give --remote-service-url URL (they then call URL/<agent>/<step>), or a \
-             --workflows file whose agents each name their url",
+            &["up", "--endpoint-url", &url, "--failure-rate", "0.5", "--hang-rate", "0.5"],
+            "sasctl: --failure-rate, --permanent-rate and --hang-rate must add up to less than 1",
+        ),
+        (
+            &["up", "--endpoint-url", &url, "--agent-fault", "nobody=fail:0.1"],
+            "sasctl: --agent-fault names agent \"nobody\"; the definitions have: inventory, orders, payment, shipping",
         ),
     ];
     for (args, want) in cases {
