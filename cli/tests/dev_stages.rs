@@ -30,7 +30,8 @@ async fn run_with(fault: &str, seed: u64) -> DevOutcome {
         duplicate_rate: 0.0,
         malformed: 0,
         queue_duplicate_rate: 0.0,
-        step_timeout_ms: 400,
+        // Wide enough that a reservation answered in 1 ms never lapses on a busy machine.
+        step_timeout_ms: 1_000,
         supervisor_period_ms: 100,
         failure_threshold: 3,
         seed,
