@@ -422,6 +422,8 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
     let (dynamodb, json) = (dynamodb_item_bytes(&t), json_item_bytes(&t));
     println!("largest record: {dynamodb} bytes as DynamoDB counts it, {json} bytes of JSON (limit 409,600)");
     assert!(dynamodb < 150 * 1024, "{dynamodb} bytes: well under 400 KB");
+    let modelled = sas::adapters::embedded::capacity::task_item_bytes(&t);
+    assert!(modelled.abs_diff(dynamodb) <= 4, "{modelled} modelled against {dynamodb}");
     assert!(json < 250 * 1024, "{json} bytes");
 }
 
@@ -447,6 +449,9 @@ async fn a_stage_in_flight_fits_one_write_unit() {
             w.after.step
         );
         largest = (largest.0.max(d), largest.1.max(j));
+        // The embedded store's capacity model sizes the item as the adapter writes it.
+        let modelled = sas::adapters::embedded::capacity::task_item_bytes(&w.after);
+        assert!(modelled.abs_diff(d) <= 4, "{modelled} modelled against {d}");
     }
     println!("largest: {} bytes (DynamoDB), {} (JSON)", largest.0, largest.1);
     assert!(largest.0 <= 1_024 && largest.1 <= 1_024, "{largest:?}");
