@@ -106,6 +106,64 @@ impl FlowOptions {
     }
 }
 
+/// `sasctl bench flow`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct FlowArgs {
+    /// Orders of the burst, sent at once (1 to 1,000,000).
+    #[arg(long, default_value_t = 10_000,
+          value_parser = crate::args::whole::<usize>("--orders", 1, 1_000_000))]
+    pub orders: usize,
+    /// The unlimited agent's orders per second (1 to 1000), for as long as the burst
+    /// takes at the ideal rate.
+    #[arg(long, default_value_t = 20, value_parser = crate::args::whole::<u32>("--rate", 1, 1_000))]
+    pub rate: u32,
+    /// The limited agent's max_in_flight (1 to 1000; the definition file's check may
+    /// allow fewer).
+    #[arg(long, default_value_t = PLACES, value_parser = crate::args::whole::<u32>("--places", 1, 1_000))]
+    pub places: u32,
+    /// The limited agent's max_per_second (1 to 1000); default: none.
+    #[arg(long, value_parser = crate::args::whole::<u32>("--per-second", 1, 1_000))]
+    pub per_second: Option<u32>,
+    /// Scheduler containers pumping the scheduler's queue side by side (1 to 64), each
+    /// with its own turns at the gate: their gate writes race.
+    #[arg(long, default_value_t = 4, value_parser = crate::args::whole::<usize>("--schedulers", 1, 64))]
+    pub schedulers: usize,
+    /// The limited service's mean answer time in ms (1 to 10000); it answers in 0 to
+    /// twice this. Default: --places ms, at least 50 (so 100 places or more allow 1,000
+    /// calls a second).
+    #[arg(long, value_parser = crate::args::whole::<u64>("--latency-ms", 1, 10_000))]
+    pub latency_ms: Option<u64>,
+    /// Concurrent batches per function (1 to 1000), as AgentMaxConcurrency caps the
+    /// agent's. Default: --places / 5, at least 10 (a batch of 10 calls waits for its
+    /// slowest).
+    #[arg(long, value_parser = crate::args::whole::<usize>("--concurrency", 1, 1_000))]
+    pub concurrency: Option<usize>,
+    /// A claim's complete-by is this far after the claim, in ms (50 to 50000).
+    /// Default: four times --latency-ms, at least 1000.
+    #[arg(long, value_parser = crate::args::whole::<u64>("--step-timeout-ms", 50, 50_000))]
+    pub step_timeout_ms: Option<u64>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl FlowArgs {
+    /// The options, each default that depends on another argument filled in.
+    pub fn options(&self) -> FlowOptions {
+        let latency_ms = self.latency_ms.unwrap_or(FlowOptions::default_latency_ms(self.places));
+        FlowOptions {
+            orders: self.orders,
+            rate: self.rate,
+            places: self.places,
+            per_second: self.per_second,
+            schedulers: self.schedulers,
+            latency_ms,
+            concurrency: self.concurrency.unwrap_or(FlowOptions::default_concurrency(self.places)),
+            step_timeout_ms: self.step_timeout_ms.unwrap_or(FlowOptions::default_step_timeout_ms(latency_ms)),
+            seed: self.seed,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FlowReport {
     pub orders: usize,

@@ -69,7 +69,7 @@ pub use cost::{CostAssumptions, CostRow, GateCost, TimerLateness, cost, cost_lim
 pub use counting::{
     AwsUsage, CountingAlerts, CountingQueues, CountingStore, GateUsage, dynamodb_item_bytes, json_item_bytes,
 };
-pub use flow::{FlowOptions, FlowReport, flow};
+pub use flow::{FlowArgs, FlowOptions, FlowReport, flow};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
 pub use proxy::{CountingProxy, RequestCounts, classify};
@@ -256,43 +256,7 @@ pub enum BenchCommand {
     /// place, the most write units one item took in a second, the store's throttles, the
     /// gate's dollars per million calls, and the unlimited agent's step latency against a
     /// run of its orders alone.
-    Flow {
-        /// Orders of the burst, sent at once (1 to 1,000,000).
-        #[arg(long, default_value_t = 10_000,
-              value_parser = crate::args::whole::<usize>("--orders", 1, 1_000_000))]
-        orders: usize,
-        /// The unlimited agent's orders per second (1 to 1000), for as long as the burst
-        /// takes at the ideal rate.
-        #[arg(long, default_value_t = 20, value_parser = crate::args::whole::<u32>("--rate", 1, 1_000))]
-        rate: u32,
-        /// The limited agent's max_in_flight (1 to 1000; the definition file's check may
-        /// allow fewer).
-        #[arg(long, default_value_t = flow::PLACES, value_parser = crate::args::whole::<u32>("--places", 1, 1_000))]
-        places: u32,
-        /// The limited agent's max_per_second (1 to 1000); default: none.
-        #[arg(long, value_parser = crate::args::whole::<u32>("--per-second", 1, 1_000))]
-        per_second: Option<u32>,
-        /// Scheduler containers pumping the scheduler's queue side by side (1 to 64), each
-        /// with its own turns at the gate: their gate writes race.
-        #[arg(long, default_value_t = 4, value_parser = crate::args::whole::<usize>("--schedulers", 1, 64))]
-        schedulers: usize,
-        /// The limited service's mean answer time in ms (1 to 10000); it answers in 0 to
-        /// twice this. Default: --places ms, at least 50 (so 100 places or more allow 1,000
-        /// calls a second).
-        #[arg(long, value_parser = crate::args::whole::<u64>("--latency-ms", 1, 10_000))]
-        latency_ms: Option<u64>,
-        /// Concurrent batches per function (1 to 1000), as AgentMaxConcurrency caps the
-        /// agent's. Default: --places / 5, at least 10 (a batch of 10 calls waits for its
-        /// slowest).
-        #[arg(long, value_parser = crate::args::whole::<usize>("--concurrency", 1, 1_000))]
-        concurrency: Option<usize>,
-        /// A claim's complete-by is this far after the claim, in ms (50 to 50000).
-        /// Default: four times --latency-ms, at least 1000.
-        #[arg(long, value_parser = crate::args::whole::<u64>("--step-timeout-ms", 50, 50_000))]
-        step_timeout_ms: Option<u64>,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
+    Flow(FlowArgs),
     /// Cost and latency per order as traffic arrives: the four functions run as `sasctl up`
     /// runs them, against an endpoint (moto) through a proxy that counts every request;
     /// orders arrive at --rate per second or all at once (--bulk). One run per --windows
@@ -463,29 +427,8 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             let o = StarvationOptions { orders, rate, concurrency, step_timeout_ms, seed };
             emit(args.json, &starvation(&o).await?, ToString::to_string);
         }
-        BenchCommand::Flow {
-            orders,
-            rate,
-            places,
-            per_second,
-            schedulers,
-            latency_ms,
-            concurrency,
-            step_timeout_ms,
-            seed,
-        } => {
-            let latency_ms = latency_ms.unwrap_or(FlowOptions::default_latency_ms(places));
-            let o = FlowOptions {
-                orders,
-                rate,
-                places,
-                per_second,
-                schedulers,
-                latency_ms,
-                concurrency: concurrency.unwrap_or(FlowOptions::default_concurrency(places)),
-                step_timeout_ms: step_timeout_ms.unwrap_or(FlowOptions::default_step_timeout_ms(latency_ms)),
-                seed,
-            };
+        BenchCommand::Flow(flow_args) => {
+            let o = flow_args.options();
             let bar = crate::text::progress_bar(0, "terminal");
             if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
