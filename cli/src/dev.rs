@@ -218,11 +218,12 @@ pub struct DevOutcome {
     pub capacity: Option<StoreCapacity>,
 }
 
-/// What the store's items took of DynamoDB's capacity: all of them, and the gates' and
-/// waiter notes' alone (their keys begin `gate#`).
+/// What the store's items took of DynamoDB's capacity: all of them, the gates' and waiter
+/// notes' (keys `gate#<gate>` and `gate#<gate>#<ticket>`), and the gates' alone.
 #[derive(Debug, Clone, Default)]
 pub struct StoreCapacity {
     pub all: CapacityReport,
+    pub gates_and_waiters: CapacityReport,
     pub gates: CapacityReport,
 }
 
@@ -409,8 +410,9 @@ impl Backend for Embedded {
     }
     fn capacity(&self) -> Option<StoreCapacity> {
         let all = self.store.capacity()?;
-        let gates = self.store.capacity_where(|key| key.starts_with("gate#")).unwrap_or_default();
-        Some(StoreCapacity { all, gates })
+        let gates_and_waiters = self.store.capacity_where(|key| key.starts_with("gate#")).unwrap_or_default();
+        let gates = self.store.capacity_where(|key| key.matches('#').count() == 1).unwrap_or_default();
+        Some(StoreCapacity { all, gates_and_waiters, gates })
     }
 }
 

@@ -194,6 +194,12 @@ pub struct FlowReport {
     pub max_item_read_units_per_second: f64,
     pub hottest_item: Option<String>,
     pub store_throttles: u64,
+    /// The limited agent's gate items (one unless sharded), the largest one's size as
+    /// written, and their reads and writes (throttled ones not counted) per limited call.
+    pub gate_items: usize,
+    pub gate_item_max_bytes: usize,
+    pub gate_reads_per_call: f64,
+    pub gate_writes_per_call: f64,
     /// The gates' and waiter notes' billed units over the burst run, and in dollars per
     /// million limited calls (DynamoDB on demand, `cost::prices`).
     pub gate_write_units: u64,
@@ -213,6 +219,9 @@ pub struct FlowReport {
     pub with_burst_order_p99_ms: u64,
     /// Burst run's wall time, s.
     pub burst_s: f64,
+    /// The burst's orders by final state (`Processed`, ...): a step that could not reach
+    /// the gate in time (throttled past its deadlines) fails as any step does.
+    pub burst_orders: std::collections::BTreeMap<String, usize>,
 }
 
 impl FlowReport {
@@ -252,14 +261,25 @@ impl fmt::Display for FlowReport {
             self.limited_calls_per_s / self.ideal_calls_per_s,
             self.burst_s
         )?;
+        let ended: Vec<String> = self.burst_orders.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        writeln!(f, "  the burst's orders: {}", ended.join(", "))?;
         writeln!(
             f,
             "  store: at most {} write units ({:.0} read units) a second on one item ({}; DynamoDB allows 1,000 and \
-             3,000), {} requests throttled; the gate's {} write + {:.0} read units, ${:.2} per million limited calls",
+             3,000), {} requests throttled",
             self.max_item_write_units_per_second,
             self.max_item_read_units_per_second,
             self.hottest_item.as_deref().unwrap_or("-"),
             self.store_throttles,
+        )?;
+        writeln!(
+            f,
+            "  gate: {} item(s), at most {} bytes; {:.2} reads + {:.2} writes per limited call; with the waiter notes \
+             {} write + {:.0} read units, ${:.2} per million limited calls",
+            self.gate_items,
+            self.gate_item_max_bytes,
+            self.gate_reads_per_call,
+            self.gate_writes_per_call,
             self.gate_write_units,
             self.gate_read_units,
             self.gate_dollars_per_million_calls
@@ -393,7 +413,9 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
     let (base, base_order_p99) = steady(&baseline);
     let (with, with_order_p99) = steady(&burst);
     let capacity = burst.capacity.clone().unwrap_or_default();
-    let (all, gates) = (&capacity.all.total, &capacity.gates.total);
+    let (all, gates, waiting) =
+        (&capacity.all.total, &capacity.gates.total, &capacity.gates_and_waiters.total);
+    let per_call = |n: u64| n as f64 / seen.calls.max(1) as f64;
     let calls_per_second = if span_s > 0.0 { seen.calls.saturating_sub(1) as f64 / span_s } else { 0.0 };
     Ok(FlowReport {
         orders: o.orders,
@@ -414,11 +436,15 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
         max_item_read_units_per_second: all.peak_read_units_per_second,
         hottest_item: capacity.all.hottest_item.clone(),
         store_throttles: all.throttles,
-        gate_write_units: gates.write_units,
-        gate_read_units: gates.read_units,
+        gate_items: capacity.gates.items,
+        gate_item_max_bytes: gates.largest_bytes,
+        gate_reads_per_call: per_call(gates.reads),
+        gate_writes_per_call: per_call(gates.writes),
+        gate_write_units: waiting.write_units,
+        gate_read_units: waiting.read_units,
         gate_dollars_per_million_calls: super::cost::dynamodb_micro_dollars(
-            gates.write_units as f64,
-            gates.read_units,
+            waiting.write_units as f64,
+            waiting.read_units,
         ) / seen.calls.max(1) as f64,
         hand_over_p50_us: hand_over(0.5),
         hand_over_p90_us: hand_over(0.9),
@@ -428,5 +454,12 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
         baseline_order_p99_ms: base_order_p99,
         with_burst_order_p99_ms: with_order_p99,
         burst_s: burst.elapsed.as_secs_f64(),
+        burst_orders: burst.tasks.iter().filter(|t| t.workflow == "via-limited").fold(
+            Default::default(),
+            |mut by, t| {
+                *by.entry(t.state().as_str().to_owned()).or_default() += 1;
+                by
+            },
+        ),
     })
 }

@@ -157,6 +157,8 @@ pub struct ItemUsage {
     /// The most write and read units it took in any 1,000 ms.
     pub peak_write_units_per_second: u64,
     pub peak_read_units_per_second: f64,
+    /// Its largest size written, in bytes.
+    pub largest_bytes: usize,
 }
 
 impl ItemUsage {
@@ -170,6 +172,7 @@ impl ItemUsage {
             self.peak_write_units_per_second.max(other.peak_write_units_per_second);
         self.peak_read_units_per_second =
             self.peak_read_units_per_second.max(other.peak_read_units_per_second);
+        self.largest_bytes = self.largest_bytes.max(other.largest_bytes);
     }
 }
 
@@ -276,7 +279,9 @@ impl Capacity {
 
     /// Notes the item's size after a write that landed.
     pub fn stored(&mut self, key: &str, bytes: usize) {
-        self.meters.entry(key.to_owned()).or_default().bytes = bytes;
+        let meter = self.meters.entry(key.to_owned()).or_default();
+        meter.bytes = bytes;
+        meter.usage.largest_bytes = meter.usage.largest_bytes.max(bytes);
     }
 
     pub fn item(&self, key: &str) -> Option<ItemUsage> {
@@ -321,7 +326,9 @@ mod tests {
         c.stored("a", 3_584);
         // Smaller after than before: billed on before.
         c.charge("a", Access::Write { bytes: 100 }).unwrap();
+        c.stored("a", 100);
         assert_eq!(c.item("a").unwrap().write_units, 8);
+        assert_eq!(c.item("a").unwrap().largest_bytes, 3_584);
     }
 
     #[test]
