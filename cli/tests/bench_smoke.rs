@@ -115,6 +115,7 @@ async fn flow_keeps_the_burst_within_its_places_and_measures_the_neighbour() {
     assert_eq!(r.calls_per_second, r.limited_calls_per_s);
     assert_eq!((r.baseline.samples, r.with_burst.samples), (o.trickle_orders(), o.trickle_orders()), "{r:?}");
     assert!(r.waiting_ms.tasks > 0 && r.waiting_ms.p50 <= r.waiting_ms.max, "{r:?}");
+    assert!(r.burst_invariants_broken.is_empty(), "{r:?}");
     assert!(r.max_item_write_units_per_second > 0 && r.max_item_write_units_per_second <= 1_000, "{r:?}");
     assert!(r.gate_write_units > 0 && r.gate_dollars_per_million_calls > 0.0, "{r:?}");
 }

@@ -222,6 +222,12 @@ pub struct FlowReport {
     /// The burst's orders by final state (`Processed`, ...): a step that could not reach
     /// the gate in time (throttled past its deadlines) fails as any step does.
     pub burst_orders: std::collections::BTreeMap<String, usize>,
+    /// What the burst run broke, by invariant, and the first break's detail: a store that
+    /// throttles can send a message to its DLQ (five throttled receives) where no fault
+    /// would. Reported rather than refused, so the figures that show why are kept; the
+    /// command then exits non-zero.
+    pub burst_invariants_broken: std::collections::BTreeMap<String, usize>,
+    pub first_broken: Option<String>,
 }
 
 impl FlowReport {
@@ -263,6 +269,11 @@ impl fmt::Display for FlowReport {
         )?;
         let ended: Vec<String> = self.burst_orders.iter().map(|(s, n)| format!("{n} {s}")).collect();
         writeln!(f, "  the burst's orders: {}", ended.join(", "))?;
+        if let Some(first) = &self.first_broken {
+            let broken: Vec<String> =
+                self.burst_invariants_broken.iter().map(|(i, n)| format!("{i} {n}")).collect();
+            writeln!(f, "  BROKEN in the burst run: {}; first: {first}", broken.join(", "))?;
+        }
         writeln!(
             f,
             "  store: at most {} write units ({:.0} read units) a second on one item ({}; DynamoDB allows 1,000 and \
@@ -399,7 +410,7 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
     let burst = dev::run(options(o, o.orders)?, |p| on_progress("burst", p))
         .await
         .map_err(|e| format!("burst run failed to start: {e}"))?;
-    checked("burst", &burst)?;
+    let violations = crate::invariants::check(&burst);
     let seen = burst.flights.get("limited").cloned().unwrap_or_default();
     let span_s = match (seen.arrivals_us.first(), seen.arrivals_us.last()) {
         (Some(a), Some(b)) if b > a => (b - a) as f64 / 1e6,
@@ -454,6 +465,11 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
         baseline_order_p99_ms: base_order_p99,
         with_burst_order_p99_ms: with_order_p99,
         burst_s: burst.elapsed.as_secs_f64(),
+        burst_invariants_broken: violations.iter().fold(Default::default(), |mut by, v| {
+            *by.entry(format!("{:?}", v.invariant)).or_default() += 1;
+            by
+        }),
+        first_broken: violations.first().map(ToString::to_string),
         burst_orders: burst.tasks.iter().filter(|t| t.workflow == "via-limited").fold(
             Default::default(),
             |mut by, t| {

@@ -440,7 +440,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             })
             .await;
             bar.finish_and_clear();
-            emit(args.json, &report?, ToString::to_string);
+            let report = report?;
+            emit(args.json, &report, ToString::to_string);
+            if let Some(first) = &report.first_broken {
+                return Err(format!(
+                    "the burst run broke invariants ({:?}), first: {first}",
+                    report.burst_invariants_broken
+                ));
+            }
         }
         BenchCommand::Traffic {
             endpoint_url,
