@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sas::adapters::embedded::{
-    CountingMetrics, EmbeddedQueues, EmbeddedStore, MetricsSnapshot, QueueSettings, RecordingAlerts,
-    StoredMessage, WriteRecord,
+    CapacityReport, CountingMetrics, EmbeddedQueues, EmbeddedStore, MetricsSnapshot, QueueSettings,
+    RecordingAlerts, StoredMessage, WriteRecord,
 };
 use sas::adapters::http_remote::HttpRemote;
 use sas::adapters::system::{FastRandom, SystemClock};
@@ -84,6 +84,13 @@ pub struct DevOptions {
     /// More orders of another workflow, sent as a steady trickle while the others go as
     /// `arrival_per_s` says (`bench flow`: a burst and a neighbour's trickle at once).
     pub trickle: Option<Trickle>,
+    /// Scheduler containers pumping the scheduler's queue side by side, each its own
+    /// `Scheduler` (its own turns at the gates, its own send coalescer), so their writes
+    /// race as containers' do; they share `concurrency` between them.
+    pub schedulers: usize,
+    /// Whether the embedded store bills and throttles each item as DynamoDB does
+    /// (`EmbeddedStore::with_capacity`); the outcome's `capacity` then says what it saw.
+    pub capacity: bool,
 }
 
 /// Orders of `workflow` at `per_s` a second, ids `trickle-0000000` on, beside the run's own.
@@ -133,6 +140,8 @@ impl Default for DevOptions {
             max_runtime: Duration::from_secs(300),
             arrival_per_s: None,
             trickle: None,
+            schedulers: 1,
+            capacity: false,
         }
     }
 }
@@ -206,6 +215,17 @@ pub struct DevOutcome {
     pub elapsed: Duration,
     pub timed_out: bool,
     pub workflows: Workflows,
+    /// The store's capacity use, when it was modelled (`DevOptions::capacity`).
+    pub capacity: Option<StoreCapacity>,
+}
+
+/// What the store's items took of DynamoDB's capacity: all of them, the gates' and waiter
+/// notes' (keys `gate#<gate>` and `gate#<gate>#<ticket>`), and the gates' alone.
+#[derive(Debug, Clone, Default)]
+pub struct StoreCapacity {
+    pub all: CapacityReport,
+    pub gates_and_waiters: CapacityReport,
+    pub gates: CapacityReport,
 }
 
 /// Progress as the run goes: tasks per state and how many are expected.
@@ -312,6 +332,10 @@ pub trait Backend: Send + Sync {
     fn can_carry(&self, _body: &str) -> bool {
         true
     }
+    /// What the store's items took of their capacity, where the backend models it.
+    fn capacity(&self) -> Option<StoreCapacity> {
+        None
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -333,6 +357,8 @@ pub struct Embedded {
 
 impl Embedded {
     pub fn new(options: &DevOptions, clock: Arc<dyn Clock>) -> Embedded {
+        let store =
+            if options.capacity { EmbeddedStore::with_capacity(clock.clone()) } else { EmbeddedStore::new() };
         let queues = Arc::new(EmbeddedQueues::new(clock, options.seed));
         let dup = options.queue_duplicate_rate;
         for dlq in [ORDERS_DLQ, SCHEDULER_DLQ, AGENT_DLQ, WORKER_DLQ, CALLBACKS_DLQ, STATUS] {
@@ -343,11 +369,7 @@ impl Embedded {
         queues.create(AGENT, queue_settings(options.step_timeout_ms * 6, Some(AGENT_DLQ), dup));
         queues.create(WORKER, queue_settings(options.step_timeout_ms * 6, Some(WORKER_DLQ), dup));
         queues.create(CALLBACKS, queue_settings(5_000, Some(CALLBACKS_DLQ), dup));
-        Embedded {
-            store: Arc::new(EmbeddedStore::new()),
-            queues,
-            alerts: Arc::new(RecordingAlerts::default()),
-        }
+        Embedded { store: Arc::new(store), queues, alerts: Arc::new(RecordingAlerts::default()) }
     }
 }
 
@@ -387,6 +409,12 @@ impl Backend for Embedded {
     async fn final_tasks(&self) -> Result<Vec<TaskRecord>, DevError> {
         Ok(self.store.tasks())
     }
+    fn capacity(&self) -> Option<StoreCapacity> {
+        let all = self.store.capacity()?;
+        let gates_and_waiters = self.store.capacity_where(|key| key.starts_with("gate#")).unwrap_or_default();
+        let gates = self.store.capacity_where(|key| key.matches('#').count() == 1).unwrap_or_default();
+        Some(StoreCapacity { all, gates_and_waiters, gates })
+    }
 }
 
 /// Runs the pipeline on the embedded backend until every accepted order is terminal
@@ -403,7 +431,7 @@ fn spawn_pump<H, Fut>(
     sends: Arc<dyn Queues>,
     queue: &'static str,
     dead_letter_queue: &'static str,
-    options: &DevOptions,
+    (options, concurrency): (&DevOptions, usize),
     metrics: Arc<CountingMetrics>,
     stop: watch::Receiver<bool>,
     handle: H,
@@ -418,12 +446,7 @@ where
         dead_letter_queue: QueueUrl(dead_letter_queue.into()),
         metrics,
     };
-    let settings = PumpSettings {
-        batch_size: options.batch_size,
-        concurrency: options.concurrency,
-        wait_ms: 20,
-        window_ms: 0,
-    };
+    let settings = PumpSettings { batch_size: options.batch_size, concurrency, wait_ms: 20, window_ms: 0 };
     tokio::spawn(pump(
         backend.consumer(),
         QueueUrl(queue.into()),
@@ -493,7 +516,6 @@ pub async fn run_on(
     let settings =
         Settings::new(options.policy(), workflows.clone(), topology, queue_names::reply_to_rules());
     let submission = Submission::new(deps.clone(), settings.clone());
-    let scheduler = Scheduler::new(deps.clone(), settings.clone());
     let agent = Agent::new(
         AgentDeps {
             queues: sends.clone(),
@@ -515,14 +537,14 @@ pub async fn run_on(
     let completions = Callbacks::new(deps.clone(), settings.clone());
 
     let (stop_all, stop) = watch::channel(false);
-    let (s, c, a, w) = (submission.clone(), scheduler.clone(), agent.clone(), agent.clone());
+    let (s, a, w) = (submission.clone(), agent.clone(), agent.clone());
     let mut workers = vec![
         spawn_pump(
             backend,
             sends.clone(),
             ORDERS,
             ORDERS_DLQ,
-            &options,
+            (&options, options.concurrency),
             metrics.clone(),
             stop.clone(),
             move |m| {
@@ -533,22 +555,9 @@ pub async fn run_on(
         spawn_pump(
             backend,
             sends.clone(),
-            SCHEDULER,
-            SCHEDULER_DLQ,
-            &options,
-            metrics.clone(),
-            stop.clone(),
-            move |m| {
-                let c = c.clone();
-                async move { c.handle(m).await }
-            },
-        ),
-        spawn_pump(
-            backend,
-            sends.clone(),
             AGENT,
             AGENT_DLQ,
-            &options,
+            (&options, options.concurrency),
             metrics.clone(),
             stop.clone(),
             move |m| {
@@ -557,13 +566,35 @@ pub async fn run_on(
             },
         ),
     ];
+    // Each scheduler container its own `Scheduler` and send coalescer, on one queue.
+    let containers = options.schedulers.max(1);
+    for _ in 0..containers {
+        let own: Arc<dyn Queues> =
+            Arc::new(SendCoalescer::new(backend.queues(), Duration::from_millis(options.send_max_hold_ms)));
+        // One `Scheduler` per container, shared by its messages: a clone would be another
+        // container's (its own turns).
+        let c = Arc::new(Scheduler::new(Deps { queues: own, ..deps.clone() }, settings.clone()));
+        workers.push(spawn_pump(
+            backend,
+            sends.clone(),
+            SCHEDULER,
+            SCHEDULER_DLQ,
+            (&options, options.concurrency.div_ceil(containers)),
+            metrics.clone(),
+            stop.clone(),
+            move |m| {
+                let c = c.clone();
+                async move { c.handle(m).await }
+            },
+        ));
+    }
     if !options.queue_agents().is_empty() {
         workers.push(spawn_pump(
             backend,
             sends.clone(),
             WORKER,
             WORKER_DLQ,
-            &options,
+            (&options, options.concurrency),
             metrics.clone(),
             stop.clone(),
             move |m| {
@@ -578,7 +609,7 @@ pub async fn run_on(
             sends.clone(),
             CALLBACKS,
             CALLBACKS_DLQ,
-            &options,
+            (&options, options.concurrency),
             metrics.clone(),
             stop.clone(),
             move |m| {
@@ -666,6 +697,7 @@ pub async fn run_on(
         elapsed: started.elapsed(),
         timed_out,
         workflows,
+        capacity: backend.capacity(),
         options,
     })
 }

@@ -94,16 +94,56 @@ async fn starvation_measures_the_healthy_agent_in_both_runs() {
 
 /// `bench flow` at a small size: the burst never has more than 10 calls open at the
 /// limited service, every neighbour's order is measured in both runs, and the burst's
-/// tasks waited (200 orders at once against 10 places).
+/// tasks waited (200 orders at once against 10 places); the store's capacity was
+/// modelled, and the gate's units priced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flow_keeps_the_burst_within_its_places_and_measures_the_neighbour() {
-    let o =
-        sasctl::bench::FlowOptions { orders: 200, rate: 20, concurrency: 4, step_timeout_ms: 1_000, seed: 5 };
+    let o = sasctl::bench::FlowOptions {
+        orders: 200,
+        rate: 20,
+        places: 10,
+        per_second: None,
+        schedulers: 4,
+        latency_ms: 50,
+        concurrency: 4,
+        step_timeout_ms: 1_000,
+        seed: 5,
+    };
     let r = sasctl::bench::flow(&o, |_, _| {}).await.expect("both runs hold every invariant");
     assert!(r.max_in_flight_seen <= 10 && r.max_in_flight_seen > 1, "{r:?}");
     assert_eq!(r.limited_calls, 200, "{r:?}");
+    assert_eq!(r.calls_per_second, r.limited_calls_per_s);
     assert_eq!((r.baseline.samples, r.with_burst.samples), (o.trickle_orders(), o.trickle_orders()), "{r:?}");
     assert!(r.waiting_ms.tasks > 0 && r.waiting_ms.p50 <= r.waiting_ms.max, "{r:?}");
+    assert!(r.burst_invariants_broken.is_empty(), "{r:?}");
+    assert!(r.max_item_write_units_per_second > 0 && r.max_item_write_units_per_second <= 1_000, "{r:?}");
+    assert!(r.gate_write_units > 0 && r.gate_dollars_per_million_calls > 0.0, "{r:?}");
+}
+
+/// The command with the flags of limits at scale, at a tiny size: a rate limit, places,
+/// two racing scheduler containers and a fast service; its JSON carries the figures.
+#[test]
+fn flow_takes_places_per_second_and_schedulers() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["bench", "flow", "--json", "--orders", "60", "--rate", "10", "--places", "20"])
+        .args(["--per-second", "100", "--schedulers", "2", "--latency-ms", "10"])
+        .output()
+        .expect("sasctl runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!((r["max_in_flight"].as_u64(), r["max_per_second"].as_u64()), (Some(20), Some(100)), "{r}");
+    assert_eq!((r["schedulers"].as_u64(), r["latency_ms"].as_u64()), (Some(2), Some(10)), "{r}");
+    assert_eq!(r["limited_calls"], 60, "{r}");
+    assert!(r["max_in_flight_seen"].as_u64().is_some_and(|n| (1..=20).contains(&n)), "{r}");
+    for figure in ["calls_per_second", "max_item_write_units_per_second", "store_throttles"] {
+        assert!(r[figure].is_number(), "{figure}: {r}");
+    }
+    assert!(r["gate_dollars_per_million_calls"].as_f64().is_some_and(|d| d > 0.0), "{r}");
+    assert_eq!(
+        r["ideal_calls_per_s"].as_f64(),
+        Some(100.0),
+        "20 places / 10 ms = 2,000, capped by 100 a second"
+    );
 }
 
 /// A limited agent's cost row carries its gate's; an unlimited one's none, and its other
@@ -387,6 +427,8 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
     let (dynamodb, json) = (dynamodb_item_bytes(&t), json_item_bytes(&t));
     println!("largest record: {dynamodb} bytes as DynamoDB counts it, {json} bytes of JSON (limit 409,600)");
     assert!(dynamodb < 150 * 1024, "{dynamodb} bytes: well under 400 KB");
+    let modelled = sas::adapters::embedded::capacity::task_item_bytes(&t);
+    assert!(modelled.abs_diff(dynamodb) <= 4, "{modelled} modelled against {dynamodb}");
     assert!(json < 250 * 1024, "{json} bytes");
 }
 
@@ -412,6 +454,9 @@ async fn a_stage_in_flight_fits_one_write_unit() {
             w.after.step
         );
         largest = (largest.0.max(d), largest.1.max(j));
+        // The embedded store's capacity model sizes the item as the adapter writes it.
+        let modelled = sas::adapters::embedded::capacity::task_item_bytes(&w.after);
+        assert!(modelled.abs_diff(d) <= 4, "{modelled} modelled against {d}");
     }
     println!("largest: {} bytes (DynamoDB), {} (JSON)", largest.0, largest.1);
     assert!(largest.0 <= 1_024 && largest.1 <= 1_024, "{largest:?}");

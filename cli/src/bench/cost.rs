@@ -24,6 +24,12 @@ pub mod prices {
     pub const SFN_EXPRESS_PER_GB_SECOND: f64 = 0.000_016_67;
 }
 
+/// DynamoDB on demand, in millionths of a dollar, for `wru` write and `rru` read units:
+/// dollars per million of whatever the units were counted over.
+pub fn dynamodb_micro_dollars(wru: f64, rru: f64) -> f64 {
+    wru * prices::DDB_PER_MILLION_WRU + rru * prices::DDB_PER_MILLION_RRU
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CostRow {
     pub workflow: String,
@@ -165,7 +171,7 @@ pub async fn cost_limited(
     use prices::*;
     let m = 1e6 / n;
     let dollars: BTreeMap<String, f64> = [
-        ("dynamodb", (u.wru * DDB_PER_MILLION_WRU + u.rru * DDB_PER_MILLION_RRU) / 1e6 * m),
+        ("dynamodb", dynamodb_micro_dollars(u.wru, u.rru) / 1e6 * m),
         ("sqs", sqs_requests * SQS_PER_MILLION_REQUESTS / 1e6 * m),
         ("sns", u.sns_publishes as f64 * SNS_PER_MILLION_PUBLISHES / 1e6 * m),
         ("lambda_requests", invocations as f64 * LAMBDA_PER_MILLION_REQUESTS / 1e6 * m),
@@ -230,7 +236,7 @@ pub async fn cost_limited(
             gate_writes_per_call: per(g.gate_writes as f64),
             waiter_writes_per_call: per(g.waiter_writes as f64),
             waiter_reads_per_call: per(g.waiter_reads as f64),
-            dynamodb_per_million_calls: per(g.wru * DDB_PER_MILLION_WRU + g.rru * DDB_PER_MILLION_RRU),
+            dynamodb_per_million_calls: per(dynamodb_micro_dollars(g.wru, g.rru)),
         }
     });
     CostRow {

@@ -16,9 +16,11 @@
 //!   stub of AWS (`aws_stub`): init, first invocation with its TLS connection, peak RSS.
 //! - `starvation`: one agent's service hangs every call; the latency of a healthy
 //!   agent's steps against a run where both are healthy (`sasctl dev`'s pipeline).
-//! - `flow`: a burst through an agent with `max_in_flight: 10` beside an unlimited
-//!   agent's trickle: the most calls its service saw at once, its calls per second, the
-//!   waits for a place, and the neighbour's latency against a run without the burst.
+//! - `flow`: a burst through a limited agent (`--places`, `--per-second`) beside an
+//!   unlimited agent's trickle, with racing scheduler containers and the store's per-item
+//!   capacity modelled: the most calls its service saw at once, its calls per second, the
+//!   waits for a place, the hottest item's write units a second, the store's throttles,
+//!   the gate's cost, and the neighbour's latency against a run without the burst.
 //! - `listing`: on DynamoDB at an endpoint, what listing Error and live tasks reads
 //!   among N finished ones (the sparse indexes keep it to what is listed).
 //! - `traffic`: the functions as `sasctl up` runs them, against an endpoint through a
@@ -67,7 +69,7 @@ pub use cost::{CostAssumptions, CostRow, GateCost, TimerLateness, cost, cost_lim
 pub use counting::{
     AwsUsage, CountingAlerts, CountingQueues, CountingStore, GateUsage, dynamodb_item_bytes, json_item_bytes,
 };
-pub use flow::{FlowOptions, FlowReport, flow};
+pub use flow::{FlowArgs, FlowOptions, FlowReport, flow};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
 pub use proxy::{CountingProxy, RequestCounts, classify};
@@ -245,31 +247,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Flow control: a burst of --orders orders through an agent with max_in_flight 10
-    /// whose service answers in 0-100 ms (50 ms mean), and an unlimited agent's orders at
-    /// --rate a second beside it. The most calls the limited service saw at once (its own
-    /// count), its calls per second against 10 / 50 ms = 200, the waits for a place, and
-    /// the unlimited agent's step latency against a run of its orders alone.
-    Flow {
-        /// Orders of the burst, sent at once (1 to 1,000,000).
-        #[arg(long, default_value_t = 10_000,
-              value_parser = crate::args::whole::<usize>("--orders", 1, 1_000_000))]
-        orders: usize,
-        /// The unlimited agent's orders per second (1 to 1000), for as long as the burst
-        /// takes at 200 calls a second.
-        #[arg(long, default_value_t = 20, value_parser = crate::args::whole::<u32>("--rate", 1, 1_000))]
-        rate: u32,
-        /// Concurrent batches per function (1 to 1000), as AgentMaxConcurrency caps the
-        /// agent's (its default is 10).
-        #[arg(long, default_value_t = 10, value_parser = crate::args::whole::<usize>("--concurrency", 1, 1_000))]
-        concurrency: usize,
-        /// A claim's complete-by is this far after the claim, in ms (50 to 50000).
-        #[arg(long, default_value_t = 1_000,
-              value_parser = crate::args::whole::<u64>("--step-timeout-ms", 50, 50_000))]
-        step_timeout_ms: u64,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
+    /// Flow control: a burst of --orders orders through an agent with max_in_flight
+    /// --places (and max_per_second --per-second) whose service answers in 0 to twice
+    /// --latency-ms, and an unlimited agent's orders at --rate a second beside it, with
+    /// --schedulers scheduler containers racing at the gate and the store billing and
+    /// throttling each item as DynamoDB does. The most calls the limited service saw at
+    /// once (its own count), its calls per second against places / latency, the waits for a
+    /// place, the most write units one item took in a second, the store's throttles, the
+    /// gate's dollars per million calls, and the unlimited agent's step latency against a
+    /// run of its orders alone.
+    Flow(FlowArgs),
     /// Cost and latency per order as traffic arrives: the four functions run as `sasctl up`
     /// runs them, against an endpoint (moto) through a proxy that counts every request;
     /// orders arrive at --rate per second or all at once (--bulk). One run per --windows
@@ -444,8 +431,8 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             let o = StarvationOptions { orders, rate, concurrency, step_timeout_ms, seed };
             emit(args.json, &starvation(&o).await?, ToString::to_string);
         }
-        BenchCommand::Flow { orders, rate, concurrency, step_timeout_ms, seed } => {
-            let o = FlowOptions { orders, rate, concurrency, step_timeout_ms, seed };
+        BenchCommand::Flow(flow_args) => {
+            let o = flow_args.options();
             let bar = crate::text::progress_bar(0, "terminal");
             if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -457,7 +444,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             })
             .await;
             bar.finish_and_clear();
-            emit(args.json, &report?, ToString::to_string);
+            let report = report?;
+            emit(args.json, &report, ToString::to_string);
+            if let Some(first) = &report.first_broken {
+                return Err(format!(
+                    "the burst run broke invariants ({:?}), first: {first}",
+                    report.burst_invariants_broken
+                ));
+            }
         }
         BenchCommand::Traffic {
             endpoint_url,

@@ -1,13 +1,16 @@
 //! The embedded backend: in-process versions of DynamoDB, SQS and SNS with the
 //! semantics the handlers rely on (conditional writes, visibility timeout, redelivery,
-//! DLQ after max receives, delays, duplicate delivery), plus a controllable clock.
+//! DLQ after max receives, delays, duplicate delivery), plus a controllable clock and,
+//! opt-in, DynamoDB's per-item capacity (`capacity`).
 
+pub mod capacity;
 mod clock;
 mod metrics;
 pub mod queue_names;
 mod queues;
 mod store;
 
+pub use capacity::{CapacityReport, ItemUsage};
 pub use clock::ManualClock;
 pub use metrics::{CountingMetrics, MetricsSnapshot};
 pub use queues::{EmbeddedQueues, QueueId, QueueSettings, Received, SendingAs, StoredMessage};

@@ -4,9 +4,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use super::capacity::{self, Access, Capacity, CapacityReport, ItemUsage};
 use crate::domain::gate::Gate;
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
-use crate::ports::{Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
+use crate::ports::{Clock, Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
 
 /// One landed write of a task record, for history and invariant checks. Its records are
 /// shared with the table (and with the next write's `before`): a write copies its record
@@ -34,16 +35,53 @@ struct Tables {
 }
 
 /// The state table and its due index behind one lock, so every conditional write is atomic
-/// exactly as DynamoDB's are.
+/// exactly as DynamoDB's are. With a capacity model (`with_capacity`), each item's reads
+/// and writes are billed and throttled as DynamoDB's (`capacity`); without one, nothing is.
 #[derive(Default)]
-pub struct EmbeddedStore(Mutex<Tables>);
+pub struct EmbeddedStore {
+    tables: Mutex<Tables>,
+    /// Taken only under `tables`' lock, so a request is billed and applied at once.
+    capacity: Option<Mutex<Capacity>>,
+}
 
 impl EmbeddedStore {
     pub fn new() -> EmbeddedStore {
         EmbeddedStore::default()
     }
+    /// A store that bills each item's reads and writes by size and throttles an item
+    /// above DynamoDB's per-item rates, counted on `clock` (`capacity`).
+    pub fn with_capacity(clock: Arc<dyn Clock>) -> EmbeddedStore {
+        EmbeddedStore { tables: Mutex::default(), capacity: Some(Mutex::new(Capacity::new(clock))) }
+    }
     fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn meter(&self) -> Option<std::sync::MutexGuard<'_, Capacity>> {
+        self.capacity.as_ref().map(|c| c.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+    /// Bills `access` to `key` (throttled: the error), when capacity is modelled.
+    fn charge(&self, key: &str, access: Access) -> Result<(), StoreError> {
+        self.meter().map_or(Ok(()), |mut c| c.charge(key, access))
+    }
+    /// Notes an item's size after a write that landed, when capacity is modelled.
+    fn stored(&self, key: &str, bytes: Option<usize>) {
+        if let (Some(mut c), Some(bytes)) = (self.meter(), bytes) {
+            c.stored(key, bytes);
+        }
+    }
+    /// Every item's billed units and throttles, summed, with the hottest item's peak
+    /// rates; `None` without a capacity model.
+    pub fn capacity(&self) -> Option<CapacityReport> {
+        self.meter().map(|c| c.report_where(|_| true))
+    }
+    /// The same over the items whose DynamoDB key `keep` keeps (`gate#<agent>` for a
+    /// gate, `gate#<agent>#<ticket>` for a waiter note, the order id for a task).
+    pub fn capacity_where(&self, keep: impl Fn(&str) -> bool) -> Option<CapacityReport> {
+        self.meter().map(|c| c.report_where(keep))
+    }
+    /// One item's use, by its DynamoDB key.
+    pub fn item_capacity(&self, key: &str) -> Option<ItemUsage> {
+        self.meter().and_then(|c| c.item(key))
     }
     /// Every landed task write so far, in order.
     pub fn writes(&self) -> Vec<WriteRecord> {
@@ -126,10 +164,14 @@ impl EmbeddedStore {
 #[async_trait]
 impl StateStore for EmbeddedStore {
     async fn insert(&self, task: &TaskRecord) -> Result<Inserted, StoreError> {
+        let bytes = self.capacity.as_ref().map(|_| capacity::task_item_bytes(task));
         let mut t = self.tables();
+        // A conditional PutItem: billed, refused condition or not.
+        self.charge(task.order_id.as_str(), Access::Write { bytes: bytes.unwrap_or(0) })?;
         if let Some(existing) = t.tasks.get(&task.order_id) {
             return Ok(Inserted::Exists(Box::new(TaskRecord::clone(existing))));
         }
+        self.stored(task.order_id.as_str(), bytes);
         let task = Arc::new(task.clone());
         t.tasks.insert(task.order_id.clone(), task.clone());
         Self::index(&mut t, None, &task);
@@ -138,11 +180,15 @@ impl StateStore for EmbeddedStore {
     }
 
     async fn task(&self, id: &OrderId) -> Result<Option<TaskRecord>, StoreError> {
-        Ok(self.tables().tasks.get(id).map(|t| TaskRecord::clone(t)))
+        let t = self.tables();
+        self.charge(id.as_str(), Access::Read { consistent: true })?;
+        Ok(t.tasks.get(id).map(|t| TaskRecord::clone(t)))
     }
 
     async fn replace(&self, next: &TaskRecord, expected_revision: u64) -> Result<Written, StoreError> {
+        let bytes = self.capacity.as_ref().map(|_| capacity::task_item_bytes(next));
         let mut t = self.tables();
+        self.charge(next.order_id.as_str(), Access::Write { bytes: bytes.unwrap_or(0) })?;
         let Some(current) = t.tasks.get_mut(&next.order_id) else { return Ok(Written::RevisionMoved) };
         let lands = current.revision == expected_revision
             // The planted bug of `Mutation::UnconditionalClaim`: claims skip the condition.
@@ -155,6 +201,7 @@ impl StateStore for EmbeddedStore {
             return Ok(Written::RevisionMoved);
         }
         // The record it replaces is the write's `before`: moved out, not copied.
+        self.stored(next.order_id.as_str(), bytes);
         let next = Arc::new(next.clone());
         let before = std::mem::replace(current, next.clone());
         Self::index(&mut t, Some(&before), &next);
@@ -171,15 +218,27 @@ impl StateStore for EmbeddedStore {
     }
 
     async fn gate(&self, agent: &str) -> Result<Option<Gate>, StoreError> {
-        Ok(self.tables().gates.get(agent).cloned())
+        let t = self.tables();
+        if self.capacity.is_some() {
+            self.charge(&capacity::gate_key(agent), Access::Read { consistent: true })?;
+        }
+        Ok(t.gates.get(agent).cloned())
     }
 
     async fn replace_gate(&self, next: &Gate, expected_revision: u64) -> Result<Written, StoreError> {
+        let bytes = self.capacity.as_ref().map(|_| capacity::gate_item_bytes(next));
         let mut t = self.tables();
+        let key = bytes.map(|_| capacity::gate_key(&next.agent));
+        if let (Some(key), Some(bytes)) = (&key, bytes) {
+            self.charge(key, Access::Write { bytes })?;
+        }
         let stored = t.gates.get(&next.agent).map_or(0, |g| g.revision);
         // The planted bug of `Mutation::GateBlindWrite`: the gate is written whatever moved.
         if stored != expected_revision && !crate::mutations::gate_blind_write() {
             return Ok(Written::RevisionMoved);
+        }
+        if let Some(key) = &key {
+            self.stored(key, bytes);
         }
         t.gates.insert(next.agent.clone(), next.clone());
         Ok(Written::Applied)
@@ -192,7 +251,16 @@ impl StateStore for EmbeddedStore {
         order_id: &OrderId,
         _now: Timestamp,
     ) -> Result<Noted, StoreError> {
-        match self.tables().waiters.entry((agent.to_owned(), ticket)) {
+        let mut t = self.tables();
+        if self.capacity.is_some() {
+            let (key, bytes) =
+                (capacity::waiter_key(agent, ticket), capacity::waiter_item_bytes(agent, ticket, order_id));
+            self.charge(&key, Access::Write { bytes })?;
+            if t.waiters.get(&(agent.to_owned(), ticket)).is_none_or(|noted| noted == order_id) {
+                self.stored(&key, Some(bytes));
+            }
+        }
+        match t.waiters.entry((agent.to_owned(), ticket)) {
             Entry::Occupied(noted) if noted.get() != order_id => Ok(Noted::HeldByAnother),
             Entry::Occupied(_) => Ok(Noted::Applied),
             Entry::Vacant(free) => {
@@ -203,7 +271,11 @@ impl StateStore for EmbeddedStore {
     }
 
     async fn waiter(&self, agent: &str, ticket: u64) -> Result<Option<OrderId>, StoreError> {
-        Ok(self.tables().waiters.get(&(agent.to_owned(), ticket)).cloned())
+        let t = self.tables();
+        if self.capacity.is_some() {
+            self.charge(&capacity::waiter_key(agent, ticket), Access::Read { consistent: true })?;
+        }
+        Ok(t.waiters.get(&(agent.to_owned(), ticket)).cloned())
     }
 }
 
