@@ -56,6 +56,7 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
         prefix: sas_tests::unique_prefix("callbacks"),
         workflows: Some(workflows),
         remote_service_url: None,
+        simulated: None,
         supervisor_period: Duration::from_secs(1),
         concurrency: 2,
         windows: Windows::default(),
