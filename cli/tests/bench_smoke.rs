@@ -116,7 +116,7 @@ async fn cost_counts_the_gate_of_a_limited_agent() {
     assert!(free.gate.is_none());
     let limits = [(
         "orders".to_owned(),
-        Limits { max_in_flight: Some(10), max_per_second: None, places_per_gate: None },
+        Limits { max_in_flight: Some(10), max_per_second: None, places_per_gate: None, per_key: None },
     )]
     .into();
     let gated = sasctl::bench::cost_limited("single-step", 50, false, &limits, &a).await;

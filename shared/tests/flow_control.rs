@@ -29,7 +29,8 @@ fn limited(limits: Limits) -> Harness {
     h
 }
 
-const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
+const TWO: Limits =
+    Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None, per_key: None };
 
 async fn submit_all(h: &Harness, n: usize) {
     for i in 0..n {
@@ -99,7 +100,12 @@ async fn the_remote_never_sees_more_than_the_limit_at_once() {
 
 #[tokio::test]
 async fn a_place_whose_holder_died_lapses_and_the_supervisor_moves_the_line_on() {
-    let h = limited(Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None });
+    let h = limited(Limits {
+        max_in_flight: Some(1),
+        max_per_second: None,
+        places_per_gate: None,
+        per_key: None,
+    });
     submit_all(&h, 2).await;
     all_ok(h.pump_scheduler().await, 2);
     assert_eq!(states(&h, 2), [ProcessState::Processing, ProcessState::Pending]);
@@ -177,7 +183,12 @@ async fn agents_without_limits_touch_no_gate_even_where_others_have_one() {
 
 #[tokio::test]
 async fn under_a_rate_limit_calls_spread_over_windows_and_time_alone_lets_the_next_through() {
-    let h = limited(Limits { max_in_flight: None, max_per_second: Some(2), places_per_gate: None });
+    let h = limited(Limits {
+        max_in_flight: None,
+        max_per_second: Some(2),
+        places_per_gate: None,
+        per_key: None,
+    });
     submit_all(&h, 5).await;
     for _ in 0..10 {
         h.run_until_quiet().await;
@@ -197,7 +208,8 @@ async fn under_a_rate_limit_calls_spread_over_windows_and_time_alone_lets_the_ne
 #[tokio::test]
 async fn places_spread_over_gates_are_each_held_to_their_share_and_given_back_to_their_own_gate() {
     // 5 places over gates of 2: three gates, holding 2, 2 and 1.
-    let spread = Limits { max_in_flight: Some(5), max_per_second: None, places_per_gate: Some(2) };
+    let spread =
+        Limits { max_in_flight: Some(5), max_per_second: None, places_per_gate: Some(2), per_key: None };
     assert_eq!(spread.gates(), 3);
     let h = limited(spread);
     submit_all(&h, 10).await;

@@ -510,8 +510,10 @@ impl Swarm {
                 1 => (None, Some(side.u32(1..=5))),
                 _ => (Some(side.u32(1..=4)), Some(side.u32(1..=5))),
             };
-            self.limits
-                .insert((*agent).to_owned(), Limits { max_in_flight, max_per_second, places_per_gate: None });
+            self.limits.insert(
+                (*agent).to_owned(),
+                Limits { max_in_flight, max_per_second, places_per_gate: None, per_key: None },
+            );
         }
         if side.u8(..4) > 0 {
             self.faults.remote_busy = pick(side, 0.05, 0.3);

@@ -427,6 +427,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                         max_in_flight: Some(places),
                         max_per_second: None,
                         places_per_gate: None,
+                        per_key: None,
                     },
                 )];
                 rows.push(cost_limited(wf, orders, false, &limits.into(), &a).await);

@@ -12,7 +12,7 @@ use super::limits::{
 use super::problem::{Problem, Severity};
 use super::urls::{queue_url_ok, remote_url_allowed, secret_host};
 use super::waiting_steps::{callback_problems, timer_problems};
-use crate::domain::gate::{MAX_IN_FLIGHT_LIMIT, MAX_PER_SECOND_LIMIT};
+use crate::domain::gate::{MAX_IN_FLIGHT_LIMIT, MAX_PER_KEY_LIMIT, MAX_PER_SECOND_LIMIT, OrderKey};
 use crate::domain::secrets::{self, SecretSource};
 use crate::domain::workflow::StepEffect;
 
@@ -100,6 +100,30 @@ impl DefinitionFile {
                 && !(1..=MAX_PER_SECOND_LIMIT).contains(&m)
             {
                 error(at("max_per_second"), format!("{m} is out of range: 1 to {MAX_PER_SECOND_LIMIT}"));
+            }
+            if let Some(p) = &agent.max_in_flight_per_key {
+                let at = at("max_in_flight_per_key");
+                if OrderKey::parse(&p.key).is_none() {
+                    let paths: Vec<&str> = OrderKey::ALL.iter().map(|(_, p)| *p).collect();
+                    error(
+                        format!("{at}.key"),
+                        format!("{:?} is not a key: write one of {}", p.key, paths.join(", ")),
+                    );
+                }
+                if !(1..=MAX_PER_KEY_LIMIT).contains(&p.limit) {
+                    error(
+                        format!("{at}.limit"),
+                        format!("{} is out of range: 1 to {MAX_PER_KEY_LIMIT}", p.limit),
+                    );
+                }
+                if agent.max_in_flight.is_none() && agent.max_per_second.is_none() {
+                    error(
+                        at,
+                        "needs max_in_flight or max_per_second on the agent: a key's places are taken \
+                         on the way to the agent's"
+                            .into(),
+                    );
+                }
             }
             if let Some(r) = agent.retry
                 && (r.base_ms == 0 || r.cap_ms < r.base_ms || r.cap_ms > MAX_STEP_TIMEOUT_MS)
