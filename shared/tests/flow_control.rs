@@ -234,3 +234,48 @@ async fn places_spread_over_gates_are_each_held_to_their_share_and_given_back_to
         assert_eq!(gate.issued, gate.admitted, "every ticket of gate {k} had its turn");
     }
 }
+
+/// One customer's flood and another's two orders under `max_in_flight: 4` and one call
+/// per customer: the flood waits in its own line, the other customer's orders are called
+/// while it waits, and the flood never has more than one call at once.
+#[tokio::test]
+async fn a_keys_flood_waits_in_its_own_line_and_never_holds_more_than_its_share() {
+    use sas::domain::gate::{OrderKey, PerKey};
+    let per_key = Some(PerKey { key: OrderKey::CustomerId, limit: 1 });
+    let h = limited(Limits { max_in_flight: Some(4), per_key, ..Limits::default() });
+    let body = |id: &str, customer: &str| {
+        Harness::order_body(id, "single-step")
+            .replace(r#""customer_id":"c-1""#, &format!(r#""customer_id":"{customer}""#))
+    };
+    for i in 0..8 {
+        h.send(ORDERS, body(&format!("a-{i}"), "A")).await;
+    }
+    for i in 0..2 {
+        h.send(ORDERS, body(&format!("b-{i}"), "B")).await;
+    }
+    all_ok(h.pump_orders().await, 10);
+    let calls = |prefix: &str| {
+        h.queues.bodies(AGENT).iter().filter(|b| b.contains(&format!(r#""order_id":"{prefix}"#))).count()
+    };
+    h.pump_scheduler().await;
+    assert_eq!((calls("a-"), calls("b-")), (1, 1), "one call per customer at once");
+    let waiting_a = (0..8).filter(|i| h.task(&format!("a-{i}")).queued().is_some()).count();
+    assert_eq!(waiting_a, 7, "A's flood waits in its own line");
+    let mut b_done_while_a_waits = false;
+    for _ in 0..40 {
+        assert!(calls("a-") <= 1, "never more than one of A's calls at once");
+        h.pump_agent().await;
+        h.pump_scheduler().await;
+        let a_left = (0..8).filter(|i| h.task(&format!("a-{i}")).state() != ProcessState::Processed).count();
+        let b_done = (0..2).all(|i| h.task(&format!("b-{i}")).state() == ProcessState::Processed);
+        b_done_while_a_waits |= b_done && a_left >= 5;
+    }
+    assert!(b_done_while_a_waits, "B's orders are not held behind A's");
+    h.run_until_quiet().await;
+    for id in (0..8).map(|i| format!("a-{i}")).chain((0..2).map(|i| format!("b-{i}"))) {
+        assert_eq!(h.task(&id).state(), ProcessState::Processed, "{id}");
+    }
+    // Every place given back, in the key gates and the agent's.
+    let gate = h.store.peek_gate("orders").expect("written");
+    assert!(gate.holds.is_empty(), "{gate:?}");
+}

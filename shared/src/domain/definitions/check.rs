@@ -381,6 +381,28 @@ mod tests {
     }
 
     #[test]
+    fn a_per_key_limit_names_a_scalar_field_of_the_order_and_needs_the_agents_limits() {
+        let text = r#"{"agents": {
+            "a": {"max_in_flight": 4, "max_in_flight_per_key": {"key": "$.order.customer_id", "limit": 1}},
+            "b": {"max_in_flight_per_key": {"key": "$.order.items", "limit": 0}}},
+          "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "b"}]}]}"#;
+        let got = problems(text);
+        let errors: Vec<&String> = got.iter().filter(|p| p.starts_with("error")).collect();
+        assert_eq!(
+            errors,
+            [
+                r#"error: agent b, max_in_flight_per_key.key: "$.order.items" is not a key: write one of $.order.order_id, $.order.customer_id, $.order.workflow, $.order.workflow_version"#,
+                "error: agent b, max_in_flight_per_key.limit: 0 is out of range: 1 to 1000",
+                "error: agent b, max_in_flight_per_key: needs max_in_flight or max_per_second on the agent: a key's places are taken on the way to the agent's",
+            ]
+        );
+        let file = DefinitionFile::parse(text).unwrap();
+        let per_key = file.agents["a"].limits().per_key;
+        let want = crate::domain::gate::PerKey { key: OrderKey::CustomerId, limit: 1 };
+        assert_eq!(per_key, Some(want));
+    }
+
+    #[test]
     fn every_problem_is_named_with_its_workflow_step_and_field() {
         let text = r#"{"agents": {"a": {"url": "http://example.com"}, "unused": {}},
           "workflows": [
