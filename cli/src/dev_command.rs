@@ -225,6 +225,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         max_runtime: Duration::from_secs(args.max_seconds),
         arrival_per_s: args.rate,
         trickle: None,
+        customers: None,
     };
     let bar = crate::text::progress_bar(options.orders as u64, "terminal");
     let progress = |p: &dev::Progress| {
