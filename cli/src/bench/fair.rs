@@ -10,8 +10,7 @@
 //! (the flood then holds the agent's line, and everyone else waits behind it).
 //!
 //! Figures per run: the other customers' waits, accepted to their call's claim (p50,
-//! p99, max), the flooding customer's most calls at once (claim to reply, from the
-//! task's writes) and the service's most calls at once (its own count).
+//! p99, max), and the most calls at once at the service, the flooding customer's and all (its own count).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -52,7 +51,7 @@ pub struct FairRun {
     pub per_key: Option<u32>,
     /// The other customers' orders, accepted to their call's claim, in ms.
     pub others_wait_ms: Latencies,
-    /// The flooding customer's most calls at once (claim to reply).
+    /// The flooding customer's most calls at once, at the service.
     pub flood_max_in_flight: u64,
     /// The service's most calls at once, from its own count.
     pub service_max_in_flight: u64,
@@ -127,34 +126,17 @@ fn options(o: &FairOptions, per_key: Option<u32>) -> DevOptions {
 fn figures(run: &DevOutcome, per_key: Option<u32>) -> FairRun {
     let mut created: HashMap<&str, Timestamp> = HashMap::new();
     let mut waits = Vec::new();
-    let mut claimed: HashMap<&str, Timestamp> = HashMap::new();
-    // The flood's calls, claim to reply: +1 at a claim, -1 at its reply.
-    let mut edges: Vec<(Timestamp, i64)> = Vec::new();
+    let mut claimed: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for w in &run.writes {
         let t = &w.after;
         let id = t.order_id.as_str();
-        let flood = t.order.customer_id == FLOOD;
         created.entry(id).or_insert(t.created_at);
-        match t.last_cause {
-            Cause::Claimed { step: 0, action: Action::Do } => {
-                if !flood && !claimed.contains_key(id) {
-                    waits.push(t.updated_at.millis_since(created[id]));
-                }
-                if flood {
-                    edges.push((t.updated_at, 1));
-                }
-                claimed.insert(id, t.updated_at);
-            }
-            _ if flood && claimed.remove(id).is_some() => edges.push((t.updated_at, -1)),
-            _ => {}
+        if t.last_cause == (Cause::Claimed { step: 0, action: Action::Do })
+            && t.order.customer_id != FLOOD
+            && claimed.insert(id)
+        {
+            waits.push(t.updated_at.millis_since(created[id]));
         }
-    }
-    // A reply at the instant of another's claim is over first.
-    edges.sort_unstable();
-    let (mut open, mut most) = (0i64, 0i64);
-    for (_, d) in edges {
-        open += d;
-        most = most.max(open);
     }
     waits.sort_unstable();
     let pick = |q: f64| waits.get(((waits.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
@@ -166,7 +148,8 @@ fn figures(run: &DevOutcome, per_key: Option<u32>) -> FairRun {
             p99: pick(0.99),
             max: waits.last().copied().unwrap_or(0),
         },
-        flood_max_in_flight: most.max(0) as u64,
+        // The flood's orders are the run's own, `order-...`: counted at the service.
+        flood_max_in_flight: run.flights.get("limited:order").map_or(0, |f| f.max_in_flight),
         service_max_in_flight: run.flights.get("limited").map_or(0, |f| f.max_in_flight),
         elapsed_s: run.elapsed.as_secs_f64(),
     }
