@@ -34,7 +34,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::ids::{LeaseToken, OrderId, Timestamp};
-use super::messages::Order;
 
 /// The window `max_per_second` counts over.
 pub const RATE_WINDOW_MS: u64 = 1_000;
@@ -121,17 +120,6 @@ impl OrderKey {
     pub fn path(self) -> &'static str {
         OrderKey::ALL.iter().find(|(k, _)| *k == self).map_or("", |(_, p)| p)
     }
-
-    /// The key's value in `order`: a number as its decimal text; an order without it (a
-    /// `workflow_version` not asked for) is of the key `""`.
-    pub fn value_in(self, order: &Order) -> String {
-        match self {
-            OrderKey::OrderId => order.order_id.as_str().to_owned(),
-            OrderKey::CustomerId => order.customer_id.clone(),
-            OrderKey::Workflow => order.workflow.clone(),
-            OrderKey::WorkflowVersion => order.workflow_version.map(|v| v.to_string()).unwrap_or_default(),
-        }
-    }
 }
 
 impl Limits {
@@ -192,9 +180,14 @@ pub fn gate_of(agent: &str, limits: &Limits, order_id: &OrderId) -> (String, Lim
 /// limit: `<agent>%<first 16 hex digits of the SHA-256 of the key's value>`, holding
 /// `limit` places, never spread (one key's calls are few by design). Agent names hold
 /// no `%` (`definitions`).
-pub fn key_gate_of(agent: &str, limits: &Limits, order: &Order) -> Option<(String, Limits)> {
+/// `value`: the order's value of a field (`messages::Order::key_value`).
+pub fn key_gate_of(
+    agent: &str,
+    limits: &Limits,
+    value: impl FnOnce(OrderKey) -> String,
+) -> Option<(String, Limits)> {
     let per_key = limits.per_key?;
-    let value = per_key.key.value_in(order);
+    let value = value(per_key.key);
     let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
     let hex: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
     Some((format!("{agent}%{hex}"), key_limits(per_key)))
@@ -928,23 +921,18 @@ mod tests {
         assert_eq!(limits_of_gate(&all, "other"), None);
     }
 
-    fn order(customer: &str) -> Order {
-        Order {
-            order_id: OrderId::parse("o-1").unwrap(),
-            customer_id: customer.into(),
-            items: Vec::new(),
-            workflow: "w".into(),
-            workflow_version: None,
-        }
+    /// An order of `customer`, without a `workflow_version`.
+    fn order(customer: &str) -> impl Fn(OrderKey) -> String + '_ {
+        move |key| if key == OrderKey::CustomerId { customer.to_owned() } else { String::new() }
     }
 
     #[test]
     fn orders_of_one_key_share_a_key_gate_of_the_per_key_limit_by_name() {
         let per_key = PerKey { key: OrderKey::CustomerId, limit: 2 };
         let l = Limits { per_key: Some(per_key), ..limits(Some(1_000), None) };
-        let (a, la) = key_gate_of("pay", &l, &order("A")).unwrap();
-        assert_eq!(key_gate_of("pay", &l, &order("A")).unwrap().0, a);
-        assert_ne!(key_gate_of("pay", &l, &order("B")).unwrap().0, a);
+        let (a, la) = key_gate_of("pay", &l, order("A")).unwrap();
+        assert_eq!(key_gate_of("pay", &l, order("A")).unwrap().0, a);
+        assert_ne!(key_gate_of("pay", &l, order("B")).unwrap().0, a);
         assert!(a.starts_with("pay%") && a.len() == "pay%".len() + 16, "{a}");
         assert_eq!(la, Limits { max_in_flight: Some(2), ..Limits::default() });
         assert!(is_key_gate(&a) && !is_key_gate("pay@3"));
@@ -954,14 +942,12 @@ mod tests {
         // The agent no longer sets a per-key limit: its key gates hold nothing.
         let without = BTreeMap::from([("pay".to_owned(), limits(Some(1_000), None))]);
         assert_eq!(limits_of_gate(&without, &a), None);
-        assert_eq!(key_gate_of("pay", &limits(Some(3), None), &order("A")), None);
-        // A number is keyed by its text, a field the order lacks by "".
+        assert_eq!(key_gate_of("pay", &limits(Some(3), None), order("A")), None);
+        // A field the order lacks is the key ""; a number is keyed by its text.
         let by_version = Limits { per_key: Some(PerKey { key: OrderKey::WorkflowVersion, limit: 1 }), ..l };
-        let none = key_gate_of("pay", &by_version, &order("A")).unwrap().0;
-        assert_eq!(none, key_gate_of("pay", &by_version, &order("B")).unwrap().0);
-        let v3 = Order { workflow_version: Some(3), ..order("A") };
-        assert_eq!(OrderKey::WorkflowVersion.value_in(&v3), "3");
-        assert_ne!(key_gate_of("pay", &by_version, &v3).unwrap().0, none);
+        let none = key_gate_of("pay", &by_version, order("A")).unwrap().0;
+        assert_eq!(none, key_gate_of("pay", &by_version, order("B")).unwrap().0);
+        assert_ne!(key_gate_of("pay", &by_version, |_| "3".to_owned()).unwrap().0, none);
         for (key, path) in OrderKey::ALL {
             assert_eq!((OrderKey::parse(path), key.path()), (Some(key), path));
             assert_eq!(serde_json::to_value(key).unwrap(), serde_json::json!(path));

@@ -185,7 +185,7 @@ fn per_key_within(
 ) {
     let key_of = |holder: &str| {
         let order = holder.split_once('#').map_or(holder, |(o, _)| o);
-        tasks.iter().find(|t| t.order_id.as_str() == order).map(|t| per_key.key.value_in(&t.order))
+        tasks.iter().find(|t| t.order_id.as_str() == order).map(|t| t.order.key_value(per_key.key))
     };
     let mut by_key: std::collections::BTreeMap<String, Vec<&crate::ledger::Flight>> = Default::default();
     for f in flights {

@@ -82,7 +82,7 @@ pub fn place_of(
     let agent_limits = limits.get(agent)?;
     let (gate, limits) = gate_of(agent, agent_limits, &task.order_id);
     let until = limits.hold_until(task.complete_by()?, policy.reply_grace_ms);
-    let key = key_gate_of(agent, agent_limits, &task.order)
+    let key = key_gate_of(agent, agent_limits, |k| task.order.key_value(k))
         .filter(|_| !crate::mutations::key_gate_skipped())
         .map(|(gate, limits)| {
             Box::new(Place {
@@ -132,7 +132,8 @@ pub fn freed_by(
             ReplyOutcome::Throttled { retry_after_ms } => Some(pause_ms(retry_after_ms)),
             _ => None,
         },
-        key: key_gate_of(agent, l, order).map(|(gate, _)| (gate, key_holder(&reply.order_id, reply.attempt))),
+        key: key_gate_of(agent, l, |k| order.key_value(k))
+            .map(|(gate, _)| (gate, key_holder(&reply.order_id, reply.attempt))),
     })
 }
 
@@ -1050,7 +1051,7 @@ mod tests {
     }
 
     fn key_gate(limits: &BTreeMap<String, Limits>, agent: &str, task: &TaskRecord) -> String {
-        key_gate_of(agent, &limits[agent], &task.order).unwrap().0
+        key_gate_of(agent, &limits[agent], |k| task.order.key_value(k)).unwrap().0
     }
 
     #[test]
