@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use sas::domain::gate::Limits;
 use sas::domain::{ProcessState, Timestamp};
-use sas::handlers::{Agent, AgentSettings, Scheduler, Supervisor};
+use sas::handlers::{Agent, AgentSettings, Scheduler, Submission, Supervisor};
 use sas::ports::Metric;
 
 /// The built-in workflows, with the `orders` agent (single-step's) limited so.
@@ -17,6 +17,8 @@ fn limited(limits: Limits) -> Harness {
     h.settings.topology.limits.insert("orders".into(), limits);
     h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
     h.supervisor = Supervisor::new(h.deps.clone(), h.settings.clone());
+    // A cancel's hand-back of a ticket goes through the submission function.
+    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
     h.agent = Agent::new(
         h.agent.deps.clone(),
         AgentSettings {
@@ -278,4 +280,28 @@ async fn a_keys_flood_waits_in_its_own_line_and_never_holds_more_than_its_share(
     // Every place given back, in the key gates and the agent's.
     let gate = h.store.peek_gate("orders").expect("written");
     assert!(gate.holds.is_empty(), "{gate:?}");
+}
+
+/// A task waiting at its key's gate and cancelled hands its key ticket back: the key's
+/// place goes to the next of that key when the call in flight ends, not to nobody.
+#[tokio::test]
+async fn a_cancel_in_a_keys_line_hands_the_key_ticket_back() {
+    use sas::domain::gate::{OrderKey, PerKey};
+    let per_key = Some(PerKey { key: OrderKey::CustomerId, limit: 1 });
+    let h = limited(Limits { max_in_flight: Some(4), per_key, ..Limits::default() });
+    submit_all(&h, 3).await;
+    all_ok(h.pump_scheduler().await, 3);
+    use ProcessState::*;
+    assert_eq!(states(&h, 3), [Processing, Pending, Pending]);
+    let key_gate = h.task("o-1").queued().expect("o-1 waits").agent.clone();
+    assert!(key_gate.starts_with("orders%"), "in its key's line: {key_gate}");
+    h.send(ORDERS, r#"{"cancel":"o-1","reason":"changed my mind"}"#).await;
+    all_ok(h.pump_orders().await, 1);
+    assert_eq!(h.count(Metric::TicketHandedBack), 1);
+    let gate = h.store.peek_gate(&key_gate).expect("the key's gate");
+    assert_eq!((gate.admitted, gate.waiting()), (1, 1), "o-1's ticket skipped, o-2's waits");
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-2").state(), Processed, "o-2 got the key's place");
+    let gate = h.store.peek_gate(&key_gate).expect("the key's gate");
+    assert!(gate.holds.is_empty(), "every key place given back: {gate:?}");
 }
