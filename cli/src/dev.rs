@@ -91,6 +91,16 @@ pub struct DevOptions {
     /// Whether the embedded store bills and throttles each item as DynamoDB does
     /// (`EmbeddedStore::with_capacity`); the outcome's `capacity` then says what it saw.
     pub capacity: bool,
+    /// The customers of the orders (`bench fair`): every order of the run's own is
+    /// `burst`'s, the trickle's are drawn from `others` of their own; else drawn from 99.
+    pub customers: Option<Customers>,
+}
+
+/// Who sends the orders: one customer's burst, and a few others' trickle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Customers {
+    pub burst: String,
+    pub others: u32,
 }
 
 /// Orders of `workflow` at `per_s` a second, ids `trickle-0000000` on, beside the run's own.
@@ -142,6 +152,7 @@ impl Default for DevOptions {
             trickle: None,
             schedulers: 1,
             capacity: false,
+            customers: None,
         }
     }
 }
@@ -292,13 +303,15 @@ fn bad_bodies(valid: &[(String, String)]) -> Vec<(String, &'static str)> {
     kinds
 }
 
-fn order_body(id: &str, workflow: &str, rng: &mut fastrand::Rng) -> String {
+/// An order of `customer`, or of one drawn from 99.
+fn order_body_of(id: &str, workflow: &str, customer: Option<&str>, rng: &mut fastrand::Rng) -> String {
     let items: Vec<String> = (0..rng.usize(1..4))
         .map(|i| format!(r#"{{"sku":"sku-{}-{i}","quantity":{}}}"#, rng.u32(1..1000), rng.u32(1..5)))
         .collect();
+    let drawn = rng.u32(1..100);
+    let customer = customer.map_or_else(|| format!("cust-{drawn}"), str::to_owned);
     format!(
-        r#"{{"order_id":"{id}","customer_id":"cust-{}","items":[{}],"workflow":"{workflow}","reply_to":"{STATUS}"}}"#,
-        rng.u32(1..100),
+        r#"{{"order_id":"{id}","customer_id":"{customer}","items":[{}],"workflow":"{workflow}","reply_to":"{STATUS}"}}"#,
         items.join(",")
     )
 }
@@ -712,7 +725,8 @@ pub async fn send_orders(
             let id = format!("order-{i:07}");
             // `--workflow a,b`: the orders take the workflows in turn.
             let names: Vec<&str> = options.workflow.split(',').collect();
-            let body = order_body(&id, names[i % names.len()], &mut rng);
+            let burst = options.customers.as_ref().map(|c| c.burst.as_str());
+            let body = order_body_of(&id, names[i % names.len()], burst, &mut rng);
             (id, body)
         })
         .collect();
@@ -734,7 +748,9 @@ pub async fn send_orders(
             let first = orders.len();
             orders.extend((0..t.orders).map(|i| {
                 let id = format!("trickle-{i:07}");
-                let body = order_body(&id, &t.workflow, &mut rng);
+                let other =
+                    options.customers.as_ref().map(|c| format!("other-{}", i as u32 % c.others.max(1)));
+                let body = order_body_of(&id, &t.workflow, other.as_deref(), &mut rng);
                 (id, body)
             }));
             orders[first..].iter().map(|(_, b)| b.clone()).collect()

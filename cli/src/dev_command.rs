@@ -228,6 +228,7 @@ pub async fn run_command(args: DevArgs) -> Result<ExitCode, String> {
         trickle: None,
         schedulers: 1,
         capacity: false,
+        customers: None,
     };
     let bar = crate::text::progress_bar(options.orders as u64, "terminal");
     let progress = |p: &dev::Progress| {

@@ -38,7 +38,9 @@ struct Service {
     /// The outside party of callback steps, when the run has any.
     outside: Option<Outside>,
     /// Each agent's calls as the service itself sees them: when each arrived, and how
-    /// many were open at once (`Flights`).
+    /// many were open at once (`Flights`). Also by agent and the order id's first part,
+    /// `<agent>:<up to the first ->` (`order` for a run's own orders, `trickle` for a
+    /// trickle's: `bench fair` tells one customer's flood from the others' so).
     flights: Mutex<BTreeMap<String, Flights>>,
 }
 
@@ -150,6 +152,8 @@ async fn call(
     body: axum::Json<CallBody>,
 ) -> (StatusCode, String) {
     let _in_flight = service.arrive(&agent);
+    let prefix = body.order_id.split('-').next().unwrap_or_default();
+    let _in_flight_of_prefix = service.arrive(&format!("{agent}:{prefix}"));
     let Some(key) = headers.get(IDEMPOTENCY_HEADER).and_then(|v| v.to_str().ok()) else {
         return (StatusCode::BAD_REQUEST, "missing Idempotency-Key".into());
     };

@@ -159,7 +159,9 @@ pub fn agent_figures(run: &DevOutcome) -> BTreeMap<String, AgentFigures> {
     for w in &run.writes {
         let (Some(before), after) = (&w.before, &w.after) else { continue };
         if let (Some(q), None, Some(_)) = (&before.queued(), &after.queued(), &after.locked_by()) {
-            let (ms, tasks) = waits.entry(q.agent.as_str()).or_default();
+            // By agent: its places may be spread over several gates, and a per-key limit
+            // adds a line of its own.
+            let (ms, tasks) = waits.entry(sas::domain::gate::agent_of_gate(&q.agent)).or_default();
             ms.push(after.updated_at.millis_since(q.since));
             tasks.insert(&after.order_id);
         }

@@ -112,7 +112,7 @@ async fn agents_show_places_held_tickets_waiting_and_a_pause_and_tasks_list_filt
     let policy = Policy::default();
 
     // payment (2 places): o-a and o-b hold them; o-c and o-d wait with tickets 0 and 1.
-    let two = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
+    let two = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None, per_key: None };
     let mut gate = Gate::new("payment");
     for (holder, ticket) in [
         ("o-a#1.0000000a", None),

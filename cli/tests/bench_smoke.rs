@@ -156,7 +156,7 @@ async fn cost_counts_the_gate_of_a_limited_agent() {
     assert!(free.gate.is_none());
     let limits = [(
         "orders".to_owned(),
-        Limits { max_in_flight: Some(10), max_per_second: None, places_per_gate: None },
+        Limits { max_in_flight: Some(10), max_per_second: None, places_per_gate: None, per_key: None },
     )]
     .into();
     let gated = sasctl::bench::cost_limited("single-step", 50, false, &limits, &a).await;
@@ -460,4 +460,19 @@ async fn a_stage_in_flight_fits_one_write_unit() {
     }
     println!("largest: {} bytes (DynamoDB), {} (JSON)", largest.0, largest.1);
     assert!(largest.0 <= 1_024 && largest.1 <= 1_024, "{largest:?}");
+}
+
+/// `bench fair` at a small size: under the per-key limit the flooding customer never has
+/// more than its share at once and the others' orders are all measured; without it, the
+/// flood takes every place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_holds_the_flood_to_its_share_and_measures_the_others() {
+    let o =
+        sasctl::bench::FairOptions { orders: 120, others: 20, rate: 50, per_key: 2, concurrency: 4, seed: 3 };
+    let r = sasctl::bench::fair(&o, |_, _| {}).await.expect("both runs hold every invariant");
+    let (keyed, open) = (&r.runs[0], &r.runs[1]);
+    assert_eq!((keyed.per_key, open.per_key), (Some(2), None));
+    assert!(keyed.flood_max_in_flight <= 2 && keyed.flood_max_in_flight >= 1, "{r:?}");
+    assert!(open.flood_max_in_flight > 2 && open.service_max_in_flight <= 10, "{r:?}");
+    assert_eq!((keyed.others_wait_ms.samples, open.others_wait_ms.samples), (20, 20), "{r:?}");
 }

@@ -27,6 +27,7 @@ mod switches {
     static HEARTBEAT_NO_SLACK: AtomicBool = AtomicBool::new(false);
     static HEARTBEAT_EVERY_WRITE: AtomicBool = AtomicBool::new(false);
     static WHOLE_LIMITS_PER_GATE: AtomicBool = AtomicBool::new(false);
+    static KEY_GATE_SKIPPED: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -95,6 +96,9 @@ mod switches {
         /// Each gate of an agent whose places are spread over several holds the agent's
         /// whole limits, not its share: together they let through more.
         WholeLimitsPerGate,
+        /// A claim under a per-key limit takes no place in its key gate: a key's orders
+        /// take as many of the agent's places as they find.
+        KeyGateSkipped,
     }
 
     impl Mutation {
@@ -120,6 +124,7 @@ mod switches {
                 Mutation::HeartbeatNoSlack => &HEARTBEAT_NO_SLACK,
                 Mutation::HeartbeatEveryWrite => &HEARTBEAT_EVERY_WRITE,
                 Mutation::WholeLimitsPerGate => &WHOLE_LIMITS_PER_GATE,
+                Mutation::KeyGateSkipped => &KEY_GATE_SKIPPED,
             }
         }
         pub fn set(self, on: bool) {
@@ -191,6 +196,9 @@ mod switches {
     }
     pub fn whole_limits_per_gate() -> bool {
         Mutation::WholeLimitsPerGate.is_on()
+    }
+    pub fn key_gate_skipped() -> bool {
+        Mutation::KeyGateSkipped.is_on()
     }
 }
 
@@ -319,5 +327,11 @@ pub(crate) const fn heartbeat_every_write() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn whole_limits_per_gate() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn key_gate_skipped() -> bool {
     false
 }

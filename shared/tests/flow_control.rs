@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use sas::domain::gate::Limits;
 use sas::domain::{ProcessState, Timestamp};
-use sas::handlers::{Agent, AgentSettings, Scheduler, Supervisor};
+use sas::handlers::{Agent, AgentSettings, Scheduler, Submission, Supervisor};
 use sas::ports::Metric;
 
 /// The built-in workflows, with the `orders` agent (single-step's) limited so.
@@ -17,6 +17,8 @@ fn limited(limits: Limits) -> Harness {
     h.settings.topology.limits.insert("orders".into(), limits);
     h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
     h.supervisor = Supervisor::new(h.deps.clone(), h.settings.clone());
+    // A cancel's hand-back of a ticket goes through the submission function.
+    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
     h.agent = Agent::new(
         h.agent.deps.clone(),
         AgentSettings {
@@ -29,7 +31,8 @@ fn limited(limits: Limits) -> Harness {
     h
 }
 
-const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
+const TWO: Limits =
+    Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None, per_key: None };
 
 async fn submit_all(h: &Harness, n: usize) {
     for i in 0..n {
@@ -99,7 +102,12 @@ async fn the_remote_never_sees_more_than_the_limit_at_once() {
 
 #[tokio::test]
 async fn a_place_whose_holder_died_lapses_and_the_supervisor_moves_the_line_on() {
-    let h = limited(Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None });
+    let h = limited(Limits {
+        max_in_flight: Some(1),
+        max_per_second: None,
+        places_per_gate: None,
+        per_key: None,
+    });
     submit_all(&h, 2).await;
     all_ok(h.pump_scheduler().await, 2);
     assert_eq!(states(&h, 2), [ProcessState::Processing, ProcessState::Pending]);
@@ -177,7 +185,12 @@ async fn agents_without_limits_touch_no_gate_even_where_others_have_one() {
 
 #[tokio::test]
 async fn under_a_rate_limit_calls_spread_over_windows_and_time_alone_lets_the_next_through() {
-    let h = limited(Limits { max_in_flight: None, max_per_second: Some(2), places_per_gate: None });
+    let h = limited(Limits {
+        max_in_flight: None,
+        max_per_second: Some(2),
+        places_per_gate: None,
+        per_key: None,
+    });
     submit_all(&h, 5).await;
     for _ in 0..10 {
         h.run_until_quiet().await;
@@ -197,7 +210,8 @@ async fn under_a_rate_limit_calls_spread_over_windows_and_time_alone_lets_the_ne
 #[tokio::test]
 async fn places_spread_over_gates_are_each_held_to_their_share_and_given_back_to_their_own_gate() {
     // 5 places over gates of 2: three gates, holding 2, 2 and 1.
-    let spread = Limits { max_in_flight: Some(5), max_per_second: None, places_per_gate: Some(2) };
+    let spread =
+        Limits { max_in_flight: Some(5), max_per_second: None, places_per_gate: Some(2), per_key: None };
     assert_eq!(spread.gates(), 3);
     let h = limited(spread);
     submit_all(&h, 10).await;
@@ -221,4 +235,73 @@ async fn places_spread_over_gates_are_each_held_to_their_share_and_given_back_to
         assert!(gate.holds.is_empty(), "every place given back to its own gate: {gate:?}");
         assert_eq!(gate.issued, gate.admitted, "every ticket of gate {k} had its turn");
     }
+}
+
+/// One customer's flood and another's two orders under `max_in_flight: 4` and one call
+/// per customer: the flood waits in its own line, the other customer's orders are called
+/// while it waits, and the flood never has more than one call at once.
+#[tokio::test]
+async fn a_keys_flood_waits_in_its_own_line_and_never_holds_more_than_its_share() {
+    use sas::domain::gate::{OrderKey, PerKey};
+    let per_key = Some(PerKey { key: OrderKey::CustomerId, limit: 1 });
+    let h = limited(Limits { max_in_flight: Some(4), per_key, ..Limits::default() });
+    let body = |id: &str, customer: &str| {
+        Harness::order_body(id, "single-step")
+            .replace(r#""customer_id":"c-1""#, &format!(r#""customer_id":"{customer}""#))
+    };
+    for i in 0..8 {
+        h.send(ORDERS, body(&format!("a-{i}"), "A")).await;
+    }
+    for i in 0..2 {
+        h.send(ORDERS, body(&format!("b-{i}"), "B")).await;
+    }
+    all_ok(h.pump_orders().await, 10);
+    let calls = |prefix: &str| {
+        h.queues.bodies(AGENT).iter().filter(|b| b.contains(&format!(r#""order_id":"{prefix}"#))).count()
+    };
+    h.pump_scheduler().await;
+    assert_eq!((calls("a-"), calls("b-")), (1, 1), "one call per customer at once");
+    let waiting_a = (0..8).filter(|i| h.task(&format!("a-{i}")).queued().is_some()).count();
+    assert_eq!(waiting_a, 7, "A's flood waits in its own line");
+    let mut b_done_while_a_waits = false;
+    for _ in 0..40 {
+        assert!(calls("a-") <= 1, "never more than one of A's calls at once");
+        h.pump_agent().await;
+        h.pump_scheduler().await;
+        let a_left = (0..8).filter(|i| h.task(&format!("a-{i}")).state() != ProcessState::Processed).count();
+        let b_done = (0..2).all(|i| h.task(&format!("b-{i}")).state() == ProcessState::Processed);
+        b_done_while_a_waits |= b_done && a_left >= 5;
+    }
+    assert!(b_done_while_a_waits, "B's orders are not held behind A's");
+    h.run_until_quiet().await;
+    for id in (0..8).map(|i| format!("a-{i}")).chain((0..2).map(|i| format!("b-{i}"))) {
+        assert_eq!(h.task(&id).state(), ProcessState::Processed, "{id}");
+    }
+    // Every place given back, in the key gates and the agent's.
+    let gate = h.store.peek_gate("orders").expect("written");
+    assert!(gate.holds.is_empty(), "{gate:?}");
+}
+
+/// A task waiting at its key's gate and cancelled hands its key ticket back: the key's
+/// place goes to the next of that key when the call in flight ends, not to nobody.
+#[tokio::test]
+async fn a_cancel_in_a_keys_line_hands_the_key_ticket_back() {
+    use sas::domain::gate::{OrderKey, PerKey};
+    let per_key = Some(PerKey { key: OrderKey::CustomerId, limit: 1 });
+    let h = limited(Limits { max_in_flight: Some(4), per_key, ..Limits::default() });
+    submit_all(&h, 3).await;
+    all_ok(h.pump_scheduler().await, 3);
+    use ProcessState::*;
+    assert_eq!(states(&h, 3), [Processing, Pending, Pending]);
+    let key_gate = h.task("o-1").queued().expect("o-1 waits").agent.clone();
+    assert!(key_gate.starts_with("orders%"), "in its key's line: {key_gate}");
+    h.send(ORDERS, r#"{"cancel":"o-1","reason":"changed my mind"}"#).await;
+    all_ok(h.pump_orders().await, 1);
+    assert_eq!(h.count(Metric::TicketHandedBack), 1);
+    let gate = h.store.peek_gate(&key_gate).expect("the key's gate");
+    assert_eq!((gate.admitted, gate.waiting()), (1, 1), "o-1's ticket skipped, o-2's waits");
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-2").state(), Processed, "o-2 got the key's place");
+    let gate = h.store.peek_gate(&key_gate).expect("the key's gate");
+    assert!(gate.holds.is_empty(), "every key place given back: {gate:?}");
 }

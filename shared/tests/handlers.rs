@@ -1728,10 +1728,10 @@ async fn a_claim_decided_again_after_a_concurrent_write_still_needs_its_place() 
     let wf = Workflow::new("w", vec![Step::timer("t", Wait::for_ms(1_000)), Step::pivot("pay", "pay")]);
     let h = Harness::with_workflows(policy(), Workflows::new(vec![wf]));
     let mut settings = h.settings.clone();
-    settings
-        .topology
-        .limits
-        .insert("pay".into(), Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None });
+    settings.topology.limits.insert(
+        "pay".into(),
+        Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None, per_key: None },
+    );
     let raced = std::sync::Arc::new(RacedOnce { inner: h.store.clone(), armed: false.into() });
     let deps = sas::handlers::Deps { store: raced.clone(), ..h.deps.clone() };
     let scheduler = sas::handlers::Scheduler::new(deps, settings);
@@ -1778,10 +1778,10 @@ fn one_place_at_pay() -> (Harness, sas::handlers::Submission, sas::handlers::Sch
     let wf = Workflow::new("w", vec![Step::pivot("pay", "pay")]);
     let h = Harness::with_workflows(policy(), Workflows::new(vec![wf]));
     let mut settings = h.settings.clone();
-    settings
-        .topology
-        .limits
-        .insert("pay".into(), Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None });
+    settings.topology.limits.insert(
+        "pay".into(),
+        Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None, per_key: None },
+    );
     let submission = sas::handlers::Submission::new(h.deps.clone(), settings.clone());
     let scheduler = sas::handlers::Scheduler::new(h.deps.clone(), settings);
     (h, submission, scheduler)

@@ -276,7 +276,13 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             {
                 add(Invariant::Lifecycle, format!("order {id}: claimed while handling {:?}", ctx.message));
             }
-            Cause::Slept { .. } if !(ctx.role == Some(Role::Scheduler) && is_schedule_of(message(), id)) => {
+            // A hand-over decides as the turn's Schedule would: a task woken for a ticket
+            // it no longer holds hands the turn on, then is decided as it stands (a timer
+            // step it moved on to sleeps, wakes or fails as under its own Schedule).
+            Cause::Slept { .. }
+                if !(ctx.role == Some(Role::Scheduler)
+                    && (is_schedule_of(message(), id) || ever_queued.contains(id))) =>
+            {
                 add(
                     Invariant::Lifecycle,
                     format!("order {id}: put to sleep while handling {:?}", ctx.message),
@@ -284,7 +290,8 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             }
             Cause::Woke { .. }
                 if !(ctx.role == Some(Role::Supervisor)
-                    || (ctx.role == Some(Role::Scheduler) && is_schedule_of(message(), id))) =>
+                    || (ctx.role == Some(Role::Scheduler)
+                        && (is_schedule_of(message(), id) || ever_queued.contains(id)))) =>
             {
                 add(
                     Invariant::Lifecycle,
@@ -294,7 +301,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             // A timer step whose time cannot be read fails for good when a Schedule comes.
             Cause::Failed { step, action: sas::domain::Action::Do, .. }
                 if ctx.role == Some(Role::Scheduler)
-                    && is_schedule_of(message(), id)
+                    && (is_schedule_of(message(), id) || ever_queued.contains(id))
                     && before.state() == ProcessState::Pending
                     && *step == before.step
                     && run

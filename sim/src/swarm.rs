@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use sas::domain::gate::Limits;
+use sas::domain::gate::{Limits, OrderKey, PerKey};
 
 use sas::domain::definitions::MAX_STEPS;
 use sas::domain::workflow::Stage;
@@ -510,8 +510,10 @@ impl Swarm {
                 1 => (None, Some(side.u32(1..=5))),
                 _ => (Some(side.u32(1..=4)), Some(side.u32(1..=5))),
             };
-            self.limits
-                .insert((*agent).to_owned(), Limits { max_in_flight, max_per_second, places_per_gate: None });
+            self.limits.insert(
+                (*agent).to_owned(),
+                Limits { max_in_flight, max_per_second, places_per_gate: None, per_key: None },
+            );
         }
         if side.u8(..4) > 0 {
             self.faults.remote_busy = pick(side, 0.05, 0.3);
@@ -557,6 +559,15 @@ impl Swarm {
             let per = side.u32(1..=2);
             for l in self.limits.values_mut() {
                 l.places_per_gate = Some(per);
+            }
+        }
+        // Some a per-key limit of one or two, on the orders' customer (one in the
+        // workload) or workflow (one to four): a key gate in front of the agent's. Drawn
+        // last, so that every draw above, and the seeds that rely on it, are as before.
+        for l in self.limits.values_mut() {
+            if side.bool() {
+                let key = if side.bool() { OrderKey::CustomerId } else { OrderKey::Workflow };
+                l.per_key = Some(PerKey { key, limit: side.u32(1..=2) });
             }
         }
     }

@@ -249,6 +249,16 @@ fn every_gate_holding_the_whole_limits_is_caught() {
     );
 }
 
+/// A claim under a per-key limit that skips its key gate.
+#[test]
+fn skipping_the_key_gate_is_caught() {
+    let found = caught(Mutation::KeyGateSkipped);
+    assert!(
+        found.contains_key(&Invariant::RemoteWithinLimits),
+        "no key's calls were found over its per-key limit: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -274,6 +284,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::HeartbeatNoSlack,
             Mutation::HeartbeatEveryWrite,
             Mutation::WholeLimitsPerGate,
+            Mutation::KeyGateSkipped,
         ]
         .iter()
         .all(|m| !m.is_on())

@@ -596,7 +596,8 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
 /// only where the ticket has none or one naming that same order.
 pub async fn gate_writes_are_conditional_and_faithful(b: &Backend) {
     use sas::domain::gate::{Admission, Gate, Limits};
-    let limits = Limits { max_in_flight: Some(1), max_per_second: Some(5), places_per_gate: None };
+    let limits =
+        Limits { max_in_flight: Some(1), max_per_second: Some(5), places_per_gate: None, per_key: None };
     assert_eq!(b.store.gate("pay").await.unwrap(), None, "{}: no gate before its first write", b.name);
     let first = Gate::new("pay").arrive(T0, &limits, "o-1#1", T0.plus_ms(60_000), None);
     assert_eq!(first.outcome, Admission::Admitted);
@@ -670,7 +671,8 @@ pub async fn gate_writes_are_conditional_and_faithful(b: &Backend) {
 /// race). Exactly `max_in_flight` are let in; the rest hold distinct tickets in order.
 pub async fn concurrent_arrivals_never_overfill_a_gate(b: &Backend, arrivals: usize, places: u32) {
     use sas::domain::gate::{Admission, Gate, Limits};
-    let limits = Limits { max_in_flight: Some(places), max_per_second: None, places_per_gate: None };
+    let limits =
+        Limits { max_in_flight: Some(places), max_per_second: None, places_per_gate: None, per_key: None };
     let barrier = Arc::new(tokio::sync::Barrier::new(arrivals));
     let racers = (0..arrivals).map(|i| {
         let (store, barrier) = (b.store.clone(), barrier.clone());

@@ -310,7 +310,8 @@ mod tests {
         Timestamp(T0 + ms)
     }
 
-    const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
+    const TWO: Limits =
+        Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None, per_key: None };
 
     /// payment, two places: o-1's call holds one, then o-1's call is over and ticket 0 is
     /// let through (a reserved place); tickets 1 and 2 wait. Made by the domain's own
@@ -417,7 +418,8 @@ mod tests {
 
     #[test]
     fn under_a_rate_limit_show_counts_the_places_given_back_this_second() {
-        let rate = Limits { max_in_flight: None, max_per_second: Some(5), places_per_gate: None };
+        let rate =
+            Limits { max_in_flight: None, max_per_second: Some(5), places_per_gate: None, per_key: None };
         let g = Gate::new("wms").arrive(t(0), &rate, "o-1#1.00000000", t(60_000), None).next;
         let g = g.arrive(t(1), &rate, "o-2#1.00000000", t(60_000), None).next;
         let g = g.release(t(100), &rate, "o-1#1.00000000").next;
@@ -433,7 +435,8 @@ mod tests {
 
     #[test]
     fn places_spread_over_gates_are_shown_added_up() {
-        let thirty = Limits { max_in_flight: Some(30), max_per_second: None, places_per_gate: None };
+        let thirty =
+            Limits { max_in_flight: Some(30), max_per_second: None, places_per_gate: None, per_key: None };
         assert_eq!(thirty.gates(), 2);
         let gate = |name: &str, holders: &[&str]| {
             holders.iter().fold(Gate::new(name), |g, h| g.arrive(t(0), &TWO, h, t(60_000), None).next)

@@ -21,6 +21,8 @@
 //!   capacity modelled: the most calls its service saw at once, its calls per second, the
 //!   waits for a place, the hottest item's write units a second, the store's throttles,
 //!   the gate's cost, and the neighbour's latency against a run without the burst.
+//! - `fair`: one customer's flood and 50 others' orders through one limited agent, with
+//!   and without `max_in_flight_per_key`: the others' waits, the flood's calls at once.
 //! - `listing`: on DynamoDB at an endpoint, what listing Error and live tasks reads
 //!   among N finished ones (the sparse indexes keep it to what is listed).
 //! - `traffic`: the functions as `sasctl up` runs them, against an endpoint through a
@@ -42,6 +44,7 @@ mod cold_start;
 mod contention;
 mod cost;
 mod counting;
+mod fair;
 mod flow;
 mod listing;
 mod measure;
@@ -69,6 +72,7 @@ pub use cost::{CostAssumptions, CostRow, GateCost, TimerLateness, cost, cost_lim
 pub use counting::{
     AwsUsage, CountingAlerts, CountingQueues, CountingStore, GateUsage, dynamodb_item_bytes, json_item_bytes,
 };
+pub use fair::{FairOptions, FairReport, FairRun, fair};
 pub use flow::{FlowArgs, FlowOptions, FlowReport, flow};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
 pub use measure::{cpu_time, median, peak_rss_kib};
@@ -257,6 +261,31 @@ pub enum BenchCommand {
     /// gate's dollars per million calls, and the unlimited agent's step latency against a
     /// run of its orders alone.
     Flow(FlowArgs),
+    /// Fair shares: one customer's --orders orders at once and --others orders of 50 other
+    /// customers at --rate a second beside them, through one agent with max_in_flight 10,
+    /// with max_in_flight_per_key --per-key on the customer and without: the others'
+    /// waits for their call and the flooding customer's most calls at once.
+    Fair {
+        /// The flooding customer's orders, sent at once (1 to 1,000,000).
+        #[arg(long, default_value_t = 2_000,
+              value_parser = crate::args::whole::<usize>("--orders", 1, 1_000_000))]
+        orders: usize,
+        /// The other customers' orders (1 to 1,000,000).
+        #[arg(long, default_value_t = 200,
+              value_parser = crate::args::whole::<usize>("--others", 1, 1_000_000))]
+        others: usize,
+        /// The other customers' orders per second (1 to 1000).
+        #[arg(long, default_value_t = 50, value_parser = crate::args::whole::<u32>("--rate", 1, 1_000))]
+        rate: u32,
+        /// Calls at once per customer in the run with a per-key limit (1 to 10).
+        #[arg(long, default_value_t = 2, value_parser = crate::args::whole::<u32>("--per-key", 1, 10))]
+        per_key: u32,
+        /// Concurrent batches per function (1 to 1000).
+        #[arg(long, default_value_t = 10, value_parser = crate::args::whole::<usize>("--concurrency", 1, 1_000))]
+        concurrency: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Cost and latency per order as traffic arrives: the four functions run as `sasctl up`
     /// runs them, against an endpoint (moto) through a proxy that counts every request;
     /// orders arrive at --rate per second or all at once (--bulk). One run per --windows
@@ -414,6 +443,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                         max_in_flight: Some(places),
                         max_per_second: None,
                         places_per_gate: None,
+                        per_key: None,
                     },
                 )];
                 rows.push(cost_limited(wf, orders, false, &limits.into(), &a).await);
@@ -452,6 +482,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                     report.burst_invariants_broken
                 ));
             }
+        }
+        BenchCommand::Fair { orders, others, rate, per_key, concurrency, seed } => {
+            let o = FairOptions { orders, others, rate, per_key, concurrency, seed };
+            emit(args.json, &fair(&o, |_, _| {}).await?, ToString::to_string);
         }
         BenchCommand::Traffic {
             endpoint_url,

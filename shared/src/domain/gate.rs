@@ -65,7 +65,8 @@ pub const MAX_PER_SECOND_LIMIT: u32 = 1_000;
 /// 50 bytes, so a full gate with its rate window stays under 2 KB, two write units.
 pub const PLACES_PER_GATE: u32 = 25;
 
-/// An agent's limits, from the definition file. Neither set: no gate at all.
+/// An agent's limits, from the definition file. Neither `max_in_flight` nor
+/// `max_per_second` set: no gate at all (a per-key limit needs one of them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     pub max_in_flight: Option<u32>,
@@ -74,6 +75,51 @@ pub struct Limits {
     /// that a few places spread over several gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub places_per_gate: Option<u32>,
+    /// At most this many calls in flight for orders of one key (`key_gate_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_key: Option<PerKey>,
+}
+
+/// The largest per-key limit a definition may set.
+pub const MAX_PER_KEY_LIMIT: u32 = 1_000;
+
+/// `max_in_flight_per_key`: orders whose `key` field holds one value share `limit` places,
+/// in a gate of their own in front of the agent's (`key_gate_of`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PerKey {
+    pub key: OrderKey,
+    pub limit: u32,
+}
+
+/// The order's fields a per-key limit may name (`$.order.<field>`): the scalar ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OrderKey {
+    #[serde(rename = "$.order.order_id")]
+    OrderId,
+    #[serde(rename = "$.order.customer_id")]
+    CustomerId,
+    #[serde(rename = "$.order.workflow")]
+    Workflow,
+    #[serde(rename = "$.order.workflow_version")]
+    WorkflowVersion,
+}
+
+impl OrderKey {
+    /// Every field, with its path.
+    pub const ALL: [(OrderKey, &'static str); 4] = [
+        (OrderKey::OrderId, "$.order.order_id"),
+        (OrderKey::CustomerId, "$.order.customer_id"),
+        (OrderKey::Workflow, "$.order.workflow"),
+        (OrderKey::WorkflowVersion, "$.order.workflow_version"),
+    ];
+
+    pub fn parse(path: &str) -> Option<OrderKey> {
+        OrderKey::ALL.iter().find(|(_, p)| *p == path).map(|(k, _)| *k)
+    }
+
+    pub fn path(self) -> &'static str {
+        OrderKey::ALL.iter().find(|(k, _)| *k == self).map_or("", |(_, p)| p)
+    }
 }
 
 impl Limits {
@@ -102,6 +148,7 @@ impl Limits {
             max_in_flight: self.max_in_flight.map(share),
             max_per_second: self.max_per_second.map(share),
             places_per_gate: self.places_per_gate,
+            per_key: self.per_key,
         }
     }
 
@@ -129,9 +176,43 @@ pub fn gate_of(agent: &str, limits: &Limits, order_id: &OrderId) -> (String, Lim
     (format!("{agent}@{k}"), limits.of_gate(k, n))
 }
 
-/// The agent a gate belongs to.
+/// The key gate an order's calls at `agent` pass first, if the agent has a per-key
+/// limit: `<agent>%<first 16 hex digits of the SHA-256 of the key's value>`, holding
+/// `limit` places, never spread (one key's calls are few by design). Agent names hold
+/// no `%` (`definitions`).
+/// `value`: the order's value of a field (`messages::Order::key_value`).
+pub fn key_gate_of(
+    agent: &str,
+    limits: &Limits,
+    value: impl FnOnce(OrderKey) -> String,
+) -> Option<(String, Limits)> {
+    let per_key = limits.per_key?;
+    let value = value(per_key.key);
+    let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
+    let hex: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Some((format!("{agent}%{hex}"), key_limits(per_key)))
+}
+
+/// The limits of a key gate: its `limit` places, nothing else.
+fn key_limits(per_key: PerKey) -> Limits {
+    Limits { max_in_flight: Some(per_key.limit), ..Limits::default() }
+}
+
+/// Who holds a call's place in its key gate: the attempt, not one pass of it
+/// (`<order>#<attempt>`), so a later pass of the same attempt, woken from the agent's
+/// line, finds the place it took still its own.
+pub fn key_holder(order_id: &OrderId, attempt: u32) -> String {
+    format!("{order_id}#{attempt}")
+}
+
+/// The agent a gate belongs to (`<agent>`, `<agent>@<k>` or `<agent>%<key digest>`).
 pub fn agent_of_gate(gate: &str) -> &str {
-    gate.split_once('@').map_or(gate, |(agent, _)| agent)
+    gate.split_once(['@', '%']).map_or(gate, |(agent, _)| agent)
+}
+
+/// Whether the gate is a key gate (`key_gate_of`).
+pub fn is_key_gate(gate: &str) -> bool {
+    gate.contains('%')
 }
 
 /// Every gate of an agent with `limits`, in order.
@@ -147,6 +228,9 @@ pub fn gates_of(agent: &str, limits: &Limits) -> Vec<String> {
 /// waiting there then arrives at its new gate afresh, and what the old one holds lapses.
 pub fn limits_of_gate(all: &BTreeMap<String, Limits>, gate: &str) -> Option<Limits> {
     let limits = all.get(agent_of_gate(gate))?;
+    if is_key_gate(gate) {
+        return limits.per_key.map(key_limits);
+    }
     let n = limits.gates();
     match gate.split_once('@') {
         None => (n == 1).then_some(*limits),
@@ -313,8 +397,12 @@ impl Gate {
             }
             // No ticket, or one whose reserved place lapsed (or that this gate never
             // handed out): in at once only if nobody waits.
-            // The same claim asking twice (a redelivered message): it holds its place.
-            _ if next.holds.iter().any(|h| h.holder == holder) => Admission::Admitted,
+            // The same claim asking twice (a redelivered message, or a later pass of the
+            // attempt at a key gate): it holds its place, until the later of the two.
+            _ if let Some(h) = next.holds.iter_mut().find(|h| h.holder == holder) => {
+                h.until = h.until.max(until);
+                Admission::Admitted
+            }
             Some(_) if let Some(h) = next.holds.iter().find(|h| same_claim(&h.holder, holder)) => {
                 Admission::Contended { until: h.until }
             }
@@ -505,11 +593,13 @@ mod tests {
         Timestamp(ms)
     }
 
-    const TWO: Limits = Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None };
+    const TWO: Limits =
+        Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None, per_key: None };
 
     /// One place, held by `a#1` until 50; tickets 0 (`b#1`) and 1 (`c#1`) wait.
     fn one_place_two_waiting() -> (Limits, Gate) {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
+        let one =
+            Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None, per_key: None };
         let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
         (one, g.arrive(at(2), &one, "c#1", at(100), None).next)
@@ -623,7 +713,8 @@ mod tests {
 
     #[test]
     fn withdrawn_tickets_are_kept_in_order_and_no_more_than_the_cap() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
+        let one =
+            Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None, per_key: None };
         let mut g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let waiting = MAX_WITHDRAWN as u64 + 3;
         for i in 0..waiting {
@@ -653,7 +744,8 @@ mod tests {
 
     #[test]
     fn when_every_waiting_ticket_is_withdrawn_a_newcomer_goes_straight_in() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
+        let one =
+            Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None, per_key: None };
         let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
         let g = g.withdraw(at(2), &one, 0).next.release(at(3), &one, "a#1").next;
@@ -664,7 +756,8 @@ mod tests {
 
     #[test]
     fn a_rate_counts_each_place_until_a_window_after_it_is_given_back() {
-        let rate = Limits { max_in_flight: None, max_per_second: Some(2), places_per_gate: None };
+        let rate =
+            Limits { max_in_flight: None, max_per_second: Some(2), places_per_gate: None, per_key: None };
         let g = Gate::new("wh");
         let a = g.arrive(at(0), &rate, "a#1", at(5_000), None).next;
         let b = a.arrive(at(0), &rate, "b#1", at(5_000), None).next;
@@ -675,7 +768,7 @@ mod tests {
         assert_eq!(d.wake, vec![0], "a's tail is over: ticket 0 first");
         assert_eq!(d.outcome, Admission::Queued { ticket: 1 });
         assert_eq!(
-            Limits { max_in_flight: None, max_per_second: Some(1), places_per_gate: None }
+            Limits { max_in_flight: None, max_per_second: Some(1), places_per_gate: None, per_key: None }
                 .hold_until(at(10), 5),
             at(1_015)
         );
@@ -683,7 +776,8 @@ mod tests {
 
     #[test]
     fn when_only_time_can_make_room_one_look_is_planned_for_then() {
-        let rate = Limits { max_in_flight: None, max_per_second: Some(1), places_per_gate: None };
+        let rate =
+            Limits { max_in_flight: None, max_per_second: Some(1), places_per_gate: None, per_key: None };
         let a = Gate::new("wh").arrive(at(0), &rate, "a#1", at(5_000), None);
         assert_eq!(a.poke, None, "nobody waits");
         let b = a.next.arrive(at(1), &rate, "b#1", at(5_000), None);
@@ -726,7 +820,8 @@ mod tests {
 
     #[test]
     fn a_claim_that_lost_its_task_write_hands_its_place_back_to_its_ticket() {
-        let one = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
+        let one =
+            Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None, per_key: None };
         let g = Gate::new("pay").arrive(at(0), &one, "a#1", at(50), None).next;
         let g = g.arrive(at(1), &one, "b#1", at(100), None).next;
         let g = g.release(at(2), &one, "a#1").next;
@@ -765,7 +860,7 @@ mod tests {
     }
 
     fn limits(in_flight: Option<u32>, per_second: Option<u32>) -> Limits {
-        Limits { max_in_flight: in_flight, max_per_second: per_second, places_per_gate: None }
+        Limits { max_in_flight: in_flight, max_per_second: per_second, places_per_gate: None, per_key: None }
     }
 
     #[test]
@@ -824,5 +919,60 @@ mod tests {
         assert_eq!(limits_of_gate(&BTreeMap::from([("pay".to_owned(), l)]), "pay"), None);
         assert_eq!(limits_of_gate(&BTreeMap::from([("pay".to_owned(), l)]), "pay@40"), None);
         assert_eq!(limits_of_gate(&all, "other"), None);
+    }
+
+    /// An order of `customer`, without a `workflow_version`.
+    fn order(customer: &str) -> impl Fn(OrderKey) -> String + '_ {
+        move |key| if key == OrderKey::CustomerId { customer.to_owned() } else { String::new() }
+    }
+
+    #[test]
+    fn orders_of_one_key_share_a_key_gate_of_the_per_key_limit_by_name() {
+        let per_key = PerKey { key: OrderKey::CustomerId, limit: 2 };
+        let l = Limits { per_key: Some(per_key), ..limits(Some(1_000), None) };
+        let (a, la) = key_gate_of("pay", &l, order("A")).unwrap();
+        assert_eq!(key_gate_of("pay", &l, order("A")).unwrap().0, a);
+        assert_ne!(key_gate_of("pay", &l, order("B")).unwrap().0, a);
+        assert!(a.starts_with("pay%") && a.len() == "pay%".len() + 16, "{a}");
+        assert_eq!(la, Limits { max_in_flight: Some(2), ..Limits::default() });
+        assert!(is_key_gate(&a) && !is_key_gate("pay@3"));
+        assert_eq!(agent_of_gate(&a), "pay");
+        let all = BTreeMap::from([("pay".to_owned(), l)]);
+        assert_eq!(limits_of_gate(&all, &a), Some(la));
+        // The agent no longer sets a per-key limit: its key gates hold nothing.
+        let without = BTreeMap::from([("pay".to_owned(), limits(Some(1_000), None))]);
+        assert_eq!(limits_of_gate(&without, &a), None);
+        assert_eq!(key_gate_of("pay", &limits(Some(3), None), order("A")), None);
+        // A field the order lacks is the key ""; a number is keyed by its text.
+        let by_version = Limits { per_key: Some(PerKey { key: OrderKey::WorkflowVersion, limit: 1 }), ..l };
+        let none = key_gate_of("pay", &by_version, order("A")).unwrap().0;
+        assert_eq!(none, key_gate_of("pay", &by_version, order("B")).unwrap().0);
+        assert_ne!(key_gate_of("pay", &by_version, |_| "3".to_owned()).unwrap().0, none);
+        for (key, path) in OrderKey::ALL {
+            assert_eq!((OrderKey::parse(path), key.path()), (Some(key), path));
+            assert_eq!(serde_json::to_value(key).unwrap(), serde_json::json!(path));
+        }
+        // Stored limits without a per-key limit read as before.
+        let stored: Limits = serde_json::from_str(r#"{"max_in_flight":2,"max_per_second":null}"#).unwrap();
+        assert_eq!(stored, TWO);
+        assert!(!serde_json::to_string(&TWO).unwrap().contains("per_key"));
+    }
+
+    /// A key place is held by the attempt (`key_holder`): a later pass of it, woken from
+    /// the agent's line, holds it still, until the later of the two passes' times.
+    #[test]
+    fn the_same_holder_asking_again_holds_its_place_until_the_later_time() {
+        let one = Limits { max_in_flight: Some(1), ..Limits::default() };
+        let holder = key_holder(&OrderId::parse("o-1").unwrap(), 2);
+        assert_eq!(holder, "o-1#2");
+        let g = Gate::new("pay%00").arrive(at(0), &one, &holder, at(100), None).next;
+        let again = g.arrive(at(50), &one, &holder, at(300), None);
+        assert_eq!(again.outcome, Admission::Admitted);
+        assert_eq!(again.next.holds, vec![Hold { holder: holder.clone(), until: at(300) }]);
+        let earlier = again.next.arrive(at(60), &one, &holder, at(200), None);
+        assert_eq!(earlier.next.holds, vec![Hold { holder: holder.clone(), until: at(300) }]);
+        // Another attempt of the same order is another holder.
+        let other = earlier.next.arrive(at(61), &one, "o-1#3", at(200), None);
+        assert_eq!(other.outcome, Admission::Queued { ticket: 0 });
     }
 }

@@ -287,6 +287,19 @@ pub struct Order {
 }
 
 impl Order {
+    /// The order's value of a per-key limit's field (`gate::key_gate_of`): a number as
+    /// its decimal text; a field the order lacks (a `workflow_version` not asked for) is
+    /// the key `""`.
+    pub fn key_value(&self, key: crate::domain::gate::OrderKey) -> String {
+        use crate::domain::gate::OrderKey;
+        match key {
+            OrderKey::OrderId => self.order_id.as_str().to_owned(),
+            OrderKey::CustomerId => self.customer_id.clone(),
+            OrderKey::Workflow => self.workflow.clone(),
+            OrderKey::WorkflowVersion => self.workflow_version.map(|v| v.to_string()).unwrap_or_default(),
+        }
+    }
+
     /// The canonical payload: field order is fixed by the struct, so equal orders
     /// give equal strings. `reply_to` is delivery, not content, and is left out.
     pub fn payload(&self) -> String {

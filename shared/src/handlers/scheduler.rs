@@ -230,13 +230,17 @@ impl Scheduler {
             // which agent its step calls).
             let freed = std::sync::Mutex::new(None::<Freed>);
             let result = transition(deps, settings, &reply.order_id, |task, wf, now| {
-                *freed.lock().unwrap_or_else(|p| p.into_inner()) = freed_by(reply, wf, &settings.topology.limits);
+                *freed.lock().unwrap_or_else(|p| p.into_inner()) =
+                    freed_by(reply, wf, &task.order, &settings.topology.limits);
                 task.apply_reply(reply, now, wf, &settings.policy)
             })
             .await;
             if let Some(f) = freed.into_inner().unwrap_or_else(|p| p.into_inner()) {
                 let pause_until = f.pause_ms.map(|ms| deps.clock.now().plus_ms(ms));
                 gate::release(deps, settings, &self.turns, let_through, &f.gate, &f.holder, pause_until).await;
+                if let Some((gate, holder)) = &f.key {
+                    gate::release(deps, settings, &self.turns, let_through, gate, holder, None).await;
+                }
                 // The next call first: the reply's own sends (its status, the next step's
                 // Schedule) may wait out the batch's send hold (`coalesce`).
                 self.hand_over(let_through).await;

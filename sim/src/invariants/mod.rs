@@ -46,6 +46,6 @@ pub fn check_records(r: &Records) -> Vec<Violation> {
     check_tasks(r, &mut add);
     operator_actions_land_once(r.writes, &mut add);
     one_key_per_step_applied_once(r.ledger, &mut add);
-    remote_within_limits(r.ledger, &mut add);
+    remote_within_limits(r.ledger, r.tasks, &mut add);
     found
 }

@@ -88,7 +88,14 @@ pub(super) fn one_key_per_step_applied_once(ledger: &Ledger, add: &mut impl FnMu
 /// message at least once, and a request delivered twice is performed twice under its one
 /// place, one copy perhaps still calling after the other's reply gave the place back. No gate can see that; docs/SIMULATION.md tells it as a limit
 /// of flow control, and the run counts those calls (`Ledger::flights`).
-pub(super) fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)) {
+///
+/// Under a per-key limit, the calls of each key's orders (the key's value read from the
+/// orders as accepted, `tasks`) are held to it the same way.
+pub(super) fn remote_within_limits(
+    ledger: &Ledger,
+    tasks: &[TaskRecord],
+    add: &mut impl FnMut(Invariant, String),
+) {
     use sas::domain::gate::RATE_WINDOW_MS;
     let slack = ledger.clock_slack_ms;
     let window_ms = RATE_WINDOW_MS.saturating_sub(slack);
@@ -159,6 +166,55 @@ pub(super) fn remote_within_limits(ledger: &Ledger, add: &mut impl FnMut(Invaria
                         ),
                     );
                 }
+            }
+        }
+        if let Some(per_key) = limits.per_key {
+            per_key_within(agent, per_key, &flights, tasks, slack, add);
+        }
+    }
+}
+
+/// At no instant more than `per_key.limit` places' calls of one key's orders in flight.
+fn per_key_within(
+    agent: &str,
+    per_key: sas::domain::gate::PerKey,
+    flights: &[crate::ledger::Flight],
+    tasks: &[TaskRecord],
+    slack: u64,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let key_of = |holder: &str| {
+        let order = holder.split_once('#').map_or(holder, |(o, _)| o);
+        tasks.iter().find(|t| t.order_id.as_str() == order).map(|t| t.order.key_value(per_key.key))
+    };
+    let mut by_key: std::collections::BTreeMap<String, Vec<&crate::ledger::Flight>> = Default::default();
+    for f in flights {
+        if let Some(key) = key_of(&f.holder) {
+            by_key.entry(key).or_default().push(f);
+        }
+    }
+    for (key, flights) in by_key {
+        for (i, f) in flights.iter().enumerate() {
+            let open: BTreeSet<&str> = flights[..i]
+                .iter()
+                .filter(|g| g.end > f.start + slack)
+                .map(|g| g.holder.as_str())
+                .chain([f.holder.as_str()])
+                .collect();
+            if open.len() as u64 > u64::from(per_key.limit) {
+                add(
+                    Invariant::RemoteWithinLimits,
+                    format!(
+                        "agent {agent} (max_in_flight_per_key {} of {}): call {} of {} (key {key:?}) started at {} ms with calls of {} places of the key in flight: {open:?}",
+                        per_key.limit,
+                        per_key.key.path(),
+                        f.key,
+                        f.holder,
+                        f.start,
+                        open.len()
+                    ),
+                );
+                break;
             }
         }
     }

@@ -12,7 +12,7 @@ use super::limits::{
 use super::problem::{Problem, Severity};
 use super::urls::{queue_url_ok, remote_url_allowed, secret_host};
 use super::waiting_steps::{callback_problems, timer_problems};
-use crate::domain::gate::{MAX_IN_FLIGHT_LIMIT, MAX_PER_SECOND_LIMIT};
+use crate::domain::gate::{MAX_IN_FLIGHT_LIMIT, MAX_PER_KEY_LIMIT, MAX_PER_SECOND_LIMIT, OrderKey};
 use crate::domain::secrets::{self, SecretSource};
 use crate::domain::workflow::StepEffect;
 
@@ -100,6 +100,30 @@ impl DefinitionFile {
                 && !(1..=MAX_PER_SECOND_LIMIT).contains(&m)
             {
                 error(at("max_per_second"), format!("{m} is out of range: 1 to {MAX_PER_SECOND_LIMIT}"));
+            }
+            if let Some(p) = &agent.max_in_flight_per_key {
+                let at = at("max_in_flight_per_key");
+                if OrderKey::parse(&p.key).is_none() {
+                    let paths: Vec<&str> = OrderKey::ALL.iter().map(|(_, p)| *p).collect();
+                    error(
+                        format!("{at}.key"),
+                        format!("{:?} is not a key: write one of {}", p.key, paths.join(", ")),
+                    );
+                }
+                if !(1..=MAX_PER_KEY_LIMIT).contains(&p.limit) {
+                    error(
+                        format!("{at}.limit"),
+                        format!("{} is out of range: 1 to {MAX_PER_KEY_LIMIT}", p.limit),
+                    );
+                }
+                if agent.max_in_flight.is_none() && agent.max_per_second.is_none() {
+                    error(
+                        at,
+                        "needs max_in_flight or max_per_second on the agent: a key's places are taken \
+                         on the way to the agent's"
+                            .into(),
+                    );
+                }
             }
             if let Some(r) = agent.retry
                 && (r.base_ms == 0 || r.cap_ms < r.base_ms || r.cap_ms > MAX_STEP_TIMEOUT_MS)
@@ -354,6 +378,28 @@ mod tests {
             Ok(file) => file.check().iter().map(ToString::to_string).collect(),
             Err(p) => vec![p.to_string()],
         }
+    }
+
+    #[test]
+    fn a_per_key_limit_names_a_scalar_field_of_the_order_and_needs_the_agents_limits() {
+        let text = r#"{"agents": {
+            "a": {"max_in_flight": 4, "max_in_flight_per_key": {"key": "$.order.customer_id", "limit": 1}},
+            "b": {"max_in_flight_per_key": {"key": "$.order.items", "limit": 0}}},
+          "workflows": [{"name": "w", "steps": [{"name": "s", "agent": "a"}, {"name": "t", "agent": "b"}]}]}"#;
+        let got = problems(text);
+        let errors: Vec<&String> = got.iter().filter(|p| p.starts_with("error")).collect();
+        assert_eq!(
+            errors,
+            [
+                r#"error: agent b, max_in_flight_per_key.key: "$.order.items" is not a key: write one of $.order.order_id, $.order.customer_id, $.order.workflow, $.order.workflow_version"#,
+                "error: agent b, max_in_flight_per_key.limit: 0 is out of range: 1 to 1000",
+                "error: agent b, max_in_flight_per_key: needs max_in_flight or max_per_second on the agent: a key's places are taken on the way to the agent's",
+            ]
+        );
+        let file = DefinitionFile::parse(text).unwrap();
+        let per_key = file.agents["a"].limits().per_key;
+        let want = crate::domain::gate::PerKey { key: OrderKey::CustomerId, limit: 1 };
+        assert_eq!(per_key, Some(want));
     }
 
     #[test]

@@ -81,6 +81,30 @@ pub struct AgentDef {
     /// supervisor, through the gate, not in place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_per_second: Option<u32>,
+    /// At most `limit` calls in progress at once for orders whose `key` field holds one
+    /// value (one customer's flood must not starve the others'). Needs `max_in_flight` or
+    /// `max_per_second` on the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight_per_key: Option<PerKeyDef>,
+}
+
+/// `{"key": "$.order.customer_id", "limit": 2}`: orders with one value of the field share
+/// `limit` places, waiting in a line of their own, before they take the agent's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PerKeyDef {
+    /// A scalar field of the order: `$.order.customer_id`, `$.order.workflow`,
+    /// `$.order.workflow_version` or `$.order.order_id`. An order without the field (a
+    /// `workflow_version` not asked for) is of the key `""`.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(pattern = r"^\$\.order\.(customer_id|workflow|workflow_version|order_id)$"))
+    )]
+    pub key: String,
+    /// 1 to 1,000.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1_000)))]
+    pub limit: u32,
 }
 
 impl AgentDef {
@@ -90,6 +114,12 @@ impl AgentDef {
             max_in_flight: self.max_in_flight,
             max_per_second: self.max_per_second,
             places_per_gate: None,
+            per_key: self.max_in_flight_per_key.as_ref().and_then(|p| {
+                Some(crate::domain::gate::PerKey {
+                    key: crate::domain::gate::OrderKey::parse(&p.key)?,
+                    limit: p.limit,
+                })
+            }),
         }
     }
 }

@@ -36,7 +36,7 @@ mod urls;
 mod waiting_steps;
 
 pub use checked::{Definitions, EXAMPLE};
-pub use file::{AgentDef, AgentKind, AuthDef, BreakerDef, DefinitionFile, RetryDef};
+pub use file::{AgentDef, AgentKind, AuthDef, BreakerDef, DefinitionFile, PerKeyDef, RetryDef};
 pub use limits::{
     MAX_BRANCHES, MAX_FAILURES, MAX_MAX_THROTTLED_MS, MAX_NAME_LEN, MAX_STEP_TIMEOUT_MS, MAX_STEPS,
     MIN_MAX_THROTTLED_MS, MIN_STEP_TIMEOUT_MS,

@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(
             all(text),
             [
-                "error: agent a (line 2, column 56): unknown field `timeout`, expected one of `kind`, `queue_url`, `url`, `timeout_ms`, `retry`, `breaker`, `auth`, `max_in_flight`, `max_per_second`",
+                "error: agent a (line 2, column 56): unknown field `timeout`, expected one of `kind`, `queue_url`, `url`, `timeout_ms`, `retry`, `breaker`, `auth`, `max_in_flight`, `max_per_second`, `max_in_flight_per_key`",
                 "error: workflow one v1, step s1 (line 5, column 47): unknown field `compensate`, expected one of `name`, `agent`, `wait`, `callback`, `compensation`, `effect`, `max_failures`, `timeout_ms`, `max_throttled_ms`",
                 "error: workflow two v1 (line 7, column 29): unknown field `retries`, expected one of `name`, `version`, `on_give_up`, `steps`",
                 r#"error: workflow two v1, step t1 (line 8, column 55): invalid type: string "soon", expected u64"#,

@@ -5,7 +5,7 @@
 use super::draft::Draft;
 use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
-use crate::domain::gate::Ticket;
+use crate::domain::gate::{Ticket, agent_of_gate};
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 
@@ -41,9 +41,11 @@ impl Draft {
         if self.paused {
             return Err(Refusal::Paused);
         }
-        // The wait is measured from the first arrival at this step's gate, across tickets.
+        // The wait is measured from the first arrival at this step's gate, across tickets
+        // (and from its key gate's to the agent's: `gate::key_gate_of`).
+        let same_agent = |q: &Ticket| agent_of_gate(&q.agent) == agent_of_gate(agent);
         let since = match &self.queued {
-            Some(q) if q.agent == agent && self.last_cause.step() == Some(self.step) => q.since,
+            Some(q) if same_agent(q) && self.last_cause.step() == Some(self.step) => q.since,
             _ => now,
         };
         let mut next = self.moved(Trigger::Queued, now, Cause::Queued { step: self.step, ticket })?;
@@ -190,9 +192,11 @@ mod tests {
                 max_in_flight: Some(1),
                 max_per_second: None,
                 places_per_gate: None,
+                per_key: None,
             },
         )];
-        let freed = crate::domain::task::freed_by(&now, &wf, &limits.into_iter().collect()).unwrap();
+        let freed =
+            crate::domain::task::freed_by(&now, &wf, &claimed.order, &limits.into_iter().collect()).unwrap();
         assert_eq!(freed.pause_ms, Some(crate::domain::gate::MIN_PAUSE_MS));
         // A late copy of the same reply is fenced off.
         assert!(matches!(

@@ -18,10 +18,12 @@ use super::claim::Mint;
 use super::outcome::{Effect, Policy, Refusal};
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::CallbackSecret;
-use crate::domain::gate::{Admission, Limits, call_holder, gate_of, pause_ms, reserved_for};
+use crate::domain::gate::{
+    Admission, Limits, call_holder, gate_of, key_gate_of, key_holder, pause_ms, reserved_for,
+};
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::Trigger;
-use crate::domain::messages::{AgentReply, ReplyOutcome};
+use crate::domain::messages::{AgentReply, Order, ReplyOutcome};
 use crate::domain::workflow::Workflow;
 
 /// Rounds of a gated claim, and of going back to the gate: each lost race on the task
@@ -49,6 +51,9 @@ pub struct Place {
     pub limits: Limits,
     pub holder: String,
     pub until: Timestamp,
+    /// Under a per-key limit, the place in the order's key gate (`gate::key_gate_of`),
+    /// taken first: a key's flood waits in its own line, not in the agent's.
+    pub key: Option<Box<Place>>,
 }
 
 /// The place a decided claim needs, if the agent it dispatches has limits. A parallel
@@ -74,12 +79,26 @@ pub fn place_of(
     }
     let agent = &wf.step(step)?.agent;
     let task = &decision.next;
-    let (gate, limits) = gate_of(agent, limits.get(agent)?, &task.order_id);
+    let agent_limits = limits.get(agent)?;
+    let (gate, limits) = gate_of(agent, agent_limits, &task.order_id);
+    let until = limits.hold_until(task.complete_by()?, policy.reply_grace_ms);
+    let key = key_gate_of(agent, agent_limits, |k| task.order.key_value(k))
+        .filter(|_| !crate::mutations::key_gate_skipped())
+        .map(|(gate, limits)| {
+            Box::new(Place {
+                gate,
+                limits,
+                holder: key_holder(&task.order_id, task.attempt),
+                until,
+                key: None,
+            })
+        });
     Some(Place {
         gate,
         limits,
         holder: call_holder(&task.order_id, task.attempt, &task.locked_by()?),
-        until: limits.hold_until(task.complete_by()?, policy.reply_grace_ms),
+        until,
+        key,
     })
 }
 
@@ -92,10 +111,19 @@ pub struct Freed {
     pub gate: String,
     pub holder: String,
     pub pause_ms: Option<u64>,
+    /// Under a per-key limit, the key gate's place too (gate, holder): given back after
+    /// the agent's.
+    pub key: Option<(String, String)>,
 }
 
-/// The place `reply` frees, if its step's agent (in the task's workflow) has limits.
-pub fn freed_by(reply: &AgentReply, wf: &Workflow, limits: &BTreeMap<String, Limits>) -> Option<Freed> {
+/// The place `reply` frees, if its step's agent (in the task's workflow, for the task's
+/// `order`) has limits.
+pub fn freed_by(
+    reply: &AgentReply,
+    wf: &Workflow,
+    order: &Order,
+    limits: &BTreeMap<String, Limits>,
+) -> Option<Freed> {
     let agent = &wf.step(reply.step)?.agent;
     limits.get(agent).map(|l| Freed {
         gate: gate_of(agent, l, &reply.order_id).0,
@@ -104,6 +132,8 @@ pub fn freed_by(reply: &AgentReply, wf: &Workflow, limits: &BTreeMap<String, Lim
             ReplyOutcome::Throttled { retry_after_ms } => Some(pause_ms(retry_after_ms)),
             _ => None,
         },
+        key: key_gate_of(agent, l, |k| order.key_value(k))
+            .map(|(gate, _)| (gate, key_holder(&reply.order_id, reply.attempt))),
     })
 }
 
@@ -195,11 +225,27 @@ enum At<'w> {
     ReleasedPaused {
         read: Read<'w>,
     },
+    /// At `place`'s gate; `then`: the agent's place, after a key gate's.
     Arriving {
         read: Read<'w>,
         decision: Decision,
         place: Place,
         ticket: Option<u64>,
+        then: Option<Place>,
+    },
+    /// The agent's ticket given up, as the task now waits at its key gate (its key place
+    /// lapsed while it waited in the agent's line): write that wait.
+    WithdrewForKey {
+        read: Read<'w>,
+        decision: Decision,
+        key: Place,
+        arrived_with: Option<u64>,
+        ticket: u64,
+    },
+    /// A key place this pass held and no longer needs given back: decide on `read` again.
+    ReleasedKey {
+        read: Read<'w>,
+        gated: bool,
     },
     WritingClaim {
         read: Read<'w>,
@@ -277,6 +323,10 @@ pub struct Scheduling<'w> {
     /// The ticket whose turn woke this Schedule (`SchedulerMessage::Schedule::turn`), for
     /// the first pass to hold as `taken`.
     turn: Option<(String, u64)>,
+    /// A key place this pass took (gate, holder) that no write has settled yet: the next
+    /// read decides whether the task still needs it, or another pass of the attempt
+    /// claimed with it, or it goes back.
+    key_held: Option<(String, String)>,
 }
 
 impl<'w> Scheduling<'w> {
@@ -299,6 +349,7 @@ impl<'w> Scheduling<'w> {
             tries: 0,
             taken: None,
             turn: None,
+            key_held: None,
         }
     }
 
@@ -329,12 +380,21 @@ impl<'w> Scheduling<'w> {
                 self.decide(read, gated)
             }
             (At::ReleasedPaused { read }, _) => self.without_gate(Some(read)),
-            (At::Arriving { read, decision, place, ticket }, Seen::Admission(admission)) => {
-                self.admitted(read, decision, place, ticket, admission)
+            (At::Arriving { read, decision, place, ticket, then }, Seen::Admission(admission)) => {
+                match then {
+                    Some(agent) => self.key_admitted(read, decision, place, agent, ticket, admission),
+                    None => self.admitted(read, decision, place, ticket, admission),
+                }
             }
+            (At::WithdrewForKey { read, decision, key, arrived_with, ticket }, _) => {
+                self.admitted(read, decision, key, arrived_with, Admission::Queued { ticket })
+            }
+            (At::ReleasedKey { read, gated }, _) => self.decide(read, gated),
             (At::WritingClaim { read, decision, .. }, Seen::Landed(true)) => {
-                // The claim took its turn with the pass's ticket, if it had one.
+                // The claim took its turn with the pass's ticket, if it had one, and
+                // holds its key place, if any.
                 self.taken = None;
+                self.key_held = None;
                 let waited_ms = read.task.queued().map(|q| read.now.millis_since(q.since));
                 self.at = At::Performed;
                 Next::Perform { decision: landed(decision), waited_ms }
@@ -362,8 +422,10 @@ impl<'w> Scheduling<'w> {
                 self.gate_round()
             }
             (At::WritingQueued { decision, agent, ticket, now }, Seen::Landed(true)) => {
-                // The record holds the ticket now.
+                // The record holds the ticket now; a key place taken on the way stays
+                // the task's while it waits in the agent's line.
                 self.taken = None;
+                self.key_held = None;
                 self.at = At::PerformedQueued { agent, ticket, now };
                 Next::Perform { decision: landed(decision), waited_ms: None }
             }
@@ -451,6 +513,23 @@ impl<'w> Scheduling<'w> {
         let mint = Mint { lease: self.lease, secret: self.secret.filter(|_| callback) };
         let decided = read.task.schedule(mint, read.now, read.wf, &self.policy);
         let place = decided.as_ref().ok().and_then(|d| place_of(self.limits, &self.policy, read.wf, d));
+        // A key place taken for a write that lost: kept if this decision takes it again,
+        // or if another pass of the same attempt claimed (it holds it, under the same
+        // holder); else given back.
+        if let Some((gate, holder)) = self.key_held.take() {
+            let again = place
+                .as_ref()
+                .and_then(|p| p.key.as_ref())
+                .is_some_and(|k| k.gate == gate && k.holder == holder);
+            let claimed_by_another = read.task.locked_by().is_some()
+                && key_holder(&read.task.order_id, read.task.attempt) == holder;
+            if again {
+                self.key_held = Some((gate, holder));
+            } else if !claimed_by_another {
+                self.at = At::ReleasedKey { read, gated };
+                return Next::Release { agent: gate, holder };
+            }
+        }
         // The pass's own ticket: the record holds it (nothing of the pass's own then), or
         // it goes with the next arrival at its gate when the record holds none there; a
         // decision that makes no such arrival (the task moved on, or needs another
@@ -458,7 +537,9 @@ impl<'w> Scheduling<'w> {
         if let Some((agent, ticket)) = &self.taken {
             let recorded = read.task.queued().is_some_and(|q| q.agent == *agent && q.ticket == *ticket);
             let brought = gated
-                && place.as_ref().is_some_and(|p| p.gate == *agent)
+                && place
+                    .as_ref()
+                    .is_some_and(|p| p.gate == *agent || p.key.as_ref().is_some_and(|k| k.gate == *agent))
                 && read.task.queued().is_none_or(|q| q.agent != *agent);
             if recorded {
                 self.taken = None;
@@ -468,16 +549,16 @@ impl<'w> Scheduling<'w> {
             }
         }
         match (decided, place, gated) {
-            (Ok(decision), Some(place), true) => {
-                let ticket = read
-                    .task
-                    .queued()
-                    .filter(|q| q.agent == place.gate)
-                    .map(|q| q.ticket)
-                    .or_else(|| self.taken.as_ref().filter(|(a, _)| *a == place.gate).map(|(_, t)| *t));
-                self.at = At::Arriving { read, decision, place: place.clone(), ticket };
-                Next::Arrive { place, ticket }
-            }
+            (Ok(decision), Some(mut place), true) => match place.key.take() {
+                // Under a per-key limit, the key gate first.
+                Some(key) => {
+                    let key = *key;
+                    let ticket = self.ticket_at(&read, &key.gate);
+                    self.at = At::Arriving { read, decision, place: key.clone(), ticket, then: Some(place) };
+                    Next::Arrive { place: key, ticket }
+                }
+                None => self.arrive_at_agent(read, decision, place),
+            },
             // Decided again without the gate after a lost race, it now needs a place:
             // back through the gate, never around it.
             (Ok(_), Some(_), false) => {
@@ -510,6 +591,58 @@ impl<'w> Scheduling<'w> {
                 None => Next::Done(Done::Refused(refusal)),
             },
             (Err(_), Some(_), true) => unreachable_step("a refusal needs no place"),
+        }
+    }
+
+    /// The ticket the task brings to `gate`: the one its record holds there, or this
+    /// pass's own.
+    fn ticket_at(&self, read: &Read<'w>, gate: &str) -> Option<u64> {
+        read.task
+            .queued()
+            .filter(|q| q.agent == gate)
+            .map(|q| q.ticket)
+            .or_else(|| self.taken.as_ref().filter(|(a, _)| *a == gate).map(|(_, t)| *t))
+    }
+
+    fn arrive_at_agent(&mut self, read: Read<'w>, decision: Decision, place: Place) -> Next {
+        let ticket = self.ticket_at(&read, &place.gate);
+        self.at = At::Arriving { read, decision, place: place.clone(), ticket, then: None };
+        Next::Arrive { place, ticket }
+    }
+
+    /// What came of the arrival at the key gate: admitted, on to the agent's gate;
+    /// otherwise the task waits in the key's line, as it would in the agent's, giving up
+    /// any ticket it holds at the agent's (a key place that lapsed while it waited there).
+    fn key_admitted(
+        &mut self,
+        read: Read<'w>,
+        decision: Decision,
+        key: Place,
+        agent: Place,
+        arrived_with: Option<u64>,
+        admission: Admission,
+    ) -> Next {
+        let ticket = match admission {
+            Admission::Admitted => {
+                self.key_held = Some((key.gate, key.holder));
+                return self.arrive_at_agent(read, decision, agent);
+            }
+            Admission::Queued { ticket } => ticket,
+            Admission::StillWaiting { ticket }
+                if read.task.queued().is_none_or(|q| q.agent != key.gate || q.ticket != ticket) =>
+            {
+                ticket
+            }
+            other => return self.admitted(read, decision, key, arrived_with, other),
+        };
+        // A ticket at the agent's gate that the record holds is handed back by the Queued
+        // write (`Effect::HandBack`); one only this pass holds, here.
+        match self.taken.take_if(|(gate, _)| *gate == agent.gate) {
+            Some((gate, t)) => {
+                self.at = At::WithdrewForKey { read, decision, key, arrived_with, ticket };
+                Next::Withdraw { agent: gate, ticket: t }
+            }
+            None => self.admitted(read, decision, key, arrived_with, Admission::Queued { ticket }),
         }
     }
 
@@ -600,7 +733,8 @@ mod tests {
     /// three-step's first step's agent, limited to one call at a time.
     fn limited(wf: &Workflow) -> (String, BTreeMap<String, Limits>) {
         let agent = wf.step(0).unwrap().agent.clone();
-        let limits = Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None };
+        let limits =
+            Limits { max_in_flight: Some(1), max_per_second: None, places_per_gate: None, per_key: None };
         (agent.clone(), BTreeMap::from([(agent, limits)]))
     }
 
@@ -905,5 +1039,152 @@ mod tests {
         r.next(Seen::Nothing);
         let early = Seen::Task(Some((asleep, &long, T0.plus_ms(400))));
         assert!(matches!(r.next(early), Next::Done(Done::Refused(Refusal::Asleep { .. }))));
+    }
+
+    /// three-step's first step's agent, with 4 places and 1 per customer.
+    fn keyed(wf: &Workflow) -> (String, BTreeMap<String, Limits>) {
+        use crate::domain::gate::{OrderKey, PerKey};
+        let agent = wf.step(0).unwrap().agent.clone();
+        let per_key = Some(PerKey { key: OrderKey::CustomerId, limit: 1 });
+        let limits = Limits { max_in_flight: Some(4), per_key, ..Limits::default() };
+        (agent.clone(), BTreeMap::from([(agent, limits)]))
+    }
+
+    fn key_gate(limits: &BTreeMap<String, Limits>, agent: &str, task: &TaskRecord) -> String {
+        key_gate_of(agent, &limits[agent], |k| task.order.key_value(k)).unwrap().0
+    }
+
+    #[test]
+    fn under_a_per_key_limit_a_claim_takes_its_key_place_then_waits_in_the_agents_line() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = keyed(&wf);
+        let task = new_task(&wf);
+        let key = key_gate(&limits, &agent, &task);
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        let Next::Arrive { place, ticket: None } = r.next(read(&task, &wf)) else { panic!("the key gate") };
+        assert_eq!((place.gate.as_str(), place.holder.as_str()), (key.as_str(), "o-1#1"));
+        assert_eq!(place.limits.max_in_flight, Some(1));
+        let Next::Arrive { place: at_agent, ticket: None } = r.next(Seen::Admission(Admission::Admitted))
+        else {
+            panic!("then the agent's")
+        };
+        assert_eq!((at_agent.gate.as_str(), at_agent.until), (agent.as_str(), place.until));
+        let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::Queued { ticket: 3 })) else {
+            panic!("the Queued write")
+        };
+        assert_eq!(decision.next.queued().map(|q| (q.agent.as_str(), q.ticket)), Some((agent.as_str(), 3)));
+        assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::NoteWaiter { ticket: 3, .. }));
+        // Woken from the agent's line, it asks its key place again (the same holder: it
+        // holds it still) and arrives with the agent's ticket.
+        let queued = decision.next.clone();
+        let mut r = run(&limits);
+        r.next(Seen::Nothing);
+        let Next::Arrive { place, ticket: None } = r.next(read(&queued, &wf)) else { panic!("the key gate") };
+        assert_eq!(place.holder, "o-1#1");
+        assert!(matches!(r.next(Seen::Admission(Admission::Admitted)), Next::Arrive { ticket: Some(3), .. }));
+        assert!(matches!(r.next(Seen::Admission(Admission::Admitted)), Next::Write { .. }));
+        assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { .. }));
+    }
+
+    #[test]
+    fn a_keys_flood_waits_in_its_own_line_and_its_turn_takes_it_on_to_the_agents_gate() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = keyed(&wf);
+        let task = new_task(&wf);
+        let key = key_gate(&limits, &agent, &task);
+        let mut r = arrived(&limits, &task, &wf);
+        let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::Queued { ticket: 4 })) else {
+            panic!("the Queued write")
+        };
+        assert_eq!(decision.next.queued().map(|q| (q.agent.clone(), q.ticket)), Some((key.clone(), 4)));
+        r.next(Seen::Landed(true));
+        let Next::NoteWaiter { agent: noted, .. } = r.next(Seen::Nothing) else { panic!("a note") };
+        assert_eq!(noted, key);
+        // The key's turn: its ticket at the key gate, then the agent's gate, then the claim.
+        let queued = decision.next.clone();
+        let mut r = woken(&limits, &key, 4);
+        let Next::Arrive { place, ticket: Some(4) } = r.next(read(&queued, &wf)) else {
+            panic!("with its ticket")
+        };
+        assert_eq!(place.gate, key);
+        let Next::Arrive { place, ticket: None } = r.next(Seen::Admission(Admission::Admitted)) else {
+            panic!("the agent's gate")
+        };
+        assert_eq!(place.gate, agent);
+        r.next(Seen::Admission(Admission::Admitted));
+        assert!(matches!(r.next(Seen::Landed(true)), Next::Perform { waited_ms: Some(0), .. }));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Handled)));
+    }
+
+    #[test]
+    fn a_lost_claim_gives_back_both_places_unless_another_pass_of_the_attempt_claimed() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = keyed(&wf);
+        let task = new_task(&wf);
+        let key = key_gate(&limits, &agent, &task);
+        let admitted_twice = |r: &mut Scheduling<'_>| {
+            r.next(Seen::Admission(Admission::Admitted));
+            assert!(matches!(r.next(Seen::Admission(Admission::Admitted)), Next::Write { .. }));
+            let Next::Release { agent: from, .. } = r.next(Seen::Landed(false)) else { panic!("a release") };
+            assert_eq!(from, agent);
+            assert!(matches!(r.next(Seen::Nothing), Next::ReadTask));
+        };
+        // Lost to a cancel: the key place goes back too.
+        let mut r = arrived(&limits, &task, &wf);
+        admitted_twice(&mut r);
+        let cancelled = act(&task, &wf, crate::domain::task::outcome::Act::Cancel).next;
+        let Next::Release { agent: from, holder } = r.next(read(&cancelled, &wf)) else {
+            panic!("the key's")
+        };
+        assert_eq!((from, holder.as_str()), (key.clone(), "o-1#1"));
+        assert!(matches!(r.next(Seen::Nothing), Next::Done(Done::Refused(_))), "then decided again");
+        // Lost to another pass of the same attempt: it claimed with that key place.
+        let mut r = arrived(&limits, &task, &wf);
+        admitted_twice(&mut r);
+        let other = claim(&task, &wf, 2, T0);
+        assert_eq!(other.attempt, 1);
+        let next = r.next(read(&other, &wf));
+        assert!(
+            matches!(next, Next::Done(Done::Refused(Refusal::ClaimLost { .. }))),
+            "nothing given back: {next:?}"
+        );
+        // Lost to a write that changed nothing it needs: it asks its key place again.
+        let mut r = arrived(&limits, &task, &wf);
+        admitted_twice(&mut r);
+        let Next::Arrive { place, .. } = r.next(read(&task, &wf)) else { panic!("the key gate again") };
+        assert_eq!(place.gate, key);
+    }
+
+    /// Its key place lapsed while it waited in the agent's line: woken by the agent's
+    /// turn, the key gate has no room, so it waits in the key's line and hands the turn on.
+    #[test]
+    fn a_key_place_lapsed_in_the_agents_line_sends_the_task_back_to_the_keys() {
+        let wf = Workflow::three_step();
+        let (agent, limits) = keyed(&wf);
+        let queued = new_task(&wf).queue(&agent, 3, T0, &policy()).unwrap().next;
+        let key = key_gate(&limits, &agent, &queued);
+        let mut r = woken(&limits, &agent, 3);
+        assert!(matches!(r.next(read(&queued, &wf)), Next::Arrive { ticket: None, .. }));
+        let Next::Write { decision, .. } = r.next(Seen::Admission(Admission::Queued { ticket: 9 })) else {
+            panic!("the Queued write")
+        };
+        assert_eq!(decision.next.queued().map(|q| (q.agent.clone(), q.ticket)), Some((key, 9)));
+        // The agent's ticket, on the record, goes back with the write.
+        let handed_back =
+            decision.effects.iter().any(|e| matches!(e, Effect::HandBack(t) if t.agent == agent));
+        assert!(handed_back, "{:?}", decision.effects);
+        // A ticket at the agent's gate only this pass held is withdrawn before the write.
+        let task = new_task(&wf);
+        let mut r = woken(&limits, &agent, 5);
+        assert!(matches!(r.next(read(&task, &wf)), Next::Arrive { ticket: None, .. }));
+        let Next::Withdraw { agent: from, ticket: 5 } =
+            r.next(Seen::Admission(Admission::Queued { ticket: 9 }))
+        else {
+            panic!("the agent's turn handed on")
+        };
+        assert_eq!(from, agent);
+        assert!(matches!(r.next(Seen::Nothing), Next::Write { .. }));
     }
 }
