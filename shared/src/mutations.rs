@@ -26,6 +26,7 @@ mod switches {
     static THROTTLED_FOREVER: AtomicBool = AtomicBool::new(false);
     static HEARTBEAT_NO_SLACK: AtomicBool = AtomicBool::new(false);
     static HEARTBEAT_EVERY_WRITE: AtomicBool = AtomicBool::new(false);
+    static COPIES_CALLED: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -91,6 +92,10 @@ mod switches {
         /// Every heartbeat is written, however soon after the last one (the behaviour
         /// before the floor).
         HeartbeatEveryWrite,
+        /// A limited agent's request calls even when its call's mark was already there
+        /// (`CallStart::AlreadyStarted`): a copy of the request that reached another
+        /// container is called without a place (the behaviour before call marks).
+        CopiesCalled,
     }
 
     impl Mutation {
@@ -115,6 +120,7 @@ mod switches {
                 Mutation::ThrottledForever => &THROTTLED_FOREVER,
                 Mutation::HeartbeatNoSlack => &HEARTBEAT_NO_SLACK,
                 Mutation::HeartbeatEveryWrite => &HEARTBEAT_EVERY_WRITE,
+                Mutation::CopiesCalled => &COPIES_CALLED,
             }
         }
         pub fn set(self, on: bool) {
@@ -183,6 +189,9 @@ mod switches {
     }
     pub fn heartbeat_every_write() -> bool {
         Mutation::HeartbeatEveryWrite.is_on()
+    }
+    pub fn copies_called() -> bool {
+        Mutation::CopiesCalled.is_on()
     }
 }
 
@@ -305,5 +314,11 @@ pub(crate) const fn heartbeat_no_slack() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn heartbeat_every_write() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn copies_called() -> bool {
     false
 }

@@ -21,7 +21,7 @@ use sas::handlers::{
     Agent, AgentDeps, AgentSettings, Callbacks, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler,
     SendCoalescer, Settings, Submission, Supervisor, run_batch,
 };
-use sas::ports::{Alerts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
+use sas::ports::{Alerts, CallStarts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
 
 use super::counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore, RoundTrips};
 use super::remote::InstantRemote;
@@ -226,17 +226,25 @@ impl Rig {
         queues.create(SCHEDULER, qs(90_000, SCHEDULER_DLQ));
         queues.create(AGENT, qs(step * 6, AGENT_DLQ));
         queues.create(CALLBACKS, qs(90_000, CALLBACKS_DLQ));
-        let (state, send, alerts): (Arc<dyn StateStore>, Arc<dyn Queues>, Arc<dyn Alerts>) = if options.count
-        {
+        // The agents' call marks go to the same table, counted with the rest.
+        let (state, call_starts, send, alerts): (
+            Arc<dyn StateStore>,
+            Arc<dyn CallStarts>,
+            Arc<dyn Queues>,
+            Arc<dyn Alerts>,
+        ) = if options.count {
+            let counting =
+                Arc::new(CountingStore { inner: store.clone(), usage: usage.clone(), due_shards: 4 });
             (
-                Arc::new(CountingStore { inner: store.clone(), usage: usage.clone(), due_shards: 4 }),
+                counting.clone(),
+                counting,
                 Arc::new(CountingQueues { inner: queues.clone(), usage: usage.clone() }),
                 Arc::new(CountingAlerts { inner: RecordingAlerts::default(), usage: usage.clone() }),
             )
         } else {
             let state: Arc<dyn StateStore> =
                 if options.round_trips { Arc::new(RoundTrips(store.clone())) } else { store.clone() };
-            (state, queues.clone(), Arc::new(RecordingAlerts::default()))
+            (state, store.clone(), queues.clone(), Arc::new(RecordingAlerts::default()))
         };
         // As the Lambda functions send: each invocation's sends coalesced, the counting
         // wrapper inside so it counts the requests that would reach SQS.
@@ -270,6 +278,7 @@ impl Rig {
                 metrics: metrics.clone(),
                 remote: remote.clone(),
                 scheduler_queue: QueueUrl(SCHEDULER.into()),
+                call_starts: Some(call_starts),
             },
             AgentSettings {
                 retry: Backoff { base_ms: 100, cap_ms: step / 4 },
