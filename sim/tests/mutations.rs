@@ -239,6 +239,18 @@ fn a_heartbeat_written_within_the_floor_is_caught() {
     );
 }
 
+/// Issue 36, item 4: a limited agent's request called although its call's mark was
+/// already there: a copy SQS delivered to another container calls without a place, and
+/// the remote sees more calls at once, or in one second, than the agent's limits allow.
+#[test]
+fn a_copy_of_a_request_called_is_caught() {
+    let found = caught(Mutation::CopiesCalled);
+    assert!(
+        found.contains_key(&Invariant::RemoteWithinLimits),
+        "no limited agent's service was found over its limits: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -263,6 +275,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::ThrottledForever,
             Mutation::HeartbeatNoSlack,
             Mutation::HeartbeatEveryWrite,
+            Mutation::CopiesCalled,
         ]
         .iter()
         .all(|m| !m.is_on())
