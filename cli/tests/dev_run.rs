@@ -392,7 +392,7 @@ async fn a_callback_step_under_every_fault_of_its_outside_party_upholds_every_in
     // have applied it.
     let mut forged = clone(&base);
     let w = &forged.writes[completions(&forged)[0]];
-    let (id, cb) = (w.after.order_id.to_string(), w.before.as_ref().unwrap().callback().clone().unwrap());
+    let (id, cb) = (w.after.order_id.to_string(), w.before.as_ref().unwrap().callback().unwrap().clone());
     forged.callback_sends.retain(|s| {
         !(s.order_id == id && s.step == cb.step && s.attempt == cb.attempt && s.kind == SendKind::Genuine)
     });

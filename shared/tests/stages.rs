@@ -69,7 +69,7 @@ async fn branches_are_dispatched_together_and_their_racing_replies_all_land() {
     let report = h.batch(SCHEDULER, SCHEDULER_DLQ, |m| h.scheduler.handle(m)).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     let task = h.task("o-1");
-    assert_eq!((task.state(), task.step, task.stage().clone()), (ProcessState::Pending, 4, None));
+    assert_eq!((task.state(), task.step, task.stage()), (ProcessState::Pending, 4, None));
     assert_eq!(task.outputs.keys().collect::<Vec<_>>(), ["reserve-a", "reserve-b", "screen"]);
 
     h.run_until_quiet().await;

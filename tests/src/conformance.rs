@@ -209,7 +209,7 @@ pub async fn branch_replies_racing_on_one_record_all_land(b: &Backend, branches:
     assert_eq!(joined, 1, "{}: one reply joins the stage: {results:?}", b.name);
     let stored = read(b, &claimed.order_id).await;
     assert_eq!(
-        (stored.state(), stored.step, stored.stage().clone()),
+        (stored.state(), stored.step, stored.stage()),
         (ProcessState::Pending, branches as u32, None),
         "{}",
         b.name

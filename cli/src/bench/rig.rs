@@ -226,25 +226,23 @@ impl Rig {
         queues.create(SCHEDULER, qs(90_000, SCHEDULER_DLQ));
         queues.create(AGENT, qs(step * 6, AGENT_DLQ));
         queues.create(CALLBACKS, qs(90_000, CALLBACKS_DLQ));
-        // The agents' call marks go to the same table, counted with the rest.
-        let (state, call_starts, send, alerts): (
-            Arc<dyn StateStore>,
-            Arc<dyn CallStarts>,
-            Arc<dyn Queues>,
-            Arc<dyn Alerts>,
-        ) = if options.count {
-            let counting =
-                Arc::new(CountingStore { inner: store.clone(), usage: usage.clone(), due_shards: 4 });
+        let (state, send, alerts): (Arc<dyn StateStore>, Arc<dyn Queues>, Arc<dyn Alerts>) = if options.count
+        {
             (
-                counting.clone(),
-                counting,
+                Arc::new(CountingStore { inner: store.clone(), usage: usage.clone(), due_shards: 4 }),
                 Arc::new(CountingQueues { inner: queues.clone(), usage: usage.clone() }),
                 Arc::new(CountingAlerts { inner: RecordingAlerts::default(), usage: usage.clone() }),
             )
         } else {
             let state: Arc<dyn StateStore> =
                 if options.round_trips { Arc::new(RoundTrips(store.clone())) } else { store.clone() };
-            (state, store.clone(), queues.clone(), Arc::new(RecordingAlerts::default()))
+            (state, queues.clone(), Arc::new(RecordingAlerts::default()))
+        };
+        // The agents' call marks go to the same table, counted with the rest.
+        let call_starts: Arc<dyn CallStarts> = if options.count {
+            Arc::new(CountingStore { inner: store.clone(), usage: usage.clone(), due_shards: 4 })
+        } else {
+            store.clone()
         };
         // As the Lambda functions send: each invocation's sends coalesced, the counting
         // wrapper inside so it counts the requests that would reach SQS.

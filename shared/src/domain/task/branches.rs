@@ -237,7 +237,7 @@ mod decisions {
         assert_eq!((undo.step, undo.action()), (2, Action::Undo));
         let d = reply(&undo, &wf, ok(), undo.complete_by().unwrap());
         assert_eq!(
-            (d.trigger, d.next.state(), d.next.stage().clone()),
+            (d.trigger, d.next.state(), d.next.stage()),
             (Trigger::Undone, ProcessState::Compensated, None)
         );
     }
@@ -249,7 +249,7 @@ mod decisions {
         let t = answer(&t, &wf, 3, ok()).next;
         let d = lapse(&t, &wf, 0);
         assert_eq!((d.trigger, d.next.state()), (Trigger::Retry, ProcessState::Pending));
-        let run = d.next.stage().clone().unwrap();
+        let run = d.next.stage().unwrap().clone();
         assert_eq!(run.branches.iter().map(|b| b.failures).collect::<Vec<_>>(), [1, 1, 0]);
         assert!(run.branches.iter().all(|b| !b.in_flight()));
         let again = checked(&d.next, d.next.claim(lease(7), d.next.deadline().unwrap(), &wf, &policy()));
