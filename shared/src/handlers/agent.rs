@@ -207,7 +207,14 @@ impl Agent {
         // limited agent's gate: dropped here without a write. A copy in another container
         // finds the call's mark (`perform`).
         let copy_key = self.settings_of(&request.agent).limited.then(|| {
-            format!("{}#{}.{}:{:?}", request.order_id, request.attempt, request.lease, request.action)
+            CallMark::new(
+                &request.order_id,
+                request.step,
+                request.attempt,
+                &request.lease,
+                request.complete_by,
+            )
+            .key
         });
         if let Some(key) = &copy_key
             && !self.handled.first(key)
