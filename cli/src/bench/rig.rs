@@ -284,6 +284,22 @@ impl Rig {
                 ..AgentSettings::default()
             },
             settings.workflows.clone(),
+        )
+        // The limited agents as a definition file gives them to the agent function: it
+        // marks their calls and hands a Retry-After back to the gate.
+        .with_agents(
+            &options
+                .limits
+                .iter()
+                .map(|(name, limits)| {
+                    let def = sas::domain::definitions::AgentDef {
+                        max_in_flight: limits.max_in_flight,
+                        max_per_second: limits.max_per_second,
+                        ..Default::default()
+                    };
+                    (name.clone(), def)
+                })
+                .collect(),
         );
         let dl = |source: &str, dlq: &str| DeadLetters {
             queues: send.clone(),
