@@ -15,8 +15,8 @@ infra/ bootstrap expect. This checks that contract:
 - the four functions: provided.al2023, arm64, JSON logs, the environment the code reads;
 - IAM: one role per function, no managed policies, no wildcard action or resource
   (except the log-stream part of the function's own log group), and exactly the
-  (action, resource) pairs each function needs -- no more, no less (the agent's secrets
-  only on the deployer's AgentSecretArns; every kms action only through the service that
+  (action, resource) pairs each function needs -- no more, no less (the agent's one write,
+  PutItem, only on call# keys; its secrets only on the deployer's AgentSecretArns; every kms action only through the service that
   uses the key, kms:ViaService: SSM or Secrets Manager for the secrets, SNS for the topic);
   the optional callback endpoint's role (API Gateway) may only send to the callback queue,
   and its integration sends there with that role;
@@ -334,6 +334,7 @@ EXPECTED = {
         ("sqs:SendMessage", QUEUE_AGENTS),
     },
     "agent": logs("AgentLogGroup") | consume("AgentQueue") | {
+        ("dynamodb:PutItem", "StateTable"),
         ("sqs:SendMessage", "SchedulerQueue"), ("sqs:SendMessage", "AgentDlq"),
         ("ssm:GetParameter", SECRETS), ("secretsmanager:GetSecretValue", SECRETS), ("kms:Decrypt", SECRETS),
     },
@@ -380,6 +381,11 @@ for short, k in fid.items():
                 via = {**conditions.get("StringEquals", {}), **conditions.get("StringLike", {})}
                 if action.startswith("kms:") and "kms:ViaService" not in via:
                     err(f"{short}: {action} without a kms:ViaService condition")
+                # The agent writes only limited agents' call marks: call# keys, no task or gate.
+                if short == "agent" and action.startswith("dynamodb:"):
+                    leading = conditions.get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+                    if as_list(leading) != ["call#*"] or set(conditions) != {"ForAllValues:StringLike"}:
+                        err(f"{short}: {action} must be limited to call# keys (ForAllValues:StringLike dynamodb:LeadingKeys), not {conditions}")
                 if resources == {"Ref": "AgentSecretArns"}:
                     grants.add((action, SECRETS))
                     continue

@@ -25,7 +25,7 @@ use sas::handlers::{
     Agent, AgentDeps, AgentSettings, Callbacks, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
     Settings, Submission, Supervisor,
 };
-use sas::ports::{Alerts, Clock, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
+use sas::ports::{Alerts, CallStarts, Clock, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 use tokio::sync::watch;
 
 use crate::pump::{PumpSettings, Quiet, pump};
@@ -321,6 +321,8 @@ fn order_body_of(id: &str, workflow: &str, customer: Option<&str>, rng: &mut fas
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {
     fn store(&self) -> Arc<dyn StateStore>;
+    /// The same table, for the agent's call marks (limited agents only).
+    fn call_starts(&self) -> Arc<dyn CallStarts>;
     fn queues(&self) -> Arc<dyn Queues>;
     /// Where the run's app sends its orders from: SQS records the sender (`SenderId`),
     /// and the submission function binds each order to it.
@@ -389,6 +391,9 @@ impl Embedded {
 #[async_trait::async_trait]
 impl Backend for Embedded {
     fn store(&self) -> Arc<dyn StateStore> {
+        self.store.clone()
+    }
+    fn call_starts(&self) -> Arc<dyn CallStarts> {
         self.store.clone()
     }
     fn queues(&self) -> Arc<dyn Queues> {
@@ -537,6 +542,7 @@ pub async fn run_on(
             metrics: metrics.clone(),
             remote: Arc::new(http),
             scheduler_queue: QueueUrl(SCHEDULER.into()),
+            call_starts: Some(backend.call_starts()),
         },
         AgentSettings {
             retry: Backoff { base_ms: 10, cap_ms: options.step_timeout_ms / 4 },

@@ -19,7 +19,9 @@ use sas::adapters::embedded::{RecordingAlerts, StoredMessage, WriteRecord};
 use sas::adapters::system::SystemClock;
 use sas::domain::messages::MAX_BODY_BYTES;
 use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
-use sas::ports::{Alerts, Delivery, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues, StateStore};
+use sas::ports::{
+    Alerts, CallStarts, Delivery, Outgoing, QueueConsumer, QueueError, QueueUrl, Queues, StateStore,
+};
 
 use crate::dev::{
     self, AGENT, AGENT_DLQ, Backend, DevError, DevOptions, DevOutcome, ORDERS, ORDERS_DLQ, Progress,
@@ -369,6 +371,9 @@ struct Aws {
 #[async_trait]
 impl Backend for Aws {
     fn store(&self) -> Arc<dyn StateStore> {
+        self.store.clone()
+    }
+    fn call_starts(&self) -> Arc<dyn CallStarts> {
         self.store.clone()
     }
     fn queues(&self) -> Arc<dyn Queues> {

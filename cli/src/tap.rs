@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
-use sas::ports::{AlertError, Alerts, Inserted, Noted, StateStore, StoreError, Written};
+use sas::ports::{AlertError, Alerts, CallStarts, Inserted, Noted, StateStore, StoreError, Written};
 
 /// How a write landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,17 @@ impl<S, T> TapStore<S, T> {
 
     pub fn tap(&self) -> &T {
         &self.tap
+    }
+}
+
+/// A call mark is no task write: nothing to tell.
+#[async_trait]
+impl<S: CallStarts, T: Tap> CallStarts for TapStore<S, T> {
+    async fn start_call(
+        &self,
+        mark: &sas::domain::gate::CallMark,
+    ) -> Result<sas::domain::gate::CallStart, StoreError> {
+        self.inner.start_call(mark).await
     }
 }
 

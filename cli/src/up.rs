@@ -628,6 +628,11 @@ pub fn start(
                     .with_secrets(Arc::new(AwsSecrets::new(sdk))),
             ),
             scheduler_queue: agent_config.scheduler_queue.clone(),
+            // As the agent function builds it: the table only where an agent has limits.
+            call_starts: agent_config.state_table.as_ref().map(|table| {
+                Arc::new(DynamoStore::new(clients.dynamodb.clone(), sas::ports::TableNames::new(table)))
+                    as Arc<dyn sas::ports::CallStarts>
+            }),
         },
         AgentSettings::default(),
         agent_config.definitions.workflows.clone(),

@@ -19,7 +19,7 @@ use crate::domain::{OperatorAlert, QueueId, Timestamp};
 use crate::handlers::{
     BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
 };
-use crate::ports::{AlertError, Alerts, Metrics, QueueUrl, Queues};
+use crate::ports::{AlertError, Alerts, CallStarts, Metrics, QueueUrl, Queues};
 
 pub use lambda_runtime::Error;
 
@@ -236,6 +236,15 @@ impl Aws {
     /// client is built until the first read.
     pub fn secrets(&self) -> Arc<AwsSecrets> {
         Arc::new(AwsSecrets::new(&self.sdk))
+    }
+
+    /// The agent's call marks in the state table (`AgentConfig::state_table`): `None`
+    /// where no agent has limits, and then no client is built.
+    pub fn call_starts(&self, state_table: Option<&str>) -> Option<Arc<dyn CallStarts>> {
+        state_table.map(|table| {
+            let client = aws_sdk_dynamodb::Client::new(&self.sdk);
+            Arc::new(DynamoStore::new(client, TableNames::new(table))) as Arc<dyn CallStarts>
+        })
     }
 
     pub fn metrics(function: &str, namespace: &str) -> Arc<EmfMetrics> {

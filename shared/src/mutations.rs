@@ -28,6 +28,7 @@ mod switches {
     static HEARTBEAT_EVERY_WRITE: AtomicBool = AtomicBool::new(false);
     static WHOLE_LIMITS_PER_GATE: AtomicBool = AtomicBool::new(false);
     static KEY_GATE_SKIPPED: AtomicBool = AtomicBool::new(false);
+    static COPIES_CALLED: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -99,6 +100,10 @@ mod switches {
         /// A claim under a per-key limit takes no place in its key gate: a key's orders
         /// take as many of the agent's places as they find.
         KeyGateSkipped,
+        /// A limited agent's request calls even when its call's mark was already there
+        /// (`CallStart::AlreadyStarted`): a copy of the request that reached another
+        /// container is called without a place (the behaviour before call marks).
+        CopiesCalled,
     }
 
     impl Mutation {
@@ -125,6 +130,7 @@ mod switches {
                 Mutation::HeartbeatEveryWrite => &HEARTBEAT_EVERY_WRITE,
                 Mutation::WholeLimitsPerGate => &WHOLE_LIMITS_PER_GATE,
                 Mutation::KeyGateSkipped => &KEY_GATE_SKIPPED,
+                Mutation::CopiesCalled => &COPIES_CALLED,
             }
         }
         pub fn set(self, on: bool) {
@@ -199,6 +205,9 @@ mod switches {
     }
     pub fn key_gate_skipped() -> bool {
         Mutation::KeyGateSkipped.is_on()
+    }
+    pub fn copies_called() -> bool {
+        Mutation::CopiesCalled.is_on()
     }
 }
 
@@ -333,5 +342,11 @@ pub(crate) const fn whole_limits_per_gate() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn key_gate_skipped() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn copies_called() -> bool {
     false
 }

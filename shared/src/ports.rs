@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::domain::gate::Gate;
+use crate::domain::gate::{CallMark, CallStart, Gate};
 use crate::domain::{
     Action, IdempotencyKey, LeaseToken, OperatorAlert, Order, OrderId, SecretSource, SecretValue, TaskRecord,
     Timestamp,
@@ -169,6 +169,17 @@ pub trait TaskListing: Send + Sync {
     /// Up to `limit` tasks of `listing`. Index reads may lag the table: callers re-read a
     /// task before acting on it.
     async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError>;
+}
+
+/// The agent's one write, for limited agents only: a call's mark (`domain::gate::CallMark`)
+/// in the state table. A port of its own rather than a method of [`StateStore`]: the
+/// agent links nothing else of the table, and agents without limits never use it.
+#[async_trait]
+pub trait CallStarts: Send + Sync {
+    /// Writes the mark only if no mark with its key exists; it expires on its own after
+    /// `mark.until`. A failed condition is [`CallStart::AlreadyStarted`], never a
+    /// [`StoreError`].
+    async fn start_call(&self, mark: &CallMark) -> Result<CallStart, StoreError>;
 }
 
 /// A queue's address: an SQS queue URL, or the embedded backend's queue name.

@@ -6,10 +6,10 @@
 mod common;
 
 use common::*;
-use sas::domain::gate::Limits;
+use sas::domain::gate::{CallMark, CallStart, Limits};
 use sas::domain::{ProcessState, Timestamp};
 use sas::handlers::{Agent, AgentSettings, Scheduler, Submission, Supervisor};
-use sas::ports::Metric;
+use sas::ports::{CallStarts, Metric};
 
 /// The built-in workflows, with the `orders` agent (single-step's) limited so.
 fn limited(limits: Limits) -> Harness {
@@ -304,4 +304,69 @@ async fn a_cancel_in_a_keys_line_hands_the_key_ticket_back() {
     assert_eq!(h.task("o-2").state(), Processed, "o-2 got the key's place");
     let gate = h.store.peek_gate(&key_gate).expect("the key's gate");
     assert!(gate.holds.is_empty(), "every key place given back: {gate:?}");
+}
+
+fn replies(h: &Harness) -> usize {
+    h.queues.bodies(SCHEDULER).iter().filter(|b| b.contains(r#""type":"reply""#)).count()
+}
+
+/// SQS delivers a request at least once. A copy of a limited agent's request, in the
+/// container that took it or in another, is not called and sends no reply: the one call
+/// under the place replies and moves the task on. An agent without limits writes no mark.
+#[tokio::test]
+async fn a_copy_of_a_request_is_never_called_in_this_container_or_another() {
+    let h = limited(TWO);
+    submit_all(&h, 1).await;
+    all_ok(h.pump_scheduler().await, 1);
+    let request = h.intercept(AGENT);
+    assert_eq!(request.len(), 1);
+    // Twice to this container (the copy is dropped here without a write), once to another.
+    for _ in 0..2 {
+        h.send(AGENT, request[0].clone()).await;
+    }
+    all_ok(h.pump_agent().await, 2);
+    let other = Agent::new(h.agent.deps.clone(), h.agent.agent_settings, h.settings.workflows.clone());
+    h.send(AGENT, request[0].clone()).await;
+    all_ok(h.pump_with(AGENT, |m| other.handle(m)).await, 1);
+    assert_eq!(h.remote.calls().len(), 1, "one call for the one place");
+    assert_eq!(replies(&h), 1, "only the call's own request replies");
+    assert_eq!(h.store.call_marks().len(), 1);
+    assert!(h.store.call_marks()[0].starts_with("call#o-0#1."), "{:?}", h.store.call_marks());
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-0").state(), ProcessState::Processed);
+    assert_eq!(h.task("o-0").failure_count, 0);
+
+    let free = Harness::new();
+    free.submit("o-1", "single-step").await;
+    all_ok(free.pump_orders().await, 1);
+    free.run_until_quiet().await;
+    assert_eq!(free.task("o-1").state(), ProcessState::Processed);
+    assert!(free.store.call_marks().is_empty(), "an agent without limits writes no mark");
+}
+
+/// A request whose container marked the call and died before calling: its redelivery
+/// finds the mark and does not call (the place is held either way). The attempt lapses
+/// at its complete-by and the supervisor retries it, under a new mark.
+#[tokio::test]
+async fn a_request_redelivered_after_its_mark_does_not_call_and_the_supervisor_retries_it() {
+    let h = limited(TWO);
+    submit_all(&h, 1).await;
+    all_ok(h.pump_scheduler().await, 1);
+    let task = h.task("o-0");
+    let lease = task.locked_by().expect("claimed");
+    let complete_by = task.lease().expect("claimed").complete_by;
+    let mark = CallMark::new(&task.order_id, task.step, task.attempt, &lease, complete_by);
+    assert_eq!(h.store.start_call(&mark).await.unwrap(), CallStart::Started);
+    all_ok(h.pump_agent().await, 1);
+    assert!(h.remote.calls().is_empty(), "the redelivery does not call");
+    assert_eq!(replies(&h), 0);
+    h.to_deadline("o-0");
+    h.advance(1);
+    h.sweep().await;
+    h.advance(h.retry_delay("o-0"));
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-0").state(), ProcessState::Processed);
+    assert_eq!(h.task("o-0").failure_count, 1, "the unused attempt lapsed once");
+    assert_eq!(h.remote.calls().len(), 1);
+    assert_eq!(h.store.call_marks().len(), 2, "the retry's call under its own mark");
 }

@@ -120,6 +120,9 @@ pub fn deploy(
     let before = settings.clone().with_workflows(workflows_before_publish(&swarm.generated));
     let generations = [&before, &settings];
     let remote = Arc::new(SimRemote { shared: shared.clone() });
+    // Every agent container marks its limited agents' calls in the one table.
+    let call_starts: Arc<dyn sas::ports::CallStarts> =
+        Arc::new(SimStore { inner: store.clone(), shared: shared.clone() });
     let agents = (0..swarm.agent_concurrency)
         .map(|_| {
             let deps = AgentDeps {
@@ -129,6 +132,7 @@ pub fn deploy(
                 metrics: metrics.clone(),
                 remote: remote.clone(),
                 scheduler_queue: QueueUrl(SCHEDULER.into()),
+                call_starts: Some(call_starts.clone()),
             };
             generations.map(|g| {
                 Arc::new(Agent::new(deps.clone(), agent_settings(), g.workflows.clone()).with_agents(&defs))

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sas::adapters::embedded::queue_names::{AGENT, SCHEDULER};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
-use sas::domain::gate::Gate;
+use sas::domain::gate::{CallMark, CallStart, Gate};
 use sas::domain::{OperatorAlert, OrderId, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Clock, Inserted, Noted, Outgoing, QueueError, QueueUrl, Queues, StateStore,
-    StoreError, Written,
+    AlertError, Alerts, CallStarts, Clock, Inserted, Noted, Outgoing, QueueError, QueueUrl, Queues,
+    StateStore, StoreError, Written,
 };
 
 use crate::world::{Io, Shared, WriteCtx};
@@ -131,6 +131,22 @@ impl StateStore for SimStore {
     }
 }
 
+/// A limited agent's call mark fails, or is held up, the way the store's other writes are
+/// (and its response may be lost after it landed); it is no task write either.
+#[async_trait]
+impl CallStarts for SimStore {
+    async fn start_call(&self, mark: &CallMark) -> Result<CallStart, StoreError> {
+        self.before(Io::StartCall).await?;
+        let result = self.inner.start_call(mark).await;
+        {
+            let mut w = self.shared.w();
+            let now = w.now;
+            w.trace.note_args(now, format_args!("call mark {} {:?}", mark.key, result));
+        }
+        self.written(result, false)
+    }
+}
+
 pub struct SimQueues {
     pub inner: Arc<EmbeddedQueues>,
     pub shared: Arc<Shared>,
@@ -152,7 +168,7 @@ impl Queues for SimQueues {
             let internal = INTERNAL.contains(&queue.0.as_str());
             if queue.0 == SCHEDULER && !w.ledger.limits.is_empty() {
                 // An agent's reply ends its attempt's calls, sent or not: whatever calls
-                // that place after it is a copy of its request (`Flight::copy`).
+                // under that place after it would be a copy of its request (`Flight::copy`).
                 for m in &messages {
                     if m.body.starts_with(r#"{"type":"reply""#) {
                         let place = crate::ledger::holder_of(Some(&m.body), "");

@@ -97,8 +97,8 @@ pub struct Ledger {
     /// Calls of limited agents answered "too many requests" (never reaching the model).
     pub throttled: u64,
     /// When an agent first sent the reply of each place (`<order>#<attempt>`) of a limited
-    /// agent's call: the attempt's calls are over then, and what goes on calling under
-    /// that place after it is a copy of the request's.
+    /// agent's call: the attempt's calls are over then, and a call under that place after
+    /// it would be a copy of the request's (`Flight::copy`).
     pub replied: BTreeMap<String, u64>,
 }
 
@@ -114,7 +114,8 @@ pub struct Flight {
     /// than once share it.
     pub holder: String,
     /// Made after the place's reply was sent: a copy of the request that SQS delivered
-    /// again (at least once), performed after the place may have been given back.
+    /// again (at least once), called after the place may have been given back. Counted
+    /// by the run (`copies`); `RemoteWithinLimits` counts it like any other call.
     pub copy: bool,
 }
 

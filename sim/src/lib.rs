@@ -66,8 +66,9 @@ pub struct SeedsSummary {
     pub late_do_refused: u64,
     /// What parallel stages went through (`check::stage_coverage`).
     pub stages: BTreeMap<&'static str, u64>,
-    /// What limited agents' calls went through: `calls`, `copies` (a request SQS delivered
-    /// again, performed after its reply: `ledger::Flight::copy`) and `throttled`.
+    /// What limited agents' calls went through: `calls`, `copies` (calls under a place
+    /// after its reply was sent, a copy of its request called: `ledger::Flight::copy`;
+    /// none while only the request that wrote the call's mark calls) and `throttled`.
     pub flow: BTreeMap<&'static str, u64>,
 }
 

@@ -36,6 +36,8 @@ pub enum Io {
     /// A waiting ticket's task, noted or looked up.
     PutWaiter,
     ReadWaiter,
+    /// A limited agent's call mark (`domain::gate::CallMark`), written conditionally.
+    StartCall,
 }
 
 /// The context of one landed task write: who wrote it and while handling what.

@@ -112,6 +112,7 @@ impl World {
                 metrics: metrics.clone(),
                 remote: remote.clone(),
                 scheduler_queue: QueueUrl("scheduler".into()),
+                call_starts: Some(store.clone()),
             },
             AgentSettings::default(),
             settings.workflows.clone(),

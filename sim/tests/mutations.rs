@@ -249,6 +249,18 @@ fn every_gate_holding_the_whole_limits_is_caught() {
     );
 }
 
+/// Issue 36, item 4: a limited agent's request called although its call's mark was
+/// already there: a copy SQS delivered to another container calls without a place, and
+/// the remote sees more calls at once, or in one second, than the agent's limits allow.
+#[test]
+fn a_copy_of_a_request_called_is_caught() {
+    let found = caught(Mutation::CopiesCalled);
+    assert!(
+        found.contains_key(&Invariant::RemoteWithinLimits),
+        "no limited agent's service was found over its limits: {found:?}"
+    );
+}
+
 /// A claim under a per-key limit that skips its key gate.
 #[test]
 fn skipping_the_key_gate_is_caught() {
@@ -285,6 +297,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::HeartbeatEveryWrite,
             Mutation::WholeLimitsPerGate,
             Mutation::KeyGateSkipped,
+            Mutation::CopiesCalled,
         ]
         .iter()
         .all(|m| !m.is_on())

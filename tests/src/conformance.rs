@@ -666,6 +666,38 @@ pub async fn gate_writes_are_conditional_and_faithful(b: &Backend) {
     assert!(live.is_empty(), "{}: {live:?}", b.name);
 }
 
+/// A limited agent's call mark (the agent's one write): of two requests for one call
+/// racing to mark it, and of a later copy, exactly one is told it started the call; another
+/// call (step, attempt or lease) is marked apart. Marks are no tasks: the due index and
+/// the listings never see them.
+pub async fn one_call_mark_wins(b: &Backend) {
+    use sas::domain::gate::{CallMark, CallStart};
+    let order = OrderId::parse("o-call").unwrap();
+    let mark = CallMark::new(&order, 1, 2, &lease(7 << 96), T0.plus_ms(30_000));
+    let (first, second) = tokio::join!(b.call_starts.start_call(&mark), b.call_starts.start_call(&mark));
+    let mut outcomes = vec![first.unwrap(), second.unwrap()];
+    outcomes.sort_by_key(|o| *o == CallStart::AlreadyStarted);
+    assert_eq!(outcomes, [CallStart::Started, CallStart::AlreadyStarted], "{}", b.name);
+    assert_eq!(b.call_starts.start_call(&mark).await.unwrap(), CallStart::AlreadyStarted, "{}", b.name);
+    for other in [
+        CallMark::new(&order, 0, 2, &lease(7 << 96), T0.plus_ms(30_000)),
+        CallMark::new(&order, 1, 3, &lease(7 << 96), T0.plus_ms(30_000)),
+        // The key keeps the lease's first 8 hex digits (`gate::call_holder`).
+        CallMark::new(&order, 1, 2, &lease(8 << 96), T0.plus_ms(30_000)),
+    ] {
+        assert_eq!(
+            b.call_starts.start_call(&other).await.unwrap(),
+            CallStart::Started,
+            "{}: {other:?}",
+            b.name
+        );
+    }
+    assert!(b.store.due(Timestamp(u64::MAX / 2), 100).await.unwrap().is_empty(), "{}", b.name);
+    assert_eq!(b.store.task(&order).await.unwrap(), None, "{}", b.name);
+    let live = b.lister.list(&sas::ports::Listing::Live, 100).await.unwrap();
+    assert!(live.is_empty(), "{}: {live:?}", b.name);
+}
+
 /// Claims racing for the places of one gate: each arrival does what `handlers::gate`
 /// does (read, decide, write conditional on the revision read, read again on a lost
 /// race). Exactly `max_in_flight` are let in; the rest hold distinct tickets in order.

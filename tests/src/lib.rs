@@ -20,7 +20,7 @@ use aws_config::SdkConfig;
 use sas::adapters::aws::provision::{self, QueueSpec};
 use sas::adapters::aws::{DynamoStore, SqsQueues, TableNames};
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, ManualClock, QueueSettings};
-use sas::ports::{QueueConsumer, QueueUrl, Queues, StateStore, TaskListing};
+use sas::ports::{CallStarts, QueueConsumer, QueueUrl, Queues, StateStore, TaskListing};
 
 pub const ENDPOINT_VAR: &str = "SAS_TEST_ENDPOINT";
 
@@ -147,6 +147,8 @@ pub struct Backend {
     pub store: Arc<dyn StateStore>,
     /// The same store's operator listing.
     pub lister: Arc<dyn TaskListing>,
+    /// The same store's call marks (the agent's one write).
+    pub call_starts: Arc<dyn CallStarts>,
     pub queues: Arc<dyn Queues>,
     /// Sends as an app's would: the embedded queues record `APP_SENDER_ID` as the sender;
     /// on the endpoint it is the same client, and the service sets the sender.
@@ -185,7 +187,8 @@ impl Backend {
         Backend {
             name: "embedded",
             store: store.clone(),
-            lister: store,
+            lister: store.clone(),
+            call_starts: store,
             queues: queues.clone(),
             app_queues: Arc::new(queues.sending_as(APP_SENDER_ID)),
             consumer: queues,
@@ -224,6 +227,7 @@ impl Backend {
             name: "aws",
             store: store.clone(),
             lister: store.clone(),
+            call_starts: store.clone(),
             queues: queues.clone(),
             app_queues: queues.clone(),
             consumer: queues,

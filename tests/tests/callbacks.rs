@@ -89,7 +89,7 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
     let token = approvals.token(&id, Duration::from_secs(5)).await;
     let (parsed, claims) = CallbackToken::parse(&token).expect("a well-formed token");
     assert_eq!((claims.order_id.as_str(), claims.step), (id.as_str(), 0));
-    let awaiting = waiting.callback().clone().expect("the record waits on the token");
+    let awaiting = waiting.callback().expect("the record waits on the token").clone();
     assert_eq!(awaiting.digest, parsed.digest(), "the record keeps the token's digest");
     assert!(!format!("{waiting:?}").contains(&token), "never the token itself");
 

@@ -47,4 +47,5 @@ on_both_backends! {
     send_each_answers_for_every_message => |b| c::send_each_answers_for_every_message(b);
     gate_writes_are_conditional_and_faithful => |b| c::gate_writes_are_conditional_and_faithful(b);
     concurrent_arrivals_never_overfill_a_gate => |b| c::concurrent_arrivals_never_overfill_a_gate(b, 12, 3);
+    one_call_mark_wins => |b| c::one_call_mark_wins(b);
 }

@@ -61,9 +61,10 @@ pub struct CostRow {
 }
 
 /// What flow control adds to an order's bill, per remote call of a limited agent: the gate
-/// read and conditional write at the claim and again at the release, and for a call that
-/// had to wait its ticket's waiter put and get and its arrivals at the gate again. Every
-/// call of the row's limited agents counts (`limited_calls`).
+/// read and conditional write at the claim and again at the release, the call's mark the
+/// agent writes before it calls, and for a call that had to wait its ticket's waiter put
+/// and get and its arrivals at the gate again. Every call of the row's limited agents
+/// counts (`limited_calls`).
 #[derive(Debug, Clone, Serialize)]
 pub struct GateCost {
     /// The agents' limits, by agent.
@@ -78,7 +79,9 @@ pub struct GateCost {
     pub gate_writes_per_call: f64,
     pub waiter_writes_per_call: f64,
     pub waiter_reads_per_call: f64,
-    /// The gate's and waiters' DynamoDB units, in dollars per million limited calls.
+    /// The agents' call marks (`CallStarts`), one per request that went to call.
+    pub call_marks_per_call: f64,
+    /// The gate's, waiters' and call marks' DynamoDB units, in dollars per million limited calls.
     pub dynamodb_per_million_calls: f64,
 }
 
@@ -236,6 +239,7 @@ pub async fn cost_limited(
             gate_writes_per_call: per(g.gate_writes as f64),
             waiter_writes_per_call: per(g.waiter_writes as f64),
             waiter_reads_per_call: per(g.waiter_reads as f64),
+            call_marks_per_call: per(g.call_marks as f64),
             dynamodb_per_million_calls: per(dynamodb_micro_dollars(g.wru, g.rru)),
         }
     });
@@ -307,7 +311,8 @@ impl fmt::Display for CostRow {
             writeln!(
                 f,
                 "  flow control ({}): per limited call (of {}) {:.3} queued, gate {:.3} reads + {:.3} writes \
-                 ({:.3} conflicts), waiter {:.3} puts + {:.3} gets; the gate's DynamoDB ${:.2}/million calls",
+                 ({:.3} conflicts), waiter {:.3} puts + {:.3} gets, call marks {:.3}; the gate's DynamoDB \
+                 ${:.2}/million calls",
                 limits.join("; "),
                 g.limited_calls,
                 g.queued_per_call,
@@ -316,6 +321,7 @@ impl fmt::Display for CostRow {
                 g.conflicts_per_call,
                 g.waiter_writes_per_call,
                 g.waiter_reads_per_call,
+                g.call_marks_per_call,
                 g.dynamodb_per_million_calls
             )?;
         }

@@ -10,8 +10,8 @@ use serde::Serialize;
 use sas::adapters::embedded::{EmbeddedQueues, EmbeddedStore, RecordingAlerts};
 use sas::domain::{OperatorAlert, OrderId, ProcessState, TaskRecord, Timestamp};
 use sas::ports::{
-    AlertError, Alerts, Inserted, Noted, Outgoing, QueueError, QueueUrl, Queues, StateStore, StoreError,
-    Written,
+    AlertError, Alerts, CallStarts, Inserted, Noted, Outgoing, QueueError, QueueUrl, Queues, StateStore,
+    StoreError, Written,
 };
 
 /// AWS requests and billed units, counted around the ports (see `cost`).
@@ -35,8 +35,8 @@ pub struct AwsUsage {
     /// Function invocations, by function.
     pub invocations: BTreeMap<String, u64>,
     /// Of the DynamoDB figures above, flow control's: gate reads and conditional writes
-    /// (a failed condition bills too), their units, and the waiters' puts and gets
-    /// (`StateStore::put_waiter`, `waiter`).
+    /// (a failed condition bills too), their units, the waiters' puts and gets
+    /// (`StateStore::put_waiter`, `waiter`), and the agents' call marks (`CallStarts`).
     pub gate: GateUsage,
 }
 
@@ -46,6 +46,8 @@ pub struct GateUsage {
     pub gate_writes: u64,
     pub waiter_writes: u64,
     pub waiter_reads: u64,
+    /// Limited agents' call marks: one conditional PutItem of a small item per call.
+    pub call_marks: u64,
     pub wru: f64,
     pub rru: f64,
 }
@@ -334,6 +336,26 @@ impl StateStore for CountingStore {
             u.gate.rru += 1.0;
         });
         Ok(r)
+    }
+}
+
+#[async_trait]
+impl CallStarts for CountingStore {
+    async fn start_call(
+        &self,
+        mark: &sas::domain::gate::CallMark,
+    ) -> Result<sas::domain::gate::CallStart, StoreError> {
+        round_trip().await;
+        let started = self.inner.start_call(mark).await?;
+        round_trip().await;
+        // A conditional PutItem of a key and a TTL, under 1 KB; a failed condition bills too.
+        self.with(|u| {
+            u.ddb_puts += 1;
+            u.wru += 1.0;
+            u.gate.call_marks += 1;
+            u.gate.wru += 1.0;
+        });
+        Ok(started)
     }
 }
 

@@ -21,7 +21,7 @@ use sas::handlers::{
     Agent, AgentDeps, AgentSettings, Callbacks, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler,
     SendCoalescer, Settings, Submission, Supervisor, run_batch,
 };
-use sas::ports::{Alerts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
+use sas::ports::{Alerts, CallStarts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
 
 use super::counting::{AwsUsage, CountingAlerts, CountingQueues, CountingStore, RoundTrips};
 use super::remote::InstantRemote;
@@ -238,6 +238,12 @@ impl Rig {
                 if options.round_trips { Arc::new(RoundTrips(store.clone())) } else { store.clone() };
             (state, queues.clone(), Arc::new(RecordingAlerts::default()))
         };
+        // The agents' call marks go to the same table, counted with the rest.
+        let call_starts: Arc<dyn CallStarts> = if options.count {
+            Arc::new(CountingStore { inner: store.clone(), usage: usage.clone(), due_shards: 4 })
+        } else {
+            store.clone()
+        };
         // As the Lambda functions send: each invocation's sends coalesced, the counting
         // wrapper inside so it counts the requests that would reach SQS.
         let send: Arc<dyn Queues> = Arc::new(SendCoalescer::new(send, DEFAULT_MAX_HOLD));
@@ -270,6 +276,7 @@ impl Rig {
                 metrics: metrics.clone(),
                 remote: remote.clone(),
                 scheduler_queue: QueueUrl(SCHEDULER.into()),
+                call_starts: Some(call_starts),
             },
             AgentSettings {
                 retry: Backoff { base_ms: 100, cap_ms: step / 4 },
@@ -277,6 +284,22 @@ impl Rig {
                 ..AgentSettings::default()
             },
             settings.workflows.clone(),
+        )
+        // The limited agents as a definition file gives them to the agent function: it
+        // marks their calls and hands a Retry-After back to the gate.
+        .with_agents(
+            &options
+                .limits
+                .iter()
+                .map(|(name, limits)| {
+                    let def = sas::domain::definitions::AgentDef {
+                        max_in_flight: limits.max_in_flight,
+                        max_per_second: limits.max_per_second,
+                        ..Default::default()
+                    };
+                    (name.clone(), def)
+                })
+                .collect(),
         );
         let dl = |source: &str, dlq: &str| DeadLetters {
             queues: send.clone(),

@@ -27,6 +27,7 @@ async fn main() -> Result<(), Error> {
                 .with_secrets(aws.secrets()),
         ),
         scheduler_queue: config.scheduler_queue.clone(),
+        call_starts: aws.call_starts(config.state_table.as_deref()),
     };
     let dead_letters =
         DeadLetters { queues, source: config.agent_queue, dead_letter_queue: config.agent_dlq, metrics };

@@ -40,6 +40,10 @@ impl Env<'_> {
         })
     }
 
+    pub(super) fn problem(&mut self, problem: String) {
+        self.problems.push(problem);
+    }
+
     pub(super) fn check(&mut self, name: &str, value: &str, ok: bool, expected: &str) {
         if !ok {
             self.problems.push(format!("{name}={value:?} is not {expected}"));

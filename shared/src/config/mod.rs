@@ -267,6 +267,9 @@ pub struct AgentConfig {
     pub metrics_namespace: String,
     /// The longest a send waits to go out in one request with the invocation's others.
     pub send_max_hold_ms: u64,
+    /// Where limited agents' calls leave their marks (`STATE_TABLE`): set exactly when an
+    /// agent of the definitions has limits, which then requires it.
+    pub state_table: Option<String>,
 }
 
 impl AgentConfig {
@@ -288,7 +291,29 @@ impl AgentConfig {
                 },
                 metrics_namespace: env.namespace(),
                 send_max_hold_ms: env.send_max_hold(DEFAULT_AGENT_SEND_MAX_HOLD_MS),
+                state_table: None,
             };
+            let limited: Vec<&str> = config
+                .definitions
+                .agents
+                .iter()
+                .filter(|(_, def)| def.limits().any())
+                .map(|(name, _)| name.as_str())
+                .collect();
+            // Without limits the agent touches no table, whatever the variable says.
+            let state_table = match (env.optional("STATE_TABLE"), limited.is_empty()) {
+                (_, true) => None,
+                (Some(_), false) => Some(env.table("STATE_TABLE")),
+                (None, false) => {
+                    env.problem(format!(
+                        "STATE_TABLE is not set: the agent marks each call of an agent with limits there \
+                         before it makes it (WORKFLOWS_FILE gives limits to {})",
+                        limited.join(", ")
+                    ));
+                    None
+                }
+            };
+            let config = AgentConfig { state_table, ..config };
             env.not_the_runtime_api(&config);
             config
         })
@@ -471,6 +496,41 @@ mod tests {
             ("SCHEDULER_QUEUE_URL", Q),
             ("REMOTE_SERVICE_URL", remote),
         ]))
+    }
+
+    /// The agent needs the state table only for limited agents' call marks: required
+    /// then, with a message that says why; otherwise not kept, whatever is set.
+    #[test]
+    fn the_agent_requires_the_state_table_only_for_limited_agents() {
+        let dir = std::env::temp_dir().join(format!("sas-config-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("limited.json");
+        std::fs::write(&file, r#"{"agents": {"pay": {"url": "https://pay.example/sas", "max_in_flight": 2}}, "workflows": [{"name": "buy", "steps": [{"name": "charge", "agent": "pay"}]}]}"#).unwrap();
+        let path = file.to_str().unwrap().to_owned();
+        let agent = |extra: &[(&str, &str)]| {
+            let mut vars = vec![
+                ("AGENT_QUEUE_URL", Q),
+                ("AGENT_DLQ_URL", Q),
+                ("SCHEDULER_QUEUE_URL", Q),
+                ("REMOTE_SERVICE_URL", "https://remote.example/"),
+            ];
+            vars.extend_from_slice(extra);
+            AgentConfig::from_lookup(&lookup(&vars))
+        };
+        let err = agent(&[("WORKFLOWS_FILE", &path)]).unwrap_err();
+        assert_eq!(
+            err.problems,
+            ["STATE_TABLE is not set: the agent marks each call of an agent with limits there before it \
+              makes it (WORKFLOWS_FILE gives limits to pay)"]
+        );
+        let limited = agent(&[("WORKFLOWS_FILE", &path), ("STATE_TABLE", "sas-state")]).unwrap();
+        assert_eq!(limited.state_table.as_deref(), Some("sas-state"));
+        let err = agent(&[("WORKFLOWS_FILE", &path), ("STATE_TABLE", "bad name!")]).unwrap_err();
+        assert!(err.problems[0].starts_with("STATE_TABLE=\"bad name!\" is not a DynamoDB table"), "{err}");
+        // The built-in definitions have no limits.
+        assert_eq!(agent(&[("STATE_TABLE", "sas-state")]).unwrap().state_table, None);
+        assert_eq!(agent(&[]).unwrap().state_table, None);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -83,11 +83,13 @@ const STATE_OPTIONAL: &[(FunctionName, Need)] = &[(S, O), (C, O), (V, O)];
 const ALL_OPTIONAL: &[(FunctionName, Need)] = &[(S, O), (C, O), (A, O), (V, O)];
 
 pub const VARIABLES: &[Variable] = &[
+    // The agent writes only limited agents' call marks there: it requires the table only
+    // when the definition file has an agent with limits (`AgentConfig`).
     Variable {
         name: "STATE_TABLE",
-        read_by: STATE,
+        read_by: &[(S, R), (C, R), (A, O), (V, R)],
         source: Source::Resource,
-        about: "the state table: one item per order",
+        about: "the state table: one item per order (the agent: only limited agents' call marks, required when an agent has limits)",
     },
     Variable {
         name: "DUE_INDEX",

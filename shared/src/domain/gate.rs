@@ -257,6 +257,59 @@ fn same_claim(a: &str, b: &str) -> bool {
     matches!((a.rsplit_once('.'), b.rsplit_once('.')), (Some((x, _)), Some((y, _))) if x == y)
 }
 
+/// How long a call's mark (`CallMark`) is kept past the call's complete-by before it
+/// expires on its own: far past any clock's skew, so no copy that may still call (one
+/// arriving before complete-by by its own clock) finds it gone.
+pub const CALL_MARK_KEPT_MS: u64 = 3_600_000;
+
+/// The mark a limited agent's call leaves in the state table before it starts: SQS
+/// delivers a request at least once, and its place in the gate covers one call, so only
+/// the request that writes the mark first may call (`CallStart`). Keyed by the call
+/// (`call#<order>#<attempt>.<lease's first 8 hex digits>#<step>`: one claim's call of one
+/// step; order ids never hold `#`, so no task can take the key), and kept until `until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallMark {
+    pub key: String,
+    pub until: Timestamp,
+}
+
+impl CallMark {
+    pub fn new(
+        order_id: &OrderId,
+        step: u32,
+        attempt: u32,
+        lease: &LeaseToken,
+        complete_by: Timestamp,
+    ) -> CallMark {
+        CallMark {
+            key: format!("call#{}#{step}", call_holder(order_id, attempt, lease)),
+            until: complete_by.plus_ms(CALL_MARK_KEPT_MS),
+        }
+    }
+}
+
+/// What came of writing a call's mark (a write conditional on the mark being new).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStart {
+    /// Written now: this request's call is the place's one call.
+    Started,
+    /// Already there: another request for the same call wrote it (a copy, in this
+    /// container or another, or this request before its container crashed or failed to
+    /// reply).
+    AlreadyStarted,
+}
+
+impl CallStart {
+    /// Whether the request may call the remote. A request that lost neither calls nor
+    /// replies: the one that started the call replies, or, if it died, the task's
+    /// complete-by lapses and the supervisor recovers it, as for any lost attempt. A
+    /// request that started the call and died before calling leaves the place unused
+    /// until then: the safe side, since the place is held either way.
+    pub fn may_call(self) -> bool {
+        matches!(self, CallStart::Started)
+    }
+}
+
 /// The holder of a place reserved for `ticket`, let through and not yet claimed.
 pub fn reserved_for(ticket: u64) -> String {
     format!("#{ticket}")
@@ -588,6 +641,30 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One row per outcome of the conditional write: only the request that wrote the
+    /// mark calls; the mark names the call, and lives past its complete-by.
+    #[test]
+    fn only_the_request_that_started_the_call_calls() {
+        for (outcome, calls) in [(CallStart::Started, true), (CallStart::AlreadyStarted, false)] {
+            assert_eq!(outcome.may_call(), calls, "{outcome:?}");
+        }
+        let order = OrderId::parse("o-1").unwrap();
+        let lease = LeaseToken(uuid::Uuid::from_u128(0xabcd_ef01_0000_0000_0000_0000_0000_0001));
+        let mark = CallMark::new(&order, 2, 3, &lease, Timestamp(10_000));
+        assert_eq!(mark.key, "call#o-1#3.abcdef01#2");
+        assert_eq!(mark.until, Timestamp(10_000 + CALL_MARK_KEPT_MS));
+        // Another step, attempt or lease is another call; a copy of the request is not.
+        assert_eq!(CallMark::new(&order, 2, 3, &lease, Timestamp(10_000)), mark);
+        for other in [
+            CallMark::new(&order, 1, 3, &lease, Timestamp(10_000)),
+            CallMark::new(&order, 2, 4, &lease, Timestamp(10_000)),
+            CallMark::new(&order, 2, 3, &LeaseToken(uuid::Uuid::from_u128(1)), Timestamp(10_000)),
+            CallMark::new(&OrderId::parse("o-2").unwrap(), 2, 3, &lease, Timestamp(10_000)),
+        ] {
+            assert_ne!(other.key, mark.key);
+        }
+    }
 
     fn at(ms: u64) -> Timestamp {
         Timestamp(ms)

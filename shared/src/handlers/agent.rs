@@ -2,6 +2,10 @@
 //! jitter) and a circuit breaker per service, all bounded by complete-by. Past
 //! complete-by, or with the service's circuit open, it replies nothing: the supervisor
 //! owns the task from then on.
+//!
+//! A limited agent's call first writes its mark (`domain::gate::CallMark`) in the state
+//! table, conditionally: only the request that wrote it calls, so a copy of the request
+//! that SQS delivered to any container is never a second call under the one place.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,13 +16,15 @@ use tracing::Instrument;
 use super::{HandlerError, Inbound};
 use crate::domain::breaker::{Breaker, BreakerPolicy, Permit};
 use crate::domain::definitions::AgentDef;
+use crate::domain::gate::{CallMark, CallStart};
 use crate::domain::retry::Backoff;
 use crate::domain::{
     Action, AgentRequest, ReplyOutcome, RequestMismatch, SchedulerMessage, StepOutput, Timestamp, Workflows,
     cut_reason,
 };
 use crate::ports::{
-    Clock, Metric, Metrics, Outgoing, QueueUrl, Queues, Random, RemoteCall, RemoteError, RemoteService,
+    CallStarts, Clock, Metric, Metrics, Outgoing, QueueUrl, Queues, Random, RemoteCall, RemoteError,
+    RemoteService,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -44,8 +50,8 @@ impl Default for AgentSettings {
     }
 }
 
-/// The agent touches no table: it needs the remote service, the scheduler's queue for
-/// replies, and time.
+/// The agent needs the remote service, the scheduler's queue for replies, and time; of
+/// the state table, only its call marks, and only for limited agents.
 #[derive(Clone)]
 pub struct AgentDeps {
     pub queues: Arc<dyn Queues>,
@@ -55,6 +61,10 @@ pub struct AgentDeps {
     pub remote: Arc<dyn RemoteService>,
     /// Where replies go.
     pub scheduler_queue: QueueUrl,
+    /// Where a limited agent's calls leave their marks; `None` where no agent has limits
+    /// (a limited agent's request is then retried, never called: `AgentConfig` refuses
+    /// such a deployment at cold start).
+    pub call_starts: Option<Arc<dyn CallStarts>>,
 }
 
 /// Time kept back from the invocation's deadline for the reply to go out: the send may
@@ -74,7 +84,8 @@ pub struct Agent {
     /// Set once an invocation deadline already past has been ignored and said so: an
     /// emulator sends the same one every time, and once is enough to explain it.
     past_deadline_logged: Arc<AtomicBool>,
-    /// The limited agents' requests this process took, to drop their copies.
+    /// The limited agents' requests this process took: a copy that comes back here is
+    /// dropped without writing its mark.
     handled: Arc<Handled>,
 }
 
@@ -118,6 +129,12 @@ pub enum AgentOutcome {
     GaveUp {
         calls: u32,
     },
+    /// A limited agent's call another request already started (`CallStart::AlreadyStarted`):
+    /// not called, no reply.
+    Copy,
+    /// A limited agent's call whose mark could not be written: not called, the request is
+    /// tried again.
+    Unmarked(String),
 }
 
 impl Agent {
@@ -187,10 +204,17 @@ impl Agent {
         })?;
         // A copy of a request this container is handling or has handled (SQS delivers at
         // least once) would be a second call under the one place its claim took in a
-        // limited agent's gate: dropped. Copies that reach other containers are not seen
-        // here (docs/DESIGN.md, "Flow control").
+        // limited agent's gate: dropped here without a write. A copy in another container
+        // finds the call's mark (`perform`).
         let copy_key = self.settings_of(&request.agent).limited.then(|| {
-            format!("{}#{}.{}:{:?}", request.order_id, request.attempt, request.lease, request.action)
+            CallMark::new(
+                &request.order_id,
+                request.step,
+                request.attempt,
+                &request.lease,
+                request.complete_by,
+            )
+            .key
         });
         if let Some(key) = &copy_key
             && !self.handled.first(key)
@@ -200,7 +224,7 @@ impl Agent {
         }
         let result = self.handle_request(request, deadline).await;
         if let (Err(_), Some(key)) = (&result, &copy_key) {
-            // Its redelivery is the request itself, not a copy.
+            // Its redelivery is the request itself: the call's mark decides whether it calls.
             self.handled.forget(key);
         }
         result
@@ -233,6 +257,11 @@ impl Agent {
                     self.deps.metrics.record(Metric::AgentGaveUp, 1);
                     Ok(())
                 }
+                AgentOutcome::Copy => {
+                    tracing::info!("the call was started by another copy of this request: not called, no reply");
+                    Ok(())
+                }
+                AgentOutcome::Unmarked(reason) => Err(HandlerError::Retry(reason)),
             }
         }
         .instrument(span)
@@ -315,6 +344,12 @@ impl Agent {
                 tracing::info!(agent = %request.agent, retry_at_ms, "circuit open; not calling, no reply");
                 return AgentOutcome::GaveUp { calls };
             }
+            if calls == 0
+                && self.settings_of(&request.agent).limited
+                && let Some(outcome) = self.start_call(request).await
+            {
+                return outcome;
+            }
             calls += 1;
             let result = self.deps.remote.call(&call, complete_by.millis_since(now)).await;
             let now = clock.now();
@@ -388,6 +423,29 @@ impl Agent {
                     clock.sleep_until(retry_at).await;
                 }
             }
+        }
+    }
+
+    /// Writes a limited agent's call mark before its first call: `None` when this request
+    /// may call, else how the attempt ends without calling.
+    async fn start_call(&self, request: &AgentRequest) -> Option<AgentOutcome> {
+        let Some(store) = &self.deps.call_starts else {
+            tracing::error!(agent = %request.agent, "a limited agent's request, and no state table to mark its call in: not called");
+            return Some(AgentOutcome::Unmarked("no state table for limited agents' call marks".into()));
+        };
+        let mark = CallMark::new(
+            &request.order_id,
+            request.step,
+            request.attempt,
+            &request.lease,
+            request.complete_by,
+        );
+        match store.start_call(&mark).await {
+            Ok(start) if start.may_call() => None,
+            // The planted bug of `Mutation::CopiesCalled`: a copy calls anyway.
+            Ok(CallStart::AlreadyStarted) if crate::mutations::copies_called() => None,
+            Ok(_) => Some(AgentOutcome::Copy),
+            Err(e) => Some(AgentOutcome::Unmarked(e.to_string())),
         }
     }
 

@@ -193,6 +193,7 @@ impl Harness {
                 metrics: metrics.clone(),
                 remote: remote.clone(),
                 scheduler_queue: QueueUrl(SCHEDULER.into()),
+                call_starts: Some(store.clone()),
             },
             AgentSettings::default(),
             settings.workflows.clone(),

@@ -155,7 +155,7 @@ impl Invariant {
                 "a branch's reply that comes after its stage ended changes nothing"
             }
             Invariant::RemoteWithinLimits => {
-                "a limited agent's service never sees more than max_in_flight calls at once, nor more than max_per_second starting in any one second"
+                "a limited agent's service never sees more than max_in_flight calls at once (copies of a request included), nor more than max_per_second starting in any one second"
             }
             Invariant::TicketsHandedBack => {
                 "a task that leaves an agent's line without its turn hands its ticket back: the ticket is never let through after"

@@ -83,11 +83,11 @@ pub(super) fn one_key_per_step_applied_once(ledger: &Ledger, add: &mut impl FnMu
 /// within the clocks' slack (`Ledger::clock_slack_ms`): a place lapsed, or a rate tail
 /// ended, by one clock while a call went on by another's.
 ///
-/// Calls are counted by the place they were made under (`Flight::holder`), and a copy's
-/// calls not past the place's reply (`Flight::copy`, `Ledger::replied`): SQS delivers a
-/// message at least once, and a request delivered twice is performed twice under its one
-/// place, one copy perhaps still calling after the other's reply gave the place back. No gate can see that; docs/SIMULATION.md tells it as a limit
-/// of flow control, and the run counts those calls (`Ledger::flights`).
+/// Every call the service saw counts, copies of a request included: SQS delivers a
+/// message at least once, and a limited agent calls only for the request that wrote the
+/// call's mark first (`domain::gate::CallStart`), so a copy, in any container, is never a
+/// second call under the one place. The run still counts the calls made under a place
+/// after its reply was sent (`Flight::copy`): none, while that holds.
 ///
 /// Under a per-key limit, the calls of each key's orders (the key's value read from the
 /// orders as accepted, `tasks`) are held to it the same way.
@@ -101,36 +101,30 @@ pub(super) fn remote_within_limits(
     let window_ms = RATE_WINDOW_MS.saturating_sub(slack);
     for (agent, limits) in &ledger.limits {
         let Some(flights) = ledger.flights.get(agent) else { continue };
-        // A place's calls are over once its reply is sent: a copy's call still open then
-        // (or made later) is the copy's, not the place's.
-        let flights: Vec<crate::ledger::Flight> = flights
-            .iter()
-            .filter(|f| !f.copy)
-            .map(|f| {
-                let end = ledger.replied.get(&f.holder).map_or(f.end, |r| f.end.min(*r));
-                crate::ledger::Flight { end, ..f.clone() }
-            })
-            .collect();
+        // Each call by its place and its rank among the agent's calls: two copies' calls
+        // under one place are two calls.
+        let flights: Vec<(String, &crate::ledger::Flight)> =
+            flights.iter().enumerate().map(|(i, f)| (format!("{}@{i}", f.holder), f)).collect();
         // One violation per limit and agent is enough to tell the story.
         let mut in_flight_told = false;
         let mut rate_told = false;
-        for (i, f) in flights.iter().enumerate() {
+        for (i, (id, f)) in flights.iter().enumerate() {
             let before = &flights[..i];
             if let Some(max) = limits.max_in_flight
                 && !in_flight_told
             {
                 let open: BTreeSet<&str> = before
                     .iter()
-                    .filter(|g| g.end > f.start + slack)
-                    .map(|g| g.holder.as_str())
-                    .chain([f.holder.as_str()])
+                    .filter(|(_, g)| g.end > f.start + slack)
+                    .map(|(id, _)| id.as_str())
+                    .chain([id.as_str()])
                     .collect();
                 if open.len() as u64 > u64::from(max) {
                     in_flight_told = true;
                     add(
                         Invariant::RemoteWithinLimits,
                         format!(
-                            "agent {agent} (max_in_flight {max}): call {} of {} started at {} ms with calls of {} places in flight: {open:?}",
+                            "agent {agent} (max_in_flight {max}): call {} of {} started at {} ms with {} calls in flight: {open:?}",
                             f.key,
                             f.holder,
                             f.start,
@@ -144,21 +138,21 @@ pub(super) fn remote_within_limits(
             {
                 let window: BTreeSet<&str> = before
                     .iter()
-                    .filter(|g| g.start + window_ms > f.start)
-                    .map(|g| g.holder.as_str())
-                    .chain([f.holder.as_str()])
+                    .filter(|(_, g)| g.start + window_ms > f.start)
+                    .map(|(id, _)| id.as_str())
+                    .chain([id.as_str()])
                     .collect();
                 if window.len() as u64 > u64::from(max) {
                     rate_told = true;
                     let starts: Vec<(u64, &str)> = before
                         .iter()
-                        .filter(|g| g.start + window_ms > f.start)
-                        .map(|g| (g.start, g.holder.as_str()))
+                        .filter(|(_, g)| g.start + window_ms > f.start)
+                        .map(|(id, g)| (g.start, id.as_str()))
                         .collect();
                     add(
                         Invariant::RemoteWithinLimits,
                         format!(
-                            "agent {agent} (max_per_second {max}): call {} of {} started at {} ms, {} places' calls within {window_ms} ms: {starts:?}",
+                            "agent {agent} (max_per_second {max}): call {} of {} started at {} ms, {} calls within {window_ms} ms: {starts:?}",
                             f.key,
                             f.holder,
                             f.start,
@@ -178,7 +172,7 @@ pub(super) fn remote_within_limits(
 fn per_key_within(
     agent: &str,
     per_key: sas::domain::gate::PerKey,
-    flights: &[crate::ledger::Flight],
+    flights: &[(String, &crate::ledger::Flight)],
     tasks: &[TaskRecord],
     slack: u64,
     add: &mut impl FnMut(Invariant, String),
@@ -187,19 +181,21 @@ fn per_key_within(
         let order = holder.split_once('#').map_or(holder, |(o, _)| o);
         tasks.iter().find(|t| t.order_id.as_str() == order).map(|t| t.order.key_value(per_key.key))
     };
-    let mut by_key: std::collections::BTreeMap<String, Vec<&crate::ledger::Flight>> = Default::default();
-    for f in flights {
+    // Each call by its id (its place and rank): copies' calls count, as for the agent's.
+    let mut by_key: std::collections::BTreeMap<String, Vec<(&str, &crate::ledger::Flight)>> =
+        Default::default();
+    for (id, f) in flights {
         if let Some(key) = key_of(&f.holder) {
-            by_key.entry(key).or_default().push(f);
+            by_key.entry(key).or_default().push((id.as_str(), *f));
         }
     }
     for (key, flights) in by_key {
-        for (i, f) in flights.iter().enumerate() {
+        for (i, (id, f)) in flights.iter().enumerate() {
             let open: BTreeSet<&str> = flights[..i]
                 .iter()
-                .filter(|g| g.end > f.start + slack)
-                .map(|g| g.holder.as_str())
-                .chain([f.holder.as_str()])
+                .filter(|(_, g)| g.end > f.start + slack)
+                .map(|(id, _)| *id)
+                .chain([*id])
                 .collect();
             if open.len() as u64 > u64::from(per_key.limit) {
                 add(

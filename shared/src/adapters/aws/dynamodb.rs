@@ -25,7 +25,8 @@
 //!
 //! A limited agent's gate is written the same way, on its revision, and a waiter note
 //! (`gate#<agent>#<ticket>`) only where the ticket has none or one naming the same
-//! order: no write of the adapter is unconditional.
+//! order; a limited agent's call mark (`call#...`, the agent's one write) only where it
+//! is new: no write of the adapter is unconditional.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,10 +37,10 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
-use crate::domain::gate::Gate;
+use crate::domain::gate::{CallMark, CallStart, Gate};
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
 pub use crate::ports::TableNames;
-use crate::ports::{Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
+use crate::ports::{CallStarts, Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
 
 /// Attribute names the adapter adds to or reads from items, beside the records' own.
 pub const KEY: &str = "order_id";
@@ -560,6 +561,37 @@ impl DynamoStore {
     }
 }
 
+/// A call mark's item: its key, and the table's TTL attribute at its `until` (whole
+/// seconds, rounded up: never before it). Nothing else, so it stays one write unit.
+pub fn call_mark_item(mark: &CallMark) -> Item {
+    HashMap::from([
+        (KEY.to_owned(), AttributeValue::S(mark.key.clone())),
+        (EXPIRES_AT.to_owned(), AttributeValue::N(mark.until.0.div_ceil(1_000).to_string())),
+    ])
+}
+
+/// The agent's call marks: a PutItem of the key and its expiry only, conditional on the
+/// key being new (the agent's IAM policy allows exactly this, on `call#` keys).
+#[async_trait]
+impl CallStarts for DynamoStore {
+    async fn start_call(&self, mark: &CallMark) -> Result<CallStart, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.tables.state)
+            .set_item(Some(call_mark_item(mark)))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", KEY)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(CallStart::Started),
+            Err(e) if condition_failed(&e) => Ok(CallStart::AlreadyStarted),
+            Err(e) => Err(unavailable("marking a call started", e)),
+        }
+    }
+}
+
 #[async_trait]
 impl TaskListing for DynamoStore {
     async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
@@ -706,6 +738,18 @@ mod tests {
             let live = task("o-5").with_phase(live_phase(state));
             assert!(!task_item(&live, &tables(30)).unwrap().contains_key(EXPIRES_AT), "{state:?}");
         }
+    }
+
+    #[test]
+    fn a_call_mark_is_its_key_and_its_expiry() {
+        let lease = crate::domain::LeaseToken(uuid::Uuid::from_u128(0x1234_5678 << 96));
+        let mark = CallMark::new(&OrderId::parse("o-9").unwrap(), 0, 1, &lease, Timestamp(1_700_000_000_001));
+        let item = call_mark_item(&mark);
+        assert_eq!(item.len(), 2, "{item:?}");
+        assert_eq!(item.get(KEY), Some(&AttributeValue::S("call#o-9#1.12345678#0".into())));
+        // An hour past complete-by, in whole seconds, rounded up.
+        assert_eq!(item.get(EXPIRES_AT), Some(&AttributeValue::N("1700003601".into())));
+        assert!(mark.key.starts_with("call#"), "the agent's IAM policy allows only call# keys");
     }
 
     #[test]

@@ -5,9 +5,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::capacity::{self, Access, Capacity, CapacityReport, ItemUsage};
-use crate::domain::gate::Gate;
+use crate::domain::gate::{CallMark, CallStart, Gate};
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
-use crate::ports::{Clock, Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
+use crate::ports::{
+    CallStarts, Clock, Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written,
+};
 
 /// One landed write of a task record, for history and invariant checks. Its records are
 /// shared with the table (and with the next write's `before`): a write copies its record
@@ -28,6 +30,9 @@ struct Tables {
     log: Vec<WriteRecord>,
     gates: HashMap<String, Gate>,
     waiters: HashMap<(String, u64), OrderId>,
+    /// Limited agents' call marks (`CallStarts`), by key, with their expiry. Kept past
+    /// it, as DynamoDB may keep an expired item a while and its conditions still see it.
+    calls: HashMap<String, Timestamp>,
     /// Index entries read by `due`, as a sweep-cost measure.
     due_items_read: u64,
     /// Index entries read by `list`, likewise.
@@ -132,6 +137,12 @@ impl EmbeddedStore {
     /// An agent's gate as stored, outside the port, for checkers and reports.
     pub fn peek_gate(&self, agent: &str) -> Option<Gate> {
         self.tables().gates.get(agent).cloned()
+    }
+    /// The keys of every call mark written (`CallStarts`), in order, for checkers.
+    pub fn call_marks(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.tables().calls.keys().cloned().collect();
+        keys.sort();
+        keys
     }
     pub fn due_items_read(&self) -> u64 {
         self.tables().due_items_read
@@ -276,6 +287,19 @@ impl StateStore for EmbeddedStore {
             self.charge(&capacity::waiter_key(agent, ticket), Access::Read { consistent: true })?;
         }
         Ok(t.waiters.get(&(agent.to_owned(), ticket)).cloned())
+    }
+}
+
+#[async_trait]
+impl CallStarts for EmbeddedStore {
+    async fn start_call(&self, mark: &CallMark) -> Result<CallStart, StoreError> {
+        match self.tables().calls.entry(mark.key.clone()) {
+            Entry::Occupied(_) => Ok(CallStart::AlreadyStarted),
+            Entry::Vacant(free) => {
+                free.insert(mark.until);
+                Ok(CallStart::Started)
+            }
+        }
     }
 }
 
