@@ -41,11 +41,24 @@ fn a_queue_that_is_neither_a_work_queue_nor_a_url_is_one_line() {
     }
 }
 
+/// On AWS itself (no endpoint), nothing is assumed.
 #[test]
 fn no_deployment_named_says_how_to_name_one() {
     assert_eq!(
-        one_line_and_exit_2(&["dlq", "list", "orders", "--endpoint-url", "http://127.0.0.1:1"]),
+        one_line_and_exit_2(&["dlq", "list", "orders"]),
         "sasctl: no orders DLQ: no deployment named; give --orders-queue, or name the deployment with --stack NAME or --prefix P (or SAS_STACK / SAS_PREFIX)"
+    );
+}
+
+/// On an emulator's endpoint with nothing named: `sasctl up`'s default prefix, sas-local.
+#[test]
+fn on_an_emulator_nothing_named_is_sasctl_ups_prefix() {
+    let line = one_line_and_exit_2(&["dlq", "list", "orders", "--endpoint-url", "http://127.0.0.1:1"]);
+    assert!(
+        line.starts_with(
+            "sasctl: looking up queue sas-local-orders (SQS GetQueueUrl) at http://127.0.0.1:1 failed"
+        ),
+        "{line}"
     );
 }
 

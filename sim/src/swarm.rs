@@ -553,7 +553,7 @@ impl Swarm {
             self.faults.remote.latency_max_ms = self.faults.remote.latency_max_ms.max(side.u64(300..=900));
         }
         // Half of them spread each agent's places over gates of one or two
-        // (`gate::Limits::gates`), as 1,000 places spread over gates of 25: a call, its
+        // (`gate::Limits::gates`), as 1,000 places spread over gates of 10: a call, its
         // reply and its task's ticket must all find the one gate of its order.
         if side.bool() {
             let per = side.u32(1..=2);

@@ -32,7 +32,7 @@ pub enum AgentsCommand {
     /// For each: max_in_flight and max_per_second, the places held now (calls in flight
     /// and places reserved for tasks let through), the tickets waiting (the queue's
     /// length) and "paused until T" while a Retry-After pause is on. One consistent read of each agent's gate (the state table's `gate#<agent>` item, or
-    /// `gate#<agent>@<k>` for each 25 places past 25, added up).
+    /// `gate#<agent>@<k>` for each 10 places past 10, added up).
     /// An agent whose gate was never written shows 0 held, 0 waiting. The agents are
     /// those of the definition file (--workflows): pass the one the deployment runs.
     /// With --json, one JSON array of objects.
@@ -111,7 +111,7 @@ pub fn not_limited(definitions: &Definitions, from: &str, name: &str) -> Option<
 }
 
 /// The agent's gates that were ever written: one consistent read of each
-/// (`gate::gates_of`: one, or one per 25 places).
+/// (`gate::gates_of`: one, or one per 10 places).
 async fn gates(ctx: &Context, agent: &str, limits: &Limits) -> Result<Vec<Gate>, TasksError> {
     let mut written = Vec::new();
     for name in gates_of(agent, limits) {

@@ -17,7 +17,7 @@ pub struct Seen {
     pub agent: String,
     pub limits: Limits,
     /// Its gates that were ever written (none: nothing ever waited or held a place). An
-    /// agent's places spread over several gates past 25 (`Limits::gates`): what they hold
+    /// agent's places spread over several gates past 10 (`Limits::gates`): what they hold
     /// is shown added up.
     pub gates: Vec<Gate>,
     /// The task holding the lowest waiting ticket, when its waiter note and its record
@@ -435,15 +435,15 @@ mod tests {
 
     #[test]
     fn places_spread_over_gates_are_shown_added_up() {
-        let thirty =
-            Limits { max_in_flight: Some(30), max_per_second: None, places_per_gate: None, per_key: None };
-        assert_eq!(thirty.gates(), 2);
+        let twenty =
+            Limits { max_in_flight: Some(20), max_per_second: None, places_per_gate: None, per_key: None };
+        assert_eq!(twenty.gates(), 2);
         let gate = |name: &str, holders: &[&str]| {
             holders.iter().fold(Gate::new(name), |g, h| g.arrive(t(0), &TWO, h, t(60_000), None).next)
         };
         let s = Seen {
             agent: "payment".into(),
-            limits: thirty,
+            limits: twenty,
             gates: vec![
                 gate("payment@0", &["o-1#1.00000000", "o-2#1.00000000", "o-3#1.00000000"]),
                 gate("payment@1", &["o-4#1.00000000"]),
@@ -457,7 +457,7 @@ mod tests {
         );
         let text = show_text(&s, t(1_000), &[]);
         for want in [
-            "held            3 of 30 (3 in calls, 0 reserved)\n",
+            "held            3 of 20 (3 in calls, 0 reserved)\n",
             "waiting         1 ticket(s) over 2 gates\n",
             "gates           2 (2 written)",
         ] {

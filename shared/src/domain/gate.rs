@@ -21,8 +21,10 @@
 //!
 //! An agent's places are spread over as many gate items as keep each one small
 //! (`Limits::gates`, `PLACES_PER_GATE` places each): DynamoDB bills every write of an
-//! item by its size and takes at most 1,000 write units a second per item, so one item
-//! of 1,000 places (about 50 KB) could take 20 writes a second. Each gate holds its share
+//! item by its size and takes at most 1,000 write units and 3,000 read units a second per
+//! item, so one item of 1,000 places (about 50 KB) could take 20 writes a second, and one
+//! of any size takes at most a few hundred calls a second (each call reads its gate about
+//! four times and writes it about three). Each gate holds its share
 //! of the limits (`Limits::of_gate`, the shares adding up to the agent's), and an order's
 //! calls always go through the same one (`gate_of`, by a digest of the order id), so a
 //! reply, a lapse or a cancel finds its place without being told where it is. The shares
@@ -56,14 +58,17 @@ pub fn pause_ms(retry_after_ms: u64) -> u64 {
 /// this is let through in its turn, and its wake (`Schedule::turn`) finds the task no
 /// longer holding it and hands the place on then.
 pub const MAX_WITHDRAWN: usize = 256;
-/// The largest `max_in_flight` a definition may set: 40 gate items of 25 places.
+/// The largest `max_in_flight` a definition may set: 100 gate items of 10 places.
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 1_000;
-/// The largest `max_per_second`: each call writes its gate twice, so 1,000 calls a second
-/// over 40 gate items of about 2 KB each bill each item about 100 write units a second.
+/// The largest `max_per_second`: 1,000 calls a second over 100 gate items of under 1 KB,
+/// each call about three writes and four reads, bill each item about 30 write units a
+/// second.
 pub const MAX_PER_SECOND_LIMIT: u32 = 1_000;
 /// The most places (and calls a second) one gate item holds: each place's entry is about
-/// 50 bytes, so a full gate with its rate window stays under 2 KB, two write units.
-pub const PLACES_PER_GATE: u32 = 25;
+/// 50 bytes, so a full gate with its rate window stays under 1 KB, one write unit; and
+/// with calls of 100 ms or more, its 100 calls a second take about 300 of the item's
+/// 1,000 write units and 400 of its 3,000 read units (docs/BENCHMARKS.md section 11).
+pub const PLACES_PER_GATE: u32 = 10;
 
 /// An agent's limits, from the definition file. Neither `max_in_flight` nor
 /// `max_per_second` set: no gate at all (a per-key limit needs one of them).
@@ -941,13 +946,12 @@ mod tests {
     }
 
     #[test]
-    fn places_spread_over_gates_of_at_most_25_each_never_below_one_of_each_limit() {
+    fn places_spread_over_gates_of_at_most_10_each_never_below_one_of_each_limit() {
         assert_eq!(limits(Some(10), None).gates(), 1);
-        assert_eq!(limits(Some(25), None).gates(), 1);
-        assert_eq!(limits(Some(26), None).gates(), 2);
-        assert_eq!(limits(Some(1_000), None).gates(), 40);
-        assert_eq!(limits(None, Some(1_000)).gates(), 40);
-        assert_eq!(limits(Some(1_000), Some(1_000)).gates(), 40);
+        assert_eq!(limits(Some(11), None).gates(), 2);
+        assert_eq!(limits(Some(1_000), None).gates(), 100);
+        assert_eq!(limits(None, Some(1_000)).gates(), 100);
+        assert_eq!(limits(Some(1_000), Some(1_000)).gates(), 100);
         // A rate of 5 a second cannot be shared by more than 5 gates.
         assert_eq!(limits(Some(1_000), Some(5)).gates(), 5);
         let small = Limits { places_per_gate: Some(1), ..limits(Some(3), Some(2)) };
@@ -975,7 +979,7 @@ mod tests {
         let l = limits(Some(1_000), None);
         let all = BTreeMap::from([("pay".to_owned(), l)]);
         let mut used = std::collections::BTreeSet::new();
-        for i in 0..400 {
+        for i in 0..1_000 {
             let order = OrderId::parse(&format!("o-{i}")).unwrap();
             let (gate, share) = gate_of("pay", &l, &order);
             assert_eq!(gate_of("pay", &l, &order), (gate.clone(), share));
@@ -983,9 +987,9 @@ mod tests {
             assert_eq!(limits_of_gate(&all, &gate), Some(share));
             used.insert(gate);
         }
-        // 400 orders over 40 gates: every gate gets some.
-        assert_eq!(used.len(), 40);
-        assert_eq!(gates_of("pay", &l).len(), 40);
+        // 1,000 orders over 100 gates: every gate gets some.
+        assert_eq!(used.len(), 100);
+        assert_eq!(gates_of("pay", &l).len(), 100);
         // One gate: the agent's own name, as before gates were spread.
         let one = limits(Some(10), None);
         assert_eq!(gate_of("pay", &one, &OrderId::parse("o-1").unwrap()), ("pay".to_owned(), one));
@@ -994,7 +998,7 @@ mod tests {
         // Limits changed under a waiting task: gates the agent no longer has hold nothing.
         assert_eq!(limits_of_gate(&all, "pay@3"), None);
         assert_eq!(limits_of_gate(&BTreeMap::from([("pay".to_owned(), l)]), "pay"), None);
-        assert_eq!(limits_of_gate(&BTreeMap::from([("pay".to_owned(), l)]), "pay@40"), None);
+        assert_eq!(limits_of_gate(&BTreeMap::from([("pay".to_owned(), l)]), "pay@100"), None);
         assert_eq!(limits_of_gate(&all, "other"), None);
     }
 
