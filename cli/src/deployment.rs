@@ -15,8 +15,8 @@
 //!    default), or the `dev-xxxxxxxx` a `sasctl dev --endpoint-url ... --keep` run printed;
 //! 4. the environment: `SAS_STACK`, else `SAS_PREFIX`, read only when neither `--stack`
 //!    nor `--prefix` is given;
-//! 5. on an emulator's endpoint (`--endpoint-url` or `AWS_ENDPOINT_URL`) with no resource
-//!    flag either: `sasctl up`'s default prefix, `sas-local`.
+//! 5. on an emulator's endpoint (a plain `http://` `--endpoint-url` or `AWS_ENDPOINT_URL`)
+//!    with no resource flag either: `sasctl up`'s default prefix, `sas-local`.
 //!
 //! The `reply_to` allow-list an operator action's status updates go by is the functions':
 //! the status queue (`StatusQueueArn`, `P-status`, or `--status-queue-arn`), the extra
@@ -49,8 +49,8 @@ pub const PREFIX_VAR: &str = "SAS_PREFIX";
 pub struct DeploymentArgs {
     /// The CloudFormation stack: its outputs name the table, queues and topic. Without
     /// --stack or --prefix, SAS_STACK is read, then SAS_PREFIX, and on an emulator's
-    /// endpoint with neither, `sasctl up`'s default prefix sas-local; the flags below
-    /// override single resources.
+    /// plain-http endpoint with neither (and no resource flag), `sasctl up`'s default
+    /// prefix sas-local; the flags below override single resources.
     #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
     pub stack: Option<String>,
     /// The prefix of every resource name (P-state, P-orders, P-orders-dlq, ..., P-alerts):
@@ -353,11 +353,21 @@ impl DeploymentArgs {
         // Nothing names it, on an emulator's endpoint, and no resource flag either: the
         // resources `sasctl up` makes there by default, so `tasks` after `up` needs no
         // flag. On AWS itself nothing is assumed.
-        let local = set(self.endpoint_url.clone()).or_else(|| set(env("AWS_ENDPOINT_URL"))).is_some();
-        let named =
-            [&self.table, &self.orders_queue, &self.scheduler_queue, &self.agent_queue, &self.callback_queue]
-                .iter()
-                .any(|flag| flag.is_some());
+        // An emulator's: plain http (AWS itself is served over TLS only).
+        let local = set(self.endpoint_url.clone())
+            .or_else(|| set(env("AWS_ENDPOINT_URL")))
+            .is_some_and(|url| crate::endpoint::is_plain_http(&url));
+        let named = [
+            &self.table,
+            &self.orders_queue,
+            &self.scheduler_queue,
+            &self.agent_queue,
+            &self.callback_queue,
+            &self.alert_topic,
+            &self.status_queue_arn,
+        ]
+        .iter()
+        .any(|flag| flag.is_some());
         match local && !named {
             true => Origin::Prefix(crate::up::DEFAULT_PREFIX.to_owned()),
             false => Origin::Flags,
@@ -745,6 +755,15 @@ mod tests {
         assert_eq!(args().origin_with(&env_endpoint), Origin::Prefix(crate::up::DEFAULT_PREFIX.into()));
         let table = DeploymentArgs { table: Some("t".into()), ..local };
         assert_eq!(table.origin_with(&none), Origin::Flags, "a resource named by flag: nothing assumed");
+        let tls = DeploymentArgs {
+            endpoint_url: Some("https://dynamodb.us-east-1.amazonaws.com".into()),
+            ..args()
+        };
+        assert_eq!(
+            tls.origin_with(&none),
+            Origin::Flags,
+            "an https endpoint may be AWS itself: nothing assumed"
+        );
     }
 
     #[test]

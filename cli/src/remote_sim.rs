@@ -315,6 +315,12 @@ pub struct CallbackFaults {
     pub keep_alive: bool,
 }
 
+/// How long a party that keeps a token for someone (`keep_alive`) sends its heartbeats:
+/// they are planned at the call, each a delayed message, and SQS delays a message 15
+/// minutes at most. A step to complete by hand later than this needs no heartbeat, or
+/// one longer than its wait.
+pub const KEEP_ALIVE_MAX_MS: u64 = 900_000;
+
 /// The reason of every failure the outside party sends.
 pub const DECLINED: &str = "declined by the outside party (sasctl dev)";
 
@@ -574,7 +580,9 @@ impl Outside {
         if let Some(every) = cb.heartbeat_ms.filter(|_| fate != Fate::Never || f.keep_alive) {
             let half = (every / 2).max(1);
             let until = match fate {
-                Fate::Late | Fate::Never => cb.timeout_ms.saturating_sub(half),
+                Fate::Late => cb.timeout_ms.saturating_sub(half),
+                // Planned now, each a delayed message: at most SQS's longest delay ahead.
+                Fate::Never => cb.timeout_ms.saturating_sub(half).min(KEEP_ALIVE_MAX_MS),
                 _ => delay,
             };
             // A sign of life halfway to a word that takes a while.

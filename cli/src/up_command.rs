@@ -159,20 +159,7 @@ pub fn start_emulator(emulator: Emulator) -> Result<(String, Option<String>), St
 
 pub async fn run_command(args: UpArgs) -> Result<ExitCode, String> {
     let json = args.json;
-    let (endpoint, dynamodb_endpoint) = match (args.emulator, args.endpoint_url) {
-        (Some(emulator), _) => start_emulator(emulator)?,
-        (None, Some(url)) => {
-            if let Some(dynamodb) = &args.dynamodb_endpoint_url
-                && crate::endpoint::check_url(dynamodb).is_err()
-            {
-                return Err(format!(
-                    "--dynamodb-endpoint-url {dynamodb:?} is not an http(s) URL such as http://127.0.0.1:8000"
-                ));
-            }
-            (url, args.dynamodb_endpoint_url)
-        }
-        (None, None) => return Err("give --endpoint-url or --emulator".into()),
-    };
+    // Checked before an emulator is started: bad input starts nothing.
     let simulated = match &args.remote_service_url {
         Some(_) => None,
         None => {
@@ -195,6 +182,20 @@ pub async fn run_command(args: UpArgs) -> Result<ExitCode, String> {
             let agent_faults = crate::agent_fault::per_agent(&args.agent_fault, faults, &agents)?;
             Some(crate::up::Simulated { faults, agent_faults, callback_delay_ms: args.callback_delay_ms })
         }
+    };
+    let (endpoint, dynamodb_endpoint) = match (args.emulator, args.endpoint_url) {
+        (Some(emulator), _) => start_emulator(emulator)?,
+        (None, Some(url)) => {
+            if let Some(dynamodb) = &args.dynamodb_endpoint_url
+                && crate::endpoint::check_url(dynamodb).is_err()
+            {
+                return Err(format!(
+                    "--dynamodb-endpoint-url {dynamodb:?} is not an http(s) URL such as http://127.0.0.1:8000"
+                ));
+            }
+            (url, args.dynamodb_endpoint_url)
+        }
+        (None, None) => return Err("give --endpoint-url or --emulator".into()),
     };
     let options = crate::up::UpOptions {
         simulated,

@@ -226,8 +226,8 @@ impl EventLog {
         let complete = format!("sasctl tasks complete {}", kept.token);
         let text = match by_hand {
             true => format!(
-                "{} at {} waits for you (the simulated party sends its heartbeats until the step's \
-                 timeout): {complete}  (or: sasctl tasks fail TOKEN --reason ...)",
+                "{} at {} waits for you (the simulated party sends its heartbeats for up to 15 \
+                 minutes): {complete}  (or: sasctl tasks fail TOKEN --reason ...)",
                 kept.order_id, kept.step
             ),
             false => format!("{} at {}: the simulated party completes it soon", kept.order_id, kept.step),
@@ -236,7 +236,7 @@ impl EventLog {
             "callback",
             &text,
             json!({"order_id": kept.order_id, "step": kept.step, "attempt": kept.attempt,
-                   "token": kept.token, "complete": by_hand.then_some(complete)}),
+                   "token": by_hand.then_some(&kept.token), "complete": by_hand.then_some(complete)}),
         );
     }
 
@@ -456,12 +456,18 @@ impl RejectionTap {
     fn kept(&self, queue: &QueueUrl, message: &Outgoing) {
         let Some(reason) = message.attributes.get(REASON_ATTRIBUTE) else { return };
         let refused = *queue == self.refused_at;
+        // The simulated party's heartbeats go on after a step is completed by hand: each
+        // refused one is counted, not told.
+        let heartbeat = refused && message.body.contains(r#""outcome":"heartbeat""#);
         {
             let mut counts = self.log.counts();
             match refused {
                 true => counts.summary.callbacks_refused += 1,
                 false => counts.summary.rejected += 1,
             }
+        }
+        if heartbeat {
+            return;
         }
         self.log.tell(
             if refused { "refused" } else { "rejected" },

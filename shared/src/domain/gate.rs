@@ -67,7 +67,8 @@ pub const MAX_PER_SECOND_LIMIT: u32 = 1_000;
 /// The most places (and calls a second) one gate item holds: each place's entry is about
 /// 50 bytes, so a full gate with its rate window stays under 1 KB, one write unit; and
 /// with calls of 100 ms or more, its 100 calls a second take about 300 of the item's
-/// 1,000 write units and 400 of its 3,000 read units (docs/BENCHMARKS.md section 11).
+/// 1,000 write units and 400 of its 3,000 read units, once a burst's arrivals (a write
+/// each) are through (docs/BENCHMARKS.md section 11).
 pub const PLACES_PER_GATE: u32 = 10;
 
 /// An agent's limits, from the definition file. Neither `max_in_flight` nor
@@ -85,8 +86,9 @@ pub struct Limits {
     pub per_key: Option<PerKey>,
 }
 
-/// The largest per-key limit a definition may set.
-pub const MAX_PER_KEY_LIMIT: u32 = 1_000;
+/// The largest per-key limit a definition may set: a key's gate is one item, never
+/// spread, so it stays at about 5 KB (5 write units a write) at most.
+pub const MAX_PER_KEY_LIMIT: u32 = 100;
 
 /// `max_in_flight_per_key`: orders whose `key` field holds one value share `limit` places,
 /// in a gate of their own in front of the agent's (`key_gate_of`).

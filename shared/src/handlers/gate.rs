@@ -28,6 +28,15 @@ impl Turns {
         let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
         turns.entry(agent.to_owned()).or_default().clone()
     }
+
+    /// Drops the turn of a gate nobody waits at: a warm container meets one gate per key
+    /// of a per-key limit, so the map must not keep every gate it ever saw.
+    fn forget_if_idle(&self, agent: &str) {
+        let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if turns.get(agent).is_some_and(|t| std::sync::Arc::strong_count(t) == 1) {
+            turns.remove(agent);
+        }
+    }
 }
 
 /// The turns gate changes let through, in order, for their tasks to take their places.
@@ -58,11 +67,13 @@ pub(crate) async fn change<T>(
     agent: &str,
     decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
 ) -> Result<Passage<T>, HandlerError> {
-    let (passage, now) = {
+    let landed_at = {
         let turn = turns.of(agent);
         let _turn = turn.lock().await;
-        landed(deps, agent, decide).await?
+        landed(deps, agent, decide).await
     };
+    turns.forget_if_idle(agent);
+    let (passage, now) = landed_at?;
     let_through.add(agent, &passage.wake);
     if let Some(at) = passage.poke {
         poke(deps, settings, agent, at, now).await;

@@ -392,7 +392,7 @@ mod tests {
             errors,
             [
                 r#"error: agent b, max_in_flight_per_key.key: "$.order.items" is not a key: write one of $.order.order_id, $.order.customer_id, $.order.workflow, $.order.workflow_version"#,
-                "error: agent b, max_in_flight_per_key.limit: 0 is out of range: 1 to 1000",
+                "error: agent b, max_in_flight_per_key.limit: 0 is out of range: 1 to 100",
                 "error: agent b, max_in_flight_per_key: needs max_in_flight or max_per_second on the agent: a key's places are taken on the way to the agent's",
             ]
         );
