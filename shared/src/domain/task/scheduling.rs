@@ -323,10 +323,10 @@ pub struct Scheduling<'w> {
     /// The ticket whose turn woke this Schedule (`SchedulerMessage::Schedule::turn`), for
     /// the first pass to hold as `taken`.
     turn: Option<(String, u64)>,
-    /// A key place this pass took (gate, holder) that no write has settled yet: the next
-    /// read decides whether the task still needs it, or another pass of the attempt
-    /// claimed with it, or it goes back.
-    key_held: Option<(String, String)>,
+    /// A key place this pass took (gate, holder, the attempt it is for) that no write has
+    /// settled yet: the next read decides whether the task still needs it, or another pass
+    /// of the attempt claimed with it, or it goes back.
+    key_held: Option<(String, String, u32)>,
 }
 
 impl<'w> Scheduling<'w> {
@@ -513,18 +513,20 @@ impl<'w> Scheduling<'w> {
         let mint = Mint { lease: self.lease, secret: self.secret.filter(|_| callback) };
         let decided = read.task.schedule(mint, read.now, read.wf, &self.policy);
         let place = decided.as_ref().ok().and_then(|d| place_of(self.limits, &self.policy, read.wf, d));
-        // A key place taken for a write that lost: kept if this decision takes it again,
-        // or if another pass of the same attempt claimed (it holds it, under the same
-        // holder); else given back.
-        if let Some((gate, holder)) = self.key_held.take() {
+        // A key place taken for a write that lost: kept if this decision takes it again;
+        // left alone if another pass claimed the attempt, since that claim holds it under
+        // the same holder and gives it back with its call, even when the task has moved on
+        // since (a cancel while the call is out); else given back. Of an attempt claimed
+        // without this key place (the task moved to another agent first), the place
+        // lapses at its time rather than risk giving back one whose call is out.
+        if let Some((gate, holder, attempt)) = self.key_held.take() {
             let again = place
                 .as_ref()
                 .and_then(|p| p.key.as_ref())
                 .is_some_and(|k| k.gate == gate && k.holder == holder);
-            let claimed_by_another = read.task.locked_by().is_some()
-                && key_holder(&read.task.order_id, read.task.attempt) == holder;
+            let claimed_by_another = read.task.attempt >= attempt;
             if again {
-                self.key_held = Some((gate, holder));
+                self.key_held = Some((gate, holder, attempt));
             } else if !claimed_by_another {
                 self.at = At::ReleasedKey { read, gated };
                 return Next::Release { agent: gate, holder };
@@ -624,7 +626,7 @@ impl<'w> Scheduling<'w> {
     ) -> Next {
         let ticket = match admission {
             Admission::Admitted => {
-                self.key_held = Some((key.gate, key.holder));
+                self.key_held = Some((key.gate, key.holder, decision.next.attempt));
                 return self.arrive_at_agent(read, decision, agent);
             }
             Admission::Queued { ticket } => ticket,
@@ -1150,6 +1152,13 @@ mod tests {
             matches!(next, Next::Done(Done::Refused(Refusal::ClaimLost { .. }))),
             "nothing given back: {next:?}"
         );
+        // ... and cancelled since, its call still out: that claim still holds the place.
+        let mut r = arrived(&limits, &task, &wf);
+        admitted_twice(&mut r);
+        let cancelled = act(&other, &wf, crate::domain::task::outcome::Act::Cancel).next;
+        assert!(cancelled.locked_by().is_none());
+        let next = r.next(read(&cancelled, &wf));
+        assert!(matches!(next, Next::Done(Done::Refused(_))), "nothing given back: {next:?}");
         // Lost to a write that changed nothing it needs: it asks its key place again.
         let mut r = arrived(&limits, &task, &wf);
         admitted_twice(&mut r);
