@@ -87,6 +87,11 @@ pub enum StoreError {
     /// Worth retrying: throttling, a timeout, a dropped connection.
     #[error("state store unavailable: {0}")]
     Unavailable(String),
+    /// Worth retrying later: the table (or one of its items) refused more work for now.
+    /// A Schedule met by it is sent again after a backoff rather than left to redelivery,
+    /// which counts toward the queue's limit of receives (`handlers::scheduler`).
+    #[error("state store throttled: {0}")]
+    Throttled(String),
     /// Not worth retrying: the stored item does not decode.
     #[error("stored record for {order_id} is unreadable: {reason}")]
     Corrupt { order_id: String, reason: String },
@@ -424,6 +429,9 @@ pub enum Metric {
     /// A turn let through was claimed by the scheduler invocation that made the room,
     /// with no queue hop (`Scheduler::hand_over`).
     HandedOver,
+    /// The state store throttled a Schedule's handling: the Schedule was sent again after
+    /// a backoff (`domain::THROTTLED_SCHEDULE`).
+    ScheduleThrottled,
 }
 
 impl Metric {
@@ -469,6 +477,7 @@ impl Metric {
             Metric::GateConflict => "GateConflicts",
             Metric::TicketHandedBack => "TicketsHandedBack",
             Metric::HandedOver => "HandedOver",
+            Metric::ScheduleThrottled => "SchedulesThrottled",
         }
     }
     pub fn is_latency(self) -> bool {

@@ -9,7 +9,7 @@ use common::*;
 use sas::domain::gate::{CallMark, CallStart, Limits};
 use sas::domain::{ProcessState, Timestamp};
 use sas::handlers::{Agent, AgentSettings, Scheduler, Submission, Supervisor};
-use sas::ports::{CallStarts, Metric};
+use sas::ports::{CallStarts, Metric, StateStore};
 
 /// The built-in workflows, with the `orders` agent (single-step's) limited so.
 fn limited(limits: Limits) -> Harness {
@@ -369,4 +369,45 @@ async fn a_request_redelivered_after_its_mark_does_not_call_and_the_supervisor_r
     assert_eq!(h.task("o-0").failure_count, 1, "the unused attempt lapsed once");
     assert_eq!(h.remote.calls().len(), 1);
     assert_eq!(h.store.call_marks().len(), 2, "the retry's call under its own mark");
+}
+
+/// The state store throttling a Schedule's handling (a hot item in a burst) sends the
+/// Schedule again after a backoff instead of leaving it to redelivery, which counts toward
+/// the queue's receives and would end in the DLQ; past `MAX_THROTTLED_RESENDS` the queue's
+/// redelivery takes over.
+#[tokio::test]
+async fn a_throttled_schedule_is_sent_again_after_a_backoff_not_redelivered() {
+    use sas::adapters::embedded::EmbeddedStore;
+    use sas::domain::{MAX_THROTTLED_RESENDS, SchedulerMessage};
+    let mut h = Harness::new();
+    h.store = std::sync::Arc::new(EmbeddedStore::with_capacity(h.clock.clone()));
+    h.deps.store = h.store.clone();
+    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
+    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
+    h.submit("o-1", "single-step").await;
+    all_ok(h.pump_orders().await, 1);
+    // Use up the task item's reads for this second: 3,000 read units, 1 a strong read.
+    let id = Harness::id("o-1");
+    while h.store.task(&id).await.is_ok() {}
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::ScheduleThrottled), 1);
+    assert_eq!(h.task("o-1").state(), ProcessState::Pending);
+    let again = h.drain(SCHEDULER);
+    assert_eq!(again.len(), 1, "the Schedule, sent again");
+    assert_eq!(again[0].receive_count, 0, "a new message, not a redelivery");
+    let Ok(SchedulerMessage::Schedule { throttled: 1, .. }) = SchedulerMessage::parse(&again[0].body) else {
+        panic!("sent again once: {}", again[0].body)
+    };
+    // Sent again too often: left for redelivery, whose receives the queue counts.
+    let spent =
+        SchedulerMessage::Schedule { order_id: id.clone(), turn: None, throttled: MAX_THROTTLED_RESENDS };
+    h.send(SCHEDULER, spent.to_body()).await;
+    let results = h.pump_scheduler().await;
+    assert!(matches!(results[..], [Err(sas::handlers::HandlerError::Throttled(_))]), "{results:?}");
+    assert_eq!(h.count(Metric::ScheduleThrottled), 1);
+    // Once the item's second has passed, the Schedule sent again claims the task.
+    h.advance(1_000);
+    h.send(SCHEDULER, again[0].body.clone()).await;
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing);
 }

@@ -471,8 +471,11 @@ async fn duplicate_schedule_loses_the_claim() {
     let h = Harness::new();
     h.submit("o-1", SINGLE).await;
     all_ok(h.pump_orders().await, 1);
-    h.send(SCHEDULER, SchedulerMessage::Schedule { order_id: Harness::id("o-1"), turn: None }.to_body())
-        .await;
+    h.send(
+        SCHEDULER,
+        SchedulerMessage::Schedule { order_id: Harness::id("o-1"), turn: None, throttled: 0 }.to_body(),
+    )
+    .await;
 
     all_ok(h.pump_scheduler().await, 2);
     assert_eq!((h.count(Metric::Claimed), h.count(Metric::ClaimLost)), (1, 1));
@@ -989,7 +992,8 @@ async fn malformed_scheduler_and_agent_messages_are_kept_with_their_reasons() {
     let h = Harness::new();
     h.submit("o-1", SINGLE).await;
     all_ok(h.pump_orders().await, 1);
-    let ghost = SchedulerMessage::Schedule { order_id: Harness::id("ghost"), turn: None }.to_body();
+    let ghost =
+        SchedulerMessage::Schedule { order_id: Harness::id("ghost"), turn: None, throttled: 0 }.to_body();
     for body in ["garbage", r#"{"type":"launch","order_id":"o-1"}"#, &ghost] {
         h.send(SCHEDULER, body).await;
     }
@@ -1552,7 +1556,7 @@ fn cool_off(wait_ms: u64) -> Harness {
 }
 
 fn schedule_body(id: &str) -> String {
-    SchedulerMessage::Schedule { order_id: Harness::id(id), turn: None }.to_body()
+    SchedulerMessage::Schedule { order_id: Harness::id(id), turn: None, throttled: 0 }.to_body()
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ impl SimStore {
         let mut w = self.shared.w();
         let p = w.faults.store_throttle;
         if w.roll("store_throttle", p) {
-            return Err(StoreError::Unavailable("sim: throttled".into()));
+            return Err(StoreError::Throttled("sim: throttled".into()));
         }
         Ok(())
     }

@@ -124,7 +124,7 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
         }
         "scheduler" => ColdStartCase {
             function: Some("scheduler"),
-            event: sqs_event("scheduler", sas::domain::SchedulerMessage::Schedule { order_id, turn: None }.to_body()),
+            event: sqs_event("scheduler", sas::domain::SchedulerMessage::Schedule { order_id, turn: None, throttled: 0 }.to_body()),
             required: vec![
                 vec!["dynamodb GetItem"],
                 vec!["sqs SendMessageBatch bench-scheduler-dlq", "sqs SendMessage bench-scheduler-dlq"],

@@ -234,7 +234,7 @@ async fn apply(
         Ok(Completed::Refused(why)) => Outcome::Refused(why.to_string()),
         // The store, a queue or the alerts topic failed: before the write (nothing
         // changed), or after it (its effects are the supervisor's to recover).
-        Err(HandlerError::Retry(why)) => {
+        Err(HandlerError::Retry(why) | HandlerError::Throttled(why)) => {
             return Err(TasksError::Aws {
                 doing: format!("applying the {} to task {}", verb.noun(), claims.order_id),
                 at: ctx.deployment.at().to_owned(),

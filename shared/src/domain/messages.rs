@@ -482,6 +482,10 @@ pub enum SchedulerMessage {
         /// once, instead of leaving its reserved place to lapse.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn: Option<Turn>,
+        /// How many times the scheduler sent this Schedule again because the state store
+        /// throttled its handling (`THROTTLED_SCHEDULE`).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        throttled: u32,
     },
     /// An agent's answer for one attempt.
     Reply(AgentReply),
@@ -525,8 +529,8 @@ impl SchedulerMessage {
         if reply {
             serde_json::from_str::<AgentReply>(&object).ok().map(SchedulerMessage::Reply)
         } else {
-            let ScheduleFields { order_id, turn } = serde_json::from_str(&object).ok()?;
-            Some(SchedulerMessage::Schedule { order_id, turn })
+            let ScheduleFields { order_id, turn, throttled } = serde_json::from_str(&object).ok()?;
+            Some(SchedulerMessage::Schedule { order_id, turn, throttled })
         }
     }
     pub fn to_body(&self) -> String {
@@ -541,7 +545,23 @@ struct ScheduleFields {
     order_id: OrderId,
     #[serde(default)]
     turn: Option<Turn>,
+    #[serde(default)]
+    throttled: u32,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// How a Schedule whose handling the state store throttled is sent again: after a backoff
+/// that doubles from 1 s to a minute, spread by jitter so a burst's Schedules do not all
+/// come back at once, at most `MAX_THROTTLED_RESENDS` times; after that it is left to the queue's
+/// redelivery, and its limit of receives.
+pub const THROTTLED_SCHEDULE: super::retry::Backoff =
+    super::retry::Backoff { base_ms: 1_000, cap_ms: 60_000 };
+
+/// The most times one Schedule is sent again for throttling (`THROTTLED_SCHEDULE`).
+pub const MAX_THROTTLED_RESENDS: u32 = 8;
 
 /// A ticket's turn at a limited agent's gate (`domain::gate`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -919,18 +939,24 @@ mod tests {
 
     #[test]
     fn scheduler_messages_round_trip() {
-        let m = SchedulerMessage::Schedule { order_id: OrderId::parse("o-1").unwrap(), turn: None };
+        let m =
+            SchedulerMessage::Schedule { order_id: OrderId::parse("o-1").unwrap(), turn: None, throttled: 0 };
         assert_eq!(m.to_body(), r#"{"type":"schedule","order_id":"o-1"}"#, "as before turns");
         assert_eq!(SchedulerMessage::parse(&m.to_body()).unwrap(), m);
         let woken = SchedulerMessage::Schedule {
             order_id: OrderId::parse("o-1").unwrap(),
             turn: Some(Turn { agent: "pay".into(), ticket: 7 }),
+            throttled: 0,
         };
         assert_eq!(
             woken.to_body(),
             r#"{"type":"schedule","order_id":"o-1","turn":{"agent":"pay","ticket":7}}"#
         );
         assert_eq!(SchedulerMessage::parse(&woken.to_body()).unwrap(), woken);
+        let again =
+            SchedulerMessage::Schedule { order_id: OrderId::parse("o-1").unwrap(), turn: None, throttled: 3 };
+        assert_eq!(again.to_body(), r#"{"type":"schedule","order_id":"o-1","throttled":3}"#);
+        assert_eq!(SchedulerMessage::parse(&again.to_body()).unwrap(), again);
         assert!(SchedulerMessage::parse(r#"{"type":"launch","order_id":"o-1"}"#).is_err());
     }
 
@@ -950,6 +976,8 @@ mod tests {
             r#"{"type":"schedule","order_id":"o-1","turn":{"agent":"pay","ticket":7}}"#.to_owned(),
             r#"{"type":"schedule","order_id":"o-1","turn":{"agent":"pay","ticket":7,"x":1}}"#.to_owned(),
             r#"{"type":"schedule","order_id":"o-1","turn":null}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","throttled":2}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","throttled":-2}"#.to_owned(),
             format!(
                 r#"{reply},"outcome":{{"status":"succeeded","output":{{"n":1.5,"s":"é","big":18446744073709551616}}}}}}"#
             ),

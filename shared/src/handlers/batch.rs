@@ -92,7 +92,7 @@ where
             // Kept within the round, so the kept copies go out with the other handlers' sends.
             let outcome = match result {
                 Ok(()) => Outcome::Done,
-                Err(HandlerError::Retry(reason)) => {
+                Err(HandlerError::Retry(reason) | HandlerError::Throttled(reason)) => {
                     tracing::warn!(message_id = %message.message_id, %reason, "message left for redelivery");
                     Outcome::Redeliver
                 }

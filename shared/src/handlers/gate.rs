@@ -275,7 +275,7 @@ pub(crate) async fn send_turn(
     order_id: OrderId,
     turn: Turn,
 ) -> Result<(), HandlerError> {
-    let body = SchedulerMessage::Schedule { order_id, turn: Some(turn) }.to_body();
+    let body = SchedulerMessage::Schedule { order_id, turn: Some(turn), throttled: 0 }.to_body();
     deps.queues
         .send(&settings.topology.scheduler_queue, Outgoing::new(body))
         .await

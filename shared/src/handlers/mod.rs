@@ -43,12 +43,17 @@ pub enum HandlerError {
     /// Infrastructure trouble: leave the message for redelivery.
     #[error("retry: {0}")]
     Retry(String),
+    /// The state store throttled: leave the message for redelivery, unless the handler
+    /// can send it again with a delay of its own (`Scheduler`).
+    #[error("throttled: {0}")]
+    Throttled(String),
 }
 
 impl From<StoreError> for HandlerError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(_) => HandlerError::Retry(e.to_string()),
+            StoreError::Throttled(_) => HandlerError::Throttled(e.to_string()),
             StoreError::Corrupt { .. } => HandlerError::Reject(e.to_string()),
         }
     }
@@ -344,7 +349,9 @@ pub(crate) async fn schedule(
     order_id: &OrderId,
     delay_ms: u64,
 ) -> Result<(), HandlerError> {
-    let body = crate::domain::SchedulerMessage::Schedule { order_id: order_id.clone(), turn: None }.to_body();
+    let body =
+        crate::domain::SchedulerMessage::Schedule { order_id: order_id.clone(), turn: None, throttled: 0 }
+            .to_body();
     deps.queues.send(&settings.topology.scheduler_queue, Outgoing::delayed(body, delay_ms)).await?;
     Ok(())
 }

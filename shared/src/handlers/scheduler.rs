@@ -7,10 +7,10 @@ use super::{
     Deps, HandlerError, Inbound, Settings, Transition, gate, perform, raise_alerts, schedule, transition,
 };
 use crate::domain::{
-    AgentReply, Done, Freed, Next, OrderId, Refusal, SchedulerMessage, Scheduling, Seen, Trigger, Turn,
-    freed_by,
+    AgentReply, Done, Freed, MAX_THROTTLED_RESENDS, Next, OrderId, Refusal, SchedulerMessage, Scheduling,
+    Seen, THROTTLED_SCHEDULE, Trigger, Turn, freed_by,
 };
-use crate::ports::{Metric, Written};
+use crate::ports::{Metric, Outgoing, Written};
 
 /// The most turns one message's invocation claims itself; the rest are woken through the
 /// queue. A reply frees one place; a look after a pause can let a gate's worth through,
@@ -42,8 +42,13 @@ impl Scheduler {
         let let_through = gate::LetThrough::default();
         let result =
             match SchedulerMessage::parse(&message.body).map_err(|e| HandlerError::Reject(e.to_string()))? {
-                SchedulerMessage::Schedule { order_id, turn } => {
-                    self.schedule(&order_id, turn, &let_through).await
+                SchedulerMessage::Schedule { order_id, turn, throttled } => {
+                    match self.schedule(&order_id, turn.clone(), &let_through).await {
+                        Err(HandlerError::Throttled(why)) if throttled < MAX_THROTTLED_RESENDS => {
+                            self.send_again(order_id, turn, throttled, &why).await
+                        }
+                        other => other,
+                    }
                 }
                 SchedulerMessage::Reply(reply) => self.reply(&reply, &let_through).await,
                 SchedulerMessage::Gate { agent, at } => {
@@ -84,16 +89,42 @@ impl Scheduler {
                     }
                 };
                 deps.metrics.record(Metric::HandedOver, 1);
-                if let Err(e) = self.schedule(&order_id, Some(turn.clone()), let_through).await {
+                let woken = match self.schedule(&order_id, Some(turn.clone()), let_through).await {
+                    Ok(()) => continue,
+                    Err(HandlerError::Throttled(why)) => self.send_again(order_id, Some(turn), 0, &why).await,
                     // The Schedule message gets what a failed claim gets: redelivery, or
                     // the DLQ with its reason.
-                    tracing::info!(order_id = %order_id, error = %e, "hand-over not claimed here; woken through the queue");
-                    if let Err(e) = gate::send_turn(deps, settings, order_id, turn).await {
-                        tracing::warn!(error = %e, "could not wake the next in line");
+                    Err(e) => {
+                        tracing::info!(order_id = %order_id, error = %e, "hand-over not claimed here; woken through the queue");
+                        gate::send_turn(deps, settings, order_id, turn).await
                     }
+                };
+                if let Err(e) = woken {
+                    tracing::warn!(error = %e, "could not wake the next in line");
                 }
             }
         }
+    }
+
+    /// Sends a Schedule whose handling the state store throttled (`throttled` times
+    /// before) again, after a backoff: redelivery would come sooner and count toward the
+    /// queue's receives, so a burst that throttles a hot item would end in the DLQ.
+    async fn send_again(
+        &self,
+        order_id: OrderId,
+        turn: Option<Turn>,
+        throttled: u32,
+        why: &str,
+    ) -> Result<(), HandlerError> {
+        let delay_ms = THROTTLED_SCHEDULE.delay_ms(throttled, self.deps.random.jitter());
+        tracing::info!(%order_id, throttled, delay_ms, %why, "throttled; the Schedule is sent again");
+        self.deps.metrics.record(Metric::ScheduleThrottled, 1);
+        let body = SchedulerMessage::Schedule { order_id, turn, throttled: throttled + 1 }.to_body();
+        self.deps
+            .queues
+            .send(&self.settings.topology.scheduler_queue, Outgoing::delayed(body, delay_ms))
+            .await?;
+        Ok(())
     }
 
     /// A Schedule: the domain's machine decides each step (`domain::Scheduling`); this

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
@@ -74,12 +74,20 @@ fn corrupt(order_id: &str, reason: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt { order_id: order_id.to_owned(), reason: reason.to_string() }
 }
 
+/// The error codes DynamoDB throttles with (after the SDK's own retries): a hot item or
+/// partition, the table's provisioned or on-demand ceiling, the account's request rate.
+const THROTTLING_CODES: [&str; 3] =
+    ["ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"];
+
 fn unavailable<E, R>(what: &str, err: SdkError<E, R>) -> StoreError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    StoreError::Unavailable(format!("{what}: {}", DisplayErrorContext(err)))
+    let throttled =
+        err.as_service_error().and_then(|e| e.code()).is_some_and(|c| THROTTLING_CODES.contains(&c));
+    let why = format!("{what}: {}", DisplayErrorContext(err));
+    if throttled { StoreError::Throttled(why) } else { StoreError::Unavailable(why) }
 }
 
 /// A PutItem refused on its condition: an outcome of the write (`Written`, `Noted`) that
@@ -789,5 +797,29 @@ mod tests {
         assert!(!old.contains_key("submitter"), "absent, not NULL");
         old.remove("submitter");
         assert_eq!(task_from_item(old).unwrap().submitter, None);
+    }
+}
+
+#[cfg(test)]
+mod throttling {
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::get_item::GetItemError;
+
+    use super::*;
+
+    fn refused(code: &str) -> StoreError {
+        let meta = ErrorMetadata::builder().code(code).message("slow down").build();
+        // The raw response is only shown, never read: a unit stands in for it.
+        unavailable("reading task", SdkError::service_error(GetItemError::generic(meta), ()))
+    }
+
+    /// DynamoDB's throttling codes are `Throttled` (a Schedule met by one is sent again
+    /// after a backoff); any other refusal is `Unavailable`, left to redelivery.
+    #[test]
+    fn throttling_codes_are_throttled_and_the_rest_unavailable() {
+        for code in THROTTLING_CODES {
+            assert!(matches!(refused(code), StoreError::Throttled(ref why) if why.contains(code)), "{code}");
+        }
+        assert!(matches!(refused("InternalServerError"), StoreError::Unavailable(_)));
     }
 }

@@ -12,8 +12,8 @@
 //!   clock (a sliding window), is refused as DynamoDB refuses it
 //!   (`ProvisionedThroughputExceededException` / `ThrottlingException`): it bills nothing,
 //!   changes nothing, and is counted. The store answers it with
-//!   `StoreError::Unavailable`, the retryable error the DynamoDB adapter gives the SDK's
-//!   throttling errors too, so the handlers treat both backends' throttles alike.
+//!   `StoreError::Throttled`, the error the DynamoDB adapter gives the SDK's throttling
+//!   errors too, so the handlers treat both backends' throttles alike.
 //!
 //! Not modelled: burst and adaptive capacity (DynamoDB may lend a hot partition unused
 //! capacity for a while; never more than the per-item limits above), the SDK's own
@@ -256,7 +256,7 @@ impl Capacity {
         if window.sum + units > limit {
             meter.usage.throttles += 1;
             let what = if matches!(access, Access::Write { .. }) { "write" } else { "read" };
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::Throttled(format!(
                 "throttled (ProvisionedThroughputExceededException): item {key} is at its {what} units a second"
             )));
         }
@@ -351,7 +351,7 @@ mod tests {
         }
         let refused = c.charge("hot", Access::Write { bytes: 100 });
         assert!(
-            matches!(refused, Err(StoreError::Unavailable(ref m)) if m.contains("throttled")),
+            matches!(refused, Err(StoreError::Throttled(ref m)) if m.contains("throttled")),
             "{refused:?}"
         );
         c.charge("cold", Access::Write { bytes: 100 }).unwrap();
@@ -434,7 +434,7 @@ mod tests {
             gate = next;
         }
         let next = Gate { revision: 1_001, ..gate.clone() };
-        assert!(matches!(modelled.replace_gate(&next, 1_000).await, Err(StoreError::Unavailable(_))));
+        assert!(matches!(modelled.replace_gate(&next, 1_000).await, Err(StoreError::Throttled(_))));
         assert_eq!(modelled.gate("hot").await.unwrap().map(|g| g.revision), Some(1_000));
         assert_eq!(plain.replace_gate(&next, 1_000).await, Ok(Written::Applied));
         assert!(plain.capacity().is_none());
