@@ -29,6 +29,7 @@ mod switches {
     static WHOLE_LIMITS_PER_GATE: AtomicBool = AtomicBool::new(false);
     static KEY_GATE_SKIPPED: AtomicBool = AtomicBool::new(false);
     static COPIES_CALLED: AtomicBool = AtomicBool::new(false);
+    static STAGE_WITHOUT_PLACE: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -104,6 +105,9 @@ mod switches {
         /// (`CallStart::AlreadyStarted`): a copy of the request that reached another
         /// container is called without a place (the behaviour before call marks).
         CopiesCalled,
+        /// A parallel stage's claim takes no place for its branch on a limited agent
+        /// (the behaviour before limited agents could run in stages).
+        StageWithoutPlace,
     }
 
     impl Mutation {
@@ -131,6 +135,7 @@ mod switches {
                 Mutation::WholeLimitsPerGate => &WHOLE_LIMITS_PER_GATE,
                 Mutation::KeyGateSkipped => &KEY_GATE_SKIPPED,
                 Mutation::CopiesCalled => &COPIES_CALLED,
+                Mutation::StageWithoutPlace => &STAGE_WITHOUT_PLACE,
             }
         }
         pub fn set(self, on: bool) {
@@ -208,6 +213,9 @@ mod switches {
     }
     pub fn copies_called() -> bool {
         Mutation::CopiesCalled.is_on()
+    }
+    pub fn stage_without_place() -> bool {
+        Mutation::StageWithoutPlace.is_on()
     }
 }
 
@@ -348,5 +356,11 @@ pub(crate) const fn key_gate_skipped() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn copies_called() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn stage_without_place() -> bool {
     false
 }

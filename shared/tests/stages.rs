@@ -107,3 +107,54 @@ async fn a_refused_branch_undoes_only_the_branches_that_may_have_taken_effect() 
     assert!(h.statuses().iter().any(|s| s.status == OrderStatus::Compensated));
     h.finish();
 }
+
+/// A branch may call a limited agent: the stage's claim takes that branch's place before
+/// it dispatches anything, a second order's stage waits its turn with a ticket (nothing of
+/// it dispatched, no failure counted), and the first's branch reply hands the place over.
+#[tokio::test]
+async fn a_stage_with_a_limited_branch_waits_its_turn_as_a_whole() {
+    use sas::domain::gate::Limits;
+    use sas::handlers::{Agent, AgentSettings, Scheduler, Submission, Supervisor};
+    let mut h = harness();
+    let one = Limits { max_in_flight: Some(1), ..Limits::default() };
+    h.settings.topology.limits.insert("payment".into(), one);
+    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
+    h.supervisor = Supervisor::new(h.deps.clone(), h.settings.clone());
+    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
+    h.agent = Agent::new(
+        h.agent.deps.clone(),
+        AgentSettings { limited: true, ..AgentSettings::default() },
+        h.settings.workflows.clone(),
+    );
+    for id in ["o-1", "o-2"] {
+        h.submit(id, FLOW).await;
+    }
+    all_ok(h.pump_orders().await, 2);
+    all_ok(h.pump_scheduler().await, 2);
+    all_ok(h.pump_agent().await, 2);
+    // The checks' replies, then the stages' claims: o-1 takes payment's one place.
+    all_ok(h.pump_scheduler().await, 2);
+    all_ok(h.pump_scheduler().await, 2);
+    let (first, second) = (h.task("o-1"), h.task("o-2"));
+    assert_eq!((first.state(), first.step), (ProcessState::Processing, 1));
+    assert_eq!((second.state(), second.step), (ProcessState::Pending, 1));
+    assert_eq!(second.queued().map(|q| q.agent.as_str()), Some("payment"));
+    assert_eq!(h.depth(AGENT), 3, "o-1's three branches only");
+    let gate = h.store.peek_gate("payment").expect("payment's gate");
+    let o1 = first.stage().unwrap().branch(2).unwrap().attempt;
+    assert_eq!(gate.holds.len(), 1);
+    assert!(gate.holds[0].holder.starts_with(&format!("o-1#{o1}.")), "{:?}", gate.holds);
+
+    // o-1's branches answer; reserve-b's reply hands payment's place to o-2's stage.
+    all_ok(h.pump_agent().await, 3);
+    h.run_until_quiet().await;
+    for id in ["o-1", "o-2"] {
+        assert_eq!(h.task(id).state(), ProcessState::Processed, "{id}");
+        assert_eq!(h.task(id).failure_count, 0, "{id}: waiting counts no failure");
+    }
+    let payments: Vec<String> =
+        h.remote.calls().iter().filter(|c| c.step_name == "reserve-b").map(|c| c.key.0.clone()).collect();
+    assert_eq!(payments, ["o-1:2:do", "o-2:2:do"]);
+    assert!(h.store.peek_gate("payment").is_none_or(|g| g.holds.is_empty()), "every place given back");
+    assert_eq!(h.count(Metric::CapacityQueued), 1);
+}

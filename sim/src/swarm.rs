@@ -475,8 +475,8 @@ impl Swarm {
 
     /// One seed in three gives some of the agents its orders use flow-control limits
     /// (`max_in_flight` 1 to 4, `max_per_second` 1 to 5, or both; half of them spread over
-    /// gates of one or two places), never one a parallel
-    /// stage's branch calls (the definition file refuses it), and most of those seeds a
+    /// gates of one or two places; one a parallel stage's branches call only in a third of
+    /// those, drawn last), and most of those seeds a
     /// remote that answers limited agents "too many requests" now and then. Drawn from a
     /// side generator: every other seed runs as it did before gates existed.
     fn with_limits(&mut self, side: &mut fastrand::Rng) {
@@ -570,7 +570,35 @@ impl Swarm {
                 l.per_key = Some(PerKey { key, limit: side.u32(1..=2) });
             }
         }
+        // And one in three of them a limited agent in a parallel stage: one that no stage
+        // calls from two branches (the definition file allows one limited branch a stage),
+        // so the stage's claim takes its place. Drawn after everything above again.
+        let once: Vec<String> = branch_agents_once_per_stage(&all);
+        if !once.is_empty() && side.u8(..3) == 0 {
+            let agent = once[side.usize(..once.len())].clone();
+            let (max_in_flight, max_per_second) = match side.u8(..3) {
+                0 => (Some(side.u32(1..=2)), None),
+                1 => (None, Some(side.u32(1..=2))),
+                _ => (Some(side.u32(1..=2)), Some(side.u32(1..=2))),
+            };
+            let places_per_gate = self.limits.values().next().and_then(|l| l.places_per_gate);
+            self.limits
+                .insert(agent, Limits { max_in_flight, max_per_second, places_per_gate, per_key: None });
+        }
     }
+}
+
+/// The agents that some parallel stage of `all` calls, and none from two of its branches.
+fn branch_agents_once_per_stage(all: &[Workflow]) -> Vec<String> {
+    let stages = || all.iter().flat_map(|w| w.stages.iter().map(move |st| (w, st)));
+    let agents_of = |w: &Workflow, st: &Stage| -> Vec<String> {
+        st.branches().filter_map(|i| w.step(i)).map(|s| s.agent.clone()).collect()
+    };
+    let called: BTreeSet<String> = stages().flat_map(|(w, st)| agents_of(w, st)).collect();
+    called
+        .into_iter()
+        .filter(|a| stages().all(|(w, st)| agents_of(w, st).iter().filter(|b| *b == a).count() <= 1))
+        .collect()
 }
 
 /// Salts the pause choices' generator away from the others.

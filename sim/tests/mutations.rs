@@ -271,6 +271,17 @@ fn skipping_the_key_gate_is_caught() {
     );
 }
 
+/// Issue 36, item 9: a parallel stage's claim that takes no place for its branch on a
+/// limited agent.
+#[test]
+fn a_stage_claimed_without_its_branchs_place_is_caught() {
+    let found = caught(Mutation::StageWithoutPlace);
+    assert!(
+        found.contains_key(&Invariant::RemoteWithinLimits),
+        "no limited agent's service was found over its limits: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -298,6 +309,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::WholeLimitsPerGate,
             Mutation::KeyGateSkipped,
             Mutation::CopiesCalled,
+            Mutation::StageWithoutPlace,
         ]
         .iter()
         .all(|m| !m.is_on())

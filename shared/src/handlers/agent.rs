@@ -309,6 +309,15 @@ impl Agent {
         }
     }
 
+    /// Whether `request` is a branch of a parallel stage going forward (`Workflow::stage_of`).
+    fn is_branch(&self, request: &AgentRequest) -> bool {
+        request.action == Action::Do
+            && self
+                .workflows
+                .get_version(&request.workflow, request.workflow_version)
+                .is_some_and(|wf| wf.stage_of(request.step).is_some())
+    }
+
     /// Calls the remote service until it answers for good or complete-by comes.
     pub async fn perform(&self, request: &AgentRequest) -> AgentOutcome {
         let clock = &self.deps.clock;
@@ -395,8 +404,17 @@ impl Agent {
                 // every container; one without waits in place, if complete-by allows.
                 Err(RemoteError::Busy { reason, retry_after_ms }) => {
                     tracing::info!(%reason, retry_after_ms, "remote service asked to wait");
-                    if self.settings_of(&request.agent).limited {
+                    let settings = self.settings_of(&request.agent);
+                    if settings.limited && !self.is_branch(request) {
                         return AgentOutcome::Replied(ReplyOutcome::Throttled { retry_after_ms });
+                    }
+                    // A parallel stage's branches share one lease, so one cannot go back to
+                    // its gate alone: it waits in place, holding its place, as an agent
+                    // without limits does; under a rate limit, where a place covers one
+                    // request, it gives up instead, and the stage is tried again through
+                    // the gate once it lapses.
+                    if settings.one_call {
+                        return AgentOutcome::GaveUp { calls };
                     }
                     let Some(retry_at) = self.retry_at(request, now, &mut failures) else {
                         return AgentOutcome::GaveUp { calls };

@@ -259,16 +259,23 @@ impl DefinitionFile {
                                 .into(),
                         );
                     }
-                    if self.agents.get(&branch.agent).is_some_and(|a| a.limits().any()) {
-                        error(
-                            at(&format!("step {}", branch.name)),
-                            format!(
-                                "agent {} has max_in_flight or max_per_second: a limited agent cannot \
-                                 run in a parallel stage yet (put the step before or after the stage)",
-                                branch.agent
-                            ),
-                        );
-                    }
+                }
+                // The stage's claim holds one place for all its branches' calls: room for
+                // more than one could be found at once only by taking places one by one,
+                // and a stage holding some while it waits for the rest could starve others.
+                let limited: Vec<&crate::domain::Step> = wf.steps[stage.start as usize..stage.end() as usize]
+                    .iter()
+                    .filter(|b| self.agents.get(&b.agent).is_some_and(|a| a.limits().any()))
+                    .collect();
+                if let [_, second, ..] = limited[..] {
+                    error(
+                        at(&format!("step {}", second.name)),
+                        format!(
+                            "agent {} has limits, and so does step {}'s agent {}: at most one branch of a \
+                             parallel stage may call a limited agent (put the others before or after the stage)",
+                            second.agent, limited[0].name, limited[0].agent
+                        ),
+                    );
                 }
             }
             for (i, step) in (0u32..).zip(&wf.steps) {
@@ -635,6 +642,41 @@ mod tests {
         assert!(typo[0].contains("unknown field `agnet`"), "{typo:?}");
         let typo = stage(r#"{"name": "x", "agent": "a"}], "extra": 1, "z": [{"name": "y", "agent": "b"}"#);
         assert!(typo[0].contains("unknown field `extra`"), "{typo:?}");
+    }
+
+    /// One branch of a stage may call a limited agent (the stage's claim holds its place);
+    /// a second is named, with the first.
+    #[test]
+    fn at_most_one_branch_of_a_stage_calls_a_limited_agent() {
+        let file = |branches: &str| {
+            format!(
+                r#"{{"agents": {{"a": {{"url": "https://a.example", "max_in_flight": 2}},
+                     "b": {{"url": "https://b.example", "max_per_second": 5}},
+                     "c": {{"url": "https://c.example"}}}},
+                   "workflows": [{{"name": "w", "steps": [{{"parallel": {{"name": "st", "steps": [{branches}]}}}}]}}]}}"#
+            )
+        };
+        let one =
+            file(r#"{"name": "x", "agent": "a"}, {"name": "y", "agent": "c"}, {"name": "z", "agent": "c"}"#);
+        assert_eq!(
+            problems(&one).into_iter().filter(|p| p.starts_with("error")).count(),
+            0,
+            "{:?}",
+            problems(&one)
+        );
+        for (second, agent) in [("y", "b"), ("y", "a")] {
+            let two = file(&format!(
+                r#"{{"name": "x", "agent": "a"}}, {{"name": "{second}", "agent": "{agent}"}}"#
+            ));
+            assert_eq!(
+                problems(&two).into_iter().filter(|p| p.starts_with("error")).collect::<Vec<_>>(),
+                [format!(
+                    "error: workflow w v1, stage st, step {second}: agent {agent} has limits, and so does step x's \
+                     agent a: at most one branch of a parallel stage may call a limited agent (put the others \
+                     before or after the stage)"
+                )]
+            );
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::domain::gate::{
 use crate::domain::ids::{LeaseToken, OrderId, Timestamp};
 use crate::domain::lifecycle::Trigger;
 use crate::domain::messages::{AgentReply, Order, ReplyOutcome};
-use crate::domain::workflow::Workflow;
+use crate::domain::workflow::{Action, Workflow};
 
 /// Rounds of a gated claim, and of going back to the gate: each lost race on the task
 /// (a duplicate Schedule, a supervisor) reads it again. Anything left is redelivered.
@@ -57,7 +57,9 @@ pub struct Place {
 }
 
 /// The place a decided claim needs, if the agent it dispatches has limits. A parallel
-/// stage's claim never needs one: the definition file keeps limited agents out of stages.
+/// stage's claim dispatches all its open branches at once; at most one of them calls a
+/// limited agent (the definition file holds stages to that), and the claim holds a place
+/// for that one, under that branch's own attempt, which its reply echoes.
 pub fn place_of(
     limits: &BTreeMap<String, Limits>,
     policy: &Policy,
@@ -67,39 +69,31 @@ pub fn place_of(
     if decision.trigger != Trigger::Claimed {
         return None;
     }
-    let mut dispatches = decision.effects.iter().filter_map(|e| match e {
-        Effect::Dispatch { step, .. } => Some(*step),
+    let task = &decision.next;
+    let mut limited = decision.effects.iter().filter_map(|e| match e {
+        Effect::Dispatch { step, action, .. } => {
+            let agent = &wf.step(*step)?.agent;
+            limits.get(agent).map(|l| (*step, *action, agent, l))
+        }
         _ => None,
     });
-    let (Some(step), None) = (dispatches.next(), dispatches.next()) else {
+    let (Some((step, action, agent, agent_limits)), None) = (limited.next(), limited.next()) else {
         return None;
     };
-    if wf.stage_of(step).is_some() {
-        return None;
-    }
-    let agent = &wf.step(step)?.agent;
-    let task = &decision.next;
-    let agent_limits = limits.get(agent)?;
+    // A branch's undo is a lone claim, under the task's attempt.
+    let attempt = match task.stage().filter(|run| run.at == task.step && action == Action::Do) {
+        Some(_) if crate::mutations::stage_without_place() => return None,
+        Some(run) => run.branch(step)?.attempt,
+        None => task.attempt,
+    };
     let (gate, limits) = gate_of(agent, agent_limits, &task.order_id);
     let until = limits.hold_until(task.complete_by()?, policy.reply_grace_ms);
     let key = key_gate_of(agent, agent_limits, |k| task.order.key_value(k))
         .filter(|_| !crate::mutations::key_gate_skipped())
         .map(|(gate, limits)| {
-            Box::new(Place {
-                gate,
-                limits,
-                holder: key_holder(&task.order_id, task.attempt),
-                until,
-                key: None,
-            })
+            Box::new(Place { gate, limits, holder: key_holder(&task.order_id, attempt), until, key: None })
         });
-    Some(Place {
-        gate,
-        limits,
-        holder: call_holder(&task.order_id, task.attempt, &task.locked_by()?),
-        until,
-        key,
-    })
+    Some(Place { gate, limits, holder: call_holder(&task.order_id, attempt, &task.locked_by()?), until, key })
 }
 
 /// A place an agent's reply frees: whatever the fence says of the reply, the call it
