@@ -263,7 +263,8 @@ impl DefinitionFile {
                 // The stage's claim holds one place for all its branches' calls: room for
                 // more than one could be found at once only by taking places one by one,
                 // and a stage holding some while it waits for the rest could starve others.
-                let limited: Vec<&crate::domain::Step> = wf.steps[stage.start as usize..stage.end() as usize]
+                let limited: Vec<&crate::domain::workflow::Step> = wf.steps
+                    [stage.start as usize..stage.end() as usize]
                     .iter()
                     .filter(|b| self.agents.get(&b.agent).is_some_and(|a| a.limits().any()))
                     .collect();
