@@ -228,6 +228,9 @@ pub struct FlowReport {
     /// command then exits non-zero.
     pub burst_invariants_broken: std::collections::BTreeMap<String, usize>,
     pub first_broken: Option<String>,
+    /// The burst's orders that ended Error, by why (their record's last error, its order
+    /// id taken out): what a limit too small for the burst costs.
+    pub burst_errors: std::collections::BTreeMap<String, usize>,
 }
 
 impl FlowReport {
@@ -470,6 +473,15 @@ pub async fn flow(o: &FlowOptions, on_progress: impl Fn(&str, &dev::Progress)) -
             by
         }),
         first_broken: violations.first().map(ToString::to_string),
+        burst_errors: burst
+            .tasks
+            .iter()
+            .filter(|t| t.workflow == "via-limited" && t.state() == sas::domain::ProcessState::Error)
+            .fold(Default::default(), |mut by, t| {
+                let why = t.last_error.as_deref().unwrap_or("no error recorded");
+                *by.entry(why.replace(t.order_id.as_str(), "<order>")).or_default() += 1;
+                by
+            }),
         burst_orders: burst.tasks.iter().filter(|t| t.workflow == "via-limited").fold(
             Default::default(),
             |mut by, t| {
