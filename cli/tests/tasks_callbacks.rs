@@ -196,6 +196,48 @@ async fn a_token_completes_its_step_once_and_a_forged_one_changes_nothing() {
         assert!(!shown.contains(secret), "a token was shown whole: {shown}");
     }
 
+    // By hand, as an operator without the token: a dry run first changes nothing.
+    let (third, third_token) = waiting_task("appr-3", 11);
+    store.insert(&third).await.unwrap();
+    let by_hand =
+        ["tasks", "complete", "--order", "appr-3", "--step", "approve", "--reason", "approved by phone"];
+    let (code, out, err) = run(&[&by_hand[..], &["--dry-run"]].concat(), "");
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.trim_end(),
+        "appr-3: step approve would be completed by hand: Waiting -> Pending (Advanced); dry run, nothing changed"
+    );
+    assert_eq!(store.task(&third.order_id).await.unwrap().unwrap().revision, third.revision);
+    // Not the step it waits on, or no such step: refused (exit 1), or bad input (exit 2).
+    let (code, out, err) =
+        run(&["tasks", "fail", "--order", "appr-3", "--step", "ship", "--reason", "no"], "");
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "sasctl: appr-3: step ship: refused: cannot fail a task that is Waiting: it waits on the callback of step approve, not ship"
+    );
+    let (code, _, err) =
+        run(&["tasks", "complete", "--order", "appr-3", "--step", "aprove", "--reason", "x"], "");
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "sasctl: --step aprove: workflow approve-first v1 has no such step (its callback steps: approve)"
+    );
+    let (code, out, err) = run(&[&by_hand[..], &["--json"]].concat(), "");
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["outcome"].as_str(), v["to"].as_str()), (Some("applied"), Some("Pending")), "{v}");
+    let done = store.task(&third.order_id).await.unwrap().unwrap();
+    let entry = done.timeline.last().unwrap();
+    assert_eq!(entry.note.as_deref(), Some("approved by phone"));
+    assert!(entry.by.as_deref().is_some_and(|by| by.starts_with("arn:aws:")), "{entry:?}");
+    // The step no longer waits: its token, and doing it again by hand, change nothing.
+    let (code, _, err) = run(&["tasks", "complete", third_token.expose()], "");
+    assert_eq!(code, 1, "{err}");
+    let (code, _, err) = run(&by_hand, "");
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(store.task(&third.order_id).await.unwrap().unwrap().revision, done.revision);
+
     let clients = sas::adapters::aws::Clients::new(&sdk);
     let all = sasctl::resources::existing(&clients, &Layout::standard(&prefix)).await.expect("listed");
     assert!(sasctl::resources::remove(&clients, &all).await.is_empty(), "tidied up after the test");

@@ -30,6 +30,7 @@ mod switches {
     static KEY_GATE_SKIPPED: AtomicBool = AtomicBool::new(false);
     static COPIES_CALLED: AtomicBool = AtomicBool::new(false);
     static STAGE_WITHOUT_PLACE: AtomicBool = AtomicBool::new(false);
+    static BY_HAND_UNRECORDED: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -108,6 +109,8 @@ mod switches {
         /// A parallel stage's claim takes no place for its branch on a limited agent
         /// (the behaviour before limited agents could run in stages).
         StageWithoutPlace,
+        /// An operator's completion by hand is written without who gave it and why.
+        ByHandUnrecorded,
     }
 
     impl Mutation {
@@ -136,6 +139,7 @@ mod switches {
                 Mutation::KeyGateSkipped => &KEY_GATE_SKIPPED,
                 Mutation::CopiesCalled => &COPIES_CALLED,
                 Mutation::StageWithoutPlace => &STAGE_WITHOUT_PLACE,
+                Mutation::ByHandUnrecorded => &BY_HAND_UNRECORDED,
             }
         }
         pub fn set(self, on: bool) {
@@ -216,6 +220,9 @@ mod switches {
     }
     pub fn stage_without_place() -> bool {
         Mutation::StageWithoutPlace.is_on()
+    }
+    pub fn by_hand_unrecorded() -> bool {
+        Mutation::ByHandUnrecorded.is_on()
     }
 }
 
@@ -362,5 +369,11 @@ pub(crate) const fn copies_called() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn stage_without_place() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn by_hand_unrecorded() -> bool {
     false
 }

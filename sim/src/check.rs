@@ -258,6 +258,32 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
         if ctx.message.as_deref().is_some_and(|m| words.contains(m)) {
             continue;
         }
+        // An operator's completion by hand (no token): only of the callback step the task
+        // waits on, before it is due, and recorded with who gave it.
+        if ctx.role == Some(Role::Operator)
+            && let Cause::Completed { step } | Cause::Failed { step, action: Action::Do, .. } =
+                after.last_cause
+        {
+            let waited = before
+                .callback()
+                .filter(|_| matches!(before.state(), ProcessState::Processing | ProcessState::Waiting));
+            let fits = waited.is_some_and(|cb| cb.step == step && after.updated_at <= cb.due());
+            let recorded =
+                after.timeline.last().is_some_and(|e| e.by.as_deref() == Some(crate::operator::OPERATOR));
+            if !(fits && recorded) {
+                add(
+                    Invariant::RefusedCompletionChangesNothing,
+                    format!(
+                        "order {id}: completed by hand as {:?} at {} while {:?} at step {} waited on {waited:?} (recorded: {recorded})",
+                        after.last_cause,
+                        after.updated_at,
+                        before.state(),
+                        before.step
+                    ),
+                );
+            }
+            continue;
+        }
         // Parsed only for the causes judged by it.
         let parsed = std::cell::OnceCell::new();
         let message = || parsed.get_or_init(|| ctx.message.as_deref().map(SchedulerMessage::parse));

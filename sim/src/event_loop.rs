@@ -640,16 +640,24 @@ impl EventLoop {
         if tasks.is_empty() {
             return;
         }
-        let operator::Decision { task, act, twins } =
+        let operator::Decision { task, mut command, twins } =
             operator::decide(&tasks, &mut self.shared.w(), self.pause_rng.as_mut());
+        if let operator::Command::ByHand { step, completion: sas::domain::Completion::Success { output } } =
+            &mut command
+        {
+            let key = sas::domain::idempotency_key(&task.order_id, *step, sas::domain::Action::Do).0;
+            *output =
+                self.shared.w().ledger.callback_outputs.get(&key).and_then(|o| serde_json::from_str(o).ok());
+        }
         self.operator_actions += 1;
         let why = format!("op-{}", self.operator_actions);
         for _ in 0..1 + usize::from(twins) {
             let (id, crash_at) = self.new_invocation(Role::Operator);
             let submission = self.deployed.submission[self.generation()].clone();
             let (order_id, why, seen) = (task.order_id.clone(), why.clone(), task.revision);
-            self.note_args(format_args!("inv {id} operator {act:?} on {order_id} ({why})"));
-            let future: InvocationFuture = operator::command(submission, order_id, act, why, seen);
+            self.note_args(format_args!("inv {id} operator {command:?} on {order_id} ({why})"));
+            let future: InvocationFuture =
+                operator::command(submission, order_id, command.clone(), why, seen);
             self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
         }
         self.run_ready();
@@ -670,7 +678,8 @@ impl EventLoop {
             let submission = self.deployed.submission[self.generation()].clone();
             let (order_id, seen) = (task.order_id.clone(), task.revision);
             self.note_args(format_args!("inv {id} operator Resume on {order_id} ({why})"));
-            let future: InvocationFuture = operator::command(submission, order_id, Act::Resume, why, seen);
+            let future: InvocationFuture =
+                operator::command(submission, order_id, operator::Command::Act(Act::Resume), why, seen);
             self.invocations.insert(id, Invocation::unqueued(Role::Operator, future, crash_at, Vec::new()));
         }
         self.run_ready();

@@ -102,6 +102,17 @@ impl SeedsSummary {
             *self.outside.entry(k).or_default() += n;
         }
         for (w, ctx) in o.writes.iter().zip(&o.write_ctx) {
+            // An operator's completions by hand, beside the outside's words.
+            if ctx.role == Some(crate::deployment::Role::Operator) {
+                let by_hand = match w.after.last_cause {
+                    sas::domain::Cause::Completed { .. } => Some("completed_by_hand"),
+                    sas::domain::Cause::Failed { .. } => Some("failed_by_hand"),
+                    _ => None,
+                };
+                if let Some(k) = by_hand {
+                    *self.outside.entry(k).or_default() += 1;
+                }
+            }
             if w.after.state().is_terminal() && w.before.as_ref().is_some_and(|b| !b.state().is_terminal()) {
                 self.max_tail_ms = self.max_tail_ms.max(ctx.at.saturating_sub(o.quiet_at));
             }

@@ -2,7 +2,7 @@
 //! same action goes out twice at once, as from two terminals. The loop (`event_loop.rs`)
 //! decides when it acts; its commands run as invocations of their own.
 
-use sas::domain::{Act, Actor, OrderId, Origin, ProcessState, TaskRecord};
+use sas::domain::{Act, Actor, Completion, OrderId, Origin, ProcessState, TaskRecord};
 use sas::handlers::Submission;
 
 use crate::invocation::{InvocationFuture, Returned};
@@ -11,10 +11,22 @@ use crate::world::World;
 /// Who the simulated operator's actions name.
 pub const OPERATOR: &str = "sim-operator";
 
+/// What the operator does.
+#[derive(Debug, Clone)]
+pub enum Command {
+    Act(Act),
+    /// Completes (or fails) the callback step `step` by hand, without its token
+    /// (`sasctl tasks complete --order`).
+    ByHand {
+        step: u32,
+        completion: Completion,
+    },
+}
+
 /// One action, decided.
 pub struct Decision {
     pub task: TaskRecord,
-    pub act: Act,
+    pub command: Command,
     /// Sent twice at once: the two must land at most once between them.
     pub twins: bool,
 }
@@ -34,8 +46,26 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand:
     let resubmit = |w: &mut World| Act::Resubmit {
         from_step: (w.rng.u8(..3) == 0).then(|| w.rng.u32(0..=task.step + 1)),
     };
-    // Pauses come from their own generator, so a seed without them runs as before them.
+    // Pauses come from their own generator, so a seed without them runs as before them;
+    // and so do completions by hand: one action in three, when a task waits on a callback,
+    // completes or fails one of those (maybe one that has moved on since, as an operator
+    // acting on a listing would).
     if let Some(p) = pauses {
+        let waiting: Vec<&TaskRecord> =
+            tasks.iter().filter(|t| t.state() == ProcessState::Waiting && t.callback().is_some()).collect();
+        if !waiting.is_empty() && p.u8(..3) == 0 {
+            let task = waiting[p.usize(..waiting.len())].clone();
+            let cb = task.callback().expect("waits on a callback").clone();
+            // The output is the outside's own (the operator relays its answer: the loop
+            // fills it in from what the outside party answers for the step).
+            let completion = if p.bool() {
+                Completion::Success { output: None }
+            } else {
+                Completion::Failure { reason: "refused by hand".into() }
+            };
+            let command = Command::ByHand { step: cb.step, completion };
+            return Decision { task, command, twins: p.u8(..3) == 0 };
+        }
         let act = match task.state() {
             // A paused task is mostly resumed; now and then paused again (refused).
             _ if task.paused() && p.u8(..4) > 0 => Some(Act::Resume),
@@ -44,7 +74,7 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand:
             _ => None,
         };
         if let Some(act) = act {
-            return Decision { task, act, twins: p.u8(..3) == 0 };
+            return Decision { task, command: Command::Act(act), twins: p.u8(..3) == 0 };
         }
     }
     let act = match task.state() {
@@ -59,23 +89,39 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand:
             _ => resubmit(w),
         },
     };
-    Decision { task, act, twins: w.rng.u8(..3) == 0 }
+    Decision { task, command: Command::Act(act), twins: w.rng.u8(..3) == 0 }
 }
 
 /// The operator's command (`sasctl tasks`), run on a submission function's container.
 pub fn command(
     submission: std::sync::Arc<Submission>,
     order_id: OrderId,
-    act: Act,
+    command: Command,
     why: String,
     seen: u64,
 ) -> InvocationFuture {
     Box::pin(async move {
+        let (deps, settings) = (&submission.deps, &submission.settings);
         // Decided on the task as the operator saw it: a twin, or one delayed until the
         // task came back to the same state, must not land a second time.
         let actor = Actor { by: OPERATOR, why: &why, seen: Some(seen), origin: Origin::Operator };
-        Returned::Operator(
-            sas::handlers::operate(&submission.deps, &submission.settings, &order_id, act, actor).await,
-        )
+        Returned::Operator(match command {
+            Command::Act(act) => sas::handlers::operate(deps, settings, &order_id, act, actor).await,
+            Command::ByHand { step, completion } => {
+                // By the step's name, as the command line gives it (the task's workflow as
+                // read names it; a task gone is the handler's to say).
+                let name = match deps.store.task(&order_id).await {
+                    Ok(Some(task)) => settings
+                        .workflows
+                        .get_version(&task.workflow, task.workflow_version)
+                        .and_then(|wf| wf.step(step))
+                        .map(|s| s.name.clone()),
+                    _ => None,
+                };
+                let name = name.unwrap_or_else(|| format!("step-{step}"));
+                sas::handlers::complete_as_operator(deps, settings, &order_id, &name, &completion, actor)
+                    .await
+            }
+        })
     })
 }

@@ -13,8 +13,10 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use sas::domain::{CallbackToken, Completion, ProcessState, StepOutput, TaskRecord, TokenClaims};
-use sas::handlers::{Completed, HandlerError, complete};
+use sas::domain::{
+    Actor, CallbackToken, Completion, Origin, ProcessState, StepOutput, TaskRecord, TokenClaims,
+};
+use sas::handlers::{Completed, HandlerError, Operated, complete, complete_as_operator};
 use serde_json::{Value, json};
 
 use super::{Common, Context, TasksError, policy, render};
@@ -53,6 +55,32 @@ pub struct TokenArgs {
     pub common: Common,
 }
 
+/// The step, as `complete` and `fail` take it: by its token, or by hand, as an operator,
+/// by the order and the step's name.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StepArgs {
+    /// The callback token the step's agent request carried
+    /// (sas1.<order id>.<step>.<attempt>.<64 hex digits>), or - to read it from stdin
+    /// (one line), which keeps it out of shell history. Never printed whole. Or, as an
+    /// operator without the token, --order and --step.
+    #[arg(value_name = "TOKEN", allow_hyphen_values = true, required_unless_present = "order")]
+    pub token: Option<String>,
+    /// As an operator, without the token: the order whose callback step waits (with
+    /// --step and --reason). Fenced on the record instead of a token (the task waits on
+    /// that step's callback, not yet due), and recorded in its history with your identity
+    /// and --reason.
+    #[arg(long, value_name = "ORDER", conflicts_with = "token", requires_all = ["step", "reason"])]
+    pub order: Option<String>,
+    /// With --order: the name of the callback step the task waits on.
+    #[arg(long, value_name = "NAME", requires = "order")]
+    pub step: Option<String>,
+    /// With --order: say what it would do, on the task as read now, and change nothing.
+    #[arg(long, requires = "order")]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
 /// `sasctl tasks complete`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = EXIT_HELP)]
@@ -65,8 +93,11 @@ pub struct CompleteArgs {
     /// The step's output, read from a file (as --output).
     #[arg(long, value_name = "PATH")]
     pub output_file: Option<PathBuf>,
+    /// With --order: why you complete it by hand (recorded in the task's timeline).
+    #[arg(long, value_name = "TEXT", requires = "order", value_parser = non_empty("--reason"))]
+    pub reason: Option<String>,
     #[command(flatten)]
-    pub token: TokenArgs,
+    pub step: StepArgs,
 }
 
 /// `sasctl tasks fail`.
@@ -78,7 +109,7 @@ pub struct FailArgs {
     #[arg(long, value_name = "TEXT", required = true, value_parser = non_empty("--reason"))]
     pub reason: String,
     #[command(flatten)]
-    pub token: TokenArgs,
+    pub step: StepArgs,
 }
 
 /// `sasctl tasks heartbeat`.
@@ -162,18 +193,42 @@ pub fn output_of(output: Option<&str>, file: Option<&Path>) -> Result<Option<Val
     Ok(Some(value))
 }
 
-/// Runs one of the three commands.
+/// Runs `complete` or `fail`: by the token, or by hand with --order and --step.
+pub async fn run_step(
+    verb: Verb,
+    completion_of: CompletionOf<'_>,
+    why: Option<&str>,
+    args: &StepArgs,
+) -> Result<ExitCode, TasksError> {
+    match (&args.token, &args.order, &args.step) {
+        (_, Some(order), Some(step)) => {
+            let completion = completion_of.completion()?;
+            let why = why.unwrap_or_default();
+            let by_hand = ByHand { verb, order, step, why, dry_run: args.dry_run };
+            match by_hand.run(&completion, &args.common).await {
+                Err(e) if unavailable(&e) => {
+                    eprintln!("sasctl: {order}: not applied: {e}");
+                    Ok(ExitCode::from(EXIT_UNAVAILABLE))
+                }
+                other => other,
+            }
+        }
+        (Some(token), _, _) => {
+            let args = TokenArgs { token: token.clone(), common: args.common.clone() };
+            run(verb, completion_of, &args).await
+        }
+        _ => Err(TasksError::Usage("give the step's TOKEN, or --order and --step".into())),
+    }
+}
+
+/// Runs one of the three commands by the token.
 pub async fn run(
     verb: Verb,
     completion_of: CompletionOf<'_>,
     args: &TokenArgs,
 ) -> Result<ExitCode, TasksError> {
     let (token, claims) = read_token(&args.token, &mut std::io::stdin().lock())?;
-    let completion = match completion_of {
-        CompletionOf::Success { output, file } => Completion::Success { output: output_of(output, file)? },
-        CompletionOf::Failure { reason } => Completion::Failure { reason: reason.to_owned() },
-        CompletionOf::Heartbeat => Completion::Heartbeat,
-    };
+    let completion = completion_of.completion()?;
     match apply(verb, &token, &claims, &completion, &args.common).await {
         Ok(code) => Ok(code),
         Err(e) if unavailable(&e) => {
@@ -190,6 +245,130 @@ pub enum CompletionOf<'a> {
     Success { output: Option<&'a str>, file: Option<&'a Path> },
     Failure { reason: &'a str },
     Heartbeat,
+}
+
+impl CompletionOf<'_> {
+    fn completion(self) -> Result<Completion, TasksError> {
+        Ok(match self {
+            CompletionOf::Success { output, file } => {
+                Completion::Success { output: output_of(output, file)? }
+            }
+            CompletionOf::Failure { reason } => Completion::Failure { reason: reason.to_owned() },
+            CompletionOf::Heartbeat => Completion::Heartbeat,
+        })
+    }
+}
+
+/// `complete` or `fail` by hand: the operator's word on the callback step `step` of
+/// `order`, without its token (`sas::handlers::complete_as_operator`).
+struct ByHand<'a> {
+    verb: Verb,
+    order: &'a str,
+    step: &'a str,
+    why: &'a str,
+    dry_run: bool,
+}
+
+impl ByHand<'_> {
+    async fn run(&self, completion: &Completion, common: &Common) -> Result<ExitCode, TasksError> {
+        let policy = policy()?;
+        let id = super::order_id(self.order)?;
+        let ctx = Context::connect(common).await?;
+        let Some(task) = ctx.task(&id).await? else {
+            return self.told(common, &Err(format!("no task {id}")));
+        };
+        let Some(wf) = render::workflow_of(&ctx.definitions, &task) else {
+            return Err(TasksError::UnknownWorkflow {
+                id: id.to_string(),
+                workflow: task.workflow.clone(),
+                version: task.workflow_version,
+                file: ctx.definitions_from.clone(),
+            });
+        };
+        if !wf.steps.iter().any(|s| s.name == self.step) {
+            let names: Vec<&str> =
+                wf.steps.iter().filter(|s| s.is_callback()).map(|s| s.name.as_str()).collect();
+            return Err(TasksError::Usage(format!(
+                "--step {}: workflow {} v{} has no such step (its callback steps: {})",
+                self.step,
+                wf.name,
+                wf.version,
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )));
+        }
+        if self.dry_run {
+            let actor = Actor { by: "(dry run)", why: self.why, seen: None, origin: Origin::Operator };
+            let index = wf.steps.iter().position(|s| s.name == self.step).unwrap_or_default() as u32;
+            let decided = task.complete_as_operator(index, completion, actor, super::now(), wf, &policy);
+            let seen = decided
+                .map(|d| (task.state().as_str(), d.next.state().as_str(), d.trigger.as_str()))
+                .map_err(|r| r.to_string());
+            return self
+                .told(common, &seen.map(|(from, to, trigger)| Told::WouldApply { from, to, trigger }));
+        }
+        let by = ctx.deployment.caller_identity().await?;
+        let (deps, settings) = super::act::pipeline(&ctx, policy)?;
+        let actor = Actor { by: &by, why: self.why, seen: None, origin: Origin::Operator };
+        let told = match complete_as_operator(&deps, &settings, &id, self.step, completion, actor).await {
+            Ok(Operated::Applied { before, trigger, task }) => Ok(Told::Applied {
+                from: before.as_str(),
+                to: task.state().as_str(),
+                trigger: trigger.as_str(),
+            }),
+            Ok(Operated::Refused(why)) => Err(why.to_string()),
+            Ok(Operated::NoSuchTask) => Err(format!("no task {id}")),
+            Err(HandlerError::Retry(why) | HandlerError::Throttled(why)) => {
+                return Err(TasksError::Aws {
+                    doing: format!("applying the {} to task {id}", self.verb.noun()),
+                    at: ctx.deployment.at().to_owned(),
+                    reason: format!(
+                        "{}; run it again (if it landed, the second run says the step is no longer waiting)",
+                        crate::endpoint::one_line(&why)
+                    ),
+                });
+            }
+            Err(HandlerError::Reject(why)) => Err(crate::endpoint::one_line(&why)),
+        };
+        self.told(common, &told)
+    }
+
+    /// Prints what came of it (one line, or one object with --json) and its exit status.
+    fn told(&self, common: &Common, told: &Result<Told, String>) -> Result<ExitCode, TasksError> {
+        let (order, step) = (self.order, self.step);
+        let done = if self.verb == Verb::Fail { "failed" } else { "completed" };
+        if common.json {
+            let mut v = json!({"act": self.verb.as_str(), "by_hand": true, "id": order, "step_name": step,
+                               "reason": self.why, "dry_run": self.dry_run});
+            match told {
+                Ok(Told::Applied { from, to, trigger }) | Ok(Told::WouldApply { from, to, trigger }) => {
+                    let outcome = if self.dry_run { "would_apply" } else { "applied" };
+                    v["outcome"] = outcome.into();
+                    (v["from"], v["to"], v["trigger"]) = ((*from).into(), (*to).into(), (*trigger).into());
+                }
+                Err(why) => (v["outcome"], v["refused"]) = ("refused".into(), why.clone().into()),
+            }
+            println!("{v}");
+        } else {
+            match told {
+                Ok(Told::Applied { from, to, trigger }) => {
+                    println!("{order}: step {step} {done} by hand: {from} -> {to} ({trigger})")
+                }
+                Ok(Told::WouldApply { from, to, trigger }) => {
+                    println!(
+                        "{order}: step {step} would be {done} by hand: {from} -> {to} ({trigger}); dry run, nothing changed"
+                    )
+                }
+                Err(why) => eprintln!("sasctl: {order}: step {step}: refused: {why}"),
+            }
+        }
+        Ok(ExitCode::from(if told.is_ok() { EXIT_APPLIED } else { EXIT_REFUSED }))
+    }
+}
+
+/// What a completion by hand came to, or would.
+enum Told {
+    Applied { from: &'static str, to: &'static str, trigger: &'static str },
+    WouldApply { from: &'static str, to: &'static str, trigger: &'static str },
 }
 
 /// Trouble with the deployment itself (worth running again), as opposed to input that
@@ -528,14 +707,24 @@ mod parsing_tests {
     fn the_three_commands_take_a_token_or_a_dash() {
         match parse(&["complete", "-", "--output", "{}", "--prefix", "p"]).unwrap() {
             TasksCommand::Complete(a) => {
-                assert_eq!((a.token.token.as_str(), a.output.as_deref()), ("-", Some("{}")));
-                assert_eq!(a.token.common.deployment.prefix.as_deref(), Some("p"));
+                assert_eq!((a.step.token.as_deref(), a.output.as_deref()), (Some("-"), Some("{}")));
+                assert_eq!(a.step.common.deployment.prefix.as_deref(), Some("p"));
             }
             _ => panic!("not complete"),
         }
         match parse(&["fail", "sas1.x", "--reason", " no ", "--json"]).unwrap() {
-            TasksCommand::Fail(a) => assert_eq!((a.reason.as_str(), a.token.common.json), ("no", true)),
+            TasksCommand::Fail(a) => assert_eq!((a.reason.as_str(), a.step.common.json), ("no", true)),
             _ => panic!("not fail"),
+        }
+        // By hand: --order with --step and --reason, never with a token.
+        match parse(&["complete", "--order", "o-1", "--step", "approve", "--reason", "phoned", "--dry-run"])
+            .unwrap()
+        {
+            TasksCommand::Complete(a) => assert_eq!(
+                (a.step.order.as_deref(), a.step.step.as_deref(), a.reason.as_deref(), a.step.dry_run),
+                (Some("o-1"), Some("approve"), Some("phoned"), true)
+            ),
+            _ => panic!("not complete"),
         }
         assert!(matches!(parse(&["heartbeat", "sas1.x"]).unwrap(), TasksCommand::Heartbeat(_)));
         use clap::error::ErrorKind;
@@ -547,6 +736,16 @@ mod parsing_tests {
         assert_eq!(kind(&["fail", "t"]), Some(ErrorKind::MissingRequiredArgument));
         assert_eq!(kind(&["fail", "t", "--reason", " "]), Some(ErrorKind::ValueValidation));
         assert_eq!(kind(&["heartbeat"]), Some(ErrorKind::MissingRequiredArgument));
+        assert_eq!(
+            kind(&["complete", "--order", "o-1", "--step", "a"]),
+            Some(ErrorKind::MissingRequiredArgument)
+        );
+        assert_eq!(
+            kind(&["fail", "t", "--order", "o-1", "--step", "a", "--reason", "r"]),
+            Some(ErrorKind::ArgumentConflict)
+        );
+        assert_eq!(kind(&["complete", "t", "--dry-run"]), Some(ErrorKind::MissingRequiredArgument));
+        assert_eq!(kind(&["heartbeat", "--order", "o-1"]), Some(ErrorKind::UnknownArgument));
         assert_eq!(kind(&["heartbeat", "t", "--output", "{}"]), Some(ErrorKind::UnknownArgument));
     }
 }

@@ -100,16 +100,22 @@ pub enum TasksCommand {
     /// through the callback queue's own handler: the token's fence on a fresh read (the
     /// task still waits on the token's step and attempt, the token is the one issued, the
     /// callback is not yet due), then one conditional write. So a token completes its
-    /// attempt at most once, and an old, forged or late one changes nothing: there is no
-    /// --dry-run. Prints one line (the order, step and attempt, and the move); a refusal
-    /// is one line on stderr with its reason (with --json, one object on stdout either way).
+    /// attempt at most once, and an old, forged or late one changes nothing. Prints one
+    /// line (the order, step and attempt, and the move); a refusal is one line on stderr
+    /// with its reason (with --json, one object on stdout either way).
+    ///
+    /// Without the token, an operator names the step: --order ORDER --step NAME --reason
+    /// TEXT. The same decision, fenced on the record (the task waits on that step's
+    /// callback, not yet due) and recorded in its timeline with your identity and the
+    /// reason; --dry-run says what it would do first.
     Complete(callback::CompleteArgs),
     /// Fail a callback step by its token, with --reason: as the step's agent refusing it
     /// (the step had no effect); the task's failure rules decide what follows
     /// (compensation, or Error and an operator alert).
     ///
-    /// TOKEN as for `complete` (- reads it from stdin). One conditional write through the
-    /// callback queue's own handler; a token's attempt ends at most once.
+    /// TOKEN as for `complete` (- reads it from stdin), or --order and --step as for
+    /// `complete`. One conditional write through the callback queue's own handler; a
+    /// step's wait ends at most once.
     Fail(callback::FailArgs),
     /// Tell a callback step its outside party is still working, by its token: the step's
     /// next heartbeat is due one heartbeat interval from now (never past its timeout).
@@ -388,11 +394,11 @@ pub async fn run(command: TasksCommand) -> Result<ExitCode, TasksError> {
                 output: args.output.as_deref(),
                 file: args.output_file.as_deref(),
             };
-            callback::run(callback::Verb::Complete, of, &args.token).await
+            callback::run_step(callback::Verb::Complete, of, args.reason.as_deref(), &args.step).await
         }
         TasksCommand::Fail(args) => {
             let of = callback::CompletionOf::Failure { reason: &args.reason };
-            callback::run(callback::Verb::Fail, of, &args.token).await
+            callback::run_step(callback::Verb::Fail, of, Some(&args.reason), &args.step).await
         }
         TasksCommand::Heartbeat(args) => {
             callback::run(callback::Verb::Heartbeat, callback::CompletionOf::Heartbeat, &args.token).await

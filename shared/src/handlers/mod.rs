@@ -26,7 +26,7 @@ pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
 pub use batch::{BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch};
 pub use callbacks::{Callbacks, Completed, complete};
 pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
-pub use operator::{Operated, operate};
+pub use operator::{Operated, complete_as_operator, operate};
 pub use scheduler::Scheduler;
 pub use settings::Settings;
 pub use submission::Submission;

@@ -6,7 +6,10 @@
 //! the task at most once.
 
 use super::{Deps, HandlerError, Settings, Transition, perform, transition};
-use crate::domain::{Act, Actor, OrderId, ProcessState, Refusal, TaskRecord, Trigger};
+use crate::domain::{
+    Act, Actor, Completion, Decision, OrderId, ProcessState, Refusal, TaskRecord, Timestamp, Trigger,
+    Workflow,
+};
 
 /// What an operator's action came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,12 +34,47 @@ pub async fn operate(
     actor: Actor<'_>,
 ) -> Result<Operated, HandlerError> {
     let policy = settings.policy;
-    let outcome =
-        transition(deps, settings, order_id, |task, wf, now| task.act(act, actor, now, wf, &policy)).await?;
-    match outcome {
+    operated(deps, settings, order_id, act.as_str(), actor, |task, wf, now| {
+        task.act(act, actor, now, wf, &policy)
+    })
+    .await
+}
+
+/// Completes (or fails) the callback step named `step` that the task `order_id` waits on,
+/// without its token, on behalf of `actor` (`TaskRecord::complete_as_operator`).
+pub async fn complete_as_operator(
+    deps: &Deps,
+    settings: &Settings,
+    order_id: &OrderId,
+    step: &str,
+    completion: &Completion,
+    actor: Actor<'_>,
+) -> Result<Operated, HandlerError> {
+    let policy = settings.policy;
+    let what = if matches!(completion, Completion::Failure { .. }) { "fail" } else { "complete" };
+    operated(deps, settings, order_id, what, actor, |task, wf, now| {
+        let Some(index) = wf.steps.iter().position(|s| s.name == step) else {
+            let why = format!("workflow {} v{} has no step {step}", wf.name, wf.version);
+            return Err(Refusal::NotAllowed { act: what, state: task.state().as_str(), why });
+        };
+        task.complete_as_operator(index as u32, completion, actor, now, wf, &policy)
+    })
+    .await
+}
+
+/// An operator's decision on a fresh read (`decide`), its write, then its effects.
+async fn operated(
+    deps: &Deps,
+    settings: &Settings,
+    order_id: &OrderId,
+    what: &str,
+    actor: Actor<'_>,
+    decide: impl Fn(&TaskRecord, &Workflow, Timestamp) -> Result<Decision, Refusal>,
+) -> Result<Operated, HandlerError> {
+    match transition(deps, settings, order_id, decide).await? {
         Transition::Applied { before, decision } => {
             tracing::info!(
-                order_id = %order_id, act = act.as_str(), by = actor.by, why = actor.why,
+                order_id = %order_id, act = what, by = actor.by, why = actor.why,
                 from = ?before.state(), trigger = ?decision.trigger, "operator action"
             );
             // The write landed: the action is done whatever its effects do. A Schedule that

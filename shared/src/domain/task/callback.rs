@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::draft::Draft;
+use super::operator::Actor;
 use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
 use super::recovery::GiveUpReason;
@@ -117,6 +118,76 @@ impl Draft {
     ) -> Result<Decision<Draft>, Refusal> {
         let awaiting = self.awaiting_token(token, claims, now).map_err(Refusal::Completion)?;
         self.check_workflow(wf)?;
+        self.completed(awaiting, completion, now, wf, policy)
+    }
+
+    /// An operator's word on the callback step `step` the task waits on, given without its
+    /// token (`sasctl tasks complete --order`): the decision the outside's completion or
+    /// failure makes, fenced on the record instead of a token (the task waits on `step`'s
+    /// callback, its agent's call answered, and it is not yet due; `actor.seen`, when
+    /// given, is still the revision), and recorded with who gave it and why. A heartbeat
+    /// is the outside's alone. Unlike a token's word, it waits for the agent's answer that
+    /// the work started: an operator completes work the service has seen.
+    pub(in crate::domain) fn complete_as_operator(
+        &self,
+        step: u32,
+        completion: &Completion,
+        actor: Actor<'_>,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
+        let act = match completion {
+            Completion::Success { .. } => "complete",
+            Completion::Failure { .. } => "fail",
+            Completion::Heartbeat => "heartbeat",
+        };
+        let refused = |why: String| Refusal::NotAllowed { act, state: self.state.as_str(), why };
+        if let Some(seen) = actor.seen.filter(|seen| *seen != self.revision) {
+            return Err(refused(format!(
+                "it changed since it was looked at (revision {seen}, now {}): look again",
+                self.revision
+            )));
+        }
+        let name = |step: u32| self.step_name(wf, step, Action::Do);
+        let live = matches!(self.state, ProcessState::Processing | ProcessState::Waiting);
+        let decided = match self.callback.as_ref().filter(|_| live) {
+            _ if *completion == Completion::Heartbeat => {
+                Err(refused("a heartbeat comes from the outside, with the step's token".into()))
+            }
+            Some(cb) if cb.step == step && self.state == ProcessState::Processing => Err(refused(format!(
+                "step {}'s agent has not answered that the work started: complete it once the task waits",
+                name(step)
+            ))),
+            Some(cb) if cb.step == step && now <= cb.due() => {
+                self.check_workflow(wf)?;
+                self.completed(cb, completion, now, wf, policy)
+            }
+            Some(cb) if cb.step == step => Err(refused(format!(
+                "the callback of step {} was due at {} and has failed",
+                name(step),
+                cb.due().to_rfc3339()
+            ))),
+            Some(cb) => Err(refused(format!(
+                "it waits on the callback of step {}, not {}",
+                name(cb.step),
+                name(step)
+            ))),
+            None => Err(refused(format!("it waits on no callback (step {} is not waiting)", name(step)))),
+        };
+        let by = Some((actor.by, actor.why)).filter(|_| !crate::mutations::by_hand_unrecorded());
+        self.logged(now, decided, by)
+    }
+
+    /// The completion of the wait `awaiting`, past its fence.
+    fn completed(
+        &self,
+        awaiting: &Awaiting,
+        completion: &Completion,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
         let step = self.step;
         let name = self.step_name(wf, step, Action::Do);
         match completion {
@@ -250,6 +321,53 @@ mod tests {
             matches!(again, Err(Refusal::Completion(CompletionRefused::Ended { step: 1, .. }))),
             "{again:?}"
         );
+    }
+
+    /// An operator completes or fails the step the task waits on without its token: the
+    /// same decision as the outside's, recorded with who and why; the token is dead after.
+    #[test]
+    fn an_operator_completes_or_fails_the_waiting_step_without_its_token() {
+        use crate::domain::task::operator::{Actor, Origin};
+        let wf = approval();
+        let (t, token) = started(&wf);
+        let actor = Actor {
+            by: "arn:aws:iam::1:user/ana",
+            why: "approved by phone",
+            seen: None,
+            origin: Origin::Operator,
+        };
+        let done = Completion::Success { output: Some(serde_json::json!({"approved_by": "ana"})) };
+        let d = checked(&t, t.complete_as_operator(1, &done, actor, T0.plus_ms(100), &wf, &policy()));
+        assert_eq!((d.trigger, d.next.state(), d.next.step), (Trigger::Advanced, ProcessState::Pending, 2));
+        assert_eq!(d.next.outputs.get("approve").unwrap().to_value()["approved_by"], "ana");
+        let entry = d.next.timeline.last().unwrap();
+        assert_eq!((entry.by.as_deref(), entry.note.as_deref()), (Some(actor.by), Some(actor.why)));
+        let late = d.next.complete(&token, &claims_of(&token), &done, T0.plus_ms(101), &wf, &policy());
+        assert!(matches!(late, Err(Refusal::Completion(CompletionRefused::Ended { .. }))), "{late:?}");
+        // Failed: the step's refusal, as the outside's failure.
+        let failed = Completion::Failure { reason: "rejected by phone".into() };
+        let d = checked(&t, t.complete_as_operator(1, &failed, actor, T0.plus_ms(100), &wf, &policy()));
+        let by_token =
+            checked(&t, t.complete(&token, &claims_of(&token), &failed, T0.plus_ms(100), &wf, &policy()));
+        assert_eq!((d.trigger, d.next.state()), (by_token.trigger, by_token.next.state()));
+        // Refused, nothing changed: another step, a heartbeat, past due, a moved record.
+        let refused = |t: &TaskRecord, step: u32, c: &Completion, at: Timestamp, seen: Option<u64>| match t
+            .complete_as_operator(step, c, Actor { seen, ..actor }, at, &wf, &policy())
+        {
+            Err(Refusal::NotAllowed { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(&t, 0, &done, T0.plus_ms(100), None).contains("not"), "another step");
+        assert!(refused(&t, 1, &Completion::Heartbeat, T0.plus_ms(100), None).contains("token"));
+        assert!(refused(&t, 1, &done, T0.plus_ms(60_000), None).contains("was due"));
+        assert!(refused(&t, 1, &done, T0.plus_ms(100), Some(t.revision + 1)).contains("changed"));
+        // Before the agent's answer that the work started: not yet.
+        let (claimed, _) = claimed_approval(&wf, T0);
+        assert!(refused(&claimed, 1, &done, T0.plus_ms(1), None).contains("not answered"));
+        let done_already =
+            checked(&t, t.complete(&token, &claims_of(&token), &done, T0.plus_ms(1), &wf, &policy())).next;
+        let r = done_already.complete_as_operator(1, &done, actor, T0.plus_ms(2), &wf, &policy());
+        assert!(matches!(r, Err(Refusal::NotAllowed { .. })), "{r:?}");
     }
 
     #[test]

@@ -101,6 +101,20 @@ impl TaskRecord {
         built(self, self.draft().complete(token, claims, completion, now, wf, policy))
     }
 
+    /// An operator's completion or failure of the callback step `step` the task waits
+    /// on, without its token, recorded with who gave it and why.
+    pub fn complete_as_operator(
+        &self,
+        step: u32,
+        completion: &Completion,
+        actor: Actor<'_>,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision, Refusal> {
+        built(self, self.draft().complete_as_operator(step, completion, actor, now, wf, policy))
+    }
+
     /// Supervisor: the task is due. A timer wakes, a task waiting for a place asks its
     /// gate again, anything else has lapsed.
     pub fn recover(
