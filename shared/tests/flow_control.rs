@@ -411,3 +411,34 @@ async fn a_throttled_schedule_is_sent_again_after_a_backoff_not_redelivered() {
     all_ok(h.pump_scheduler().await, 1);
     assert_eq!(h.task("o-1").state(), ProcessState::Processing);
 }
+
+/// A claim whose write the store throttles gives its place back at once (the record, read
+/// again, shows it did not land) instead of holding it until it lapses, and its Schedule
+/// is sent again after a backoff; once the item's second has passed, it claims.
+#[tokio::test]
+async fn a_throttled_claim_write_gives_its_place_back() {
+    use sas::adapters::embedded::EmbeddedStore;
+    let one = Limits { max_in_flight: Some(1), ..TWO };
+    let mut h = limited(one);
+    h.store = std::sync::Arc::new(EmbeddedStore::with_capacity(h.clock.clone()));
+    h.deps.store = h.store.clone();
+    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
+    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
+    h.submit("o-1", "single-step").await;
+    all_ok(h.pump_orders().await, 1);
+    // Use up the task item's writes for this second (a write refused on its condition is
+    // billed as one that lands); its reads are left.
+    let task = h.task("o-1");
+    while h.store.replace(&task, task.revision + 7).await.is_ok() {}
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::ScheduleThrottled), 1);
+    assert_eq!(h.task("o-1").state(), ProcessState::Pending);
+    let gate = h.store.peek_gate("orders").expect("the gate");
+    assert!(gate.holds.is_empty(), "the place went back: {:?}", gate.holds);
+    let again = h.drain(SCHEDULER);
+    assert_eq!(again.len(), 1, "sent again");
+    h.advance(1_000);
+    h.send(SCHEDULER, again[0].body.clone()).await;
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing);
+}

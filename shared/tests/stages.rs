@@ -108,11 +108,8 @@ async fn a_refused_branch_undoes_only_the_branches_that_may_have_taken_effect() 
     h.finish();
 }
 
-/// A branch may call a limited agent: the stage's claim takes that branch's place before
-/// it dispatches anything, a second order's stage waits its turn with a ticket (nothing of
-/// it dispatched, no failure counted), and the first's branch reply hands the place over.
-#[tokio::test]
-async fn a_stage_with_a_limited_branch_waits_its_turn_as_a_whole() {
+/// The stage harness with `payment` (reserve-b's agent) at most 1 call at once.
+fn payment_limited() -> Harness {
     use sas::domain::gate::Limits;
     use sas::handlers::{Agent, AgentSettings, Scheduler, Submission, Supervisor};
     let mut h = harness();
@@ -126,6 +123,32 @@ async fn a_stage_with_a_limited_branch_waits_its_turn_as_a_whole() {
         AgentSettings { limited: true, ..AgentSettings::default() },
         h.settings.workflows.clone(),
     );
+    h
+}
+
+/// A limited branch's service answering 429 is waited out in place, within its
+/// complete-by: a branch cannot go back to its gate alone (the stage's one lease).
+#[tokio::test]
+async fn a_limited_branch_answered_429_waits_in_place() {
+    let h = payment_limited();
+    to_the_stage(&h).await;
+    assert_eq!(h.depth(AGENT), 3);
+    h.remote.then([Script::Ok, Script::Busy(200), Script::Ok, Script::Ok]);
+    all_ok(h.pump_agent().await, 3);
+    let b: Vec<Script> =
+        h.remote.calls().into_iter().filter(|c| c.step_name == "reserve-b").map(|c| c.outcome).collect();
+    assert_eq!(b, [Script::Busy(200), Script::Ok], "called again after the Retry-After");
+    h.run_until_quiet().await;
+    assert_eq!(h.task("o-1").state(), ProcessState::Processed);
+    assert_eq!((h.count(Metric::Throttled), h.depth(SCHEDULER_DLQ)), (0, 0), "no throttled reply");
+}
+
+/// A branch may call a limited agent: the stage's claim takes that branch's place before
+/// it dispatches anything, a second order's stage waits its turn with a ticket (nothing of
+/// it dispatched, no failure counted), and the first's branch reply hands the place over.
+#[tokio::test]
+async fn a_stage_with_a_limited_branch_waits_its_turn_as_a_whole() {
+    let h = payment_limited();
     for id in ["o-1", "o-2"] {
         h.submit(id, FLOW).await;
     }

@@ -259,14 +259,15 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
             continue;
         }
         // An operator's completion by hand (no token): only of the callback step the task
-        // waits on, before it is due, and recorded with who gave it.
+        // waits on, once its agent answered that the work started, before it is due, and
+        // recorded with who gave it.
         if ctx.role == Some(Role::Operator)
             && let Cause::Completed { step } | Cause::Failed { step, action: Action::Do, .. } =
                 after.last_cause
         {
             let waited = before
                 .callback()
-                .filter(|_| matches!(before.state(), ProcessState::Processing | ProcessState::Waiting));
+                .filter(|cb| before.state() == ProcessState::Waiting && cb.started_at.is_some());
             let fits = waited.is_some_and(|cb| cb.step == step && after.updated_at <= cb.due());
             let recorded =
                 after.timeline.last().is_some_and(|e| e.by.as_deref() == Some(crate::operator::OPERATOR));

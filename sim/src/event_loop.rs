@@ -642,12 +642,22 @@ impl EventLoop {
         }
         let operator::Decision { task, mut command, twins } =
             operator::decide(&tasks, &mut self.shared.w(), self.pause_rng.as_mut());
-        if let operator::Command::ByHand { step, completion: sas::domain::Completion::Success { output } } =
-            &mut command
-        {
-            let key = sas::domain::idempotency_key(&task.order_id, *step, sas::domain::Action::Do).0;
-            *output =
-                self.shared.w().ledger.callback_outputs.get(&key).and_then(|o| serde_json::from_str(o).ok());
+        if let operator::Command::ByHand { step, name, completion } = &mut command {
+            let settings = &self.deployed.submission[self.generation()].settings;
+            let wf = settings.workflows.get_version(&task.workflow, task.workflow_version);
+            *name =
+                wf.and_then(|wf| wf.step(*step)).map_or_else(|| format!("step-{step}"), |s| s.name.clone());
+            // The outside's own output for the step, relayed.
+            if let sas::domain::Completion::Success { output } = completion {
+                let key = sas::domain::idempotency_key(&task.order_id, *step, sas::domain::Action::Do).0;
+                *output = self
+                    .shared
+                    .w()
+                    .ledger
+                    .callback_outputs
+                    .get(&key)
+                    .and_then(|o| serde_json::from_str(o).ok());
+            }
         }
         self.operator_actions += 1;
         let why = format!("op-{}", self.operator_actions);

@@ -17,8 +17,11 @@ pub enum Command {
     Act(Act),
     /// Completes (or fails) the callback step `step` by hand, without its token
     /// (`sasctl tasks complete --order`).
+    /// It names the step `name`, as the command line does (the loop names it from the
+    /// task's workflow).
     ByHand {
         step: u32,
+        name: String,
         completion: Completion,
     },
 }
@@ -63,7 +66,7 @@ pub fn decide(tasks: &[TaskRecord], w: &mut World, pauses: Option<&mut fastrand:
             } else {
                 Completion::Failure { reason: "refused by hand".into() }
             };
-            let command = Command::ByHand { step: cb.step, completion };
+            let command = Command::ByHand { step: cb.step, name: String::new(), completion };
             return Decision { task, command, twins: p.u8(..3) == 0 };
         }
         let act = match task.state() {
@@ -107,18 +110,7 @@ pub fn command(
         let actor = Actor { by: OPERATOR, why: &why, seen: Some(seen), origin: Origin::Operator };
         Returned::Operator(match command {
             Command::Act(act) => sas::handlers::operate(deps, settings, &order_id, act, actor).await,
-            Command::ByHand { step, completion } => {
-                // By the step's name, as the command line gives it (the task's workflow as
-                // read names it; a task gone is the handler's to say).
-                let name = match deps.store.task(&order_id).await {
-                    Ok(Some(task)) => settings
-                        .workflows
-                        .get_version(&task.workflow, task.workflow_version)
-                        .and_then(|wf| wf.step(step))
-                        .map(|s| s.name.clone()),
-                    _ => None,
-                };
-                let name = name.unwrap_or_else(|| format!("step-{step}"));
+            Command::ByHand { name, completion, .. } => {
                 sas::handlers::complete_as_operator(deps, settings, &order_id, &name, &completion, actor)
                     .await
             }

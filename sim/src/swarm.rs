@@ -582,8 +582,9 @@ impl Swarm {
                 _ => (Some(side.u32(1..=2)), Some(side.u32(1..=2))),
             };
             let places_per_gate = self.limits.values().next().and_then(|l| l.places_per_gate);
-            self.limits
-                .insert(agent, Limits { max_in_flight, max_per_second, places_per_gate, per_key: None });
+            // Half of them a per-key limit too: a key place taken for a branch's attempt.
+            let per_key = side.bool().then(|| PerKey { key: OrderKey::CustomerId, limit: side.u32(1..=2) });
+            self.limits.insert(agent, Limits { max_in_flight, max_per_second, places_per_gate, per_key });
         }
     }
 }

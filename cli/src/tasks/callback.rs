@@ -322,7 +322,7 @@ impl ByHand<'_> {
                     doing: format!("applying the {} to task {id}", self.verb.noun()),
                     at: ctx.deployment.at().to_owned(),
                     reason: format!(
-                        "{}; run it again (if it landed, the second run says the step is no longer waiting)",
+                        "{}; run it again: it acts on the step as it then waits (if the first landed, it says the step no longer waits)",
                         crate::endpoint::one_line(&why)
                     ),
                 });

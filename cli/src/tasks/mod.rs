@@ -114,8 +114,9 @@ pub enum TasksCommand {
     /// (compensation, or Error and an operator alert).
     ///
     /// TOKEN as for `complete` (- reads it from stdin), or --order and --step as for
-    /// `complete`. One conditional write through the callback queue's own handler; a
-    /// step's wait ends at most once.
+    /// `complete` (the reason is then also the timeline's note). One conditional write
+    /// (through the callback queue's own handler, by token; as an operator's act, by
+    /// hand); a step's wait ends at most once.
     Fail(callback::FailArgs),
     /// Tell a callback step its outside party is still working, by its token: the step's
     /// next heartbeat is due one heartbeat interval from now (never past its timeout).

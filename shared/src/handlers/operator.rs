@@ -51,7 +51,11 @@ pub async fn complete_as_operator(
     actor: Actor<'_>,
 ) -> Result<Operated, HandlerError> {
     let policy = settings.policy;
-    let what = if matches!(completion, Completion::Failure { .. }) { "fail" } else { "complete" };
+    let what = match completion {
+        Completion::Success { .. } => "complete",
+        Completion::Failure { .. } => "fail",
+        Completion::Heartbeat => "heartbeat",
+    };
     operated(deps, settings, order_id, what, actor, |task, wf, now| {
         let Some(index) = wf.steps.iter().position(|s| s.name == step) else {
             let why = format!("workflow {} v{} has no step {step}", wf.name, wf.version);

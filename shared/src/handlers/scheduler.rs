@@ -171,10 +171,40 @@ impl Scheduler {
                     }
                     Next::Write { decision, revision } => {
                         raise_alerts(deps, &decision).await?;
-                        let landed = deps.store.replace(&decision.next, revision).await? == Written::Applied;
-                        if !landed {
-                            deps.metrics.record(Metric::WriteConflict, 1);
-                        }
+                        let landed = match deps.store.replace(&decision.next, revision).await {
+                            Ok(written) => {
+                                if written != Written::Applied {
+                                    deps.metrics.record(Metric::WriteConflict, 1);
+                                }
+                                written == Written::Applied
+                            }
+                            // No answer (throttled, or lost on its way back): the record says
+                            // whether it landed. One that did goes on; a claim that did not
+                            // gives its place back now, rather than hold it until it lapses,
+                            // and the Schedule is sent again or redelivered as for any error.
+                            Err(e) => match deps.store.task(order_id).await {
+                                Ok(Some(stored)) if stored == decision.next => {
+                                    tracing::info!(error = %e, "write unanswered, and landed");
+                                    true
+                                }
+                                Ok(Some(_)) => {
+                                    tracing::info!(error = %e, "write unanswered, and not landed");
+                                    match run.next(Seen::Landed(false)) {
+                                        Next::Release { agent, holder } => {
+                                            gate::release(deps, settings, &self.turns, let_through, &agent, &holder, None)
+                                                .await
+                                        }
+                                        Next::Unclaim { agent, holder, ticket } => {
+                                            gate::unclaim(deps, settings, &self.turns, let_through, &agent, &holder, ticket)
+                                                .await
+                                        }
+                                        _ => {}
+                                    }
+                                    return Err(e.into());
+                                }
+                                _ => return Err(e.into()),
+                            },
+                        };
                         Seen::Landed(landed)
                     }
                     Next::Perform { decision, waited_ms } => {

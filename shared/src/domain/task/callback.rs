@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::draft::Draft;
-use super::operator::Actor;
+use super::operator::{Actor, Origin};
 use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
 use super::recovery::GiveUpReason;
@@ -143,6 +143,10 @@ impl Draft {
             Completion::Heartbeat => "heartbeat",
         };
         let refused = |why: String| Refusal::NotAllowed { act, state: self.state.as_str(), why };
+        // An app's word on a callback is its token: by hand is for operators only.
+        if actor.origin != Origin::Operator {
+            return Err(refused("only an operator completes a step without its token".into()));
+        }
         if let Some(seen) = actor.seen.filter(|seen| *seen != self.revision) {
             return Err(refused(format!(
                 "it changed since it was looked at (revision {seen}, now {}): look again",
@@ -164,7 +168,7 @@ impl Draft {
                 self.completed(cb, completion, now, wf, policy)
             }
             Some(cb) if cb.step == step => Err(refused(format!(
-                "the callback of step {} was due at {} and has failed",
+                "the callback of step {} was due at {} and is past due",
                 name(step),
                 cb.due().to_rfc3339()
             ))),
@@ -361,6 +365,12 @@ mod tests {
         assert!(refused(&t, 1, &Completion::Heartbeat, T0.plus_ms(100), None).contains("token"));
         assert!(refused(&t, 1, &done, T0.plus_ms(60_000), None).contains("was due"));
         assert!(refused(&t, 1, &done, T0.plus_ms(100), Some(t.revision + 1)).contains("changed"));
+        let app = Actor { origin: Origin::App { sender: None }, ..actor };
+        let r = t.complete_as_operator(1, &done, app, T0.plus_ms(100), &wf, &policy());
+        assert!(
+            matches!(r, Err(Refusal::NotAllowed { ref why, .. }) if why.contains("only an operator")),
+            "{r:?}"
+        );
         // Before the agent's answer that the work started: not yet.
         let (claimed, _) = claimed_approval(&wf, T0);
         assert!(refused(&claimed, 1, &done, T0.plus_ms(1), None).contains("not answered"));

@@ -50,6 +50,8 @@ pub struct Place {
     pub gate: String,
     pub limits: Limits,
     pub holder: String,
+    /// The attempt the holder names: the task's, or a stage branch's own.
+    pub attempt: u32,
     pub until: Timestamp,
     /// Under a per-key limit, the place in the order's key gate (`gate::key_gate_of`),
     /// taken first: a key's flood waits in its own line, not in the agent's.
@@ -91,9 +93,23 @@ pub fn place_of(
     let key = key_gate_of(agent, agent_limits, |k| task.order.key_value(k))
         .filter(|_| !crate::mutations::key_gate_skipped())
         .map(|(gate, limits)| {
-            Box::new(Place { gate, limits, holder: key_holder(&task.order_id, attempt), until, key: None })
+            Box::new(Place {
+                gate,
+                limits,
+                holder: key_holder(&task.order_id, attempt),
+                attempt,
+                until,
+                key: None,
+            })
         });
-    Some(Place { gate, limits, holder: call_holder(&task.order_id, attempt, &task.locked_by()?), until, key })
+    Some(Place {
+        gate,
+        limits,
+        holder: call_holder(&task.order_id, attempt, &task.locked_by()?),
+        attempt,
+        until,
+        key,
+    })
 }
 
 /// A place an agent's reply frees: whatever the fence says of the reply, the call it
@@ -620,7 +636,7 @@ impl<'w> Scheduling<'w> {
     ) -> Next {
         let ticket = match admission {
             Admission::Admitted => {
-                self.key_held = Some((key.gate, key.holder, decision.next.attempt));
+                self.key_held = Some((key.gate, key.holder, key.attempt));
                 return self.arrive_at_agent(read, decision, agent);
             }
             Admission::Queued { ticket } => ticket,
