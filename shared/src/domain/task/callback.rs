@@ -9,8 +9,7 @@
 use std::sync::Arc;
 
 use super::draft::Draft;
-use super::operator::{Actor, Origin};
-use super::outcome::{Cause, Effect, Policy, Refusal};
+use super::outcome::{Actor, Cause, Effect, Origin, Policy, Refusal};
 use super::record::Decision;
 use super::recovery::GiveUpReason;
 use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};

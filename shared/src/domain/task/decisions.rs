@@ -17,8 +17,7 @@
 
 use super::claim::Mint;
 use super::draft::Draft;
-use super::operator::{Actor, Origin};
-use super::outcome::{Act, Effect, Policy, Refusal, StaleReason};
+use super::outcome::{Act, Actor, Effect, Origin, Policy, Refusal, StaleReason};
 use super::record::{Decision, TaskRecord};
 use crate::domain::callback::{Awaiting, CallbackToken, Completion, CompletionRefused, TokenClaims};
 use crate::domain::ids::Timestamp;

@@ -13,7 +13,8 @@
 //! (`shared/tests/domain_layers.rs` holds them to it):
 //!
 //! 1. `branches.rs`: a parallel stage's branches as the record keeps them.
-//! 2. `outcome.rs`: the policy, causes, effects and refusals every decision shares.
+//! 2. `outcome.rs`: the policy, causes, effects and refusals every decision shares, and
+//!    who acts (an operator's or an app's `Actor`).
 //! 3. `phase.rs`: the phase, one enum: each state with exactly what it holds.
 //! 4. `record.rs`: the record (read-only outside the domain) and a decision's result.
 //! 5. `draft.rs`: a decision's flat working copy, the moves every decision shares, and
@@ -31,9 +32,9 @@
 //!    - `timer.rs`: a Schedule's decision (wake, sleep at a timer step, or claim), and
 //!      the supervisor's (wake or lapse).
 //!    - `callback.rs`: a callback step's agent started the work; the outside's
-//!      completion, failure or heartbeat through the step's token.
+//!      completion, failure or heartbeat through the step's token, or an operator's by hand.
 //!    - `operator.rs`: an operator's (or an app's) resubmit, compensate, cancel, pause and
-//!      resume, and who acts.
+//!      resume.
 //! 9. `decisions.rs`: the public decisions, one per message kind and operator act.
 //! 10. `scheduling.rs`: a Schedule handled whole (a limited agent's gate and the rounds
 //!     of lost races included), as a machine the scheduler drives without deciding.

@@ -32,36 +32,14 @@ use super::branches::Outcome;
 use super::draft::Draft;
 use super::outcome::{Act, Cause, Effect, Policy, Refusal};
 use super::record::Decision;
-use crate::domain::ids::{Sender, Timestamp};
+use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::OrderStatus;
 use crate::domain::workflow::{Action, Workflow};
 
-/// Who acts and why: both go into the task's timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Actor<'a> {
-    /// The caller's identity (an IAM ARN for `sasctl`; the orders queue for an app).
-    pub by: &'a str,
-    pub why: &'a str,
-    /// The revision the action was decided on, when the caller looked first (a bulk
-    /// action acts on what its listing showed): refused if the task moved since. The
-    /// same request sent twice then lands once, even if the task comes back to the same
-    /// state in between (a resubmit that failed again).
-    pub seen: Option<u64>,
-    pub origin: Origin<'a>,
-}
-
-/// Where an action comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin<'a> {
-    /// An operator through `sasctl tasks`: IAM decides who may run it, and it acts on
-    /// every task.
-    Operator,
-    /// An app's message on the orders queue, from `sender` (the principal of the
-    /// message's SQS `SenderId`; `None` when the message carried none): it acts only on
-    /// orders that sender submitted.
-    App { sender: Option<&'a Sender> },
-}
+// Who acts: with the decisions' shared vocabulary (`outcome.rs`), so every decision can
+// name its actor; kept here under its old path too.
+pub use super::outcome::{Actor, Origin};
 
 impl Draft {
     /// The operator's `act` on this task as read, or why it does not apply.
@@ -396,6 +374,7 @@ impl Draft {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::Sender;
     use crate::domain::task::Phase;
     use crate::domain::task::fixtures::*;
     use crate::domain::timeline::Happened;
