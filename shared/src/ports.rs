@@ -430,7 +430,7 @@ pub enum Metric {
     /// with no queue hop (`Scheduler::hand_over`).
     HandedOver,
     /// The state store throttled a Schedule's handling: the Schedule was sent again after
-    /// a backoff (`domain::THROTTLED_SCHEDULE`).
+    /// a backoff (`domain::retry::THROTTLED_SCHEDULE`).
     ScheduleThrottled,
 }
 

@@ -378,7 +378,8 @@ async fn a_request_redelivered_after_its_mark_does_not_call_and_the_supervisor_r
 #[tokio::test]
 async fn a_throttled_schedule_is_sent_again_after_a_backoff_not_redelivered() {
     use sas::adapters::embedded::EmbeddedStore;
-    use sas::domain::{MAX_THROTTLED_RESENDS, SchedulerMessage};
+    use sas::domain::SchedulerMessage;
+    use sas::domain::retry::MAX_THROTTLED_RESENDS;
     let mut h = Harness::new();
     h.store = std::sync::Arc::new(EmbeddedStore::with_capacity(h.clock.clone()));
     h.deps.store = h.store.clone();

@@ -483,7 +483,7 @@ pub enum SchedulerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn: Option<Turn>,
         /// How many times the scheduler sent this Schedule again because the state store
-        /// throttled its handling (`THROTTLED_SCHEDULE`).
+        /// throttled its handling (`retry::THROTTLED_SCHEDULE`).
         #[serde(default, skip_serializing_if = "is_zero")]
         throttled: u32,
     },
@@ -552,16 +552,6 @@ struct ScheduleFields {
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
-
-/// How a Schedule whose handling the state store throttled is sent again: after a backoff
-/// that doubles from 1 s to a minute, spread by jitter so a burst's Schedules do not all
-/// come back at once, at most `MAX_THROTTLED_RESENDS` times; after that it is left to the queue's
-/// redelivery, and its limit of receives.
-pub const THROTTLED_SCHEDULE: super::retry::Backoff =
-    super::retry::Backoff { base_ms: 1_000, cap_ms: 60_000 };
-
-/// The most times one Schedule is sent again for throttling (`THROTTLED_SCHEDULE`).
-pub const MAX_THROTTLED_RESENDS: u32 = 8;
 
 /// A ticket's turn at a limited agent's gate (`domain::gate`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,6 +21,15 @@ impl Backoff {
     }
 }
 
+/// How a Schedule whose handling the state store throttled is sent again: after a backoff
+/// that doubles from 1 s to a minute, spread by jitter so a burst's Schedules do not all
+/// come back at once, at most `MAX_THROTTLED_RESENDS` times; after that it is left to the
+/// queue's redelivery, and its limit of receives.
+pub const THROTTLED_SCHEDULE: Backoff = Backoff { base_ms: 1_000, cap_ms: 60_000 };
+
+/// The most times one Schedule is sent again for throttling (`THROTTLED_SCHEDULE`).
+pub const MAX_THROTTLED_RESENDS: u32 = 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,9 +6,10 @@ use tracing::Instrument;
 use super::{
     Deps, HandlerError, Inbound, Settings, Transition, gate, perform, raise_alerts, schedule, transition,
 };
+use crate::domain::retry::{MAX_THROTTLED_RESENDS, THROTTLED_SCHEDULE};
 use crate::domain::{
-    AgentReply, Done, Freed, MAX_THROTTLED_RESENDS, Next, OrderId, Refusal, SchedulerMessage, Scheduling,
-    Seen, THROTTLED_SCHEDULE, Trigger, Turn, freed_by,
+    AgentReply, Done, Freed, Next, OrderId, Refusal, SchedulerMessage, Scheduling, Seen, Trigger, Turn,
+    freed_by,
 };
 use crate::ports::{Metric, Outgoing, Written};
 
