@@ -13,7 +13,7 @@
 //! Text and JSON output: `render/` (its `mod.rs` lists its files), which depends on none
 //! of the commands: they pass it what they read, and the time.
 
-mod act;
+pub(crate) mod act;
 pub mod callback;
 mod list;
 pub(crate) mod render;
@@ -31,7 +31,7 @@ use sas::domain::{Definitions, OrderId, Policy, ProcessState};
 use crate::args::{duration, non_empty, whole};
 use crate::deployment::{Deployment, DeploymentArgs, DeploymentError, aws_reason};
 
-pub use list::{Selection, now};
+pub use list::{Selection, now, select};
 
 /// Read when --workflows is not given.
 pub const WORKFLOWS_VAR: &str = "SAS_WORKFLOWS";
