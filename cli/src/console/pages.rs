@@ -298,9 +298,10 @@ pub fn dry_run(
 ) -> String {
     let idq = query_value(id);
     let mut out = format!(
-        "<p class=\"dry-run {}\" id=\"dry-run-result\">{}</p><p>dry run: nothing changed.</p>",
+        "<p class=\"dry-run {}\" id=\"dry-run-result\">{}</p>{}",
         if told.applies { "would" } else { "refused" },
-        esc(&told.line)
+        esc(&told.line),
+        if told.line.contains("nothing changed") { "" } else { "<p>dry run: nothing changed.</p>" }
     );
     if told.applies {
         let from_step = match request.kind {
