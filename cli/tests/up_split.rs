@@ -7,7 +7,6 @@
 //! Without an endpoint the test prints a loud SKIPPED line and passes, except under CI=true.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +15,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use sasctl::remote_sim::{LoopbackRemote, RemoteFaults};
 
 mod support;
+#[allow(dead_code)]
+#[path = "support/up.rs"]
+mod up;
+use up::collect;
 
 const TEST: &str = "an_order_runs_with_dynamodb_at_its_own_endpoint";
 
@@ -27,17 +30,6 @@ fn endpoints() -> Option<(String, String)> {
     }
     let one = support::endpoint(TEST)?;
     Some((one.clone(), one))
-}
-
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let kept = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    lines
 }
 
 async fn wait_for(lines: &Arc<Mutex<Vec<String>>>, what: &str, within: Duration) {

@@ -113,14 +113,7 @@ impl Request {
         let revision = Some(task.revision);
         match self.kind {
             Kind::Act(act) => {
-                if render::workflow_of(&op.ctx.definitions, &task).is_none() {
-                    return Err(TasksError::UnknownWorkflow {
-                        id: id.to_owned(),
-                        workflow: task.workflow.clone(),
-                        version: task.workflow_version,
-                        file: op.ctx.definitions_from.clone(),
-                    });
-                }
+                op.ctx.workflow_of(&task)?;
                 let (applies, line, _) = preview(&op.ctx, act, &task, &self.reason, policy);
                 Ok(Told { applies, line, revision })
             }

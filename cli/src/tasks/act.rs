@@ -110,14 +110,7 @@ impl Operator {
         let Some(task) = self.ctx.task(&id).await? else {
             return Ok(Outcome::NoTask);
         };
-        if render::workflow_of(&self.ctx.definitions, &task).is_none() {
-            return Err(TasksError::UnknownWorkflow {
-                id: id.to_string(),
-                workflow: task.workflow.clone(),
-                version: task.workflow_version,
-                file: self.ctx.definitions_from.clone(),
-            });
-        }
+        self.ctx.workflow_of(&task)?;
         // The handler checks the reply_to again before each send and skips a refused
         // one; said here so the operator knows the order heard nothing.
         let no_status = task
@@ -368,14 +361,7 @@ async fn single_dry_run(act: Act, id: &str, args: &ActArgs, policy: Policy) -> R
         eprintln!("sasctl: no task {id} in table {}", ctx.table);
         return Ok(ExitCode::FAILURE);
     };
-    if render::workflow_of(&ctx.definitions, &task).is_none() {
-        return Err(TasksError::UnknownWorkflow {
-            id: id.to_owned(),
-            workflow: task.workflow.clone(),
-            version: task.workflow_version,
-            file: ctx.definitions_from.clone(),
-        });
-    }
+    ctx.workflow_of(&task)?;
     let (would, line, v) = preview(&ctx, act, &task, &args.reason, &policy);
     if args.common.json {
         println!("{v}");

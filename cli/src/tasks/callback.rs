@@ -294,14 +294,7 @@ impl ByHand<'_> {
         ctx: &'d Context,
         task: &TaskRecord,
     ) -> Result<&'d sas::domain::Workflow, TasksError> {
-        let Some(wf) = render::workflow_of(&ctx.definitions, task) else {
-            return Err(TasksError::UnknownWorkflow {
-                id: task.order_id.to_string(),
-                workflow: task.workflow.clone(),
-                version: task.workflow_version,
-                file: ctx.definitions_from.clone(),
-            });
-        };
+        let wf = ctx.workflow_of(task)?;
         if !wf.steps.iter().any(|s| s.name == self.step) {
             let names: Vec<&str> =
                 wf.steps.iter().filter(|s| s.is_callback()).map(|s| s.name.as_str()).collect();
@@ -437,15 +430,8 @@ async fn apply(
     let ctx = Context::connect(common).await?;
     // Read first, only to say clearly when these definitions cannot decide for the task
     // (the handler would only say it cannot); no task is the handler's refusal too.
-    if let Some(task) = ctx.task(&claims.order_id).await?
-        && render::workflow_of(&ctx.definitions, &task).is_none()
-    {
-        return Err(TasksError::UnknownWorkflow {
-            id: task.order_id.to_string(),
-            workflow: task.workflow.clone(),
-            version: task.workflow_version,
-            file: ctx.definitions_from.clone(),
-        });
+    if let Some(task) = ctx.task(&claims.order_id).await? {
+        ctx.workflow_of(&task)?;
     }
     let (deps, settings) = super::act::pipeline(&ctx, policy)?;
     let outcome = match complete(&deps, &settings, token.expose(), completion).await {

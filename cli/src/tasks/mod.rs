@@ -342,6 +342,17 @@ impl Context {
         TasksError::Store { table: self.table.clone(), reason: crate::endpoint::one_line(&e.to_string()) }
     }
 
+    /// The task's workflow in these definitions, or the error that asks for the file the
+    /// deployment runs.
+    pub fn workflow_of(&self, task: &sas::domain::TaskRecord) -> Result<&sas::domain::Workflow, TasksError> {
+        render::workflow_of(&self.definitions, task).ok_or_else(|| TasksError::UnknownWorkflow {
+            id: task.order_id.to_string(),
+            workflow: task.workflow.clone(),
+            version: task.workflow_version,
+            file: self.definitions_from.clone(),
+        })
+    }
+
     /// One task, read consistently.
     pub async fn task(&self, id: &OrderId) -> Result<Option<sas::domain::TaskRecord>, TasksError> {
         use sas::ports::StateStore as _;

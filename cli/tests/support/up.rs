@@ -20,7 +20,7 @@ pub struct Up {
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+pub fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let kept = lines.clone();
     std::thread::spawn(move || {
