@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the console's browser test (scripts/console-browser-test.py) needs:
+# Installs what the console's browser test (scripts/console-browser.py) needs:
 # Debian's chromium and chromium-driver, when missing. Non-interactive; runs apt-get update
 # first only if the install fails without it. Needs root (as CI runs), or sudo.
 set -euo pipefail
