@@ -288,15 +288,10 @@ async fn task(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response
     c.page(&format!("Task {id}"), "Tasks", Live::Yes, &body)
 }
 
-/// The form of an action, checked.
-fn request(c: &Console, body: &Bytes) -> Result<actions::Request, Response> {
-    actions::parse(&pairs(body)).map_err(|why| c.problem(StatusCode::BAD_REQUEST, &why))
-}
-
 async fn preview(State(c): State<Arc<Console>>, Path(id): Path<String>, body: Bytes) -> Response {
-    let request = match request(&c, &body) {
+    let request = match actions::parse(&pairs(&body)) {
         Ok(r) => r,
-        Err(response) => return response,
+        Err(why) => return c.problem(StatusCode::BAD_REQUEST, &why),
     };
     match request.dry_run(&c.op, &c.policy, &id).await {
         Ok(told) => c.page(
@@ -310,9 +305,9 @@ async fn preview(State(c): State<Arc<Console>>, Path(id): Path<String>, body: By
 }
 
 async fn act(State(c): State<Arc<Console>>, Path(id): Path<String>, body: Bytes) -> Response {
-    let request = match request(&c, &body) {
+    let request = match actions::parse(&pairs(&body)) {
         Ok(r) => r,
-        Err(response) => return response,
+        Err(why) => return c.problem(StatusCode::BAD_REQUEST, &why),
     };
     match request.perform(&c.op, &id).await {
         Ok(told) => {
