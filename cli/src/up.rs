@@ -365,7 +365,10 @@ impl Startup<'_> {
         lines.push("  sasctl tasks list --state processing; sasctl tasks show <order id>".to_owned());
         match self.console {
             Some(Ok(url)) => {
-                lines.push(format!("or in a browser (the web console; --no-console: none): {url}"))
+                lines.push(
+                    "or in a browser, the web console (the URL holds its token; --no-console: none):".into(),
+                );
+                lines.push(format!("  {url}"));
             }
             Some(Err(why)) => lines.push(format!("no web console: {why}")),
             None => {}

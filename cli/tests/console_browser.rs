@@ -71,9 +71,12 @@ async fn an_operator_completes_a_callback_from_the_console_in_a_browser() {
     std::fs::write(&workflows, waiting::DEFINITIONS).unwrap();
     let up = up::Up::start(&endpoint, &prefix, &workflows).await;
     let line = up
-        .wait_for_line(|l| l.contains("(the web console; --no-console: none): "), Duration::from_secs(5))
+        .wait_for_line(
+            |l| l.starts_with("  http://127.0.0.1:") && l.contains("/?token="),
+            Duration::from_secs(5),
+        )
         .await;
-    let url = line.rsplit(' ').next().unwrap().to_owned();
+    let url = line.trim().to_owned();
 
     let sdk = sasctl::endpoint::sdk_config(&endpoint).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);

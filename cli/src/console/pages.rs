@@ -93,8 +93,9 @@ fn text(v: &Value, key: &str) -> String {
     }
 }
 
-/// The state cell: the state, and what a waiting or queued task waits for.
-fn state_cell(task: &TaskRecord, v: &Value) -> String {
+/// The state cell: the state, and what a waiting or queued task waits for (as `tasks list`
+/// says it).
+fn state_cell(task: &TaskRecord, v: &Value, now: Timestamp) -> String {
     let mut cell = format!("<span class=\"state {0}\">{0}</span>", esc(task.state().as_str()));
     if let Some(at) = v["wake_at"].as_str() {
         cell.push_str(&format!(" timer until {}", esc(at)));
@@ -102,8 +103,8 @@ fn state_cell(task: &TaskRecord, v: &Value) -> String {
     if let Some(due) = v["callback_due"].as_str() {
         cell.push_str(&format!(" for a callback, due {}", esc(due)));
     }
-    if let Some(agent) = v["queued"]["agent"].as_str() {
-        cell.push_str(&format!(" in {}'s gate", esc(agent)));
+    if let Some(line) = crate::tasks::render::queued_line(task, now) {
+        cell.push_str(&format!(", {}", esc(&line)));
     }
     if let Some(at) = v["throttled_until"].as_str() {
         cell.push_str(&format!(" throttled until {}", esc(at)));
@@ -123,7 +124,7 @@ fn state_cell(task: &TaskRecord, v: &Value) -> String {
 }
 
 /// The listed tasks as a table, each id a link to its page.
-pub fn task_table(tasks: &[(&TaskRecord, Option<&Workflow>)]) -> String {
+pub fn task_table(tasks: &[(&TaskRecord, Option<&Workflow>)], now: Timestamp) -> String {
     if tasks.is_empty() {
         return "<p class=\"empty\">no task</p>".into();
     }
@@ -137,7 +138,7 @@ pub fn task_table(tasks: &[(&TaskRecord, Option<&Workflow>)]) -> String {
             "<tr data-order=\"{ide}\"><td><a href=\"/tasks/{idq}\">{ide}</a></td><td>{state}</td><td>{wf} v{ver}</td><td>{step} {name}</td><td>{fails}</td><td>{updated}</td><td>{error}</td></tr>",
             ide = esc(id),
             idq = query_value(id),
-            state = state_cell(task, &v),
+            state = state_cell(task, &v, now),
             wf = esc(&task.workflow),
             ver = task.workflow_version,
             step = task.step,

@@ -256,7 +256,7 @@ async fn tasks(State(c): State<Arc<Console>>, uri: Uri) -> Response {
     body.push_str(&format!(
         "<div id=\"live\"><p class=\"source\">Read: {}. Finished tasks (Processed, Compensated) are in no index a listing reads: look one up by its order id.</p>{}<p class=\"count\">{} task(s){}</p></div>",
         esc(&read),
-        pages::task_table(&with_wf),
+        pages::task_table(&with_wf, now()),
         with_wf.len(),
         if more { "; more may match: raise the limit" } else { "" }
     ));
