@@ -23,6 +23,16 @@ struct Span<'a> {
     end: Timestamp,
 }
 
+/// The timeline's length, as the axis says it: `850 ms`, `12.5 s`, `3.2 min`, `1.5 h`.
+fn length(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..120_000 => format!("{:.1} s", ms as f64 / 1e3),
+        120_000..7_200_000 => format!("{:.1} min", ms as f64 / 6e4),
+        _ => format!("{:.1} h", ms as f64 / 3.6e6),
+    }
+}
+
 fn class(entry: &Entry) -> &'static str {
     match entry.what {
         Happened::Submitted => "submitted",
@@ -76,7 +86,7 @@ pub fn svg(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp) -> String {
         "<text class=\"axis\" x=\"{LABEL_W}\" y=\"14\">{}</text><text class=\"axis\" x=\"{}\" y=\"14\" text-anchor=\"end\">+{}</text>",
         esc(&iso(start)),
         LABEL_W + PLOT_W,
-        esc(&crate::tasks::render::span(end.0 - start.0))
+        esc(&length(end.0 - start.0))
     ));
     for (r, step) in rows.iter().enumerate() {
         let y = TOP + r as u32 * ROW_H;
@@ -137,5 +147,9 @@ mod tests {
         let drawn = svg(&task, None, Timestamp(task.created_at.0 + 5_000));
         assert!(drawn.starts_with("<svg class=\"gantt\""), "{drawn}");
         assert_eq!(drawn.matches("<circle").count(), task.timeline.len(), "{drawn}");
+        assert_eq!(
+            [length(850), length(12_500), length(192_000), length(5_400_000 * 2)],
+            ["850 ms", "12.5 s", "3.2 min", "3.0 h"]
+        );
     }
 }

@@ -219,4 +219,22 @@ mod tests {
         assert_eq!(mark(&task, &wf, 0), Mark::Done);
         assert_eq!(mark(&task, &wf, 1), Mark::Current(ProcessState::Pending));
     }
+
+    #[test]
+    fn a_stage_is_one_column_and_timers_are_marked() {
+        let file = include_str!("../../../examples/parallel.json");
+        let definitions = sas::domain::Definitions::parse(file).unwrap();
+        let wf = definitions.workflows.get("parallel-order").unwrap();
+        let stage = wf.stage_of(0).expect("the first steps are a stage");
+        let cols = columns(wf);
+        assert_eq!(cols[0].1, stage.branches().collect::<Vec<_>>(), "the branches side by side");
+        assert_eq!(cols.len() as u32, wf.len() - stage.len + 1);
+        let task = crate::fixtures::task("o-1", ProcessState::Pending);
+        let drawn = svg(&task, wf);
+        assert!(drawn.contains(&format!("parallel: {}", stage.name)), "{drawn}");
+        let file = include_str!("../../../examples/cool-off.json");
+        let definitions = sas::domain::Definitions::parse(file).unwrap();
+        let drawn = svg(&task, definitions.workflows.get("cool-off").unwrap());
+        assert!(drawn.contains("⏱ cool-off"), "{drawn}");
+    }
 }
