@@ -123,105 +123,117 @@ fn state_cell(task: &TaskRecord, v: &Value, now: Timestamp) -> String {
     cell
 }
 
-/// The listed tasks as a table, each id a link to its page.
-pub fn task_table(tasks: &[(&TaskRecord, Option<&Workflow>)], now: Timestamp) -> String {
-    if tasks.is_empty() {
-        return "<p class=\"empty\">no task</p>".into();
+/// A table: its header (text), then each row's cells (HTML), with the `data-order` of the
+/// task a row is about; or `empty` when there is no row.
+fn table(class: &str, head: &[&str], rows: Vec<(Option<&str>, Vec<String>)>, empty: &str) -> String {
+    if rows.is_empty() {
+        return format!("<p class=\"empty\">{}</p>", esc(empty));
     }
-    let mut out = String::from(
-        "<table class=\"tasks\"><thead><tr><th>order id</th><th>state</th><th>workflow</th><th>step</th><th>failures</th><th>updated</th><th>last error</th></tr></thead><tbody>",
-    );
-    for (task, wf) in tasks {
-        let v = task_summary_json(task, *wf);
-        let id = task.order_id.as_str();
-        out.push_str(&format!(
-            "<tr data-order=\"{ide}\"><td><a href=\"/tasks/{idq}\">{ide}</a></td><td>{state}</td><td>{wf} v{ver}</td><td>{step} {name}</td><td>{fails}</td><td>{updated}</td><td>{error}</td></tr>",
-            ide = esc(id),
-            idq = query_value(id),
-            state = state_cell(task, &v, now),
-            wf = esc(&task.workflow),
-            ver = task.workflow_version,
-            step = task.step,
-            name = esc(&text(&v, "step_name")),
-            fails = task.failure_count,
-            updated = esc(&text(&v, "updated_at")),
-            error = esc(&crate::tasks::render::one_line(&text(&v, "last_error"), 120)),
-        ));
+    let head: String = head.iter().map(|h| format!("<th>{}</th>", esc(h))).collect();
+    let mut out = format!("<table class=\"{class}\"><thead><tr>{head}</tr></thead><tbody>");
+    for (order, cells) in rows {
+        let attr = order.map(|o| format!(" data-order=\"{}\"", esc(o))).unwrap_or_default();
+        let cells: String = cells.iter().map(|c| format!("<td>{c}</td>")).collect();
+        out.push_str(&format!("<tr{attr}>{cells}</tr>"));
     }
     out.push_str("</tbody></table>");
     out
+}
+
+/// A task's order id, as a link to its page.
+fn task_link(id: &str) -> String {
+    format!("<a href=\"/tasks/{}\">{}</a>", query_value(id), esc(id))
+}
+
+/// The listed tasks as a table, each id a link to its page.
+pub fn task_table(tasks: &[(&TaskRecord, Option<&Workflow>)], now: Timestamp) -> String {
+    let rows = tasks
+        .iter()
+        .map(|(task, wf)| {
+            let v = task_summary_json(task, *wf);
+            let id = task.order_id.as_str();
+            let cells = vec![
+                task_link(id),
+                state_cell(task, &v, now),
+                format!("{} v{}", esc(&task.workflow), task.workflow_version),
+                format!("{} {}", task.step, esc(&text(&v, "step_name"))),
+                task.failure_count.to_string(),
+                esc(&text(&v, "updated_at")),
+                esc(&crate::tasks::render::one_line(&text(&v, "last_error"), 120)),
+            ];
+            (Some(id), cells)
+        })
+        .collect();
+    let head = ["order id", "state", "workflow", "step", "failures", "updated", "last error"];
+    table("tasks", &head, rows, "no task")
+}
+
+/// What a waiting task waits for, when that is due, and its heartbeat.
+fn waits(task: &TaskRecord, now: Timestamp) -> (String, Timestamp, String) {
+    match (task.wake_at(), task.callback()) {
+        (Some(at), _) => ("a timer".to_owned(), at, "-".to_owned()),
+        (None, Some(cb)) => (
+            format!("a callback (times out {})", iso(cb.timeout_at)),
+            cb.due(),
+            match (cb.heartbeat_ms, cb.last_heartbeat) {
+                (Some(every), Some(last)) => format!("every {}, last {}", span(every), iso(last)),
+                (Some(every), None) => format!("every {}, none yet", span(every)),
+                (None, _) => "none asked".to_owned(),
+            },
+        ),
+        (None, None) => ("-".to_owned(), task.deadline().unwrap_or(now), "-".to_owned()),
+    }
 }
 
 /// The waiting tasks: each timer with its wake time, each callback with its due time and
 /// heartbeat.
 pub fn waiting_table(tasks: &[(&TaskRecord, Option<&Workflow>)], now: Timestamp) -> String {
-    if tasks.is_empty() {
-        return "<p class=\"empty\">no task waits</p>".into();
-    }
-    let mut out = String::from(
-        "<table class=\"waiting\"><thead><tr><th>order id</th><th>step</th><th>waits for</th><th>due</th><th>in</th><th>heartbeat</th></tr></thead><tbody>",
-    );
-    for (task, wf) in tasks {
-        let id = task.order_id.as_str();
-        let name = crate::tasks::render::step_name(*wf, task.step).unwrap_or_default();
-        let (what, due, beat) = match (task.wake_at(), task.callback()) {
-            (Some(at), _) => ("a timer".to_owned(), at, "-".to_owned()),
-            (None, Some(cb)) => (
-                format!("a callback (times out {})", iso(cb.timeout_at)),
-                cb.due(),
-                match (cb.heartbeat_ms, cb.last_heartbeat) {
-                    (Some(every), Some(last)) => format!("every {}, last {}", span(every), iso(last)),
-                    (Some(every), None) => format!("every {}, none yet", span(every)),
-                    (None, _) => "none asked".to_owned(),
-                },
-            ),
-            (None, None) => ("-".to_owned(), task.deadline().unwrap_or(now), "-".to_owned()),
-        };
-        let left = if due > now { span(due.0 - now.0 - (due.0 - now.0) % 1_000) } else { "passed".into() };
-        out.push_str(&format!(
-            "<tr data-order=\"{ide}\"><td><a href=\"/tasks/{idq}\">{ide}</a></td><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            task.step,
-            esc(&name),
-            esc(&what),
-            esc(&iso(due)),
-            esc(&left),
-            esc(&beat),
-            ide = esc(id),
-            idq = query_value(id),
-        ));
-    }
-    out.push_str("</tbody></table>");
-    out
+    let rows = tasks
+        .iter()
+        .map(|(task, wf)| {
+            let id = task.order_id.as_str();
+            let name = crate::tasks::render::step_name(*wf, task.step).unwrap_or_default();
+            let (what, due, beat) = waits(task, now);
+            let left =
+                if due > now { span(due.0 - now.0 - (due.0 - now.0) % 1_000) } else { "passed".into() };
+            let cells = vec![
+                task_link(id),
+                format!("{} {}", task.step, esc(&name)),
+                esc(&what),
+                esc(&iso(due)),
+                esc(&left),
+                esc(&beat),
+            ];
+            (Some(id), cells)
+        })
+        .collect();
+    table("waiting", &["order id", "step", "waits for", "due", "in", "heartbeat"], rows, "no task waits")
 }
 
 /// The limited agents, as `sasctl agents list` computes them.
 pub fn agents_table(seen: &[Seen], now: Timestamp) -> String {
-    if seen.is_empty() {
-        return "<p class=\"empty\">no agent of the definition file has limits (max_in_flight, max_per_second)</p>".into();
-    }
-    let mut out = String::from(
-        "<table class=\"agents\"><thead><tr><th>agent</th><th>max in flight</th><th>max per second</th><th>held</th><th>reserved</th><th>waiting</th><th>paused until</th></tr></thead><tbody>",
-    );
-    for s in seen {
-        let v = list_json(s, now);
-        let cell = |k: &str| match text(&v, k).as_str() {
-            "" => "-".to_owned(),
-            t => esc(t),
-        };
-        out.push_str(&format!(
-            "<tr><td><a href=\"/tasks?state=queued&amp;agent={q}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&s.agent),
-            cell("max_in_flight"),
-            cell("max_per_second"),
-            cell("held"),
-            cell("reserved"),
-            cell("waiting"),
-            cell("paused_until"),
-            q = query_value(&s.agent),
-        ));
-    }
-    out.push_str("</tbody></table>");
-    out
+    let rows = seen
+        .iter()
+        .map(|s| {
+            let v = list_json(s, now);
+            let link = format!(
+                "<a href=\"/tasks?state=queued&amp;agent={}\">{}</a>",
+                query_value(&s.agent),
+                esc(&s.agent)
+            );
+            let mut cells = vec![link];
+            for k in ["max_in_flight", "max_per_second", "held", "reserved", "waiting", "paused_until"] {
+                cells.push(match text(&v, k).as_str() {
+                    "" => "-".to_owned(),
+                    t => esc(t),
+                });
+            }
+            (None, cells)
+        })
+        .collect();
+    let head = ["agent", "max in flight", "max per second", "held", "reserved", "waiting", "paused until"];
+    let empty = "no agent of the definition file has limits (max_in_flight, max_per_second)";
+    table("agents", &head, rows, empty)
 }
 
 /// A task's page, the part read again while it is open: its graph, its timeline, its
@@ -343,28 +355,47 @@ pub fn acted(id: &str, told: &super::actions::Told) -> String {
 
 /// One DLQ's messages, as `sasctl dlq list` shows them (callback tokens redacted).
 pub fn dlq_table(messages: &[Value]) -> String {
-    if messages.is_empty() {
-        return "<p class=\"empty\">the DLQ holds no message</p>".into();
-    }
-    let mut out = String::from(
-        "<table class=\"dlq\"><thead><tr><th>message id</th><th>first seen</th><th>receives</th><th>reason (sas-reason)</th><th>kept from</th><th>body</th></tr></thead><tbody>",
-    );
-    for m in messages {
-        out.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-            esc(&text(m, "message_id")),
-            esc(&text(m, "first_seen")),
-            esc(&text(m, "receive_count")),
-            esc(&text(m, "reason")),
-            esc(&text(m, "kept_from")),
-            esc(&crate::tasks::render::one_line(&text(m, "body"), 300)),
-        ));
-    }
-    out.push_str("</tbody></table>");
-    out
+    let rows = messages
+        .iter()
+        .map(|m| {
+            let mut cells: Vec<String> = ["message_id", "first_seen", "receive_count", "reason", "kept_from"]
+                .iter()
+                .map(|k| esc(&text(m, k)))
+                .collect();
+            cells.push(format!(
+                "<code>{}</code>",
+                esc(&crate::tasks::render::one_line(&text(m, "body"), 300))
+            ));
+            (None, cells)
+        })
+        .collect();
+    let head = ["message id", "first seen", "receives", "reason (sas-reason)", "kept from", "body"];
+    table("dlq", &head, rows, "the DLQ holds no message")
 }
 
 /// An error page's body.
 pub fn problem(what: &str) -> String {
     format!("<p class=\"error\" id=\"problem\">{}</p><p><a href=\"/tasks\">tasks</a></p>", esc(what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sas::domain::ProcessState;
+
+    #[test]
+    fn tables_link_each_task_and_say_when_there_is_none() {
+        let t = crate::fixtures::task("o-1", ProcessState::Pending);
+        let now = Timestamp(t.created_at.0 + 1_000);
+        let listed = task_table(&[(&t, None)], now);
+        assert!(
+            listed.contains("<tr data-order=\"o-1\"><td><a href=\"/tasks/o-1\">o-1</a></td>"),
+            "{listed}"
+        );
+        assert!(listed.contains("<span class=\"state Pending\">Pending</span>"), "{listed}");
+        assert_eq!(task_table(&[], now), "<p class=\"empty\">no task</p>");
+        assert_eq!(waiting_table(&[], now), "<p class=\"empty\">no task waits</p>");
+        let kept = serde_json::json!({"message_id": "m-1", "reason": "<bad>", "body": "{}"});
+        assert!(dlq_table(&[kept]).contains("<td>&lt;bad&gt;</td>"));
+    }
 }
