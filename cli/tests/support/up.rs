@@ -40,11 +40,17 @@ impl Up {
 
     /// [`Up::start`] with these variables set (the functions' tuning, e.g. STEP_TIMEOUT_MS).
     pub async fn start_with(endpoint: &str, prefix: &str, workflows: &Path, vars: &[(&str, &str)]) -> Up {
+        let workflows = workflows.to_str().expect("a UTF-8 path");
+        Up::start_args(endpoint, prefix, &["--workflows", workflows], vars).await
+    }
+
+    /// `sasctl up` on `prefix` with more arguments `args` and variables `vars`, waited for
+    /// (bounded) until it says it is running.
+    pub async fn start_args(endpoint: &str, prefix: &str, args: &[&str], vars: &[(&str, &str)]) -> Up {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sasctl"))
             .envs(vars.iter().copied())
             .args(["up", "--endpoint-url", endpoint, "--prefix", prefix, "--supervisor-period-ms", "1000"])
-            .arg("--workflows")
-            .arg(workflows)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -60,7 +66,7 @@ impl Up {
         self.stdout.lock().unwrap().join("\n")
     }
 
-    fn stderr(&self) -> String {
+    pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().join("\n")
     }
 
