@@ -92,6 +92,10 @@ async fn the_console_shows_a_waiting_task_and_completes_its_callback_by_hand() {
     let r = post("/tasks/web-1/act", form(&act)).await.unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
 
+    // The URL printed is the task list itself (no redirect that would lose the token).
+    let r = get(&format!("/?token={token}")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains("<nav class=\"tabs\">"));
     // The token in the query sets the cookie; the cookie alone then serves a GET.
     let r = get(&format!("/tasks?state=waiting&token={token}")).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);

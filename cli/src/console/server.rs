@@ -156,7 +156,9 @@ async fn guard(State(c): State<Arc<Console>>, req: Request, next: Next) -> Respo
 /// Serves until Ctrl-C or SIGTERM.
 pub async fn serve(listener: tokio::net::TcpListener, console: Arc<Console>) -> std::io::Result<()> {
     let app = Router::new()
-        .route("/", get(|| async { axum::response::Redirect::to("/tasks") }))
+        // The URL printed: the task list itself (a redirect would lose the token for a
+        // client without cookies, such as curl).
+        .route("/", get(tasks))
         .route("/tasks", get(tasks))
         .route("/tasks/{id}", get(task))
         .route("/tasks/{id}/preview", post(preview))
