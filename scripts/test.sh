@@ -18,6 +18,12 @@ mkdir -p "${CARGO_TARGET_DIR:-target}"
 localstack_install_log="${CARGO_TARGET_DIR:-target}/localstack-install.log"
 infra/localstack.sh install >"$localstack_install_log" 2>&1 &
 localstack_install=$!
+# So do Debian's chromium and chromium-driver for the web console's browser test (apt;
+# a no-op once installed), and Selenium into .venv-tools/browser (hash-pinned,
+# scripts/requirements-browser.txt).
+browser_install_log="${CARGO_TARGET_DIR:-target}/browser-install.log"
+{ scripts/browser-deps.sh && scripts/browser-venv.sh; } >"$browser_install_log" 2>&1 &
+browser_install=$!
 
 step "build (workspace, all targets)"
 # One build serves every step below: each crate is compiled once. Its `sas` carries the
@@ -39,6 +45,16 @@ step "tests: unit, handler, conformance (embedded + moto), end to end over moto 
 # with-moto.sh starts moto on loopback (one request at a time), exports its endpoint,
 # runs the command and stops moto. With CI=true, emulator-backed tests never skip.
 infra/with-moto.sh cargo test --locked --workspace
+
+step "web console in a browser: sasctl up over moto, headless Chromium completes a callback from the page (screenshots: ${CARGO_TARGET_DIR:-target}/console-screenshots)"
+# cli/tests/console_browser.rs, ignored by the step above; with CI=true a missing browser fails it.
+if ! wait "$browser_install"; then
+    cat "$browser_install_log" >&2
+    echo "scripts/browser-deps.sh or scripts/browser-venv.sh failed (the output is above)" >&2
+    exit 1
+fi
+SAS_BROWSER_PYTHON="$(scripts/browser-venv.sh)" \
+    infra/with-moto.sh cargo test --locked -p sasctl --test console_browser -- --ignored
 
 step "tests: conformance, the four functions under cargo lambda watch, and sasctl up, on LocalStack + DynamoDB Local"
 # The same two suites on the emulators users run: Amazon's DynamoDB Local for the state

@@ -2,13 +2,15 @@
 //! report; `bench`, the benchmarks of docs/BENCHMARKS.md; `workflows`, checking a
 //! definition file; `dlq`, reading and redriving a deployment's dead-letter queues
 //! (finding the deployment: `deployment`); `tasks`, listing, showing and acting on a
-//! deployment's tasks; `agents`, the limited agents' gates.
+//! deployment's tasks; `agents`, the limited agents' gates; `console`, a local web page
+//! over all of them.
 
 pub mod agent_fault;
 pub mod agents;
 pub mod args;
 pub mod aws_stub;
 pub mod bench;
+pub mod console;
 pub mod deployment;
 pub mod dev;
 pub mod dev_command;

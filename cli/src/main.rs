@@ -62,6 +62,21 @@ enum Command {
     /// the tickets waiting and any Retry-After pause, for all of them or one.
     #[command(subcommand)]
     Agents(sasctl::agents::AgentsCommand),
+    /// A local web console over a deployment: its tasks by state, each task's workflow
+    /// drawn with its steps' outcomes and its timeline, the waiting tasks, the limited
+    /// agents and the DLQs, and the operator actions with a dry run first.
+    ///
+    /// Takes the flags and environment of `sasctl tasks` (--stack or --prefix,
+    /// --endpoint-url, --workflows, ...), reads what `tasks list|show`, `agents list` and
+    /// `dlq list` read, and acts as `tasks resubmit|compensate|cancel|pause|resume` and
+    /// `tasks complete|fail --order --step` do: each action needs a reason and is recorded
+    /// with your caller identity. Listens on 127.0.0.1 only (--port, default a free one)
+    /// and prints the URL, http://127.0.0.1:PORT/?token=..., with --json as {"url": ...}:
+    /// every request must carry that token (the first visit sets a cookie; an action's
+    /// form carries it), anything else is 403. A page reads the deployment only when it is
+    /// asked for; an open page asks again every 2 s while it is visible. A DLQ is read
+    /// (received, as `dlq list` does) only when its page is opened. Ctrl-C stops it.
+    Console(sasctl::console::ConsoleArgs),
 }
 
 #[derive(Subcommand)]
@@ -149,6 +164,7 @@ async fn main() -> ExitCode {
         }
         Command::Tasks(command) => sasctl::tasks::run(command).await.map_err(|e| e.to_string()),
         Command::Agents(command) => sasctl::agents::run(command).await.map_err(|e| e.to_string()),
+        Command::Console(args) => sasctl::console::run_command(args).await.map_err(|e| e.to_string()),
         Command::Workflows(WorkflowsCommand::Schema) => {
             println!("{}", sasctl::workflows::schema());
             Ok(ExitCode::SUCCESS)

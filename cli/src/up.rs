@@ -10,6 +10,7 @@
 //! second event source, the callback queue, is pumped into the callback handler with the
 //! callback DLQ, as the deployed scheduler routes that queue's records.
 
+mod console;
 mod events;
 
 use std::collections::BTreeMap;
@@ -91,6 +92,8 @@ pub struct UpOptions {
     /// How long one receive waits (`RECEIVE_WAIT_MS` unless a benchmark says otherwise).
     pub receive_wait_ms: u64,
     pub json: bool,
+    /// Start `sasctl console` beside the functions and print its URL (`up/console.rs`).
+    pub console: bool,
 }
 
 impl UpOptions {
@@ -280,6 +283,8 @@ struct Startup<'a> {
     definitions: &'a Definitions,
     targets: &'a [String],
     step_timeout_ms: u64,
+    /// The console's URL, or why it did not start; `None` with --no-console.
+    console: Option<Result<&'a str, &'a str>>,
 }
 
 impl Startup<'_> {
@@ -311,6 +316,7 @@ impl Startup<'_> {
                     "windows": o.windows,
                     "send_example": example,
                     "exports": o.exports().into_iter().collect::<BTreeMap<_, _>>(),
+                    "console": self.console.and_then(Result::ok),
                 }),
             );
             return;
@@ -357,6 +363,16 @@ impl Startup<'_> {
         );
         lines.push(format!("  export {}", exports.join(" ")));
         lines.push("  sasctl tasks list --state processing; sasctl tasks show <order id>".to_owned());
+        match self.console {
+            Some(Ok(url)) => {
+                lines.push(
+                    "or in a browser, the web console (the URL holds its token; --no-console: none):".into(),
+                );
+                lines.push(format!("  {url}"));
+            }
+            Some(Err(why)) => lines.push(format!("no web console: {why}")),
+            None => {}
+        }
         lines.push("running; Ctrl-C stops (the resources stay)".to_owned());
         let mut out = std::io::stdout().lock();
         for line in lines {
@@ -413,6 +429,10 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| UpError::Signals(e.to_string()))?;
 
     let events = Arc::new(EventLog::new(options.json).with_workflows(ready.definitions.workflows.clone()));
+    let console = match options.console {
+        true => Some(console::start(&options.exports()).await),
+        false => None,
+    };
     Startup {
         options: &options,
         provisioned: &ready.provisioned,
@@ -420,6 +440,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
         definitions: &ready.definitions,
         targets: &ready.targets,
         step_timeout_ms: configs.scheduler.state.policy.step_timeout_ms,
+        console: console.as_ref().map(|c| c.as_ref().map(|c| c.url.as_str()).map_err(String::as_str)),
     }
     .print(&events);
 

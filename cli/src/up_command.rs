@@ -92,6 +92,11 @@ pub struct UpArgs {
     /// One JSON object per line (the startup block, each event, the summary).
     #[arg(long)]
     pub json: bool,
+    /// Do not start the web console. Without this, `up` starts `sasctl console` over its
+    /// resources (on 127.0.0.1, a free port) and prints its URL, token included, in the
+    /// startup block (with --json, the ready event's "console").
+    #[arg(long)]
+    pub no_console: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -209,6 +214,7 @@ pub async fn run_command(args: UpArgs) -> Result<ExitCode, String> {
         windows: args.windows,
         receive_wait_ms: crate::up::RECEIVE_WAIT_MS,
         json,
+        console: !args.no_console,
     };
     let stopped = crate::up::run(options).await.map_err(|e| e.to_string())?;
     if json {

@@ -5,9 +5,7 @@
 //! SKIPPED line and passes, except under CI=true (`support::endpoint`).
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +17,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 
 mod support;
+#[path = "support/up.rs"]
+mod up;
+use up::Up;
 
 /// The order ids the test's service refuses (HTTP 422) start with this.
 const REFUSED: &str = "refuse-";
@@ -91,111 +92,6 @@ fn definitions_file(url: &str) -> PathBuf {
     });
     std::fs::write(&path, text.to_string()).unwrap();
     path
-}
-
-/// A running `sasctl up`, its output collected as it comes. Start one with
-/// [`Up::start`], wait for what it prints, stop it with [`Up::interrupt`] and
-/// [`Up::finish`]. Tests that run other commands against the same resources while
-/// it runs (or between two runs) take the prefix and endpoint from here.
-pub struct Up {
-    child: Child,
-    pub endpoint: String,
-    pub prefix: String,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let kept = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    lines
-}
-
-impl Up {
-    /// Starts `sasctl up` on `prefix` with `workflows`, and waits (bounded) until it says
-    /// it is running.
-    pub async fn start(endpoint: &str, prefix: &str, workflows: &Path) -> Up {
-        Up::start_with(endpoint, prefix, workflows, &[]).await
-    }
-
-    /// [`Up::start`] with these variables set (the functions' tuning, e.g. STEP_TIMEOUT_MS).
-    pub async fn start_with(endpoint: &str, prefix: &str, workflows: &Path, vars: &[(&str, &str)]) -> Up {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sasctl"))
-            .envs(vars.iter().copied())
-            .args(["up", "--endpoint-url", endpoint, "--prefix", prefix, "--supervisor-period-ms", "1000"])
-            .arg("--workflows")
-            .arg(workflows)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sasctl runs");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        let up = Up { child, endpoint: endpoint.to_owned(), prefix: prefix.to_owned(), stdout, stderr };
-        up.wait_for_line(|l| l.starts_with("running; Ctrl-C stops"), Duration::from_secs(90)).await;
-        up
-    }
-
-    pub fn stdout(&self) -> String {
-        self.stdout.lock().unwrap().join("\n")
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-
-    /// The first line of stdout that `matches`, waiting for it up to `within`.
-    pub async fn wait_for_line(&self, matches: impl Fn(&str) -> bool, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(line) = self.stdout.lock().unwrap().iter().find(|l| matches(l)) {
-                return line.clone();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no such line within {within:?}.\nstdout:\n{}\nstderr:\n{}",
-                self.stdout(),
-                self.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Sends SIGINT, as Ctrl-C does.
-    pub fn interrupt(&self) {
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: a plain kill(2) of our own child, which has not been reaped yet.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0, "SIGINT sent");
-    }
-
-    /// Waits (bounded) for the process to exit; its status, stdout and stderr.
-    pub async fn finish(mut self, within: Duration) -> (ExitStatus, String, String) {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // The reader threads see end of file once the process is gone.
-                let drained = Instant::now() + Duration::from_secs(5);
-                while Instant::now() < drained && !self.stdout().contains("\nstopped: ") {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                return (status, self.stdout(), self.stderr());
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                panic!(
-                    "sasctl up still running {within:?} after SIGINT.\nstdout:\n{}\nstderr:\n{}",
-                    self.stdout(),
-                    self.stderr()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
 }
 
 /// The plain SDK's view of the test's resources.

@@ -7,15 +7,16 @@
 //! Without an endpoint the test prints a loud SKIPPED line and passes, except under CI=true.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use sasctl::remote_sim::{LoopbackRemote, RemoteFaults};
 
 mod support;
+#[allow(dead_code)]
+#[path = "support/up.rs"]
+mod up;
+use up::Up;
 
 const TEST: &str = "an_order_runs_with_dynamodb_at_its_own_endpoint";
 
@@ -29,52 +30,15 @@ fn endpoints() -> Option<(String, String)> {
     Some((one.clone(), one))
 }
 
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let kept = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            kept.lock().unwrap().push(line);
-        }
-    });
-    lines
-}
-
-async fn wait_for(lines: &Arc<Mutex<Vec<String>>>, what: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    while !lines.lock().unwrap().iter().any(|l| l.contains(what)) {
-        assert!(
-            Instant::now() < deadline,
-            "no line with {what:?} within {within:?}: {:#?}",
-            lines.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_runs_with_dynamodb_at_its_own_endpoint() {
     let Some((endpoint, dynamodb_endpoint)) = endpoints() else { return };
     let remote = LoopbackRemote::start(RemoteFaults::default(), BTreeMap::new(), 5).await.expect("remote");
     let prefix = format!("t-split-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sasctl"))
-        .args(["up", "--endpoint-url", &endpoint, "--dynamodb-endpoint-url", &dynamodb_endpoint])
-        .args([
-            "--prefix",
-            &prefix,
-            "--supervisor-period-ms",
-            "1000",
-            "--remote-service-url",
-            &remote.base_url(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sasctl runs");
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
-    wait_for(&stdout, "running; Ctrl-C stops", Duration::from_secs(90)).await;
-    let startup = stdout.lock().unwrap().join("\n");
+    let remote_url = remote.base_url();
+    let args = ["--dynamodb-endpoint-url", &dynamodb_endpoint, "--remote-service-url", &remote_url];
+    let up = Up::start_args(&endpoint, &prefix, &args, &[]).await;
+    let startup = up.stdout();
     assert!(
         startup.contains(&format!(
             "against {endpoint} (DynamoDB at {dynamodb_endpoint}), prefix {prefix} (all 11 created)"
@@ -121,33 +85,20 @@ async fn an_order_runs_with_dynamodb_at_its_own_endpoint() {
         assert!(
             Instant::now() < deadline,
             "split-1 is {state:?} after 90 s\nstdout:\n{}\nstderr:\n{}",
-            stdout.lock().unwrap().join("\n"),
-            stderr.lock().unwrap().join("\n")
+            up.stdout(),
+            up.stderr()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // SAFETY: a plain kill(2) of our own child, which has not been reaped yet.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0, "SIGINT sent");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("sasctl up still running 30 s after SIGINT");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(status.code(), Some(0), "stderr:\n{}", stderr.lock().unwrap().join("\n"));
-    wait_for(&stdout, "stopped: 1 accepted, 1 processed", Duration::from_secs(5)).await;
-    wait_for(
-        &stdout,
-        &format!("--dynamodb-endpoint-url {dynamodb_endpoint} --prefix {prefix}"),
-        Duration::from_secs(5),
-    )
-    .await;
+    up.interrupt();
+    let (status, stdout, stderr) = up.finish(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
+    assert!(stdout.contains("stopped: 1 accepted, 1 processed"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("--dynamodb-endpoint-url {dynamodb_endpoint} --prefix {prefix}")),
+        "{stdout}"
+    );
 
     let clients = sas::adapters::aws::Clients { dynamodb, sqs, sns: aws_sdk_sns::Client::new(&sdk) };
     let layout = sas::adapters::aws::provision::Layout::standard(&prefix);

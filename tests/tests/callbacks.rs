@@ -62,6 +62,7 @@ async fn a_callback_step_waits_and_is_completed_through_the_callback_queue() {
         windows: Windows::default(),
         receive_wait_ms: 500,
         json: false,
+        console: false,
     };
     let ready = up::prepare(&options).await.unwrap_or_else(|e| panic!("up at {endpoint}: {e}"));
     let (stop, stopped) = watch::channel(false);

@@ -135,13 +135,20 @@ async fn first_in_line(ctx: &Context, gate: &Gate) -> Result<Option<FirstInLine>
     Ok(None)
 }
 
-async fn list(args: &AgentsArgs) -> Result<ExitCode, TasksError> {
-    let ctx = Context::connect(&args.common()).await?;
+/// Every agent with limits and its gates, as `list` shows them (one consistent read of
+/// each gate; `sasctl console` shows the same).
+pub async fn seen_all(ctx: &Context) -> Result<Vec<Seen>, TasksError> {
     let mut seen = Vec::new();
     for (agent, limits) in limited(&ctx.definitions) {
-        let gates = gates(&ctx, &agent, &limits).await?;
+        let gates = gates(ctx, &agent, &limits).await?;
         seen.push(Seen { agent, limits, gates, first: None });
     }
+    Ok(seen)
+}
+
+async fn list(args: &AgentsArgs) -> Result<ExitCode, TasksError> {
+    let ctx = Context::connect(&args.common()).await?;
+    let seen = seen_all(&ctx).await?;
     let now = crate::tasks::now();
     if args.json {
         let all: Vec<_> = seen.iter().map(|s| render::list_json(s, now)).collect();

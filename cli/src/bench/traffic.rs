@@ -154,6 +154,7 @@ impl Running {
             windows,
             receive_wait_ms: POLL_WAIT_MS,
             json: false,
+            console: false,
         };
         let ready = up::prepare(&options).await.map_err(|e| e.to_string())?;
         let events = Arc::new(EventLog::quiet());

@@ -6,7 +6,7 @@ use crate::text::{iso_ms as time, one_line as preview, redact_token};
 impl DlqMessage {
     /// The message as printed: a callback message's token redacted (the callback DLQ's
     /// bodies carry tokens, which complete steps; a redrive moves them whole).
-    pub(super) fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("a kept message serializes");
         v["first_seen"] = self.first_seen_ms.map(time).into();
         v["body"] = redact_token(&self.body).into();

@@ -21,12 +21,13 @@ use super::list::{now, select};
 use super::{ActArgs, Context, StateArg, TasksError, order_id, policy, render};
 use crate::deployment::WorkQueue;
 
-/// The ports and settings an action runs with, and who acts.
-struct Operator {
-    ctx: Context,
-    deps: Deps,
-    settings: Settings,
-    by: String,
+/// The ports and settings an action runs with, and who acts (`sasctl console` holds one
+/// for its whole run: cli/src/console/actions.rs).
+pub(crate) struct Operator {
+    pub(crate) ctx: Context,
+    pub(crate) deps: Deps,
+    pub(crate) settings: Settings,
+    pub(crate) by: String,
 }
 
 /// Stands in for the alert topic when the deployment's cannot be found: no operator
@@ -90,7 +91,7 @@ pub(super) fn pipeline(ctx: &Context, policy: Policy) -> Result<(Deps, Settings)
 }
 
 impl Operator {
-    async fn new(ctx: Context, policy: Policy) -> Result<Operator, TasksError> {
+    pub(crate) async fn new(ctx: Context, policy: Policy) -> Result<Operator, TasksError> {
         let by = ctx.deployment.caller_identity().await?;
         let (deps, settings) = pipeline(&ctx, policy)?;
         Ok(Operator { ctx, deps, settings, by })
@@ -98,19 +99,18 @@ impl Operator {
 
     /// Carries out `act` on task `id`: the outcome, or why it could not be tried.
     /// `seen`: the revision a listing showed, for a bulk action (refused if it moved).
-    async fn act(&self, id: &str, act: Act, why: &str, seen: Option<u64>) -> Result<Outcome, TasksError> {
+    pub(crate) async fn act(
+        &self,
+        id: &str,
+        act: Act,
+        why: &str,
+        seen: Option<u64>,
+    ) -> Result<Outcome, TasksError> {
         let id = order_id(id)?;
         let Some(task) = self.ctx.task(&id).await? else {
             return Ok(Outcome::NoTask);
         };
-        if render::workflow_of(&self.ctx.definitions, &task).is_none() {
-            return Err(TasksError::UnknownWorkflow {
-                id: id.to_string(),
-                workflow: task.workflow.clone(),
-                version: task.workflow_version,
-                file: self.ctx.definitions_from.clone(),
-            });
-        }
+        self.ctx.workflow_of(&task)?;
         // The handler checks the reply_to again before each send and skips a refused
         // one; said here so the operator knows the order heard nothing.
         let no_status = task
@@ -132,7 +132,7 @@ impl Operator {
 
 /// What one action came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     /// `no_status`: why the order's reply_to was told nothing, if it has one it may not be told.
     Applied {
         before: ProcessState,
@@ -146,7 +146,7 @@ enum Outcome {
 }
 
 impl Outcome {
-    fn line(&self, id: &str, by: &str, why: &str) -> String {
+    pub(crate) fn line(&self, id: &str, by: &str, why: &str) -> String {
         match self {
             Outcome::Applied { before, after, trigger, no_status } => format!(
                 "{id}: {} -> {} ({trigger}), by {by}, why {}{}",
@@ -161,7 +161,7 @@ impl Outcome {
         }
     }
 
-    fn json(&self, id: &str, act: Act, by: &str, why: &str) -> Value {
+    pub(crate) fn json(&self, id: &str, act: Act, by: &str, why: &str) -> Value {
         let mut v = json!({"id": id, "act": act.as_str(), "by": by, "why": why});
         match self {
             Outcome::Applied { before, after, trigger, no_status } => {
@@ -314,7 +314,13 @@ async fn bulk(act: Act, state: StateArg, args: &ActArgs, policy: Policy) -> Resu
 
 /// What `act` would do to `task`, decided on the record as read, changing nothing: whether
 /// it would apply, a line for people and an object for --json.
-fn preview(ctx: &Context, act: Act, task: &TaskRecord, why: &str, policy: &Policy) -> (bool, String, Value) {
+pub(crate) fn preview(
+    ctx: &Context,
+    act: Act,
+    task: &TaskRecord,
+    why: &str,
+    policy: &Policy,
+) -> (bool, String, Value) {
     let id = task.order_id.as_str();
     let actor = Actor { by: "(dry run)", why, seen: None, origin: Origin::Operator };
     let decided = match render::workflow_of(&ctx.definitions, task) {
@@ -355,14 +361,7 @@ async fn single_dry_run(act: Act, id: &str, args: &ActArgs, policy: Policy) -> R
         eprintln!("sasctl: no task {id} in table {}", ctx.table);
         return Ok(ExitCode::FAILURE);
     };
-    if render::workflow_of(&ctx.definitions, &task).is_none() {
-        return Err(TasksError::UnknownWorkflow {
-            id: id.to_owned(),
-            workflow: task.workflow.clone(),
-            version: task.workflow_version,
-            file: ctx.definitions_from.clone(),
-        });
-    }
+    ctx.workflow_of(&task)?;
     let (would, line, v) = preview(&ctx, act, &task, &args.reason, &policy);
     if args.common.json {
         println!("{v}");

@@ -248,7 +248,7 @@ pub enum CompletionOf<'a> {
 }
 
 impl CompletionOf<'_> {
-    fn completion(self) -> Result<Completion, TasksError> {
+    pub(crate) fn completion(self) -> Result<Completion, TasksError> {
         Ok(match self {
             CompletionOf::Success { output, file } => {
                 Completion::Success { output: output_of(output, file)? }
@@ -260,13 +260,14 @@ impl CompletionOf<'_> {
 }
 
 /// `complete` or `fail` by hand: the operator's word on the callback step `step` of
-/// `order`, without its token (`sas::handlers::complete_as_operator`).
-struct ByHand<'a> {
-    verb: Verb,
-    order: &'a str,
-    step: &'a str,
-    why: &'a str,
-    dry_run: bool,
+/// `order`, without its token (`sas::handlers::complete_as_operator`). `sasctl console`
+/// runs the same three parts (cli/src/console/actions.rs).
+pub(crate) struct ByHand<'a> {
+    pub(crate) verb: Verb,
+    pub(crate) order: &'a str,
+    pub(crate) step: &'a str,
+    pub(crate) why: &'a str,
+    pub(crate) dry_run: bool,
 }
 
 impl ByHand<'_> {
@@ -277,14 +278,23 @@ impl ByHand<'_> {
         let Some(task) = ctx.task(&id).await? else {
             return self.told(common, &Err(format!("no task {id}")));
         };
-        let Some(wf) = render::workflow_of(&ctx.definitions, &task) else {
-            return Err(TasksError::UnknownWorkflow {
-                id: id.to_string(),
-                workflow: task.workflow.clone(),
-                version: task.workflow_version,
-                file: ctx.definitions_from.clone(),
-            });
-        };
+        let wf = self.workflow(&ctx, &task)?;
+        if self.dry_run {
+            return self.told(common, &self.preview(&task, wf, completion, &policy));
+        }
+        let by = ctx.deployment.caller_identity().await?;
+        let (deps, settings) = super::act::pipeline(&ctx, policy)?;
+        let told = self.apply(&ctx, &deps, &settings, &by, completion).await?;
+        self.told(common, &told)
+    }
+
+    /// The task's workflow, which must have the step named (bad input otherwise).
+    pub(crate) fn workflow<'d>(
+        &self,
+        ctx: &'d Context,
+        task: &TaskRecord,
+    ) -> Result<&'d sas::domain::Workflow, TasksError> {
+        let wf = ctx.workflow_of(task)?;
         if !wf.steps.iter().any(|s| s.name == self.step) {
             let names: Vec<&str> =
                 wf.steps.iter().filter(|s| s.is_callback()).map(|s| s.name.as_str()).collect();
@@ -296,20 +306,42 @@ impl ByHand<'_> {
                 if names.is_empty() { "none".to_owned() } else { names.join(", ") }
             )));
         }
-        if self.dry_run {
-            let actor = Actor { by: "(dry run)", why: self.why, seen: None, origin: Origin::Operator };
-            let index = wf.steps.iter().position(|s| s.name == self.step).unwrap_or_default() as u32;
-            let decided = task.complete_as_operator(index, completion, actor, super::now(), wf, &policy);
-            let seen = decided
-                .map(|d| (task.state().as_str(), d.next.state().as_str(), d.trigger.as_str()))
-                .map_err(|r| r.to_string());
-            return self
-                .told(common, &seen.map(|(from, to, trigger)| Told::WouldApply { from, to, trigger }));
-        }
-        let by = ctx.deployment.caller_identity().await?;
-        let (deps, settings) = super::act::pipeline(&ctx, policy)?;
-        let actor = Actor { by: &by, why: self.why, seen: None, origin: Origin::Operator };
-        let told = match complete_as_operator(&deps, &settings, &id, self.step, completion, actor).await {
+        Ok(wf)
+    }
+
+    /// The dry run: the decision on the record as read, written nowhere.
+    pub(crate) fn preview(
+        &self,
+        task: &TaskRecord,
+        wf: &sas::domain::Workflow,
+        completion: &Completion,
+        policy: &sas::domain::Policy,
+    ) -> Result<Told, String> {
+        let actor = Actor { by: "(dry run)", why: self.why, seen: None, origin: Origin::Operator };
+        let index = wf.steps.iter().position(|s| s.name == self.step).unwrap_or_default() as u32;
+        let decided = task.complete_as_operator(index, completion, actor, super::now(), wf, policy);
+        decided
+            .map(|d| Told::WouldApply {
+                from: task.state().as_str(),
+                to: d.next.state().as_str(),
+                trigger: d.trigger.as_str(),
+            })
+            .map_err(|r| r.to_string())
+    }
+
+    /// The completion by hand, by `by`, through the handler: what came of it, or trouble
+    /// with the deployment (worth running again).
+    pub(crate) async fn apply(
+        &self,
+        ctx: &Context,
+        deps: &sas::handlers::Deps,
+        settings: &sas::handlers::Settings,
+        by: &str,
+        completion: &Completion,
+    ) -> Result<Result<Told, String>, TasksError> {
+        let id = super::order_id(self.order)?;
+        let actor = Actor { by, why: self.why, seen: None, origin: Origin::Operator };
+        Ok(match complete_as_operator(deps, settings, &id, self.step, completion, actor).await {
             Ok(Operated::Applied { before, trigger, task }) => Ok(Told::Applied {
                 from: before.as_str(),
                 to: task.state().as_str(),
@@ -328,16 +360,29 @@ impl ByHand<'_> {
                 });
             }
             Err(HandlerError::Reject(why)) => Err(crate::endpoint::one_line(&why)),
-        };
-        self.told(common, &told)
+        })
+    }
+
+    /// What came of it, as one line (a refusal's without the `sasctl: ` it is printed
+    /// with).
+    pub(crate) fn line(&self, told: &Result<Told, String>) -> String {
+        let (order, step) = (self.order, self.step);
+        let done = if self.verb == Verb::Fail { "failed" } else { "completed" };
+        match told {
+            Ok(Told::Applied { from, to, trigger }) => {
+                format!("{order}: step {step} {done} by hand: {from} -> {to} ({trigger})")
+            }
+            Ok(Told::WouldApply { from, to, trigger }) => format!(
+                "{order}: step {step} would be {done} by hand: {from} -> {to} ({trigger}); dry run, nothing changed"
+            ),
+            Err(why) => format!("{order}: step {step}: refused: {why}"),
+        }
     }
 
     /// Prints what came of it (one line, or one object with --json) and its exit status.
     fn told(&self, common: &Common, told: &Result<Told, String>) -> Result<ExitCode, TasksError> {
-        let (order, step) = (self.order, self.step);
-        let done = if self.verb == Verb::Fail { "failed" } else { "completed" };
         if common.json {
-            let mut v = json!({"act": self.verb.as_str(), "by_hand": true, "id": order, "step_name": step,
+            let mut v = json!({"act": self.verb.as_str(), "by_hand": true, "id": self.order, "step_name": self.step,
                                "reason": self.why, "dry_run": self.dry_run});
             match told {
                 Ok(Told::Applied { from, to, trigger }) | Ok(Told::WouldApply { from, to, trigger }) => {
@@ -348,25 +393,17 @@ impl ByHand<'_> {
                 Err(why) => (v["outcome"], v["refused"]) = ("refused".into(), why.clone().into()),
             }
             println!("{v}");
+        } else if told.is_ok() {
+            println!("{}", self.line(told));
         } else {
-            match told {
-                Ok(Told::Applied { from, to, trigger }) => {
-                    println!("{order}: step {step} {done} by hand: {from} -> {to} ({trigger})")
-                }
-                Ok(Told::WouldApply { from, to, trigger }) => {
-                    println!(
-                        "{order}: step {step} would be {done} by hand: {from} -> {to} ({trigger}); dry run, nothing changed"
-                    )
-                }
-                Err(why) => eprintln!("sasctl: {order}: step {step}: refused: {why}"),
-            }
+            eprintln!("sasctl: {}", self.line(told));
         }
         Ok(ExitCode::from(if told.is_ok() { EXIT_APPLIED } else { EXIT_REFUSED }))
     }
 }
 
 /// What a completion by hand came to, or would.
-enum Told {
+pub(crate) enum Told {
     Applied { from: &'static str, to: &'static str, trigger: &'static str },
     WouldApply { from: &'static str, to: &'static str, trigger: &'static str },
 }
@@ -393,15 +430,8 @@ async fn apply(
     let ctx = Context::connect(common).await?;
     // Read first, only to say clearly when these definitions cannot decide for the task
     // (the handler would only say it cannot); no task is the handler's refusal too.
-    if let Some(task) = ctx.task(&claims.order_id).await?
-        && render::workflow_of(&ctx.definitions, &task).is_none()
-    {
-        return Err(TasksError::UnknownWorkflow {
-            id: task.order_id.to_string(),
-            workflow: task.workflow.clone(),
-            version: task.workflow_version,
-            file: ctx.definitions_from.clone(),
-        });
+    if let Some(task) = ctx.task(&claims.order_id).await? {
+        ctx.workflow_of(&task)?;
     }
     let (deps, settings) = super::act::pipeline(&ctx, policy)?;
     let outcome = match complete(&deps, &settings, token.expose(), completion).await {

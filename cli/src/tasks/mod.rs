@@ -13,7 +13,7 @@
 //! Text and JSON output: `render/` (its `mod.rs` lists its files), which depends on none
 //! of the commands: they pass it what they read, and the time.
 
-mod act;
+pub(crate) mod act;
 pub mod callback;
 mod list;
 pub(crate) mod render;
@@ -31,7 +31,7 @@ use sas::domain::{Definitions, OrderId, Policy, ProcessState};
 use crate::args::{duration, non_empty, whole};
 use crate::deployment::{Deployment, DeploymentArgs, DeploymentError, aws_reason};
 
-pub use list::{Selection, now};
+pub use list::{Selection, now, select};
 
 /// Read when --workflows is not given.
 pub const WORKFLOWS_VAR: &str = "SAS_WORKFLOWS";
@@ -341,6 +341,17 @@ impl Context {
 
     pub fn store_error(&self, e: sas::ports::StoreError) -> TasksError {
         TasksError::Store { table: self.table.clone(), reason: crate::endpoint::one_line(&e.to_string()) }
+    }
+
+    /// The task's workflow in these definitions, or the error that asks for the file the
+    /// deployment runs.
+    pub fn workflow_of(&self, task: &sas::domain::TaskRecord) -> Result<&sas::domain::Workflow, TasksError> {
+        render::workflow_of(&self.definitions, task).ok_or_else(|| TasksError::UnknownWorkflow {
+            id: task.order_id.to_string(),
+            workflow: task.workflow.clone(),
+            version: task.workflow_version,
+            file: self.definitions_from.clone(),
+        })
     }
 
     /// One task, read consistently.

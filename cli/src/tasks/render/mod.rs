@@ -26,4 +26,4 @@ pub use basics::{iso, one_line, step_name, workflow_of};
 pub use commands::{deployment_flags, next_commands, shell_word};
 pub use record::{show_json, show_text};
 pub use summary::{table_at, task_summary_json};
-pub use waits::throttled_until;
+pub use waits::{queued_line, span, throttled_until};
