@@ -48,13 +48,14 @@ infra/with-moto.sh cargo test --locked --workspace
 
 step "web console in a browser: sasctl up over moto, headless Chromium completes a callback from the page (screenshots: ${CARGO_TARGET_DIR:-target}/console-screenshots)"
 # cli/tests/console_browser.rs, ignored by the step above; with CI=true a missing browser fails it.
+# --workspace, as above, so the test is the one already built (the same features).
 if ! wait "$browser_install"; then
     cat "$browser_install_log" >&2
     echo "scripts/browser-deps.sh or scripts/browser-venv.sh failed (the output is above)" >&2
     exit 1
 fi
 SAS_BROWSER_PYTHON="$(scripts/browser-venv.sh)" \
-    infra/with-moto.sh cargo test --locked -p sasctl --test console_browser -- --ignored
+    infra/with-moto.sh cargo test --locked --workspace --test console_browser -- --ignored
 
 step "tests: conformance, the four functions under cargo lambda watch, and sasctl up, on LocalStack + DynamoDB Local"
 # The same two suites on the emulators users run: Amazon's DynamoDB Local for the state
