@@ -31,6 +31,7 @@ mod switches {
     static COPIES_CALLED: AtomicBool = AtomicBool::new(false);
     static STAGE_WITHOUT_PLACE: AtomicBool = AtomicBool::new(false);
     static BY_HAND_UNRECORDED: AtomicBool = AtomicBool::new(false);
+    static STORE_WAIT_SHORT: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -111,6 +112,10 @@ mod switches {
         StageWithoutPlace,
         /// An operator's completion by hand is written without who gave it and why.
         ByHandUnrecorded,
+        /// A claim the store throttles moves the task's deadline out by the pending
+        /// timeout only, not past the backoff its Schedule waits: the supervisor would
+        /// count the store's wait against the step.
+        StoreWaitShort,
     }
 
     impl Mutation {
@@ -140,6 +145,7 @@ mod switches {
                 Mutation::CopiesCalled => &COPIES_CALLED,
                 Mutation::StageWithoutPlace => &STAGE_WITHOUT_PLACE,
                 Mutation::ByHandUnrecorded => &BY_HAND_UNRECORDED,
+                Mutation::StoreWaitShort => &STORE_WAIT_SHORT,
             }
         }
         pub fn set(self, on: bool) {
@@ -223,6 +229,9 @@ mod switches {
     }
     pub fn by_hand_unrecorded() -> bool {
         Mutation::ByHandUnrecorded.is_on()
+    }
+    pub fn store_wait_short() -> bool {
+        Mutation::StoreWaitShort.is_on()
     }
 }
 
@@ -375,5 +384,11 @@ pub(crate) const fn stage_without_place() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn by_hand_unrecorded() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn store_wait_short() -> bool {
     false
 }

@@ -413,6 +413,52 @@ async fn a_throttled_schedule_is_sent_again_after_a_backoff_not_redelivered() {
     assert_eq!(h.task("o-1").state(), ProcessState::Processing);
 }
 
+/// A Schedule the store throttles at its agent's gate (one hot item in a burst) moves the
+/// task's deadline out past the backoff its resend waits, so the supervisor counts no
+/// failure for a wait that was the store's; the Schedule sent again then claims.
+#[tokio::test]
+async fn a_schedule_throttled_at_the_gate_moves_its_deadline_past_the_backoff() {
+    use sas::adapters::embedded::EmbeddedStore;
+    use sas::domain::Cause;
+    use sas::domain::gate::Gate;
+    let mut h = limited(TWO);
+    h.store = std::sync::Arc::new(EmbeddedStore::with_capacity(h.clock.clone()));
+    h.deps.store = h.store.clone();
+    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
+    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
+    h.supervisor = Supervisor::new(h.deps.clone(), h.settings.clone());
+    h.submit("o-1", "single-step").await;
+    all_ok(h.pump_orders().await, 1);
+    let first_deadline = h.task("o-1").deadline().expect("a deadline");
+    // Use up the gate item's writes for this second; the task item's are left.
+    let mut gate = Gate::new("orders");
+    loop {
+        let next = Gate { revision: gate.revision + 1, ..gate.clone() };
+        if h.store.replace_gate(&next, gate.revision).await.is_err() {
+            break;
+        }
+        gate = next;
+    }
+    h.advance(100);
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.count(Metric::ScheduleThrottled), 1);
+    let task = h.task("o-1");
+    assert_eq!(task.state(), ProcessState::Pending);
+    assert!(matches!(task.last_cause, Cause::StoreThrottled { step: 0, .. }), "{:?}", task.last_cause);
+    assert!(task.deadline().expect("a deadline") > first_deadline.plus_ms(60_000), "moved past the backoff");
+    let again = h.drain(SCHEDULER);
+    assert_eq!(again.len(), 1, "sent again");
+    // The first deadline passes while the Schedule waits: nothing is due.
+    h.at(first_deadline.plus_ms(1));
+    h.sweep().await;
+    assert_eq!(h.task("o-1").failure_count, 0, "no lapse counted");
+    assert!(h.drain(SCHEDULER).is_empty(), "the supervisor sent nothing");
+    h.send(SCHEDULER, again[0].body.clone()).await;
+    all_ok(h.pump_scheduler().await, 1);
+    assert_eq!(h.task("o-1").state(), ProcessState::Processing);
+    assert_eq!(h.task("o-1").failure_count, 0);
+}
+
 /// A claim whose write the store throttles gives its place back at once (the record, read
 /// again, shows it did not land) instead of holding it until it lapses, and its Schedule
 /// is sent again after a backoff; once the item's second has passed, it claims.

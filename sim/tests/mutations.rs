@@ -299,6 +299,17 @@ fn a_completion_by_hand_left_unrecorded_is_caught() {
     );
 }
 
+/// Issue 36: a claim the store throttles moves the deadline out by the pending timeout
+/// only, not past the backoff its Schedule waits.
+#[test]
+fn a_store_wait_counted_against_the_step_is_caught() {
+    let found = caught(Mutation::StoreWaitShort);
+    assert!(
+        found.contains_key(&Invariant::StoreWaitUncounted),
+        "no store throttle was found leaving the deadline short: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -328,6 +339,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::CopiesCalled,
             Mutation::StageWithoutPlace,
             Mutation::ByHandUnrecorded,
+            Mutation::StoreWaitShort,
         ]
         .iter()
         .all(|m| !m.is_on())

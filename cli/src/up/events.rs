@@ -435,6 +435,17 @@ fn wait_event(
                 json!({"step": name, "retry_after_ms": retry_after_ms}),
             )
         }
+        Cause::StoreThrottled { step, .. } => {
+            let name = name(*step);
+            let until = task.deadline().map(|d| at(d.0)).unwrap_or_default();
+            (
+                "throttled",
+                format!(
+                    "{order} throttled by the state store at {name}: tried again after a backoff, no failure counted before {until}"
+                ),
+                json!({"step": name, "store": true, "deadline": until}),
+            )
+        }
         _ => return None,
     };
     let mut fields = fields;

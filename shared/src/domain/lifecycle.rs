@@ -114,7 +114,9 @@ pub enum Trigger {
     /// still waiting and asks again).
     Queued,
     /// The agent's remote answered 429 or 503 with Retry-After: the lease ends, the agent's
-    /// gate pauses, and the step is tried again after the pause, no failure counted.
+    /// gate pauses, and the step is tried again after the pause, no failure counted. Or
+    /// the state store throttled the claim: the task's deadline moves out past the
+    /// Schedule's backoff, no failure counted.
     Throttled,
 }
 
@@ -264,6 +266,7 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Pending, Queued, Pending),
     (Compensating, Queued, Compensating),
     (Processing, Throttled, Pending),
+    (Pending, Throttled, Pending),
     (Compensating, Throttled, Compensating),
 ];
 
@@ -387,7 +390,8 @@ mod tests {
     #[test]
     fn waiting_for_capacity_never_leaves_the_state_it_waits_in_for_another_than_its_claims() {
         // Queued holds a task where it waits for its claim; Throttled hands a lease back to
-        // the state its claim came from. Neither reaches a terminal state or Error.
+        // the state its claim came from (or, for the store's throttle, keeps a waiting task
+        // where it waits). Neither reaches a terminal state or Error.
         let rows: Vec<_> = TRANSITIONS.iter().filter(|(_, t, _)| matches!(t, Queued | Throttled)).collect();
         assert_eq!(
             rows,
@@ -395,6 +399,7 @@ mod tests {
                 &(Pending, Queued, Pending),
                 &(Compensating, Queued, Compensating),
                 &(Processing, Throttled, Pending),
+                &(Pending, Throttled, Pending),
                 &(Compensating, Throttled, Compensating),
             ]
         );

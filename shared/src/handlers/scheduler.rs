@@ -156,7 +156,11 @@ impl Scheduler {
                     },
                     Next::DrawSecret => Seen::Secret(deps.random.callback_secret()),
                     Next::Arrive { place, ticket } => {
-                        Seen::Admission(gate::arrive(deps, settings, &self.turns, let_through, &place, ticket).await?)
+                        match gate::arrive(deps, settings, &self.turns, let_through, &place, ticket).await {
+                            Ok(admission) => Seen::Admission(admission),
+                            Err(HandlerError::Throttled(why)) => Seen::Throttled(why),
+                            Err(e) => return Err(e),
+                        }
                     }
                     Next::Release { agent, holder } => {
                         gate::release(deps, settings, &self.turns, let_through, &agent, &holder, None).await;
@@ -278,6 +282,7 @@ impl Scheduler {
                 }
                 Done::NoSuchTask => Err(HandlerError::Reject(format!("schedule for unknown order {order_id}"))),
                 Done::KeptChanging(why) => Err(HandlerError::Retry(why)),
+                Done::Throttled(why) => Err(HandlerError::Throttled(why)),
             }
         }
         .instrument(span)

@@ -49,10 +49,11 @@ pub enum Invariant {
     TicketsHandedBack,
     ThrottleBudget,
     HeartbeatsKept,
+    StoreWaitUncounted,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 37] = [
+    pub const ALL: [Invariant; 38] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -90,6 +91,7 @@ impl Invariant {
         Invariant::TicketsHandedBack,
         Invariant::ThrottleBudget,
         Invariant::HeartbeatsKept,
+        Invariant::StoreWaitUncounted,
     ];
 
     /// The invariant in words (docs/ARCHITECTURE.md, "What every run checks", lists them).
@@ -165,6 +167,9 @@ impl Invariant {
             }
             Invariant::HeartbeatsKept => {
                 "a party that heartbeats at least every interval is never lapsed, and a heartbeating step is written at most once per floor"
+            }
+            Invariant::StoreWaitUncounted => {
+                "a claim the state store throttled counts no failure and moves the task's deadline past the longest backoff its Schedule waits"
             }
         }
     }

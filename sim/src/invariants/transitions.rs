@@ -60,7 +60,7 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
         Cause::Started { .. } => Trigger::Started,
         Cause::Heartbeat { .. } => Trigger::Heartbeat,
         Cause::Queued { .. } => Trigger::Queued,
-        Cause::Throttled { .. } => Trigger::Throttled,
+        Cause::Throttled { .. } | Cause::StoreThrottled { .. } => Trigger::Throttled,
         Cause::Completed { .. } if after.state() == Processed => Trigger::Finished,
         Cause::Completed { .. } => Trigger::Advanced,
         Cause::Operator { act, .. } => match (act, after.state()) {

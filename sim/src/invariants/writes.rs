@@ -45,6 +45,7 @@ pub(super) fn check_writes(r: &Records, add: &mut impl FnMut(Invariant, String))
         let spent = throttled.entry(id).or_default();
         *spent = throttled_so_far(*spent, before, after);
         throttled_within_budget(after, *spent, wf, add);
+        store_wait_uncounted(before, after, add);
         failures_within_budget(r, before, after, add);
         // A timer step whose time cannot be read fails with no reply: there is nothing to fence.
         let timer = wf.and_then(|wf| wf.step(before.step)).is_some_and(|s| s.is_timer());
@@ -115,6 +116,32 @@ fn throttled_so_far(spent: u64, before: &TaskRecord, after: &TaskRecord) -> u64 
     match after.last_cause {
         Cause::Throttled { retry_after_ms, .. } if after.revision > before.revision => spent + retry_after_ms,
         _ => spent,
+    }
+}
+
+/// A claim the store throttled (`TaskRecord::defer`) counts no failure, holds no lease,
+/// and puts the deadline past the longest backoff its Schedule waits, so the supervisor
+/// finds nothing due while it does.
+fn store_wait_uncounted(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(Invariant, String)) {
+    if !matches!(after.last_cause, Cause::StoreThrottled { .. }) || after.revision == before.revision {
+        return;
+    }
+    let backoff = sas::domain::retry::THROTTLED_SCHEDULE.cap_ms;
+    let past = after.deadline().is_some_and(|d| d >= after.updated_at.plus_ms(backoff));
+    let counted = (after.failure_count, after.step_failures) != (before.failure_count, before.step_failures);
+    if !past || counted || after.locked_by().is_some() {
+        add(
+            Invariant::StoreWaitUncounted,
+            format!(
+                "order {} revision {}: the store's throttle left deadline {:?} at {}, failures {} -> {}",
+                after.order_id,
+                after.revision,
+                after.deadline(),
+                after.updated_at.to_rfc3339(),
+                before.failure_count,
+                after.failure_count
+            ),
+        );
     }
 }
 

@@ -8,6 +8,7 @@ use super::record::Decision;
 use crate::domain::gate::{Ticket, agent_of_gate};
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
+use crate::domain::retry::THROTTLED_SCHEDULE;
 
 /// The longest a waiting task goes without the supervisor asking its gate again.
 pub const MAX_RECHECK_MS: u64 = 15 * 60 * 1_000;
@@ -55,6 +56,44 @@ impl Draft {
         let recheck = now.millis_since(since).clamp(policy.pending_timeout_ms, MAX_RECHECK_MS);
         next.deadline = Some(now.plus_ms(recheck));
         Ok(Decision { trigger: Trigger::Queued, next, effects: Vec::new() })
+    }
+
+    /// Scheduler: the state store throttled the claim's way through the gate (the gate is
+    /// one hot item), and the Schedule is sent again after a backoff of up to
+    /// `THROTTLED_SCHEDULE`'s cap. A task not yet in line would pass its deadline while it
+    /// waits, and the supervisor would count that lapse against the step: store pressure
+    /// spending an order's failure budget. So its deadline moves out past the longest
+    /// backoff (twice, so a run of throttles writes once a minute at most), no failure
+    /// counted. Refused when the deadline is far enough off already, and for a task in
+    /// line (its lapse asks the gate again and counts nothing) or paused.
+    pub fn defer(&self, now: Timestamp, policy: &Policy) -> Result<Decision<Draft>, Refusal> {
+        self.logged(now, self.decide_defer(now, policy), None)
+    }
+
+    fn decide_defer(&self, now: Timestamp, policy: &Policy) -> Result<Decision<Draft>, Refusal> {
+        if self.locked_by.is_some()
+            || !matches!(self.state, ProcessState::Pending | ProcessState::Compensating)
+        {
+            return Err(Refusal::ClaimLost { state: self.state, locked: self.locked_by.is_some() });
+        }
+        if self.paused {
+            return Err(Refusal::Paused);
+        }
+        let far_enough = now.plus_ms(THROTTLED_SCHEDULE.cap_ms);
+        if self.queued.is_some() || self.deadline.is_some_and(|d| d >= far_enough) {
+            return Err(Refusal::NotDue { deadline: self.deadline, now });
+        }
+        let cause = Cause::StoreThrottled { step: self.step, action: self.action() };
+        let mut next = self.moved(Trigger::Throttled, now, cause)?;
+        let past_backoff =
+            if crate::mutations::store_wait_short() { 0 } else { 2 * THROTTLED_SCHEDULE.cap_ms };
+        let deadline = now.plus_ms(past_backoff + policy.pending_timeout_ms);
+        next.deadline = Some(deadline);
+        next.last_error = Some(format!(
+            "the state store throttled the claim; tried again after a backoff, no failure counted before {}",
+            deadline.to_rfc3339()
+        ));
+        Ok(Decision { trigger: Trigger::Throttled, next, effects: Vec::new() })
     }
 
     /// Supervisor: a task waiting for a place is due (its wake never came, or the line is
@@ -118,6 +157,36 @@ mod tests {
         paused.paused = true;
         let paused = paused.build().unwrap();
         assert_eq!(paused.queue("pay", 0, T0.plus_ms(2), &policy).unwrap_err(), Refusal::Paused);
+    }
+
+    /// The store's throttle moves a task's deadline past the longest backoff its Schedule
+    /// waits, no failure counted; once it is far enough off, a throttle writes nothing.
+    #[test]
+    fn a_claim_the_store_throttles_moves_the_deadline_past_the_backoff_and_counts_nothing() {
+        let (wf, policy) = (Workflow::three_step(), policy());
+        let task = new_task(&wf);
+        let d = checked(&task, task.defer(T0.plus_ms(5), &policy));
+        assert_eq!((d.trigger, d.next.state()), (Trigger::Throttled, ProcessState::Pending));
+        assert_eq!(d.next.last_cause, Cause::StoreThrottled { step: 0, action: crate::domain::Action::Do });
+        let far = T0.plus_ms(5 + 2 * THROTTLED_SCHEDULE.cap_ms + policy.pending_timeout_ms);
+        assert_eq!(d.next.deadline(), Some(far));
+        assert_eq!((d.next.failure_count, d.next.step_failures), (0, 0));
+        assert!(d.effects.is_empty(), "the scheduler sends the Schedule again itself");
+        // Throttled again within the backoff's cap: the deadline is far enough off.
+        let later = T0.plus_ms(5 + THROTTLED_SCHEDULE.cap_ms);
+        assert!(matches!(d.next.defer(later, &policy), Err(Refusal::NotDue { .. })));
+        // Past it, moved again.
+        let again = checked(&d.next, d.next.defer(later.plus_ms(THROTTLED_SCHEDULE.cap_ms), &policy));
+        assert!(again.next.deadline() > d.next.deadline());
+        // A task in line lapses into asking its gate again, counting nothing: left alone.
+        let queued = task.queue("pay", 3, T0, &policy).unwrap().next;
+        assert!(matches!(queued.defer(T0.plus_ms(5), &policy), Err(Refusal::NotDue { .. })));
+        // Claimed or paused: nothing to defer.
+        let claimed = task.claim(lease(1), T0.plus_ms(1), &wf, &policy).unwrap().next;
+        assert!(matches!(claimed.defer(T0.plus_ms(5), &policy), Err(Refusal::ClaimLost { .. })));
+        let mut paused = task.draft();
+        paused.paused = true;
+        assert_eq!(paused.build().unwrap().defer(T0.plus_ms(5), &policy).unwrap_err(), Refusal::Paused);
     }
 
     #[test]

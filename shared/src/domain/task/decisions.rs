@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `schedule` (scheduler) | [`TaskRecord::schedule`]: wake a timer, sleep at a timer step, or claim |
 //! | `schedule`, a limited agent full | [`TaskRecord::queue`]: wait for a place with a ticket |
+//! | `schedule`, the store throttled | [`TaskRecord::defer`]: the deadline moves past the backoff |
 //! | agent reply | [`TaskRecord::fence`], then [`TaskRecord::apply_reply`] |
 //! | callback word (the outside) | [`TaskRecord::awaiting_token`], then [`TaskRecord::complete`] |
 //! | due (supervisor) | [`TaskRecord::recover`]: wake, ask the gate again, or lapse |
@@ -58,6 +59,12 @@ impl TaskRecord {
         policy: &Policy,
     ) -> Result<Decision, Refusal> {
         built(self, self.draft().queue(agent, ticket, now, policy))
+    }
+
+    /// Scheduler: the state store throttled the claim, and the Schedule comes back after a
+    /// backoff: the deadline moves out past it, so the wait counts no failure.
+    pub fn defer(&self, now: Timestamp, policy: &Policy) -> Result<Decision, Refusal> {
+        built(self, self.draft().defer(now, policy))
     }
 
     /// The fence: the reply belongs to the live lease of this very attempt, in time.

@@ -176,6 +176,7 @@ fn every_row_of_the_table_is_a_decision() {
     let throttled = || ReplyOutcome::Throttled { retry_after_ms: 1_000 };
     let capacity_cases: Vec<(&TaskRecord, Decision)> = vec![
         (&pending, checked(&pending, pending.queue("a", 0, T0, &policy()))),
+        (&pending, checked(&pending, pending.defer(T0, &policy()))),
         (&compensating, checked(&compensating, compensating.queue("a", 1, T0, &policy()))),
         (&processing, reply(&processing, &three, throttled(), T0)),
         (&undoing, reply(&undoing, &three, throttled(), T0)),

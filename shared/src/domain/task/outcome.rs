@@ -100,6 +100,12 @@ pub enum Cause {
         action: Action,
         retry_after_ms: u64,
     },
+    /// The state store throttled the step's claim (`Draft::defer`): its Schedule comes
+    /// back after a backoff, and its deadline moved out past it.
+    StoreThrottled {
+        step: u32,
+        action: Action,
+    },
     /// An operator (or an app's cancel message) acted on the task at `step`.
     Operator {
         step: u32,
@@ -271,6 +277,7 @@ impl Cause {
             | Cause::Completed { step }
             | Cause::Queued { step, .. }
             | Cause::Throttled { step, .. }
+            | Cause::StoreThrottled { step, .. }
             | Cause::Operator { step, .. } => Some(*step),
         }
     }

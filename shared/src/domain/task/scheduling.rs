@@ -199,6 +199,10 @@ pub enum Done {
     NoSuchTask,
     /// The task (or its gate) kept changing: leave the Schedule for redelivery.
     KeptChanging(String),
+    /// The state store throttled the way through the gate, as `.0` says: the Schedule is
+    /// to be sent again after a backoff, with the turn it brought. The task's deadline
+    /// was moved out past that backoff first, where it had to be (`TaskRecord::defer`).
+    Throttled(String),
 }
 
 /// What came of the last step.
@@ -211,6 +215,8 @@ pub enum Seen<'w> {
     Task(Option<(TaskRecord, &'w Workflow, Timestamp)>),
     Secret(CallbackSecret),
     Admission(Admission),
+    /// The state store throttled the arrival at the gate, as the string says.
+    Throttled(String),
     /// Whether the conditional write landed.
     Landed(bool),
     /// Whether the ticket is still behind in its gate.
@@ -298,6 +304,9 @@ enum At<'w> {
     Performed,
     /// An early Schedule sent again: over, refused as `refusal` says.
     Rearmed(Refusal),
+    /// The task's deadline moved out after the store throttled its arrival (`.0` why):
+    /// over, whether or not that write landed.
+    Deferring(String),
     Over,
 }
 
@@ -396,6 +405,8 @@ impl<'w> Scheduling<'w> {
                     None => self.admitted(read, decision, place, ticket, admission),
                 }
             }
+            (At::Arriving { read, .. }, Seen::Throttled(why)) => self.throttled(read, why),
+            (At::Deferring(why), _) => Next::Done(Done::Throttled(why)),
             (At::WithdrewForKey { read, decision, key, arrived_with, ticket }, _) => {
                 self.admitted(read, decision, key, arrived_with, Admission::Queued { ticket })
             }
@@ -614,6 +625,22 @@ impl<'w> Scheduling<'w> {
             .filter(|q| q.agent == gate)
             .map(|q| q.ticket)
             .or_else(|| self.taken.as_ref().filter(|(a, _)| *a == gate).map(|(_, t)| *t))
+    }
+
+    /// The store throttled an arrival at a gate (the gate is one hot item). Nothing this
+    /// pass holds is given up: the Schedule is sent again after a backoff with the turn it
+    /// brought, and a key place it took is taken again then, under the same holder. The task's
+    /// deadline first moves out past that backoff, where it must, so the supervisor counts
+    /// no failure for the wait.
+    fn throttled(&mut self, read: Read<'w>, why: String) -> Next {
+        match read.task.defer(read.now, &self.policy) {
+            Ok(deferred) => {
+                let revision = read.task.revision;
+                self.at = At::Deferring(why);
+                Next::Write { decision: Arc::new(deferred), revision }
+            }
+            Err(_) => Next::Done(Done::Throttled(why)),
+        }
     }
 
     fn arrive_at_agent(&mut self, read: Read<'w>, decision: Decision, place: Place) -> Next {
