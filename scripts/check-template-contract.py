@@ -108,7 +108,23 @@ for name in (f"{PREFIX}-state",):
         err(f"{name}: DeletionProtectionEnabled must be the DeletionProtection parameter")
 if f"{PREFIX}-state" in tables:
     _, p = tables[f"{PREFIX}-state"]
-    gsis = {g["IndexName"]: g for g in p.get("GlobalSecondaryIndexes", [])}
+    # An element under a condition (Fn::If [cond, element, AWS::NoValue]) is checked as
+    # the element it is when the condition holds.
+    def when_on(items):
+        return [i["Fn::If"][1] if isinstance(i, dict) and "Fn::If" in i else i for i in items]
+    p = dict(p)
+    p["AttributeDefinitions"] = when_on(p.get("AttributeDefinitions", []))
+    gsis = {g["IndexName"]: g for g in when_on(p.get("GlobalSecondaryIndexes", []))}
+    g = gsis.get("finished-index")
+    if g:
+        if g["KeySchema"] != [{"AttributeName": "finished_shard", "KeyType": "HASH"}, {"AttributeName": "updated_at", "KeyType": "RANGE"}]:
+            err("finished-index: keys must be finished_shard (HASH), updated_at (RANGE)")
+        # One write unit per finished order: the listing reads the tasks it shows.
+        if g.get("Projection", {}).get("ProjectionType") != "KEYS_ONLY":
+            err("finished-index: projection must be KEYS_ONLY")
+        attrs = {a["AttributeName"]: a["AttributeType"] for a in p["AttributeDefinitions"]}
+        if attrs.get("finished_shard") != "S":
+            err("finished-index: finished_shard must be S")
     g = gsis.get("due-index")
     if not g:
         err("state table: GSI due-index missing")

@@ -17,6 +17,9 @@ use crate::domain::{
 /// the deployment sets none (`config` reads what it sets).
 pub const DEFAULT_DUE_INDEX: &str = "due-index";
 pub const DEFAULT_ERROR_INDEX: &str = "error-index";
+pub const DEFAULT_FINISHED_INDEX: &str = "finished-index";
+/// Why `Listing::Finished` is refused by a deployment without the finished index.
+pub const NOT_INDEXED: &str = "this deployment keeps no index of finished orders: deploy it with ListFinished=true (one more index write per order), or show one order by id with `sasctl tasks show`";
 /// How long a finished task's record is kept before DynamoDB's TTL deletes it.
 pub const DEFAULT_RETENTION_DAYS: u32 = 30;
 pub const DEFAULT_DUE_SHARDS: u32 = 4;
@@ -34,6 +37,11 @@ pub struct TableNames {
     pub due_shards: u32,
     /// The sparse index of the tasks in Error, newest first (`TaskListing::list`).
     pub error_index: String,
+    /// Whether finished tasks (Processed, Compensated) are written into the sparse
+    /// finished index (`finished_index`), so operators can list them: one more index
+    /// write per finished order, which is why a deployment opts in.
+    pub list_finished: bool,
+    pub finished_index: String,
     /// Days a finished (terminal) task's record is kept after its last write before
     /// DynamoDB's TTL deletes it; 0 keeps records forever.
     pub retention_days: u32,
@@ -46,8 +54,16 @@ impl TableNames {
             due_index: DEFAULT_DUE_INDEX.to_owned(),
             due_shards: DEFAULT_DUE_SHARDS,
             error_index: DEFAULT_ERROR_INDEX.to_owned(),
+            list_finished: false,
+            finished_index: DEFAULT_FINISHED_INDEX.to_owned(),
             retention_days: DEFAULT_RETENTION_DAYS,
         }
+    }
+
+    /// The same tables with finished tasks indexed, or not.
+    pub fn with_list_finished(mut self, on: bool) -> TableNames {
+        self.list_finished = on;
+        self
     }
 
     /// The same tables with another retention (0 = keep forever).
@@ -92,6 +108,10 @@ pub enum StoreError {
     /// which counts toward the queue's limit of receives (`handlers::scheduler`).
     #[error("state store throttled: {0}")]
     Throttled(String),
+    /// The deployment keeps no index for this listing (`Listing::Finished` without
+    /// `TableNames::list_finished`).
+    #[error("{0}")]
+    NotIndexed(String),
     /// Not worth retrying: the stored item does not decode.
     #[error("stored record for {order_id} is unreadable: {reason}")]
     Corrupt { order_id: String, reason: String },
@@ -129,6 +149,10 @@ pub enum Listing {
     Errors { since: Option<Timestamp> },
     /// Every live (non-terminal) task, from the due index, oldest deadline first.
     Live,
+    /// Finished tasks (Processed and Compensated) that ended at or after `since`, newest
+    /// first, from the sparse finished index of a deployment that keeps one
+    /// (`TableNames::list_finished`); else refused with `StoreError::NotIndexed`.
+    Finished { since: Option<Timestamp> },
 }
 
 /// The state table: one item per order, holding the order and its task.

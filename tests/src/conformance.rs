@@ -590,6 +590,47 @@ pub async fn listing_reads_the_indexes(b: &Backend) {
     assert_eq!(listed.len(), 4, "{}", b.name);
 }
 
+/// Finished tasks (Processed, Compensated) are listed newest first from their own sparse
+/// index, by a deployment that keeps it (`with`): whole, from `since` on, within the limit,
+/// reading only the entries listed and their tasks; never an Error or live task. A
+/// deployment without it (`without`, the template's default) refuses the listing with
+/// `NotIndexed`, not an outage.
+pub async fn finished_listing_reads_its_own_index(with: &Backend, without: &Backend) {
+    use sas::ports::{Listing, StoreError};
+    let b = with;
+    let mut done = Vec::new();
+    for (i, state) in
+        [ProcessState::Processed, ProcessState::Compensated, ProcessState::Processed, ProcessState::Processed]
+            .iter()
+            .enumerate()
+    {
+        let t = insert(b, &format!("fin-{i}"), T0).await;
+        done.push(finish(b, &t, *state, T0.plus_ms(20_000 + i as u64 * 1_000)).await);
+    }
+    let t = insert(b, "fin-error", T0).await;
+    finish(b, &t, ProcessState::Error, T0.plus_ms(90_000)).await;
+    insert(b, "fin-live", T0).await;
+
+    let all = b.lister.list(&Listing::Finished { since: None }, 100).await.unwrap();
+    assert_eq!(ids(&all), ["fin-3", "fin-2", "fin-1", "fin-0"], "{}: finished tasks, newest first", b.name);
+    for (listed, stored) in all.iter().zip(done.iter().rev()) {
+        assert_eq!(listed, stored, "{}: listed whole, as stored", b.name);
+    }
+    let before = b.dynamo.as_ref().map(|d| d.listing_reads());
+    let since = b.lister.list(&Listing::Finished { since: Some(T0.plus_ms(21_000)) }, 2).await.unwrap();
+    assert_eq!(ids(&since), ["fin-3", "fin-2"], "{}: since is inclusive, and the limit holds", b.name);
+    if let (Some(dynamo), Some(before)) = (&b.dynamo, before) {
+        // Each shard's query reads at most the limit, and only the tasks listed are read.
+        let after = dynamo.listing_reads();
+        assert!(after.index_items - before.index_items <= 3, "{}: {after:?}", b.name);
+        assert_eq!(after.task_reads - before.task_reads, 2, "{}", b.name);
+    }
+    assert!(b.lister.list(&Listing::Finished { since: None }, 0).await.unwrap().is_empty(), "{}", b.name);
+
+    let refused = without.lister.list(&Listing::Finished { since: None }, 10).await;
+    assert!(matches!(refused, Err(StoreError::NotIndexed(_))), "{}: {refused:?}", without.name);
+}
+
 /// An agent's gate (flow control) is one item beside the tasks: written only on the
 /// revision read (0: never written), read back exactly as written, and never seen by the
 /// due index or the listings. A waiter note names the order of a ticket, and is written

@@ -170,6 +170,12 @@ pub const APP_SENDER_ID: &str = "AROACONFORMANCE:session-1";
 
 impl Backend {
     pub fn embedded() -> Backend {
+        Backend::embedded_with(false)
+    }
+
+    /// The embedded backend, its store keeping the finished index or not (as a deployment
+    /// with `LIST_FINISHED=true` does).
+    pub fn embedded_with(list_finished: bool) -> Backend {
         let clock = Arc::new(ManualClock::at(1_700_000_000_000));
         let queues = Arc::new(EmbeddedQueues::new(clock.clone(), 7));
         let visibility_ms = 1_000;
@@ -183,7 +189,11 @@ impl Backend {
                 duplicate_rate: 0.0,
             },
         );
-        let store = Arc::new(EmbeddedStore::new());
+        let store = Arc::new(if list_finished {
+            EmbeddedStore::new().with_finished_index()
+        } else {
+            EmbeddedStore::new()
+        });
         Backend {
             name: "embedded",
             store: store.clone(),
@@ -203,10 +213,16 @@ impl Backend {
 
     /// A fresh state table and queues on the test endpoint, or `None` when there is none.
     pub async fn aws(test: &str) -> Option<Backend> {
+        Backend::aws_with(test, false).await
+    }
+
+    /// As `aws`, with the table's finished index and its writes, or without (the
+    /// template's default).
+    pub async fn aws_with(test: &str, list_finished: bool) -> Option<Backend> {
         let endpoints = endpoints(test)?;
         let sdk = sdk_config_per_service().await;
         let prefix = unique_prefix(test);
-        let tables = TableNames::new(format!("{prefix}-state"));
+        let tables = TableNames::new(format!("{prefix}-state")).with_list_finished(list_finished);
         let clients = endpoints.clients(&sdk);
         let (dynamodb, sqs) = (clients.dynamodb, clients.sqs);
         provision::create_tables(&dynamodb, &tables)

@@ -49,3 +49,20 @@ on_both_backends! {
     concurrent_arrivals_never_overfill_a_gate => |b| c::concurrent_arrivals_never_overfill_a_gate(b, 12, 3);
     one_call_mark_wins => |b| c::one_call_mark_wins(b);
 }
+
+/// The finished listing needs a table with its index, and one without to refuse it.
+mod finished_listing {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn embedded() {
+        c::finished_listing_reads_its_own_index(&Backend::embedded_with(true), &Backend::embedded()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn aws() {
+        let Some(with) = Backend::aws_with("finished_listing", true).await else { return };
+        let Some(without) = Backend::aws("finished_listing_without").await else { return };
+        c::finished_listing_reads_its_own_index(&with, &without).await;
+    }
+}

@@ -10,7 +10,7 @@ use crate::tasks::StateArg;
 use crate::tasks::render::{iso, show_text, span, task_summary_json};
 
 /// The states the task list offers, and what each listing reads.
-pub const STATES: [StateArg; 8] = [
+pub const STATES: [StateArg; 9] = [
     StateArg::Error,
     StateArg::Waiting,
     StateArg::Queued,
@@ -19,6 +19,7 @@ pub const STATES: [StateArg; 8] = [
     StateArg::Compensating,
     StateArg::Stuck,
     StateArg::Paused,
+    StateArg::Finished,
 ];
 
 /// What the listing of `state` reads, said on the page (as `sasctl tasks list --help`
@@ -30,6 +31,12 @@ pub fn reads(state: StateArg, narrowed: bool) -> String {
         }
         StateArg::Error => {
             "one Query of the sparse error index (only tasks in Error), up to 1000 to pick from, filtered here".into()
+        }
+        StateArg::Finished | StateArg::Processed | StateArg::Compensated if !narrowed => {
+            "a Query of the finished index per shard (it holds only Processed and Compensated tasks, when the deployment keeps it: ListFinished) and one read per task shown, newest first: it reads only what it shows".into()
+        }
+        StateArg::Finished | StateArg::Processed | StateArg::Compensated => {
+            "a Query of the finished index per shard (only Processed and Compensated tasks) and one read per task, up to 1000 to pick from, filtered here".into()
         }
         _ => format!(
             "a Query of the due index per shard (it holds exactly the live tasks) and one consistent read per live task (BatchGetItem, 100 a request), oldest deadline first, of at most 1000 live tasks; the {} ones picked from them",

@@ -224,8 +224,8 @@ async fn single(act: Act, id: &str, args: &ActArgs, policy: Policy) -> Result<Ex
 fn check_state(act: Act, state: StateArg) -> Result<(), TasksError> {
     let fits = match act {
         Act::Resubmit { .. } | Act::Compensate => state == StateArg::Error,
-        Act::Cancel => state != StateArg::Error && state != StateArg::Compensating,
-        Act::Pause => state != StateArg::Error && state != StateArg::Paused,
+        Act::Cancel => !state.from_own_index() && state != StateArg::Compensating,
+        Act::Pause => !state.from_own_index() && state != StateArg::Paused,
         Act::Resume => state == StateArg::Paused,
     };
     if fits {

@@ -33,16 +33,19 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
     }
     let now = now();
     let since = filter.since.map(|d| Timestamp(now.0.saturating_sub(d.as_millis() as u64)));
-    let narrowed =
-        filter.workflow.is_some() || filter.agent.is_some() || (state != StateArg::Error && since.is_some());
+    let narrowed = filter.workflow.is_some()
+        || filter.agent.is_some()
+        || (!state.from_own_index() && since.is_some())
+        || matches!(state, StateArg::Processed | StateArg::Compensated);
     // One more than asked for, to tell "that is all" from "more remain".
-    let window = if state == StateArg::Error && !narrowed {
+    let window = if state.from_own_index() && !narrowed {
         filter.limit + 1
     } else {
         (filter.limit + 1).max(LIVE_WINDOW)
     };
     let listing = match state {
         StateArg::Error => Listing::Errors { since },
+        StateArg::Finished | StateArg::Processed | StateArg::Compensated => Listing::Finished { since },
         _ => Listing::Live,
     };
     let read = ctx.store.list(&listing, window).await.map_err(|e| ctx.store_error(e))?;
@@ -51,6 +54,7 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
         .into_iter()
         .filter(|t| match (state, state.state()) {
             (_, Some(s)) => t.state() == s,
+            (StateArg::Finished, None) => true,
             (StateArg::Paused, None) => t.paused() && !t.state().is_terminal(),
             (StateArg::Queued, None) => {
                 (t.queued().is_some() || render::throttled_until(t).is_some()) && !t.state().is_terminal()

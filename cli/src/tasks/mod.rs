@@ -162,6 +162,11 @@ pub enum StateArg {
     /// Pending or Compensating, waiting for a place in its agent's gate (flow control),
     /// or for the end of a Retry-After pause its agent's service asked for (throttled).
     Queued,
+    /// Processed or Compensated, newest first: from the finished index of a deployment
+    /// that keeps one (template parameter ListFinished; `sasctl up` always does).
+    Finished,
+    Processed,
+    Compensated,
 }
 
 impl StateArg {
@@ -175,6 +180,9 @@ impl StateArg {
             StateArg::Stuck => "stuck",
             StateArg::Paused => "paused",
             StateArg::Queued => "queued",
+            StateArg::Finished => "finished",
+            StateArg::Processed => "processed",
+            StateArg::Compensated => "compensated",
         }
     }
 
@@ -185,8 +193,16 @@ impl StateArg {
             StateArg::Processing => Some(ProcessState::Processing),
             StateArg::Pending => Some(ProcessState::Pending),
             StateArg::Waiting => Some(ProcessState::Waiting),
-            StateArg::Stuck | StateArg::Paused | StateArg::Queued => None,
+            StateArg::Processed => Some(ProcessState::Processed),
+            StateArg::Compensated => Some(ProcessState::Compensated),
+            StateArg::Stuck | StateArg::Paused | StateArg::Queued | StateArg::Finished => None,
         }
+    }
+
+    /// Listed from an index that holds nothing else, newest first (Error's, or the
+    /// finished one), rather than picked from the live tasks.
+    pub fn from_own_index(self) -> bool {
+        matches!(self, StateArg::Error | StateArg::Finished | StateArg::Processed | StateArg::Compensated)
     }
 }
 
@@ -312,16 +328,25 @@ impl Context {
         let deployment = common.deployment.resolve().await?;
         let table = deployment.table()?.to_owned();
         let dynamodb = aws_sdk_dynamodb::Client::new(deployment.sdk_config());
-        if let Err(e) = dynamodb.describe_table().table_name(&table).send().await {
-            if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) {
+        let described = match dynamodb.describe_table().table_name(&table).send().await {
+            Ok(d) => d,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
                 return Err(TasksError::NoTable { table, at: deployment.at().to_owned() });
             }
-            return Err(TasksError::Aws {
-                doing: format!("reading table {table} (DynamoDB DescribeTable)"),
-                at: deployment.at().to_owned(),
-                reason: aws_reason(&e),
-            });
-        }
+            Err(e) => {
+                return Err(TasksError::Aws {
+                    doing: format!("reading table {table} (DynamoDB DescribeTable)"),
+                    at: deployment.at().to_owned(),
+                    reason: aws_reason(&e),
+                });
+            }
+        };
+        // A deployment lists finished orders exactly when its table has the finished
+        // index (template.yaml's ListFinished creates both): a task an action ends then
+        // goes into it, as the functions' own finished tasks do.
+        let list_finished = described.table().map(|t| t.global_secondary_indexes()).is_some_and(|gsis| {
+            gsis.iter().any(|g| g.index_name() == Some(sas::config::DEFAULT_FINISHED_INDEX))
+        });
         // The index names are the template's (its DueIndexName and ErrorIndexName
         // outputs say so too); the shard count is a parameter no output tells.
         // A task an action ends (a cancel with nothing to undo) expires as the
@@ -333,13 +358,18 @@ impl Context {
             .or_else(|| std::env::var("SAS_RETENTION_DAYS").ok())
             .and_then(|d| d.trim().parse::<u32>().ok())
             .unwrap_or(sas::config::DEFAULT_RETENTION_DAYS);
-        let mut tables = TableNames::new(table.clone()).with_retention_days(retention_days);
+        let mut tables = TableNames::new(table.clone())
+            .with_retention_days(retention_days)
+            .with_list_finished(list_finished);
         tables.due_shards = common.due_shards;
         let store = Arc::new(DynamoStore::new(dynamodb, tables));
         Ok(Context { deployment, store, table, definitions, definitions_from, common: common.clone() })
     }
 
     pub fn store_error(&self, e: sas::ports::StoreError) -> TasksError {
+        if let sas::ports::StoreError::NotIndexed(why) = e {
+            return TasksError::Usage(format!("table {}: {why}", self.table));
+        }
         TasksError::Store { table: self.table.clone(), reason: crate::endpoint::one_line(&e.to_string()) }
     }
 

@@ -4,9 +4,9 @@ use std::str::FromStr;
 
 use super::variables::{FunctionName, VARIABLES};
 use super::{
-    ConfigError, DEFAULT_DUE_INDEX, DEFAULT_DUE_SHARDS, DEFAULT_ERROR_INDEX, DEFAULT_METRICS_NAMESPACE,
-    DEFAULT_RETENTION_DAYS, Deployment, MAX_DUE_SHARDS, MAX_RETENTION_DAYS, MAX_SEND_MAX_HOLD_MS,
-    MAX_STEP_TIMEOUT_MS, MIN_STEP_TIMEOUT_MS, OWN_QUEUE_VARIABLES, TableNames,
+    ConfigError, DEFAULT_DUE_INDEX, DEFAULT_DUE_SHARDS, DEFAULT_ERROR_INDEX, DEFAULT_FINISHED_INDEX,
+    DEFAULT_METRICS_NAMESPACE, DEFAULT_RETENTION_DAYS, Deployment, MAX_DUE_SHARDS, MAX_RETENTION_DAYS,
+    MAX_SEND_MAX_HOLD_MS, MAX_STEP_TIMEOUT_MS, MIN_STEP_TIMEOUT_MS, OWN_QUEUE_VARIABLES, TableNames,
 };
 use crate::domain::retry::Backoff;
 use crate::domain::{Definitions, Invalid, Policy, QueueId, ReplyToRules};
@@ -149,7 +149,23 @@ impl Env<'_> {
         // need its key attribute, which `task_item` adds whatever the index is called.
         let error_index = DEFAULT_ERROR_INDEX.to_owned();
         let retention_days = self.number("RETENTION_DAYS", DEFAULT_RETENTION_DAYS, 0..=MAX_RETENTION_DAYS);
-        TableNames { state, due_index, due_shards, error_index, retention_days }
+        let list_finished = match self.optional("LIST_FINISHED").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                self.problems.push(format!("LIST_FINISHED={other:?} is neither true nor false"));
+                false
+            }
+        };
+        TableNames {
+            state,
+            due_index,
+            due_shards,
+            error_index,
+            list_finished,
+            finished_index: DEFAULT_FINISHED_INDEX.to_owned(),
+            retention_days,
+        }
     }
 
     pub(super) fn policy(&mut self) -> Policy {

@@ -23,8 +23,8 @@ use crate::ports::QueueUrl;
 /// The tables' defaults, and the types the adapters are built with, are the ports': this
 /// layer reads them from the environment.
 pub use crate::ports::{
-    DEFAULT_DUE_INDEX, DEFAULT_DUE_SHARDS, DEFAULT_ERROR_INDEX, DEFAULT_RETENTION_DAYS, Deployment,
-    TableNames,
+    DEFAULT_DUE_INDEX, DEFAULT_DUE_SHARDS, DEFAULT_ERROR_INDEX, DEFAULT_FINISHED_INDEX,
+    DEFAULT_RETENTION_DAYS, Deployment, TableNames,
 };
 /// A century: beyond it "keep forever" (0) says what is meant.
 pub const MAX_RETENTION_DAYS: u32 = 36_500;

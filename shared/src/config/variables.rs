@@ -104,6 +104,12 @@ pub const VARIABLES: &[Variable] = &[
         about: "partitions of the due index; writers and the supervisor must agree (default 4)",
     },
     Variable {
+        name: "LIST_FINISHED",
+        read_by: STATE_OPTIONAL,
+        source: Source::Resource,
+        about: "true: finished tasks (Processed, Compensated) go into the table's finished-index, so operators can list them; one more index write per order (default false)",
+    },
+    Variable {
         name: "RETENTION_DAYS",
         read_by: STATE_OPTIONAL,
         source: Source::Resource,

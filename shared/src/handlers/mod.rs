@@ -54,7 +54,7 @@ impl From<StoreError> for HandlerError {
         match e {
             StoreError::Unavailable(_) => HandlerError::Retry(e.to_string()),
             StoreError::Throttled(_) => HandlerError::Throttled(e.to_string()),
-            StoreError::Corrupt { .. } => HandlerError::Reject(e.to_string()),
+            StoreError::Corrupt { .. } | StoreError::NotIndexed(_) => HandlerError::Reject(e.to_string()),
         }
     }
 }

@@ -40,7 +40,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use crate::domain::gate::{CallMark, CallStart, Gate};
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
 pub use crate::ports::TableNames;
-use crate::ports::{CallStarts, Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written};
+use crate::ports::{
+    CallStarts, Inserted, Listing, NOT_INDEXED, Noted, StateStore, StoreError, TaskListing, Written,
+};
 
 /// Attribute names the adapter adds to or reads from items, beside the records' own.
 pub const KEY: &str = "order_id";
@@ -48,6 +50,9 @@ pub const DUE_SHARD: &str = "due_shard";
 pub const DEADLINE: &str = "deadline";
 pub const REVISION: &str = "revision";
 pub const ERROR_SHARD: &str = "error_shard";
+/// The finished index's partition key: the due shard of the order, on Processed and
+/// Compensated records of a deployment that lists them (`TableNames::list_finished`).
+pub const FINISHED_SHARD: &str = "finished_shard";
 pub const UPDATED_AT: &str = "updated_at";
 /// The table's TTL attribute, in epoch seconds as DynamoDB requires.
 pub const EXPIRES_AT: &str = "expires_at";
@@ -122,6 +127,12 @@ pub fn task_item(task: &TaskRecord, tables: &TableNames) -> Result<Item, StoreEr
     }
     if task.state() == ProcessState::Error {
         item.insert(ERROR_SHARD.to_owned(), AttributeValue::S(ERROR_PARTITION.to_owned()));
+    }
+    if tables.list_finished && matches!(task.state(), ProcessState::Processed | ProcessState::Compensated) {
+        item.insert(
+            FINISHED_SHARD.to_owned(),
+            AttributeValue::S(due_shard(&task.order_id, tables.due_shards).to_string()),
+        );
     }
     if let Some(at) = expires_at(task, tables.retention_days) {
         item.insert(EXPIRES_AT.to_owned(), AttributeValue::N(at.to_string()));
@@ -272,7 +283,20 @@ impl DynamoStore {
                     .expression_attribute_names("#r", name)
                     .expression_attribute_values(":r", AttributeValue::N(bound.to_string()));
             }
-            let page = query.send().await.map_err(|e| unavailable(&format!("querying {index}"), e))?;
+            let page = query.send().await.map_err(|e| {
+                // An index the table lacks: DynamoDB answers ValidationException ("does
+                // not have the specified index"), moto ResourceNotFoundException
+                // ("Invalid index"); both name the index.
+                let missing = e.as_service_error().is_some_and(|s| {
+                    matches!(s.code(), Some("ValidationException" | "ResourceNotFoundException"))
+                        && s.message().is_some_and(|m| m.contains("index"))
+                });
+                if missing {
+                    StoreError::NotIndexed(format!("table {} has no index {index}", self.tables.state))
+                } else {
+                    unavailable(&format!("querying {index}"), e)
+                }
+            })?;
             let c = &self.listing;
             c.queries.fetch_add(1, Ordering::Relaxed);
             c.index_items.fetch_add(page.items().len() as u64, Ordering::Relaxed);
@@ -306,6 +330,47 @@ impl DynamoStore {
         // An entry is the whole item as it was when it entered the index, which may lag
         // the table by a moment (a task just resubmitted can still show as in Error).
         items.into_iter().map(task_from_item).collect()
+    }
+
+    /// The finished tasks newest first: their keys from every shard of the finished
+    /// index, merged, then the tasks themselves (finished records never change).
+    async fn list_finished(
+        &self,
+        since: Option<Timestamp>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let index = self.tables.finished_index.as_str();
+        let pages = futures::future::try_join_all((0..self.tables.due_shards.max(1)).map(|shard| {
+            let shard = shard.to_string();
+            let range = since.map(|s| (UPDATED_AT, s.0));
+            async move { self.query_partition(index, (FINISHED_SHARD, &shard), range, false, limit).await }
+        }))
+        .await?;
+        let mut entries: Vec<(u64, OrderId)> = pages
+            .into_iter()
+            .flatten()
+            .map(|item| {
+                let id = key_of(&item);
+                match (item.get(UPDATED_AT), OrderId::parse(&id)) {
+                    (Some(AttributeValue::N(n)), Ok(order_id)) if n.parse::<u64>().is_ok() => {
+                        Ok((n.parse::<u64>().unwrap_or(0), order_id))
+                    }
+                    _ => Err(corrupt(
+                        &id,
+                        "finished-index entry without a numeric updated_at or a valid order id",
+                    )),
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        entries.sort_by(|a, b| b.cmp(a));
+        entries.truncate(limit);
+        let ids: Vec<OrderId> = entries.into_iter().map(|(_, id)| id).collect();
+        let mut tasks = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(BATCH_GET_MAX) {
+            tasks.extend(self.batch_get(chunk).await?);
+        }
+        tasks.sort_by(|a, b| (b.updated_at, &b.order_id).cmp(&(a.updated_at, &a.order_id)));
+        Ok(tasks)
     }
 
     /// The live tasks, oldest deadline first: their keys from every due-index shard,
@@ -609,6 +674,10 @@ impl TaskListing for DynamoStore {
         match listing {
             Listing::Errors { since } => self.list_errors(*since, limit).await,
             Listing::Live => self.list_live(limit).await,
+            Listing::Finished { since } => self.list_finished(*since, limit).await.map_err(|e| match e {
+                StoreError::NotIndexed(_) => StoreError::NotIndexed(NOT_INDEXED.to_owned()),
+                e => e,
+            }),
         }
     }
 }
@@ -659,7 +728,26 @@ mod tests {
         let done = live.clone().with_phase(Phase::Processed);
         let item = task_item(&done, &tables(30)).unwrap();
         assert!(!item.contains_key(DEADLINE) && !item.contains_key(DUE_SHARD));
+        assert!(!item.contains_key(FINISHED_SHARD), "no finished index unless the deployment keeps one");
         assert_eq!(task_from_item(item).unwrap(), done);
+    }
+
+    /// A deployment that lists finished tasks puts Processed and Compensated ones, and
+    /// only those, into the finished index.
+    #[test]
+    fn finished_tasks_carry_the_finished_index_key_where_it_is_kept() {
+        let listing = tables(30).with_list_finished(true);
+        for state in ProcessState::ALL {
+            let t = if state.is_terminal() {
+                finished(state, 5_000)
+            } else {
+                task("o-3").with_phase(live_phase(state))
+            };
+            let item = task_item(&t, &listing).unwrap();
+            let expected = matches!(state, ProcessState::Processed | ProcessState::Compensated);
+            assert_eq!(item.contains_key(FINISHED_SHARD), expected, "{state:?}");
+            assert_eq!(task_from_item(item).unwrap(), t);
+        }
     }
 
     /// A live phase of `state`, holding what it must (a lease while Processing).

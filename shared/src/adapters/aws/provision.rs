@@ -16,7 +16,9 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use super::dynamodb::{DEADLINE, DUE_SHARD, ERROR_SHARD, EXPIRES_AT, KEY, TableNames, UPDATED_AT};
+use super::dynamodb::{
+    DEADLINE, DUE_SHARD, ERROR_SHARD, EXPIRES_AT, FINISHED_SHARD, KEY, TableNames, UPDATED_AT,
+};
 
 #[derive(Debug, thiserror::Error)]
 #[error("provisioning {resource}: {reason}")]
@@ -77,7 +79,8 @@ impl Layout {
             max_receives: dlq.then_some(MAX_RECEIVES),
         };
         Layout {
-            tables: TableNames::new(format!("{prefix}-state")),
+            // Local runs list their finished orders: the index write costs nothing here.
+            tables: TableNames::new(format!("{prefix}-state")).with_list_finished(true),
             orders: queue("orders", 65, true),
             scheduler: queue("scheduler", 90, true),
             agent: queue("agent", 360, true),
@@ -129,6 +132,7 @@ impl Provisioned {
             ("DUE_INDEX", self.tables.due_index.clone()),
             ("DUE_SHARDS", self.tables.due_shards.to_string()),
             ("RETENTION_DAYS", self.tables.retention_days.to_string()),
+            ("LIST_FINISHED", self.tables.list_finished.to_string()),
             ("ORDERS_QUEUE_URL", self.orders_queue.clone()),
             ("ORDERS_DLQ_URL", self.orders_dlq.clone()),
             ("SCHEDULER_QUEUE_URL", self.scheduler_queue.clone()),
@@ -199,7 +203,9 @@ fn attribute(name: &str, kind: ScalarAttributeType) -> Result<AttributeDefinitio
 /// re-reads each due task anyway, and a write that does not move the deadline then
 /// costs the index nothing. The error index, on `error_shard` + `updated_at`, whole
 /// items: operators list Error tasks with no further reads, and only items in Error
-/// carry its key, so the happy path never writes it.
+/// carry its key, so the happy path never writes it. The finished index, when the
+/// tables list finished orders, on `finished_shard` + `updated_at`, keys only: each
+/// finished order is written into it once, and a listing reads the tasks it shows.
 pub async fn create_tables(
     client: &aws_sdk_dynamodb::Client,
     tables: &TableNames,
@@ -215,16 +221,21 @@ pub async fn create_tables(
     };
     let due = index(&tables.due_index, DUE_SHARD, DEADLINE, ProjectionType::KeysOnly)?;
     let errors = index(&tables.error_index, ERROR_SHARD, UPDATED_AT, ProjectionType::All)?;
-    create_table(client, &tables.state, [due, errors]).await?;
+    let mut indexes = vec![due, errors];
+    if tables.list_finished {
+        indexes.push(index(&tables.finished_index, FINISHED_SHARD, UPDATED_AT, ProjectionType::KeysOnly)?);
+    }
+    create_table(client, &tables.state, indexes, tables.list_finished).await?;
     enable_ttl(client, &tables.state).await
 }
 
 async fn create_table(
     client: &aws_sdk_dynamodb::Client,
     name: &str,
-    indexes: [GlobalSecondaryIndex; 2],
+    indexes: Vec<GlobalSecondaryIndex>,
+    finished: bool,
 ) -> Result<(), ProvisionError> {
-    let request = client
+    let mut request = client
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
@@ -234,7 +245,10 @@ async fn create_table(
         .attribute_definitions(attribute(DEADLINE, ScalarAttributeType::N)?)
         .attribute_definitions(attribute(ERROR_SHARD, ScalarAttributeType::S)?)
         .attribute_definitions(attribute(UPDATED_AT, ScalarAttributeType::N)?)
-        .set_global_secondary_indexes(Some(indexes.into()));
+        .set_global_secondary_indexes(Some(indexes));
+    if finished {
+        request = request.attribute_definitions(attribute(FINISHED_SHARD, ScalarAttributeType::S)?);
+    }
     match request.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}

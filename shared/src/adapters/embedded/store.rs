@@ -8,7 +8,7 @@ use super::capacity::{self, Access, Capacity, CapacityReport, ItemUsage};
 use crate::domain::gate::{CallMark, CallStart, Gate};
 use crate::domain::{OrderId, ProcessState, TaskRecord, Timestamp};
 use crate::ports::{
-    CallStarts, Clock, Inserted, Listing, Noted, StateStore, StoreError, TaskListing, Written,
+    CallStarts, Clock, Inserted, Listing, NOT_INDEXED, Noted, StateStore, StoreError, TaskListing, Written,
 };
 
 /// One landed write of a task record, for history and invariant checks. Its records are
@@ -27,6 +27,9 @@ struct Tables {
     due: BTreeSet<(Timestamp, OrderId)>,
     /// The sparse error index: (updated_at, order id) of every task in Error.
     errors: BTreeSet<(Timestamp, OrderId)>,
+    /// The sparse finished index, for a store that keeps one (`with_finished_index`):
+    /// (updated_at, order id) of every Processed or Compensated task.
+    finished: Option<BTreeSet<(Timestamp, OrderId)>>,
     log: Vec<WriteRecord>,
     gates: HashMap<String, Gate>,
     waiters: HashMap<(String, u64), OrderId>,
@@ -57,6 +60,12 @@ impl EmbeddedStore {
     /// above DynamoDB's per-item rates, counted on `clock` (`capacity`).
     pub fn with_capacity(clock: Arc<dyn Clock>) -> EmbeddedStore {
         EmbeddedStore { tables: Mutex::default(), capacity: Some(Mutex::new(Capacity::new(clock))) }
+    }
+    /// The same store, keeping the finished index too (`Listing::Finished`), as a
+    /// deployment does with `LIST_FINISHED=true`.
+    pub fn with_finished_index(self) -> EmbeddedStore {
+        self.tables().finished.get_or_insert_with(BTreeSet::new);
+        self
     }
     fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
         self.tables.lock().unwrap_or_else(|p| p.into_inner())
@@ -159,6 +168,13 @@ impl EmbeddedStore {
         }
         if let Some(updated) = error_key(after) {
             t.errors.insert((updated, id.clone()));
+        }
+        // Processed and Compensated are never left: a task enters this index once.
+        if let Some(finished) = &mut t.finished
+            && matches!(after.state(), ProcessState::Processed | ProcessState::Compensated)
+            && before.is_none_or(|b| b.state() != after.state())
+        {
+            finished.insert((after.updated_at, id.clone()));
         }
         if before.map(|b| b.deadline()) == Some(after.deadline()) {
             return;
@@ -317,6 +333,16 @@ impl TaskListing for EmbeddedStore {
                 .map(|(_, id)| id.clone())
                 .collect(),
             Listing::Live => t.due.iter().take(limit).map(|(_, id)| id.clone()).collect(),
+            Listing::Finished { since } => match &t.finished {
+                Some(finished) => finished
+                    .iter()
+                    .rev()
+                    .take_while(|(updated, _)| since.is_none_or(|s| *updated >= s))
+                    .take(limit)
+                    .map(|(_, id)| id.clone())
+                    .collect(),
+                None => return Err(StoreError::NotIndexed(NOT_INDEXED.to_owned())),
+            },
         };
         t.list_items_read += keys.len() as u64;
         Ok(keys.iter().filter_map(|id| t.tasks.get(id).map(|t| TaskRecord::clone(t))).collect())
