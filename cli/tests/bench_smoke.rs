@@ -205,6 +205,9 @@ async fn listing_reads_only_what_it_lists() {
             (since.as_str(), 10, 10, 10, 10, 0),
             // Four due shards, each read whole (7 entries in all), then each task.
             ("live", 7, 7, 7, 7, 7),
+            // Four finished shards, each read up to the limit (their small key entries),
+            // then only the tasks listed.
+            ("finished, newest 50", 50, 200, 200, 200, 50),
         ]
     );
     let text = r.to_string();

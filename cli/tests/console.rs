@@ -123,6 +123,15 @@ async fn the_console_shows_a_waiting_task_and_completes_its_callback_by_hand() {
         let r = http.get(format!("{base}{path}")).header(COOKIE, &pair).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::OK, "{path}");
     }
+    // A finished order is listed from the finished index (`Layout::standard` keeps one).
+    let (done, _) = waiting_task("web-done", 8);
+    let done = done.with_phase(sas::domain::Phase::ended(sas::domain::ProcessState::Processed).unwrap());
+    store.insert(&done).await.unwrap();
+    let r = http.get(format!("{base}/tasks?state=finished")).header(COOKIE, &pair).send().await.unwrap();
+    let page = r.text().await.unwrap();
+    assert!(page.contains("<a href=\"/tasks/web-done\">web-done</a>"), "{page}");
+    assert!(page.contains("Read: a Query of the finished index per shard"), "{page}");
+    assert!(!page.contains("<a href=\"/tasks/web-1\">"), "a live task is not finished: {page}");
     let waiting = http.get(format!("{base}/waiting")).header(COOKIE, &pair).send().await.unwrap();
     assert!(waiting.text().await.unwrap().contains("every 10m"), "the heartbeat is shown");
 

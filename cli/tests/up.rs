@@ -233,6 +233,20 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
         "{text}\n{}",
         String::from_utf8_lossy(&listed.stderr)
     );
+    // `up` keeps the finished index: the Processed orders are listed, newest first.
+    let finished = tokio::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
+        .args(["tasks", "list", "--state", "finished", "--json"])
+        .env_remove("SAS_STACK")
+        .envs(vars.iter().copied())
+        .output()
+        .await
+        .expect("sasctl runs");
+    let text = String::from_utf8_lossy(&finished.stdout);
+    let listed: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let mut ids: Vec<&str> = listed.iter().filter_map(|t| t["id"].as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["ok-1", "ok-2", "ok-3"], "{text}\n{}", String::from_utf8_lossy(&finished.stderr));
     // The last event lines may trail the table by a moment.
     up.wait_for_line(|l| l.contains("Error") && l.contains("refuse-1"), Duration::from_secs(10)).await;
 

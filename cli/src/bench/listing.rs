@@ -182,7 +182,7 @@ pub async fn listing(o: &ListingOptions) -> Result<ListingReport, String> {
     let sdk = crate::endpoint::sdk_config(&o.endpoint).await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let prefix = format!("bench-listing-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let tables = TableNames::new(format!("{prefix}-state"));
+    let tables = TableNames::new(format!("{prefix}-state")).with_list_finished(true);
     provision::create_tables(&client, &tables).await.map_err(|e| e.to_string())?;
     let result = fill_and_list(&client, &tables, o).await;
     let dropped = client.delete_table().table_name(&tables.state).send().await;
@@ -215,6 +215,7 @@ async fn fill_and_list(
         )
         .await?,
         measure(&store, "live".into(), Listing::Live, o.live.max(1)).await?,
+        measure(&store, "finished, newest 50".into(), Listing::Finished { since: None }, 50).await?,
     ];
     Ok(ListingReport {
         endpoint: o.endpoint.clone(),
