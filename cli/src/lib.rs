@@ -18,6 +18,7 @@ pub mod dlq;
 pub mod endpoint;
 #[cfg(test)]
 mod fixtures;
+pub mod history;
 pub mod invariants;
 pub mod pump;
 pub mod remote_sim;

@@ -132,13 +132,14 @@ async fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    {
+        use tracing_subscriber::prelude::*;
+        let stderr = tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).with_filter(
             tracing_subscriber::EnvFilter::try_from_env("SAS_LOG").unwrap_or_else(|_| "off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .json()
-        .init();
+        );
+        // `up`'s history file (`sasctl::history`): off until `up` opens it.
+        tracing_subscriber::registry().with(stderr).with(sasctl::history::layer()).init();
+    }
     let command = sasctl::args::without_blank_env(Cli::command(), &|name| std::env::var_os(name));
     let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,

@@ -285,6 +285,8 @@ struct Startup<'a> {
     step_timeout_ms: u64,
     /// The console's URL, or why it did not start; `None` with --no-console.
     console: Option<Result<&'a str, &'a str>>,
+    /// The functions' log lines' file (`history`), or why it could not be opened.
+    history: Result<&'a std::path::Path, &'a str>,
 }
 
 impl Startup<'_> {
@@ -317,6 +319,7 @@ impl Startup<'_> {
                     "send_example": example,
                     "exports": o.exports().into_iter().collect::<BTreeMap<_, _>>(),
                     "console": self.console.and_then(Result::ok),
+                    "history": self.history.ok(),
                 }),
             );
             return;
@@ -372,6 +375,13 @@ impl Startup<'_> {
             }
             Some(Err(why)) => lines.push(format!("no web console: {why}")),
             None => {}
+        }
+        match self.history {
+            Ok(path) => lines.push(format!(
+                "each order's whole history (the functions' log lines; the console's task page reads it): {}",
+                path.display()
+            )),
+            Err(why) => lines.push(format!("no history file: {why}")),
         }
         lines.push("running; Ctrl-C stops (the resources stay)".to_owned());
         let mut out = std::io::stdout().lock();
@@ -433,6 +443,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
         true => Some(console::start(&options.exports()).await),
         false => None,
     };
+    let history = crate::history::start(&options.prefix).map_err(|e| e.to_string());
     Startup {
         options: &options,
         provisioned: &ready.provisioned,
@@ -441,6 +452,7 @@ pub async fn run(options: UpOptions) -> Result<Stopped, UpError> {
         targets: &ready.targets,
         step_timeout_ms: configs.scheduler.state.policy.step_timeout_ms,
         console: console.as_ref().map(|c| c.as_ref().map(|c| c.url.as_str()).map_err(String::as_str)),
+        history: history.as_deref().map_err(String::as_str),
     }
     .print(&events);
 

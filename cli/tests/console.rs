@@ -69,6 +69,9 @@ async fn the_console_shows_a_waiting_task_and_completes_its_callback_by_hand() {
     std::fs::write(&file, DEFINITIONS).unwrap();
     let (task, _token) = waiting_task("web-1", 7);
     store.insert(&task).await.unwrap();
+    // A local run's history file (`sasctl up` writes it), with a line of web-1's.
+    let line = r#"{"timestamp":"2026-11-28T03:00:00Z","level":"INFO","fields":{"message":"claimed","step":0},"span":{"order_id":"web-1","name":"scheduler"},"spans":[{"order_id":"web-1","name":"scheduler"}]}"#;
+    std::fs::write(sasctl::history::path(&prefix), format!("{line}\n")).unwrap();
 
     let (_console, url) =
         console(&["--prefix", &prefix, "--endpoint-url", &endpoint, "--workflows", file.to_str().unwrap()]);
@@ -114,6 +117,7 @@ async fn the_console_shows_a_waiting_task_and_completes_its_callback_by_hand() {
         assert!(page.contains(shown), "{shown}: {page}");
     }
     assert!(page.contains("<svg class=\"gantt\""), "{page}");
+    assert!(page.contains("<h2>Whole history</h2>") && page.contains("claimed (step=0)"), "{page}");
     assert!(page.contains("entries kept, 0 older ones dropped (timeline_dropped)"), "{page}");
     assert!(
         page.contains("name=\"step\" id=\"step\" value=\"approve\""),

@@ -233,6 +233,13 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
         "{text}\n{}",
         String::from_utf8_lossy(&listed.stderr)
     );
+    // Each order's whole history: the functions' log lines, in the file `up` names.
+    let history = sasctl::history::path(&prefix);
+    assert!(startup.contains(&history.display().to_string()), "{startup}");
+    let lines = sasctl::history::lines_of(&history, "ok-1").expect("the history file");
+    let said: Vec<String> = lines.iter().map(|l| sasctl::history::describe(l).2).collect();
+    assert!(said.iter().any(|w| w.starts_with("claimed")), "{said:?}");
+    assert!(said.iter().any(|w| w.starts_with("reply applied") && w.contains("Finished")), "{said:?}");
     // `up` keeps the finished index: the Processed orders are listed, newest first.
     let finished = tokio::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
         .args(["tasks", "list", "--state", "finished", "--json"])

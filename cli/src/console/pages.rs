@@ -243,6 +243,48 @@ pub fn agents_table(seen: &[Seen], now: Timestamp) -> String {
     table("agents", &head, rows, empty)
 }
 
+/// A task's whole history, beyond the record's bounded timeline: from where it is kept,
+/// the functions' log lines. `lines`: those of a local run's file (`history::path`), when
+/// there is one; otherwise where a deployed stack keeps them, and the query that reads them.
+pub fn history(order: &str, prefix: Option<&str>, lines: Option<&[Value]>) -> String {
+    let mut out = String::from("<h2>Whole history</h2>");
+    match (lines, prefix) {
+        (Some(lines), _) => {
+            let path = prefix.map(|p| crate::history::path(p).display().to_string()).unwrap_or_default();
+            out.push_str(&format!(
+                "<p class=\"source\">The functions' log lines of this order, from <code>{}</code>, where <code>sasctl up</code> writes them ({} shown, at most the newest {}). Read at page load.</p>",
+                esc(&path),
+                lines.len(),
+                crate::history::MAX_LINES
+            ));
+            let rows: Vec<(Option<&str>, Vec<String>)> = lines
+                .iter()
+                .map(|l| {
+                    let (at, function, what) = crate::history::describe(l);
+                    (None, vec![esc(&at), esc(&function), esc(&what)])
+                })
+                .collect();
+            out.push_str(&table("history", &["at", "function", "what"], rows, "no line of this order yet"));
+        }
+        (None, Some(prefix)) => {
+            let groups: Vec<String> = ["submission", "scheduler", "agent", "supervisor"]
+                .iter()
+                .map(|f| format!("/aws/lambda/{prefix}-{f}"))
+                .collect();
+            out.push_str(&format!(
+                "<p class=\"source\">The whole history is in the functions' log lines, one JSON object per event with the order id in its span, in CloudWatch Logs: {}. Logs Insights over the four groups:</p><pre class=\"query\">fields @timestamp, @message\n| filter span.order_id = {} or fields.order_id = {}\n| sort @timestamp asc</pre>",
+                groups.iter().map(|g| format!("<code>{}</code>", esc(g))).collect::<Vec<_>>().join(", "),
+                esc(&serde_json::Value::from(order).to_string()),
+                esc(&serde_json::Value::from(order).to_string()),
+            ));
+        }
+        (None, None) => out.push_str(
+            "<p class=\"source\">The whole history is in the functions' log lines (CloudWatch Logs, one group per function): this table's name does not say which groups.</p>",
+        ),
+    }
+    out
+}
+
 /// A task's page, the part read again while it is open: its graph, its timeline, its
 /// outputs and its record as `sasctl tasks show` prints it.
 pub fn task_live(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next: &[String]) -> String {

@@ -282,10 +282,13 @@ async fn task(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response
     let next = render::next_commands(&task, wf, &c.policy, now, &flags);
     let callback_step =
         task.callback().and_then(|cb| render::step_name(wf, cb.step)).filter(|_| !task.state().is_terminal());
+    let prefix = ctx.table.strip_suffix("-state").filter(|p| !p.is_empty());
+    let lines = prefix.and_then(|p| crate::history::lines_of(&crate::history::path(p), &id));
     let body = format!(
-        "<div id=\"live\">{}</div>{}",
+        "<div id=\"live\">{}</div>{}{}",
         pages::task_live(&task, wf, now, &next),
-        pages::action_form(&id, &c.token, callback_step.as_deref())
+        pages::action_form(&id, &c.token, callback_step.as_deref()),
+        pages::history(&id, prefix, lines.as_deref())
     );
     c.page(&format!("Task {id}"), "Tasks", Live::Yes, &body)
 }

@@ -1,0 +1,165 @@
+//! Where an order's whole history is, when its record keeps only the latest entries
+//! (`domain::timeline::TIMELINE_LEN`): the functions' own log lines, one JSON object per
+//! event with the order id in its span. A deployed stack's are in CloudWatch Logs (one
+//! log group per function); a local run's (`sasctl up`) go to a file per prefix,
+//! [`path`], which the console reads.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::Value;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::MakeWriter;
+
+/// The file of this process's local run, once `up` has opened it.
+static FILE: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
+/// Turns the file's log layer on (`layer`'s reload handle, its subscriber's type erased).
+static TURN_ON: OnceLock<Box<dyn Fn() + Send + Sync>> = OnceLock::new();
+
+/// The most history lines a page shows: the newest are kept.
+pub const MAX_LINES: usize = 500;
+
+/// The history file of the local run under `prefix`.
+pub fn path(prefix: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("sasctl-up-{prefix}.log"))
+}
+
+/// From here on, the functions' log lines of this process go to `prefix`'s file
+/// (appended: a second `up` on the same prefix carries the history on).
+pub fn start(prefix: &str) -> std::io::Result<PathBuf> {
+    let path = path(prefix);
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+    let _ = FILE.set(Mutex::new(file));
+    if let Some(turn_on) = TURN_ON.get() {
+        turn_on();
+    }
+    Ok(path)
+}
+
+/// The log layer that writes the file: the functions' (crate `sas`) events at INFO and
+/// above, as the Lambda functions log them (JSON, with the current span and the span
+/// list). Off until [`start`], through a filter that tells tracing so: every other
+/// command (a `dev` run above all) logs nothing and pays nothing for it.
+pub fn layer<S>() -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(Targets::new());
+    let _ = TURN_ON.set(Box::new(move || {
+        let _ = handle.reload(Targets::new().with_target("sas", tracing::Level::INFO));
+    }));
+    tracing_subscriber::fmt::layer()
+        .json()
+        .with_current_span(true)
+        .with_span_list(true)
+        .with_target(false)
+        .with_writer(ToFile)
+        .with_filter(filter)
+}
+
+struct ToFile;
+
+impl Write for ToFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match FILE.get() {
+            Some(file) => file.lock().unwrap_or_else(|p| p.into_inner()).write(buf),
+            None => Ok(buf.len()),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for ToFile {
+    type Writer = ToFile;
+    fn make_writer(&'a self) -> ToFile {
+        ToFile
+    }
+}
+
+/// The lines of `order_id` in the file at `path`, oldest first, the newest
+/// [`MAX_LINES`] of them; `None` when there is no such file.
+pub fn lines_of(path: &std::path::Path, order_id: &str) -> Option<Vec<Value>> {
+    let file = std::fs::File::open(path).ok()?;
+    let needle = format!("\"order_id\":{}", Value::from(order_id));
+    let mut kept = std::collections::VecDeque::new();
+    for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+        if !line.contains(&needle) {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+        if order_of(&v) == Some(order_id) {
+            if kept.len() == MAX_LINES {
+                kept.pop_front();
+            }
+            kept.push_back(v);
+        }
+    }
+    Some(kept.into())
+}
+
+/// The order a line is about: its current span's, else an outer span's, else its own field.
+fn order_of(line: &Value) -> Option<&str> {
+    line["span"]["order_id"]
+        .as_str()
+        .or_else(|| line["spans"].as_array()?.iter().rev().find_map(|s| s["order_id"].as_str()))
+        .or_else(|| line["fields"]["order_id"].as_str())
+}
+
+/// A line as the page shows it: when, which function, what, and its other fields.
+pub fn describe(line: &Value) -> (String, String, String) {
+    let at = line["timestamp"].as_str().unwrap_or("").to_owned();
+    let function = line["spans"]
+        .as_array()
+        .and_then(|s| s.first())
+        .and_then(|s| s["name"].as_str())
+        .or_else(|| line["span"]["name"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let fields = line["fields"].as_object();
+    let message = fields.and_then(|f| f.get("message")).and_then(Value::as_str).unwrap_or("");
+    let rest: Vec<String> = fields
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != "message")
+        .map(|(k, v)| match v.as_str() {
+            Some(s) => format!("{k}={s}"),
+            None => format!("{k}={v}"),
+        })
+        .collect();
+    let what = if rest.is_empty() { message.to_owned() } else { format!("{message} ({})", rest.join(", ")) };
+    (at, function, what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_orders_lines_are_found_by_their_span_and_only_theirs() {
+        let dir = std::env::temp_dir().join(format!("sasctl-history-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("h.log");
+        let lines = [
+            r#"{"timestamp":"t1","level":"INFO","fields":{"message":"claimed","step":0},"span":{"order_id":"o-1","name":"scheduler"},"spans":[{"order_id":"o-1","name":"scheduler"}]}"#,
+            r#"{"timestamp":"t2","level":"INFO","fields":{"message":"claimed","step":0},"span":{"order_id":"o-10","name":"scheduler"},"spans":[{"order_id":"o-10","name":"scheduler"}]}"#,
+            "not json, \"order_id\":\"o-1\"",
+            r#"{"timestamp":"t3","level":"INFO","fields":{"message":"reply applied","trigger":"Finished"},"span":{"order_id":"o-1","name":"scheduler"},"spans":[{"order_id":"o-1","name":"scheduler"}]}"#,
+        ];
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        let found = lines_of(&file, "o-1").expect("the file");
+        let described: Vec<_> = found.iter().map(describe).collect();
+        assert_eq!(
+            described,
+            [
+                ("t1".into(), "scheduler".into(), "claimed (step=0)".into()),
+                ("t3".into(), "scheduler".into(), "reply applied (trigger=Finished)".into()),
+            ]
+        );
+        assert!(lines_of(&dir.join("none.log"), "o-1").is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
