@@ -178,6 +178,16 @@ async fn the_console_shows_a_waiting_task_and_completes_its_callback_by_hand() {
     assert!(page.contains("id=\"confirm\""), "{page}");
     assert_eq!(store.task(&task.order_id).await.unwrap().unwrap().revision, task.revision);
 
+    assert!(page.contains(&format!("name=\"seen\" value=\"{}\"", task.revision)), "{page}");
+    // Confirmed on a revision the task has moved from: refused, nothing changed.
+    let stale = (task.revision + 1).to_string();
+    let r = post("/tasks/web-1/act", with_token(&[&act[..], &[("seen", stale.as_str())]].concat()))
+        .await
+        .unwrap();
+    let page = r.text().await.unwrap();
+    assert!(page.contains("it changed since it was looked at"), "{page}");
+    assert_eq!(store.task(&task.order_id).await.unwrap().unwrap().revision, task.revision);
+
     // Confirmed: the task moves on, recorded with who and why.
     let r = post("/tasks/web-1/act", with_token(&act)).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);

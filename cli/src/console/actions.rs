@@ -93,7 +93,7 @@ pub struct Told {
 
 impl Request {
     fn by_hand<'a>(&'a self, id: &'a str, verb: Verb, dry_run: bool) -> ByHand<'a> {
-        ByHand { verb, order: id, step: &self.step, why: &self.reason, dry_run }
+        ByHand { verb, order: id, step: &self.step, why: &self.reason, dry_run, seen: self.seen }
     }
 
     fn completion(&self, verb: Verb) -> Result<sas::domain::Completion, TasksError> {

@@ -204,7 +204,7 @@ pub async fn run_step(
         (_, Some(order), Some(step)) => {
             let completion = completion_of.completion()?;
             let why = why.unwrap_or_default();
-            let by_hand = ByHand { verb, order, step, why, dry_run: args.dry_run };
+            let by_hand = ByHand { verb, order, step, why, dry_run: args.dry_run, seen: None };
             match by_hand.run(&completion, &args.common).await {
                 Err(e) if unavailable(&e) => {
                     eprintln!("sasctl: {order}: not applied: {e}");
@@ -268,6 +268,9 @@ pub(crate) struct ByHand<'a> {
     pub(crate) step: &'a str,
     pub(crate) why: &'a str,
     pub(crate) dry_run: bool,
+    /// The revision a dry run showed (the console's confirm): refused if the task moved
+    /// since, as every other action from the page is.
+    pub(crate) seen: Option<u64>,
 }
 
 impl ByHand<'_> {
@@ -340,7 +343,7 @@ impl ByHand<'_> {
         completion: &Completion,
     ) -> Result<Result<Told, String>, TasksError> {
         let id = super::order_id(self.order)?;
-        let actor = Actor { by, why: self.why, seen: None, origin: Origin::Operator };
+        let actor = Actor { by, why: self.why, seen: self.seen, origin: Origin::Operator };
         Ok(match complete_as_operator(deps, settings, &id, self.step, completion, actor).await {
             Ok(Operated::Applied { before, trigger, task }) => Ok(Told::Applied {
                 from: before.as_str(),
