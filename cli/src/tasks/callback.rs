@@ -298,7 +298,7 @@ impl ByHand<'_> {
         task: &TaskRecord,
     ) -> Result<&'d sas::domain::Workflow, TasksError> {
         let wf = ctx.workflow_of(task)?;
-        if !wf.steps.iter().any(|s| s.name == self.step) {
+        if wf.step_named(self.step).is_none() {
             let names: Vec<&str> =
                 wf.steps.iter().filter(|s| s.is_callback()).map(|s| s.name.as_str()).collect();
             return Err(TasksError::Usage(format!(
@@ -321,7 +321,7 @@ impl ByHand<'_> {
         policy: &sas::domain::Policy,
     ) -> Result<Told, String> {
         let actor = Actor { by: "(dry run)", why: self.why, seen: None, origin: Origin::Operator };
-        let index = wf.steps.iter().position(|s| s.name == self.step).unwrap_or_default() as u32;
+        let index = wf.step_named(self.step).unwrap_or_default();
         let decided = task.complete_as_operator(index, completion, actor, super::now(), wf, policy);
         decided
             .map(|d| Told::WouldApply {

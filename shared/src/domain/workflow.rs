@@ -416,6 +416,10 @@ impl Workflow {
     pub fn step(&self, index: u32) -> Option<&Step> {
         self.steps.get(index as usize)
     }
+    /// The index of the step named `name` (names are unique in a workflow: `validate`).
+    pub fn step_named(&self, name: &str) -> Option<u32> {
+        self.steps.iter().position(|s| s.name == name).map(|i| i as u32)
+    }
     /// Whether giving up on this workflow means undoing rather than stopping for an operator.
     pub fn compensates(&self) -> bool {
         self.on_give_up == OnGiveUp::Compensate && self.steps.iter().any(|s| s.compensation.is_some())

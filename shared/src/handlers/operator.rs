@@ -57,11 +57,11 @@ pub async fn complete_as_operator(
         Completion::Heartbeat => "heartbeat",
     };
     operated(deps, settings, order_id, what, actor, |task, wf, now| {
-        let Some(index) = wf.steps.iter().position(|s| s.name == step) else {
+        let Some(index) = wf.step_named(step) else {
             let why = format!("workflow {} v{} has no step {step}", wf.name, wf.version);
             return Err(Refusal::NotAllowed { act: what, state: task.state().as_str(), why });
         };
-        task.complete_as_operator(index as u32, completion, actor, now, wf, &policy)
+        task.complete_as_operator(index, completion, actor, now, wf, &policy)
     })
     .await
 }
