@@ -52,6 +52,8 @@ pub struct Asked {
     pub workflow: Option<String>,
     pub agent: Option<String>,
     pub order: Option<String>,
+    /// Changed within this long (`tasks list --since`), as written (`2h`).
+    pub since: Option<String>,
     pub limit: usize,
 }
 
@@ -85,9 +87,11 @@ pub fn task_filters(asked: &Asked, definitions: &Definitions) -> String {
 <label>workflow <select name=\"workflow\">{workflows}</select></label>\
 <label>agent <select name=\"agent\">{agents}</select></label>\
 <label>order id <input name=\"order\" value=\"{order}\" placeholder=\"one task by its id\"></label>\
+<label>changed within <input name=\"since\" value=\"{since}\" placeholder=\"e.g. 2h, 3d\" size=\"6\"></label>\
 <label>at most <input name=\"limit\" type=\"number\" min=\"1\" max=\"1000\" value=\"{limit}\"></label>\
 <button type=\"submit\">list</button></form>",
         order = esc(asked.order.as_deref().unwrap_or_default()),
+        since = esc(asked.since.as_deref().unwrap_or_default()),
         limit = asked.limit,
     )
 }

@@ -215,7 +215,18 @@ fn asked(q: &HashMap<String, String>) -> Result<Asked, String> {
             .filter(|n| (1..=1000).contains(n))
             .ok_or_else(|| format!("limit {n:?} is not a whole number from 1 to 1000"))?,
     };
-    Ok(Asked { state, workflow: field("workflow"), agent: field("agent"), order: field("order"), limit })
+    let since = field("since");
+    if let Some(s) = &since {
+        crate::args::duration("changed within")(s)?;
+    }
+    Ok(Asked {
+        state,
+        workflow: field("workflow"),
+        agent: field("agent"),
+        order: field("order"),
+        since,
+        limit,
+    })
 }
 
 async fn tasks(State(c): State<Arc<Console>>, uri: Uri) -> Response {
@@ -242,12 +253,17 @@ async fn tasks(State(c): State<Arc<Console>>, uri: Uri) -> Response {
         let filter = Filter {
             workflow: asked.workflow.clone(),
             agent: asked.agent.clone(),
-            since: None,
+            since: asked.since.as_deref().and_then(|s| crate::args::duration("changed within")(s).ok()),
             limit: asked.limit,
         };
         match select(ctx, asked.state, &filter).await {
             Ok(s) => (
-                pages::reads(asked.state, filter.workflow.is_some() || filter.agent.is_some()),
+                pages::reads(
+                    asked.state,
+                    filter.workflow.is_some()
+                        || filter.agent.is_some()
+                        || (filter.since.is_some() && !asked.state.from_own_index()),
+                ),
                 s.more,
                 s.tasks,
             ),
@@ -256,7 +272,7 @@ async fn tasks(State(c): State<Arc<Console>>, uri: Uri) -> Response {
     };
     let with_wf: Vec<_> = tasks.iter().map(|t| (t, render::workflow_of(&ctx.definitions, t))).collect();
     body.push_str(&format!(
-        "<div id=\"live\"><p class=\"source\">Read: {}. Finished tasks (Processed, Compensated) are in no index a listing reads: look one up by its order id.</p>{}<p class=\"count\">{} task(s){}</p></div>",
+        "<div id=\"live\"><p class=\"source\">Read: {}. Finished tasks (Processed, Compensated) are listed under finished where the deployment keeps that index (ListFinished; <code>sasctl up</code> does); any task can be looked up by its order id.</p>{}<p class=\"count\">{} task(s){}</p></div>",
         esc(&read),
         pages::task_table(&with_wf, now()),
         with_wf.len(),
@@ -411,6 +427,12 @@ mod tests {
             asked(&q("state=done")).unwrap_err().starts_with("state \"done\" is not one of error, waiting")
         );
         assert_eq!(asked(&q("limit=0")).unwrap_err(), "limit \"0\" is not a whole number from 1 to 1000");
+        assert_eq!(asked(&q("state=finished&since=2h")).unwrap().since.as_deref(), Some("2h"));
+        assert!(
+            asked(&q("since=2hours"))
+                .unwrap_err()
+                .starts_with("changed within must be a whole number and a unit")
+        );
     }
 
     #[test]
