@@ -14,7 +14,18 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// The file of this process's local run, once `up` has opened it.
-static FILE: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
+static FILE: OnceLock<Mutex<Current>> = OnceLock::new();
+
+/// The file being written, and how big it is.
+struct Current {
+    file: std::fs::File,
+    path: PathBuf,
+    bytes: u64,
+}
+
+/// Past this size the file becomes `<path>.old` (replacing the one before) and a new one
+/// is begun: a long local run keeps between one and two of these of its latest history.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// Turns the file's log layer on (`layer`'s reload handle, its subscriber's type erased).
 static TURN_ON: OnceLock<Box<dyn Fn() + Send + Sync>> = OnceLock::new();
 
@@ -26,12 +37,32 @@ pub fn path(prefix: &str) -> PathBuf {
     std::env::temp_dir().join(format!("sasctl-up-{prefix}.log"))
 }
 
+/// The file of the history before `path`'s, once it grew past [`MAX_FILE_BYTES`].
+fn older(path: &std::path::Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".old");
+    PathBuf::from(name)
+}
+
+/// Opens `path` to append, readable by its owner only, refusing a symbolic link there
+/// (the temporary directory is shared).
+fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// From here on, the functions' log lines of this process go to `prefix`'s file
 /// (appended: a second `up` on the same prefix carries the history on).
 pub fn start(prefix: &str) -> std::io::Result<PathBuf> {
     let path = path(prefix);
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-    let _ = FILE.set(Mutex::new(file));
+    let file = open(&path)?;
+    let bytes = file.metadata()?.len();
+    let _ = FILE.set(Mutex::new(Current { file, path: path.clone(), bytes }));
     if let Some(turn_on) = TURN_ON.get() {
         turn_on();
     }
@@ -48,7 +79,8 @@ where
 {
     let (filter, handle) = tracing_subscriber::reload::Layer::new(Targets::new());
     let _ = TURN_ON.set(Box::new(move || {
-        let _ = handle.reload(Targets::new().with_target("sas", tracing::Level::INFO));
+        // `sas::`, not `sas`: a target is matched as a prefix, and `sasctl` starts with `sas`.
+        let _ = handle.reload(Targets::new().with_target("sas::", tracing::Level::INFO));
     }));
     tracing_subscriber::fmt::layer()
         .json()
@@ -64,7 +96,17 @@ struct ToFile;
 impl Write for ToFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match FILE.get() {
-            Some(file) => file.lock().unwrap_or_else(|p| p.into_inner()).write(buf),
+            Some(current) => {
+                let mut c = current.lock().unwrap_or_else(|p| p.into_inner());
+                if c.bytes > MAX_FILE_BYTES {
+                    std::fs::rename(&c.path, older(&c.path))?;
+                    c.file = open(&c.path)?;
+                    c.bytes = 0;
+                }
+                let n = c.file.write(buf)?;
+                c.bytes += n as u64;
+                Ok(n)
+            }
             None => Ok(buf.len()),
         }
     }
@@ -80,13 +122,18 @@ impl<'a> MakeWriter<'a> for ToFile {
     }
 }
 
-/// The lines of `order_id` in the file at `path`, oldest first, the newest
-/// [`MAX_LINES`] of them; `None` when there is no such file.
+/// The lines of `order_id` in the file at `path` (and the one before it, `.old`), oldest
+/// first, the newest [`MAX_LINES`] of them; `None` when there is no such file.
 pub fn lines_of(path: &std::path::Path, order_id: &str) -> Option<Vec<Value>> {
     let file = std::fs::File::open(path).ok()?;
+    let before = std::fs::File::open(older(path)).ok();
     let needle = format!("\"order_id\":{}", Value::from(order_id));
     let mut kept = std::collections::VecDeque::new();
-    for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+    let lines = before
+        .into_iter()
+        .chain([file])
+        .flat_map(|f| std::io::BufReader::new(f).lines().map_while(Result::ok));
+    for line in lines {
         if !line.contains(&needle) {
             continue;
         }
@@ -101,12 +148,13 @@ pub fn lines_of(path: &std::path::Path, order_id: &str) -> Option<Vec<Value>> {
     Some(kept.into())
 }
 
-/// The order a line is about: its current span's, else an outer span's, else its own field.
+/// The order a line is about: its own field's (a hand-over inside a reply's span names
+/// the next order so), else its current span's, else an outer span's.
 fn order_of(line: &Value) -> Option<&str> {
-    line["span"]["order_id"]
+    line["fields"]["order_id"]
         .as_str()
+        .or_else(|| line["span"]["order_id"].as_str())
         .or_else(|| line["spans"].as_array()?.iter().rev().find_map(|s| s["order_id"].as_str()))
-        .or_else(|| line["fields"]["order_id"].as_str())
 }
 
 /// A line as the page shows it: when, which function, what, and its other fields.
@@ -150,11 +198,15 @@ mod tests {
             r#"{"timestamp":"t3","level":"INFO","fields":{"message":"reply applied","trigger":"Finished"},"span":{"order_id":"o-1","name":"scheduler"},"spans":[{"order_id":"o-1","name":"scheduler"}]}"#,
         ];
         std::fs::write(&file, lines.join("\n")).unwrap();
+        // The file before it (rotated past `MAX_FILE_BYTES`) is read first.
+        let before = r#"{"timestamp":"t0","level":"INFO","fields":{"message":"accepted"},"span":{"order_id":"o-1","name":"submission"}}"#;
+        std::fs::write(older(&file), format!("{before}\n")).unwrap();
         let found = lines_of(&file, "o-1").expect("the file");
         let described: Vec<_> = found.iter().map(describe).collect();
         assert_eq!(
             described,
             [
+                ("t0".into(), "submission".into(), "accepted".into()),
                 ("t1".into(), "scheduler".into(), "claimed (step=0)".into()),
                 ("t3".into(), "scheduler".into(), "reply applied (trigger=Finished)".into()),
             ]

@@ -117,7 +117,10 @@ async fn the_console_shows_a_waiting_task_and_completes_its_callback_by_hand() {
         assert!(page.contains(shown), "{shown}: {page}");
     }
     assert!(page.contains("<svg class=\"gantt\""), "{page}");
-    assert!(page.contains("<h2>Whole history</h2>") && page.contains("claimed (step=0)"), "{page}");
+    assert!(page.contains("<a href=\"/tasks/web-1/history\">Whole history</a>"), "{page}");
+    let r = http.get(format!("{base}/tasks/web-1/history")).header(COOKIE, &pair).send().await.unwrap();
+    let history = r.text().await.unwrap();
+    assert!(history.contains("<h2>Whole history</h2>") && history.contains("claimed (step=0)"), "{history}");
     assert!(page.contains("entries kept, 0 older ones dropped (timeline_dropped)"), "{page}");
     assert!(
         page.contains("name=\"step\" id=\"step\" value=\"approve\""),

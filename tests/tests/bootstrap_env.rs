@@ -58,3 +58,26 @@ async fn bootstrap_output_configures_every_function() {
     let added = problems(&vars);
     assert!(added.values().all(Vec::is_empty), "{added:#?}");
 }
+
+/// A table made before the finished index (an older `sasctl up` on the same prefix) gets
+/// it when provisioned again, so `up`'s finished listing works on a prefix carried on.
+#[tokio::test]
+async fn provisioning_again_adds_the_finished_index_to_an_older_table() {
+    use sas::adapters::aws::dynamodb::DynamoStore;
+    use sas::ports::{Listing, StoreError, TaskListing};
+    let test = "provisioning_again_adds_the_finished_index_to_an_older_table";
+    let Some(endpoint) = sas_tests::endpoint(test) else { return };
+    let sdk = sas_tests::sdk_config(&endpoint).await;
+    let mut older = Layout::standard(&sas_tests::unique_prefix(test));
+    older.tables = older.tables.clone().with_list_finished(false);
+    let made = provision(&sdk, &older).await.unwrap_or_else(|e| panic!("provisioning at {endpoint}: {e}"));
+    let client = aws_sdk_dynamodb::Client::new(&sdk);
+    let store = DynamoStore::new(client.clone(), made.tables.clone().with_list_finished(true));
+    let refused = store.list(&Listing::Finished { since: None }, 10).await;
+    assert!(matches!(refused, Err(StoreError::NotIndexed(_))), "{refused:?}");
+
+    let mut again = older.clone();
+    again.tables = again.tables.clone().with_list_finished(true);
+    provision(&sdk, &again).await.unwrap_or_else(|e| panic!("provisioning again at {endpoint}: {e}"));
+    assert_eq!(store.list(&Listing::Finished { since: None }, 10).await, Ok(Vec::new()));
+}

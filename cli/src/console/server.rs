@@ -161,6 +161,7 @@ pub async fn serve(listener: tokio::net::TcpListener, console: Arc<Console>) -> 
         .route("/", get(tasks))
         .route("/tasks", get(tasks))
         .route("/tasks/{id}", get(task))
+        .route("/tasks/{id}/history", get(history))
         .route("/tasks/{id}/preview", post(preview))
         .route("/tasks/{id}/act", post(act))
         .route("/waiting", get(waiting))
@@ -257,16 +258,9 @@ async fn tasks(State(c): State<Arc<Console>>, uri: Uri) -> Response {
             limit: asked.limit,
         };
         match select(ctx, asked.state, &filter).await {
-            Ok(s) => (
-                pages::reads(
-                    asked.state,
-                    filter.workflow.is_some()
-                        || filter.agent.is_some()
-                        || (filter.since.is_some() && !asked.state.from_own_index()),
-                ),
-                s.more,
-                s.tasks,
-            ),
+            Ok(s) => {
+                (pages::reads(asked.state, crate::tasks::narrowed(asked.state, &filter)), s.more, s.tasks)
+            }
             Err(e) => return c.failed(&e),
         }
     };
@@ -298,15 +292,30 @@ async fn task(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response
     let next = render::next_commands(&task, wf, &c.policy, now, &flags);
     let callback_step =
         task.callback().and_then(|cb| render::step_name(wf, cb.step)).filter(|_| !task.state().is_terminal());
-    let prefix = ctx.table.strip_suffix("-state").filter(|p| !p.is_empty());
-    let lines = prefix.and_then(|p| crate::history::lines_of(&crate::history::path(p), &id));
     let body = format!(
-        "<div id=\"live\">{}</div>{}{}",
+        "<div id=\"live\">{}</div>{}<p><a href=\"/tasks/{}/history\">Whole history</a>: the functions' log lines of this order, beyond the record's bounded timeline.</p>",
         pages::task_live(&task, wf, now, &next),
         pages::action_form(&id, &c.token, callback_step.as_deref()),
-        pages::history(&id, prefix, lines.as_deref())
+        esc(&id)
     );
     c.page(&format!("Task {id}"), "Tasks", Live::Yes, &body)
+}
+
+/// An order's whole history: a page of its own, read once per visit (the task page
+/// refreshes itself while open, and the file only grows).
+async fn history(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Response {
+    if let Err(e) = order_id(&id) {
+        return c.failed(&e);
+    }
+    let prefix = c.op.ctx.table.strip_suffix("-state").filter(|p| !p.is_empty()).map(str::to_owned);
+    let (order, at) = (id.clone(), prefix.clone());
+    let lines = tokio::task::spawn_blocking(move || {
+        at.and_then(|p| crate::history::lines_of(&crate::history::path(&p), &order))
+    })
+    .await
+    .unwrap_or_default();
+    let body = pages::history(&id, prefix.as_deref(), lines.as_deref());
+    c.page(&format!("History of {id}"), "Tasks", Live::No, &body)
 }
 
 async fn preview(State(c): State<Arc<Console>>, Path(id): Path<String>, body: Bytes) -> Response {

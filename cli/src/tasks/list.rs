@@ -33,10 +33,7 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
     }
     let now = now();
     let since = filter.since.map(|d| Timestamp(now.0.saturating_sub(d.as_millis() as u64)));
-    let narrowed = filter.workflow.is_some()
-        || filter.agent.is_some()
-        || (!state.from_own_index() && since.is_some())
-        || matches!(state, StateArg::Processed | StateArg::Compensated);
+    let narrowed = narrowed(state, filter);
     // One more than asked for, to tell "that is all" from "more remain".
     let window = if state.from_own_index() && !narrowed {
         filter.limit + 1
@@ -70,6 +67,15 @@ pub async fn select(ctx: &Context, state: StateArg, filter: &Filter) -> Result<S
     let more = tasks.len() > filter.limit || read_full;
     tasks.truncate(filter.limit);
     Ok(Selection { tasks, more })
+}
+
+/// Whether the listing of `state` picks from what it reads (up to `LIVE_WINDOW`) rather
+/// than reading only what it returns: a filter its index cannot apply.
+pub fn narrowed(state: StateArg, filter: &Filter) -> bool {
+    filter.workflow.is_some()
+        || filter.agent.is_some()
+        || (!state.from_own_index() && filter.since.is_some())
+        || matches!(state, StateArg::Processed | StateArg::Compensated)
 }
 
 /// `--agent`'s name checked against the definitions: the steps' agents come from them,

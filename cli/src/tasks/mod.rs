@@ -31,7 +31,7 @@ use sas::domain::{Definitions, OrderId, Policy, ProcessState};
 use crate::args::{duration, non_empty, whole};
 use crate::deployment::{Deployment, DeploymentArgs, DeploymentError, aws_reason};
 
-pub use list::{Selection, now, select};
+pub use list::{Selection, narrowed, now, select};
 
 /// Read when --workflows is not given.
 pub const WORKFLOWS_VAR: &str = "SAS_WORKFLOWS";

@@ -287,10 +287,13 @@ impl DynamoStore {
                 // An index the table lacks: DynamoDB answers ValidationException ("does
                 // not have the specified index"), moto ResourceNotFoundException
                 // ("Invalid index"); both name the index.
-                let missing = e.as_service_error().is_some_and(|s| {
-                    matches!(s.code(), Some("ValidationException" | "ResourceNotFoundException"))
-                        && s.message().is_some_and(|m| m.contains("index"))
-                });
+                // Only the finished index may be missing (it is opt-in); one being built
+                // ("backfilling") is there, and is an outage for now.
+                let missing = index == self.tables.finished_index
+                    && e.as_service_error().is_some_and(|s| {
+                        matches!(s.code(), Some("ValidationException" | "ResourceNotFoundException"))
+                            && s.message().is_some_and(|m| m.contains(index) && !m.contains("backfill"))
+                    });
                 if missing {
                     StoreError::NotIndexed(format!("table {} has no index {index}", self.tables.state))
                 } else {

@@ -222,10 +222,15 @@ pub async fn create_tables(
     let due = index(&tables.due_index, DUE_SHARD, DEADLINE, ProjectionType::KeysOnly)?;
     let errors = index(&tables.error_index, ERROR_SHARD, UPDATED_AT, ProjectionType::All)?;
     let mut indexes = vec![due, errors];
-    if tables.list_finished {
-        indexes.push(index(&tables.finished_index, FINISHED_SHARD, UPDATED_AT, ProjectionType::KeysOnly)?);
-    }
+    let finished = match tables.list_finished {
+        true => Some(index(&tables.finished_index, FINISHED_SHARD, UPDATED_AT, ProjectionType::KeysOnly)?),
+        false => None,
+    };
+    indexes.extend(finished.clone());
     create_table(client, &tables.state, indexes, tables.list_finished).await?;
+    if let Some(finished) = finished {
+        add_index(client, &tables.state, finished).await?;
+    }
     enable_ttl(client, &tables.state).await
 }
 
@@ -260,6 +265,48 @@ async fn create_table(
         .wait(Duration::from_secs(120))
         .await
         .map_err(|e| sdk_failed(name, e))?;
+    Ok(())
+}
+
+/// Adds `index` to a table made without it (by an `up` from before the finished index):
+/// DynamoDB creates it from the items that carry its keys, and the table is used once it
+/// is active again.
+async fn add_index(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    index: GlobalSecondaryIndex,
+) -> Result<(), ProvisionError> {
+    use aws_sdk_dynamodb::types::{CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
+    let described =
+        client.describe_table().table_name(table).send().await.map_err(|e| sdk_failed(table, e))?;
+    let has = described
+        .table()
+        .map(|t| t.global_secondary_indexes())
+        .is_some_and(|gsis| gsis.iter().any(|g| g.index_name() == Some(index.index_name())));
+    if has {
+        return Ok(());
+    }
+    let create = CreateGlobalSecondaryIndexAction::builder()
+        .index_name(index.index_name())
+        .set_key_schema(Some(index.key_schema().to_vec()))
+        .set_projection(index.projection().cloned())
+        .build()
+        .map_err(|e| failed(table, e))?;
+    client
+        .update_table()
+        .table_name(table)
+        .attribute_definitions(attribute(FINISHED_SHARD, ScalarAttributeType::S)?)
+        .attribute_definitions(attribute(UPDATED_AT, ScalarAttributeType::N)?)
+        .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(create).build())
+        .send()
+        .await
+        .map_err(|e| sdk_failed(table, e))?;
+    client
+        .wait_until_table_exists()
+        .table_name(table)
+        .wait(Duration::from_secs(120))
+        .await
+        .map_err(|e| sdk_failed(table, e))?;
     Ok(())
 }
 

@@ -63,9 +63,10 @@ impl Draft {
     /// `THROTTLED_SCHEDULE`'s cap. A task not yet in line would pass its deadline while it
     /// waits, and the supervisor would count that lapse against the step: store pressure
     /// spending an order's failure budget. So its deadline moves out past the longest
-    /// backoff (twice, so a run of throttles writes once a minute at most), no failure
-    /// counted. Refused when the deadline is far enough off already, and for a task in
-    /// line (its lapse asks the gate again and counts nothing) or paused.
+    /// backoff (twice, so a run of throttles writes about once a minute at most), no
+    /// failure counted. Refused when the deadline is far enough off already (the longest
+    /// backoff and a pending timeout away), and for a task in line (its lapse asks the
+    /// gate again and counts nothing) or paused.
     pub fn defer(&self, now: Timestamp, policy: &Policy) -> Result<Decision<Draft>, Refusal> {
         self.logged(now, self.decide_defer(now, policy), None)
     }
@@ -79,7 +80,8 @@ impl Draft {
         if self.paused {
             return Err(Refusal::Paused);
         }
-        let far_enough = now.plus_ms(THROTTLED_SCHEDULE.cap_ms);
+        // The longest backoff, and the pending timeout's room for the queue and the claim.
+        let far_enough = now.plus_ms(THROTTLED_SCHEDULE.cap_ms + policy.pending_timeout_ms);
         if self.queued.is_some() || self.deadline.is_some_and(|d| d >= far_enough) {
             return Err(Refusal::NotDue { deadline: self.deadline, now });
         }

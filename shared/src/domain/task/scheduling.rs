@@ -627,9 +627,11 @@ impl<'w> Scheduling<'w> {
             .or_else(|| self.taken.as_ref().filter(|(a, _)| *a == gate).map(|(_, t)| *t))
     }
 
-    /// The store throttled an arrival at a gate (the gate is one hot item). Nothing this
-    /// pass holds is given up: the Schedule is sent again after a backoff with the turn it
-    /// brought, and a key place it took is taken again then, under the same holder. The task's
+    /// The store throttled an arrival at a gate (the gate is one hot item). The Schedule
+    /// is sent again after a backoff with the turn it brought, and a key place this pass
+    /// took is taken again then, under the same holder. A ticket the pass took whose
+    /// Queued write was lost is not withdrawn (a gate write, and the store is throttling):
+    /// its reservation lapses when its turn comes, as after any failed pass. The task's
     /// deadline first moves out past that backoff, where it must, so the supervisor counts
     /// no failure for the wait.
     fn throttled(&mut self, read: Read<'w>, why: String) -> Next {
