@@ -220,13 +220,14 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
     let vars: Vec<(&str, &str)> = export.split(' ').filter_map(|kv| kv.split_once('=')).collect();
     assert!(vars.contains(&("SAS_PREFIX", prefix.as_str())), "{export}");
     assert!(vars.contains(&("AWS_ENDPOINT_URL", endpoint.as_str())), "{export}");
-    let listed = tokio::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
-        .args(["tasks", "list", "--state", "error", "--json"])
-        .env_remove("SAS_STACK")
-        .envs(vars.iter().copied())
-        .output()
-        .await
-        .expect("sasctl runs");
+    let list = |state: &'static str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
+            .args(["tasks", "list", "--state", state, "--json"])
+            .env_remove("SAS_STACK")
+            .envs(vars.iter().copied())
+            .output()
+    };
+    let listed = list("error").await.expect("sasctl runs");
     let text = String::from_utf8_lossy(&listed.stdout);
     assert!(
         listed.status.success() && text.contains("refuse-1"),
@@ -241,13 +242,7 @@ async fn orders_run_to_their_end_and_ctrl_c_stops_cleanly_and_a_second_up_carrie
     assert!(said.iter().any(|w| w.starts_with("claimed")), "{said:?}");
     assert!(said.iter().any(|w| w.starts_with("reply applied") && w.contains("Finished")), "{said:?}");
     // `up` keeps the finished index: the Processed orders are listed, newest first.
-    let finished = tokio::process::Command::new(env!("CARGO_BIN_EXE_sasctl"))
-        .args(["tasks", "list", "--state", "finished", "--json"])
-        .env_remove("SAS_STACK")
-        .envs(vars.iter().copied())
-        .output()
-        .await
-        .expect("sasctl runs");
+    let finished = list("finished").await.expect("sasctl runs");
     let text = String::from_utf8_lossy(&finished.stdout);
     let listed: Vec<serde_json::Value> =
         text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();

@@ -31,6 +31,16 @@ fn limited(limits: Limits) -> Harness {
     h
 }
 
+/// `h` on a store that bills and throttles each item as DynamoDB does (`capacity`).
+fn with_capacity(mut h: Harness) -> Harness {
+    h.store = std::sync::Arc::new(sas::adapters::embedded::EmbeddedStore::with_capacity(h.clock.clone()));
+    h.deps.store = h.store.clone();
+    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
+    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
+    h.supervisor = Supervisor::new(h.deps.clone(), h.settings.clone());
+    h
+}
+
 const TWO: Limits =
     Limits { max_in_flight: Some(2), max_per_second: None, places_per_gate: None, per_key: None };
 
@@ -377,14 +387,9 @@ async fn a_request_redelivered_after_its_mark_does_not_call_and_the_supervisor_r
 /// redelivery takes over.
 #[tokio::test]
 async fn a_throttled_schedule_is_sent_again_after_a_backoff_not_redelivered() {
-    use sas::adapters::embedded::EmbeddedStore;
     use sas::domain::SchedulerMessage;
     use sas::domain::retry::MAX_THROTTLED_RESENDS;
-    let mut h = Harness::new();
-    h.store = std::sync::Arc::new(EmbeddedStore::with_capacity(h.clock.clone()));
-    h.deps.store = h.store.clone();
-    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
-    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
+    let h = with_capacity(Harness::new());
     h.submit("o-1", "single-step").await;
     all_ok(h.pump_orders().await, 1);
     // Use up the task item's reads for this second: 3,000 read units, 1 a strong read.
@@ -418,15 +423,9 @@ async fn a_throttled_schedule_is_sent_again_after_a_backoff_not_redelivered() {
 /// failure for a wait that was the store's; the Schedule sent again then claims.
 #[tokio::test]
 async fn a_schedule_throttled_at_the_gate_moves_its_deadline_past_the_backoff() {
-    use sas::adapters::embedded::EmbeddedStore;
     use sas::domain::Cause;
     use sas::domain::gate::Gate;
-    let mut h = limited(TWO);
-    h.store = std::sync::Arc::new(EmbeddedStore::with_capacity(h.clock.clone()));
-    h.deps.store = h.store.clone();
-    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
-    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
-    h.supervisor = Supervisor::new(h.deps.clone(), h.settings.clone());
+    let h = with_capacity(limited(TWO));
     h.submit("o-1", "single-step").await;
     all_ok(h.pump_orders().await, 1);
     let first_deadline = h.task("o-1").deadline().expect("a deadline");
@@ -464,13 +463,8 @@ async fn a_schedule_throttled_at_the_gate_moves_its_deadline_past_the_backoff() 
 /// is sent again after a backoff; once the item's second has passed, it claims.
 #[tokio::test]
 async fn a_throttled_claim_write_gives_its_place_back() {
-    use sas::adapters::embedded::EmbeddedStore;
     let one = Limits { max_in_flight: Some(1), ..TWO };
-    let mut h = limited(one);
-    h.store = std::sync::Arc::new(EmbeddedStore::with_capacity(h.clock.clone()));
-    h.deps.store = h.store.clone();
-    h.submission = Submission::new(h.deps.clone(), h.settings.clone());
-    h.scheduler = Scheduler::new(h.deps.clone(), h.settings.clone());
+    let h = with_capacity(limited(one));
     h.submit("o-1", "single-step").await;
     all_ok(h.pump_orders().await, 1);
     // Use up the task item's writes for this second (a write refused on its condition is

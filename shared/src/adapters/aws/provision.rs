@@ -259,12 +259,17 @@ async fn create_table(
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
         Err(e) => return Err(sdk_failed(name, e)),
     }
+    active(client, name).await
+}
+
+/// Waits until the table is there and active.
+async fn active(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), ProvisionError> {
     client
         .wait_until_table_exists()
-        .table_name(name)
+        .table_name(table)
         .wait(Duration::from_secs(120))
         .await
-        .map_err(|e| sdk_failed(name, e))?;
+        .map_err(|e| sdk_failed(table, e))?;
     Ok(())
 }
 
@@ -301,13 +306,7 @@ async fn add_index(
         .send()
         .await
         .map_err(|e| sdk_failed(table, e))?;
-    client
-        .wait_until_table_exists()
-        .table_name(table)
-        .wait(Duration::from_secs(120))
-        .await
-        .map_err(|e| sdk_failed(table, e))?;
-    Ok(())
+    active(client, table).await
 }
 
 /// Turns on TTL on `expires_at`, once: DynamoDB refuses to enable it twice.

@@ -319,28 +319,26 @@ impl CallStarts for EmbeddedStore {
     }
 }
 
+/// The newest `limit` of a sparse index keyed (updated_at, order id), from `since` on.
+fn newest(index: &BTreeSet<(Timestamp, OrderId)>, since: Option<Timestamp>, limit: usize) -> Vec<OrderId> {
+    index
+        .iter()
+        .rev()
+        .take_while(|(updated, _)| since.is_none_or(|s| *updated >= s))
+        .take(limit)
+        .map(|(_, id)| id.clone())
+        .collect()
+}
+
 #[async_trait]
 impl TaskListing for EmbeddedStore {
     async fn list(&self, listing: &Listing, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
         let mut t = self.tables();
         let keys: Vec<OrderId> = match listing {
-            Listing::Errors { since } => t
-                .errors
-                .iter()
-                .rev()
-                .take_while(|(updated, _)| since.is_none_or(|s| *updated >= s))
-                .take(limit)
-                .map(|(_, id)| id.clone())
-                .collect(),
+            Listing::Errors { since } => newest(&t.errors, *since, limit),
             Listing::Live => t.due.iter().take(limit).map(|(_, id)| id.clone()).collect(),
             Listing::Finished { since } => match &t.finished {
-                Some(finished) => finished
-                    .iter()
-                    .rev()
-                    .take_while(|(updated, _)| since.is_none_or(|s| *updated >= s))
-                    .take(limit)
-                    .map(|(_, id)| id.clone())
-                    .collect(),
+                Some(finished) => newest(finished, *since, limit),
                 None => return Err(StoreError::NotIndexed(NOT_INDEXED.to_owned())),
             },
         };
