@@ -148,6 +148,88 @@ pub fn lines_of(path: &std::path::Path, order_id: &str) -> Option<Vec<Value>> {
     Some(kept.into())
 }
 
+/// A deployed stack's log groups, one per function (template.yaml names them).
+pub fn log_groups(prefix: &str) -> Vec<String> {
+    ["submission", "scheduler", "agent", "supervisor"]
+        .iter()
+        .map(|f| format!("/aws/lambda/{prefix}-{f}"))
+        .collect()
+}
+
+/// Pages of one log group read at most per order: the filter keeps them to the order's
+/// lines, so more than this is an order of a very long life (the newest are kept).
+const MAX_PAGES: usize = 20;
+
+/// The lines of `order_id` in a deployed stack's log groups (CloudWatch Logs
+/// FilterLogEvents, the order id as the filter's term, then only the lines that are
+/// about it), oldest first, the newest [`MAX_LINES`]. A group that does not exist
+/// (a function never run) has none.
+pub async fn from_cloudwatch(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+    order_id: &str,
+) -> Result<Vec<Value>, String> {
+    let region = sdk.region().map(|r| r.as_ref().to_owned()).ok_or("no AWS region configured")?;
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .or_else(|| sdk.endpoint_url().map(str::to_owned))
+        .unwrap_or_else(|| format!("https://logs.{region}.amazonaws.com"));
+    let url = format!("{}/", endpoint.trim_end_matches('/'));
+    let client = sas::adapters::http_remote::client_builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("building the HTTP client: {e}"))?;
+    let mut kept: Vec<Value> = Vec::new();
+    for group in log_groups(prefix) {
+        let mut token: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut ask =
+                serde_json::json!({"logGroupName": group, "filterPattern": format!("\"{order_id}\"")});
+            if let Some(t) = &token {
+                ask["nextToken"] = Value::from(t.as_str());
+            }
+            let body = ask.to_string();
+            let target = "Logs_20140328.FilterLogEvents";
+            let headers =
+                sas::adapters::aws::secrets::signed_json_headers(sdk, "logs", &region, &url, target, &body)
+                    .await?;
+            let mut request = client.post(&url).body(body);
+            for (name, value) in &headers {
+                request = request.header(name, value);
+            }
+            let response =
+                request.send().await.map_err(|e| format!("CloudWatch Logs at {url}: {}", e.without_url()))?;
+            let status = response.status();
+            let answer: Value = response.json().await.unwrap_or_default();
+            if !status.is_success() {
+                let kind = answer["__type"].as_str().unwrap_or_default();
+                if kind.ends_with("ResourceNotFoundException") {
+                    break;
+                }
+                return Err(format!("CloudWatch Logs FilterLogEvents on {group}: HTTP {status} {kind}"));
+            }
+            for event in answer["events"].as_array().into_iter().flatten() {
+                let Some(line) =
+                    event["message"].as_str().and_then(|m| serde_json::from_str::<Value>(m.trim()).ok())
+                else {
+                    continue;
+                };
+                if order_of(&line) == Some(order_id) {
+                    kept.push(line);
+                }
+            }
+            token = answer["nextToken"].as_str().map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+    }
+    kept.sort_by(|a, b| a["timestamp"].as_str().cmp(&b["timestamp"].as_str()));
+    let drop = kept.len().saturating_sub(MAX_LINES);
+    Ok(kept.split_off(drop))
+}
+
 /// The order a line is about: its own field's (a hand-over inside a reply's span names
 /// the next order so), else its current span's, else an outer span's.
 fn order_of(line: &Value) -> Option<&str> {

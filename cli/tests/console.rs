@@ -47,6 +47,37 @@ fn console(args: &[&str]) -> (Console, String) {
     (Console(child), v["url"].as_str().expect("a url").to_owned())
 }
 
+/// Writes `lines` as events of a new stream in `group` (made if need be), as a function's
+/// logs would be, through CloudWatch Logs' JSON API at the configuration's endpoint.
+async fn put_log_lines(sdk: &aws_config::SdkConfig, group: &str, lines: &[&str]) {
+    let url = format!("{}/", sdk.endpoint_url().expect("the test endpoint").trim_end_matches('/'));
+    let region = sdk.region().expect("a region").as_ref().to_owned();
+    let http = sas::adapters::http_remote::client_builder().build().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let events: Vec<serde_json::Value> =
+        lines.iter().map(|l| serde_json::json!({"timestamp": now, "message": l})).collect();
+    for (target, body) in [
+        ("CreateLogGroup", serde_json::json!({"logGroupName": group})),
+        ("CreateLogStream", serde_json::json!({"logGroupName": group, "logStreamName": "s"})),
+        (
+            "PutLogEvents",
+            serde_json::json!({"logGroupName": group, "logStreamName": "s", "logEvents": events}),
+        ),
+    ] {
+        let (target, body) = (format!("Logs_20140328.{target}"), body.to_string());
+        let headers =
+            sas::adapters::aws::secrets::signed_json_headers(sdk, "logs", &region, &url, &target, &body)
+                .await
+                .unwrap();
+        let mut request = http.post(&url).body(body);
+        for (name, value) in &headers {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.unwrap();
+        assert!(response.status().is_success(), "{target}: {}", response.text().await.unwrap());
+    }
+}
+
 fn form(pairs: &[(&str, &str)]) -> String {
     url::form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish()
 }
@@ -121,6 +152,15 @@ async fn the_console_shows_a_waiting_task_and_completes_its_callback_by_hand() {
     let r = http.get(format!("{base}/tasks/web-1/history")).header(COOKIE, &pair).send().await.unwrap();
     let history = r.text().await.unwrap();
     assert!(history.contains("<h2>Whole history</h2>") && history.contains("claimed (step=0)"), "{history}");
+    // A deployed stack's: from its functions' log groups in CloudWatch Logs, only the
+    // order's own lines (web-10's is found by the filter's term, and left out).
+    std::fs::remove_file(sasctl::history::path(&prefix)).unwrap();
+    let other = line.replace("\"web-1\"", "\"web-10\"").replace("claimed", "not mine");
+    put_log_lines(&sdk, &format!("/aws/lambda/{prefix}-scheduler"), &[line, &other]).await;
+    let r = http.get(format!("{base}/tasks/web-1/history")).header(COOKIE, &pair).send().await.unwrap();
+    let history = r.text().await.unwrap();
+    assert!(history.contains("from CloudWatch Logs") && history.contains("claimed (step=0)"), "{history}");
+    assert!(!history.contains("not mine"), "{history}");
     assert!(page.contains("entries kept, 0 older ones dropped (timeline_dropped)"), "{page}");
     assert!(
         page.contains("name=\"step\" id=\"step\" value=\"approve\""),

@@ -247,17 +247,36 @@ pub fn agents_table(seen: &[Seen], now: Timestamp) -> String {
     table("agents", &head, rows, empty)
 }
 
-/// A task's whole history, beyond the record's bounded timeline: from where it is kept,
-/// the functions' log lines. `lines`: those of a local run's file (`history::path`), when
-/// there is one; otherwise where a deployed stack keeps them, and the query that reads them.
-pub fn history(order: &str, prefix: Option<&str>, lines: Option<&[Value]>) -> String {
+/// Where an order's whole history was read from (`crate::history`).
+pub enum Kept {
+    /// A local run's file (`sasctl up` writes it).
+    File(std::path::PathBuf),
+    /// A deployed stack's log groups in CloudWatch Logs.
+    Logs(Vec<String>),
+}
+
+/// A task's whole history, beyond the record's bounded timeline: the functions' log lines
+/// of the order, from where they are kept (`kept`; none when the table's name does not
+/// say), or why they could not be read.
+pub fn history(order: &str, kept: Option<&Kept>, lines: Result<&[Value], &str>) -> String {
     let mut out = String::from("<h2>Whole history</h2>");
-    match (lines, prefix) {
-        (Some(lines), _) => {
-            let path = prefix.map(|p| crate::history::path(p).display().to_string()).unwrap_or_default();
+    let from = match kept {
+        Some(Kept::File(path)) => {
+            format!(
+                "from <code>{}</code>, where <code>sasctl up</code> writes them",
+                esc(&path.display().to_string())
+            )
+        }
+        Some(Kept::Logs(groups)) => format!(
+            "from CloudWatch Logs (FilterLogEvents on the order id): {}",
+            groups.iter().map(|g| format!("<code>{}</code>", esc(g))).collect::<Vec<_>>().join(", ")
+        ),
+        None => "from the functions' logs: this table's name does not say which".to_owned(),
+    };
+    match lines {
+        Ok(lines) => {
             out.push_str(&format!(
-                "<p class=\"source\">The functions' log lines of this order, from <code>{}</code>, where <code>sasctl up</code> writes them ({} shown, at most the newest {}). Read at page load.</p>",
-                esc(&path),
+                "<p class=\"source\">The functions' log lines of this order, {from} ({} shown, at most the newest {}). Read when this page opened.</p>",
                 lines.len(),
                 crate::history::MAX_LINES
             ));
@@ -270,21 +289,16 @@ pub fn history(order: &str, prefix: Option<&str>, lines: Option<&[Value]>) -> St
                 .collect();
             out.push_str(&table("history", &["at", "function", "what"], rows, "no line of this order yet"));
         }
-        (None, Some(prefix)) => {
-            let groups: Vec<String> = ["submission", "scheduler", "agent", "supervisor"]
-                .iter()
-                .map(|f| format!("/aws/lambda/{prefix}-{f}"))
-                .collect();
-            out.push_str(&format!(
-                "<p class=\"source\">The whole history is in the functions' log lines, one JSON object per event with the order id in its span, in CloudWatch Logs: {}. Logs Insights over the four groups:</p><pre class=\"query\">fields @timestamp, @message\n| filter span.order_id = {} or fields.order_id = {}\n| sort @timestamp asc</pre>",
-                groups.iter().map(|g| format!("<code>{}</code>", esc(g))).collect::<Vec<_>>().join(", "),
-                esc(&serde_json::Value::from(order).to_string()),
-                esc(&serde_json::Value::from(order).to_string()),
-            ));
-        }
-        (None, None) => out.push_str(
-            "<p class=\"source\">The whole history is in the functions' log lines (CloudWatch Logs, one group per function): this table's name does not say which groups.</p>",
-        ),
+        Err(why) => out.push_str(&format!(
+            "<p class=\"error\">The functions' log lines of this order, {from}, could not be read: {}</p>",
+            esc(why)
+        )),
+    }
+    if let Some(Kept::Logs(_)) = kept {
+        let id = esc(&Value::from(order).to_string());
+        out.push_str(&format!(
+            "<p class=\"source\">The same in Logs Insights, over those groups:</p><pre class=\"query\">fields @timestamp, @message\n| filter span.order_id = {id} or fields.order_id = {id}\n| sort @timestamp asc</pre>"
+        ));
     }
     out
 }

@@ -308,13 +308,24 @@ async fn history(State(c): State<Arc<Console>>, Path(id): Path<String>) -> Respo
         return c.failed(&e);
     }
     let prefix = c.op.ctx.table.strip_suffix("-state").filter(|p| !p.is_empty()).map(str::to_owned);
-    let (order, at) = (id.clone(), prefix.clone());
-    let lines = tokio::task::spawn_blocking(move || {
-        at.and_then(|p| crate::history::lines_of(&crate::history::path(&p), &order))
-    })
-    .await
-    .unwrap_or_default();
-    let body = pages::history(&id, prefix.as_deref(), lines.as_deref());
+    let Some(prefix) = prefix else {
+        let body = pages::history(&id, None, Err("no prefix to name its log groups by"));
+        return c.page(&format!("History of {id}"), "Tasks", Live::No, &body);
+    };
+    let path = crate::history::path(&prefix);
+    let (file, order) = (path.clone(), id.clone());
+    let local = tokio::task::spawn_blocking(move || crate::history::lines_of(&file, &order))
+        .await
+        .unwrap_or_default();
+    let (kept, lines) = match local {
+        Some(lines) => (pages::Kept::File(path), Ok(lines)),
+        None => {
+            let sdk = c.op.ctx.deployment.sdk_config();
+            let read = crate::history::from_cloudwatch(sdk, &prefix, &id).await;
+            (pages::Kept::Logs(crate::history::log_groups(&prefix)), read)
+        }
+    };
+    let body = pages::history(&id, Some(&kept), lines.as_deref().map_err(String::as_str));
     c.page(&format!("History of {id}"), "Tasks", Live::No, &body)
 }
 

@@ -264,7 +264,7 @@ pub(crate) fn build_client() -> Result<reqwest::Client, reqwest::Error> {
 }
 
 /// [`build_client`]'s settings, for a client that adds its own (the secret stores').
-pub(crate) fn client_builder() -> reqwest::ClientBuilder {
+pub fn client_builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))

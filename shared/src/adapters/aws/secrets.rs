@@ -136,6 +136,38 @@ fn error_text(status: reqwest::StatusCode, body: &[u8]) -> String {
     crate::domain::cut_reason(format!("HTTP {status}: {said}"))
 }
 
+/// The headers of a JSON 1.1 POST of `body` to `url` (an AWS service's `target`
+/// operation), signed with SigV4 for `service` in `region` with the configuration's
+/// credentials: `content-type` and `x-amz-target` with the signature's own.
+pub async fn signed_json_headers(
+    sdk: &SdkConfig,
+    service: &str,
+    region: &str,
+    url: &str,
+    target: &str,
+    body: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let provider = sdk.credentials_provider().ok_or("no AWS credentials configured")?;
+    let credentials = provider.provide_credentials().await.map_err(|e| format!("no AWS credentials: {e}"))?;
+    let identity = Identity::from(credentials);
+    let headers = [("content-type", JSON_1_1), ("x-amz-target", target)];
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name(service)
+        .time(SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| format!("signing: {e}"))?
+        .into();
+    let signable =
+        SignableRequest::new("POST", url, headers.into_iter(), SignableBody::Bytes(body.as_bytes()))
+            .map_err(|e| format!("signing: {e}"))?;
+    let (instructions, _signature) =
+        sign(signable, &params).map_err(|e| format!("signing: {e}"))?.into_parts();
+    Ok(headers.into_iter().chain(instructions.headers()).map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+}
+
 pub struct AwsSecrets {
     sdk: SdkConfig,
     timeouts: SecretTimeouts,
@@ -203,32 +235,10 @@ impl AwsSecrets {
         source: &SecretSource,
     ) -> Result<Option<String>, String> {
         let (id, region) = (source.id(), self.region_of(source)?);
-        let provider = self.sdk.credentials_provider().ok_or("no AWS credentials configured")?;
-        let credentials =
-            provider.provide_credentials().await.map_err(|e| format!("no AWS credentials: {e}"))?;
-        let identity = Identity::from(credentials);
         let url = format!("{}/", self.endpoint(service, &region).trim_end_matches('/'));
         let body = service.body(id);
-
-        let headers = [("content-type", JSON_1_1), ("x-amz-target", service.target())];
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&region)
-            .name(service.name())
-            .time(SystemTime::now())
-            .settings(SigningSettings::default())
-            .build()
-            .map_err(|e| format!("signing: {e}"))?
-            .into();
-        let signable = SignableRequest::new(
-            "POST",
-            url.as_str(),
-            headers.into_iter(),
-            SignableBody::Bytes(body.as_bytes()),
-        )
-        .map_err(|e| format!("signing: {e}"))?;
-        let (instructions, _signature) =
-            sign(signable, &params).map_err(|e| format!("signing: {e}"))?.into_parts();
+        let headers =
+            signed_json_headers(&self.sdk, service.name(), &region, &url, service.target(), &body).await?;
 
         let client = self
             .client
@@ -241,7 +251,7 @@ impl AwsSecrets {
             .await
             .map_err(|e| format!("building the HTTP client: {e}"))?;
         let mut request = client.post(&url).body(body);
-        for (name, value) in headers.into_iter().chain(instructions.headers()) {
+        for (name, value) in &headers {
             request = request.header(name, value);
         }
         let mut response = request.send().await.map_err(|e| {
