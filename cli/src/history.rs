@@ -157,7 +157,8 @@ pub fn log_groups(prefix: &str) -> Vec<String> {
 }
 
 /// Pages of one log group read at most per order: the filter keeps them to the order's
-/// lines, so more than this is an order of a very long life (the newest are kept).
+/// lines, so more than this is an order of a very long life. FilterLogEvents answers
+/// oldest first, so past it an order's latest lines in that group are not read.
 const MAX_PAGES: usize = 20;
 
 /// The lines of `order_id` in a deployed stack's log groups (CloudWatch Logs
