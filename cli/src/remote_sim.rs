@@ -262,6 +262,11 @@ impl LoopbackRemote {
         format!("http://{}", self.addr)
     }
 
+    /// Now on the service's clock: µs after it started, as `Flights` counts.
+    pub fn elapsed_us(&self) -> u64 {
+        self.service.started.elapsed().as_micros() as u64
+    }
+
     pub fn ledger(&self) -> Ledger {
         self.service.state.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
     }

@@ -6,6 +6,10 @@
 //! gate is held: the scheduler claims their tasks itself once its own message is done
 //! (`Scheduler::hand_over`), so a place freed by a reply is taken again with no queue hop
 //! between; other handlers wake them through the scheduler's queue (`wake`).
+//!
+//! What a hand-over waits on is kept short: within a process, changes that free a place
+//! go before new arrivals (`Precedence`), and the arrival of the ticket a release let
+//! through starts from the gate that release stored (`LetThrough::recall`).
 
 use super::{Deps, HandlerError, Settings};
 use crate::domain::Place;
@@ -21,10 +25,54 @@ const GATE_RETRIES: usize = 16;
 /// another instead of racing each other's conditional writes (each lost race is a billed
 /// write and a read again). Processes still race each other; the condition settles that.
 #[derive(Default)]
-pub struct Turns(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>);
+pub struct Turns(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<GateLine>>>);
+
+/// Which changes of a gate go first in a process's line for it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Precedence {
+    /// A place given back (a release, an unclaim, a withdrawn ticket) and the arrival of
+    /// a ticket let through: the next call waits on these, so a burst's new arrivals do
+    /// not go before them.
+    Freeing,
+    /// A new arrival, or a look: its task waits in the line either way.
+    InLine,
+}
+
+/// One gate's line in this process.
+#[derive(Default)]
+struct GateLine {
+    lock: tokio::sync::Mutex<()>,
+    /// Freeing changes waiting for the lock: changes in line let them go first.
+    freeing: std::sync::atomic::AtomicUsize,
+    none_freeing: tokio::sync::Notify,
+}
+
+impl GateLine {
+    async fn take(&self, precedence: Precedence) -> tokio::sync::MutexGuard<'_, ()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if precedence == Precedence::Freeing {
+            self.freeing.fetch_add(1, SeqCst);
+            let guard = self.lock.lock().await;
+            if self.freeing.fetch_sub(1, SeqCst) == 1 {
+                self.none_freeing.notify_waiters();
+            }
+            return guard;
+        }
+        loop {
+            let cleared = self.none_freeing.notified();
+            tokio::pin!(cleared);
+            // Registered before the count is read, so a clearing in between is not missed.
+            cleared.as_mut().enable();
+            if self.freeing.load(SeqCst) == 0 {
+                return self.lock.lock().await;
+            }
+            cleared.await;
+        }
+    }
+}
 
 impl Turns {
-    fn of(&self, agent: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    fn of(&self, agent: &str) -> std::sync::Arc<GateLine> {
         let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
         turns.entry(agent.to_owned()).or_default().clone()
     }
@@ -39,19 +87,37 @@ impl Turns {
     }
 }
 
-/// The turns gate changes let through, in order, for their tasks to take their places.
+/// The turns gate changes let through, in order, for their tasks to take their places;
+/// and the gate as the message's last change left it.
 #[derive(Default)]
-pub(crate) struct LetThrough(std::sync::Mutex<Vec<Turn>>);
+pub(crate) struct LetThrough {
+    turns: std::sync::Mutex<Vec<Turn>>,
+    /// A hand-over's arrival comes right after the release that let its ticket through,
+    /// at the same gate: it starts from the gate that release stored instead of reading
+    /// it again (one store call less between a call's answer and the next call). If
+    /// another writer came between, the conditional write says so and the gate is read.
+    last: std::sync::Mutex<Option<Gate>>,
+}
 
 impl LetThrough {
     fn add(&self, agent: &str, tickets: &[u64]) {
-        let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
         turns.extend(tickets.iter().map(|&ticket| Turn { agent: agent.to_owned(), ticket }));
     }
 
     /// Takes the turns collected so far.
     pub(crate) fn take(&self) -> Vec<Turn> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.turns.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn remember(&self, stored: Gate) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(stored);
+    }
+
+    /// The gate `agent` as this message last stored or read it, taken: it is used once.
+    fn recall(&self, agent: &str) -> Option<Gate> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.take_if(|g| g.agent == agent)
     }
 }
 
@@ -59,21 +125,22 @@ impl LetThrough {
 /// read, and read again if another writer came first. The tickets the change let
 /// through go to `let_through`; the look it plans is sent once the turn is given up, so
 /// no send waits with the gate held (a batch's sends wait for each other: `coalesce`).
-pub(crate) async fn change<T>(
+async fn change<T>(
     deps: &Deps,
     settings: &Settings,
-    turns: &Turns,
+    (turns, precedence): (&Turns, Precedence),
     let_through: &LetThrough,
     agent: &str,
     decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
 ) -> Result<Passage<T>, HandlerError> {
     let landed_at = {
         let turn = turns.of(agent);
-        let _turn = turn.lock().await;
-        landed(deps, agent, decide).await
+        let _turn = turn.take(precedence).await;
+        landed(deps, agent, let_through.recall(agent), decide).await
     };
     turns.forget_if_idle(agent);
-    let (passage, now) = landed_at?;
+    let (passage, now, stored) = landed_at?;
+    let_through.remember(stored);
     let_through.add(agent, &passage.wake);
     if let Some(at) = passage.poke {
         poke(deps, settings, agent, at, now).await;
@@ -81,14 +148,19 @@ pub(crate) async fn change<T>(
     Ok(passage)
 }
 
-/// The rounds of one change, under the caller's turn: the passage that landed, and when.
+/// The rounds of one change, under the caller's turn, the first from `known` if given:
+/// the passage that landed, when, and the gate as stored after it.
 async fn landed<T>(
     deps: &Deps,
     agent: &str,
+    mut known: Option<Gate>,
     decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
-) -> Result<(Passage<T>, Timestamp), HandlerError> {
+) -> Result<(Passage<T>, Timestamp, Gate), HandlerError> {
     for _ in 0..GATE_RETRIES {
-        let gate = deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent));
+        let gate = match known.take() {
+            Some(gate) => gate,
+            None => deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent)),
+        };
         let now = deps.clock.now();
         let passage = decide(&gate, now);
         // A look that changes nothing (a ticket still behind) is not written.
@@ -98,7 +170,11 @@ async fn landed<T>(
             false => deps.store.replace_gate(&passage.next, gate.revision).await?,
         };
         match written {
-            Written::Applied => return Ok((passage, now)),
+            Written::Applied if unchanged => return Ok((passage, now, gate)),
+            Written::Applied => {
+                let stored = passage.next.clone();
+                return Ok((passage, now, stored));
+            }
             Written::RevisionMoved => deps.metrics.record(Metric::GateConflict, 1),
         }
     }
@@ -114,7 +190,9 @@ pub(crate) async fn arrive(
     place: &Place,
     ticket: Option<u64>,
 ) -> Result<Admission, HandlerError> {
-    let passage = change(deps, settings, turns, let_through, &place.gate, |gate, now| {
+    // A ticket let through comes to take the place kept for it: the next call waits on it.
+    let precedence = if ticket.is_some() { Precedence::Freeing } else { Precedence::InLine };
+    let passage = change(deps, settings, (turns, precedence), let_through, &place.gate, |gate, now| {
         gate.arrive(now, &place.limits, &place.holder, place.until, ticket)
     })
     .await?;
@@ -136,7 +214,7 @@ pub(crate) async fn release(
     let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
-    let result = change(deps, settings, turns, let_through, agent, |gate, now| {
+    let result = change(deps, settings, (turns, Precedence::Freeing), let_through, agent, |gate, now| {
         match pause_until {
             Some(until) => {
                 let mut p = gate.pause(now, until).release(now, &limits, holder);
@@ -169,7 +247,7 @@ pub(crate) async fn unclaim(
     let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
-    if let Err(e) = change(deps, settings, turns, let_through, agent, |gate, now| {
+    if let Err(e) = change(deps, settings, (turns, Precedence::Freeing), let_through, agent, |gate, now| {
         gate.unclaim(now, &limits, holder, ticket)
     })
     .await
@@ -195,8 +273,10 @@ pub(crate) async fn withdraw(
     let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
-    match change(deps, settings, turns, let_through, agent, |gate, now| gate.withdraw(now, &limits, ticket))
-        .await
+    match change(deps, settings, (turns, Precedence::Freeing), let_through, agent, |gate, now| {
+        gate.withdraw(now, &limits, ticket)
+    })
+    .await
     {
         Ok(passage) if matches!(passage.outcome, Withdrawn::PlaceFreed | Withdrawn::Skipped) => {
             deps.metrics.record(Metric::TicketHandedBack, 1);
@@ -228,7 +308,10 @@ pub(crate) async fn look(
         tracing::info!(%agent, "look at a gate its agent's limits no longer keep ignored");
         return Ok(());
     };
-    change(deps, settings, turns, let_through, agent, |gate, now| gate.look(now, &limits, planned)).await?;
+    change(deps, settings, (turns, Precedence::InLine), let_through, agent, |gate, now| {
+        gate.look(now, &limits, planned)
+    })
+    .await?;
     Ok(())
 }
 

@@ -293,25 +293,40 @@ impl Scheduler {
         let span = tracing::info_span!("scheduler", order_id = %reply.order_id, step = reply.step, attempt = reply.attempt);
         async {
             let (deps, settings) = (&self.deps, &self.settings);
-            // The place the reply frees, noted while deciding (the task's workflow says
-            // which agent its step calls).
-            let freed = std::sync::Mutex::new(None::<Freed>);
-            let result = transition(deps, settings, &reply.order_id, |task, wf, now| {
-                *freed.lock().unwrap_or_else(|p| p.into_inner()) =
-                    freed_by(reply, wf, &task.order, &settings.topology.limits);
-                task.apply_reply(reply, now, wf, &settings.policy)
-            })
-            .await;
-            if let Some(f) = freed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            // The place the reply frees, known once the task is read (its workflow says
+            // which agent the step calls). It is given back, and the next in line
+            // claimed and dispatched, while the reply's own write goes on: the call has
+            // answered whatever that write meets, and a place's hand-over waits on as few
+            // store calls as it can. The reply's own sends (its status, the next step's
+            // Schedule) come after, as they may wait out the batch's send hold.
+            let (freed_tx, freed_rx) = futures::channel::oneshot::channel::<Freed>();
+            let freed_tx = std::sync::Mutex::new(Some(freed_tx));
+            let take_tx = || freed_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let applied = async {
+                let result = transition(deps, settings, &reply.order_id, |task, wf, now| {
+                    if let (Some(tx), Some(freed)) =
+                        (take_tx(), freed_by(reply, wf, &task.order, &settings.topology.limits))
+                    {
+                        let _ = tx.send(freed);
+                    }
+                    task.apply_reply(reply, now, wf, &settings.policy)
+                })
+                .await;
+                // Never decided (no such task, an error): nothing freed, the wait ends.
+                drop(take_tx());
+                result
+            };
+            let handed_over = async {
+                // No place freed (an agent without limits, or no task): nothing to hand over.
+                let Ok(f) = freed_rx.await else { return };
                 let pause_until = f.pause_ms.map(|ms| deps.clock.now().plus_ms(ms));
                 gate::release(deps, settings, &self.turns, let_through, &f.gate, &f.holder, pause_until).await;
                 if let Some((gate, holder)) = &f.key {
                     gate::release(deps, settings, &self.turns, let_through, gate, holder, None).await;
                 }
-                // The next call first: the reply's own sends (its status, the next step's
-                // Schedule) may wait out the batch's send hold (`coalesce`).
                 self.hand_over(let_through).await;
-            }
+            };
+            let (result, ()) = futures::join!(applied, handed_over);
             match result? {
                 Transition::Applied { before, decision } => {
                     let latency = self.deps.clock.now().millis_since(before.updated_at);
