@@ -52,11 +52,10 @@ impl GateLine {
         use std::sync::atomic::Ordering::SeqCst;
         if precedence == Precedence::Freeing {
             self.freeing.fetch_add(1, SeqCst);
-            let guard = self.lock.lock().await;
-            if self.freeing.fetch_sub(1, SeqCst) == 1 {
-                self.none_freeing.notify_waiters();
-            }
-            return guard;
+            // Counted out once it holds the lock, or if its future is dropped first: a
+            // count left behind would hold every later arrival back.
+            let _waiting = FreeingWait(self);
+            return self.lock.lock().await;
         }
         loop {
             let cleared = self.none_freeing.notified();
@@ -67,6 +66,17 @@ impl GateLine {
                 return self.lock.lock().await;
             }
             cleared.await;
+        }
+    }
+}
+
+/// A freeing change waiting for its gate's lock, counted while it waits.
+struct FreeingWait<'a>(&'a GateLine);
+
+impl Drop for FreeingWait<'_> {
+    fn drop(&mut self) {
+        if self.0.freeing.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.0.none_freeing.notify_waiters();
         }
     }
 }
