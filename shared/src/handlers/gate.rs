@@ -8,8 +8,9 @@
 //! between; other handlers wake them through the scheduler's queue (`wake`).
 //!
 //! What a hand-over waits on is kept short: within a process, changes that free a place
-//! go before new arrivals (`Precedence`), and the arrival of the ticket a release let
-//! through starts from the gate that release stored (`LetThrough::recall`).
+//! go before new arrivals that come to the line after them (`Precedence`), and the
+//! arrival of the ticket a release let through starts from the gate that release stored
+//! (`LetThrough::recall`).
 
 use super::{Deps, HandlerError, Settings};
 use crate::domain::Place;
@@ -102,10 +103,12 @@ impl Turns {
 #[derive(Default)]
 pub(crate) struct LetThrough {
     turns: std::sync::Mutex<Vec<Turn>>,
-    /// A hand-over's arrival comes right after the release that let its ticket through,
-    /// at the same gate: it starts from the gate that release stored instead of reading
-    /// it again (one store call less between a call's answer and the next call). If
-    /// another writer came between, the conditional write says so and the gate is read.
+    /// The gate as this message's last change of it stored or read it. A hand-over's
+    /// arrival comes right after the release that let its ticket through, at the same
+    /// gate: it starts from there instead of reading it again (one store call less
+    /// between a call's answer and the next call). If another writer came between, the
+    /// conditional write says so and the gate is read; a decision to write nothing is
+    /// taken on a fresh read (`landed`).
     last: std::sync::Mutex<Option<Gate>>,
 }
 
@@ -167,14 +170,19 @@ async fn landed<T>(
     decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
 ) -> Result<(Passage<T>, Timestamp, Gate), HandlerError> {
     for _ in 0..GATE_RETRIES {
-        let gate = match known.take() {
-            Some(gate) => gate,
-            None => deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent)),
+        let (gate, recalled) = match known.take() {
+            Some(gate) => (gate, true),
+            None => (deps.store.gate(agent).await?.unwrap_or_else(|| Gate::new(agent)), false),
         };
         let now = deps.clock.now();
         let passage = decide(&gate, now);
         // A look that changes nothing (a ticket still behind) is not written.
         let unchanged = Gate { revision: gate.revision, ..passage.next.clone() } == gate;
+        // Nothing written checks a remembered gate: another writer may have let the
+        // ticket through since, so a decision to change nothing is taken on a fresh read.
+        if unchanged && recalled {
+            continue;
+        }
         let written = match unchanged {
             true => Written::Applied,
             false => deps.store.replace_gate(&passage.next, gate.revision).await?,
@@ -373,4 +381,52 @@ pub(crate) async fn send_turn(
         .send(&settings.topology.scheduler_queue, Outgoing::new(body))
         .await
         .map_err(HandlerError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::embedded::{
+        CountingMetrics, EmbeddedQueues, EmbeddedStore, ManualClock, RecordingAlerts,
+    };
+    use crate::adapters::system::FastRandom;
+    use std::sync::Arc;
+
+    fn deps() -> Deps {
+        let clock = Arc::new(ManualClock::at(1_000));
+        Deps {
+            store: Arc::new(EmbeddedStore::new()),
+            queues: Arc::new(EmbeddedQueues::new(clock.clone(), 1)),
+            alerts: Arc::new(RecordingAlerts::default()),
+            clock,
+            random: Arc::new(FastRandom::seeded(1)),
+            metrics: Arc::new(CountingMetrics::default()),
+        }
+    }
+
+    /// A decision that writes nothing checks no condition, so it must not be taken on a
+    /// remembered gate another writer may have changed since (a ticket let through there
+    /// would wait out its reservation).
+    #[tokio::test]
+    async fn a_decision_to_write_nothing_is_taken_on_a_fresh_read_not_a_remembered_gate() {
+        let deps = deps();
+        let remembered = Gate::new("a");
+        let moved_on = Gate { revision: 1, issued: 7, ..Gate::new("a") };
+        assert_eq!(deps.store.replace_gate(&moved_on, 0).await.unwrap(), Written::Applied);
+        let keep =
+            |gate: &Gate, _| Passage { next: gate.clone(), outcome: gate.issued, wake: vec![], poke: None };
+
+        let (passage, _, stored) = landed(&deps, "a", Some(remembered.clone()), keep).await.unwrap();
+        assert_eq!((passage.outcome, stored.revision), (7, 1), "decided on the stored gate");
+
+        // A change is written conditionally, so a remembered gate that moved is read again.
+        let bump = |gate: &Gate, _| Passage {
+            next: Gate { issued: gate.issued + 1, revision: gate.revision + 1, ..gate.clone() },
+            outcome: gate.issued,
+            wake: vec![],
+            poke: None,
+        };
+        let (passage, _, stored) = landed(&deps, "a", Some(remembered), bump).await.unwrap();
+        assert_eq!((passage.outcome, stored.revision, stored.issued), (7, 2, 8));
+    }
 }

@@ -304,8 +304,10 @@ impl Scheduler {
             let take_tx = || freed_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
             let applied = async {
                 let result = transition(deps, settings, &reply.order_id, |task, wf, now| {
-                    if let (Some(tx), Some(freed)) =
-                        (take_tx(), freed_by(reply, wf, &task.order, &settings.topology.limits))
+                    // The first decision that names a place sends it; a retried decide
+                    // (another writer came first) finds the sender gone.
+                    if let Some(freed) = freed_by(reply, wf, &task.order, &settings.topology.limits)
+                        && let Some(tx) = take_tx()
                     {
                         let _ = tx.send(freed);
                     }
