@@ -22,8 +22,8 @@ use sas::domain::definitions::AgentDef;
 use sas::domain::retry::Backoff;
 use sas::domain::{Definitions, OperatorAlert, Policy, ProcessState, TaskRecord, Workflows};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, Callbacks, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
-    Settings, Submission, Supervisor,
+    Agent, AgentDeps, AgentSettings, BatchOrder, Callbacks, DeadLetters, Deps, Inbound, Scheduler,
+    SendCoalescer, Settings, Submission, Supervisor,
 };
 use sas::ports::{Alerts, CallStarts, Clock, Outgoing, QueueConsumer, QueueUrl, Queues, StateStore};
 use tokio::sync::watch;
@@ -464,7 +464,10 @@ where
         dead_letter_queue: QueueUrl(dead_letter_queue.into()),
         metrics,
     };
-    let settings = PumpSettings { batch_size: options.batch_size, concurrency, wait_ms: 20, window_ms: 0 };
+    // The scheduler's batches run one order's messages one after another, as deployed.
+    let order = if queue == SCHEDULER { BatchOrder::ByOrder } else { BatchOrder::Concurrent };
+    let settings =
+        PumpSettings { batch_size: options.batch_size, concurrency, wait_ms: 20, window_ms: 0, order };
     tokio::spawn(pump(
         backend.consumer(),
         QueueUrl(queue.into()),

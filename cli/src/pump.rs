@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sas::handlers::{BatchReport, DeadLetters, HandlerError, Inbound, run_batch};
+use sas::handlers::{BatchOrder, BatchReport, DeadLetters, HandlerError, Inbound, run_batch_in};
 use sas::ports::{Delivery, QueueConsumer, QueueError, QueueUrl};
 use tokio::sync::watch;
 
@@ -26,6 +26,8 @@ pub struct PumpSettings {
     /// more until the batch is full or this long has passed, then invoke. 0: invoke
     /// with what the first receive brought.
     pub window_ms: u64,
+    /// How a batch's messages run (the scheduler's queue: by order).
+    pub order: BatchOrder,
 }
 
 /// What the pump tells its owner besides doing the work.
@@ -110,7 +112,7 @@ pub async fn pump<F, Fut>(
             (consumer.clone(), queue.clone(), dead_letters.clone(), handle.clone(), events.clone());
         in_flight.spawn(async move {
             let (report, failed_deletes) =
-                invoke(consumer.as_ref(), &queue, batch, &dead_letters, handle).await;
+                invoke(consumer.as_ref(), (&queue, settings.order), batch, &dead_letters, handle).await;
             events.batch_done(&queue, &report, failed_deletes);
             drop(slot);
         });
@@ -152,7 +154,7 @@ async fn gather(
 /// message it did not report as failed. Returns the report and how many deletes failed.
 pub async fn invoke<F, Fut>(
     consumer: &dyn QueueConsumer,
-    queue: &QueueUrl,
+    (queue, order): (&QueueUrl, BatchOrder),
     batch: Vec<Delivery>,
     dead_letters: &DeadLetters,
     handle: F,
@@ -171,7 +173,7 @@ where
             sender: d.sender.clone(),
         })
         .collect();
-    let report = run_batch(inbound, dead_letters, handle).await;
+    let report = run_batch_in(order, inbound, dead_letters, handle).await;
     let handled: Vec<String> =
         batch.iter().filter(|d| !report.failures.contains(&d.receipt)).map(|d| d.receipt.clone()).collect();
     let failed_deletes = if handled.is_empty() { 0 } else { consumer.delete_batch(queue, &handled).await };

@@ -26,8 +26,8 @@ use sas::adapters::system::{SystemClock, SystemRandom};
 use sas::config::{AgentConfig, SchedulerConfig, Source, SubmissionConfig, SupervisorConfig};
 use sas::domain::Definitions;
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, Callbacks, DeadLetters, Deps, Inbound, Scheduler, SendCoalescer,
-    Settings, Submission, Supervisor,
+    Agent, AgentDeps, AgentSettings, BatchOrder, Callbacks, DeadLetters, Deps, Inbound, Scheduler,
+    SendCoalescer, Settings, Submission, Supervisor,
 };
 use sas::ports::{QueueConsumer, QueueUrl, Queues};
 use tokio::signal::unix::{SignalKind, signal};
@@ -689,6 +689,7 @@ pub fn start(
             concurrency: options.concurrency,
             wait_ms: options.receive_wait_ms,
             window_ms: 0,
+            order: BatchOrder::Concurrent,
         },
         stop: stop.clone(),
         events: events.clone(),
@@ -696,28 +697,43 @@ pub fn start(
     let (orders, scheduler_queue) = (&configs.submission, &configs.scheduler);
     let submission = CancelWatch { submission, log: events.clone() };
     vec![
-        pumps.spawn(&orders.orders_queue, &orders.orders_dlq, options.windows.orders_ms, move |m| {
-            let s = submission.clone();
-            async move { s.handle(m).await }
-        }),
+        pumps.spawn(
+            &orders.orders_queue,
+            &orders.orders_dlq,
+            (options.windows.orders_ms, BatchOrder::Concurrent),
+            move |m| {
+                let s = submission.clone();
+                async move { s.handle(m).await }
+            },
+        ),
         pumps.spawn(
             &scheduler_queue.state.scheduler_queue,
             &scheduler_queue.scheduler_dlq,
-            options.windows.scheduler_ms,
+            (options.windows.scheduler_ms, BatchOrder::ByOrder),
             move |m| {
                 let s = scheduler.clone();
                 async move { s.handle(m).await }
             },
         ),
-        pumps.spawn(&agent_config.agent_queue, &agent_config.agent_dlq, options.windows.agent_ms, move |m| {
-            let a = agent.clone();
-            async move { a.handle(m).await }
-        }),
+        pumps.spawn(
+            &agent_config.agent_queue,
+            &agent_config.agent_dlq,
+            (options.windows.agent_ms, BatchOrder::Concurrent),
+            move |m| {
+                let a = agent.clone();
+                async move { a.handle(m).await }
+            },
+        ),
         // The deployed event source of the callback queue has no batching window.
-        pumps.spawn(&scheduler_queue.callback_queue, &scheduler_queue.callback_dlq, 0, move |m| {
-            let c = callbacks.clone();
-            async move { c.handle(m).await }
-        }),
+        pumps.spawn(
+            &scheduler_queue.callback_queue,
+            &scheduler_queue.callback_dlq,
+            (0, BatchOrder::Concurrent),
+            move |m| {
+                let c = callbacks.clone();
+                async move { c.handle(m).await }
+            },
+        ),
         tokio::spawn(supervise(supervisor, options.supervisor_period, events, stop)),
     ]
 }
@@ -738,7 +754,7 @@ impl Pumps {
         &self,
         queue: &QueueUrl,
         dead_letter_queue: &QueueUrl,
-        window_ms: u64,
+        (window_ms, order): (u64, BatchOrder),
         handle: F,
     ) -> tokio::task::JoinHandle<()>
     where
@@ -754,7 +770,7 @@ impl Pumps {
         tokio::spawn(pump(
             self.consumer.clone(),
             queue.clone(),
-            PumpSettings { window_ms, ..self.settings },
+            PumpSettings { window_ms, order, ..self.settings },
             dead_letters,
             self.stop.clone(),
             self.events.clone(),

@@ -17,7 +17,8 @@ use crate::adapters::system::{SystemClock, SystemRandom};
 use crate::config::{AlertConfig, ConfigError, Deployment, FunctionName, StateConfig, TableNames};
 use crate::domain::{OperatorAlert, QueueId, Timestamp};
 use crate::handlers::{
-    BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
+    BatchOrder, BatchReport, DeadLetters, Deps, HandlerError, Inbound, SendCoalescer, Supervisor, run_batch,
+    run_batch_in,
 };
 use crate::ports::{AlertError, Alerts, CallStarts, Metrics, QueueUrl, Queues};
 
@@ -119,6 +120,8 @@ where
 pub struct SqsSource<F> {
     pub dead_letters: DeadLetters,
     pub handle: F,
+    /// How a batch's messages run: the scheduler's queue by order.
+    pub order: BatchOrder,
 }
 
 /// Whether `record` came from `queue`: its `eventSourceARN` names the queue's account and
@@ -166,7 +169,7 @@ where
     if messages.is_empty() {
         return BatchReport::default();
     }
-    run_batch(messages, &source.dead_letters, |m| (source.handle)(m)).await
+    run_batch_in(source.order, messages, &source.dead_letters, |m| (source.handle)(m)).await
 }
 
 /// Runs an SQS-triggered function fed by two event source mappings (the scheduler: its
@@ -393,10 +396,16 @@ mod tests {
                 }
             }
         };
-        let scheduler =
-            SqsSource { dead_letters: dead_letters(SCHEDULER, &scheduler_dlq), handle: handler("scheduler") };
-        let callbacks =
-            SqsSource { dead_letters: dead_letters(CALLBACKS, &callbacks_dlq), handle: handler("callbacks") };
+        let scheduler = SqsSource {
+            dead_letters: dead_letters(SCHEDULER, &scheduler_dlq),
+            handle: handler("scheduler"),
+            order: BatchOrder::ByOrder,
+        };
+        let callbacks = SqsSource {
+            dead_letters: dead_letters(CALLBACKS, &callbacks_dlq),
+            handle: handler("callbacks"),
+            order: BatchOrder::Concurrent,
+        };
         let scheduler_arn = Some("arn:aws:sqs:us-east-1:123456789012:sas-scheduler");
         let callbacks_arn = Some("arn:aws:sqs:us-east-1:123456789012:sas-callbacks");
         let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [

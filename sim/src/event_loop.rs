@@ -12,7 +12,7 @@ use futures::FutureExt;
 use sas::adapters::embedded::queue_names::SCHEDULER;
 use sas::adapters::embedded::{QueueId, Received};
 use sas::domain::{Act, Action, AgentReply, OrderId, SchedulerMessage, TaskRecord, Timestamp, Workflows};
-use sas::handlers::{DeadLetters, Inbound};
+use sas::handlers::{BatchOrder, DeadLetters, Inbound};
 use sas::ports::{Outgoing, QueueUrl, Queues, StateStore};
 
 use crate::deploy::Deployed;
@@ -525,25 +525,36 @@ impl EventLoop {
         let shared = self.shared.clone();
         let mut agent_slot = None;
         let future = match role {
-            Role::Submission => {
-                run_messages(self.deployed.submission[generation].clone(), shared, messages, dead_letters)
-            }
+            Role::Submission => run_messages(
+                (self.deployed.submission[generation].clone(), BatchOrder::Concurrent),
+                shared,
+                messages,
+                dead_letters,
+            ),
             // The scheduler function takes the callback queue with its `Callbacks` handler.
             Role::Scheduler if queue == CALLBACKS => {
                 let noting = NotingAcks {
                     callbacks: self.deployed.callbacks[generation].clone(),
                     shared: shared.clone(),
                 };
-                run_messages(noting, shared, messages, dead_letters)
+                run_messages((noting, BatchOrder::Concurrent), shared, messages, dead_letters)
             }
-            Role::Scheduler => {
-                run_messages(self.deployed.scheduler[generation].clone(), shared, messages, dead_letters)
-            }
+            Role::Scheduler => run_messages(
+                (self.deployed.scheduler[generation].clone(), self.swarm.scheduler_batches),
+                shared,
+                messages,
+                dead_letters,
+            ),
             Role::Agent => {
                 let slot = self.agent_busy.iter().position(|busy| !busy).expect("a free agent");
                 self.agent_busy[slot] = true;
                 agent_slot = Some(slot);
-                run_messages(self.deployed.agents[slot][generation].clone(), shared, messages, dead_letters)
+                run_messages(
+                    (self.deployed.agents[slot][generation].clone(), BatchOrder::Concurrent),
+                    shared,
+                    messages,
+                    dead_letters,
+                )
             }
             Role::Supervisor | Role::Operator | Role::Outside => {
                 unreachable!("{role:?} is not fed by a queue")

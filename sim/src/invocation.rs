@@ -13,8 +13,8 @@ use sas::adapters::embedded::Received;
 use sas::domain::Completion;
 use sas::domain::OrderId;
 use sas::handlers::{
-    Agent, BatchReport, Callbacks, Completed, DeadLetters, HandlerError, Inbound, Operated, Scheduler,
-    Submission, Supervisor, SweepReport, run_batch,
+    Agent, BatchOrder, BatchReport, Callbacks, Completed, DeadLetters, HandlerError, Inbound, Operated,
+    Scheduler, Submission, Supervisor, SweepReport, run_batch_in,
 };
 
 use crate::deployment::Role;
@@ -165,14 +165,14 @@ impl QueueFed for Agent {
 /// A batch through `run_batch`, as Lambda's SQS event source mapping hands it over; each
 /// message's handler runs with that message set, so its writes record what they were for.
 pub fn run_messages(
-    handler: impl QueueFed,
+    (handler, order): (impl QueueFed, BatchOrder),
     shared: Arc<Shared>,
     messages: Vec<Inbound>,
     dead_letters: DeadLetters,
 ) -> InvocationFuture {
     Box::pin(async move {
         Returned::Batch(
-            run_batch(messages, &dead_letters, |m| {
+            run_batch_in(order, messages, &dead_letters, |m| {
                 let body: Arc<str> = m.body.as_str().into();
                 with_msg(&shared, body, handler.handle_message(m))
             })

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use sas::domain::gate::{Limits, OrderKey, PerKey};
+use sas::handlers::BatchOrder;
 
 use sas::domain::definitions::MAX_STEPS;
 use sas::domain::workflow::Stage;
@@ -154,6 +155,10 @@ pub struct Swarm {
     /// Flow-control limits of some agents (`with_limits`), as their definitions would set
     /// them; empty: no agent has a gate, and the seed runs as it did before gates existed.
     pub limits: BTreeMap<String, Limits>,
+    /// How the scheduler's batches run: by order, as deployed, in three seeds in four;
+    /// every message at once in the others (and in `before_limits`' swarms), where one
+    /// order's messages of a batch race on its record as two containers' do.
+    pub scheduler_batches: BatchOrder,
 }
 
 /// A new version of a workflow published during the run, as a deploy rolls it out: from
@@ -344,6 +349,10 @@ impl Swarm {
     pub fn from_rng(rng: &mut fastrand::Rng) -> Swarm {
         let (mut swarm, limit_seed) = Swarm::drawn(rng);
         swarm.with_limits(&mut fastrand::Rng::with_seed(limit_seed));
+        // From a side generator, so the seed's other draws are what they were.
+        if fastrand::Rng::with_seed(rng.get_seed() ^ BATCH_ORDER_SALT).u8(..4) > 0 {
+            swarm.scheduler_batches = BatchOrder::ByOrder;
+        }
         swarm
     }
 
@@ -467,6 +476,7 @@ impl Swarm {
             outside,
             pauses,
             limits: BTreeMap::new(),
+            scheduler_batches: BatchOrder::Concurrent,
         };
         let swarm =
             Swarm { max_page_size: swarm.page_size * if sweeps.u8(..4) == 0 { 4 } else { 1 }, ..swarm };
@@ -612,6 +622,8 @@ const STAGE_FAULT_SALT: u64 = 0x5eed_b4a2;
 const LIMIT_SALT: u64 = 303;
 /// The supervisor's budget is drawn from a side generator too.
 const SWEEP_SALT: u64 = 0x5eed_5a1e;
+/// And the scheduler's batch order.
+const BATCH_ORDER_SALT: u64 = 0x5eed_0bd3;
 
 impl Swarm {
     /// The callback steps of the seed's generated workflows, as `name(timeout/heartbeat)`.

@@ -18,8 +18,8 @@ use sas::domain::breaker::BreakerPolicy;
 use sas::domain::retry::Backoff;
 use sas::domain::{OrderId, Policy, Timestamp, Workflows};
 use sas::handlers::{
-    Agent, AgentDeps, AgentSettings, Callbacks, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound, Scheduler,
-    SendCoalescer, Settings, Submission, Supervisor, run_batch,
+    Agent, AgentDeps, AgentSettings, BatchOrder, Callbacks, DEFAULT_MAX_HOLD, DeadLetters, Deps, Inbound,
+    Scheduler, SendCoalescer, Settings, Submission, Supervisor, run_batch, run_batch_in,
 };
 use sas::ports::{Alerts, CallStarts, Clock, Metrics, Outgoing, QueueUrl, Queues, StateStore};
 
@@ -403,7 +403,9 @@ impl Rig {
         let dl = &self.dead_letters[function as usize];
         let report = match function {
             LambdaFunction::Submission => run_batch(inbound, dl, |m| self.submission.handle(m)).await,
-            LambdaFunction::Scheduler => run_batch(inbound, dl, |m| self.scheduler.handle(m)).await,
+            LambdaFunction::Scheduler => {
+                run_batch_in(BatchOrder::ByOrder, inbound, dl, |m| self.scheduler.handle(m)).await
+            }
             LambdaFunction::Agent => run_batch(inbound, dl, |m| self.agent.handle(m)).await,
             LambdaFunction::SchedulerCallbacks => run_batch(inbound, dl, |m| self.callbacks.handle(m)).await,
         };

@@ -2,7 +2,7 @@
 //! applies the outside's completions of callback steps from the callback queue.
 
 use sas::config::{FunctionName, SchedulerConfig};
-use sas::handlers::{Callbacks, Scheduler, Settings};
+use sas::handlers::{BatchOrder, Callbacks, Scheduler, Settings};
 use sas::lambda::{self, Aws, Error, SqsSource};
 
 #[tokio::main]
@@ -18,8 +18,8 @@ async fn main() -> Result<(), Error> {
     let callbacks = Callbacks::new(deps, settings);
     // The callback queue's records (by their eventSourceARN) go to `callbacks`, the rest here.
     lambda::serve_sqs_routed(
-        SqsSource { dead_letters: own, handle: |m| scheduler.handle(m) },
-        SqsSource { dead_letters: callback, handle: |m| callbacks.handle(m) },
+        SqsSource { dead_letters: own, handle: |m| scheduler.handle(m), order: BatchOrder::ByOrder },
+        SqsSource { dead_letters: callback, handle: |m| callbacks.handle(m), order: BatchOrder::Concurrent },
     )
     .await
 }

@@ -11,6 +11,7 @@ use futures::FutureExt;
 
 use super::HandlerError;
 use super::coalesce::join_round;
+use crate::domain::SchedulerMessage;
 use crate::ports::{Inbound, Metric, Metrics, Outgoing, QueueUrl, Queues};
 
 /// The message attribute that carries a kept message's reason.
@@ -70,6 +71,41 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".to_owned())
 }
 
+/// How the messages of one batch run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BatchOrder {
+    /// Every message at once.
+    #[default]
+    Concurrent,
+    /// One order's messages one after another, in the batch's order, and orders at once.
+    /// The scheduler's: replies of one order (a stage's branches) would otherwise read
+    /// the same revision of its record, and all but one lose the conditional write, a
+    /// billed write and a read again each.
+    ByOrder,
+}
+
+impl BatchOrder {
+    /// The batch as the runs it is handled in: one message each, or an order's together.
+    fn runs(self, messages: Vec<Inbound>) -> Vec<Vec<Inbound>> {
+        match self {
+            BatchOrder::Concurrent => messages.into_iter().map(|m| vec![m]).collect(),
+            BatchOrder::ByOrder => {
+                let mut runs: Vec<(Option<String>, Vec<Inbound>)> = Vec::with_capacity(messages.len());
+                for message in messages {
+                    // A message of no order (a look at a gate, a body that does not
+                    // parse) runs alone.
+                    let order = SchedulerMessage::order_of(&message.body);
+                    match runs.iter_mut().find(|(o, _)| o.is_some() && *o == order) {
+                        Some((_, run)) => run.push(message),
+                        None => runs.push((order, vec![message])),
+                    }
+                }
+                runs.into_iter().map(|(_, run)| run).collect()
+            }
+        }
+    }
+}
+
 /// Runs `handle` on every message at once; a panic in one is that message's failure only.
 /// The messages are one round of sends (`coalesce`): a `SendCoalescer` among the ports
 /// sends what the handlers send together.
@@ -78,40 +114,33 @@ where
     F: Fn(Inbound) -> Fut,
     Fut: Future<Output = Result<(), HandlerError>>,
 {
+    run_batch_in(BatchOrder::Concurrent, messages, dead_letters, handle).await
+}
+
+/// [`run_batch`], with the messages run as `order` says: a run of one order's messages
+/// is one handler of the round, so its parked send is what the round waits for.
+pub async fn run_batch_in<F, Fut>(
+    order: BatchOrder,
+    messages: Vec<Inbound>,
+    dead_letters: &DeadLetters,
+    handle: F,
+) -> BatchReport
+where
+    F: Fn(Inbound) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
     let handle = &handle;
-    let outcomes = join_round(messages.into_iter().map(|message| {
-        // `handle` is called inside the guarded future, so a panic before it returns
-        // its own future is caught as well, not only one while it runs.
-        let input = message.clone();
-        let run = AssertUnwindSafe(async move { handle(input).await }).catch_unwind();
-        async move {
-            let result = match run.await {
-                Ok(result) => result,
-                Err(panic) => Err(HandlerError::Reject(format!("handler panicked: {}", panic_text(&*panic)))),
-            };
-            // Kept within the round, so the kept copies go out with the other handlers' sends.
-            let outcome = match result {
-                Ok(()) => Outcome::Done,
-                Err(HandlerError::Retry(reason) | HandlerError::Throttled(reason)) => {
-                    tracing::warn!(message_id = %message.message_id, %reason, "message left for redelivery");
-                    Outcome::Redeliver
-                }
-                Err(HandlerError::Reject(reason)) => {
-                    tracing::warn!(message_id = %message.message_id, %reason, "message rejected and kept");
-                    if dead_letters.keep(&message, &reason).await {
-                        Outcome::DeadLettered
-                    } else {
-                        Outcome::Redeliver
-                    }
-                }
-            };
-            (message.message_id, outcome)
+    let outcomes = join_round(order.runs(messages).into_iter().map(|run| async move {
+        let mut outcomes = Vec::with_capacity(run.len());
+        for message in run {
+            outcomes.push(handled(message, dead_letters, handle).await);
         }
+        outcomes
     }))
     .await;
 
     let mut report = BatchReport::default();
-    for (message_id, outcome) in outcomes {
+    for (message_id, outcome) in outcomes.into_iter().flatten() {
         match outcome {
             Outcome::Done => {}
             Outcome::DeadLettered => report.kept += 1,
@@ -120,6 +149,38 @@ where
     }
     dead_letters.metrics.flush();
     report
+}
+
+/// One message through `handle`: a panic is its failure, bad input is kept with its
+/// reason (within the round, so the kept copy goes out with the other handlers' sends).
+async fn handled<F, Fut>(message: Inbound, dead_letters: &DeadLetters, handle: &F) -> (String, Outcome)
+where
+    F: Fn(Inbound) -> Fut,
+    Fut: Future<Output = Result<(), HandlerError>>,
+{
+    // `handle` is called inside the guarded future, so a panic before it returns its own
+    // future is caught as well, not only one while it runs.
+    let input = message.clone();
+    let result = match AssertUnwindSafe(async move { handle(input).await }).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(HandlerError::Reject(format!("handler panicked: {}", panic_text(&*panic)))),
+    };
+    let outcome = match result {
+        Ok(()) => Outcome::Done,
+        Err(HandlerError::Retry(reason) | HandlerError::Throttled(reason)) => {
+            tracing::warn!(message_id = %message.message_id, %reason, "message left for redelivery");
+            Outcome::Redeliver
+        }
+        Err(HandlerError::Reject(reason)) => {
+            tracing::warn!(message_id = %message.message_id, %reason, "message rejected and kept");
+            if dead_letters.keep(&message, &reason).await {
+                Outcome::DeadLettered
+            } else {
+                Outcome::Redeliver
+            }
+        }
+    };
+    (message.message_id, outcome)
 }
 
 enum Outcome {

@@ -496,7 +496,7 @@ async fn send_group(g: Group) -> Vec<(Reply, Answer)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handlers::{DeadLetters, HandlerError, Inbound, run_batch};
+    use crate::handlers::{BatchOrder, DeadLetters, HandlerError, Inbound, run_batch, run_batch_in};
     use tokio::time::Instant;
 
     /// One request as the adapter under the coalescer saw it.
@@ -719,5 +719,71 @@ mod tests {
         let requests = inner.requests();
         assert_eq!(inner.shape(), [("out".to_owned(), 2)]);
         assert_eq!(requests[0].at, Duration::ZERO, "released by the panic, not by the hold");
+    }
+
+    /// The scheduler's batches: one order's messages one after another, in the batch's
+    /// order, beside the other orders'; a run waiting on its send releases the round like
+    /// any handler, so the second message of an order does not wait out the hold.
+    #[tokio::test(start_paused = true)]
+    async fn by_order_runs_one_orders_messages_one_after_another_and_waits_out_no_hold() {
+        let inner = Recording::new();
+        let queues = coalescer(&inner, Duration::from_secs(3600));
+        let dead_letters = DeadLetters {
+            queues: Recording::new(),
+            source: q("work"),
+            dead_letter_queue: q("dlq"),
+            metrics: Arc::new(crate::adapters::embedded::CountingMetrics::default()),
+        };
+        let schedule = |order: &str| format!(r#"{{"type":"schedule","order_id":"{order}"}}"#);
+        let bodies =
+            [schedule("o-1"), schedule("o-2"), schedule("o-1"), r#"{"type":"gate","agent":"a"}"#.to_owned()];
+        let messages: Vec<Inbound> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, body)| Inbound {
+                message_id: i.to_string(),
+                body: body.clone(),
+                receive_count: 1,
+                sender: None,
+            })
+            .collect();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let report = within(run_batch_in(BatchOrder::ByOrder, messages, &dead_letters, |m| {
+            let (queues, seen) = (queues.clone(), seen.clone());
+            async move {
+                seen.lock().unwrap().push(format!("start {}", m.message_id));
+                let sent = queues.send(&q("out"), Outgoing::new(m.message_id.clone())).await;
+                seen.lock().unwrap().push(format!("end {}", m.message_id));
+                sent.map_err(HandlerError::from)
+            }
+        }))
+        .await;
+        assert_eq!(report, crate::handlers::BatchReport::default());
+        let seen = seen.lock().unwrap().clone();
+        let at = |what: &str| seen.iter().position(|s| s == what).unwrap();
+        assert!(at("end 0") < at("start 2"), "o-1's second message after its first: {seen:?}");
+        assert!(at("start 1") < at("end 0") && at("start 3") < at("end 0"), "the others beside it: {seen:?}");
+        let requests = inner.requests();
+        let bodies: Vec<Vec<String>> = requests.iter().map(|r| r.bodies.clone()).collect();
+        assert_eq!(bodies, [vec!["0", "1", "3"], vec!["2"]]);
+        assert!(requests.iter().all(|r| r.at == Duration::ZERO), "no send waited out the hold");
+
+        // Every message at once otherwise.
+        let messages = (0..2)
+            .map(|i| Inbound {
+                message_id: i.to_string(),
+                body: schedule("o-1"),
+                receive_count: 1,
+                sender: None,
+            })
+            .collect();
+        let inner = Recording::new();
+        let queues = coalescer(&inner, Duration::from_secs(3600));
+        within(run_batch(messages, &dead_letters, |m| {
+            let queues = queues.clone();
+            async move { queues.send(&q("out"), Outgoing::new(m.message_id)).await.map_err(HandlerError::from) }
+        }))
+        .await;
+        assert_eq!(inner.shape(), [("out".to_owned(), 2)]);
     }
 }

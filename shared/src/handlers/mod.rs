@@ -23,7 +23,7 @@ use crate::ports::{
 };
 
 pub use agent::{Agent, AgentDeps, AgentOutcome, AgentSettings};
-pub use batch::{BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch};
+pub use batch::{BatchOrder, BatchReport, DeadLetters, REASON_ATTRIBUTE, run_batch, run_batch_in};
 pub use callbacks::{Callbacks, Completed, complete};
 pub use coalesce::{DEFAULT_MAX_HOLD, SendCoalescer};
 pub use operator::{Operated, complete_as_operator, operate};
