@@ -297,26 +297,26 @@ async fn cost_counts_a_parallel_stage_and_each_write_conflict() {
         par.step_functions_standard > seq.step_functions_standard,
         "a Parallel state is a transition more"
     );
-    // One order alone: its three replies come back together and race: 2 lose the first
-    // round, 1 the second.
+    // One order alone: its three replies come back together, in one scheduler batch,
+    // which applies them one after another (`BatchOrder::ByOrder`): none loses a race.
     let alone = cost("parallel-order", 1, false, &a).await;
-    assert_eq!(alone.write_conflicts_per_order, 3.0);
-    assert_eq!((alone.per_order["ddb_wru"], alone.per_order["ddb_rru"]), (14.0, 11.0));
+    assert_eq!(alone.write_conflicts_per_order, 0.0);
+    assert_eq!((alone.per_order["ddb_wru"], alone.per_order["ddb_rru"]), (11.0, 8.0));
     // With failures (crashes, retries, refusals), every order still ends.
     let faulty = cost("parallel-order", 100, true, &a).await;
     assert_eq!(faulty.processed + faulty.compensated + faulty.failed, 100, "{faulty:?}");
 }
 
-/// A stage's five replies race only when they meet in one scheduler invocation: an order
-/// alone loses 4 + 3 + 2 + 1 = 10 writes to its siblings; five steps one after the other
-/// lose none.
+/// A stage's five replies meet in one scheduler invocation, which applies one order's
+/// messages one after another: none loses a write to its siblings (all at once, an order
+/// alone lost 4 + 3 + 2 + 1 = 10); five steps one after the other lose none either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_counts_the_replies_that_race() {
     use sasctl::bench::contention_once;
     let par = contention_once("parallel-5", 20, 1, 1).await;
     let seq = contention_once("sequential-5", 20, 1, 1).await;
     assert_eq!((par.processed, seq.processed), (20, 20));
-    assert_eq!(par.write_conflicts_per_order, 10.0, "{par:?}");
+    assert_eq!(par.write_conflicts_per_order, 0.0, "{par:?}");
     assert_eq!(seq.write_conflicts_per_order, 0.0);
     // One Schedule and five replies, against a Schedule and a reply per step.
     assert_eq!((par.scheduler_messages_per_order, seq.scheduler_messages_per_order), (6.0, 10.0));

@@ -26,7 +26,12 @@ const GATE_RETRIES: usize = 16;
 /// another instead of racing each other's conditional writes (each lost race is a billed
 /// write and a read again). Processes still race each other; the condition settles that.
 #[derive(Default)]
-pub struct Turns(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<GateLine>>>);
+pub struct Turns {
+    lines: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<GateLine>>>,
+    /// Counts the process's gate changes: a gate a message remembers is still what this
+    /// process last knew of it only if no change came after (`LetThrough::recall`).
+    changes: std::sync::atomic::AtomicU64,
+}
 
 /// Which changes of a gate go first in a process's line for it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -84,14 +89,14 @@ impl Drop for FreeingWait<'_> {
 
 impl Turns {
     fn of(&self, agent: &str) -> std::sync::Arc<GateLine> {
-        let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut turns = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         turns.entry(agent.to_owned()).or_default().clone()
     }
 
     /// Drops the turn of a gate nobody waits at: a warm container meets one gate per key
     /// of a per-key limit, so the map must not keep every gate it ever saw.
     fn forget_if_idle(&self, agent: &str) {
-        let mut turns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut turns = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         if turns.get(agent).is_some_and(|t| std::sync::Arc::strong_count(t) == 1) {
             turns.remove(agent);
         }
@@ -109,7 +114,7 @@ pub(crate) struct LetThrough {
     /// between a call's answer and the next call). If another writer came between, the
     /// conditional write says so and the gate is read; a decision to write nothing is
     /// taken on a fresh read (`landed`).
-    last: std::sync::Mutex<Option<Gate>>,
+    last: std::sync::Mutex<Option<(Gate, u64)>>,
 }
 
 impl LetThrough {
@@ -123,14 +128,17 @@ impl LetThrough {
         std::mem::take(&mut *self.turns.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn remember(&self, stored: Gate) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(stored);
+    /// `stored` as of the process's change `stamp` (`Turns::changes`).
+    fn remember(&self, stored: Gate, stamp: u64) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((stored, stamp));
     }
 
-    /// The gate `agent` as this message last stored or read it, taken: it is used once.
-    fn recall(&self, agent: &str) -> Option<Gate> {
+    /// The gate `agent` as this message last stored or read it, taken (it is used once),
+    /// if no other change of the process's came since, at any gate: one that did would
+    /// make it stale for sure, and the stale write would cost a failed write and a read.
+    fn recall(&self, agent: &str, now_at: u64) -> Option<Gate> {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.take_if(|g| g.agent == agent)
+        last.take_if(|(g, stamp)| g.agent == agent && *stamp == now_at).map(|(g, _)| g)
     }
 }
 
@@ -149,11 +157,15 @@ async fn change<T>(
     let landed_at = {
         let turn = turns.of(agent);
         let _turn = turn.take(precedence).await;
-        landed(deps, agent, let_through.recall(agent), decide).await
+        let known = let_through.recall(agent, turns.changes.load(std::sync::atomic::Ordering::SeqCst));
+        let landed = landed(deps, agent, known, decide).await;
+        // Counted whatever came of it: a write whose answer was lost may have landed.
+        let stamp = turns.changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        landed.map(|l| (l, stamp))
     };
     turns.forget_if_idle(agent);
-    let (passage, now, stored) = landed_at?;
-    let_through.remember(stored);
+    let ((passage, now, stored), stamp) = landed_at?;
+    let_through.remember(stored, stamp);
     let_through.add(agent, &passage.wake);
     if let Some(at) = passage.poke {
         poke(deps, settings, agent, at, now).await;
