@@ -298,7 +298,9 @@ impl Scheduler {
             // claimed and dispatched, while the reply's own write goes on: the call has
             // answered whatever that write meets, and a place's hand-over waits on as few
             // store calls as it can. The reply's own sends (its status, the next step's
-            // Schedule) come after, as they may wait out the batch's send hold.
+            // Schedule) come after, as they may wait out the batch's send hold. The next in
+            // line may be a sibling branch of the reply's own order: the two writes then
+            // race on its record, and the conditional write settles it.
             let (freed_tx, freed_rx) = futures::channel::oneshot::channel::<Freed>();
             let freed_tx = std::sync::Mutex::new(Some(freed_tx));
             let take_tx = || freed_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
