@@ -691,49 +691,35 @@ pub fn start(
             window_ms: 0,
             order: BatchOrder::Concurrent,
         },
+        by_order: configs.scheduler.state.scheduler_queue.clone(),
         stop: stop.clone(),
         events: events.clone(),
     };
     let (orders, scheduler_queue) = (&configs.submission, &configs.scheduler);
     let submission = CancelWatch { submission, log: events.clone() };
     vec![
-        pumps.spawn(
-            &orders.orders_queue,
-            &orders.orders_dlq,
-            (options.windows.orders_ms, BatchOrder::Concurrent),
-            move |m| {
-                let s = submission.clone();
-                async move { s.handle(m).await }
-            },
-        ),
+        pumps.spawn(&orders.orders_queue, &orders.orders_dlq, options.windows.orders_ms, move |m| {
+            let s = submission.clone();
+            async move { s.handle(m).await }
+        }),
         pumps.spawn(
             &scheduler_queue.state.scheduler_queue,
             &scheduler_queue.scheduler_dlq,
-            (options.windows.scheduler_ms, BatchOrder::ByOrder),
+            options.windows.scheduler_ms,
             move |m| {
                 let s = scheduler.clone();
                 async move { s.handle(m).await }
             },
         ),
-        pumps.spawn(
-            &agent_config.agent_queue,
-            &agent_config.agent_dlq,
-            (options.windows.agent_ms, BatchOrder::Concurrent),
-            move |m| {
-                let a = agent.clone();
-                async move { a.handle(m).await }
-            },
-        ),
+        pumps.spawn(&agent_config.agent_queue, &agent_config.agent_dlq, options.windows.agent_ms, move |m| {
+            let a = agent.clone();
+            async move { a.handle(m).await }
+        }),
         // The deployed event source of the callback queue has no batching window.
-        pumps.spawn(
-            &scheduler_queue.callback_queue,
-            &scheduler_queue.callback_dlq,
-            (0, BatchOrder::Concurrent),
-            move |m| {
-                let c = callbacks.clone();
-                async move { c.handle(m).await }
-            },
-        ),
+        pumps.spawn(&scheduler_queue.callback_queue, &scheduler_queue.callback_dlq, 0, move |m| {
+            let c = callbacks.clone();
+            async move { c.handle(m).await }
+        }),
         tokio::spawn(supervise(supervisor, options.supervisor_period, events, stop)),
     ]
 }
@@ -745,16 +731,22 @@ struct Pumps {
     kept: Arc<dyn Queues>,
     metrics: Arc<CountingMetrics>,
     settings: PumpSettings,
+    /// The queue whose batches run one order's messages in turn: the scheduler's.
+    by_order: QueueUrl,
     stop: watch::Receiver<bool>,
     events: Arc<dyn PumpEvents>,
 }
 
 impl Pumps {
+    fn order_of(&self, queue: &QueueUrl) -> BatchOrder {
+        if *queue == self.by_order { BatchOrder::ByOrder } else { BatchOrder::Concurrent }
+    }
+
     fn spawn<F, Fut>(
         &self,
         queue: &QueueUrl,
         dead_letter_queue: &QueueUrl,
-        (window_ms, order): (u64, BatchOrder),
+        window_ms: u64,
         handle: F,
     ) -> tokio::task::JoinHandle<()>
     where
@@ -770,7 +762,7 @@ impl Pumps {
         tokio::spawn(pump(
             self.consumer.clone(),
             queue.clone(),
-            PumpSettings { window_ms, order, ..self.settings },
+            PumpSettings { window_ms, order: self.order_of(queue), ..self.settings },
             dead_letters,
             self.stop.clone(),
             self.events.clone(),

@@ -536,18 +536,6 @@ impl SchedulerMessage {
     pub fn to_body(&self) -> String {
         serde_json::to_string(self).expect("messages always serialize")
     }
-
-    /// The order a schedule or a reply is for, read without the rest of the message;
-    /// `None` for a look at a gate and for a body that does not parse (its handler says
-    /// why). The scheduler's batches run one order's messages one after another by it.
-    pub fn order_of(body: &str) -> Option<String> {
-        #[derive(Deserialize)]
-        struct OrderOf<'a> {
-            #[serde(borrow)]
-            order_id: Option<std::borrow::Cow<'a, str>>,
-        }
-        serde_json::from_str::<OrderOf>(body).ok()?.order_id.map(std::borrow::Cow::into_owned)
-    }
 }
 
 /// `SchedulerMessage::Schedule`'s fields, for `SchedulerMessage::parse_tag_first`.
@@ -1000,17 +988,7 @@ mod tests {
                 assert_eq!(Some(&fast), tagged.as_ref(), "{body}");
             }
             assert_eq!(SchedulerMessage::parse(body).ok(), tagged, "{body}");
-            // The batch driver's grouping reads the same order.
-            let order = match &tagged {
-                Some(SchedulerMessage::Schedule { order_id, .. }) => Some(order_id.to_string()),
-                Some(SchedulerMessage::Reply(reply)) => Some(reply.order_id.to_string()),
-                Some(SchedulerMessage::Gate { .. }) | None => None,
-            };
-            if tagged.is_some() {
-                assert_eq!(SchedulerMessage::order_of(body), order, "{body}");
-            }
         }
-        assert_eq!(SchedulerMessage::order_of(r#"{"type":"gate","agent":"pay"}"#), None);
         assert!(read >= 6, "the common bodies are read tag first ({read})");
     }
 }

@@ -11,7 +11,6 @@ use futures::FutureExt;
 
 use super::HandlerError;
 use super::coalesce::join_round;
-use crate::domain::SchedulerMessage;
 use crate::ports::{Inbound, Metric, Metrics, Outgoing, QueueUrl, Queues};
 
 /// The message attribute that carries a kept message's reason.
@@ -94,7 +93,7 @@ impl BatchOrder {
                 for message in messages {
                     // A message of no order (a look at a gate, a body that does not
                     // parse) runs alone.
-                    let order = SchedulerMessage::order_of(&message.body);
+                    let order = order_of(&message.body);
                     match runs.iter_mut().find(|(o, _)| o.is_some() && *o == order) {
                         Some((_, run)) => run.push(message),
                         None => runs.push((order, vec![message])),
@@ -104,6 +103,18 @@ impl BatchOrder {
             }
         }
     }
+}
+
+/// The order a scheduler message (a schedule, a reply) is for, read without the rest of
+/// it; `None` for a look at a gate and for a body that does not parse (its handler says
+/// why).
+fn order_of(body: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct OrderOf<'a> {
+        #[serde(borrow)]
+        order_id: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_str::<OrderOf>(body).ok()?.order_id.map(std::borrow::Cow::into_owned)
 }
 
 /// Runs `handle` on every message at once; a panic in one is that message's failure only.
@@ -188,4 +199,36 @@ enum Outcome {
     /// Kept in the dead-letter queue with its reason: bad input.
     DeadLettered,
     Redeliver,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order_of;
+    use crate::domain::SchedulerMessage;
+
+    /// The grouping reads the order the scheduler's own parse reads, and none where that
+    /// parse reads none.
+    #[test]
+    fn order_of_reads_the_order_the_scheduler_reads() {
+        let lease = r#""lease":"67e55044-10b1-426f-9247-bb680e5fe0c8""#;
+        let reply = format!(
+            r#"{{"type":"reply","order_id":"o-2","step":2,"action":"do","attempt":3,{lease},"outcome":{{"status":"succeeded","output":{{"order_id":"x"}}}}}}"#
+        );
+        let bodies = [
+            r#"{"type":"schedule","order_id":"o-1"}"#.to_owned(),
+            r#"{"type":"schedule","order_id":"o-1","turn":{"agent":"pay","ticket":7}}"#.to_owned(),
+            reply,
+            r#"{"type":"gate","agent":"pay"}"#.to_owned(),
+        ];
+        for body in &bodies {
+            let order = match SchedulerMessage::parse(body).expect("a scheduler message") {
+                SchedulerMessage::Schedule { order_id, .. } => Some(order_id.to_string()),
+                SchedulerMessage::Reply(reply) => Some(reply.order_id.to_string()),
+                SchedulerMessage::Gate { .. } => None,
+            };
+            assert_eq!(order_of(body), order, "{body}");
+        }
+        assert_eq!(order_of("not json"), None);
+        assert_eq!(order_of(r#"{"order_id":7}"#), None);
+    }
 }
