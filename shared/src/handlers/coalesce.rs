@@ -562,6 +562,16 @@ mod tests {
         QueueUrl(name.into())
     }
 
+    /// Dead letters kept on a queue of their own, outside any coalescer.
+    fn kept_apart() -> DeadLetters {
+        DeadLetters {
+            queues: Recording::new(),
+            source: q("work"),
+            dead_letter_queue: q("dlq"),
+            metrics: Arc::new(crate::adapters::embedded::CountingMetrics::default()),
+        }
+    }
+
     fn coalescer(inner: &Arc<Recording>, max_hold: Duration) -> Arc<SendCoalescer> {
         Arc::new(SendCoalescer::new(inner.clone(), max_hold))
     }
@@ -689,12 +699,7 @@ mod tests {
         let queues = coalescer(&inner, Duration::from_secs(3600));
         // Kept messages bypass the coalescer here, so the panicking handler ends without a
         // send of its own: only its end can release the others.
-        let dead_letters = DeadLetters {
-            queues: Recording::new(),
-            source: q("work"),
-            dead_letter_queue: q("dlq"),
-            metrics: Arc::new(crate::adapters::embedded::CountingMetrics::default()),
-        };
+        let dead_letters = kept_apart();
         let messages: Vec<Inbound> = ["a", "boom", "b"]
             .iter()
             .map(|id| Inbound {
@@ -728,12 +733,7 @@ mod tests {
     async fn by_order_runs_one_orders_messages_one_after_another_and_waits_out_no_hold() {
         let inner = Recording::new();
         let queues = coalescer(&inner, Duration::from_secs(3600));
-        let dead_letters = DeadLetters {
-            queues: Recording::new(),
-            source: q("work"),
-            dead_letter_queue: q("dlq"),
-            metrics: Arc::new(crate::adapters::embedded::CountingMetrics::default()),
-        };
+        let dead_letters = kept_apart();
         let schedule = |order: &str| format!(r#"{{"type":"schedule","order_id":"{order}"}}"#);
         let bodies =
             [schedule("o-1"), schedule("o-2"), schedule("o-1"), r#"{"type":"gate","agent":"a"}"#.to_owned()];
