@@ -11,6 +11,12 @@
 //! go before new arrivals that come to the line after them (`Precedence`), and the
 //! arrival of the ticket a release let through starts from the gate that release stored
 //! (`LetThrough::recall`).
+//!
+//! Changes that wait in a process's line for one gate land together: whoever takes the
+//! gate next applies every change waiting there, one after another as if each were
+//! written alone, and writes the result once (`GateLine::commit`). A burst's arrivals at
+//! a gate then cost one conditional write per batch, not one each, and a freeing change
+//! waits for at most one write in flight before its own lands.
 
 use super::{Deps, HandlerError, Settings};
 use crate::domain::Place;
@@ -48,6 +54,8 @@ enum Precedence {
 #[derive(Default)]
 struct GateLine {
     lock: tokio::sync::Mutex<()>,
+    /// Changes waiting to land: the next holder of the lock writes them all.
+    waiting: std::sync::Mutex<Vec<Waiting>>,
     /// Freeing changes waiting for the lock: changes in line let them go first.
     freeing: std::sync::atomic::AtomicUsize,
     none_freeing: tokio::sync::Notify,
@@ -73,6 +81,82 @@ impl GateLine {
             }
             cleared.await;
         }
+    }
+}
+
+/// A change applied to a gate as read: it keeps its passage for its caller (each round
+/// of re-reads decides again) and gives the gate it leaves.
+type Apply = std::sync::Arc<dyn Fn(&Gate, Timestamp) -> Gate + Send + Sync>;
+
+/// How a change landed: when it was decided, the gate as stored after the write that
+/// carried it, and that write's stamp (`Turns::changes`).
+type Landing = Result<(Timestamp, Gate, u64), HandlerError>;
+
+/// A change in a gate's line, waiting for a holder of the lock to land it.
+struct Waiting {
+    apply: Apply,
+    precedence: Precedence,
+    landed: futures::channel::oneshot::Sender<Landing>,
+}
+
+impl GateLine {
+    /// Lands `apply`, alone or with the changes waiting beside it. The change waits in
+    /// the line until it holds the lock or another holder landed it; holding the lock, it
+    /// lands every change waiting, its own among them, in one write. A holder whose
+    /// future was dropped before it answered (its invocation ended) leaves the change
+    /// waiting again.
+    async fn commit(
+        &self,
+        deps: &Deps,
+        (turns, precedence): (&Turns, Precedence),
+        let_through: &LetThrough,
+        agent: &str,
+        apply: Apply,
+    ) -> Landing {
+        use futures::FutureExt;
+        loop {
+            let (reply, mut answer) = futures::channel::oneshot::channel();
+            self.line().push(Waiting { apply: apply.clone(), precedence, landed: reply });
+            let _held = futures::select_biased! {
+                done = answer => match done {
+                    Ok(landing) => return landing,
+                    Err(_) => continue,
+                },
+                held = self.take(precedence).fuse() => held,
+            };
+            // The holder before may have landed it while the lock came.
+            match answer.try_recv() {
+                Ok(Some(landing)) => return landing,
+                Ok(None) => {}
+                Err(_) => continue,
+            }
+            let mut batch = std::mem::take(&mut *self.line());
+            // Freeing changes first, as in the line itself; otherwise in arrival order.
+            batch.sort_by_key(|w| w.precedence != Precedence::Freeing);
+            let known = let_through.recall(agent, turns.changes.load(std::sync::atomic::Ordering::SeqCst));
+            let landing = landed(deps, agent, known, |gate: &Gate, now| {
+                let mut next = batch.iter().fold(gate.clone(), |g, w| (w.apply)(&g, now));
+                // One write, one revision, however many changes it carries.
+                next.revision = gate.revision + 1;
+                Passage { next, outcome: (), wake: Vec::new(), poke: None }
+            })
+            .await;
+            // Counted whatever came of it: a write whose answer was lost may have landed.
+            let stamp = turns.changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            let landing = landing.map(|(_, now, stored)| (now, stored, stamp));
+            for w in batch {
+                let _ = w.landed.send(landing.clone());
+            }
+            return match answer.try_recv() {
+                Ok(Some(landing)) => landing,
+                // Its own change was in the batch it answered: never reached.
+                _ => Err(HandlerError::Retry(format!("a change of gate {agent} went unanswered"))),
+            };
+        }
+    }
+
+    fn line(&self) -> std::sync::MutexGuard<'_, Vec<Waiting>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -146,25 +230,31 @@ impl LetThrough {
 /// read, and read again if another writer came first. The tickets the change let
 /// through go to `let_through`; the look it plans is sent once the turn is given up, so
 /// no send waits with the gate held (a batch's sends wait for each other: `coalesce`).
-async fn change<T>(
+async fn change<T: Send + 'static>(
     deps: &Deps,
     settings: &Settings,
     (turns, precedence): (&Turns, Precedence),
     let_through: &LetThrough,
     agent: &str,
-    decide: impl Fn(&Gate, Timestamp) -> Passage<T>,
+    decide: impl Fn(&Gate, Timestamp) -> Passage<T> + Send + Sync + 'static,
 ) -> Result<Passage<T>, HandlerError> {
-    let landed_at = {
-        let turn = turns.of(agent);
-        let _turn = turn.take(precedence).await;
-        let known = let_through.recall(agent, turns.changes.load(std::sync::atomic::Ordering::SeqCst));
-        let landed = landed(deps, agent, known, decide).await;
-        // Counted whatever came of it: a write whose answer was lost may have landed.
-        let stamp = turns.changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        landed.map(|l| (l, stamp))
+    let decided = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let apply: Apply = {
+        let decided = decided.clone();
+        std::sync::Arc::new(move |gate: &Gate, now| {
+            let passage = decide(gate, now);
+            let next = passage.next.clone();
+            *decided.lock().unwrap_or_else(|p| p.into_inner()) = Some(passage);
+            next
+        })
     };
+    let landing = turns.of(agent).commit(deps, (turns, precedence), let_through, agent, apply).await;
     turns.forget_if_idle(agent);
-    let ((passage, now, stored), stamp) = landed_at?;
+    let (now, stored, stamp) = landing?;
+    // The round that landed decided it last.
+    let passage = decided.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let passage =
+        passage.ok_or_else(|| HandlerError::Retry(format!("a change of gate {agent} landed undecided")))?;
     let_through.remember(stored, stamp);
     let_through.add(agent, &passage.wake);
     if let Some(at) = passage.poke {
@@ -222,8 +312,9 @@ pub(crate) async fn arrive(
 ) -> Result<Admission, HandlerError> {
     // A ticket let through comes to take the place kept for it: the next call waits on it.
     let precedence = if ticket.is_some() { Precedence::Freeing } else { Precedence::InLine };
-    let passage = change(deps, settings, (turns, precedence), let_through, &place.gate, |gate, now| {
-        gate.arrive(now, &place.limits, &place.holder, place.until, ticket)
+    let (limits, holder, until) = (place.limits, place.holder.clone(), place.until);
+    let passage = change(deps, settings, (turns, precedence), let_through, &place.gate, move |gate, now| {
+        gate.arrive(now, &limits, &holder, until, ticket)
     })
     .await?;
     Ok(passage.outcome)
@@ -244,18 +335,21 @@ pub(crate) async fn release(
     let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
-    let result = change(deps, settings, (turns, Precedence::Freeing), let_through, agent, |gate, now| {
-        match pause_until {
-            Some(until) => {
-                let mut p = gate.pause(now, until).release(now, &limits, holder);
-                // `pause` and `release` each bump the revision; one write lands both.
-                p.next.revision = gate.revision + 1;
-                p
+    let holder_of = holder.to_owned();
+    let result =
+        change(deps, settings, (turns, Precedence::Freeing), let_through, agent, move |gate, now| {
+            let holder = holder_of.as_str();
+            match pause_until {
+                Some(until) => {
+                    let mut p = gate.pause(now, until).release(now, &limits, holder);
+                    // `pause` and `release` each bump the revision; one write lands both.
+                    p.next.revision = gate.revision + 1;
+                    p
+                }
+                None => gate.release(now, &limits, holder),
             }
-            None => gate.release(now, &limits, holder),
-        }
-    })
-    .await;
+        })
+        .await;
     if let Err(e) = result {
         tracing::warn!(%agent, %holder, error = %e, "place not given back; it lapses at its own time");
     }
@@ -277,10 +371,12 @@ pub(crate) async fn unclaim(
     let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
-    if let Err(e) = change(deps, settings, (turns, Precedence::Freeing), let_through, agent, |gate, now| {
-        gate.unclaim(now, &limits, holder, ticket)
-    })
-    .await
+    let holder_of = holder.to_owned();
+    if let Err(e) =
+        change(deps, settings, (turns, Precedence::Freeing), let_through, agent, move |gate, now| {
+            gate.unclaim(now, &limits, &holder_of, ticket)
+        })
+        .await
     {
         tracing::warn!(%agent, %holder, error = %e, "place not handed back to its ticket; it lapses at its own time");
     }
@@ -303,7 +399,7 @@ pub(crate) async fn withdraw(
     let Some(limits) = limits_of_gate(&settings.topology.limits, agent) else {
         return;
     };
-    match change(deps, settings, (turns, Precedence::Freeing), let_through, agent, |gate, now| {
+    match change(deps, settings, (turns, Precedence::Freeing), let_through, agent, move |gate, now| {
         gate.withdraw(now, &limits, ticket)
     })
     .await
@@ -338,7 +434,7 @@ pub(crate) async fn look(
         tracing::info!(%agent, "look at a gate its agent's limits no longer keep ignored");
         return Ok(());
     };
-    change(deps, settings, (turns, Precedence::InLine), let_through, agent, |gate, now| {
+    change(deps, settings, (turns, Precedence::InLine), let_through, agent, move |gate, now| {
         gate.look(now, &limits, planned)
     })
     .await?;
@@ -440,5 +536,57 @@ mod tests {
         };
         let (passage, _, stored) = landed(&deps, "a", Some(remembered), bump).await.unwrap();
         assert_eq!((passage.outcome, stored.revision, stored.issued), (7, 2, 8));
+    }
+
+    /// Changes that wait while the gate is held land together, in one write, each with
+    /// the outcome it would have had alone, in its turn: places freed first.
+    #[tokio::test]
+    async fn changes_waiting_at_a_held_gate_land_in_one_write_each_as_if_alone() {
+        use crate::adapters::embedded::queue_names::{reply_to_rules, topology};
+        let deps = deps();
+        let limits = crate::domain::gate::Limits { max_in_flight: Some(2), ..Default::default() };
+        let mut topology = topology();
+        topology.limits.insert("a".into(), limits);
+        let settings = Settings::new(
+            Default::default(),
+            crate::domain::Workflows::builtin(),
+            topology,
+            reply_to_rules(),
+        );
+        let (turns, let_through) = (Turns::default(), LetThrough::default());
+        let held = Gate {
+            holds: vec![crate::domain::gate::Hold { holder: "o-0#1".into(), until: Timestamp(60_000) }],
+            revision: 4,
+            ..Gate::new("a")
+        };
+        assert_eq!(deps.store.replace_gate(&held, 0).await.unwrap(), Written::Applied);
+        let place = |n: u32| Place {
+            gate: "a".into(),
+            limits,
+            holder: format!("o-{n}#1"),
+            attempt: 1,
+            until: Timestamp(60_000),
+            key: None,
+        };
+        let places: Vec<Place> = (1..=3).map(place).collect();
+
+        let line = turns.of("a");
+        let lock = line.lock.lock().await;
+        let arrivals = futures::future::join_all(
+            places.iter().map(|p| arrive(&deps, &settings, &turns, &let_through, p, None)),
+        );
+        let released = release(&deps, &settings, &turns, &let_through, "a", "o-0#1", None);
+        let (admissions, (), ()) = futures::join!(arrivals, released, async {
+            tokio::task::yield_now().await;
+            drop(lock);
+        });
+
+        let admissions: Vec<Admission> = admissions.into_iter().map(Result::unwrap).collect();
+        // The release went first: two places free, so two in at once and one in line.
+        assert_eq!(admissions, [Admission::Admitted, Admission::Admitted, Admission::Queued { ticket: 0 }]);
+        let stored = deps.store.gate("a").await.unwrap().unwrap();
+        assert_eq!(stored.revision, 5, "one write for all four changes");
+        let holders: Vec<&str> = stored.holds.iter().map(|h| h.holder.as_str()).collect();
+        assert_eq!((holders, stored.issued), (vec!["o-1#1", "o-2#1"], 1));
     }
 }
