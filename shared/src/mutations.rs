@@ -32,6 +32,7 @@ mod switches {
     static STAGE_WITHOUT_PLACE: AtomicBool = AtomicBool::new(false);
     static BY_HAND_UNRECORDED: AtomicBool = AtomicBool::new(false);
     static STORE_WAIT_SHORT: AtomicBool = AtomicBool::new(false);
+    static GATE_CHANGES_FROM_READ: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -116,6 +117,9 @@ mod switches {
         /// timeout only, not past the backoff its Schedule waits: the supervisor would
         /// count the store's wait against the step.
         StoreWaitShort,
+        /// Changes that land together at a gate each decide on the gate as read, not on
+        /// the one the change before left: the write keeps the last change's gate only.
+        GateChangesFromRead,
     }
 
     impl Mutation {
@@ -146,6 +150,7 @@ mod switches {
                 Mutation::StageWithoutPlace => &STAGE_WITHOUT_PLACE,
                 Mutation::ByHandUnrecorded => &BY_HAND_UNRECORDED,
                 Mutation::StoreWaitShort => &STORE_WAIT_SHORT,
+                Mutation::GateChangesFromRead => &GATE_CHANGES_FROM_READ,
             }
         }
         pub fn set(self, on: bool) {
@@ -232,6 +237,9 @@ mod switches {
     }
     pub fn store_wait_short() -> bool {
         Mutation::StoreWaitShort.is_on()
+    }
+    pub fn gate_changes_from_read() -> bool {
+        Mutation::GateChangesFromRead.is_on()
     }
 }
 
@@ -390,5 +398,11 @@ pub(crate) const fn by_hand_unrecorded() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn store_wait_short() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn gate_changes_from_read() -> bool {
     false
 }

@@ -545,7 +545,8 @@ impl Swarm {
         self.faults.time_jump = 0.0;
         // Three in four of them a burst: many orders at once, on schedulers that run side
         // by side, so that claims meet at one gate and race for its last place.
-        if side.u8(..4) > 0 {
+        let burst = side.u8(..4) > 0;
+        if burst {
             self.orders = self.orders.max(side.usize(6..=12));
             self.arrival_window_ms = side.u64(0..=50);
             self.submission_concurrency = 2;
@@ -595,6 +596,12 @@ impl Swarm {
             // Half of them a per-key limit too: a key place taken for a branch's attempt.
             let per_key = side.bool().then(|| PerKey { key: OrderKey::CustomerId, limit: side.u32(1..=2) });
             self.limits.insert(agent, Limits { max_in_flight, max_per_second, places_per_gate, per_key });
+        }
+        // And half the bursts in batches of up to ten: a batch's claims meet at a gate in
+        // one process and land together (`handlers::gate`, `GateLine::commit`). Drawn
+        // last again.
+        if burst && side.bool() {
+            self.batch_size = side.usize(4..=10);
         }
     }
 }

@@ -310,6 +310,17 @@ fn a_store_wait_counted_against_the_step_is_caught() {
     );
 }
 
+/// Issue 36: changes that land together at a gate, each decided on the gate as read: all
+/// but the last one's change are lost, places and tickets with them.
+#[test]
+fn gate_changes_landed_together_on_the_gate_as_read_are_caught() {
+    let found = caught(Mutation::GateChangesFromRead);
+    assert!(
+        found.contains_key(&Invariant::RemoteWithinLimits),
+        "no limit was found broken by changes decided on a stale gate: {found:?}"
+    );
+}
+
 /// And with nothing planted, the same seeds pass: what the tests above catch is the bug.
 #[test]
 fn the_same_seeds_pass_without_a_planted_bug() {
@@ -340,6 +351,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::StageWithoutPlace,
             Mutation::ByHandUnrecorded,
             Mutation::StoreWaitShort,
+            Mutation::GateChangesFromRead,
         ]
         .iter()
         .all(|m| !m.is_on())

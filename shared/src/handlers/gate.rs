@@ -135,7 +135,12 @@ impl GateLine {
             batch.sort_by_key(|w| w.precedence != Precedence::Freeing);
             let known = let_through.recall(agent, turns.changes.load(std::sync::atomic::Ordering::SeqCst));
             let landing = landed(deps, agent, known, |gate: &Gate, now| {
-                let mut next = batch.iter().fold(gate.clone(), |g, w| (w.apply)(&g, now));
+                let mut next = batch.iter().fold(gate.clone(), |g, w| {
+                    match crate::mutations::gate_changes_from_read() {
+                        true => (w.apply)(gate, now),
+                        false => (w.apply)(&g, now),
+                    }
+                });
                 // One write, one revision, however many changes it carries.
                 next.revision = gate.revision + 1;
                 Passage { next, outcome: (), wake: Vec::new(), poke: None }
