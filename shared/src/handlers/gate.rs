@@ -25,17 +25,18 @@ use crate::domain::{OrderId, SchedulerMessage, Timestamp, Turn};
 use crate::ports::{Metric, Outgoing, Written};
 
 /// Gates are shared by every claim of their agent: a burst of claims meets on one item,
-/// and each round of re-reads lands one of them. Anything left is redelivered.
+/// and each round of re-reads lands one writer's changes. Anything left is redelivered.
 const GATE_RETRIES: usize = 16;
 
 /// One process's turns at its gates: the messages of one batch change a gate one after
-/// another instead of racing each other's conditional writes (each lost race is a billed
-/// write and a read again). Processes still race each other; the condition settles that.
+/// another, those waiting at once in one write, instead of racing each other's
+/// conditional writes (each lost race is a billed write and a read again). Processes
+/// still race each other; the condition settles that.
 #[derive(Default)]
 pub struct Turns {
     lines: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<GateLine>>>,
-    /// Counts the process's gate changes: a gate a message remembers is still what this
-    /// process last knew of it only if no change came after (`LetThrough::recall`).
+    /// Counts the process's gate writes: a gate a message remembers is still what this
+    /// process last knew of it only if no write came after (`LetThrough::recall`).
     changes: std::sync::atomic::AtomicU64,
 }
 
@@ -131,6 +132,8 @@ impl GateLine {
                 Err(_) => continue,
             }
             let mut batch = std::mem::take(&mut *self.line());
+            // A change whose caller is gone (its future dropped) is not made for it.
+            batch.retain(|w| !w.landed.is_canceled());
             // Freeing changes first, as in the line itself; otherwise in arrival order.
             batch.sort_by_key(|w| w.precedence != Precedence::Freeing);
             let known = let_through.recall(agent, turns.changes.load(std::sync::atomic::Ordering::SeqCst));
