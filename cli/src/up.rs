@@ -672,7 +672,9 @@ pub fn start(
     )
     .with_agents(&agent_config.definitions.agents);
     let submission = Submission::new(deps.clone(), Settings::from_config(&configs.submission.state));
-    let scheduler = Scheduler::new(deps.clone(), Settings::from_config(&configs.scheduler.state));
+    // One process, one scheduler: its messages share its turns at the gates (a clone of a
+    // `Scheduler` is another container's).
+    let scheduler = Arc::new(Scheduler::new(deps.clone(), Settings::from_config(&configs.scheduler.state)));
     let callbacks = Callbacks::new(deps.clone(), Settings::from_config(&configs.scheduler.state));
     let supervisor = Supervisor::new(deps.clone(), Settings::from_config(&configs.supervisor.state));
 

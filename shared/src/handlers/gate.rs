@@ -35,8 +35,9 @@ const GATE_RETRIES: usize = 16;
 #[derive(Default)]
 pub struct Turns {
     lines: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<GateLine>>>,
-    /// Counts the process's gate writes: a gate a message remembers is still what this
-    /// process last knew of it only if no write came after (`LetThrough::recall`).
+    /// Counts the process's commits at its gates (written, unchanged or failed): a gate a
+    /// message remembers is still what this process last knew of it only if none came
+    /// after (`LetThrough::recall`).
     changes: std::sync::atomic::AtomicU64,
 }
 
@@ -103,9 +104,12 @@ struct Waiting {
 impl GateLine {
     /// Lands `apply`, alone or with the changes waiting beside it. The change waits in
     /// the line until it holds the lock or another holder landed it; holding the lock, it
-    /// lands every change waiting, its own among them, in one write. A holder whose
-    /// future was dropped before it answered (its invocation ended) leaves the change
-    /// waiting again.
+    /// lands every change waiting, its own among them, in one write. If the holder's
+    /// future is dropped before it answers (its invocation ended), the callers it held
+    /// changes for queue them again: a write of its that landed is then made again on
+    /// the gate it left, which is the same for every change but a new arrival (a second
+    /// ticket, let through in its turn and lapsing unused). Lambda and the simulation drop
+    /// a whole invocation, its callers with it, so only a panic could come to this.
     async fn commit(
         &self,
         deps: &Deps,
@@ -132,7 +136,8 @@ impl GateLine {
                 Err(_) => continue,
             }
             let mut batch = std::mem::take(&mut *self.line());
-            // A change whose caller is gone (its future dropped) is not made for it.
+            // A change whose caller is gone (its future dropped) before the line is taken
+            // is not made for it.
             batch.retain(|w| !w.landed.is_canceled());
             // Freeing changes first, as in the line itself; otherwise in arrival order.
             batch.sort_by_key(|w| w.precedence != Precedence::Freeing);
@@ -295,7 +300,16 @@ async fn landed<T>(
         }
         let written = match unchanged {
             true => Written::Applied,
-            false => deps.store.replace_gate(&passage.next, gate.revision).await?,
+            false => match deps.store.replace_gate(&passage.next, gate.revision).await {
+                Ok(written) => written,
+                // No answer (throttled, or lost on its way back): the gate says whether it
+                // landed. A write that did must be taken as landed, or every change it
+                // carried would be made again (a second place, a second ticket).
+                Err(e) => match deps.store.gate(agent).await {
+                    Ok(Some(stored)) if stored == passage.next => Written::Applied,
+                    _ => return Err(e.into()),
+                },
+            },
         };
         match written {
             Written::Applied if unchanged => return Ok((passage, now, gate)),
