@@ -314,7 +314,7 @@ fn a_store_wait_counted_against_the_step_is_caught() {
 /// but the last one's change are lost, places and tickets with them.
 #[test]
 fn gate_changes_landed_together_on_the_gate_as_read_are_caught() {
-    let found = caught(Mutation::GateChangesFromRead);
+    let found = caught_within(Mutation::GateChangesFromRead, 2_000);
     assert!(
         found.contains_key(&Invariant::RemoteWithinLimits),
         "no limit was found broken by changes decided on a stale gate: {found:?}"
