@@ -464,6 +464,7 @@ where
         dead_letter_queue: QueueUrl(dead_letter_queue.into()),
         metrics,
     };
+    // The scheduler's batches run one order's messages one after another, as deployed.
     let order = if queue == SCHEDULER { BatchOrder::ByOrder } else { BatchOrder::Concurrent };
     let settings =
         PumpSettings { batch_size: options.batch_size, concurrency, wait_ms: 20, window_ms: 0, order };
