@@ -380,6 +380,7 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
             failures: u32::MAX,
             complete_by: Some(far),
             outcome: Outcome::Succeeded,
+            output: None,
         };
     }
     let big = u32::MAX;

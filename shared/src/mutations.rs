@@ -33,6 +33,9 @@ mod switches {
     static BY_HAND_UNRECORDED: AtomicBool = AtomicBool::new(false);
     static STORE_WAIT_SHORT: AtomicBool = AtomicBool::new(false);
     static GATE_CHANGES_FROM_READ: AtomicBool = AtomicBool::new(false);
+    static MAP_OVER_CAP: AtomicBool = AtomicBool::new(false);
+    static ITEM_KEYS_SHARED: AtomicBool = AtomicBool::new(false);
+    static UNDO_REFUSED_ITEMS: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -120,6 +123,13 @@ mod switches {
         /// Changes that land together at a gate each decide on the gate as read, not on
         /// the one the change before left: the write keeps the last change's gate only.
         GateChangesFromRead,
+        /// A map dispatches one item more than its `max_concurrency`.
+        MapOverCap,
+        /// A map's items share one idempotency key (the item's index left out of it): the
+        /// remote answers every item with the first one's effect.
+        ItemKeysShared,
+        /// Undoing a map undoes its refused items too (which had no effect to undo).
+        UndoRefusedItems,
     }
 
     impl Mutation {
@@ -151,6 +161,9 @@ mod switches {
                 Mutation::ByHandUnrecorded => &BY_HAND_UNRECORDED,
                 Mutation::StoreWaitShort => &STORE_WAIT_SHORT,
                 Mutation::GateChangesFromRead => &GATE_CHANGES_FROM_READ,
+                Mutation::MapOverCap => &MAP_OVER_CAP,
+                Mutation::ItemKeysShared => &ITEM_KEYS_SHARED,
+                Mutation::UndoRefusedItems => &UNDO_REFUSED_ITEMS,
             }
         }
         pub fn set(self, on: bool) {
@@ -240,6 +253,15 @@ mod switches {
     }
     pub fn gate_changes_from_read() -> bool {
         Mutation::GateChangesFromRead.is_on()
+    }
+    pub fn map_over_cap() -> bool {
+        Mutation::MapOverCap.is_on()
+    }
+    pub fn item_keys_shared() -> bool {
+        Mutation::ItemKeysShared.is_on()
+    }
+    pub fn undo_refused_items() -> bool {
+        Mutation::UndoRefusedItems.is_on()
     }
 }
 
@@ -404,5 +426,23 @@ pub(crate) const fn store_wait_short() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn gate_changes_from_read() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn map_over_cap() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn item_keys_shared() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn undo_refused_items() -> bool {
     false
 }

@@ -180,13 +180,14 @@ pub async fn branch_replies_racing_on_one_record_all_land(b: &Backend, branches:
     let writers = (0..branches as u32).map(|step| {
         let (store, barrier, wf, id) =
             (b.store.clone(), barrier.clone(), wf.clone(), claimed.order_id.clone());
-        let (attempt, _) = claimed.dispatch_of(step);
+        let (attempt, _) = claimed.dispatch_of(step, None);
         let reply = AgentReply {
             order_id: id.clone(),
             step,
             action: Action::Do,
             attempt,
             lease: lease(1),
+            index: None,
             outcome: ReplyOutcome::Succeeded { output: Some(serde_json::json!({ "branch": step })) },
         };
         tokio::spawn(async move {
@@ -234,6 +235,7 @@ pub async fn fenced_reply_after_expiry_is_rejected(b: &Backend) {
         action: Action::Do,
         attempt: claimed.attempt,
         lease: lease(1),
+        index: None,
         outcome: ReplyOutcome::DONE,
     };
 
@@ -292,6 +294,7 @@ pub async fn due_returns_exactly_the_due_tasks(b: &Backend) {
             action: Action::Do,
             attempt: c.attempt,
             lease: lease(100 + i as u128),
+            index: None,
             outcome: ReplyOutcome::DONE,
         };
         let done = c.apply_reply(&reply, T0.plus_ms(20_001), &wf, &policy).unwrap();

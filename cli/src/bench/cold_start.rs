@@ -157,6 +157,8 @@ pub fn cold_start_case(binary: &std::path::Path) -> ColdStartCase {
                 outputs: Default::default(),
                 reply_queue: None,
                 callback_token: None,
+                index: None,
+                item: None,
             };
             ColdStartCase {
                 function: Some("agent"),

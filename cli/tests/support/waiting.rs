@@ -50,6 +50,7 @@ pub fn waiting_task(id: &str, secret: u8) -> (TaskRecord, CallbackToken) {
         action: sas::domain::Action::Do,
         attempt: claimed.next.attempt,
         lease,
+        index: None,
         outcome: ReplyOutcome::Succeeded { output: None },
     };
     let started = claimed.next.apply_reply(&reply, Timestamp(now.0 + 5), wf, &policy).unwrap();

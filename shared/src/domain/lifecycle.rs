@@ -268,6 +268,11 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     (Processing, Throttled, Pending),
     (Pending, Throttled, Pending),
     (Compensating, Throttled, Compensating),
+    // Map steps: a map's items are dispatched by its claim and by each item's reply, up
+    // to its cap, under one lease (`BranchDone` while items remain). A map over no items
+    // is done at its claim, with nothing dispatched.
+    (Pending, Advanced, Pending),
+    (Pending, Finished, Processed),
 ];
 
 /// The next state, or `None` when the table has no such move.

@@ -591,6 +591,11 @@ pub struct AgentRequest {
     /// whole; shown redacted everywhere else).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_token: Option<CallbackToken>,
+    /// For an item of a map step: its index in the map's items, and the item itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<serde_json::Value>,
 }
 
 /// How an agent request disagrees with the workflow it names. The agent's queue is
@@ -610,6 +615,8 @@ pub enum RequestMismatch {
     Timer { workflow: String, step: u32 },
     #[error("agent request's {0} does not match its order id, step and action")]
     Inconsistent(&'static str),
+    #[error("agent request for step {step} of {workflow} {why}")]
+    Item { workflow: String, step: u32, why: &'static str },
 }
 
 impl AgentRequest {
@@ -658,8 +665,24 @@ impl AgentRequest {
                 });
             }
         }
-        if !super::workflow::is_idempotency_key(&self.idempotency_key, &self.order_id, self.step, self.action)
-        {
+        let key_ok = match (workflow.map_at(self.step), self.index) {
+            (Some(_), Some(index)) => {
+                let undo = self.action == super::workflow::Action::Undo;
+                self.idempotency_key == super::map::item_key(&self.order_id, self.step, index, undo)
+            }
+            (None, None) => {
+                super::workflow::is_idempotency_key(&self.idempotency_key, &self.order_id, self.step, self.action)
+            }
+            (Some(_), None) => {
+                let why = "names no item, and the step is a map's";
+                return Err(RequestMismatch::Item { workflow: workflow.name.clone(), step: self.step, why });
+            }
+            (None, Some(_)) => {
+                let why = "names an item, and the step is not a map's";
+                return Err(RequestMismatch::Item { workflow: workflow.name.clone(), step: self.step, why });
+            }
+        };
+        if !key_ok {
             return Err(RequestMismatch::Inconsistent("idempotency_key"));
         }
         if self.order.order_id != self.order_id || self.order.workflow != self.workflow {
@@ -678,6 +701,7 @@ impl AgentRequest {
             action: self.action,
             attempt: self.attempt,
             lease: self.lease,
+            index: self.index,
             outcome,
         }
     }
@@ -691,6 +715,9 @@ pub struct AgentReply {
     pub action: Action,
     pub attempt: u32,
     pub lease: LeaseToken,
+    /// The item of a map step the reply is for, echoed from its request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
     pub outcome: ReplyOutcome,
 }
 
@@ -852,6 +879,8 @@ mod tests {
             outputs: BTreeMap::new(),
             reply_queue: None,
             callback_token: None,
+            index: None,
+            item: None,
         };
         assert_eq!(request(1, "p", "a").check(&workflows), Ok(()));
         assert_eq!(

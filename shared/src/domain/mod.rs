@@ -19,6 +19,7 @@
 //!    - `callback.rs`: callback steps: the token the outside completes them with, and the
 //!      wait a record keeps for one.
 //!    - `gate.rs`: flow control: the places, tickets and rate of one agent with limits.
+//!    - `map.rs`: map steps: where their items come from, their bounds, their items' keys.
 //! 3. `workflow.rs`: steps and workflows, the saga's terms (compensable, pivot, read-only),
 //!    and the idempotency key of one action of one step.
 //! 4. `messages.rs`: every message on a queue or topic, and its parser.
@@ -34,6 +35,7 @@ pub mod definitions;
 pub mod gate;
 pub mod ids;
 pub mod lifecycle;
+pub mod map;
 pub mod messages;
 pub mod output;
 pub mod reply_to;
@@ -50,6 +52,7 @@ pub use callback::{
 pub use definitions::{Definitions, Invalid};
 pub use ids::{IdempotencyKey, LeaseToken, OrderId, Sender, Timestamp};
 pub use lifecycle::{ProcessState, Trigger};
+pub use map::{ItemsPath, MapStep, item_key};
 pub use messages::*;
 pub use operator::{Actor, Origin};
 pub use output::{MAX_OUTPUT_BYTES, OutputError, Outputs, StepOutput};
@@ -61,6 +64,6 @@ pub use task::*;
 pub use timeline::{Entry, Happened};
 pub use wait::{Wait, WaitPath};
 pub use workflow::{
-    Action, OnGiveUp, Stage, StageText, Step, StepEffect, StepKind, Workflow, Workflows, idempotency_key,
+    Action, MapText, OnGiveUp, Stage, StageText, Step, StepEffect, StepKind, Workflow, Workflows, idempotency_key,
     is_idempotency_key,
 };

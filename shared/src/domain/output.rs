@@ -79,6 +79,21 @@ impl StepOutput {
         Ok(StepOutput(text))
     }
 
+    /// A map step's outputs as one array, in item order, `null` for an item that kept
+    /// none. Each item's was kept by `from_value`; the array is bounded by the map's own
+    /// limit (`map.rs`), not by one output's.
+    pub fn array<'a>(items: impl IntoIterator<Item = Option<&'a StepOutput>>) -> StepOutput {
+        let mut text = String::from("[");
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(item.map_or("null", |o| o.0.as_str()));
+        }
+        text.push(']');
+        StepOutput(text)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::callback::Callback;
 use super::ids::{IdempotencyKey, OrderId};
+use super::map::MapStep;
 use super::wait::Wait;
 
 /// Which way a step runs: its forward action or its compensation.
@@ -245,13 +246,42 @@ pub struct WorkflowText {
     pub steps: Vec<Entry>,
 }
 
-/// One entry of a workflow's steps: a step, or a parallel stage of steps.
+/// One entry of a workflow's steps: a step, a parallel stage of steps, or a map step.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Entry {
     Parallel { parallel: StageText },
+    Map { map: MapText },
     Step(Step),
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A map step as written: one step run over every item of a list, `max_concurrency` at a
+/// time (`map.rs`).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapText {
+    /// The map's name, e.g. `reserve-lines`: its items' outputs are kept as one array
+    /// under it, `$.steps.<name>.output`.
+    pub name: String,
+    /// Where the items come from: `$.order.items`, or `$.steps.<step>.output` and field
+    /// names (an array in an earlier step's output); at most 1,000 items.
+    pub items: String,
+    /// Items in flight at once: 1 to 50.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 50)))]
+    pub max_concurrency: u32,
+    /// Items that may be refused before the map gives up (0 when absent); a refused
+    /// item's output is `null`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tolerated_failures: u32,
+    /// The step each item runs: an agent step (no timer, no callback), with its own
+    /// name, failure budget, timeout and compensation.
+    pub step: Step,
 }
 
 /// A parallel stage as written: its name and its branches, one step each.
@@ -273,6 +303,15 @@ impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Entry, D::Error> {
         use serde::de::Error;
         let value = serde_json::Value::deserialize(d)?;
+        if value.get("map").is_some() {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Map {
+                map: MapText,
+            }
+            let m: Map = serde_json::from_value(value).map_err(D::Error::custom)?;
+            return Ok(Entry::Map { map: m.map });
+        }
         match value.get("parallel") {
             Some(_) => {
                 #[derive(Deserialize)]
@@ -320,6 +359,8 @@ pub struct Workflow {
     pub on_give_up: OnGiveUp,
     pub steps: Vec<Step>,
     pub stages: Vec<Stage>,
+    /// Its map steps (`definitions` allows one per workflow).
+    pub maps: Vec<MapStep>,
 }
 
 /// The definition file's shape is the schema's: a workflow is written as its text.
@@ -337,9 +378,20 @@ impl From<WorkflowText> for Workflow {
     fn from(text: WorkflowText) -> Workflow {
         let mut steps = Vec::new();
         let mut stages = Vec::new();
+        let mut maps = Vec::new();
         for entry in text.steps {
             match entry {
                 Entry::Step(step) => steps.push(step),
+                Entry::Map { map } => {
+                    maps.push(MapStep {
+                        name: map.name,
+                        at: steps.len() as u32,
+                        items: map.items,
+                        max_concurrency: map.max_concurrency,
+                        tolerated_failures: map.tolerated_failures,
+                    });
+                    steps.push(map.step);
+                }
                 Entry::Parallel { parallel } => {
                     let start = steps.len() as u32;
                     stages.push(Stage { name: parallel.name, start, len: parallel.steps.len() as u32 });
@@ -347,7 +399,7 @@ impl From<WorkflowText> for Workflow {
                 }
             }
         }
-        Workflow { name: text.name, version: text.version, on_give_up: text.on_give_up, steps, stages }
+        Workflow { name: text.name, version: text.version, on_give_up: text.on_give_up, steps, stages, maps }
     }
 }
 
@@ -356,17 +408,36 @@ impl From<Workflow> for WorkflowText {
         let mut entries = Vec::new();
         let mut at = 0u32;
         let mut steps = wf.steps.into_iter();
-        for stage in &wf.stages {
-            while at < stage.start {
-                entries.extend(steps.next().map(Entry::Step));
-                at += 1;
+        let mut stages = wf.stages.iter().peekable();
+        let empty = |s: &Stage| Entry::Parallel { parallel: StageText { name: s.name.clone(), steps: Vec::new() } };
+        while let Some(step) = steps.next() {
+            while let Some(stage) = stages.next_if(|s| s.start == at && s.len == 0) {
+                entries.push(empty(stage));
             }
-            let branches: Vec<Step> = steps.by_ref().take(stage.len as usize).collect();
-            at += stage.len;
-            entries
-                .push(Entry::Parallel { parallel: StageText { name: stage.name.clone(), steps: branches } });
+            if let Some(stage) = stages.next_if(|s| s.start == at) {
+                let branches: Vec<Step> =
+                    std::iter::once(step).chain(steps.by_ref().take(stage.len as usize - 1)).collect();
+                at += stage.len;
+                entries.push(Entry::Parallel {
+                    parallel: StageText { name: stage.name.clone(), steps: branches },
+                });
+                continue;
+            }
+            match wf.maps.iter().find(|m| m.at == at) {
+                Some(m) => entries.push(Entry::Map {
+                    map: MapText {
+                        name: m.name.clone(),
+                        items: m.items.clone(),
+                        max_concurrency: m.max_concurrency,
+                        tolerated_failures: m.tolerated_failures,
+                        step,
+                    },
+                }),
+                None => entries.push(Entry::Step(step)),
+            }
+            at += 1;
         }
-        entries.extend(steps.map(Entry::Step));
+        entries.extend(stages.map(empty));
         WorkflowText { name: wf.name, version: wf.version, on_give_up: wf.on_give_up, steps: entries }
     }
 }
@@ -380,6 +451,7 @@ impl Workflow {
             on_give_up: OnGiveUp::Compensate,
             steps,
             stages: Vec::new(),
+            maps: Vec::new(),
         }
     }
     /// Version 1 of steps and parallel stages as a definition file writes them.
@@ -390,6 +462,10 @@ impl Workflow {
             on_give_up: OnGiveUp::Compensate,
             steps: entries,
         })
+    }
+    /// The map step at `step`, if it is one.
+    pub fn map_at(&self, step: u32) -> Option<&MapStep> {
+        self.maps.iter().find(|m| m.at == step)
     }
     /// The parallel stage that `step` is a branch of.
     pub fn stage_of(&self, step: u32) -> Option<&Stage> {
@@ -480,6 +556,11 @@ impl Workflows {
                     .iter()
                     .all(|s| !s.is_timer() && !s.is_callback()))),
             "a parallel stage has at least two branches, each an agent step without a timer or callback"
+        );
+        assert!(
+            all.iter().all(|w| w.maps.iter().all(|m| m.max_concurrency >= 1
+                && w.step(m.at).is_some_and(|s| !s.is_timer() && !s.is_callback()))),
+            "a map's step is an agent step without a timer or callback, and its cap is at least one"
         );
         Workflows { all: all.into() }
     }

@@ -252,8 +252,8 @@ async fn dispatch_all(
 ) -> Result<(), HandlerError> {
     let mut by_queue: Vec<(&QueueUrl, Vec<Outgoing>)> = Vec::new();
     for effect in effects {
-        let Effect::Dispatch { step, action, callback } = effect else { continue };
-        let (queue, request) = agent_request(settings, task, *step, *action, callback.clone())?;
+        let Effect::Dispatch { step, action, callback, item } = effect else { continue };
+        let (queue, request) = agent_request(settings, task, *step, *action, callback.clone(), *item)?;
         match by_queue.iter_mut().find(|(q, _)| *q == queue) {
             Some((_, messages)) => messages.push(Outgoing::new(request.to_body())),
             None => by_queue.push((queue, vec![Outgoing::new(request.to_body())])),
@@ -275,13 +275,15 @@ fn agent_request<'s>(
     step: u32,
     action: crate::domain::Action,
     callback_token: Option<crate::domain::CallbackToken>,
+    index: Option<u32>,
 ) -> Result<(&'s QueueUrl, AgentRequest), HandlerError> {
     let workflow = settings.workflow(task)?;
     let step_def = workflow
         .step(step)
         .ok_or_else(|| HandlerError::Reject(format!("workflow {} has no step {step}", workflow.name)))?;
-    // A branch of a parallel stage carries its own attempt and complete-by.
-    let (attempt, complete_by) = task.dispatch_of(step);
+    // A branch of a parallel stage, or an item of a map, carries its own attempt and
+    // complete-by.
+    let (attempt, complete_by) = task.dispatch_of(step, index);
     let (Some(lease), Some(complete_by)) = (task.locked_by(), complete_by) else {
         return Err(HandlerError::Reject(format!("task {} dispatched without a lease", task.order_id)));
     };
@@ -300,11 +302,20 @@ fn agent_request<'s>(
         attempt,
         lease,
         complete_by,
-        idempotency_key: idempotency_key(&task.order_id, step, action),
+        idempotency_key: match index {
+            Some(i) => crate::domain::item_key(&task.order_id, step, i, action == crate::domain::Action::Undo),
+            None => idempotency_key(&task.order_id, step, action),
+        },
         order: (*task.order).clone(),
         outputs: outputs_for(task, workflow, step, action),
         reply_queue: None,
         callback_token,
+        index,
+        item: None,
+    };
+    let request = match index {
+        Some(i) => item_request(request, task, workflow, step, i)?,
+        None => request,
     };
     // A queue agent's worker is outside: it gets the request on its own queue, with where
     // to reply; the agent function knows that already.
@@ -316,6 +327,28 @@ fn agent_request<'s>(
         None => (&settings.topology.agent_queue, request),
     };
     Ok((queue, request))
+}
+
+/// An item's request: the item itself, and for its compensation the item's own output,
+/// under its step's name (as a lone step's compensation gets its step's).
+fn item_request(
+    mut request: AgentRequest,
+    task: &TaskRecord,
+    workflow: &Workflow,
+    step: u32,
+    index: u32,
+) -> Result<AgentRequest, HandlerError> {
+    let item = task.map_item(workflow, step, index).map_err(|why| {
+        HandlerError::Reject(format!("task {} item {index} of step {step}: {why}", task.order_id))
+    })?;
+    request.item = Some(item);
+    if request.action == crate::domain::Action::Undo
+        && let Some(output) = task.item_output(workflow, step, index)
+        && let Some(s) = workflow.step(step)
+    {
+        request.outputs.insert(s.name.clone(), output);
+    }
+    Ok(request)
 }
 
 /// What a step is handed: the outputs of the steps before it, and for a compensation
@@ -333,7 +366,10 @@ fn outputs_for(
         crate::domain::Action::Do => workflow.together(step).start,
         crate::domain::Action::Undo => workflow.after(step),
     };
-    let mut names: Vec<&str> = workflow.steps.iter().take(upto as usize).map(|s| s.name.as_str()).collect();
+    // A map's outputs are kept under its name, not its step's.
+    let mut names: Vec<&str> = (0..upto)
+        .filter_map(|i| workflow.map_at(i).map(|m| m.name.as_str()).or(workflow.step(i).map(|s| s.name.as_str())))
+        .collect();
     if crate::mutations::forget_outputs() && action == crate::domain::Action::Do {
         names = names.split_off(names.len().saturating_sub(1));
     }

@@ -100,6 +100,7 @@ pub(super) fn stage_lines(
             Outcome::Open => "in doubt",
             Outcome::Succeeded => "succeeded",
             Outcome::Refused => "refused",
+            Outcome::Undone => "undone",
         };
         let complete_by = match b.complete_by {
             Some(t) if t <= now => format!("{} (passed)", iso(t)),
@@ -203,13 +204,14 @@ mod stage_tests {
     }
 
     fn reply(t: &TaskRecord, step: u32, outcome: ReplyOutcome, at: u64) -> TaskRecord {
-        let (attempt, _) = t.dispatch_of(step);
+        let (attempt, _) = t.dispatch_of(step, None);
         let r = AgentReply {
             order_id: t.order_id.clone(),
             step,
             action: t.action(),
             attempt,
             lease: t.locked_by().expect("a live lease"),
+            index: None,
             outcome,
         };
         t.apply_reply(&r, T0.plus_ms(at), &wf(), &Policy::default()).expect("applied").next

@@ -14,7 +14,8 @@ use super::urls::{queue_url_ok, remote_url_allowed, secret_host};
 use super::waiting_steps::{callback_problems, timer_problems};
 use crate::domain::gate::{MAX_IN_FLIGHT_LIMIT, MAX_PER_KEY_LIMIT, MAX_PER_SECOND_LIMIT, OrderKey};
 use crate::domain::secrets::{self, SecretSource};
-use crate::domain::workflow::StepEffect;
+use crate::domain::map::{ItemsPath, MAX_MAP_CONCURRENCY, MAX_MAP_ITEMS, MapStep};
+use crate::domain::workflow::{StepEffect, Workflow};
 
 impl DefinitionFile {
     /// Every problem of the file, errors and warnings, in file order.
@@ -279,10 +280,16 @@ impl DefinitionFile {
                     );
                 }
             }
+            for map in &wf.maps {
+                for (field, why) in map_problems(self, wf, map) {
+                    error(format!("{wat}, map {}, {field}", map.name), why);
+                }
+            }
             for (i, step) in (0u32..).zip(&wf.steps) {
-                let at = |field: &str| match wf.stage_of(i) {
-                    Some(stage) => format!("{wat}, stage {}, step {}, {field}", stage.name, step.name),
-                    None => format!("{wat}, step {}, {field}", step.name),
+                let at = |field: &str| match (wf.stage_of(i), wf.map_at(i)) {
+                    (Some(stage), _) => format!("{wat}, stage {}, step {}, {field}", stage.name, step.name),
+                    (_, Some(map)) => format!("{wat}, map {}, step {}, {field}", map.name, step.name),
+                    _ => format!("{wat}, step {}, {field}", step.name),
                 };
                 // A pivot among a stage's branches does not stand in the way of its
                 // siblings' compensations: it may have been refused while they took effect.
@@ -374,6 +381,63 @@ impl DefinitionFile {
         out.extend(warnings);
         out
     }
+}
+
+/// A map step's own problems, as (field, why): its name, items, cap and tolerance, and
+/// what its step may be (an agent step without a timer, a callback or limits).
+fn map_problems(file: &DefinitionFile, wf: &Workflow, map: &MapStep) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if !name_ok(&map.name) {
+        out.push(("name", format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _")));
+    }
+    let taken = wf.steps.iter().map(|s| &s.name).chain(wf.stages.iter().map(|s| &s.name));
+    if taken.chain(wf.maps.iter().filter(|m| m.at != map.at).map(|m| &m.name)).any(|n| *n == map.name) {
+        out.push(("name", "is also the name of a step, stage or other map".into()));
+    }
+    if wf.maps.first().is_some_and(|first| first.at != map.at) {
+        out.push(("map", "a workflow holds one map: its outputs take the room of many steps' in the record".into()));
+    }
+    match ItemsPath::parse(&map.items) {
+        Err(why) => out.push(("items", why)),
+        Ok(path) => {
+            if let Some(step) = path.step() {
+                let before = (0..map.at).any(|i| wf.steps[i as usize].name == step);
+                if !before {
+                    out.push((
+                        "items",
+                        format!("{:?} names no step before the map: items come from an earlier step's output", step),
+                    ));
+                }
+            }
+        }
+    }
+    if !(1..=MAX_MAP_CONCURRENCY).contains(&map.max_concurrency) {
+        out.push((
+            "max_concurrency",
+            format!("{} is out of range: 1 to {MAX_MAP_CONCURRENCY}", map.max_concurrency),
+        ));
+    }
+    if map.tolerated_failures as usize > MAX_MAP_ITEMS {
+        out.push((
+            "tolerated_failures",
+            format!("{} is out of range: 0 to {MAX_MAP_ITEMS}", map.tolerated_failures),
+        ));
+    }
+    if let Some(step) = wf.step(map.at) {
+        if step.is_timer() {
+            out.push(("step", "a timer cannot be a map's step: put it before or after the map".into()));
+        }
+        if step.is_callback() {
+            out.push(("step", "a callback step cannot be a map's step: put it before or after the map".into()));
+        }
+        if file.agents.get(&step.agent).is_some_and(|a| a.limits().any()) {
+            out.push((
+                "step",
+                format!("agent {} has limits: a map's step calls an agent without limits", step.agent),
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -5,10 +5,15 @@
 //! Each branch has what a lone step has in the record itself: the attempt its reply is
 //! fenced on, its complete-by, its failure budget's use, and whether it was ever
 //! dispatched (its effect may have happened) or answered for good.
+//!
+//! A map step's items are kept the same way, one branch per item of its one step
+//! (`map: true`), each with its output; while the map is undone, each item undone is
+//! marked so, and the next to undo is the newest that may still stand.
 
 use serde::{Deserialize, Serialize};
 
 use crate::domain::ids::Timestamp;
+use crate::domain::output::StepOutput;
 use crate::domain::workflow::Stage;
 
 /// What a branch came to.
@@ -22,6 +27,8 @@ pub enum Outcome {
     Succeeded,
     /// Its service refused it: it had no effect.
     Refused,
+    /// A map item whose compensation succeeded: nothing of it stands.
+    Undone,
 }
 
 impl Outcome {
@@ -46,28 +53,76 @@ pub struct Branch {
     pub complete_by: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Outcome::is_open")]
     pub outcome: Outcome,
+    /// A map item's output, from its success (a stage's branches keep theirs under
+    /// their step's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<StepOutput>,
 }
 
 impl Branch {
     pub fn in_flight(&self) -> bool {
         self.complete_by.is_some()
     }
-    /// Dispatched, and not refused: undoing must cover it.
+    /// Dispatched, and neither refused nor undone: undoing must cover it.
     pub fn may_have_taken_effect(&self) -> bool {
-        self.dispatches > 0 && self.outcome != Outcome::Refused
+        self.dispatches > 0 && matches!(self.outcome, Outcome::Open | Outcome::Succeeded)
+    }
+    /// Answered for good going forward: it needs no more dispatches.
+    pub fn settled(&self) -> bool {
+        matches!(self.outcome, Outcome::Succeeded | Outcome::Refused)
     }
 }
 
-/// The branches of the stage whose first step is `at`, in step order.
+/// The branches of the stage whose first step is `at`, in step order; or, with `map`,
+/// the items of the map step `at`, in item order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StageRun {
     pub at: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub map: bool,
     pub branches: Vec<Branch>,
 }
 
 impl StageRun {
     pub fn new(stage: &Stage) -> StageRun {
-        StageRun { at: stage.start, branches: vec![Branch::default(); stage.len as usize] }
+        StageRun { at: stage.start, map: false, branches: vec![Branch::default(); stage.len as usize] }
+    }
+    /// The items of the map step `at`, none dispatched yet.
+    pub fn for_map(at: u32, items: usize) -> StageRun {
+        StageRun { at, map: true, branches: vec![Branch::default(); items] }
+    }
+    /// The branch a reply or dispatch names: a stage's by its step, a map's by its item.
+    pub fn slot(&self, step: u32, index: Option<u32>) -> Option<&Branch> {
+        match (self.map, index) {
+            (true, Some(i)) if step == self.at => self.branches.get(i as usize),
+            (false, None) => self.branch(step),
+            _ => None,
+        }
+    }
+    pub fn slot_mut(&mut self, step: u32, index: Option<u32>) -> Option<&mut Branch> {
+        match (self.map, index) {
+            (true, Some(i)) if step == self.at => self.branches.get_mut(i as usize),
+            (false, None) => self.branch_mut(step),
+            _ => None,
+        }
+    }
+    /// Items (or branches) in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.branches.iter().filter(|b| b.in_flight()).count()
+    }
+    pub fn refused(&self) -> usize {
+        self.branches.iter().filter(|b| b.outcome == Outcome::Refused).count()
+    }
+    /// Every item answered for good: succeeded or refused.
+    pub fn all_settled(&self) -> bool {
+        self.branches.iter().all(Branch::settled)
+    }
+    /// A map's next item to undo: the newest that may still stand.
+    pub fn next_to_undo(&self) -> Option<u32> {
+        if crate::mutations::undo_refused_items() {
+            return self.branches.iter().rposition(|b| b.dispatches > 0 && b.outcome != Outcome::Undone).map(|i| i as u32);
+        }
+        self.branches.iter().rposition(Branch::may_have_taken_effect).map(|i| i as u32)
     }
     pub fn steps(&self) -> std::ops::Range<u32> {
         self.at..self.at + self.branches.len() as u32
@@ -176,7 +231,7 @@ mod decisions {
         let run = t.stage().unwrap();
         assert_eq!(run.branches.iter().map(|b| b.attempt).collect::<Vec<_>>(), [2, 3, 4]);
         assert!(run.branches.iter().all(|b| b.dispatches == 1 && b.complete_by == t.complete_by()));
-        assert_eq!(t.dispatch_of(2), (3, t.complete_by()));
+        assert_eq!(t.dispatch_of(2, None), (3, t.complete_by()));
     }
 
     #[test]
@@ -207,7 +262,7 @@ mod decisions {
         let wf = parallel();
         let t = at_stage(&wf);
         let mut other = branch_reply(&t, 1, ok());
-        other.attempt = t.dispatch_of(2).0;
+        other.attempt = t.dispatch_of(2, None).0;
         assert_eq!(t.fence(&other, T0), Err(StaleReason::OtherAttempt { current: 2, reply: 3 }));
         let late = t.complete_by().unwrap().plus_ms(1);
         assert!(matches!(t.fence(&branch_reply(&t, 1, ok()), late), Err(StaleReason::PastCompleteBy { .. })));

@@ -8,7 +8,9 @@ use super::record::Decision;
 use crate::domain::callback::{Awaiting, CallbackSecret, CallbackToken};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
+use crate::domain::map::MapStep;
 use crate::domain::workflow::{Action, Workflow};
+use super::recovery::GiveUpReason;
 
 /// What a scheduler brings to a claim: a fresh lease and, for a callback step, the
 /// secret of the token it mints (both from the `Random` port). A bare lease claims any
@@ -69,6 +71,12 @@ impl Draft {
                 why: format!("step {} is a timer: it sleeps, it is not claimed", self.step),
             });
         }
+        if let Some(map) = wf.map_at(self.step) {
+            return match action {
+                Action::Do => self.claim_map(map, lease, now, wf, policy),
+                Action::Undo => self.claim_item_undo(lease, now, wf, policy),
+            };
+        }
         if let Some(run) = self.stage_run(wf) {
             return self.claim_stage(run, lease, now, wf, policy);
         }
@@ -106,7 +114,7 @@ impl Draft {
         Ok(Decision {
             trigger: Trigger::Claimed,
             next,
-            effects: vec![Effect::Dispatch { step: self.step, action, callback }],
+            effects: vec![Effect::Dispatch { step: self.step, action, callback, item: None }],
         })
     }
 
@@ -133,7 +141,7 @@ impl Draft {
             branch.attempt = next.attempt;
             branch.dispatches += 1;
             branch.complete_by = Some(now.plus_ms(wf.timeout_ms(step, policy.step_timeout_ms)));
-            effects.push(Effect::Dispatch { step, action: Action::Do, callback: None });
+            effects.push(Effect::Dispatch { step, action: Action::Do, callback: None, item: None });
         }
         let Some(complete_by) = run.latest_complete_by() else {
             return Err(Refusal::Corrupt {
@@ -144,6 +152,133 @@ impl Draft {
         next.lease(lease, complete_by, policy);
         next.step_attempts += 1;
         next.stage = Some(run);
+        Ok(Decision { trigger: Trigger::Claimed, next, effects })
+    }
+
+    /// The claim of a map step: its items are read at its first claim (an empty list
+    /// finishes the step at once, an unreadable one gives up: nothing was dispatched), and
+    /// each claim dispatches the items still to do, up to `max_concurrency` of them, each
+    /// with an attempt and complete-by of its own. Each reply dispatches the next
+    /// (`reply.rs`); the lease's complete-by follows the latest.
+    fn claim_map(
+        &self,
+        map: &MapStep,
+        lease: LeaseToken,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
+        let cause = Cause::Claimed { step: self.step, action: Action::Do };
+        let run = match self.stage.as_ref().filter(|r| r.map && r.at == self.step) {
+            Some(run) => run.clone(),
+            None => {
+                let read = map.items_path().map_err(|e| e.to_string()).and_then(|path| {
+                    path.resolve(|| serde_json::to_value(&self.order.items).unwrap_or_default(), &self.outputs)
+                        .map_err(|e| e.to_string())
+                });
+                match read {
+                    Ok(items) if items.is_empty() => {
+                        let mut done = self.clone();
+                        done.stage = Some(StageRun::for_map(self.step, 0));
+                        return done.map_done(map, now, cause, wf, policy);
+                    }
+                    Ok(items) => StageRun::for_map(self.step, items.len()),
+                    Err(why) => {
+                        let reason = format!("map {} cannot read its items: {why}", map.name);
+                        let cause = Cause::Failed { step: self.step, action: Action::Do, reason, in_doubt: false };
+                        let told = match &cause {
+                            Cause::Failed { reason, .. } => reason.clone(),
+                            _ => unreachable!(),
+                        };
+                        return self.give_up(now, wf, policy, cause, GiveUpReason::plain(&told), false, true);
+                    }
+                }
+            }
+        };
+        let mut next = self.moved(Trigger::Claimed, now, cause)?;
+        next.stage = Some(run);
+        let effects = next.dispatch_items(map, now, wf, policy);
+        let Some(complete_by) = next.stage.as_ref().and_then(StageRun::latest_complete_by) else {
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: format!("map at step {} has nothing left to dispatch", self.step),
+            });
+        };
+        next.lease(lease, complete_by, policy);
+        next.step_attempts += 1;
+        Ok(Decision { trigger: Trigger::Claimed, next, effects })
+    }
+
+    /// Dispatches the map's items not yet answered and not in flight, in item order,
+    /// until `max_concurrency` are in flight; each takes the task's next attempt.
+    pub(super) fn dispatch_items(
+        &mut self,
+        map: &MapStep,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Vec<Effect> {
+        let step = self.step;
+        let complete_by = now.plus_ms(wf.timeout_ms(step, policy.step_timeout_ms));
+        let cap = map.max_concurrency as usize + usize::from(crate::mutations::map_over_cap());
+        let mut attempt = self.attempt;
+        let mut effects = Vec::new();
+        if let Some(run) = self.stage.as_mut() {
+            let mut in_flight = run.in_flight();
+            for (i, b) in (0u32..).zip(run.branches.iter_mut()) {
+                if in_flight >= cap {
+                    break;
+                }
+                if b.outcome != Outcome::Open || b.in_flight() {
+                    continue;
+                }
+                attempt += 1;
+                b.attempt = attempt;
+                b.dispatches += 1;
+                b.complete_by = Some(complete_by);
+                in_flight += 1;
+                effects.push(Effect::Dispatch { step, action: Action::Do, callback: None, item: Some(i) });
+            }
+        }
+        self.attempt = attempt;
+        // The lease covers every item in flight: its complete-by follows the latest.
+        if let Some(latest) = self.stage.as_ref().and_then(StageRun::latest_complete_by)
+            && self.locked_by.is_some()
+        {
+            if self.complete_by.is_none_or(|c| c < latest) {
+                self.complete_by = Some(latest);
+            }
+            let needed = latest.plus_ms(policy.reply_grace_ms);
+            if self.deadline.is_none_or(|d| d < needed) {
+                self.deadline = Some(needed);
+            }
+        }
+        effects
+    }
+
+    /// The undo of a map's items, one at a time, newest first: each claim undoes the
+    /// newest item that may still stand (`branches.rs`), under the task's own attempt.
+    fn claim_item_undo(
+        &self,
+        lease: LeaseToken,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
+        let run = self.map_run_for_undo(wf, self.step);
+        let Some(index) = run.next_to_undo() else {
+            return Err(Refusal::Corrupt {
+                workflow: self.workflow.clone(),
+                why: format!("map at step {} has no item left to undo", self.step),
+            });
+        };
+        let mut next = self.moved(Trigger::Claimed, now, Cause::Claimed { step: self.step, action: Action::Undo })?;
+        next.stage = Some(run);
+        let complete_by = now.plus_ms(wf.timeout_ms(self.step, policy.step_timeout_ms));
+        next.lease(lease, complete_by, policy);
+        next.attempt += 1;
+        next.step_attempts += 1;
+        let effects = vec![Effect::Dispatch { step: self.step, action: Action::Undo, callback: None, item: Some(index) }];
         Ok(Decision { trigger: Trigger::Claimed, next, effects })
     }
 
@@ -198,7 +333,7 @@ mod tests {
         assert_eq!((d.next.attempt, d.next.step_attempts, d.next.step), (1, 1, 0));
         assert_eq!(d.next.last_cause, Cause::Claimed { step: 0, action: Action::Do });
         assert_eq!(d.next.updated_at, now);
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do, callback: None }]);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do, callback: None, item: None }]);
     }
 
     #[test]
@@ -228,7 +363,7 @@ mod tests {
         assert_eq!(d.next.locked_by(), Some(lease(2)));
         assert_eq!(d.next.step_attempts, 1);
         assert_eq!(d.next.attempt, compensating.attempt + 1);
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo, callback: None }]);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo, callback: None, item: None }]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::record::Decision;
 use crate::domain::ids::{IdempotencyKey, Timestamp};
 use crate::domain::lifecycle::Trigger;
 use crate::domain::messages::OrderStatus;
+use crate::domain::map::item_key;
 use crate::domain::workflow::{Action, Workflow, idempotency_key};
 
 impl Draft {
@@ -25,7 +26,8 @@ impl Draft {
         }
         // At a stage the branches name their own keys (below); the stage's first step alone
         // is not what is in doubt.
-        let at_stage = self.stage_run(wf).is_some();
+        let at_map = wf.map_at(self.step).is_some() && self.action() == Action::Do;
+        let at_stage = self.stage_run(wf).is_some() || at_map;
         let key = (in_doubt && !at_stage).then(|| idempotency_key(&self.order_id, self.step, Action::Do));
         if let Some(why) = self.redoing() {
             return Some((format!("{reason}; nothing undone: {why}"), key));
@@ -43,6 +45,25 @@ impl Draft {
                 ),
                 key,
             ));
+        }
+        if at_map && current.is_pivot() {
+            // A pivot map: an item that succeeded stands, one dispatched without a
+            // definitive answer may stand.
+            let run = self.map_run_for_undo(wf, self.step);
+            let (i, item) = (0u32..).zip(&run.branches).find(|(_, b)| b.may_have_taken_effect())?;
+            let key = item_key(&self.order_id, self.step, i, false);
+            return Some(match item.outcome {
+                Outcome::Succeeded => {
+                    (format!("{reason}; nothing undone: pivot step {} item {i} took effect", current.name), None)
+                }
+                _ => (
+                    format!(
+                        "{reason}; nothing undone: pivot step {} item {i} outcome unknown (idempotency key {key})",
+                        current.name
+                    ),
+                    Some(key),
+                ),
+            });
         }
         if let Some(run) = self.stage_run(wf) {
             // A pivot among the branches: one that succeeded stands, one dispatched without
@@ -86,7 +107,8 @@ impl Draft {
     pub(in crate::domain) fn first_to_undo(&self, wf: &Workflow, in_doubt: bool) -> Option<u32> {
         let top = match self.stage_run(wf) {
             Some(run) => run.steps().end.checked_sub(1),
-            None if in_doubt => Some(self.step),
+            // A map's items say for themselves whether they may have taken effect.
+            None if in_doubt || wf.map_at(self.step).is_some() => Some(self.step),
             None => self.step.checked_sub(1),
         };
         self.compensable_below(wf, top, in_doubt)
@@ -97,7 +119,11 @@ impl Draft {
     fn compensable_below(&self, wf: &Workflow, from: Option<u32>, in_doubt: bool) -> Option<u32> {
         let mut from = from;
         while let Some(candidate) = wf.compensable_at_or_below(from) {
-            if self.may_have_taken_effect(candidate, in_doubt) || crate::mutations::undo_every_branch() {
+            if wf.map_at(candidate).is_some() {
+                if self.map_run_for_undo(wf, candidate).next_to_undo().is_some() {
+                    return Some(candidate);
+                }
+            } else if self.may_have_taken_effect(candidate, in_doubt) || crate::mutations::undo_every_branch() {
                 return Some(candidate);
             }
             from = candidate.checked_sub(1);
@@ -125,9 +151,32 @@ impl Draft {
     ) -> Result<Decision<Draft>, Refusal> {
         let (step, action) = (self.step, Action::Undo);
         let cause = Cause::Succeeded { step, action };
-        match self.compensable_below(wf, step.checked_sub(1), false) {
+        let mut done = self.clone();
+        if wf.map_at(step).is_some() {
+            // One item undone: the map's next, if any may still stand, before the steps below.
+            let mut run = self.map_run_for_undo(wf, step);
+            if let Some(i) = run.next_to_undo() {
+                run.branches[i as usize].outcome = Outcome::Undone;
+            }
+            let more = run.next_to_undo().is_some();
+            done.stage = Some(run);
+            if more {
+                let next = done
+                    .moved(Trigger::UndoAdvanced, now, cause)?
+                    .waiting(now, 0, policy)
+                    .starting_step(step);
+                return Ok(Decision {
+                    trigger: Trigger::UndoAdvanced,
+                    next,
+                    effects: vec![Effect::Schedule { delay_ms: 0 }],
+                });
+            }
+            done.stage = None;
+        }
+        let this = &done;
+        match this.compensable_below(wf, step.checked_sub(1), false) {
             Some(below) => {
-                let next = self
+                let next = this
                     .moved(Trigger::UndoAdvanced, now, cause)?
                     .waiting(now, 0, policy)
                     .starting_step(below);
@@ -141,7 +190,7 @@ impl Draft {
                 })
             }
             None => {
-                let next = self.moved(Trigger::Undone, now, cause)?.unlocked();
+                let next = this.moved(Trigger::Undone, now, cause)?.unlocked();
                 Ok(Decision {
                     trigger: Trigger::Undone,
                     next,
@@ -191,7 +240,7 @@ mod tests {
             let claimed = checked(&task, task.claim(lease(50 + undone.len() as u128), T0, &wf, &policy()));
             assert_eq!(
                 claimed.effects,
-                vec![Effect::Dispatch { step: task.step, action: Action::Undo, callback: None }]
+                vec![Effect::Dispatch { step: task.step, action: Action::Undo, callback: None, item: None }]
             );
             let d = reply(&claimed.next, &wf, ok(), T0);
             undone.push(task.step);

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::branches::StageRun;
+use super::branches::{Outcome, StageRun};
 use super::outcome::{Cause, Effect, PARKED_MS, Policy, Refusal};
 use super::phase::{Claim, Lease, Phase, Unclaimed, WaitingFor};
 use super::record::{Decision, TaskRecord};
@@ -13,7 +13,8 @@ use crate::domain::gate::Ticket;
 use crate::domain::ids::{LeaseToken, OrderId, Sender, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::messages::{Order, OrderStatus};
-use crate::domain::output::Outputs;
+use crate::domain::map::MapStep;
+use crate::domain::output::{Outputs, StepOutput};
 use crate::domain::timeline::{self, Entry, Happened};
 use crate::domain::workflow::{Action, Workflow};
 
@@ -89,6 +90,9 @@ pub(in crate::domain) struct Draft {
     pub paused: bool,
     /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
     pub outputs: Arc<Outputs>,
+    /// The items a finished map step tolerated as refused (they had no effect): an undo
+    /// of the map later passes over them. Empty until a map finishes with refusals.
+    pub refused_items: Vec<u32>,
     pub last_cause: Cause,
     pub last_error: Option<String>,
     /// The newest moves and operator actions, oldest first (`timeline.rs`).
@@ -195,12 +199,41 @@ impl Draft {
     /// `in_doubt`; while undoing, every step below the one being undone.
     pub(in crate::domain) fn may_have_taken_effect(&self, i: u32, in_doubt: bool) -> bool {
         match &self.stage {
-            Some(run) if run.contains(i) => run.branch(i).is_some_and(|b| b.may_have_taken_effect()),
+            Some(run) if run.map && run.at == i => run.next_to_undo().is_some(),
+            Some(run) if !run.map && run.contains(i) => run.branch(i).is_some_and(|b| b.may_have_taken_effect()),
             _ => match self.action() {
                 Action::Do => i < self.step || (i == self.step && in_doubt),
                 Action::Undo => i < self.step,
             },
         }
+    }
+
+    /// The items of the map step at `at` as an undo decides on them: as recorded while
+    /// its run is kept (it stopped there, or its undo began), else rebuilt from what a
+    /// finished map keeps: the array of its outputs (one per item) and the items it
+    /// tolerated as refused. Every other item of a finished map succeeded.
+    pub(in crate::domain) fn map_run_for_undo(&self, wf: &Workflow, at: u32) -> StageRun {
+        if let Some(run) = self.stage.as_ref().filter(|r| r.map && r.at == at) {
+            return run.clone();
+        }
+        let done = wf
+            .map_at(at)
+            .filter(|_| at < self.step || self.action() == Action::Undo)
+            .and_then(|m| self.outputs.get(&m.name))
+            .and_then(|o| match o.to_value() {
+                serde_json::Value::Array(items) => Some(items.len()),
+                _ => None,
+            })
+            .unwrap_or(0);
+        let mut run = StageRun::for_map(at, done);
+        for (i, b) in run.branches.iter_mut().enumerate() {
+            b.dispatches = 1;
+            b.outcome = match self.refused_items.contains(&(i as u32)) {
+                true => Outcome::Refused,
+                false => Outcome::Succeeded,
+            };
+        }
+        run
     }
 
     /// A give-up at a stage with branches still out: the undo waits until the latest of
@@ -263,6 +296,28 @@ impl Draft {
                 }],
             })
         }
+    }
+
+    /// A map step is done (every item answered, at most `tolerated_failures` refused, or
+    /// no items at all): its items' outputs become one array under its name, in item
+    /// order, its refused items are kept for an undo later, and the task goes on.
+    pub(in crate::domain) fn map_done(
+        mut self,
+        map: &MapStep,
+        now: Timestamp,
+        cause: Cause,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
+        let run = self.stage.take().unwrap_or_else(|| StageRun::for_map(self.step, 0));
+        let array = StepOutput::array(run.branches.iter().map(|b| b.output.as_ref()));
+        Arc::make_mut(&mut self.outputs).insert(map.name.clone(), array);
+        self.refused_items = (0u32..)
+            .zip(&run.branches)
+            .filter(|(_, b)| b.outcome == Outcome::Refused)
+            .map(|(i, _)| i)
+            .collect();
+        self.step_done(Trigger::Advanced, now, cause, wf, policy, map.name.clone())
     }
 
     pub(in crate::domain) fn waiting(mut self, now: Timestamp, delay_ms: u64, policy: &Policy) -> Draft {
@@ -456,6 +511,7 @@ impl Draft {
             reply_to: self.reply_to,
             submitter: self.submitter,
             outputs: self.outputs,
+            refused_items: self.refused_items,
             last_cause: self.last_cause,
             last_error: self.last_error,
             timeline: self.timeline,
@@ -501,6 +557,7 @@ impl TaskRecord {
             submitter: self.submitter.clone(),
             paused: p.paused(),
             outputs: self.outputs.clone(),
+            refused_items: self.refused_items.clone(),
             last_cause: self.last_cause.clone(),
             last_error: self.last_error.clone(),
             timeline: self.timeline.clone(),

@@ -114,6 +114,7 @@ pub(in crate::domain) fn reply_for(task: &TaskRecord, outcome: ReplyOutcome) -> 
         action: task.action(),
         attempt: task.attempt,
         lease: task.locked_by().expect("a live lease"),
+        index: None,
         outcome,
     }
 }
@@ -320,6 +321,6 @@ pub(in crate::domain) fn parallel() -> Workflow {
 
 /// The reply branch `step` of a claimed stage would send.
 pub(in crate::domain) fn branch_reply(task: &TaskRecord, step: u32, outcome: ReplyOutcome) -> AgentReply {
-    let (attempt, _) = task.dispatch_of(step);
+    let (attempt, _) = task.dispatch_of(step, None);
     AgentReply { step, attempt, ..reply_for(task, outcome) }
 }

@@ -171,6 +171,28 @@ fn every_row_of_the_table_is_a_decision() {
     let branch_done =
         checked(&at_stage, at_stage.apply_reply(&branch_reply(&at_stage, 2, ok()), T0, &parallel, &policy()));
     let stage_cases: Vec<(&TaskRecord, Decision)> = vec![(&at_stage, branch_done)];
+    // Map steps: one over no items is done at its claim (then on, or the end).
+    let empty_map = |then: Option<Step>| {
+        use crate::domain::workflow::{Entry, MapText};
+        let map = MapText {
+            name: "each".into(),
+            items: "$.steps.quote.output.lines".into(),
+            max_concurrency: 2,
+            tolerated_failures: 0,
+            step: Step::compensable("reserve", "wh", "release"),
+        };
+        let mut entries = vec![Entry::Step(Step::read_only("quote", "q")), Entry::Map { map }];
+        entries.extend(then.map(Entry::Step));
+        let wf = Workflow::of_entries("mapped", entries);
+        let quoted = claim(&new_task(&wf), &wf, 14, T0);
+        let at_map = reply(&quoted, &wf, output(r#"{"lines": []}"#), T0).next;
+        let d = checked(&at_map, at_map.claim(lease(15), T0, &wf, &policy()));
+        (at_map, d)
+    };
+    let (map_then_ship, map_advanced) = empty_map(Some(Step::pivot("ship", "carrier")));
+    let (map_last, map_finished) = empty_map(None);
+    let stage_cases: Vec<(&TaskRecord, Decision)> =
+        stage_cases.into_iter().chain([(&map_then_ship, map_advanced), (&map_last, map_finished)]).collect();
     // Flow control: waiting for a place before a forward claim and a compensation's, and a
     // remote's "too many requests" to each.
     let throttled = || ReplyOutcome::Throttled { retry_after_ms: 1_000 };
@@ -358,6 +380,7 @@ proptest! {
                         action: from.action,
                         attempt: from.attempt,
                         lease: from.lease,
+                        index: None,
                         outcome,
                     };
                     let r = task.apply_reply(&reply, now, &wf, &policy);

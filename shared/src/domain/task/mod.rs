@@ -21,13 +21,14 @@
 //!    the build of a draft into a record.
 //! 6. Peers:
 //!    - `stored.rs`: the record as stored, and records stored before the phase map.
-//!    - `claim.rs`: a scheduler takes the task for its current step (or all the branches
-//!      of its stage).
 //!    - `compensation.rs`: what forbids undoing (a pivot, a redo), and the next compensation.
 //!    - `capacity.rs`: waiting for a place in a limited agent's gate, and a remote's
 //!      "too many requests".
 //! 7. `recovery.rs`: a lapse past the deadline, and the give-up rule.
-//! 8. Peers:
+//! 8. `claim.rs`: a scheduler takes the task for its current step (or all the branches
+//!    of its stage, or a map's items up to its cap; a map whose items cannot be read
+//!    gives up there).
+//! 9. Peers:
 //!    - `reply.rs`: the fence, then an agent's reply.
 //!    - `timer.rs`: a Schedule's decision (wake, sleep at a timer step, or claim), and
 //!      the supervisor's (wake or lapse).
@@ -35,13 +36,14 @@
 //!      completion, failure or heartbeat through the step's token, or an operator's by hand.
 //!    - `operator.rs`: an operator's (or an app's) resubmit, compensate, cancel, pause and
 //!      resume.
-//! 9. `decisions.rs`: the public decisions, one per message kind and operator act.
-//! 10. `scheduling.rs`: a Schedule handled whole (a limited agent's gate and the rounds
+//! 10. `decisions.rs`: the public decisions, one per message kind and operator act.
+//! 11. `scheduling.rs`: a Schedule handled whole (a limited agent's gate and the rounds
 //!     of lost races included), as a machine the scheduler drives without deciding.
-//! 11. Tests only:
+//! 12. Tests only:
 //!    - `fixtures.rs`: tasks in the states tests start from; checked decisions.
 //!    - `invariants.rs`: every decision against the table, in random sequences too.
-//! 12. `mod.rs`: this index and the re-exports.
+//!    - `map_decisions.rs`: a map step's decisions end to end.
+//! 13. `mod.rs`: this index and the re-exports.
 
 mod branches;
 mod callback;
@@ -64,6 +66,8 @@ mod timer;
 pub(super) mod fixtures;
 #[cfg(test)]
 mod invariants;
+#[cfg(test)]
+mod map_decisions;
 
 pub use branches::{Branch, Outcome, StageRun};
 pub use claim::Mint;

@@ -107,6 +107,17 @@ impl Draft {
                 pivot.name
             ));
         }
+        if let Some(map) = wf.map_at(self.step).filter(|_| self.action() == Action::Do)
+            && wf.step(self.step).is_some_and(|s| s.is_pivot())
+        {
+            let run = self.map_run_for_undo(wf, self.step);
+            return run.next_to_undo().map(|i| {
+                format!(
+                    "item {i} of pivot map {} may have taken effect and has no compensation, so the task only goes forward",
+                    map.name
+                )
+            });
+        }
         if let Some(run) = self.stage_run(wf) {
             return run.each().find_map(|(i, b)| {
                 let pivot = wf.step(i).filter(|s| s.is_pivot() && b.may_have_taken_effect())?;
@@ -150,6 +161,13 @@ impl Draft {
         let mut next = self.moved(Trigger::Resume, now, self.operator_cause(act))?;
         next.paused = false;
         let mut effects = Vec::new();
+        // A map held mid-run dispatches its next items now, up to its cap: its items in
+        // flight may all have answered while it was paused.
+        if self.state == ProcessState::Processing
+            && let Some(map) = wf.map_at(self.step).filter(|_| next.stage.as_ref().is_some_and(|r| r.map))
+        {
+            effects = next.dispatch_items(map, now, wf, policy);
+        }
         if self.parked() {
             // It waited for a claim: claim it now, due as any task that waits for one; or,
             // cancelled while paused with an attempt in flight, once that attempt is over
@@ -224,16 +242,18 @@ impl Draft {
         // was dispatched, except one refused: a refusal is final, so it had no effect, as
         // a refused lone step resubmitted is not in doubt). From an earlier step, the whole
         // stage runs again.
+        // A map's items are its branches: those that succeeded stand, a refused one runs
+        // again out of doubt, and its tolerated refusals are forgotten.
         let mut kept = Vec::new();
         match next.stage.as_mut().filter(|run| run.at == from) {
             Some(run) => {
                 for (i, b) in run.steps().zip(run.branches.iter_mut()) {
                     match b.outcome {
-                        Outcome::Succeeded => kept.push(i),
-                        Outcome::Refused => {
+                        Outcome::Succeeded if !run.map => kept.push(i),
+                        Outcome::Succeeded | Outcome::Open => {}
+                        Outcome::Refused | Outcome::Undone => {
                             b.dispatches = 0;
                         }
-                        Outcome::Open => {}
                     }
                     if b.outcome != Outcome::Succeeded {
                         b.outcome = Outcome::Open;
@@ -243,11 +263,17 @@ impl Draft {
             }
             None => next.stage = None,
         }
+        if wf.maps.iter().any(|m| m.at >= from) {
+            next.refused_items.clear();
+        }
         // The steps that run again answer again: later steps must be handed only the
         // outputs of the steps before them.
         for s in (from..wf.len()).filter(|s| !kept.contains(s)) {
             if let Some(step) = wf.step(s) {
                 Arc::make_mut(&mut next.outputs).remove(&step.name);
+            }
+            if let Some(map) = wf.map_at(s) {
+                Arc::make_mut(&mut next.outputs).remove(&map.name);
             }
         }
         let step = Some(self.step_name(wf, from, Action::Do));
@@ -519,7 +545,7 @@ mod tests {
         let d = act(&error, &wf, Act::Compensate);
         assert_eq!((d.next.state(), d.next.step, d.next.step_failures), (ProcessState::Compensating, 1, 0));
         let d = checked(&d.next, d.next.claim(lease(9), T0, &wf, &policy()));
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 1, action: Action::Undo, callback: None }]);
+        assert_eq!(d.effects, vec![Effect::Dispatch { step: 1, action: Action::Undo, callback: None, item: None }]);
     }
 
     #[test]

@@ -153,6 +153,8 @@ pub enum Effect {
         step: u32,
         action: Action,
         callback: Option<CallbackToken>,
+        /// A map step's item, by index: each item is dispatched on its own.
+        item: Option<u32>,
     },
     /// Put a `Schedule` message on the scheduler's queue.
     Schedule {

@@ -60,6 +60,9 @@ pub struct TaskRecord {
     /// The outputs of the forward steps that succeeded, by step name (`output.rs`).
     /// Shared, as the order is: most decisions copy the record and change no output.
     pub outputs: Arc<Outputs>,
+    /// The items a finished map step tolerated as refused (they had no effect): an undo
+    /// of the map later passes over them. Empty until a map finishes with refusals.
+    pub refused_items: Vec<u32>,
     pub last_cause: Cause,
     pub last_error: Option<String>,
     /// The newest moves and operator actions, oldest first (`timeline.rs`). Shared: a
@@ -92,6 +95,7 @@ impl TaskRecord {
             reply_to,
             submitter: None,
             outputs: Arc::default(),
+            refused_items: Vec::new(),
             last_cause: Cause::Submitted,
             last_error: None,
             timeline: Arc::new(vec![Entry {
@@ -223,10 +227,39 @@ impl TaskRecord {
     }
 
     /// The attempt and complete-by a dispatch of `step` carries: its branch's at a stage.
-    pub fn dispatch_of(&self, step: u32) -> (u32, Option<Timestamp>) {
-        match self.stage().and_then(|run| run.branch(step)).filter(|b| b.in_flight()) {
+    /// A map item's (`index`) by its own branch.
+    pub fn dispatch_of(&self, step: u32, index: Option<u32>) -> (u32, Option<Timestamp>) {
+        match self.stage().and_then(|run| run.slot(step, index)).filter(|b| b.in_flight()) {
             Some(b) => (b.attempt, b.complete_by),
             None => (self.attempt, self.complete_by()),
+        }
+    }
+
+    /// Item `index` of the map step `step`, read from where the map takes its items.
+    pub fn map_item(&self, wf: &Workflow, step: u32, index: u32) -> Result<serde_json::Value, String> {
+        let map = wf.map_at(step).ok_or_else(|| format!("step {step} is not a map's"))?;
+        let path = map.items_path()?;
+        let items = path.resolve(|| self.order_items(), &self.outputs).map_err(|e| e.to_string())?;
+        items.into_iter().nth(index as usize).ok_or_else(|| format!("{path} has no item {index}"))
+    }
+
+    /// The order's lines as JSON: a map's items when it takes them from the order.
+    pub fn order_items(&self) -> serde_json::Value {
+        serde_json::to_value(&self.order.items).unwrap_or_default()
+    }
+
+    /// Item `index`'s output: from the map's run while it has one, else from the array
+    /// kept under the map's name once it finished.
+    pub fn item_output(&self, wf: &Workflow, step: u32, index: u32) -> Option<serde_json::Value> {
+        if let Some(b) = self.stage().and_then(|run| run.slot(step, Some(index))) {
+            return b.output.as_ref().map(|o| o.to_value());
+        }
+        let map = wf.map_at(step)?;
+        match self.outputs.get(&map.name)?.to_value() {
+            serde_json::Value::Array(mut items) if (index as usize) < items.len() => {
+                Some(items.swap_remove(index as usize)).filter(|v| !v.is_null())
+            }
+            _ => None,
         }
     }
 

@@ -45,6 +45,19 @@ impl Draft {
         if let Some(run) = self.stage_run(wf).filter(|_| self.state != ProcessState::Waiting) {
             return self.lapse_stage(run, now, wf, policy, jitter);
         }
+        if self.action() == Action::Do
+            && wf.map_at(self.step).is_some()
+            && let Some(run) = self.stage.as_ref().filter(|r| r.map && r.at == self.step && r.in_flight() > 0)
+        {
+            return self.lapse_items(run.clone(), now, wf, policy, jitter);
+        }
+        if self.paused && self.locked_by.is_some() && self.stage.as_ref().is_some_and(|r| r.map) {
+            // A paused map whose last items in flight answered: the pause stopped it, not a
+            // lost reply, so no failure is counted; it waits for its resume, parked.
+            let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
+            let next = self.moved(Trigger::Retry, now, cause)?.waiting(now, 0, policy);
+            return Ok(Decision { trigger: Trigger::Retry, next, effects: Vec::new() });
+        }
         let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
         let mut counted = self.clone();
         counted.failure_count += 1;
@@ -144,6 +157,48 @@ impl Draft {
             format!("failure threshold reached: {failures} failures of branch {name} (threshold {budget})");
         let cause = Cause::DeadlinePassed { step, state: self.state };
         counted.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), self.step_attempts > 0, true)
+    }
+
+    /// A map's deadline passed with items in flight: each of them counts a lapse against
+    /// its own budget, and the map is retried (its claim dispatches them again, under
+    /// the same keys) while every budget lasts; an item out of budget gives up, with
+    /// every item dispatched and not refused in doubt.
+    fn lapse_items(
+        &self,
+        mut run: StageRun,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+        jitter: u64,
+    ) -> Result<Decision<Draft>, Refusal> {
+        let budget = wf.max_failures(self.step, policy.failure_threshold);
+        let mut counted = self.clone();
+        counted.failure_count += 1;
+        let mut spent = None;
+        for (i, item) in (0u32..).zip(run.branches.iter_mut()) {
+            if !item.in_flight() {
+                continue;
+            }
+            item.failures += 1;
+            item.complete_by = None;
+            if spent.is_none() && item.failures >= budget {
+                spent = Some((i, item.failures));
+            }
+        }
+        counted.step_failures = run.branches.iter().map(|b| b.failures).max().unwrap_or(0);
+        counted.stage = Some(run);
+        let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
+        counted.last_error =
+            Some(format!("map attempt {} passed its deadline without every item's reply", self.step_attempts));
+        let Some((i, failures)) = spent else {
+            let delay_ms = policy.retry_backoff.delay_ms(counted.step_failures.saturating_sub(1), jitter);
+            let next = counted.moved(Trigger::Retry, now, cause)?.waiting(now, delay_ms, policy);
+            return Ok(Decision { trigger: Trigger::Retry, next, effects: vec![Effect::Schedule { delay_ms }] });
+        };
+        let name = self.step_name(wf, self.step, Action::Do);
+        let reason =
+            format!("failure threshold reached: {failures} failures of step {name} item {i} (threshold {budget})");
+        counted.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), true, true)
     }
 
     pub(super) fn fail(

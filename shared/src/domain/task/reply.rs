@@ -12,6 +12,7 @@ use crate::domain::gate::pause_ms;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
 use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
+use crate::domain::map::MAX_MAP_OUTPUT_BYTES;
 use crate::domain::output::StepOutput;
 use crate::domain::workflow::{Action, Workflow};
 
@@ -29,8 +30,8 @@ impl Draft {
             return Err(StaleReason::OtherLease);
         }
         if let Some(run) = self.stage.as_ref().filter(|r| r.at == self.step && self.action() == Action::Do) {
-            // A branch's reply: fenced on its own attempt and complete-by.
-            let branch = run.branch(reply.step).filter(|_| reply.action == Action::Do).ok_or(
+            // A branch's (or a map item's) reply: fenced on its own attempt and complete-by.
+            let branch = run.slot(reply.step, reply.index).filter(|_| reply.action == Action::Do).ok_or(
                 StaleReason::OtherStep { current: self.step, reply: reply.step, reply_action: reply.action },
             )?;
             if branch.attempt != reply.attempt {
@@ -45,7 +46,13 @@ impl Draft {
         if self.attempt != reply.attempt {
             return Err(StaleReason::OtherAttempt { current: self.attempt, reply: reply.attempt });
         }
-        if self.step != reply.step || self.action() != reply.action {
+        // An item's undo names the item being undone: the newest that may still stand.
+        let undoing = self
+            .stage
+            .as_ref()
+            .filter(|r| r.map && r.at == self.step && self.action() == Action::Undo)
+            .and_then(|r| r.next_to_undo());
+        if self.step != reply.step || self.action() != reply.action || reply.index != undoing {
             return Err(StaleReason::OtherStep {
                 current: self.step,
                 reply: reply.step,
@@ -93,6 +100,9 @@ impl Draft {
                 });
             }
             return self.throttled(reply.action, retry_after_ms, now, wf, policy);
+        }
+        if at_stage && wf.map_at(self.step).is_some() {
+            return self.item_reply(reply, now, wf, policy);
         }
         if at_stage {
             return self.branch_reply(reply, now, wf, policy);
@@ -222,6 +232,94 @@ impl Draft {
         next.hold_for_branches_out();
         let gave_up = GiveUpReason { told: &reason, detail: detail.as_deref() };
         next.give_up(now, wf, policy, cause, gave_up, in_doubt, in_doubt)
+    }
+
+    /// A map item's reply, past the fence. A success keeps its output with the item; a
+    /// refusal is tolerated up to the map's `tolerated_failures`. While items remain, the
+    /// next ones are dispatched under the same lease up to the cap (none while paused);
+    /// when every item has answered, the map is done. One refusal too many, or an
+    /// output that cannot be kept, gives up as a stage's branch does: the items still out
+    /// hold the undo until their complete-by, and every item that may have taken effect
+    /// is undone.
+    fn item_reply(
+        &self,
+        reply: &AgentReply,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
+        let (step, action) = (reply.step, Action::Do);
+        let corrupt = || Refusal::Corrupt {
+            workflow: self.workflow.clone(),
+            why: format!("reply for step {step} item {:?} is for no item of the map at {}", reply.index, self.step),
+        };
+        let map = wf.map_at(self.step).ok_or_else(corrupt)?;
+        let name = self.step_name(wf, step, action);
+        let mut next = self.clone();
+        let run = next.stage.as_mut().filter(|r| r.map).ok_or_else(corrupt)?;
+        let item = run.slot_mut(step, reply.index).ok_or_else(corrupt)?;
+        item.complete_by = None;
+        let index = reply.index.unwrap_or_default();
+        let kept_bytes = |run: &super::branches::StageRun| {
+            run.branches.iter().filter_map(|b| b.output.as_ref()).map(|o| o.as_str().len() + 1).sum::<usize>()
+        };
+        let (reason, detail, in_doubt) = match &reply.outcome {
+            ReplyOutcome::Succeeded { output } => match output.as_ref().map(StepOutput::from_value).transpose() {
+                Ok(kept) => {
+                    item.outcome = Outcome::Succeeded;
+                    item.output = kept;
+                    match kept_bytes(run) {
+                        bytes if bytes + 2 > MAX_MAP_OUTPUT_BYTES => (
+                            format!(
+                                "step {name} item {index} succeeded, but the map's outputs together would be {bytes} bytes; at most {MAX_MAP_OUTPUT_BYTES} are kept"
+                            ),
+                            None,
+                            true,
+                        ),
+                        _ => return next.item_settled(map, Cause::Succeeded { step, action }, now, wf, policy),
+                    }
+                }
+                Err(e) => (format!("step {name} item {index} succeeded, but its output cannot be kept: {e}"), None, true),
+            },
+            ReplyOutcome::BadOutput { reason, detail } => (
+                format!("step {name} item {index} succeeded, but its output cannot be kept: {reason}"),
+                detail.clone(),
+                true,
+            ),
+            ReplyOutcome::Throttled { .. } => return Err(corrupt()),
+            ReplyOutcome::Failed { reason, detail } => {
+                item.outcome = Outcome::Refused;
+                let reason = cut_reason(format!("item {index}: {reason}"));
+                if run.refused() <= map.tolerated_failures as usize {
+                    let cause = Cause::Failed { step, action, reason, in_doubt: false };
+                    return next.item_settled(map, cause, now, wf, policy);
+                }
+                (reason, detail.clone(), false)
+            }
+        };
+        let (reason, detail) = (cut_reason(reason), detail.map(cut_reason));
+        let cause = Cause::Failed { step, action, reason: reason.clone(), in_doubt };
+        next.hold_for_branches_out();
+        let gave_up = GiveUpReason { told: &reason, detail: detail.as_deref() };
+        next.give_up(now, wf, policy, cause, gave_up, in_doubt, in_doubt)
+    }
+
+    /// An item answered for good, and the map goes on: done when every item has, else
+    /// the next items dispatched (none while paused) and the lease stretched to cover them.
+    fn item_settled(
+        self,
+        map: &crate::domain::map::MapStep,
+        cause: Cause,
+        now: Timestamp,
+        wf: &Workflow,
+        policy: &Policy,
+    ) -> Result<Decision<Draft>, Refusal> {
+        if self.stage.as_ref().is_some_and(|r| r.all_settled()) {
+            return self.map_done(map, now, cause, wf, policy);
+        }
+        let mut next = self.moved(Trigger::BranchDone, now, cause)?;
+        let effects = if next.paused { Vec::new() } else { next.dispatch_items(map, now, wf, policy) };
+        Ok(Decision { trigger: Trigger::BranchDone, next, effects })
     }
 
     /// The step answered success with an output later steps cannot have: it took effect,

@@ -34,12 +34,13 @@ pub const GATED_ROUNDS: usize = 4;
 /// reply); a few re-reads settle them, and anything left is retried by redelivery.
 pub const CONFLICT_RETRIES: usize = 4;
 
-/// The branch replies of a parallel stage come back together and race on the record: each
-/// round of re-reads lands one, so a workflow with stages gets a round per branch of its
-/// widest stage, plus two for the supervisor and an operator. Workflows without stages
-/// keep [`CONFLICT_RETRIES`].
+/// The branch replies of a parallel stage (or a map's items in flight) come back together
+/// and race on the record: each round of re-reads lands one, so a workflow with stages gets
+/// a round per branch of its widest stage (or item of its map's cap), plus two for the
+/// supervisor and an operator. Workflows without either keep [`CONFLICT_RETRIES`].
 pub fn conflict_retries(workflow: &Workflow) -> usize {
-    let widest = workflow.stages.iter().map(|s| s.len as usize).max().unwrap_or(0);
+    let stages = workflow.stages.iter().map(|s| s.len as usize);
+    let widest = stages.chain(workflow.maps.iter().map(|m| m.max_concurrency as usize)).max().unwrap_or(0);
     CONFLICT_RETRIES.max(widest + 2)
 }
 

@@ -88,6 +88,8 @@ struct Stored {
     submitter: Option<Sender>,
     #[serde(default, skip_serializing_if = "Outputs::is_empty")]
     outputs: Outputs,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    refused_items: Vec<u32>,
     last_cause: Cause,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_error: Option<String>,
@@ -159,6 +161,7 @@ impl Serialize for TaskRecord {
             reply_to: self.reply_to.clone(),
             submitter: self.submitter.clone(),
             outputs: Outputs::clone(&self.outputs),
+            refused_items: self.refused_items.clone(),
             last_cause: self.last_cause.clone(),
             last_error: self.last_error.clone(),
             timeline: Vec::clone(&self.timeline),
@@ -208,6 +211,7 @@ impl<'de> Deserialize<'de> for TaskRecord {
             submitter: s.submitter,
             paused: h.paused || s.paused,
             outputs: Arc::new(s.outputs),
+            refused_items: s.refused_items,
             last_cause: s.last_cause,
             last_error: s.last_error,
             timeline: Arc::new(s.timeline),
