@@ -303,6 +303,9 @@ pub struct RemoteCall<'a> {
     pub outputs: &'a std::collections::BTreeMap<String, serde_json::Value>,
     /// A callback step's token, for the service to hand to whoever completes the step.
     pub callback_token: Option<&'a str>,
+    /// A map step's item: its index among the map's items, and the item.
+    pub index: Option<u32>,
+    pub item: Option<&'a serde_json::Value>,
 }
 
 impl std::fmt::Debug for RemoteCall<'_> {

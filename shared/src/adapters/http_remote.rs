@@ -334,6 +334,11 @@ struct CallBody<'a> {
     /// proxies and access logs keep more often).
     #[serde(skip_serializing_if = "Option::is_none")]
     callback_token: Option<&'a str>,
+    /// Only for a map step's item: which one, and the item itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    item: Option<&'a serde_json::Value>,
 }
 
 #[async_trait]
@@ -349,6 +354,8 @@ impl RemoteService for HttpRemote {
             order: call.order,
             outputs: call.outputs,
             callback_token: call.callback_token,
+            index: call.index,
+            item: call.item,
         };
         // The secret's first read comes out of the time left until complete-by, not the
         // agent's own call timeout (which is about the remote service); the call gets

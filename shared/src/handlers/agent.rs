@@ -331,6 +331,8 @@ impl Agent {
             order: &request.order,
             outputs: &request.outputs,
             callback_token: request.callback_token.as_ref().map(|t| t.expose()),
+            index: request.index,
+            item: request.item.as_ref(),
         };
         let mut calls = 0u32;
         let mut failures = 0u32;
