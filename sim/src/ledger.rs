@@ -57,9 +57,9 @@ pub struct Ledger {
     /// Forward calls refused because their step's undo had been answered before they
     /// arrived (a request held up past the undo; counted within `refusals`).
     pub late_do_refused: u64,
-    /// (order id, step) whose undo the service has answered: a `do` for it that arrives
-    /// later is refused, never applied.
-    pub undone: BTreeSet<(String, u32)>,
+    /// The forward keys whose undo the service has answered (a step's, or a map item's):
+    /// a `do` under one that arrives later is refused, never applied.
+    pub undone: BTreeSet<String>,
     /// Answers of success, deduplicated ones included.
     pub successes: u64,
     /// Times each key's effect was applied. The service deduplicates, so more than one
@@ -117,6 +117,20 @@ pub struct Flight {
     /// again (at least once), called after the place may have been given back. Counted
     /// by the run (`copies`); `RemoteWithinLimits` counts it like any other call.
     pub copy: bool,
+}
+
+/// The items a generated map runs over (`swarm.rs`, `with_map`), as a JSON array: none,
+/// one, a few, or (one time in twenty) hundreds; drawn from half as many names as there
+/// are items, so some repeat.
+fn map_items(chance: &mut impl Chance) -> String {
+    let n = match chance.upto(19) {
+        0..=2 => 0,
+        3..=5 => 1,
+        6 => 100 + chance.upto(150),
+        _ => 2 + chance.upto(10),
+    };
+    let names: Vec<String> = (0..n).map(|_| format!("\"i{}\"", chance.upto(n / 2))).collect();
+    format!("[{}]", names.join(","))
 }
 
 /// The longest answer the model gives when it gives one too large to keep.
@@ -262,6 +276,8 @@ impl Ledger {
             if call.action == Action::Do {
                 let answer = if chance.roll("remote_bad_output", faults.bad_output) {
                     Some(format!(r#"{{"ref":"{}","pad":"{}"}}"#, call.key, "x".repeat(TOO_LARGE)))
+                } else if call.name.ends_with("-list") {
+                    Some(format!(r#"{{"lines":{},"ref":"{}"}}"#, map_items(chance), call.key))
                 } else if chance.coin() {
                     // `release_at`: a time a later timer step may wait until (`Swarm`'s
                     // generated workflows do), shortly after the effect.
@@ -283,7 +299,7 @@ impl Ledger {
         settled.is_none()
             && call.action == Action::Do
             && !faults.ignores_undone
-            && self.undone.contains(&(call.order_id.to_owned(), call.step))
+            && self.undone.contains(call.key)
     }
 
     fn refuse_late(&mut self, call: Call<'_>) {
@@ -295,8 +311,10 @@ impl Ledger {
     /// Remembers that a step's undo was answered, so its forward call, if it is still on
     /// its way, is refused when it arrives.
     fn answered_undo(&mut self, call: Call<'_>) {
-        if call.action == Action::Undo {
-            self.undone.insert((call.order_id.to_owned(), call.step));
+        if call.action == Action::Undo
+            && let Some(head) = call.key.strip_suffix(":undo")
+        {
+            self.undone.insert(format!("{head}:do"));
         }
     }
 

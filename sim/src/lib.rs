@@ -66,6 +66,8 @@ pub struct SeedsSummary {
     pub late_do_refused: u64,
     /// What parallel stages went through (`check::stage_coverage`).
     pub stages: BTreeMap<&'static str, u64>,
+    /// What map steps went through (`check::map_coverage`; `max_in_flight` the most of any).
+    pub maps: BTreeMap<&'static str, u64>,
     /// What limited agents' calls went through: `calls`, `copies` (calls under a place
     /// after its reply was sent, a copy of its request called: `ledger::Flight::copy`;
     /// none while only the request that wrote the call's mark calls) and `throttled`.
@@ -84,6 +86,10 @@ impl SeedsSummary {
         }
         for (k, n) in check::stage_coverage(o) {
             *self.stages.entry(k).or_default() += n;
+        }
+        for (k, n) in check::map_coverage(o) {
+            let total = self.maps.entry(k).or_default();
+            *total = if k == "max_in_flight" { (*total).max(n) } else { *total + n };
         }
         for t in &o.tasks {
             *self.final_states.entry(t.state()).or_default() += 1;
@@ -150,6 +156,10 @@ impl SeedsSummary {
         }
         for (k, n) in other.stages {
             *self.stages.entry(k).or_default() += n;
+        }
+        for (k, n) in other.maps {
+            let total = self.maps.entry(k).or_default();
+            *total = if k == "max_in_flight" { (*total).max(n) } else { *total + n };
         }
         self.max_tail_ms = self.max_tail_ms.max(other.max_tail_ms);
         self.simulated_ms += other.simulated_ms;

@@ -60,6 +60,7 @@ fn main() {
     println!("pipeline counters: {:?}", summary.metrics);
     println!("the outside party's words: {:?}", summary.outside);
     println!("parallel stages: {:?}", summary.stages);
+    println!("map steps: {:?}", summary.maps);
     println!("limited agents' calls: {:?}", summary.flow);
     println!("forward calls the remote refused because their undo came first: {}", summary.late_do_refused);
     println!("longest time to end after the faults stopped: {} ms", summary.max_tail_ms);

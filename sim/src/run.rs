@@ -93,7 +93,10 @@ pub fn simulate(seed: u64, options: &Options) -> Outcome {
     shared.w().stage_branches = workflows
         .all()
         .iter()
-        .flat_map(|w| w.stages.iter().flat_map(|st| st.branches().filter_map(|i| w.step(i))))
+        .flat_map(|w| {
+            let branches = w.stages.iter().flat_map(|st| st.branches().filter_map(|i| w.step(i)));
+            branches.chain(w.maps.iter().filter_map(|m| w.step(m.at)))
+        })
         .map(|s| s.name.clone())
         .collect();
     let deployed = deploy(&swarm, &workflows, &shared, &mut rng);

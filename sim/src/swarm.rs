@@ -10,7 +10,7 @@ use sas::handlers::BatchOrder;
 
 use sas::domain::definitions::MAX_STEPS;
 use sas::domain::workflow::Stage;
-use sas::domain::{Callback, OnGiveUp, Step, Wait, Workflow};
+use sas::domain::{Callback, MapStep, OnGiveUp, Step, Wait, Workflow};
 
 use crate::deployment::Role;
 use crate::ledger::RemoteFaults;
@@ -218,6 +218,11 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
     if stages.u8(..4) > 0 {
         with_stage(&mut stages, &mut workflow, prefix);
     }
+    // And a map step, in one workflow in three, from a generator of its own again.
+    let mut maps = fastrand::Rng::with_seed(rng.clone().u64(..) ^ MAP_SALT);
+    if maps.u8(..3) == 0 {
+        with_map(&mut maps, &mut workflow, prefix);
+    }
     workflow.version = rng.u32(1..=3);
     if rng.u8(..4) == 0 {
         workflow.on_give_up = OnGiveUp::Fail;
@@ -228,6 +233,51 @@ pub fn generated_workflow(rng: &mut fastrand::Rng, prefix: &str) -> Workflow {
 const TIMER_SALT: u64 = 0x7469_6d65_7273;
 const CALLBACK_SALT: u64 = 0x6361_6c6c_6261_636b;
 const STAGE_SALT: u64 = 0x7374_6167_6573;
+const MAP_SALT: u64 = 0x6d61_7073;
+
+/// The agent of generated map steps (and of the steps that list their items): never
+/// given limits (`with_limits`), as the definition file requires of a map's agent.
+pub const MAP_AGENT: &str = "m";
+
+/// `workflow` with a map step put anywhere outside its stage, right after a read-only
+/// step that lists its items: `<prefix>-list`, whose answer the service model gives a
+/// `lines` array of none, one, a few or (one time in twenty) hundreds of items, with
+/// duplicates (`ledger.rs`). The map runs 1 to 4 items at a time (one in four maps up to
+/// 10), tolerates 0 to 2 refusals, and its step is mostly compensable, else a pivot or a
+/// read, with a failure budget and timeout of its own as often as other steps.
+fn with_map(rng: &mut fastrand::Rng, workflow: &mut Workflow, prefix: &str) {
+    if workflow.steps.len() + 2 > MAX_STEPS {
+        return;
+    }
+    let stage = workflow.stages.first().map(|st| (st.start, st.end()));
+    let places: Vec<u32> = (0..=workflow.len())
+        .filter(|at| stage.is_none_or(|(start, end)| *at <= start || *at >= end))
+        .collect();
+    let at = places[rng.usize(..places.len())];
+    let list = format!("{prefix}-list");
+    let name = format!("{prefix}m");
+    let step = match rng.u8(..6) {
+        0..=3 => Step::compensable(&name, MAP_AGENT, &format!("undo-{name}")),
+        4 => Step::pivot(&name, MAP_AGENT),
+        _ => Step::read_only(&name, MAP_AGENT),
+    };
+    let max_failures = (rng.u8(..3) == 0).then(|| rng.u32(1..=4));
+    let timeout_ms = (rng.u8(..3) == 0).then(|| rng.u64(1_000..=2_500));
+    let step = Step { max_failures, timeout_ms, ..step };
+    let i = at as usize;
+    workflow.steps.splice(i..i, [Step::read_only(&list, MAP_AGENT), step]);
+    for st in workflow.stages.iter_mut().filter(|st| st.start >= at) {
+        st.start += 2;
+    }
+    let max_concurrency = if rng.u8(..4) == 0 { rng.u32(1..=10) } else { rng.u32(1..=4) };
+    workflow.maps = vec![MapStep {
+        name: format!("{prefix}-map"),
+        at: at + 1,
+        items: format!("$.steps.{list}.output.lines"),
+        max_concurrency,
+        tolerated_failures: rng.u32(0..=2),
+    }];
+}
 
 /// The most branches a generated stage has: enough for three replies to race one record
 /// and for a refusal to find others still out, few enough to keep a seed's run short.
@@ -267,6 +317,13 @@ fn with_stage(rng: &mut fastrand::Rng, workflow: &mut Workflow, prefix: &str) {
 /// around them are the ones drawn without stages, so the seed's history is the one it had
 /// before stages existed (`sim/tests/simulation.rs` pins some).
 pub fn without_stages(workflow: &mut Workflow) {
+    // Its map and the step that lists its items too.
+    for map in std::mem::take(&mut workflow.maps) {
+        workflow.steps.drain(map.at as usize - 1..=map.at as usize);
+        for st in workflow.stages.iter_mut().filter(|st| st.start > map.at) {
+            st.start -= 2;
+        }
+    }
     for stage in std::mem::take(&mut workflow.stages).iter().rev() {
         workflow.steps.drain(stage.start as usize..stage.end() as usize);
     }
@@ -439,8 +496,9 @@ impl Swarm {
         });
         // Most seeds with a stage have its branches refused more often than other steps,
         // from a side generator again: a refusal mid-stage is where branches race a give-up.
-        let staged =
-            !generated.stages.is_empty() || publish.as_ref().is_some_and(|p| !p.workflow.stages.is_empty());
+        // Map steps' items too: a refusal mid-map is where items race a give-up.
+        let fans_out = |w: &Workflow| !w.stages.is_empty() || !w.maps.is_empty();
+        let staged = fans_out(&generated) || publish.as_ref().is_some_and(|p| fans_out(&p.workflow));
         let mut side = fastrand::Rng::with_seed(rng.get_seed() ^ STAGE_FAULT_SALT);
         if staged && side.u8(..4) > 0 {
             faults.branch_refusal = pick(&mut side, 0.05, 0.3);
@@ -504,7 +562,7 @@ impl Swarm {
             .iter()
             .filter(|w| self.workflows.contains(&w.name.as_str()))
             .flat_map(|w| w.steps.iter().filter(|s| !s.is_timer()).map(|s| s.agent.as_str()))
-            .filter(|a| !branches.contains(a))
+            .filter(|a| !branches.contains(a) && *a != MAP_AGENT)
             .collect();
         let candidates: Vec<&str> = used.into_iter().collect();
         if candidates.is_empty() {

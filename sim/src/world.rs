@@ -183,8 +183,8 @@ pub struct World {
     pub sweeps_cut_short: Vec<u64>,
     /// Faults injected, by kind.
     pub fault_counts: BTreeMap<&'static str, u64>,
-    /// The names of the branches of the run's parallel stages, whose service refuses them
-    /// at `Faults::branch_refusal`.
+    /// The names of the branches of the run's parallel stages and of its map steps, whose
+    /// service refuses them at `Faults::branch_refusal`.
     pub stage_branches: std::collections::BTreeSet<String>,
 }
 

@@ -191,6 +191,27 @@ fn undoing_every_branch_of_a_stage_is_caught() {
     );
 }
 
+/// A map that dispatches one item more than its cap (issue 39).
+#[test]
+fn a_map_over_its_cap_is_caught() {
+    let found = caught(Mutation::MapOverCap);
+    assert!(found.contains_key(&Invariant::MapCapHeld), "no map was found over its cap: {found:?}");
+}
+
+/// A map's items under one key: the remote answers every item with the first one's effect.
+#[test]
+fn items_sharing_a_key_are_caught() {
+    let found = caught(Mutation::ItemKeysShared);
+    assert!(found.contains_key(&Invariant::MapItemOnce), "no item was found without its own key: {found:?}");
+}
+
+/// Undoing a map's refused items, which had no effect to undo.
+#[test]
+fn undoing_refused_items_is_caught() {
+    let found = caught(Mutation::UndoRefusedItems);
+    assert!(found.contains_key(&Invariant::MapUndoExact), "no refused item was found undone: {found:?}");
+}
+
 /// A gate written whatever its stored revision (issue 27): two schedulers that read the
 /// same last free place both take it, and the remote sees more calls at once, or in one
 /// second, than its agent's limits allow.
@@ -352,6 +373,9 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::ByHandUnrecorded,
             Mutation::StoreWaitShort,
             Mutation::GateChangesFromRead,
+            Mutation::MapOverCap,
+            Mutation::ItemKeysShared,
+            Mutation::UndoRefusedItems,
         ]
         .iter()
         .all(|m| !m.is_on())

@@ -50,10 +50,13 @@ pub enum Invariant {
     ThrottleBudget,
     HeartbeatsKept,
     StoreWaitUncounted,
+    MapCapHeld,
+    MapItemOnce,
+    MapUndoExact,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 38] = [
+    pub const ALL: [Invariant; 41] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -92,6 +95,9 @@ impl Invariant {
         Invariant::ThrottleBudget,
         Invariant::HeartbeatsKept,
         Invariant::StoreWaitUncounted,
+        Invariant::MapCapHeld,
+        Invariant::MapItemOnce,
+        Invariant::MapUndoExact,
     ];
 
     /// The invariant in words (docs/ARCHITECTURE.md, "What every run checks", lists them).
@@ -167,6 +173,13 @@ impl Invariant {
             }
             Invariant::HeartbeatsKept => {
                 "a party that heartbeats at least every interval is never lapsed, and a heartbeating step is written at most once per floor"
+            }
+            Invariant::MapCapHeld => "a map step never has more than its max_concurrency items in flight",
+            Invariant::MapItemOnce => {
+                "each item of a map step is called under its own key, and a map goes on only once every item it did not tolerate as refused took effect"
+            }
+            Invariant::MapUndoExact => {
+                "undoing a map step compensates exactly its items that may have taken effect, each after its effect, newest first"
             }
             Invariant::StoreWaitUncounted => {
                 "a claim the state store throttled counts no failure and moves the task's deadline past the longest backoff its Schedule waits"

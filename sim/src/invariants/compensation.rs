@@ -43,7 +43,7 @@ pub(super) fn stage_undo_exact(
         let Some(before) = &w.before else { continue };
         let after = &w.after;
         if let Some(branches) = dispatched_branches(w) {
-            for b in branches {
+            for b in branches.into_iter().filter(|b| workflow.stage_of(*b).is_some()) {
                 seen.insert(b, Seen { dispatched: true, refused: false, undone: 0 });
             }
         }
@@ -114,6 +114,10 @@ pub(super) fn compensated_in_the_records(
 ) {
     let id = &task.order_id;
     let Ran { claimed_do, done, undone, .. } = ran;
+    // A map's items are undone one by one at its step: one step of the walk down.
+    let mut undone = undone.clone();
+    undone.dedup_by(|a, b| a == b && workflow.map_at(*a).is_some());
+    let undone = &undone;
     if undone.windows(2).any(|p| p[0] <= p[1]) {
         add(Invariant::Compensation, format!("order {id}: compensations in order {undone:?}"));
     }
@@ -126,7 +130,9 @@ pub(super) fn compensated_in_the_records(
         }
     }
     if task.state() == ProcessState::Compensated {
-        for step in done.iter().filter(|s| workflow.step(**s).is_some_and(|d| d.compensation.is_some())) {
+        // A map's items are undone item by item, only those that took effect (`maps.rs`).
+        let compensable = |s: &&u32| workflow.step(**s).is_some_and(|d| d.compensation.is_some());
+        for step in done.iter().filter(compensable).filter(|s| workflow.map_at(**s).is_none()) {
             if !undone.contains(step) {
                 add(
                     Invariant::Compensation,

@@ -44,6 +44,8 @@ pub(super) fn failures_within_budget(
         && let Some(run) = after.stage()
     {
         for (step, b) in run.each() {
+            // A map's items all run its one step, under its budget.
+            let step = if run.map { run.at } else { step };
             let own = wf.max_failures(step, r.policy.failure_threshold);
             if b.failures > own {
                 add(
@@ -64,9 +66,23 @@ pub(super) fn failures_within_budget(
             ),
         );
     }
-    let operator = matches!(after.last_cause, Cause::Operator { .. });
+    // An operator's action gives the step a fresh budget; so does each item's undo of a map.
+    let item_undone = matches!(after.last_cause, Cause::Succeeded { step, action: Action::Undo }
+        if wf.is_some_and(|wf| wf.map_at(step).is_some()));
+    let operator = matches!(after.last_cause, Cause::Operator { .. }) || item_undone;
     let same_step = after.step == before.step && after.action() == before.action();
+    let map_run = before
+        .stage()
+        .filter(|r| r.map && r.at == before.step && before.state() == ProcessState::Processing);
     match &after.last_cause {
+        Cause::DeadlinePassed { .. } if map_run.is_some() => {
+            if after.failure_count != before.failure_count + 1 {
+                add(Invariant::Failures, format!("order {id}: a lapse moved FailureCount by other than one"));
+            }
+            if let (Some(wf), Some(run)) = (wf, map_run) {
+                map_lapse(r, before, after, wf, run, add);
+            }
+        }
         Cause::DeadlinePassed { .. } if wf.and_then(|wf| running_stage(before, wf)).is_some() => {
             if after.failure_count != before.failure_count + 1 {
                 add(Invariant::Failures, format!("order {id}: a lapse moved FailureCount by other than one"));
@@ -118,6 +134,47 @@ pub(super) fn failures_within_budget(
             Invariant::Failures,
             format!("order {id}: step {} began with {} failures", after.step, after.step_failures),
         );
+    }
+}
+
+/// A lapse of a claimed map counts one failure against each item in flight, against the
+/// step's budget: the map is retried exactly while each is below it. A paused map with no
+/// item in flight counts none against any (the pause stopped it, not a lost reply).
+fn map_lapse(
+    r: &Records,
+    before: &TaskRecord,
+    after: &TaskRecord,
+    wf: &Workflow,
+    run: &sas::domain::StageRun,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    let id = after.order_id.as_str();
+    let own = wf.max_failures(before.step, r.policy.failure_threshold);
+    let out: Vec<(usize, u32)> = (0..run.branches.len())
+        .filter(|i| run.branches[*i].complete_by.is_some())
+        .map(|i| (i, run.branches[i].failures + 1))
+        .collect();
+    let spent = out.iter().any(|(_, used)| *used >= own);
+    let retried = after.state() == ProcessState::Pending;
+    if retried == spent {
+        add(
+            Invariant::Failures,
+            format!("order {id}: a lapse of a map (items' lapses {out:?}, budget {own}) went to {:?}", after.state()),
+        );
+    }
+    if retried {
+        let now = |i: usize| after.stage().and_then(|r| r.branches.get(i)).map_or(0, |b| b.failures);
+        for (i, used) in &out {
+            if now(*i) != *used {
+                add(
+                    Invariant::Failures,
+                    format!("order {id}: a retry of a map counted {} failures of item {i}, not {used}", now(*i)),
+                );
+            }
+        }
+        if out.is_empty() && after.step_failures != before.step_failures {
+            add(Invariant::Failures, format!("order {id}: a paused map's lapse counted step failures"));
+        }
     }
 }
 

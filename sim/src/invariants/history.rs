@@ -59,7 +59,8 @@ impl Ran {
                 },
                 Cause::Succeeded { step, action: Action::Do }
                 | Cause::Woke { step, .. }
-                | Cause::Completed { step } => {
+                | Cause::Completed { step }
+                | Cause::NoItems { step } => {
                     ran.done.insert(*step);
                 }
                 Cause::Succeeded { step, action: Action::Undo } => ran.undone.push(*step),
@@ -78,6 +79,10 @@ impl Ran {
 pub fn dispatched_branches(w: &WriteRecord) -> Option<Vec<u32>> {
     let Cause::Claimed { step, action: Action::Do } = w.after.last_cause else { return None };
     let run = w.after.stage().filter(|run| run.at == step)?;
+    // A map's items all run its one step.
+    if run.map {
+        return Some(vec![step]);
+    }
     let was =
         |i: u32| w.before.as_ref().and_then(|b| b.stage()).filter(|r| r.at == step).and_then(|r| r.branch(i));
     Some(

@@ -16,12 +16,14 @@
 //! - `compensation.rs`: compensation in the records and at the remote, stages exactly.
 //! - `remote.rs`: the remote's ledger against the final states, its keys, its limits.
 //! - `outputs.rs`: what each call was handed and called as, against the pinned version.
+//! - `maps.rs`: map steps: the cap, each item's own key and effect, and their exact undo.
 
 mod catalogue;
 mod compensation;
 mod failures;
 mod fences;
 mod history;
+mod maps;
 mod outputs;
 mod remote;
 mod tasks;

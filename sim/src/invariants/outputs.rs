@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use sas::domain::{Action, OrderId, Workflow, idempotency_key};
+use sas::domain::{Action, OrderId, Workflow, idempotency_key, item_key};
 
 use super::catalogue::Invariant;
 use crate::ledger::Ledger;
@@ -30,6 +30,18 @@ pub(super) fn check_outputs_and_pins(
         (output.len() <= sas::domain::MAX_OUTPUT_BYTES).then_some(output.as_str())
     };
     let is_callback = |step: u32| workflow.step(step).is_some_and(|s| s.is_callback());
+    // A map's outputs are kept under its name, as one array (`map_output`).
+    let name_at = |step: u32| match workflow.map_at(step) {
+        Some(map) => map.name.as_str(),
+        None => workflow.steps[step as usize].name.as_str(),
+    };
+    let expected = |step: u32| -> Option<String> {
+        match workflow.map_at(step) {
+            Some(_) => map_output(ledger, id, workflow, step),
+            None => kept(step).map(str::to_owned),
+        }
+    };
+    check_item_calls(ledger, id, workflow, &kept, add);
     let called =
         |step: u32, action: Action| ledger.keys.contains_key(&(id.as_str().to_owned(), step, action));
     for step in 0..=workflow.len() {
@@ -71,7 +83,7 @@ pub(super) fn check_outputs_and_pins(
                 let got: BTreeMap<String, serde_json::Value> =
                     serde_json::from_str(handed).unwrap_or_default();
                 for name in got.keys() {
-                    let position = workflow.steps.iter().position(|s| &s.name == name);
+                    let position = (0..workflow.len()).position(|s| name_at(s) == name);
                     if position.is_none_or(|p| p as u32 >= upto) {
                         add(
                             Invariant::Outputs,
@@ -80,7 +92,7 @@ pub(super) fn check_outputs_and_pins(
                     }
                 }
                 for below in 0..upto {
-                    let name = &workflow.steps[below as usize].name;
+                    let name = name_at(below);
                     // Every step before this one's stage was answered for good before it
                     // ran; the undone step's own answer (and its siblings') is known once
                     // the task went past its stage.
@@ -99,7 +111,7 @@ pub(super) fn check_outputs_and_pins(
                         );
                         continue;
                     }
-                    match (handed, kept(below)) {
+                    match (handed, expected(below).as_deref()) {
                         (Some(g), Some(w)) if g != w => add(
                             Invariant::Outputs,
                             format!("order {id}: step {step} {action:?} handed {name}'s output {g}, not {w}"),
@@ -116,6 +128,103 @@ pub(super) fn check_outputs_and_pins(
                         ),
                         _ => {}
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The items of map step `at` for order `id`, as the service's answers listed them.
+fn map_items(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32) -> Option<usize> {
+    let path = workflow.map_at(at)?.items_path().ok()?;
+    let step = workflow.step_named(path.step()?)?;
+    let mut outputs = sas::domain::Outputs::new();
+    let answer: serde_json::Value = serde_json::from_str(ledger.answer(&idempotency_key(id, step, Action::Do).0)).ok()?;
+    outputs.insert(path.step()?.to_owned(), sas::domain::StepOutput::from_value(&answer).ok()?);
+    path.resolve(|| serde_json::Value::Null, &outputs).ok().map(|items| items.len())
+}
+
+/// What a finished map keeps under its name: each item's answer in item order, `null` for
+/// one that answered none (or was refused), as compact JSON.
+fn map_output(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32) -> Option<String> {
+    let n = map_items(ledger, id, workflow, at)?;
+    let items: Vec<String> = (0..n as u32)
+        .map(|i| {
+            let answer = ledger.answer(&item_key(id, at, i, false).0);
+            if answer.is_empty() { "null".to_owned() } else { answer.to_owned() }
+        })
+        .collect();
+    let text = format!("[{}]", items.join(","));
+    // As the request carries it: parsed, so its objects' fields in order.
+    serde_json::from_str::<serde_json::Value>(&text).ok().map(|v| v.to_string())
+}
+
+/// Every call of a map's item: named as the pinned version's step (or compensation), under
+/// a key of an item the map has, and handed the outputs of the steps before the map (a
+/// compensation also the item's own answer, under the step's name).
+fn check_item_calls<'l>(
+    ledger: &'l Ledger,
+    id: &OrderId,
+    workflow: &Workflow,
+    kept: &impl Fn(u32) -> Option<&'l str>,
+    add: &mut impl FnMut(Invariant, String),
+) {
+    for map in &workflow.maps {
+        let Some(def) = workflow.step(map.at) else { continue };
+        let prefix = format!("{id}:{}.", map.at);
+        let n = map_items(ledger, id, workflow, map.at);
+        for (key, names) in ledger.called_as.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+            let Some((index, action)) = key[prefix.len()..].split_once(':').and_then(|(i, a)| {
+                let action = match a {
+                    "do" => Action::Do,
+                    "undo" => Action::Undo,
+                    _ => return None,
+                };
+                Some((i.parse::<u32>().ok()?, action))
+            }) else {
+                add(Invariant::Idempotency, format!("order {id}: map {} called under key {key}", map.name));
+                continue;
+            };
+            if n.is_some_and(|n| index as usize >= n) {
+                add(Invariant::Idempotency, format!("order {id}: map {} called for item {index} of {n:?}", map.name));
+            }
+            let want = match action {
+                Action::Do => Some(def.name.as_str()),
+                Action::Undo => def.compensation.as_deref(),
+            };
+            for (agent, name) in names {
+                if agent != &def.agent || Some(name.as_str()) != want {
+                    add(
+                        Invariant::Pinned,
+                        format!("order {id}: item {index} of map {} {action:?} called as {agent}/{name}", map.name),
+                    );
+                }
+            }
+            for handed in ledger.handed.get(key).into_iter().flatten() {
+                let got: BTreeMap<String, serde_json::Value> = serde_json::from_str(handed).unwrap_or_default();
+                for below in 0..map.at {
+                    let name = &workflow.steps[below as usize].name;
+                    if workflow.step(below).is_some_and(|s| s.is_callback()) || workflow.map_at(below).is_some() {
+                        continue;
+                    }
+                    let g = got.get(name).map(|v| v.to_string());
+                    if g.as_deref() != kept(below) {
+                        add(
+                            Invariant::Outputs,
+                            format!("order {id}: item {index} of map {} {action:?} handed {name}'s output {g:?}, not {:?}", map.name, kept(below)),
+                        );
+                    }
+                }
+                let own = ledger.answer(&item_key(id, map.at, index, false).0);
+                let got_own = got.get(&def.name).map(|v| v.to_string());
+                // A compensation gets the item's own output when its success was heard: not
+                // when the item was given up in doubt.
+                let want_own = (action == Action::Undo && !own.is_empty()).then_some(own);
+                if got_own.is_some() && got_own.as_deref() != want_own {
+                    add(
+                        Invariant::Outputs,
+                        format!("order {id}: item {index} of map {} {action:?} handed its own output {got_own:?}, not {want_own:?}", map.name),
+                    );
                 }
             }
         }

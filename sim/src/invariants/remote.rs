@@ -22,7 +22,9 @@ pub(super) fn remote_agrees(
 ) {
     let id = &task.order_id;
     // A timer step calls no remote service: the ledger has nothing of it.
-    for (step, def) in (0..workflow.len()).zip(&workflow.steps).filter(|(_, d)| !d.is_timer()) {
+    // A map's items are judged item by item (`maps.rs`).
+    let steps = (0..workflow.len()).zip(&workflow.steps);
+    for (step, def) in steps.filter(|(s, d)| !d.is_timer() && workflow.map_at(*s).is_none()) {
         let done = applied(r.ledger, id, step, Action::Do);
         let undone = applied(r.ledger, id, step, Action::Undo);
         match task.state() {
@@ -61,6 +63,10 @@ pub(super) fn remote_agrees(
 /// The remote side: one key per step and action, each effect applied at most once.
 pub(super) fn one_key_per_step_applied_once(ledger: &Ledger, add: &mut impl FnMut(Invariant, String)) {
     for ((order, step, action), keys) in &ledger.keys {
+        // A map's items' keys are judged with their map (`maps.rs`).
+        if keys.iter().all(|k| super::maps::item_of(k, order, *step).is_some()) {
+            continue;
+        }
         let want = OrderId::parse(order).map(|oid| idempotency_key(&oid, *step, *action).0);
         if keys.len() != 1 || want.is_err() || !keys.contains(want.as_ref().unwrap_or(&String::new())) {
             add(

@@ -13,6 +13,7 @@ use super::compensation::{
     compensated_at_the_remote, compensated_in_the_records, pivot_goes_forward, stage_undo_exact,
 };
 use super::history::{Ran, declined, remote_effects};
+use super::maps::check_maps;
 use super::outputs::check_outputs_and_pins;
 use super::remote::remote_agrees;
 use super::transitions::infer_trigger;
@@ -48,7 +49,9 @@ pub(super) fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) 
         terminal_once(task, &ran, add);
         alerted(r, task, workflow, history, add);
         compensated_in_the_records(task, workflow, &ran, add);
-        let effects = remote_effects(r.ledger, id);
+        // A map's items are judged item by item (`maps.rs`).
+        let effects: Vec<_> =
+            remote_effects(r.ledger, id).into_iter().filter(|(s, _)| workflow.map_at(*s).is_none()).collect();
         compensated_at_the_remote(id, &effects, add);
         let declined = declined(history);
         pivot_goes_forward(r.ledger, id, workflow, &effects, &declined, add);
@@ -63,6 +66,7 @@ pub(super) fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) 
         }
         check_outputs_and_pins(r.ledger, id, workflow, add);
         remote_agrees(r, task, workflow, &declined, add);
+        check_maps(r.ledger, task, workflow, history, add);
     }
 }
 

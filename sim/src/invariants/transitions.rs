@@ -35,8 +35,14 @@ fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool 
             })
         })
     };
+    // At a pivot map, an item dispatched and not refused.
+    let pivot_item_in_doubt = || {
+        wf.step(before.step).is_some_and(|s| s.is_pivot())
+            && after.stage().is_some_and(|run| run.map && run.branches.iter().any(|b| b.may_have_taken_effect()))
+    };
     let current_in_doubt = match wf.stage_at(before.step) {
         Some(_) => pivot_branch_in_doubt(),
+        None if wf.map_at(before.step).is_some() => pivot_item_in_doubt(),
         None => in_doubt && wf.step(before.step).is_some_and(|s| s.kind() == StepKind::Pivot),
     };
     before.action() == Action::Do && (redoing || wf.pivot_before(before.step).is_some() || current_in_doubt)
@@ -61,8 +67,8 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
         Cause::Heartbeat { .. } => Trigger::Heartbeat,
         Cause::Queued { .. } => Trigger::Queued,
         Cause::Throttled { .. } | Cause::StoreThrottled { .. } => Trigger::Throttled,
-        Cause::Completed { .. } if after.state() == Processed => Trigger::Finished,
-        Cause::Completed { .. } => Trigger::Advanced,
+        Cause::Completed { .. } | Cause::NoItems { .. } if after.state() == Processed => Trigger::Finished,
+        Cause::Completed { .. } | Cause::NoItems { .. } => Trigger::Advanced,
         Cause::Operator { act, .. } => match (act, after.state()) {
             (sas::domain::Act::Resubmit { .. }, _) => Trigger::Resubmit,
             (sas::domain::Act::Compensate, _) => Trigger::OperatorUndo,
@@ -78,6 +84,8 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
             (Compensating, Compensating) => Trigger::Retry,
             (_, Compensating) => Trigger::Undo,
             (_, Pending) => Trigger::Retry,
+            // A map's item refused within its tolerance: the map goes on.
+            (Processing, Processing) if matches!(after.last_cause, Cause::Failed { .. }) => Trigger::BranchDone,
             _ => return None,
         },
     })

@@ -204,11 +204,15 @@ fn one_live_lease(before: &TaskRecord, after: &TaskRecord, add: &mut impl FnMut(
             ),
         );
     }
-    if matches!(after.last_cause, Cause::Claimed { .. }) {
+    // A map's items are dispatched by replies and a resume too; an undo's run of a finished
+    // map is rebuilt from its outputs, dispatching nothing.
+    let forward = after.action() == Action::Do;
+    if matches!(after.last_cause, Cause::Claimed { .. }) || (run.map && forward) {
         let mut seen = BTreeSet::new();
-        for (step, b) in run.each() {
-            let was = before.stage().filter(|r| r.at == run.at).and_then(|r| r.branch(step));
-            let dispatched = b.dispatches > was.map_or(0, |w| w.dispatches);
+        let was_run = before.stage().filter(|r| r.at == run.at && r.map == run.map);
+        for ((step, b), i) in run.each().zip(0usize..) {
+            let was = was_run.and_then(|r| r.branches.get(i));
+            let dispatched = forward && b.dispatches > was.map_or(0, |w| w.dispatches);
             if dispatched && (b.attempt <= before.attempt || !seen.insert(b.attempt)) {
                 add(
                     Invariant::OneLease,

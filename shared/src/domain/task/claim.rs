@@ -180,7 +180,7 @@ impl Draft {
                     Ok(items) if items.is_empty() => {
                         let mut done = self.clone();
                         done.stage = Some(StageRun::for_map(self.step, 0));
-                        return done.map_done(map, now, cause, wf, policy);
+                        return done.map_done(map, now, Cause::NoItems { step: self.step }, wf, policy);
                     }
                     Ok(items) => StageRun::for_map(self.step, items.len()),
                     Err(why) => {

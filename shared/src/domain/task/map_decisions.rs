@@ -192,7 +192,7 @@ fn a_paused_map_sends_no_new_item_until_resumed() {
     assert_eq!(items_of(&d), [2, 3]);
     // Left paused past its deadline with nothing out, it waits for the resume, no failure counted.
     let d = lapse(&t, &wf, 0);
-    assert_eq!((d.trigger, d.next.state(), d.next.failure_count), (Trigger::Retry, ProcessState::Pending, 0));
+    assert_eq!((d.trigger, d.next.state(), d.next.step_failures), (Trigger::Retry, ProcessState::Pending, 0));
     assert!(d.next.parked());
 }
 

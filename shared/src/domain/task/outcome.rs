@@ -89,6 +89,10 @@ pub enum Cause {
     Completed {
         step: u32,
     },
+    /// A map step's list of items was empty: it is done, with nothing dispatched.
+    NoItems {
+        step: u32,
+    },
     /// The step's agent had no room: the task waits with `ticket` in its gate.
     Queued {
         step: u32,
@@ -277,6 +281,7 @@ impl Cause {
             | Cause::Started { step }
             | Cause::Heartbeat { step }
             | Cause::Completed { step }
+            | Cause::NoItems { step }
             | Cause::Queued { step, .. }
             | Cause::Throttled { step, .. }
             | Cause::StoreThrottled { step, .. }

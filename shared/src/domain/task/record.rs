@@ -251,10 +251,11 @@ impl TaskRecord {
     /// Item `index`'s output: from the map's run while it has one, else from the array
     /// kept under the map's name once it finished.
     pub fn item_output(&self, wf: &Workflow, step: u32, index: u32) -> Option<serde_json::Value> {
-        if let Some(b) = self.stage().and_then(|run| run.slot(step, Some(index))) {
-            return b.output.as_ref().map(|o| o.to_value());
+        if let Some(output) = self.stage().and_then(|run| run.slot(step, Some(index))).and_then(|b| b.output.as_ref()) {
+            return Some(output.to_value());
         }
         let map = wf.map_at(step)?;
+        // A run rebuilt for an undo keeps no outputs: the finished map's array has them.
         match self.outputs.get(&map.name)?.to_value() {
             serde_json::Value::Array(mut items) if (index as usize) < items.len() => {
                 Some(items.swap_remove(index as usize)).filter(|v| !v.is_null())

@@ -51,11 +51,16 @@ impl Draft {
         {
             return self.lapse_items(run.clone(), now, wf, policy, jitter);
         }
-        if self.paused && self.locked_by.is_some() && self.stage.as_ref().is_some_and(|r| r.map) {
+        if self.paused
+            && self.state == ProcessState::Processing
+            && self.stage.as_ref().is_some_and(|r| r.map && r.at == self.step)
+        {
             // A paused map whose last items in flight answered: the pause stopped it, not a
             // lost reply, so no failure is counted; it waits for its resume, parked.
+            // FailureCount counts every lapse; no budget is spent.
             let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
-            let next = self.moved(Trigger::Retry, now, cause)?.waiting(now, 0, policy);
+            let mut next = self.moved(Trigger::Retry, now, cause)?.waiting(now, 0, policy);
+            next.failure_count += 1;
             return Ok(Decision { trigger: Trigger::Retry, next, effects: Vec::new() });
         }
         let cause = Cause::DeadlinePassed { step: self.step, state: self.state };

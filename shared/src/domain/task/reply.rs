@@ -315,7 +315,9 @@ impl Draft {
         policy: &Policy,
     ) -> Result<Decision<Draft>, Refusal> {
         if self.stage.as_ref().is_some_and(|r| r.all_settled()) {
-            return self.map_done(map, now, cause, wf, policy);
+            // The map as a whole succeeded, whatever its last item's answer was.
+            let done = Cause::Succeeded { step: self.step, action: Action::Do };
+            return self.map_done(map, now, done, wf, policy);
         }
         let mut next = self.moved(Trigger::BranchDone, now, cause)?;
         let effects = if next.paused { Vec::new() } else { next.dispatch_items(map, now, wf, policy) };
