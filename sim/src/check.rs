@@ -43,7 +43,16 @@ pub fn map_coverage(run: &Outcome) -> BTreeMap<&'static str, u64> {
         if let Some(run) = started.filter(|_| after.action() == Action::Do) {
             count("maps", 1);
             count("items", run.branches.len() as u64);
-            count(if run.branches.len() == 1 { "one" } else if run.branches.len() >= 100 { "hundreds" } else { "few" }, 1);
+            count(
+                if run.branches.len() == 1 {
+                    "one"
+                } else if run.branches.len() >= 100 {
+                    "hundreds"
+                } else {
+                    "few"
+                },
+                1,
+            );
         }
         if matches!(after.last_cause, Cause::NoItems { .. }) {
             count("maps", 1);
@@ -65,8 +74,14 @@ pub fn map_coverage(run: &Outcome) -> BTreeMap<&'static str, u64> {
             }
             _ => {}
         }
-        let at_map = before.stage().is_some_and(|r| r.map && r.at == before.step) && before.action() == Action::Do;
-        if at_map && matches!(after.state(), ProcessState::Compensating | ProcessState::Compensated | ProcessState::Error) {
+        let at_map =
+            before.stage().is_some_and(|r| r.map && r.at == before.step) && before.action() == Action::Do;
+        if at_map
+            && matches!(
+                after.state(),
+                ProcessState::Compensating | ProcessState::Compensated | ProcessState::Error
+            )
+        {
             *seen.entry("stopped").or_default() += 1;
         }
     }
@@ -422,7 +437,9 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 // A map item's reply: fenced on its own dispatch under the map's lease. The
                 // last item's answer ends the map as a whole, a success even when it was a
                 // tolerated refusal.
-                if let Some(map) = wf.and_then(|wf| wf.map_at(reply.step)).filter(|_| reply.action == Action::Do) {
+                if let Some(map) =
+                    wf.and_then(|wf| wf.map_at(reply.step)).filter(|_| reply.action == Action::Do)
+                {
                     let item = before
                         .stage()
                         .filter(|r| r.map && r.at == reply.step)
@@ -433,12 +450,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                         && before.state() == ProcessState::Processing
                         && before.step == reply.step
                         && item.is_some_and(|b| {
-                            b.attempt == reply.attempt && b.complete_by.is_some_and(|cb| after.updated_at <= cb)
+                            b.attempt == reply.attempt
+                                && b.complete_by.is_some_and(|cb| after.updated_at <= cb)
                         })
                         && step == reply.step
                         && action == reply.action
                         && (went_on
-                            || succeeded == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded { .. }));
+                            || succeeded
+                                == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded { .. }));
                     if !live {
                         add(
                             Invariant::Fenced,

@@ -47,7 +47,9 @@ impl ItemsPath {
             return Ok(ItemsPath::OrderItems);
         }
         let usage = || {
-            format!("{text:?} is not an items path: write \"$.order.items\" or \"$.steps.<step>.output\" and field names")
+            format!(
+                "{text:?} is not an items path: write \"$.order.items\" or \"$.steps.<step>.output\" and field names"
+            )
         };
         let rest = text.strip_prefix("$.steps.").ok_or_else(usage)?;
         let mut parts = rest.split('.');
@@ -71,7 +73,11 @@ impl ItemsPath {
     }
 
     /// The items: `order_items` is the order's lines as JSON.
-    pub fn resolve(&self, order_items: impl FnOnce() -> Value, outputs: &Outputs) -> Result<Vec<Value>, ItemsError> {
+    pub fn resolve(
+        &self,
+        order_items: impl FnOnce() -> Value,
+        outputs: &Outputs,
+    ) -> Result<Vec<Value>, ItemsError> {
         let value = match self {
             ItemsPath::OrderItems => order_items(),
             ItemsPath::Output { step, fields } => {
@@ -153,7 +159,9 @@ mod tests {
         assert_eq!(lines, ItemsPath::Output { step: "quote".into(), fields: vec!["lines".into()] });
         assert_eq!(lines.to_string(), "$.steps.quote.output.lines");
         assert_eq!(ItemsPath::parse("$.steps.quote.output").unwrap().step(), Some("quote"));
-        for bad in ["$.order.lines", "$.steps..output", "$.steps.q.outputs", "$.steps.q.output..x", "order.items"] {
+        for bad in
+            ["$.order.lines", "$.steps..output", "$.steps.q.outputs", "$.steps.q.output..x", "order.items"]
+        {
             assert!(ItemsPath::parse(bad).unwrap_err().contains("is not an items path"), "{bad}");
         }
     }
@@ -161,14 +169,21 @@ mod tests {
     #[test]
     fn items_are_read_from_the_order_or_a_kept_output_and_must_be_an_array() {
         let mut outputs = Outputs::new();
-        let kept = |text: &str| crate::domain::StepOutput::from_value(&serde_json::from_str(text).unwrap()).unwrap();
+        let kept =
+            |text: &str| crate::domain::StepOutput::from_value(&serde_json::from_str(text).unwrap()).unwrap();
         outputs.insert("quote".into(), kept(r#"{"lines": [1, {"a": 2}], "n": 3}"#));
         let order = || serde_json::json!([{"sku": "a", "quantity": 1}]);
         assert_eq!(ItemsPath::OrderItems.resolve(order, &outputs).unwrap().len(), 1);
         let lines = ItemsPath::parse("$.steps.quote.output.lines").unwrap();
-        assert_eq!(lines.resolve(order, &outputs).unwrap(), [serde_json::json!(1), serde_json::json!({"a": 2})]);
+        assert_eq!(
+            lines.resolve(order, &outputs).unwrap(),
+            [serde_json::json!(1), serde_json::json!({"a": 2})]
+        );
         let n = ItemsPath::parse("$.steps.quote.output.n").unwrap();
-        assert_eq!(n.resolve(order, &outputs), Err(ItemsError::NotAnArray { path: "$.steps.quote.output.n".into() }));
+        assert_eq!(
+            n.resolve(order, &outputs),
+            Err(ItemsError::NotAnArray { path: "$.steps.quote.output.n".into() })
+        );
         let gone = ItemsPath::parse("$.steps.other.output").unwrap();
         assert_eq!(gone.resolve(order, &outputs), Err(ItemsError::NoOutput("other".into())));
         outputs.insert("big".into(), kept(&format!("[{}]", vec!["1"; MAX_MAP_ITEMS + 1].join(","))));

@@ -670,9 +670,12 @@ impl AgentRequest {
                 let undo = self.action == super::workflow::Action::Undo;
                 self.idempotency_key == super::map::item_key(&self.order_id, self.step, index, undo)
             }
-            (None, None) => {
-                super::workflow::is_idempotency_key(&self.idempotency_key, &self.order_id, self.step, self.action)
-            }
+            (None, None) => super::workflow::is_idempotency_key(
+                &self.idempotency_key,
+                &self.order_id,
+                self.step,
+                self.action,
+            ),
             (Some(_), None) => {
                 let why = "names no item, and the step is a map's";
                 return Err(RequestMismatch::Item { workflow: workflow.name.clone(), step: self.step, why });

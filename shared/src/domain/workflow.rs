@@ -409,7 +409,8 @@ impl From<Workflow> for WorkflowText {
         let mut at = 0u32;
         let mut steps = wf.steps.into_iter();
         let mut stages = wf.stages.iter().peekable();
-        let empty = |s: &Stage| Entry::Parallel { parallel: StageText { name: s.name.clone(), steps: Vec::new() } };
+        let empty =
+            |s: &Stage| Entry::Parallel { parallel: StageText { name: s.name.clone(), steps: Vec::new() } };
         while let Some(step) = steps.next() {
             while let Some(stage) = stages.next_if(|s| s.start == at && s.len == 0) {
                 entries.push(empty(stage));
@@ -558,8 +559,11 @@ impl Workflows {
             "a parallel stage has at least two branches, each an agent step without a timer or callback"
         );
         assert!(
-            all.iter().all(|w| w.maps.iter().all(|m| m.max_concurrency >= 1
-                && w.step(m.at).is_some_and(|s| !s.is_timer() && !s.is_callback()))),
+            all.iter().all(|w| w
+                .maps
+                .iter()
+                .all(|m| m.max_concurrency >= 1
+                    && w.step(m.at).is_some_and(|s| !s.is_timer() && !s.is_callback()))),
             "a map's step is an agent step without a timer or callback, and its cap is at least one"
         );
         Workflows { all: all.into() }

@@ -303,7 +303,9 @@ fn agent_request<'s>(
         lease,
         complete_by,
         idempotency_key: match index {
-            Some(i) => crate::domain::item_key(&task.order_id, step, i, action == crate::domain::Action::Undo),
+            Some(i) => {
+                crate::domain::item_key(&task.order_id, step, i, action == crate::domain::Action::Undo)
+            }
             None => idempotency_key(&task.order_id, step, action),
         },
         order: (*task.order).clone(),
@@ -368,7 +370,9 @@ fn outputs_for(
     };
     // A map's outputs are kept under its name, not its step's.
     let mut names: Vec<&str> = (0..upto)
-        .filter_map(|i| workflow.map_at(i).map(|m| m.name.as_str()).or(workflow.step(i).map(|s| s.name.as_str())))
+        .filter_map(|i| {
+            workflow.map_at(i).map(|m| m.name.as_str()).or(workflow.step(i).map(|s| s.name.as_str()))
+        })
         .collect();
     if crate::mutations::forget_outputs() && action == crate::domain::Action::Do {
         names = names.split_off(names.len().saturating_sub(1));

@@ -71,9 +71,8 @@ pub(super) fn failures_within_budget(
         if wf.is_some_and(|wf| wf.map_at(step).is_some()));
     let operator = matches!(after.last_cause, Cause::Operator { .. }) || item_undone;
     let same_step = after.step == before.step && after.action() == before.action();
-    let map_run = before
-        .stage()
-        .filter(|r| r.map && r.at == before.step && before.state() == ProcessState::Processing);
+    let map_run =
+        before.stage().filter(|r| r.map && r.at == before.step && before.state() == ProcessState::Processing);
     match &after.last_cause {
         Cause::DeadlinePassed { .. } if map_run.is_some() => {
             if after.failure_count != before.failure_count + 1 {
@@ -159,7 +158,10 @@ fn map_lapse(
     if retried == spent {
         add(
             Invariant::Failures,
-            format!("order {id}: a lapse of a map (items' lapses {out:?}, budget {own}) went to {:?}", after.state()),
+            format!(
+                "order {id}: a lapse of a map (items' lapses {out:?}, budget {own}) went to {:?}",
+                after.state()
+            ),
         );
     }
     if retried {
@@ -168,7 +170,10 @@ fn map_lapse(
             if now(*i) != *used {
                 add(
                     Invariant::Failures,
-                    format!("order {id}: a retry of a map counted {} failures of item {i}, not {used}", now(*i)),
+                    format!(
+                        "order {id}: a retry of a map counted {} failures of item {i}, not {used}",
+                        now(*i)
+                    ),
                 );
             }
         }

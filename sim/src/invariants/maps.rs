@@ -23,7 +23,9 @@ pub(super) fn item_of(key: &str, id: &str, at: u32) -> Option<(u32, Action)> {
         "undo" => Action::Undo,
         _ => return None,
     };
-    let canonical = !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) && (index == "0" || !index.starts_with('0'));
+    let canonical = !index.is_empty()
+        && index.bytes().all(|b| b.is_ascii_digit())
+        && (index == "0" || !index.starts_with('0'));
     canonical.then(|| index.parse().ok().map(|i| (i, action))).flatten()
 }
 
@@ -43,7 +45,12 @@ pub(super) fn check_maps(
 }
 
 /// No record has more of the map's items in flight than its `max_concurrency`.
-fn cap_held(task: &TaskRecord, map: &MapStep, history: &[&WriteRecord], add: &mut impl FnMut(Invariant, String)) {
+fn cap_held(
+    task: &TaskRecord,
+    map: &MapStep,
+    history: &[&WriteRecord],
+    add: &mut impl FnMut(Invariant, String),
+) {
     for w in history {
         let Some(run) = w.after.stage().filter(|r| r.map && r.at == map.at) else { continue };
         let in_flight = run.branches.iter().filter(|b| b.complete_by.is_some()).count();
@@ -73,7 +80,10 @@ fn items_once(
     for action in [Action::Do, Action::Undo] {
         let Some(keys) = ledger.keys.get(&(id.to_owned(), map.at, action)) else { continue };
         for key in keys.iter().filter(|k| item_of(k, id, map.at) != Some((item_index(k), action))) {
-            add(Invariant::MapItemOnce, format!("order {id}: map {} called under key {key}, not an item's", map.name));
+            add(
+                Invariant::MapItemOnce,
+                format!("order {id}: map {} called under key {key}, not an item's", map.name),
+            );
         }
     }
     // The write that finished the map: forward from its step to the next (or the end).
@@ -94,14 +104,20 @@ fn items_once(
         if !ledger.is_applied(&item_key(&task.order_id, map.at, i, false).0) {
             add(
                 Invariant::MapItemOnce,
-                format!("order {id}: map {} went on, but item {i} of {n} never took effect under its key", map.name),
+                format!(
+                    "order {id}: map {} went on, but item {i} of {n} never took effect under its key",
+                    map.name
+                ),
             );
         }
     }
 }
 
 fn item_index(key: &str) -> u32 {
-    key.rsplit_once(':').and_then(|(head, _)| head.rsplit_once('.')).and_then(|(_, i)| i.parse().ok()).unwrap_or(0)
+    key.rsplit_once(':')
+        .and_then(|(head, _)| head.rsplit_once('.'))
+        .and_then(|(_, i)| i.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Undoing the map, judged from the order's writes (which items were dispatched and which
@@ -160,7 +176,11 @@ fn undo_exact(
                 format!(
                     "order {id}: compensation of item {i} of map {} called, though it {}; history: {}",
                     map.name,
-                    if seen.get(&i).is_some_and(|s| s.dispatched) { "was refused" } else { "was never dispatched" },
+                    if seen.get(&i).is_some_and(|s| s.dispatched) {
+                        "was refused"
+                    } else {
+                        "was never dispatched"
+                    },
                     history_of_writes(history)
                 ),
             );
@@ -168,7 +188,10 @@ fn undo_exact(
         if let Some(at) = settled_at(i, true) {
             undone.push((at, i));
             if settled_at(i, false).is_some_and(|done| done > at) {
-                add(Invariant::MapUndoExact, format!("order {id}: item {i} of map {} took effect after its undo", map.name));
+                add(
+                    Invariant::MapUndoExact,
+                    format!("order {id}: item {i} of map {} took effect after its undo", map.name),
+                );
             }
         }
     }
@@ -183,13 +206,19 @@ fn undo_exact(
         for i in seen.keys().copied().filter(|i| settled_at(*i, false).is_some()) {
             let wrong = match def.kind() {
                 StepKind::Pivot => Some("an item of a pivot map that took effect"),
-                StepKind::Compensable if settled_at(i, true).is_none() => Some("an item that took effect, never undone"),
+                StepKind::Compensable if settled_at(i, true).is_none() => {
+                    Some("an item that took effect, never undone")
+                }
                 _ => None,
             };
             if let Some(wrong) = wrong {
                 add(
                     Invariant::MapUndoExact,
-                    format!("order {id} Compensated with item {i} of map {}: {wrong}; history: {}", map.name, history_of_writes(history)),
+                    format!(
+                        "order {id} Compensated with item {i} of map {}: {wrong}; history: {}",
+                        map.name,
+                        history_of_writes(history)
+                    ),
                 );
             }
         }

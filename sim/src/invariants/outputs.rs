@@ -139,7 +139,8 @@ fn map_items(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32) -> Opt
     let path = workflow.map_at(at)?.items_path().ok()?;
     let step = workflow.step_named(path.step()?)?;
     let mut outputs = sas::domain::Outputs::new();
-    let answer: serde_json::Value = serde_json::from_str(ledger.answer(&idempotency_key(id, step, Action::Do).0)).ok()?;
+    let answer: serde_json::Value =
+        serde_json::from_str(ledger.answer(&idempotency_key(id, step, Action::Do).0)).ok()?;
     outputs.insert(path.step()?.to_owned(), sas::domain::StepOutput::from_value(&answer).ok()?);
     path.resolve(|| serde_json::Value::Null, &outputs).ok().map(|items| items.len())
 }
@@ -173,7 +174,9 @@ fn check_item_calls<'l>(
         let Some(def) = workflow.step(map.at) else { continue };
         let prefix = format!("{id}:{}.", map.at);
         let n = map_items(ledger, id, workflow, map.at);
-        for (key, names) in ledger.called_as.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)) {
+        for (key, names) in
+            ledger.called_as.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix))
+        {
             let Some((index, action)) = key[prefix.len()..].split_once(':').and_then(|(i, a)| {
                 let action = match a {
                     "do" => Action::Do,
@@ -186,7 +189,10 @@ fn check_item_calls<'l>(
                 continue;
             };
             if n.is_some_and(|n| index as usize >= n) {
-                add(Invariant::Idempotency, format!("order {id}: map {} called for item {index} of {n:?}", map.name));
+                add(
+                    Invariant::Idempotency,
+                    format!("order {id}: map {} called for item {index} of {n:?}", map.name),
+                );
             }
             let want = match action {
                 Action::Do => Some(def.name.as_str()),
@@ -196,22 +202,32 @@ fn check_item_calls<'l>(
                 if agent != &def.agent || Some(name.as_str()) != want {
                     add(
                         Invariant::Pinned,
-                        format!("order {id}: item {index} of map {} {action:?} called as {agent}/{name}", map.name),
+                        format!(
+                            "order {id}: item {index} of map {} {action:?} called as {agent}/{name}",
+                            map.name
+                        ),
                     );
                 }
             }
             for handed in ledger.handed.get(key).into_iter().flatten() {
-                let got: BTreeMap<String, serde_json::Value> = serde_json::from_str(handed).unwrap_or_default();
+                let got: BTreeMap<String, serde_json::Value> =
+                    serde_json::from_str(handed).unwrap_or_default();
                 for below in 0..map.at {
                     let name = &workflow.steps[below as usize].name;
-                    if workflow.step(below).is_some_and(|s| s.is_callback()) || workflow.map_at(below).is_some() {
+                    if workflow.step(below).is_some_and(|s| s.is_callback())
+                        || workflow.map_at(below).is_some()
+                    {
                         continue;
                     }
                     let g = got.get(name).map(|v| v.to_string());
                     if g.as_deref() != kept(below) {
                         add(
                             Invariant::Outputs,
-                            format!("order {id}: item {index} of map {} {action:?} handed {name}'s output {g:?}, not {:?}", map.name, kept(below)),
+                            format!(
+                                "order {id}: item {index} of map {} {action:?} handed {name}'s output {g:?}, not {:?}",
+                                map.name,
+                                kept(below)
+                            ),
                         );
                     }
                 }
@@ -223,7 +239,10 @@ fn check_item_calls<'l>(
                 if got_own.is_some() && got_own.as_deref() != want_own {
                     add(
                         Invariant::Outputs,
-                        format!("order {id}: item {index} of map {} {action:?} handed its own output {got_own:?}, not {want_own:?}", map.name),
+                        format!(
+                            "order {id}: item {index} of map {} {action:?} handed its own output {got_own:?}, not {want_own:?}",
+                            map.name
+                        ),
                     );
                 }
             }

@@ -38,7 +38,9 @@ fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool 
     // At a pivot map, an item dispatched and not refused.
     let pivot_item_in_doubt = || {
         wf.step(before.step).is_some_and(|s| s.is_pivot())
-            && after.stage().is_some_and(|run| run.map && run.branches.iter().any(|b| b.may_have_taken_effect()))
+            && after
+                .stage()
+                .is_some_and(|run| run.map && run.branches.iter().any(|b| b.may_have_taken_effect()))
     };
     let current_in_doubt = match wf.stage_at(before.step) {
         Some(_) => pivot_branch_in_doubt(),
@@ -85,7 +87,9 @@ pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workfl
             (_, Compensating) => Trigger::Undo,
             (_, Pending) => Trigger::Retry,
             // A map's item refused within its tolerance: the map goes on.
-            (Processing, Processing) if matches!(after.last_cause, Cause::Failed { .. }) => Trigger::BranchDone,
+            (Processing, Processing) if matches!(after.last_cause, Cause::Failed { .. }) => {
+                Trigger::BranchDone
+            }
             _ => return None,
         },
     })

@@ -120,7 +120,11 @@ impl StageRun {
     /// A map's next item to undo: the newest that may still stand.
     pub fn next_to_undo(&self) -> Option<u32> {
         if crate::mutations::undo_refused_items() {
-            return self.branches.iter().rposition(|b| b.dispatches > 0 && b.outcome != Outcome::Undone).map(|i| i as u32);
+            return self
+                .branches
+                .iter()
+                .rposition(|b| b.dispatches > 0 && b.outcome != Outcome::Undone)
+                .map(|i| i as u32);
         }
         self.branches.iter().rposition(Branch::may_have_taken_effect).map(|i| i as u32)
     }

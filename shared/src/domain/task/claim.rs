@@ -5,12 +5,12 @@ use super::branches::{Outcome, StageRun};
 use super::draft::Draft;
 use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
+use super::recovery::GiveUpReason;
 use crate::domain::callback::{Awaiting, CallbackSecret, CallbackToken};
 use crate::domain::ids::{LeaseToken, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
 use crate::domain::map::MapStep;
 use crate::domain::workflow::{Action, Workflow};
-use super::recovery::GiveUpReason;
 
 /// What a scheduler brings to a claim: a fresh lease and, for a callback step, the
 /// secret of the token it mints (both from the `Random` port). A bare lease claims any
@@ -173,8 +173,11 @@ impl Draft {
             Some(run) => run.clone(),
             None => {
                 let read = map.items_path().map_err(|e| e.to_string()).and_then(|path| {
-                    path.resolve(|| serde_json::to_value(&self.order.items).unwrap_or_default(), &self.outputs)
-                        .map_err(|e| e.to_string())
+                    path.resolve(
+                        || serde_json::to_value(&self.order.items).unwrap_or_default(),
+                        &self.outputs,
+                    )
+                    .map_err(|e| e.to_string())
                 });
                 match read {
                     Ok(items) if items.is_empty() => {
@@ -185,7 +188,8 @@ impl Draft {
                     Ok(items) => StageRun::for_map(self.step, items.len()),
                     Err(why) => {
                         let reason = format!("map {} cannot read its items: {why}", map.name);
-                        let cause = Cause::Failed { step: self.step, action: Action::Do, reason, in_doubt: false };
+                        let cause =
+                            Cause::Failed { step: self.step, action: Action::Do, reason, in_doubt: false };
                         let told = match &cause {
                             Cause::Failed { reason, .. } => reason.clone(),
                             _ => unreachable!(),
@@ -272,13 +276,19 @@ impl Draft {
                 why: format!("map at step {} has no item left to undo", self.step),
             });
         };
-        let mut next = self.moved(Trigger::Claimed, now, Cause::Claimed { step: self.step, action: Action::Undo })?;
+        let mut next =
+            self.moved(Trigger::Claimed, now, Cause::Claimed { step: self.step, action: Action::Undo })?;
         next.stage = Some(run);
         let complete_by = now.plus_ms(wf.timeout_ms(self.step, policy.step_timeout_ms));
         next.lease(lease, complete_by, policy);
         next.attempt += 1;
         next.step_attempts += 1;
-        let effects = vec![Effect::Dispatch { step: self.step, action: Action::Undo, callback: None, item: Some(index) }];
+        let effects = vec![Effect::Dispatch {
+            step: self.step,
+            action: Action::Undo,
+            callback: None,
+            item: Some(index),
+        }];
         Ok(Decision { trigger: Trigger::Claimed, next, effects })
     }
 
@@ -333,7 +343,10 @@ mod tests {
         assert_eq!((d.next.attempt, d.next.step_attempts, d.next.step), (1, 1, 0));
         assert_eq!(d.next.last_cause, Cause::Claimed { step: 0, action: Action::Do });
         assert_eq!(d.next.updated_at, now);
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Do, callback: None, item: None }]);
+        assert_eq!(
+            d.effects,
+            vec![Effect::Dispatch { step: 0, action: Action::Do, callback: None, item: None }]
+        );
     }
 
     #[test]
@@ -363,7 +376,10 @@ mod tests {
         assert_eq!(d.next.locked_by(), Some(lease(2)));
         assert_eq!(d.next.step_attempts, 1);
         assert_eq!(d.next.attempt, compensating.attempt + 1);
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 0, action: Action::Undo, callback: None, item: None }]);
+        assert_eq!(
+            d.effects,
+            vec![Effect::Dispatch { step: 0, action: Action::Undo, callback: None, item: None }]
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@ use super::outcome::{Cause, Effect, Policy, Refusal};
 use super::record::Decision;
 use crate::domain::ids::{IdempotencyKey, Timestamp};
 use crate::domain::lifecycle::Trigger;
-use crate::domain::messages::OrderStatus;
 use crate::domain::map::item_key;
+use crate::domain::messages::OrderStatus;
 use crate::domain::workflow::{Action, Workflow, idempotency_key};
 
 impl Draft {
@@ -53,9 +53,10 @@ impl Draft {
             let (i, item) = (0u32..).zip(&run.branches).find(|(_, b)| b.may_have_taken_effect())?;
             let key = item_key(&self.order_id, self.step, i, false);
             return Some(match item.outcome {
-                Outcome::Succeeded => {
-                    (format!("{reason}; nothing undone: pivot step {} item {i} took effect", current.name), None)
-                }
+                Outcome::Succeeded => (
+                    format!("{reason}; nothing undone: pivot step {} item {i} took effect", current.name),
+                    None,
+                ),
                 _ => (
                     format!(
                         "{reason}; nothing undone: pivot step {} item {i} outcome unknown (idempotency key {key})",
@@ -123,7 +124,8 @@ impl Draft {
                 if self.map_run_for_undo(wf, candidate).next_to_undo().is_some() {
                     return Some(candidate);
                 }
-            } else if self.may_have_taken_effect(candidate, in_doubt) || crate::mutations::undo_every_branch() {
+            } else if self.may_have_taken_effect(candidate, in_doubt) || crate::mutations::undo_every_branch()
+            {
                 return Some(candidate);
             }
             from = candidate.checked_sub(1);

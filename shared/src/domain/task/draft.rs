@@ -12,8 +12,8 @@ use crate::domain::callback::Awaiting;
 use crate::domain::gate::Ticket;
 use crate::domain::ids::{LeaseToken, OrderId, Sender, Timestamp};
 use crate::domain::lifecycle::{self, ProcessState, Trigger};
-use crate::domain::messages::{Order, OrderStatus};
 use crate::domain::map::MapStep;
+use crate::domain::messages::{Order, OrderStatus};
 use crate::domain::output::{Outputs, StepOutput};
 use crate::domain::timeline::{self, Entry, Happened};
 use crate::domain::workflow::{Action, Workflow};
@@ -200,7 +200,9 @@ impl Draft {
     pub(in crate::domain) fn may_have_taken_effect(&self, i: u32, in_doubt: bool) -> bool {
         match &self.stage {
             Some(run) if run.map && run.at == i => run.next_to_undo().is_some(),
-            Some(run) if !run.map && run.contains(i) => run.branch(i).is_some_and(|b| b.may_have_taken_effect()),
+            Some(run) if !run.map && run.contains(i) => {
+                run.branch(i).is_some_and(|b| b.may_have_taken_effect())
+            }
             _ => match self.action() {
                 Action::Do => i < self.step || (i == self.step && in_doubt),
                 Action::Undo => i < self.step,

@@ -222,7 +222,10 @@ fn a_resubmit_at_the_map_keeps_its_succeeded_items_and_runs_the_refused_again() 
     let run = d.next.stage().unwrap();
     assert_eq!(run.branches[1].outcome, Outcome::Open);
     assert_eq!(run.branches[1].dispatches, 0, "a refused item had no effect");
-    let again = checked(&d.next, d.next.claim(lease(5), d.next.hold_until().unwrap_or(T0).plus_ms(10_000), &wf, &policy()));
+    let again = checked(
+        &d.next,
+        d.next.claim(lease(5), d.next.hold_until().unwrap_or(T0).plus_ms(10_000), &wf, &policy()),
+    );
     assert_eq!(items_of(&again), [1]);
 }
 

@@ -545,7 +545,10 @@ mod tests {
         let d = act(&error, &wf, Act::Compensate);
         assert_eq!((d.next.state(), d.next.step, d.next.step_failures), (ProcessState::Compensating, 1, 0));
         let d = checked(&d.next, d.next.claim(lease(9), T0, &wf, &policy()));
-        assert_eq!(d.effects, vec![Effect::Dispatch { step: 1, action: Action::Undo, callback: None, item: None }]);
+        assert_eq!(
+            d.effects,
+            vec![Effect::Dispatch { step: 1, action: Action::Undo, callback: None, item: None }]
+        );
     }
 
     #[test]

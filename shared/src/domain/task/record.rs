@@ -251,7 +251,9 @@ impl TaskRecord {
     /// Item `index`'s output: from the map's run while it has one, else from the array
     /// kept under the map's name once it finished.
     pub fn item_output(&self, wf: &Workflow, step: u32, index: u32) -> Option<serde_json::Value> {
-        if let Some(output) = self.stage().and_then(|run| run.slot(step, Some(index))).and_then(|b| b.output.as_ref()) {
+        if let Some(output) =
+            self.stage().and_then(|run| run.slot(step, Some(index))).and_then(|b| b.output.as_ref())
+        {
             return Some(output.to_value());
         }
         let map = wf.map_at(step)?;

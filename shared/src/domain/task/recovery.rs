@@ -193,16 +193,23 @@ impl Draft {
         counted.step_failures = run.branches.iter().map(|b| b.failures).max().unwrap_or(0);
         counted.stage = Some(run);
         let cause = Cause::DeadlinePassed { step: self.step, state: self.state };
-        counted.last_error =
-            Some(format!("map attempt {} passed its deadline without every item's reply", self.step_attempts));
+        counted.last_error = Some(format!(
+            "map attempt {} passed its deadline without every item's reply",
+            self.step_attempts
+        ));
         let Some((i, failures)) = spent else {
             let delay_ms = policy.retry_backoff.delay_ms(counted.step_failures.saturating_sub(1), jitter);
             let next = counted.moved(Trigger::Retry, now, cause)?.waiting(now, delay_ms, policy);
-            return Ok(Decision { trigger: Trigger::Retry, next, effects: vec![Effect::Schedule { delay_ms }] });
+            return Ok(Decision {
+                trigger: Trigger::Retry,
+                next,
+                effects: vec![Effect::Schedule { delay_ms }],
+            });
         };
         let name = self.step_name(wf, self.step, Action::Do);
-        let reason =
-            format!("failure threshold reached: {failures} failures of step {name} item {i} (threshold {budget})");
+        let reason = format!(
+            "failure threshold reached: {failures} failures of step {name} item {i} (threshold {budget})"
+        );
         counted.give_up(now, wf, policy, cause, GiveUpReason::plain(&reason), true, true)
     }
 

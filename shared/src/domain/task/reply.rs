@@ -11,8 +11,8 @@ use super::recovery::GiveUpReason;
 use crate::domain::gate::pause_ms;
 use crate::domain::ids::Timestamp;
 use crate::domain::lifecycle::{ProcessState, Trigger};
-use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
 use crate::domain::map::MAX_MAP_OUTPUT_BYTES;
+use crate::domain::messages::{AgentReply, OrderStatus, ReplyOutcome, cut_reason};
 use crate::domain::output::StepOutput;
 use crate::domain::workflow::{Action, Workflow};
 
@@ -251,7 +251,10 @@ impl Draft {
         let (step, action) = (reply.step, Action::Do);
         let corrupt = || Refusal::Corrupt {
             workflow: self.workflow.clone(),
-            why: format!("reply for step {step} item {:?} is for no item of the map at {}", reply.index, self.step),
+            why: format!(
+                "reply for step {step} item {:?} is for no item of the map at {}",
+                reply.index, self.step
+            ),
         };
         let map = wf.map_at(self.step).ok_or_else(corrupt)?;
         let name = self.step_name(wf, step, action);
@@ -264,23 +267,37 @@ impl Draft {
             run.branches.iter().filter_map(|b| b.output.as_ref()).map(|o| o.as_str().len() + 1).sum::<usize>()
         };
         let (reason, detail, in_doubt) = match &reply.outcome {
-            ReplyOutcome::Succeeded { output } => match output.as_ref().map(StepOutput::from_value).transpose() {
-                Ok(kept) => {
-                    item.outcome = Outcome::Succeeded;
-                    item.output = kept;
-                    match kept_bytes(run) {
-                        bytes if bytes + 2 > MAX_MAP_OUTPUT_BYTES => (
-                            format!(
-                                "step {name} item {index} succeeded, but the map's outputs together would be {bytes} bytes; at most {MAX_MAP_OUTPUT_BYTES} are kept"
+            ReplyOutcome::Succeeded { output } => {
+                match output.as_ref().map(StepOutput::from_value).transpose() {
+                    Ok(kept) => {
+                        item.outcome = Outcome::Succeeded;
+                        item.output = kept;
+                        match kept_bytes(run) {
+                            bytes if bytes + 2 > MAX_MAP_OUTPUT_BYTES => (
+                                format!(
+                                    "step {name} item {index} succeeded, but the map's outputs together would be {bytes} bytes; at most {MAX_MAP_OUTPUT_BYTES} are kept"
+                                ),
+                                None,
+                                true,
                             ),
-                            None,
-                            true,
-                        ),
-                        _ => return next.item_settled(map, Cause::Succeeded { step, action }, now, wf, policy),
+                            _ => {
+                                return next.item_settled(
+                                    map,
+                                    Cause::Succeeded { step, action },
+                                    now,
+                                    wf,
+                                    policy,
+                                );
+                            }
+                        }
                     }
+                    Err(e) => (
+                        format!("step {name} item {index} succeeded, but its output cannot be kept: {e}"),
+                        None,
+                        true,
+                    ),
                 }
-                Err(e) => (format!("step {name} item {index} succeeded, but its output cannot be kept: {e}"), None, true),
-            },
+            }
             ReplyOutcome::BadOutput { reason, detail } => (
                 format!("step {name} item {index} succeeded, but its output cannot be kept: {reason}"),
                 detail.clone(),
