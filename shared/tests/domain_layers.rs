@@ -39,6 +39,7 @@ const DOMAIN: &[(&str, u32)] = &[
     ("breaker.rs", 1),
     ("secrets.rs", 1),
     ("reply_to.rs", 1),
+    ("json_shape.rs", 1),
     ("timeline.rs", 2),
     ("wait.rs", 2),
     ("callback.rs", 2),

@@ -15,7 +15,7 @@ use sas::handlers::REASON_ATTRIBUTE;
 use crate::deployment::{CALLBACKS, CALLBACKS_DLQ, MAX_RECEIVES, Role};
 pub use crate::invariants::{Invariant, Violation};
 use crate::invariants::{
-    Records, branch_live, check_records, dispatched_branches, running_stage, stages_passed,
+    Records, branch_live, check_records, dispatched_branches, item_reply_fenced, running_stage, stages_passed,
 };
 use crate::ledger::Settled;
 use crate::run::Outcome;
@@ -26,66 +26,9 @@ pub fn coverage(run: &Outcome) -> BTreeMap<(ProcessState, Trigger), u64> {
     crate::invariants::coverage(&run.writes, &run.workflows)
 }
 
-/// What the run's map steps went through: maps started (`maps`), over no items (`empty`),
-/// one (`one`) or a hundred and more (`hundreds`); the items run over (`items`) and the
-/// most of one map in flight at once (`max_in_flight`); items refused within tolerance
-/// (`tolerated`), maps given up or cancelled (`stopped`), and items undone (`undone`).
+/// What the run's map steps went through (`invariants::map_coverage`).
 pub fn map_coverage(run: &Outcome) -> BTreeMap<&'static str, u64> {
-    let mut seen = BTreeMap::new();
-    for w in &run.writes {
-        let (Some(before), after) = (&w.before, &w.after) else { continue };
-        let Some(wf) = run.workflows.get_version(&after.workflow, after.workflow_version) else { continue };
-        if wf.maps.is_empty() {
-            continue;
-        }
-        let mut count = |kind: &'static str, n: u64| *seen.entry(kind).or_default() += n;
-        let started = after.stage().filter(|r| r.map && before.stage().is_none_or(|b| !b.map));
-        if let Some(run) = started.filter(|_| after.action() == Action::Do) {
-            count("maps", 1);
-            count("items", run.branches.len() as u64);
-            count(
-                if run.branches.len() == 1 {
-                    "one"
-                } else if run.branches.len() >= 100 {
-                    "hundreds"
-                } else {
-                    "few"
-                },
-                1,
-            );
-        }
-        if matches!(after.last_cause, Cause::NoItems { .. }) {
-            count("maps", 1);
-            count("empty", 1);
-        }
-        if let Some(run) = after.stage().filter(|r| r.map) {
-            let in_flight = run.branches.iter().filter(|b| b.in_flight()).count() as u64;
-            let most: &mut u64 = seen.entry("max_in_flight").or_default();
-            *most = (*most).max(in_flight);
-        }
-        match &after.last_cause {
-            Cause::Failed { step, action: Action::Do, .. }
-                if wf.map_at(*step).is_some() && after.state() == ProcessState::Processing =>
-            {
-                *seen.entry("tolerated").or_default() += 1
-            }
-            Cause::Succeeded { step, action: Action::Undo } if wf.map_at(*step).is_some() => {
-                *seen.entry("undone").or_default() += 1
-            }
-            _ => {}
-        }
-        let at_map =
-            before.stage().is_some_and(|r| r.map && r.at == before.step) && before.action() == Action::Do;
-        if at_map
-            && matches!(
-                after.state(),
-                ProcessState::Compensating | ProcessState::Compensated | ProcessState::Error
-            )
-        {
-            *seen.entry("stopped").or_default() += 1;
-        }
-    }
-    seen
+    crate::invariants::map_coverage(&run.writes, &run.workflows)
 }
 
 /// What the run's parallel stages went through: how their branch replies arrived
@@ -434,45 +377,14 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 };
                 let succeeded = matches!(after.last_cause, Cause::Succeeded { .. } | Cause::Started { .. });
                 let wf = run.workflows.get_version(&before.workflow, before.workflow_version);
-                // A map item's reply: fenced on its own dispatch under the map's lease. The
-                // last item's answer ends the map as a whole, a success even when it was a
-                // tolerated refusal.
+                // A map item's reply: fenced on its own dispatch (`invariants::item_reply_fenced`).
                 if let Some(map) =
                     wf.and_then(|wf| wf.map_at(reply.step)).filter(|_| reply.action == Action::Do)
                 {
-                    let item = before
-                        .stage()
-                        .filter(|r| r.map && r.at == reply.step)
-                        .and_then(|r| r.branches.get(reply.index.unwrap_or(u32::MAX) as usize));
-                    let went_on = after.step != before.step || after.state() == ProcessState::Processed;
-                    let live = reply.order_id.as_str() == id
-                        && before.locked_by() == Some(reply.lease)
-                        && before.state() == ProcessState::Processing
-                        && before.step == reply.step
-                        && item.is_some_and(|b| {
-                            b.attempt == reply.attempt
-                                && b.complete_by.is_some_and(|cb| after.updated_at <= cb)
-                        })
-                        && step == reply.step
-                        && action == reply.action
-                        && (went_on
-                            || succeeded
-                                == matches!(reply.outcome, sas::domain::ReplyOutcome::Succeeded { .. }));
-                    if !live {
+                    if let Some(why) = item_reply_fenced(before, after, &reply, (step, action), succeeded) {
                         add(
                             Invariant::Fenced,
-                            format!(
-                                "order {id}: reply of item {:?} of map {} (attempt {}, lease {}) applied to {:?} at step {} lease {:?}, item {item:?}, as {:?} at {}",
-                                reply.index,
-                                map.name,
-                                reply.attempt,
-                                reply.lease,
-                                before.state(),
-                                before.step,
-                                before.locked_by(),
-                                after.last_cause,
-                                after.updated_at
-                            ),
+                            format!("order {id}: reply of item {:?} of map {}: {why}", reply.index, map.name),
                         );
                     }
                     continue;

@@ -13,6 +13,7 @@
 //!    - `breaker.rs`: the circuit breaker of one remote service.
 //!    - `secrets.rs`: where an agent's auth header value lives.
 //!    - `reply_to.rs`: which queues an order may name for its status updates.
+//!    - `json_shape.rs`: an order's items' shape, read without building a JSON value.
 //! 2. Above the leaves:
 //!    - `timeline.rs`: a task's bounded history.
 //!    - `wait.rs`: timer steps: how long or until when, and the path that names the time.
@@ -34,6 +35,7 @@ pub mod callback;
 pub mod definitions;
 pub mod gate;
 pub mod ids;
+mod json_shape;
 pub mod lifecycle;
 pub mod map;
 pub mod messages;

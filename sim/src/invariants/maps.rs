@@ -5,6 +5,9 @@
 
 use std::collections::BTreeMap;
 
+use sas::domain::ReplyOutcome;
+use sas::domain::messages::AgentReply;
+
 use sas::adapters::embedded::WriteRecord;
 use sas::domain::map::MapStep;
 use sas::domain::{Action, Cause, ProcessState, StepKind, TaskRecord, Workflow, item_key};
@@ -223,4 +226,108 @@ fn undo_exact(
             }
         }
     }
+}
+
+/// What the run's map steps went through: maps started (`maps`), over no items (`empty`),
+/// one (`one`) or a hundred and more (`hundreds`); the items run over (`items`) and the
+/// most of one map in flight at once (`max_in_flight`); items refused within tolerance
+/// (`tolerated`), maps given up or cancelled (`stopped`), and items undone (`undone`).
+pub fn map_coverage(
+    writes: &[WriteRecord],
+    workflows: &sas::domain::Workflows,
+) -> BTreeMap<&'static str, u64> {
+    let mut seen = BTreeMap::new();
+    for w in writes {
+        let (Some(before), after) = (&w.before, &w.after) else { continue };
+        let Some(wf) = workflows.get_version(&after.workflow, after.workflow_version) else { continue };
+        if wf.maps.is_empty() {
+            continue;
+        }
+        let mut count = |kind: &'static str, n: u64| *seen.entry(kind).or_default() += n;
+        let started = after.stage().filter(|r| r.map && before.stage().is_none_or(|b| !b.map));
+        if let Some(run) = started.filter(|_| after.action() == Action::Do) {
+            count("maps", 1);
+            count("items", run.branches.len() as u64);
+            count(
+                if run.branches.len() == 1 {
+                    "one"
+                } else if run.branches.len() >= 100 {
+                    "hundreds"
+                } else {
+                    "few"
+                },
+                1,
+            );
+        }
+        if matches!(after.last_cause, Cause::NoItems { .. }) {
+            count("maps", 1);
+            count("empty", 1);
+        }
+        if let Some(run) = after.stage().filter(|r| r.map) {
+            let in_flight = run.branches.iter().filter(|b| b.in_flight()).count() as u64;
+            let most: &mut u64 = seen.entry("max_in_flight").or_default();
+            *most = (*most).max(in_flight);
+        }
+        match &after.last_cause {
+            Cause::Failed { step, action: Action::Do, .. }
+                if wf.map_at(*step).is_some() && after.state() == ProcessState::Processing =>
+            {
+                *seen.entry("tolerated").or_default() += 1
+            }
+            Cause::Succeeded { step, action: Action::Undo } if wf.map_at(*step).is_some() => {
+                *seen.entry("undone").or_default() += 1
+            }
+            _ => {}
+        }
+        let at_map =
+            before.stage().is_some_and(|r| r.map && r.at == before.step) && before.action() == Action::Do;
+        if at_map
+            && matches!(
+                after.state(),
+                ProcessState::Compensating | ProcessState::Compensated | ProcessState::Error
+            )
+        {
+            *seen.entry("stopped").or_default() += 1;
+        }
+    }
+    seen
+}
+
+/// Why a map item's reply should not have landed, if it should not: it must come for the
+/// live lease, at the map's step, from its item's own dispatch (attempt) within that
+/// dispatch's complete-by. The last item's answer ends the map as a whole, a success even
+/// when it was a tolerated refusal.
+pub fn item_reply_fenced(
+    before: &TaskRecord,
+    after: &TaskRecord,
+    reply: &AgentReply,
+    (step, action): (u32, Action),
+    succeeded: bool,
+) -> Option<String> {
+    let item = before
+        .stage()
+        .filter(|r| r.map && r.at == reply.step)
+        .and_then(|r| r.branches.get(reply.index.unwrap_or(u32::MAX) as usize));
+    let went_on = after.step != before.step || after.state() == ProcessState::Processed;
+    let live = reply.order_id == before.order_id
+        && before.locked_by() == Some(reply.lease)
+        && before.state() == ProcessState::Processing
+        && before.step == reply.step
+        && item.is_some_and(|b| {
+            b.attempt == reply.attempt && b.complete_by.is_some_and(|cb| after.updated_at <= cb)
+        })
+        && (step, action) == (reply.step, reply.action)
+        && (went_on || succeeded == matches!(reply.outcome, ReplyOutcome::Succeeded { .. }));
+    (!live).then(|| {
+        format!(
+            "(attempt {}, lease {}) applied to {:?} at step {} lease {:?}, item {item:?}, as {:?} at {}",
+            reply.attempt,
+            reply.lease,
+            before.state(),
+            before.step,
+            before.locked_by(),
+            after.last_cause,
+            after.updated_at
+        )
+    })
 }

@@ -32,6 +32,7 @@ mod writes;
 
 pub use catalogue::{Invariant, Records, Violation};
 pub use history::{dispatched_branches, history_of};
+pub use maps::{item_reply_fenced, map_coverage};
 pub use transitions::{branch_live, coverage, infer_trigger, running_stage, stages_passed};
 
 use remote::{one_key_per_step_applied_once, remote_within_limits};
