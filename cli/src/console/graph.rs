@@ -1,11 +1,13 @@
 //! A task's workflow drawn as inline SVG: its steps in order left to right, a parallel
-//! stage's branches side by side in one column, timer and callback steps and pivots
+//! stage's branches side by side in one column, a map's step framed with how far it is
+//! over its items, timer and callback steps and pivots
 //! marked, each compensation under its step, and each step's outcome on this task (from
 //! the record: its current step and state, its timeline, its outputs).
 
-use sas::domain::{Happened, ProcessState, TaskRecord, Trigger, Workflow};
+use sas::domain::{Happened, Outcome, ProcessState, TaskRecord, Trigger, Workflow};
 
 use super::html::esc;
+use crate::tasks::render::MapPhase;
 
 const BOX_W: u32 = 170;
 const BOX_H: u32 = 54;
@@ -79,23 +81,39 @@ pub fn mark(task: &TaskRecord, wf: &Workflow, index: u32) -> Mark {
     Mark::Ahead
 }
 
-/// The columns: each a lone step, or a stage's branches.
+/// The columns: each a lone step, a stage's branches, or a map's one step, framed with
+/// its caption (`parallel: NAME`, `map: NAME`).
 fn columns(wf: &Workflow) -> Vec<(Option<String>, Vec<u32>)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < wf.len() {
-        match wf.stage_of(i) {
-            Some(stage) => {
-                out.push((Some(stage.name.clone()), stage.branches().collect()));
+        match (wf.stage_of(i), wf.map_at(i)) {
+            (Some(stage), _) => {
+                out.push((Some(format!("parallel: {}", stage.name)), stage.branches().collect()));
                 i = stage.end();
             }
-            None => {
+            (None, Some(map)) => {
+                out.push((Some(format!("map: {}", map.name)), vec![i]));
+                i += 1;
+            }
+            (None, None) => {
                 out.push((None, vec![i]));
                 i += 1;
             }
         }
     }
     out
+}
+
+/// A map's caption while the task is at it: how far it is over its items.
+fn map_progress(task: &TaskRecord, wf: &Workflow, step: u32) -> Option<String> {
+    let view = crate::tasks::render::map_view(task, Some(wf)).filter(|v| v.at == step)?;
+    let n = view.items()?;
+    Some(match view.phase {
+        MapPhase::NotStarted(_) => format!(" · {n} items"),
+        MapPhase::Undoing => format!(" · {}/{n} undone", view.count(Outcome::Undone)),
+        _ => format!(" · {}/{n} done", view.count(Outcome::Succeeded)),
+    })
 }
 
 /// The workflow as one `<svg>`, each step's outcome on `task` marked.
@@ -117,16 +135,17 @@ viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"workflow {name} v{ver
     let top = PAD + 18;
     for (c, (stage, steps)) in cols.iter().enumerate() {
         let x = PAD + c as u32 * (BOX_W + GAP_X);
-        if let Some(stage) = stage {
+        if let Some(caption) = stage {
             let h = steps.len() as u32 * row_h;
+            let progress = map_progress(task, wf, steps[0]).unwrap_or_default();
             out.push_str(&format!(
-                "<rect class=\"stage\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{h}\" rx=\"8\"/><text class=\"stage-name\" x=\"{}\" y=\"{}\">parallel: {}</text>",
+                "<rect class=\"stage\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{h}\" rx=\"8\"/><text class=\"stage-name\" x=\"{}\" y=\"{}\">{}</text>",
                 x - 6,
                 top - 14,
                 BOX_W + 12,
                 x,
                 top - 2,
-                esc(stage)
+                esc(&format!("{caption}{progress}"))
             ));
         }
         for (r, &index) in steps.iter().enumerate() {
@@ -236,5 +255,17 @@ mod tests {
         let definitions = sas::domain::Definitions::parse(file).unwrap();
         let drawn = svg(&task, definitions.workflows.get("cool-off").unwrap());
         assert!(drawn.contains("⏱ cool-off"), "{drawn}");
+    }
+
+    #[test]
+    fn a_map_is_framed_with_how_far_its_items_are() {
+        let (wf, t) = crate::fixtures::map_under_way();
+        assert_eq!(columns(&wf)[1], (Some("map: reserve-lines".to_owned()), vec![1]));
+        assert!(svg(&t, &wf).contains(">map: reserve-lines · 1/5 done</text>"));
+        // Before its first claim, how many items it will read; past it, the caption alone.
+        let waiting = crate::fixtures::at_map(&wf, 4);
+        assert!(svg(&waiting, &wf).contains(">map: reserve-lines · 4 items</text>"));
+        let fresh = crate::fixtures::task("o-1", ProcessState::Pending);
+        assert!(svg(&fresh, &wf).contains(">map: reserve-lines</text>"));
     }
 }

@@ -128,6 +128,21 @@ fn state_cell(task: &TaskRecord, v: &Value, now: Timestamp) -> String {
             text(&v["stage"], "branches")
         ));
     }
+    if let Some(m) = v["map"].as_object() {
+        let n = |k: &str| m.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let items = m.get("items").and_then(Value::as_u64).map_or_else(|| "?".to_owned(), |n| n.to_string());
+        let mut progress = format!(
+            " map {}: {}/{items} done, {} refused, {} in flight",
+            esc(m.get("name").and_then(Value::as_str).unwrap_or_default()),
+            n("succeeded"),
+            n("refused"),
+            n("in_flight")
+        );
+        if m.get("undoing").and_then(Value::as_bool) == Some(true) {
+            progress.push_str(&format!(", {} undone", n("undone")));
+        }
+        cell.push_str(&progress);
+    }
     if task.paused() {
         cell.push_str(" <em>(paused)</em>");
     }
@@ -464,5 +479,24 @@ mod tests {
         assert_eq!(waiting_table(&[], now), "<p class=\"empty\">no task waits</p>");
         let kept = serde_json::json!({"message_id": "m-1", "reason": "<bad>", "body": "{}"});
         assert!(dlq_table(&[kept]).contains("<td>&lt;bad&gt;</td>"));
+    }
+
+    #[test]
+    fn a_task_at_a_map_says_how_far_its_items_are_as_the_listing_does() {
+        let (wf, t) = crate::fixtures::map_under_way();
+        let now = Timestamp(t.updated_at.0 + 10);
+        let listed = task_table(&[(&t, Some(&wf))], now);
+        assert!(
+            listed.contains(
+                "<span class=\"state Processing\">Processing</span> map reserve-lines: 1/5 done, 1 refused, 2 in flight</td>"
+            ),
+            "{listed}"
+        );
+        let page = task_live(&t, Some(&wf), now, &[]);
+        assert!(page.contains("map: reserve-lines · 1/5 done</text>"), "{page}");
+        assert!(
+            page.contains("  map           reserve-lines (step 1, 5 items, at most 2 at a time)"),
+            "{page}"
+        );
     }
 }

@@ -53,7 +53,8 @@ pub enum TasksCommand {
     /// A waiting task's STATE says what it waits for: a timer until its wake time, or a
     /// callback and when its heartbeat or completion is due (with --json, `waits_for`).
     /// A task at a parallel stage has the stage's name as its STEP, and how many of its
-    /// branches are done (with --json, `stage`).
+    /// branches are done (with --json, `stage`); one at a map step, the map's name and
+    /// how many of its items are done, or undone while it undoes them (with --json, `map`).
     ///
     /// `--agent NAME` keeps the tasks whose current step (or a branch of its stage) runs
     /// on agent NAME, by the definition file, or that wait in NAME's gate: a filter on
@@ -70,6 +71,12 @@ pub enum TasksCommand {
     /// marks the branches an entry is about (a branch's own success, refusal or undo; the
     /// stage's claim and retry, of the branches not yet succeeded; an operator's action,
     /// of all), `|` the others.
+    ///
+    /// At a map step (and in Error or undoing after one), how far the map is: its items,
+    /// cap, how many are done, refused, in flight and undone; then only the items worth a
+    /// look (in flight, to retry, in doubt, refused, undone, the one being undone), at
+    /// most 20 rows, and how many succeeded or not yet run are not listed (with --json,
+    /// `map`, listing every such item).
     Show(ShowArgs),
     /// Send a task in Error forward again from its failed step (or an earlier one, with
     /// --from-step), keeping what is done; or every task of a listing (--state error).

@@ -5,6 +5,7 @@ use sas::domain::{TaskRecord, Timestamp, Workflow};
 use serde_json::{Value, json};
 
 use super::basics::{iso, one_line, step_name};
+use super::map::{map_json, map_lines, map_view};
 use super::stage::{stage_json, stage_lines, stage_view};
 use super::timeline::{entry_json, entry_line, lanes, let_go_at, let_go_line};
 use super::waits::{callback_json, callback_lines, queued_line, waits_for};
@@ -16,8 +17,24 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
     lines.push(format!("task {}: {} (workflow {version})", task.order_id, task.state().as_str()));
     let mut field = |name: &str, value: String| lines.push(format!("  {name:<14}{value}"));
     let stage = stage_view(task, wf);
-    match stage.as_ref().filter(|v| v.going_forward(task)) {
-        Some(view) => {
+    let map = map_view(task, wf);
+    match (stage.as_ref().filter(|v| v.going_forward(task)), map.as_ref().filter(|m| m.going_forward())) {
+        (_, Some(view)) if view.map.is_some() => {
+            let m = view.map.expect("known");
+            let step = step_name(wf, task.step).unwrap_or_default();
+            field(
+                "step",
+                format!(
+                    "{} {}, a map step: {step} over each item of {}, attempt {} of this step, {} in all",
+                    task.step, m.name, m.items, task.step_attempts, task.attempt
+                ),
+            );
+            field(
+                "failures",
+                format!("{} in all; each item's own below (its budget is its step's)", task.failure_count),
+            );
+        }
+        (Some(view), _) => {
             field(
                 "step",
                 format!(
@@ -35,7 +52,7 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
                 format!("{} in all; each branch's own below (its budget is its step's)", task.failure_count),
             );
         }
-        None => {
+        _ => {
             let step = match step_name(wf, task.step) {
                 Some(name) => format!("{} {name}", task.step),
                 None => format!("{} (its name: pass --workflows FILE with workflow {version})", task.step),
@@ -86,6 +103,15 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
             field("", line);
         }
     }
+    if let Some(view) = &map {
+        let mut lines = map_lines(view, task, wf, now).into_iter();
+        if let Some(first) = lines.next() {
+            field("map", first);
+        }
+        for line in lines {
+            field("", line);
+        }
+    }
     if task.paused() {
         let held = if task.parked() {
             "it waits for a resume, off the supervisor's sweep"
@@ -95,7 +121,9 @@ pub fn show_text(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         field("paused", format!("yes: {held} (sasctl tasks resume)"));
     }
     if let Some(h) = task.hold_until() {
-        let why = if task.stage().is_some() {
+        let why = if task.stage().is_some_and(|r| r.map) {
+            "items of the map still out may run until then: the undo waits"
+        } else if task.stage().is_some() {
             "branches of the stage still out may run until then: the undo waits"
         } else {
             "a cancelled attempt may still run until then"
@@ -195,7 +223,8 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
         v["callback"] = callback_json(task, cb, wf);
     }
     v["redo_until"] = json!(task.redo_until);
-    // A stage's branches, curated as the rest (the record's own `stage` keeps bare times).
+    // A stage's branches, curated as the rest (the record's own `stage` keeps bare times);
+    // a map's items likewise, as `map` (the items worth a look, not all of them).
     match stage_view(task, wf) {
         Some(view) => v["stage"] = stage_json(&view, wf),
         None => {
@@ -203,6 +232,9 @@ pub fn show_json(task: &TaskRecord, wf: Option<&Workflow>, now: Timestamp, next:
                 map.remove("stage");
             }
         }
+    }
+    if let Some(view) = map_view(task, wf) {
+        v["map"] = map_json(&view, task, wf);
     }
     // Each output with its value, by step name: what a refund needs of its charge.
     v["outputs"] = Value::Object(task.outputs.iter().map(|(step, o)| (step.clone(), o.to_value())).collect());

@@ -37,9 +37,12 @@ impl StageView<'_> {
 
 /// The parallel stage of the task: the branches its record keeps (from the stage's first
 /// claim until the task goes past it; in Error, and while undoing after a give-up there),
-/// or the stage it waits to claim.
+/// or the stage it waits to claim. A map step's items are no stage's (`map.rs`).
 pub fn stage_view<'a>(task: &TaskRecord, wf: Option<&'a Workflow>) -> Option<StageView<'a>> {
     if let Some(run) = task.stage() {
+        if run.map {
+            return None;
+        }
         let stage = wf.and_then(|w| w.stage_at(run.at));
         return Some(StageView { stage, run: run.clone(), kept: true });
     }

@@ -4,6 +4,7 @@ use sas::domain::{Outcome, TaskRecord, Timestamp, Workflow};
 use serde_json::{Value, json};
 
 use super::basics::{iso, one_line, step_name};
+use super::map::{map_cell, map_summary_json, map_view};
 use super::stage::stage_view;
 use super::waits::{callback_step_attempt, queued_line, throttled_until, waits_for};
 
@@ -47,6 +48,9 @@ pub fn task_summary_json(task: &TaskRecord, wf: Option<&Workflow>) -> Value {
             "succeeded": view.count(Outcome::Succeeded),
             "in_flight": view.run.branches.iter().filter(|b| b.in_flight()).count(),
         });
+    }
+    if let Some(view) = map_view(task, wf) {
+        v["map"] = map_summary_json(&view);
     }
     v
 }
@@ -92,8 +96,19 @@ pub fn table_at(tasks: &[(&TaskRecord, Option<&Workflow>)], now: Timestamp) -> S
                 view.count(Outcome::Succeeded),
                 view.run.branches.len()
             ),
-            (None, Some(name)) => format!("{} {name}", task.step),
-            (None, None) => task.step.to_string(),
+            (None, name) => {
+                let step = match name {
+                    Some(name) => format!("{} {name}", task.step),
+                    None => task.step.to_string(),
+                };
+                match map_view(task, *wf) {
+                    Some(view) if view.map.is_some() => {
+                        format!("{} {} {}", task.step, view.name(), map_cell(&view))
+                    }
+                    Some(view) => format!("{step} {}", map_cell(&view)),
+                    None => step,
+                }
+            }
         };
         rows.push([
             task.order_id.to_string(),

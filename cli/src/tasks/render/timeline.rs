@@ -96,7 +96,11 @@ pub fn entry_line(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> String {
         None => format!("step {}", entry.step),
     };
     let subject = match lane {
-        Lane::Step => format!("{step}  attempt {}", entry.step_attempt()),
+        // A map's entries are its items' too: named by the map, as `show` names it.
+        Lane::Step => match wf.and_then(|w| w.map_at(entry.step)) {
+            Some(map) => format!("{step} (map {})  attempt {}", map.name, entry.step_attempt()),
+            None => format!("{step}  attempt {}", entry.step_attempt()),
+        },
         Lane::Stage(stage, mask) => format!(
             "{}  stage {} (steps {}-{})  attempt {}",
             gutter(stage, mask),
@@ -137,7 +141,8 @@ fn flow_note(entry: &Entry, wf: Option<&Workflow>) -> Option<String> {
 
 /// An entry as JSON (`attempt` the step's own, `task_attempt` the task's counter); at a
 /// parallel stage also the stage's name and, for a branch's own
-/// entry, the branch's (null for the stage's own, which has the `branches` it concerns).
+/// entry, the branch's (null for the stage's own, which has the `branches` it concerns);
+/// at a map step, the map's name (`map`).
 pub fn entry_json(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> Value {
     let mut v = json!({
         "at": iso(entry.at),
@@ -150,7 +155,11 @@ pub fn entry_json(entry: &Entry, wf: Option<&Workflow>, lane: Lane) -> Value {
         "by": entry.by,
     });
     match lane {
-        Lane::Step => {}
+        Lane::Step => {
+            if let Some(map) = wf.and_then(|w| w.map_at(entry.step)) {
+                v["map"] = json!(map.name);
+            }
+        }
         Lane::Stage(stage, mask) => {
             v["stage"] = json!(stage.name);
             v["branch"] = Value::Null;
