@@ -151,6 +151,12 @@ pub struct DevArgs {
     /// wait for a place in the agent's gate, from the task's first arrival at it for a
     /// step to its claim of the step, over the tasks that waited (`tasks`) only. A run in
     /// which a limited agent's service saw more than its limits fails (exit 1).
+    ///
+    /// `maps.<name>`, for each map step of the run's workflows (absent without one), by
+    /// the map's name, from the records the run wrote: `max_concurrency` (its cap),
+    /// `items` (the items its orders' maps ran over, summed), `max_in_flight_seen` (the
+    /// most items of one order's map in flight at once in any record) and `undone` (item
+    /// compensations that succeeded).
     #[arg(long)]
     pub json: bool,
     /// Run on the real adapters (DynamoDB, SQS, SNS) against this AWS endpoint, e.g.

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 
-use sas::domain::{OrderId, ProcessState};
+use sas::domain::{Action, Cause, OrderId, ProcessState};
 use sas::ports::Metric;
 
 use crate::dev::DevOutcome;
@@ -66,6 +66,10 @@ pub struct Report {
     /// Every agent of the definition file: its limits beside what its simulated service
     /// saw (`remote_sim::Flights`), and how long its tasks waited for a place.
     pub agents: BTreeMap<String, AgentFigures>,
+    /// The map steps of the run's workflows, by the map's name: its items beside its cap,
+    /// as the records the run wrote show them (`map_figures`). Absent without a map.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub maps: BTreeMap<String, MapFigures>,
     pub elapsed_s: f64,
     pub orders_per_second: f64,
     pub violations: Vec<(String, String)>,
@@ -190,6 +194,62 @@ pub fn agent_figures(run: &DevOutcome) -> BTreeMap<String, AgentFigures> {
         .collect()
 }
 
+/// One map step over the run: its cap beside what the records the run wrote show.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MapFigures {
+    /// Its cap: items of one order's map in flight at once, at most.
+    pub max_concurrency: u32,
+    /// Items it ran over, summed over the orders whose map read its items.
+    pub items: u64,
+    /// The most items of one order's map in flight at once, in any record written: each
+    /// claim and item reply writes the items it dispatched as in flight.
+    pub max_in_flight_seen: u64,
+    /// Item compensations that succeeded: writes that applied an item's undo reply.
+    pub undone: u64,
+}
+
+/// Each map's figures, from the write log: an order's items are those its map's record
+/// kept (read at the map's first claim), the most in flight the most any write left in
+/// flight, and an item undone a write whose cause is the success of an undo at the map's
+/// step (each item's undo is claimed, then answered: one such write per item undone).
+pub fn map_figures(run: &DevOutcome) -> BTreeMap<String, MapFigures> {
+    let mut figures: BTreeMap<String, MapFigures> = BTreeMap::new();
+    let ran =
+        run.options.workflow.split(',').chain(run.options.trickle.as_ref().map(|t| t.workflow.as_str()));
+    for m in ran.filter_map(|name| run.workflows.get(name)).flat_map(|wf| &wf.maps) {
+        let f = figures.entry(m.name.clone()).or_default();
+        f.max_concurrency = f.max_concurrency.max(m.max_concurrency);
+    }
+    if figures.is_empty() {
+        return figures;
+    }
+    let mut items: HashMap<(&OrderId, &str), usize> = HashMap::new();
+    for w in &run.writes {
+        let after = &w.after;
+        let Some(wf) = run.workflows.get_version(&after.workflow, after.workflow_version) else { continue };
+        if let Some(run) = after.stage().filter(|r| r.map)
+            && let Some(m) = wf.map_at(run.at)
+        {
+            let f = figures.entry(m.name.clone()).or_default();
+            f.max_in_flight_seen = f.max_in_flight_seen.max(run.in_flight() as u64);
+            let n = items.entry((&after.order_id, m.name.as_str())).or_default();
+            *n = (*n).max(run.branches.len());
+        }
+        if let Cause::Succeeded { step, action: Action::Undo } = after.last_cause
+            && w.before.as_ref().is_none_or(|b| b.last_cause != after.last_cause)
+            && let Some(m) = wf.map_at(step)
+        {
+            figures.entry(m.name.clone()).or_default().undone += 1;
+        }
+    }
+    for ((_, name), n) in items {
+        if let Some(f) = figures.get_mut(name) {
+            f.items += n as u64;
+        }
+    }
+    figures
+}
+
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Percentiles {
     pub p50: Option<u64>,
@@ -289,6 +349,7 @@ impl Report {
                 },
             },
             agents: agent_figures(run),
+            maps: map_figures(run),
             elapsed_s,
             orders_per_second: if elapsed_s > 0.0 { run.tasks.len() as f64 / elapsed_s } else { 0.0 },
             violations: violations
@@ -398,6 +459,17 @@ impl Report {
             let others = self.agents.len() - limited.len();
             if others > 0 {
                 let _ = writeln!(w, "  {others} other agents have no limits (--json has their figures too)");
+            }
+        }
+
+        // Only where a workflow has a map step: a run without reads as it always has.
+        if !self.maps.is_empty() {
+            let _ = writeln!(w, "\nmap steps (from the records the run wrote)");
+            for (name, m) in &self.maps {
+                let _ = writeln!(w, "  {name}: at most {} items of an order at a time", m.max_concurrency);
+                line(w, &m.items, "items run over, summed over the orders");
+                line(w, &m.max_in_flight_seen, "most items of one order in flight at once");
+                line(w, &m.undone, "items undone: item compensations that succeeded");
             }
         }
 
