@@ -13,8 +13,8 @@ use super::problem::{Problem, Severity};
 use super::urls::{queue_url_ok, remote_url_allowed, secret_host};
 use super::waiting_steps::{callback_problems, timer_problems};
 use crate::domain::gate::{MAX_IN_FLIGHT_LIMIT, MAX_PER_KEY_LIMIT, MAX_PER_SECOND_LIMIT, OrderKey};
-use crate::domain::secrets::{self, SecretSource};
 use crate::domain::map::{ItemsPath, MAX_MAP_CONCURRENCY, MAX_MAP_ITEMS, MapStep};
+use crate::domain::secrets::{self, SecretSource};
 use crate::domain::workflow::{StepEffect, Workflow};
 
 impl DefinitionFile {
@@ -395,19 +395,27 @@ fn map_problems(file: &DefinitionFile, wf: &Workflow, map: &MapStep) -> Vec<(&'s
         out.push(("name", "is also the name of a step, stage or other map".into()));
     }
     if wf.maps.first().is_some_and(|first| first.at != map.at) {
-        out.push(("map", "a workflow holds one map: its outputs take the room of many steps' in the record".into()));
+        out.push((
+            "map",
+            "a workflow holds one map: its outputs take the room of many steps' in the record".into(),
+        ));
     }
     match ItemsPath::parse(&map.items) {
         Err(why) => out.push(("items", why)),
         Ok(path) => {
-            if let Some(step) = path.step() {
-                let before = (0..map.at).any(|i| wf.steps[i as usize].name == step);
-                if !before {
-                    out.push((
-                        "items",
-                        format!("{:?} names no step before the map: items come from an earlier step's output", step),
-                    ));
+            // The step must answer before the map starts, and with an output: a timer has none.
+            match path.step().map(|step| (step, wf.steps[..map.at as usize].iter().find(|s| s.name == step)))
+            {
+                Some((step, None)) => out.push((
+                    "items",
+                    format!(
+                        "{step:?} names no step before the map: items come from an earlier step's output"
+                    ),
+                )),
+                Some((step, Some(s))) if s.is_timer() => {
+                    out.push(("items", format!("names timer step {step:?}, which has no output")))
                 }
+                _ => {}
             }
         }
     }
@@ -428,7 +436,10 @@ fn map_problems(file: &DefinitionFile, wf: &Workflow, map: &MapStep) -> Vec<(&'s
             out.push(("step", "a timer cannot be a map's step: put it before or after the map".into()));
         }
         if step.is_callback() {
-            out.push(("step", "a callback step cannot be a map's step: put it before or after the map".into()));
+            out.push((
+                "step",
+                "a callback step cannot be a map's step: put it before or after the map".into(),
+            ));
         }
         if file.agents.get(&step.agent).is_some_and(|a| a.limits().any()) {
             out.push((
@@ -707,6 +718,128 @@ mod tests {
         assert!(typo[0].contains("unknown field `agnet`"), "{typo:?}");
         let typo = stage(r#"{"name": "x", "agent": "a"}], "extra": 1, "z": [{"name": "y", "agent": "b"}"#);
         assert!(typo[0].contains("unknown field `extra`"), "{typo:?}");
+    }
+
+    #[test]
+    fn a_map_step_is_read_and_its_problems_are_named_one_line_each() {
+        let agents = r#""agents": {"a": {"url": "https://a.example"}, "wh": {"url": "https://wh.example"},
+            "lim": {"url": "https://lim.example", "max_in_flight": 2}}"#;
+        let file = |steps: &[&str]| {
+            format!(r#"{{{agents}, "workflows": [{{"name": "w", "steps": [{}]}}]}}"#, steps.join(", "))
+        };
+        let quote = r#"{"name": "quote", "agent": "a", "effect": "none"}"#;
+        let ship = r#"{"name": "ship", "agent": "lim"}"#;
+        let reserve = r#"{"name": "reserve", "agent": "wh", "compensation": "release"}"#;
+        // A map entry of `name`, `items`, `max_concurrency`, `tolerated_failures` and `step`.
+        let map = |name: &str, items: &str, cap: u32, tolerated: u32, step: &str| {
+            format!(
+                r#"{{"map": {{"name": "{name}", "items": "{items}", "max_concurrency": {cap},
+                    "tolerated_failures": {tolerated}, "step": {step}}}}}"#
+            )
+        };
+        let lines = "$.steps.quote.output.lines";
+
+        let ok = file(&[quote, &map("reserve-lines", lines, 5, 2, reserve), ship]);
+        assert_eq!(problems(&ok), Vec::<String>::new());
+        let parsed = DefinitionFile::parse(&ok).unwrap();
+        let wf = &parsed.workflows[0];
+        let want = MapStep {
+            name: "reserve-lines".into(),
+            at: 1,
+            items: lines.into(),
+            max_concurrency: 5,
+            tolerated_failures: 2,
+        };
+        assert_eq!(
+            (wf.maps.as_slice(), wf.steps.len(), wf.steps[1].name.as_str()),
+            (&[want][..], 3, "reserve")
+        );
+        let d = Definitions::parse(&ok).unwrap();
+        assert_eq!(d.workflows.default_workflow().map_at(1).map(|m| m.name.as_str()), Some("reserve-lines"));
+        // From the order's lines, with the bounds' ends, it is as good.
+        let edges = file(&[quote, &map("m", "$.order.items", 50, 1_000, reserve), ship]);
+        assert_eq!(problems(&edges), Vec::<String>::new());
+
+        // Each problem alone: its one located error line.
+        let errors = |steps: &[&str]| {
+            problems(&file(steps)).into_iter().filter(|p| p.starts_with("error")).collect::<Vec<_>>()
+        };
+        let one = |m: String| errors(&[quote, &m, ship]);
+        let at = "error: workflow w v1, map";
+        assert_eq!(
+            one(map("reserve lines", lines, 5, 0, reserve)),
+            [format!("{at} reserve lines, name: must be 1 to 64 of A-Z a-z 0-9 - _")]
+        );
+        let clash = "is also the name of a step, stage or other map";
+        assert_eq!(one(map("quote", lines, 5, 0, reserve)), [format!("{at} quote, name: {clash}")]);
+        assert_eq!(one(map("reserve", lines, 5, 0, reserve)), [format!("{at} reserve, name: {clash}")]);
+        let stage = r#"{"parallel": {"name": "both", "steps": [{"name": "x", "agent": "a"}, {"name": "y", "agent": "a"}]}}"#;
+        assert_eq!(
+            errors(&[quote, stage, &map("both", lines, 5, 0, reserve), ship]),
+            [format!("{at} both, name: {clash}")]
+        );
+        let second = r#"{"name": "reserve-again", "agent": "wh", "compensation": "release-again"}"#;
+        assert_eq!(
+            errors(&[quote, &map("m1", lines, 5, 0, reserve), &map("m2", lines, 5, 0, second), ship]),
+            [format!(
+                "{at} m2, map: a workflow holds one map: its outputs take the room of many steps' in the record"
+            )]
+        );
+        assert_eq!(
+            one(map("m", "$.order.lines", 5, 0, reserve)),
+            [format!(
+                r#"{at} m, items: "$.order.lines" is not an items path: write "$.order.items" or "$.steps.<step>.output" and field names"#
+            )]
+        );
+        for (items, step) in [
+            ("$.steps.ship.output.lines", "ship"),
+            ("$.steps.nope.output", "nope"),
+            ("$.steps.reserve.output", "reserve"),
+        ] {
+            assert_eq!(
+                one(map("m", items, 5, 0, reserve)),
+                [format!(
+                    r#"{at} m, items: "{step}" names no step before the map: items come from an earlier step's output"#
+                )],
+                "{items}"
+            );
+        }
+        let pause = r#"{"name": "pause", "wait": {"for_ms": 5000}}"#;
+        assert_eq!(
+            errors(&[pause, &map("m", "$.steps.pause.output", 5, 0, reserve), ship]),
+            [format!(r#"{at} m, items: names timer step "pause", which has no output"#)]
+        );
+        assert_eq!(MAX_MAP_CONCURRENCY, 50, "the schema's bound on max_concurrency (workflow.rs) says 50");
+        for cap in [0, 51] {
+            assert_eq!(
+                one(map("m", lines, cap, 0, reserve)),
+                [format!("{at} m, max_concurrency: {cap} is out of range: 1 to 50")]
+            );
+        }
+        assert_eq!(
+            one(map("m", lines, 5, 1_001, reserve)),
+            [format!("{at} m, tolerated_failures: 1001 is out of range: 0 to 1000")]
+        );
+        assert_eq!(
+            one(map("m", lines, 5, 0, pause)),
+            [format!("{at} m, step: a timer cannot be a map's step: put it before or after the map")]
+        );
+        let callback = r#"{"name": "approve", "agent": "wh", "callback": {"timeout_ms": 5000}}"#;
+        assert_eq!(
+            one(map("m", lines, 5, 0, callback)),
+            [format!("{at} m, step: a callback step cannot be a map's step: put it before or after the map")]
+        );
+        let limited = r#"{"name": "reserve", "agent": "lim", "compensation": "release"}"#;
+        assert_eq!(
+            errors(&[quote, &map("m", lines, 5, 0, limited), r#"{"name": "ship", "agent": "wh"}"#]),
+            [format!("{at} m, step: agent lim has limits: a map's step calls an agent without limits")]
+        );
+        // The map's step's own fields are named with the map.
+        let slow = r#"{"name": "reserve", "agent": "wh", "timeout_ms": 10}"#;
+        assert_eq!(
+            one(map("m", lines, 5, 0, slow)),
+            [format!("{at} m, step reserve, timeout_ms: 10 is out of range: 1000 to 50000")]
+        );
     }
 
     /// One branch of a stage may call a limited agent (the stage's claim holds its place);

@@ -1,7 +1,7 @@
 //! Every shape error of a definition file that can be found (a missing or unknown field,
 //! a value of the wrong type), each naming its agent, or its workflow and step, beside the
 //! line and column: what `sasctl workflows validate` lists. Each agent, workflow, parallel
-//! stage and step is read on its own, so one's error does not hide another's.
+//! stage, map step and step is read on its own, so one's error does not hide another's.
 //!
 //! The file is valid JSON by then: a small scanner (`object`, `array`) finds each part's
 //! bytes, and each part is read from its own slice, the arrays and objects read on their
@@ -53,6 +53,11 @@ fn problems(text: &str) -> Vec<Problem> {
         for (j, r) in steps.and_then(|r| array(text, r)).unwrap_or_default().into_iter().enumerate() {
             let entry = object(text, r.clone());
             let parallel = entry.as_ref().and_then(|(_, f)| field(f, "parallel"));
+            if let Some(map) = entry.as_ref().and_then(|(_, f)| field(f, "map")).and_then(|m| object(text, m))
+            {
+                map_problems(text, &wf, r.clone(), &map.1, j, &mut out);
+                continue;
+            }
             let name =
                 entry.as_ref().and_then(|(_, f)| name_of(text, f)).unwrap_or_else(|| format!("steps[{j}]"));
             let Some(stage) = parallel.and_then(|p| object(text, p)) else {
@@ -81,6 +86,48 @@ fn problems(text: &str) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// A map entry as `MapText` reads it, its step unread: the step is read on its own. A test
+/// holds it to read every map `MapText` reads.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct MapShape {
+    name: String,
+    items: String,
+    max_concurrency: u32,
+    #[serde(default)]
+    tolerated_failures: u32,
+    step: serde::de::IgnoredAny,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Map {
+    map: MapShape,
+}
+
+/// The shape errors of the map entry at `entry` (the `j`th of workflow `wf`, its map's
+/// fields `fields`): the map's own, named with the map, then its step's, named with both.
+fn map_problems(
+    text: &str,
+    wf: &str,
+    entry: Range<usize>,
+    fields: &[(String, Range<usize>)],
+    j: usize,
+    out: &mut Vec<Problem>,
+) {
+    let map = name_of(text, fields).unwrap_or_else(|| format!("steps[{j}]"));
+    read::<Map>(text, &text[entry.clone()], entry.start, out, &|at| {
+        format!("workflow {wf}, map {map} ({at})")
+    });
+    let Some(step) = fields.iter().find(|(k, _)| k == "step").map(|(_, r)| r.clone()) else { return };
+    let name =
+        object(text, step.clone()).and_then(|(_, f)| name_of(text, &f)).unwrap_or_else(|| "step".into());
+    let at = |at: String| format!("workflow {wf}, map {map}, step {name} ({at})");
+    read::<Step>(text, &text[step.clone()], step.start, out, &at);
 }
 
 /// Reads `part` (starting at byte `start` of `text`) as a `T`, and on failure adds its
@@ -227,10 +274,10 @@ fn array(text: &str, r: Range<usize>) -> Option<Vec<Range<usize>>> {
 
 impl DefinitionFile {
     /// The JSON as typed, or every place it does not fit that can be found: each agent,
-    /// workflow, parallel stage and step is read on its own, so one's error does not hide
-    /// another's, and each problem names its agent, or its workflow and step, beside the
-    /// line and column (`sasctl workflows validate`). A file that is not JSON at all is one
-    /// problem, as in [`DefinitionFile::parse`].
+    /// workflow, parallel stage, map step and step is read on its own, so one's error does
+    /// not hide another's, and each problem names its agent, or its workflow and step,
+    /// beside the line and column (`sasctl workflows validate`). A file that is not JSON at
+    /// all is one problem, as in [`DefinitionFile::parse`].
     pub fn parse_all(text: &str) -> Result<DefinitionFile, Vec<Problem>> {
         let first = match DefinitionFile::parse(text) {
             Ok(file) => return Ok(file),
@@ -278,6 +325,45 @@ mod tests {
                 "error: workflow two v1, stage both, step b2 (line 10, column 85): invalid value: integer `-1`, expected u32",
             ]
         );
+    }
+
+    /// A map entry is read as a map, not as a step: its own shape errors are named with
+    /// the map, its step's with both, and a well-shaped one beside another's error is none.
+    #[test]
+    fn a_maps_shape_errors_name_the_map_and_its_step() {
+        let text = r#"{
+  "agents": {"a": {"timeout": 5}},
+  "workflows": [
+    {"name": "w", "steps": [
+      {"map": {"name": "good", "items": "$.order.items", "max_concurrency": 2, "step": {"name": "g", "agent": "a"}}}]},
+    {"name": "x", "steps": [
+      {"map": {"name": "lines", "items": "$.order.items", "max_concurency": 2,
+               "step": {"name": "reserve", "agent": "a", "compensate": "release"}}},
+      {"map": {"name": "many", "items": "$.order.items", "max_concurrency": "5", "step": 3}}]}
+  ]
+}"#;
+        assert_eq!(
+            all(text),
+            [
+                "error: agent a (line 2, column 28): unknown field `timeout`, expected one of `kind`, `queue_url`, `url`, `timeout_ms`, `retry`, `breaker`, `auth`, `max_in_flight`, `max_per_second`, `max_in_flight_per_key`",
+                "error: workflow x v1, map lines (line 7, column 74): unknown field `max_concurency`, expected one of `name`, `items`, `max_concurrency`, `tolerated_failures`, `step`",
+                "error: workflow x v1, map lines, step reserve (line 8, column 69): unknown field `compensate`, expected one of `name`, `agent`, `wait`, `callback`, `compensation`, `effect`, `max_failures`, `timeout_ms`, `max_throttled_ms`",
+                r#"error: workflow x v1, map many (line 9, column 79): invalid type: string "5", expected u32"#,
+                "error: workflow x v1, map many, step step (line 9, column 90): invalid type: integer `3`, expected struct Step",
+            ]
+        );
+        // Every map `MapText` reads, with or without its defaults, reads here too.
+        for tolerated in [0, 3] {
+            let map = crate::domain::workflow::MapText {
+                name: "m".into(),
+                items: "$.order.items".into(),
+                max_concurrency: 2,
+                tolerated_failures: tolerated,
+                step: Step::pivot("s", "a"),
+            };
+            let value = serde_json::json!({"map": map});
+            assert!(serde_json::from_value::<Map>(value).is_ok(), "{tolerated}");
+        }
     }
 
     #[test]

@@ -66,6 +66,14 @@ pub(super) fn timer_problems(wf: &Workflow, step: &Step, wait: &Wait) -> Vec<(&'
                     Some(s) if s.is_timer() => {
                         out.push(("wait.until", format!("names timer step {named:?}, which has no output")))
                     }
+                    // A map's items' outputs are kept as one array under the map's name.
+                    Some(_) if let Some(map) = earlier.and_then(|i| wf.map_at(i as u32)) => out.push((
+                        "wait.until",
+                        format!(
+                            "names step {named:?}, which runs once per item of map {}: it keeps no output of its own",
+                            map.name
+                        ),
+                    )),
                     Some(_) => {}
                 }
             }
@@ -187,6 +195,8 @@ mod tests {
             {"name": "syntax", "wait": {"until": "$.steps.charge.output[0]"}},
             {"name": "unknown", "wait": {"until": "$.steps.nope.output.at"}},
             {"name": "on-timer", "wait": {"until": "$.steps.short.output.at"}},
+            {"map": {"name": "lines", "items": "$.order.items", "max_concurrency": 2, "step": {"name": "line", "agent": "pay"}}},
+            {"name": "on-item", "wait": {"until": "$.steps.line.output.at"}},
             {"name": "no-field", "wait": {"until": "$.order.ship_by"}},
             {"name": "nothing"}]}]}"#;
         let got = problems(text);
@@ -204,6 +214,7 @@ mod tests {
             r#"error: workflow w v1, step syntax, wait.until: "$.steps.charge.output[0]" is not a path: write $.order.<key>(.<key>)* or $.steps.<step name>.output.<key>(.<key>)*, each key 1 to 64 of A-Z a-z 0-9 - _"#,
             r#"error: workflow w v1, step unknown, wait.until: names step "nope", which is not an earlier step of this workflow"#,
             r#"error: workflow w v1, step on-timer, wait.until: names timer step "short", which has no output"#,
+            r#"error: workflow w v1, step on-item, wait.until: names step "line", which runs once per item of map lines: it keeps no output of its own"#,
             r#"error: workflow w v1, step no-field, wait.until: the order has no field "ship_by"; it has: order_id, customer_id, items, workflow, workflow_version"#,
             "error: workflow w v1, step nothing, agent: a step needs an agent (or a wait, to be a timer step)",
         ];
