@@ -275,8 +275,9 @@ pub struct MapText {
     /// Items in flight at once: 1 to 50.
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 50)))]
     pub max_concurrency: u32,
-    /// Items that may be refused before the map gives up (0 when absent); a refused
-    /// item's output is `null`.
+    /// Items that may be refused without the map giving up (0 when absent, at most 1,000);
+    /// one more gives up. A refused item's output is `null`.
+    #[cfg_attr(feature = "schema", schemars(range(max = 1000)))]
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tolerated_failures: u32,
     /// The step each item runs: an agent step (no timer, no callback), with its own
