@@ -1,5 +1,5 @@
 //! `sasctl workflows`: the committed schema is the generated one, and `validate` exits
-//! 0 for the example file, 1 with one line per problem for a bad one, 2 when unreadable.
+//! 0 for every example file, 1 with one line per problem for a bad one, 2 when unreadable.
 
 use std::process::Command;
 
@@ -20,6 +20,42 @@ fn the_committed_schema_is_the_generated_one() {
         sasctl::workflows::schema(),
         "docs/workflows.schema.json is stale: run `sasctl workflows schema > docs/workflows.schema.json`"
     );
+}
+
+/// Every file of examples/ is one a user may copy: each validates with no warning, and
+/// each kind of entry (a parallel stage, a map step) has one.
+#[test]
+fn every_example_validates_without_a_warning() {
+    let mut names: Vec<String> = std::fs::read_dir(repo("examples"))
+        .expect("examples/")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    for name in ["map.json", "parallel.json", "workflows.json"] {
+        assert!(names.iter().any(|n| n == name), "examples/{name} is missing from {names:?}");
+    }
+    for name in &names {
+        let out = sasctl(&["workflows", "validate", &repo(&format!("examples/{name}"))]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "examples/{name}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("valid (0 warnings)"), "examples/{name}: {stdout}");
+    }
+    // The map example: a map over the order's lines, at most 5 at a time, released on failure.
+    let text = std::fs::read_to_string(repo("examples/map.json")).unwrap();
+    let definitions = sas::domain::Definitions::parse(&text).unwrap();
+    let workflow = definitions.workflows.get("map-order").unwrap();
+    let map = &workflow.maps[0];
+    assert_eq!(
+        (map.name.as_str(), map.items.as_str(), map.max_concurrency),
+        ("reserve-lines", "$.order.items", 5)
+    );
+    assert_eq!(workflow.steps[map.at as usize].compensation.as_deref(), Some("release-line"));
 }
 
 #[test]
