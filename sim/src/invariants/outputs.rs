@@ -13,10 +13,12 @@ use crate::ledger::Ledger;
 /// every call of step `s` carries exactly the outputs the steps before it answered (a
 /// compensation also its own step's, once the task went past it), and names that
 /// version's agent and step (or compensation).
+/// `lines`: the order's line items, a map's items when it takes them from the order.
 pub(super) fn check_outputs_and_pins(
     ledger: &Ledger,
     id: &OrderId,
     workflow: &Workflow,
+    lines: usize,
     add: &mut impl FnMut(Invariant, String),
 ) {
     let kept = |step: u32| -> Option<&str> {
@@ -37,11 +39,11 @@ pub(super) fn check_outputs_and_pins(
     };
     let expected = |step: u32| -> Option<String> {
         match workflow.map_at(step) {
-            Some(_) => map_output(ledger, id, workflow, step),
+            Some(_) => map_output(ledger, id, workflow, step, lines),
             None => kept(step).map(str::to_owned),
         }
     };
-    check_item_calls(ledger, id, workflow, &kept, add);
+    check_item_calls(ledger, id, workflow, lines, &kept, add);
     let called =
         |step: u32, action: Action| ledger.keys.contains_key(&(id.as_str().to_owned(), step, action));
     for step in 0..=workflow.len() {
@@ -135,8 +137,11 @@ pub(super) fn check_outputs_and_pins(
 }
 
 /// The items of map step `at` for order `id`, as the service's answers listed them.
-fn map_items(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32) -> Option<usize> {
+fn map_items(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32, lines: usize) -> Option<usize> {
     let path = workflow.map_at(at)?.items_path().ok()?;
+    if path == sas::domain::ItemsPath::OrderItems {
+        return Some(lines);
+    }
     let step = workflow.step_named(path.step()?)?;
     let mut outputs = sas::domain::Outputs::new();
     let answer: serde_json::Value =
@@ -147,8 +152,8 @@ fn map_items(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32) -> Opt
 
 /// What a finished map keeps under its name: each item's answer in item order, `null` for
 /// one that answered none (or was refused), as compact JSON.
-fn map_output(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32) -> Option<String> {
-    let n = map_items(ledger, id, workflow, at)?;
+fn map_output(ledger: &Ledger, id: &OrderId, workflow: &Workflow, at: u32, lines: usize) -> Option<String> {
+    let n = map_items(ledger, id, workflow, at, lines)?;
     let items: Vec<String> = (0..n as u32)
         .map(|i| {
             let answer = ledger.answer(&item_key(id, at, i, false).0);
@@ -167,13 +172,14 @@ fn check_item_calls<'l>(
     ledger: &'l Ledger,
     id: &OrderId,
     workflow: &Workflow,
+    lines: usize,
     kept: &impl Fn(u32) -> Option<&'l str>,
     add: &mut impl FnMut(Invariant, String),
 ) {
     for map in &workflow.maps {
         let Some(def) = workflow.step(map.at) else { continue };
         let prefix = format!("{id}:{}.", map.at);
-        let n = map_items(ledger, id, workflow, map.at);
+        let n = map_items(ledger, id, workflow, map.at, lines);
         for (key, names) in
             ledger.called_as.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix))
         {

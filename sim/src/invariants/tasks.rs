@@ -64,7 +64,7 @@ pub(super) fn check_tasks(r: &Records, add: &mut impl FnMut(Invariant, String)) 
                 ),
             );
         }
-        check_outputs_and_pins(r.ledger, id, workflow, add);
+        check_outputs_and_pins(r.ledger, id, workflow, task.order.items.len(), add);
         remote_agrees(r, task, workflow, &declined, add);
         check_maps(r.ledger, task, workflow, history, add);
     }
