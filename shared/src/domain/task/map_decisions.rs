@@ -238,3 +238,24 @@ fn a_map_round_trips_through_its_definition_text() {
     assert_eq!(wf.map_at(1).map(|m| m.at), Some(1));
     assert_eq!(wf.after(1), 2);
 }
+
+#[test]
+fn an_item_whose_output_would_take_the_maps_outputs_past_their_bound_gives_up_in_doubt() {
+    let (wf, t) = mapped(17, 17, 0);
+    let mut t = claim(&t, &wf, 2, T0);
+    let big = format!("\"{}\"", "x".repeat(4_000));
+    for i in 0..16 {
+        t = item_reply(&t, &wf, i, output(&big)).next;
+    }
+    let d = item_reply(&t, &wf, 16, output(&big));
+    assert_eq!((d.trigger, d.next.state()), (Trigger::Undo, ProcessState::Compensating));
+    assert!(
+        d.next.last_error.as_deref().unwrap().contains("the map's outputs together would be"),
+        "{:?}",
+        d.next.last_error
+    );
+    // Every item may have taken effect, the last one too: all seventeen are undone.
+    let (end, undone) = undo_all(d.next, &wf);
+    assert_eq!(undone, (0..17).rev().collect::<Vec<u32>>());
+    assert_eq!(end.state(), ProcessState::Compensated);
+}

@@ -89,14 +89,15 @@ impl Draft {
         self.check_workflow(wf)?;
         let at_stage = self.stage.as_ref().is_some_and(|r| r.at == self.step) && reply.action == Action::Do;
         if let ReplyOutcome::Throttled { retry_after_ms } = reply.outcome {
-            // A stage's branches share one lease: one branch cannot hand it back alone.
+            // A stage's branches (a map's items) share one lease: one cannot hand it back alone.
             if at_stage {
+                let what = match wf.map_at(reply.step) {
+                    Some(_) => "an item of a map",
+                    None => "a branch of a parallel stage",
+                };
                 return Err(Refusal::Corrupt {
                     workflow: self.workflow.clone(),
-                    why: format!(
-                        "step {} is a branch of a parallel stage: it cannot be throttled back",
-                        reply.step
-                    ),
+                    why: format!("step {} is {what}: it cannot be throttled back", reply.step),
                 });
             }
             return self.throttled(reply.action, retry_after_ms, now, wf, policy);
@@ -263,8 +264,11 @@ impl Draft {
         let item = run.slot_mut(step, reply.index).ok_or_else(corrupt)?;
         item.complete_by = None;
         let index = reply.index.unwrap_or_default();
+        // The array as kept: each output, or `null`, a comma between, the brackets.
         let kept_bytes = |run: &super::branches::StageRun| {
-            run.branches.iter().filter_map(|b| b.output.as_ref()).map(|o| o.as_str().len() + 1).sum::<usize>()
+            let items: usize =
+                run.branches.iter().map(|b| b.output.as_ref().map_or(4, |o| o.as_str().len())).sum();
+            items + run.branches.len().saturating_sub(1) + 2
         };
         let (reason, detail, in_doubt) = match &reply.outcome {
             ReplyOutcome::Succeeded { output } => {
@@ -273,13 +277,19 @@ impl Draft {
                         item.outcome = Outcome::Succeeded;
                         item.output = kept;
                         match kept_bytes(run) {
-                            bytes if bytes + 2 > MAX_MAP_OUTPUT_BYTES => (
-                                format!(
-                                    "step {name} item {index} succeeded, but the map's outputs together would be {bytes} bytes; at most {MAX_MAP_OUTPUT_BYTES} are kept"
-                                ),
-                                None,
-                                true,
-                            ),
+                            bytes if bytes > MAX_MAP_OUTPUT_BYTES => {
+                                // Not kept: the record holds at most the bound.
+                                if let Some(item) = run.slot_mut(step, reply.index) {
+                                    item.output = None;
+                                }
+                                (
+                                    format!(
+                                        "step {name} item {index} succeeded, but the map's outputs together would be {bytes} bytes; at most {MAX_MAP_OUTPUT_BYTES} are kept"
+                                    ),
+                                    None,
+                                    true,
+                                )
+                            }
                             _ => {
                                 return next.item_settled(
                                     map,
