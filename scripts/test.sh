@@ -77,6 +77,9 @@ step "sasctl dev: $orders three-step orders with failures and hangs injected"
 step "sasctl dev: $orders orders of examples/parallel.json (a 3-branch stage) with failures and hangs injected"
 "$bin/sasctl" dev --orders "$orders" --workflows examples/parallel.json --workflow parallel-order --failure-rate 0.2 --hang-rate 0.05
 
+step "sasctl dev: $orders orders of examples/map.json (a map over each order's lines) with failures and hangs injected"
+"$bin/sasctl" dev --orders "$orders" --workflows examples/map.json --workflow map-order --failure-rate 0.2 --hang-rate 0.05
+
 step "sasctl dev: $orders orders of examples/flow-control.json (agents with max_in_flight and max_per_second) with failures and hangs injected"
 "$bin/sasctl" dev --orders "$orders" --workflows examples/flow-control.json --failure-rate 0.2 --hang-rate 0.05
 

@@ -381,7 +381,7 @@ pub fn check(run: &Outcome) -> Vec<Violation> {
                 if let Some(map) =
                     wf.and_then(|wf| wf.map_at(reply.step)).filter(|_| reply.action == Action::Do)
                 {
-                    if let Some(why) = item_reply_fenced(before, after, &reply, (step, action), succeeded) {
+                    if let Some(why) = item_reply_fenced(before, after, reply, (step, action), succeeded) {
                         add(
                             Invariant::Fenced,
                             format!("order {id}: reply of item {:?} of map {}: {why}", reply.index, map.name),
