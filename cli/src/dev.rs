@@ -163,8 +163,7 @@ impl DevOptions {
         self.definitions.agents.iter().filter(|(_, d)| d.queue().is_some()).map(|(n, _)| n.as_str()).collect()
     }
 
-    /// The names of the definitions' callback steps: a dev run then plays their outside
-    /// party and pumps the callback queue.
+    /// The definitions' callback steps: a dev run plays their outside party, pumps the callback queue.
     pub fn callback_steps(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self
             .definitions

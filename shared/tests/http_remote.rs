@@ -56,7 +56,8 @@ async fn call(base: &str) -> Result<Vec<u8>, RemoteError> {
         order: &order,
         outputs: &outputs,
         callback_token: None,
-        index: None,        item: None,
+        index: None,
+        item: None,
     };
     HttpRemote::new(base).call(&call, 5_000).await
 }
@@ -260,7 +261,8 @@ async fn call_agent(remote: &HttpRemote, agent: &str) -> Result<Vec<u8>, RemoteE
         order: &order,
         outputs: &outputs,
         callback_token: None,
-        index: None,        item: None,
+        index: None,
+        item: None,
     };
     remote.call(&call, 5_000).await
 }
@@ -439,7 +441,8 @@ fn a_calls_debug_never_shows_a_callback_tokens_secret() {
         order: &order,
         outputs: &outputs,
         callback_token: Some(&token),
-        index: None,        item: None,
+        index: None,
+        item: None,
     };
     let shown = format!("{call:?}");
     assert!(!shown.contains(&secret), "{shown}");

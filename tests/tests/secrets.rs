@@ -92,7 +92,8 @@ async fn call(remote: &HttpRemote, agent: &str) -> Result<Vec<u8>, RemoteError> 
         order: &order,
         outputs: &outputs,
         callback_token: None,
-        index: None,        item: None,
+        index: None,
+        item: None,
     };
     remote.call(&call, 5_000).await
 }

@@ -66,6 +66,6 @@ pub use task::*;
 pub use timeline::{Entry, Happened};
 pub use wait::{Wait, WaitPath};
 pub use workflow::{
-    Action, MapText, OnGiveUp, Stage, StageText, Step, StepEffect, StepKind, Workflow, Workflows, idempotency_key,
-    is_idempotency_key,
+    Action, MapText, OnGiveUp, Stage, StageText, Step, StepEffect, StepKind, Workflow, Workflows,
+    idempotency_key, is_idempotency_key,
 };
