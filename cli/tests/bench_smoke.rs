@@ -399,13 +399,14 @@ fn the_largest_record_stays_well_under_dynamodbs_item_limit() {
         since: far,
     };
     let lease = Lease { token: LeaseToken(uuid::Uuid::from_u128(u128::MAX)), complete_by: far };
-    t = t.with_phase(Phase::Processing {
+    let phase = |stage: Option<StageRun>| Phase::Processing {
         due: far,
         lease,
-        callback: Some(callback),
-        stage: Some(run),
+        callback: Some(callback.clone()),
+        stage,
         paused: true,
-    });
+    };
+    t = t.with_phase(phase(Some(run)));
     t.submitter = Sender::from_sender_id(&long('a', 128));
     t.last_error = Some(long('e', 3 * MAX_REASON_BYTES));
     t.last_cause = Cause::Failed {
@@ -481,4 +482,252 @@ async fn fair_holds_the_flood_to_its_share_and_measures_the_others() {
     assert!(keyed.flood_max_in_flight <= 2 && keyed.flood_max_in_flight >= 1, "{r:?}");
     assert!(open.flood_max_in_flight > 2 && open.service_max_in_flight <= 10, "{r:?}");
     assert_eq!((keyed.others_wait_ms.samples, open.others_wait_ms.samples), (20, 20), "{r:?}");
+}
+
+/// The largest record a map step can make, by the approach of
+/// `the_largest_record_stays_well_under_dynamodbs_item_limit`: MAX_STEPS (20) steps, one of
+/// them a map of MAX_MAP_ITEMS (1,000) items, every item's branch at its largest (u32::MAX
+/// counters, a complete-by, succeeded) with an output, the outputs together as much as the
+/// map's bound admits (MAX_MAP_OUTPUT_BYTES as the array is kept: outputs, commas,
+/// brackets); the map's finished array in `outputs` at that bound too; the 19 other steps'
+/// outputs at MAX_OUTPUT_BYTES; every output a JSON string of backslashes (the most a JSON
+/// record escapes); every item listed as refused; the largest order (100 lines, every
+/// field at 64 characters of 4 UTF-8 bytes each: the order's limits count characters); a
+/// full timeline, and everything else as that test sets it. More than one moment of a task
+/// holds (the items' run and the finished array, a callback beside a map): an upper bound.
+/// Then the largest agent request of a map item: an item's undo, with the order, the 19
+/// outputs, the map's array, the item (4 KiB) and its own output. `--nocapture` prints the
+/// sizes.
+#[test]
+fn the_largest_map_record_stays_under_dynamodbs_item_limit() {
+    use sas::domain::definitions::{MAX_NAME_LEN, MAX_STEPS};
+    use sas::domain::ids::ORDER_ID_MAX_LEN;
+    use sas::domain::map::{MAX_MAP_ITEMS, MAX_MAP_OUTPUT_BYTES};
+    use sas::domain::messages::{
+        MAX_BODY_BYTES, MAX_FIELD_LEN, MAX_ITEMS, MAX_QUANTITY, MAX_REASON_BYTES, MAX_REPLY_TO_LEN,
+    };
+    use sas::domain::timeline::{MAX_NOTE_BYTES, TIMELINE_LEN};
+    use sas::domain::workflow::{Entry as Text, MapText};
+    use sas::domain::*;
+    use sasctl::bench::{dynamodb_item_bytes, json_item_bytes};
+
+    let name = |i: usize| format!("{i:02}{}", "n".repeat(MAX_NAME_LEN - 2));
+    let step = |i: usize| Step::compensable(&name(i), &name(i), &name(i));
+    let mut entries: Vec<Text> = (0..MAX_STEPS - 1).map(|i| Text::Step(step(i))).collect();
+    let map_at = entries.len() as u32;
+    entries.push(Text::Map {
+        map: MapText {
+            name: name(99),
+            items: format!("$.steps.{}.output", name(0)),
+            max_concurrency: 50,
+            tolerated_failures: MAX_MAP_ITEMS as u32,
+            step: step(MAX_STEPS - 1),
+        },
+    });
+    let wf = Workflow::of_entries(&"w".repeat(MAX_NAME_LEN), entries);
+    assert_eq!((wf.len() as usize, wf.maps.len(), wf.maps[0].at), (MAX_STEPS, 1, map_at));
+
+    let long = |c: char, n: usize| c.to_string().repeat(n);
+    // A character of four UTF-8 bytes: DynamoDB and JSON count bytes.
+    let wide = |n: usize| long('\u{1F600}', n);
+    let order = Order {
+        order_id: OrderId::parse(&long('o', ORDER_ID_MAX_LEN)).unwrap(),
+        customer_id: wide(MAX_FIELD_LEN),
+        items: (0..MAX_ITEMS)
+            .map(|_| LineItem { sku: wide(MAX_FIELD_LEN), quantity: MAX_QUANTITY })
+            .collect(),
+        workflow: wf.name.clone(),
+        workflow_version: Some(u32::MAX),
+    };
+    // The intake accepts it (at version 1: no workflow has version u32::MAX).
+    let asked = Order { workflow_version: None, ..order.clone() };
+    let workflows = Workflows::new(vec![wf.clone()]);
+    let accepted = OrderRequest::parse(&asked.payload()).and_then(|r| r.validate(&workflows));
+    assert!(accepted.is_ok(), "{accepted:?}");
+    let far = Timestamp(u64::MAX / 1_000);
+    let mut t = TaskRecord::new(&order, Some(long('r', MAX_REPLY_TO_LEN)), far, &Policy::default());
+    // A JSON string of `len` bytes, backslashes inside (each doubles again in a JSON
+    // record), and one letter if `len` is odd.
+    let escaped = |len: usize| {
+        assert!(len >= 3);
+        let odd = if len.is_multiple_of(2) { "" } else { "a" };
+        let text = format!("\"{}{odd}\"", "\\\\".repeat((len - 2) / 2));
+        let output = StepOutput::from_value(&serde_json::from_str(&text).unwrap()).unwrap();
+        assert_eq!(output.as_str().len(), len);
+        output
+    };
+    let full = escaped(MAX_OUTPUT_BYTES);
+    for s in wf.steps.iter().take(MAX_STEPS - 1) {
+        std::sync::Arc::make_mut(&mut t.outputs).insert(s.name.clone(), full.clone());
+    }
+    t.refused_items = (0..MAX_MAP_ITEMS as u32).collect();
+
+    // The items: every one succeeded with an output, the outputs together as much as the
+    // bound admits (the array as kept: 64,535 bytes of outputs, 999 commas, 2 brackets).
+    let mut run = StageRun::for_map(map_at, MAX_MAP_ITEMS);
+    let budget = MAX_MAP_OUTPUT_BYTES - 2 - (MAX_MAP_ITEMS - 1);
+    let longer = budget - 64 * MAX_MAP_ITEMS;
+    for (i, b) in run.branches.iter_mut().enumerate() {
+        *b = Branch {
+            attempt: u32::MAX,
+            dispatches: u32::MAX,
+            failures: u32::MAX,
+            complete_by: Some(far),
+            outcome: Outcome::Succeeded,
+            output: Some(escaped(if i < longer { 65 } else { 64 })),
+        };
+    }
+    // The finished map's array, as the map's end makes it from the items' outputs.
+    let array = StepOutput::array(run.branches.iter().map(|b| b.output.as_ref()));
+    assert_eq!(array.as_str().len(), MAX_MAP_OUTPUT_BYTES, "the bound, exactly");
+    std::sync::Arc::make_mut(&mut t.outputs).insert(name(99), array);
+    let big = u32::MAX;
+    (t.step, t.step_attempts, t.attempt, t.failure_count, t.step_failures, t.timeline_dropped) =
+        (big, big, big, big, big, big);
+    (t.revision, t.redo_until, t.step_throttled_ms) = (u64::MAX, Some(big), u64::MAX);
+    let callback = Awaiting {
+        step: big,
+        attempt: big,
+        digest: long('d', 64),
+        timeout_at: far,
+        heartbeat_ms: Some(u64::MAX),
+        last_heartbeat: Some(far),
+        started_at: Some(far),
+        since: far,
+    };
+    let lease = Lease { token: LeaseToken(uuid::Uuid::from_u128(u128::MAX)), complete_by: far };
+    let phase = |stage: Option<StageRun>| Phase::Processing {
+        due: far,
+        lease,
+        callback: Some(callback.clone()),
+        stage,
+        paused: true,
+    };
+    t = t.with_phase(phase(Some(run)));
+    t.submitter = Sender::from_sender_id(&long('a', 128));
+    t.last_error = Some(long('e', 3 * MAX_REASON_BYTES));
+    t.last_cause = Cause::Failed {
+        step: big,
+        action: Action::Undo,
+        reason: long('f', MAX_REASON_BYTES),
+        in_doubt: false,
+    };
+    t.timeline = std::sync::Arc::new(
+        (0..TIMELINE_LEN)
+            .map(|_| sas::domain::Entry {
+                at: far,
+                what: Happened::Moved(Trigger::CancelUndone),
+                step: big,
+                attempt: big,
+                step_attempt: Some(big - 1),
+                note: Some(long('n', MAX_NOTE_BYTES)),
+                by: Some(long('b', MAX_NOTE_BYTES)),
+            })
+            .collect(),
+    );
+    t.created_at = far;
+    t.updated_at = far;
+
+    let (dynamodb, json) = (dynamodb_item_bytes(&t), json_item_bytes(&t));
+    println!(
+        "largest map record: {dynamodb} bytes as DynamoDB counts it, {json} bytes of JSON (limit 409,600)"
+    );
+    // What its parts take, as DynamoDB counts them: the record without each.
+    let without_run = dynamodb_item_bytes(&t.clone().with_phase(phase(None)));
+    let mut no_outputs = t.clone();
+    no_outputs.outputs = Default::default();
+    let without_outputs = dynamodb_item_bytes(&no_outputs);
+    println!(
+        "  of which the map's run {} bytes, the outputs {} bytes",
+        dynamodb - without_run,
+        dynamodb - without_outputs
+    );
+    let modelled = sas::adapters::embedded::capacity::task_item_bytes(&t);
+    assert!(modelled.abs_diff(dynamodb) <= 4, "{modelled} modelled against {dynamodb}");
+    assert!(dynamodb < 409_600, "{dynamodb} bytes: over DynamoDB's 400 KB item limit");
+
+    // An item's undo: the outputs up to the map's end (the 19 others and the map's
+    // array), the item's own output under its step's name, and the item itself (an
+    // element of an earlier output, so at most that output less its brackets).
+    let map_step = &wf.steps[map_at as usize];
+    let mut outputs: std::collections::BTreeMap<String, serde_json::Value> =
+        t.outputs.iter().map(|(k, v)| (k.clone(), v.to_value())).collect();
+    outputs.insert(map_step.name.clone(), full.to_value());
+    let item = escaped(MAX_OUTPUT_BYTES - 2).to_value();
+    let index = MAX_MAP_ITEMS as u32 - 1;
+    let request = AgentRequest {
+        order_id: order.order_id.clone(),
+        workflow: wf.name.clone(),
+        workflow_version: big,
+        step: map_at,
+        step_name: map_step.compensation.clone().unwrap(),
+        agent: map_step.agent.clone(),
+        action: Action::Undo,
+        attempt: big,
+        lease: LeaseToken(uuid::Uuid::from_u128(u128::MAX)),
+        complete_by: far,
+        idempotency_key: item_key(&order.order_id, map_at, index, true),
+        order: order.clone(),
+        outputs,
+        // A queue agent's worker is told where to reply: an SQS URL of the longest name.
+        reply_queue: Some(format!("https://sqs.ap-southeast-3.amazonaws.com/123456789012/{}", long('q', 80))),
+        callback_token: None,
+        index: Some(index),
+        item: Some(item),
+    };
+    let body = request.to_body().len();
+    println!("largest map item request: {body} bytes (SQS allows {MAX_BODY_BYTES})");
+    assert!(body < MAX_BODY_BYTES, "{body} bytes: over SQS's 256 KiB");
+}
+
+/// A map over the order's lines, ten at a time, for orders of 10 and of 100 lines, and a
+/// stage of ten branches of the same step: every order processed, one call per line (per
+/// branch), few write conflicts per item, and the map's cost per item within a factor of
+/// the stage's per branch (the 100-line map's record is larger, so each of its writes
+/// bills more units). Step Functions counts a Map state as one transition an order.
+#[tokio::test]
+async fn cost_counts_a_map_per_item() {
+    use sasctl::bench::cost_items;
+    let a = CostAssumptions::default();
+    let map_10 = cost_items("map-lines", 40, 10, &a).await;
+    let map_100 = cost_items("map-lines", 10, 100, &a).await;
+    let stage = cost_items("parallel-10", 40, 1, &a).await;
+    for (row, orders, calls) in [(&map_10, 40, 10.0), (&map_100, 10, 100.0), (&stage, 40, 10.0)] {
+        assert_eq!(row.processed, orders, "{row:?}");
+        assert_eq!(row.remote_calls_per_order, calls, "{row:?}");
+        let i = row.per_item.as_ref().expect("figures per item");
+        assert_eq!(i.items_per_order, calls);
+        assert!(i.write_conflicts_per_item <= 0.1, "{i:?}");
+        assert!((i.sas - row.sas_total / calls).abs() < 1e-9, "{i:?}");
+    }
+    let per = |r: &sasctl::bench::CostRow| r.per_item.as_ref().unwrap().sas;
+    let stage_per = per(&stage);
+    assert!(per(&map_10) < 3.0 * stage_per && per(&map_10) > stage_per / 3.0, "{map_10:?} {stage:?}");
+    assert!(per(&map_100) < 10.0 * stage_per, "{map_100:?} {stage:?}");
+    assert!(per(&map_100) > per(&map_10), "a larger record bills more an item");
+    // A Map state is one transition an order besides its items' Tasks, as a Parallel state
+    // is besides its branches', and ten items at a cap of ten take one call's time, as ten
+    // branches do: Step Functions prices the two alike.
+    assert!((map_10.step_functions_standard - stage.step_functions_standard).abs() < 1e-6, "{map_10:?}");
+    assert_eq!(map_10.step_functions_express, stage.step_functions_express);
+    // 100 Tasks and 2 transitions an order against 10 and 2.
+    assert!(map_100.step_functions_standard > 8.0 * map_10.step_functions_standard, "{map_100:?}");
+}
+
+/// `bench map` at a small size: the list step's lines become the map's items, every item
+/// called once, ten or fifty at a time, the order processed; the record's writes measured.
+#[tokio::test]
+async fn map_bench_runs_every_item_of_a_listed_map() {
+    for cap in [10, 50] {
+        let r = sasctl::bench::map_once(100, cap, 1).await.expect("a cap the rig has");
+        assert!(r.processed, "{r:?}");
+        assert_eq!(r.item_calls, 100, "{r:?}");
+        assert!(r.first_to_last_ms > 0.0 && r.item_calls_per_second > 0.0, "{r:?}");
+        // Accepted, the list's claim and answer, the map's claim, a write per item's reply.
+        assert!(r.writes >= 100 + 4, "{r:?}");
+        assert!(r.largest_record_bytes > 100 * 20 && r.largest_record_bytes < 400 * 1024, "{r:?}");
+        assert!(r.write_units >= r.writes as u64 && r.dynamodb_floor_s > 0.0, "{r:?}");
+        assert_eq!(r.write_conflicts, 0, "one order's replies are applied one after another");
+    }
+    assert!(sasctl::bench::map_once(10, 20, 1).await.is_err(), "caps of 10 and 50 only");
 }

@@ -58,6 +58,31 @@ pub struct CostRow {
     /// Flow control, when an agent of the workflow has limits: what its gate cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateCost>,
+    /// Rows of many calls an order (a map step's items, a wide stage's branches): the
+    /// figures per item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_item: Option<ItemCost>,
+}
+
+/// A row's figures per item: per remote call, the items of a map step (or the branches
+/// of a stage) being one call each.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemCost {
+    /// Lines of each order: a map over `$.order.items` runs one item per line.
+    pub line_items: usize,
+    /// Remote calls per order.
+    pub items_per_order: f64,
+    /// Dollars per million items (remote calls): sas, and Step Functions as the row
+    /// prices it per order.
+    pub sas: f64,
+    pub step_functions_standard: f64,
+    pub step_functions_express: Option<f64>,
+    pub write_conflicts_per_item: f64,
+    pub ddb_wru_per_item: f64,
+    pub ddb_rru_per_item: f64,
+    /// The largest task item written, by its JSON length (what the model bills a write
+    /// on, per started KB): a map's record holds a branch per item while it runs.
+    pub largest_record_bytes: usize,
 }
 
 /// What flow control adds to an order's bill, per remote call of a limited agent: the gate
@@ -120,6 +145,23 @@ pub async fn cost_limited(
     limits: &BTreeMap<String, sas::domain::gate::Limits>,
     a: &CostAssumptions,
 ) -> CostRow {
+    cost_run(workflow, orders, failures, limits, None, a).await
+}
+
+/// As `cost` without failures, each order of `line_items` lines, with the figures per
+/// item (per remote call): for a map step's items and a wide stage's branches.
+pub async fn cost_items(workflow: &str, orders: usize, line_items: usize, a: &CostAssumptions) -> CostRow {
+    cost_run(workflow, orders, false, &BTreeMap::new(), Some(line_items), a).await
+}
+
+async fn cost_run(
+    workflow: &str,
+    orders: usize,
+    failures: bool,
+    limits: &BTreeMap<String, sas::domain::gate::Limits>,
+    line_items: Option<usize>,
+    a: &CostAssumptions,
+) -> CostRow {
     let policy = Policy::default();
     let (transient, permanent, crash) = if failures { (0.10, 0.01, 0.02) } else { (0.0, 0.0, 0.0) };
     let rig = Rig::new(
@@ -135,6 +177,10 @@ pub async fn cost_limited(
             reply_to: true,
             round_trips: true,
             limits: limits.clone(),
+            line_items: line_items.unwrap_or(1),
+            list_items: 0,
+            // Nothing here reads the store's log: a map's records are large and many.
+            keep_writes: false,
         },
         true,
     );
@@ -199,15 +245,27 @@ pub async fn cost_limited(
     // A parallel stage is a Parallel state: one transition more per order; its branches'
     // Tasks are counted with the calls.
     let stages = wf.as_ref().map_or(0, |w| w.stages.len()) as f64;
-    let transitions = calls + n * (1.0 + timers + stages);
+    // A map step is an inline Map state (inline mode runs up to 40 iterations at once; the
+    // map's cap here is 10): one transition more per order for the Map state, and its
+    // iterations' Tasks, one per item, counted with the calls. Assumed, from AWS's
+    // "Transitions" page: an inline Map's iterations are not billed a transition of their
+    // own (a Distributed Map bills one per child execution: one per item more).
+    let maps = wf.as_ref().map_or(0, |w| w.maps.len()) as f64;
+    let transitions = calls + n * (1.0 + timers + stages + maps);
     let agent_lambda = calls
         * (LAMBDA_PER_MILLION_REQUESTS / 1e6
             + (a.memory_mb as f64 / 1024.0) * (a.remote_call_ms as f64 / 1000.0) * LAMBDA_ARM_PER_GB_SECOND);
     let intake = n * (1.2 * SQS_PER_MILLION_REQUESTS / 1e6 + 0.1 * LAMBDA_PER_MILLION_REQUESTS / 1e6);
     let standard = (transitions * SFN_STANDARD_PER_TRANSITION + agent_lambda + intake) * m;
     // Express: per execution, billed in 100 ms steps at 64 MB (the minimum); a stage's
-    // branches run at once, so its calls take one call's time.
-    let side_by_side = wf.as_ref().map_or(0, |w| w.stages.iter().map(|s| s.len - 1).sum::<u32>()) as f64;
+    // branches run at once, so its calls take one call's time; a map's items run
+    // `max_concurrency` at a time, so they take ceil(items / cap) calls' time.
+    let items = rig.remote.item_calls.load(Ordering::Relaxed) as f64 / n;
+    let mapped: f64 = wf
+        .as_ref()
+        .map_or(0.0, |w| w.maps.iter().map(|m| items - (items / f64::from(m.max_concurrency)).ceil()).sum());
+    let side_by_side =
+        wf.as_ref().map_or(0, |w| w.stages.iter().map(|s| s.len - 1).sum::<u32>()) as f64 + mapped;
     let express_ms = ((calls / n - side_by_side).max(0.0) * a.remote_call_ms as f64 / 100.0).ceil() * 100.0;
     let express = (n
         * (SFN_EXPRESS_PER_MILLION_REQUESTS / 1e6
@@ -243,7 +301,23 @@ pub async fn cost_limited(
             dynamodb_per_million_calls: per(dynamodb_micro_dollars(g.wru, g.rru)),
         }
     });
+    let per_item = line_items.map(|line_items| {
+        let per = calls / n;
+        let each = |v: f64| v / per.max(f64::MIN_POSITIVE);
+        ItemCost {
+            line_items,
+            items_per_order: per,
+            sas: each(sas_total),
+            step_functions_standard: each(standard),
+            step_functions_express: express.map(each),
+            write_conflicts_per_item: write_conflicts / calls.max(1.0),
+            ddb_wru_per_item: u.wru / calls.max(1.0),
+            ddb_rru_per_item: u.rru / calls.max(1.0),
+            largest_record_bytes: u.largest_item_bytes,
+        }
+    });
     CostRow {
+        per_item,
         gate,
         timers,
         workflow: workflow.into(),
@@ -282,6 +356,23 @@ impl fmt::Display for CostRow {
                 f,
                 "  write conflicts: {:.3} per order (each a billed write and re-read, counted above)",
                 self.write_conflicts_per_order
+            )?;
+        }
+        if let Some(i) = &self.per_item {
+            let express = i.step_functions_express.map_or("n/a".to_owned(), |e| format!("${e:.2}"));
+            writeln!(
+                f,
+                "  per item ({} line(s) an order, {:.3} calls an order): sas ${:.2}, Step Functions Standard \
+                 ${:.2}, Express {express} per million items; {:.3} write conflicts, {:.2} WRU + {:.2} RRU an \
+                 item; the largest record {} bytes (JSON)",
+                i.line_items,
+                i.items_per_order,
+                i.sas,
+                i.step_functions_standard,
+                i.write_conflicts_per_item,
+                i.ddb_wru_per_item,
+                i.ddb_rru_per_item,
+                i.largest_record_bytes
             )?;
         }
         let d: Vec<String> = self.dollars_per_million.iter().map(|(k, v)| format!("{k} ${v:.2}")).collect();

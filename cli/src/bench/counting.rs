@@ -34,6 +34,8 @@ pub struct AwsUsage {
     pub sns_publishes: u64,
     /// Function invocations, by function.
     pub invocations: BTreeMap<String, u64>,
+    /// The largest task item written (inserted or replaced), by the size billed.
+    pub largest_item_bytes: usize,
     /// Of the DynamoDB figures above, flow control's: gate reads and conditional writes
     /// (a failed condition bills too), their units, the waiters' puts and gets
     /// (`StateStore::put_waiter`, `waiter`), and the agents' call marks (`CallStarts`).
@@ -233,6 +235,7 @@ impl StateStore for CountingStore {
         self.with(|u| {
             u.ddb_puts += 1;
             u.wru += kb_units(size, 1024) + index;
+            u.largest_item_bytes = u.largest_item_bytes.max(size);
         });
         Ok(inserted)
     }
@@ -264,6 +267,7 @@ impl StateStore for CountingStore {
         self.with(|u| {
             u.ddb_puts += 1;
             u.wru += kb_units(size, 1024) + index;
+            u.largest_item_bytes = u.largest_item_bytes.max(size);
         });
         Ok(written)
     }

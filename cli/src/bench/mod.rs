@@ -28,6 +28,8 @@
 //! - `traffic`: the functions as `sasctl up` runs them, against an endpoint through a
 //!   counting proxy (`proxy`): requests, dollars and latency per order for bulk and
 //!   trickle arrivals and each queue's batching window; and an idle month's cost.
+//! - `map`: one map step over 1,000 items, alone on the rig: the time from its first
+//!   item's call to its last, the items' calls per second, and its record's writes.
 //!
 //! What they share:
 //!
@@ -47,6 +49,7 @@ mod counting;
 mod fair;
 mod flow;
 mod listing;
+mod map;
 mod measure;
 mod proxy;
 mod recovery;
@@ -68,13 +71,16 @@ pub use cold_start::{
     cold_start_case, cold_start_once, judge,
 };
 pub use contention::{ContentionReport, ContentionRow, ContentionRun, contention, contention_once};
-pub use cost::{CostAssumptions, CostRow, GateCost, TimerLateness, cost, cost_limited, prices};
+pub use cost::{
+    CostAssumptions, CostRow, GateCost, ItemCost, TimerLateness, cost, cost_items, cost_limited, prices,
+};
 pub use counting::{
     AwsUsage, CountingAlerts, CountingQueues, CountingStore, GateUsage, dynamodb_item_bytes, json_item_bytes,
 };
 pub use fair::{FairOptions, FairReport, FairRun, fair};
 pub use flow::{FlowArgs, FlowOptions, FlowReport, flow};
 pub use listing::{ListingOptions, ListingReport, ListingRow, listing};
+pub use map::{MapConcurrency, MapReport, MapRun, map_bench, map_once};
 pub use measure::{cpu_time, median, peak_rss_kib};
 pub use proxy::{CountingProxy, RequestCounts, classify};
 pub use recovery::{RecoveryReport, recovery};
@@ -105,6 +111,15 @@ fn positive_rate(arg: &str) -> Result<f64, String> {
     match arg.parse::<f64>() {
         Ok(r) if r > 0.0 && r <= 100.0 => Ok(r),
         _ => Err(format!("{arg:?}: orders per second, more than 0 and at most 100")),
+    }
+}
+
+/// `bench map`'s caps: the rig has a list-and-map workflow for each.
+fn map_cap(arg: &str) -> Result<u32, String> {
+    match arg.trim() {
+        "10" => Ok(10),
+        "50" => Ok(50),
+        _ => Err(format!("{arg:?}: the bench's maps run 10 or 50 items at a time")),
     }
 }
 
@@ -212,8 +227,10 @@ pub enum BenchCommand {
     /// AWS requests, billed units and dollars per million orders, against Step Functions:
     /// single-step and three-step orders (with and without failures), a callback step and
     /// an hour's timer, examples/parallel.json's order (a 3-branch stage) beside the
-    /// same order's steps one after the other (examples/sequential.json), and single-step
-    /// and three-step again with one agent limited to 10 calls at once (its gate's cost).
+    /// same order's steps one after the other (examples/sequential.json), single-step
+    /// and three-step again with one agent limited to 10 calls at once (its gate's cost),
+    /// and a map step over orders of 10 and of 100 lines (10 at a time) beside a stage of
+    /// ten branches of the same step, with their figures per item.
     Cost {
         #[arg(long, default_value_t = 10_000)]
         orders: usize,
@@ -223,6 +240,22 @@ pub enum BenchCommand {
         invocation_ms: u64,
         #[arg(long, default_value_t = 50)]
         remote_call_ms: u64,
+    },
+    /// One map step over --items items (a list step's answer), alone on the rig (embedded,
+    /// system clock, the remote answering at once): the time from the first item's call to
+    /// the last and the items' calls per second at each --concurrency, and the map's record
+    /// write by write (its largest size, its write units, and the least time DynamoDB's
+    /// 1,000 write units a second on one item allow them).
+    Map {
+        /// Items of the map (1 to 1,000).
+        #[arg(long, default_value_t = 1_000, value_parser = crate::args::whole::<usize>("--items", 1, 1_000))]
+        items: usize,
+        /// The map's max_concurrency, comma separated: 10 and/or 50.
+        #[arg(long, value_delimiter = ',', default_value = "10,50", value_parser = map_cap)]
+        concurrency: Vec<u32>,
+        /// Runs per cap (1 to 100); medians are quoted.
+        #[arg(long, default_value_t = 5, value_parser = crate::args::whole::<usize>("--repeats", 1, 100))]
+        repeats: usize,
     },
     /// Launch function binaries against a stub Lambda Runtime API and a local HTTPS stub
     /// of AWS (and the remote service): init time, first invocation including its first
@@ -448,7 +481,16 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 )];
                 rows.push(cost_limited(wf, orders, false, &limits.into(), &a).await);
             }
+            // Map steps (docs/BENCHMARKS.md, "Map steps (issue 39)"): one step over the
+            // order's lines, ten at a time, for orders of 10 and of 100 lines; and the same
+            // step as a stage's ten branches. Figures per item (per remote call) too.
+            for (wf, lines) in [(rig::MAP_LINES, 10), (rig::MAP_LINES, 100), (rig::PARALLEL_10, 1)] {
+                rows.push(cost_items(wf, orders, lines, &a).await);
+            }
             emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
+        }
+        BenchCommand::Map { items, concurrency, repeats } => {
+            emit(args.json, &map_bench(items, &concurrency, repeats).await?, ToString::to_string);
         }
         BenchCommand::ColdStart { binaries, repeats } => {
             let mut reports = Vec::new();

@@ -48,6 +48,20 @@ pub const SEQUENTIAL_ORDER: &str = "sequential-order";
 /// the same five steps one after the other.
 pub const PARALLEL_5: &str = "parallel-5";
 pub const SEQUENTIAL_5: &str = "sequential-5";
+/// Map steps (issue 39): one compensable step on one agent run over the order's lines,
+/// ten at a time (`MAP_LINES`; `RigOptions::line_items` lines an order), against one stage
+/// of ten branches of that step (`PARALLEL_10`); and a list step whose bench remote answers
+/// `RigOptions::list_items` lines, then the same map over them, 10 or 50 at a time
+/// (`LIST_MAP_10`, `LIST_MAP_50`: `bench map`).
+pub const MAP_LINES: &str = "map-lines";
+pub const PARALLEL_10: &str = "parallel-10";
+pub const LIST_MAP_10: &str = "list-map-10";
+pub const LIST_MAP_50: &str = "list-map-50";
+/// The list step: the bench remote answers a step whose name ends in `-list` with lines,
+/// as the simulation's service model does (`sas_sim::ledger`).
+pub const LIST_STEP: &str = "lines-list";
+/// The map's name in those workflows: its outputs are kept under it.
+pub const MAP_NAME: &str = "reserve-lines";
 
 /// The workflows of an example file of this repository.
 fn example(text: &str) -> Vec<sas::domain::Workflow> {
@@ -55,10 +69,10 @@ fn example(text: &str) -> Vec<sas::domain::Workflow> {
 }
 
 /// The built-in workflows, `CALLBACK_TIMER`, the timers of `bench timers`,
-/// `LONGEST_TIMER`, and the parallel stages' (`PARALLEL_ORDER`, `PARALLEL_5`) beside
-/// their sequential twins.
+/// `LONGEST_TIMER`, the parallel stages' (`PARALLEL_ORDER`, `PARALLEL_5`) beside
+/// their sequential twins, and the map steps' (`MAP_LINES`, `PARALLEL_10`, `LIST_MAP_*`).
 pub fn bench_workflows() -> Workflows {
-    use sas::domain::workflow::{Entry, StageText};
+    use sas::domain::workflow::{Entry, MapText, StageText};
     use sas::domain::{Callback, Step, Wait, Workflow};
     let mut all = Workflows::builtin().all().to_vec();
     all.extend(example(include_str!("../../../examples/parallel.json")));
@@ -73,6 +87,29 @@ pub fn bench_workflows() -> Workflows {
         vec![Entry::Parallel { parallel: StageText { name: "reserve-all".into(), steps: five.clone() } }],
     ));
     all.push(Workflow::new(SEQUENTIAL_5, five));
+    let map = |items: &str, cap: u32| Entry::Map {
+        map: MapText {
+            name: MAP_NAME.into(),
+            items: items.into(),
+            max_concurrency: cap,
+            tolerated_failures: 0,
+            step: Step::compensable("reserve-line", "warehouse", "release-line"),
+        },
+    };
+    all.push(Workflow::of_entries(MAP_LINES, vec![map("$.order.items", 10)]));
+    let ten: Vec<Step> =
+        (1..=10).map(|i| Step::compensable(&format!("reserve-{i}"), "warehouse", "release-line")).collect();
+    all.push(Workflow::of_entries(
+        PARALLEL_10,
+        vec![Entry::Parallel { parallel: StageText { name: "reserve-ten".into(), steps: ten } }],
+    ));
+    for (name, cap) in [(LIST_MAP_10, 10), (LIST_MAP_50, 50)] {
+        let lines = format!("$.steps.{LIST_STEP}.output.lines");
+        all.push(Workflow::of_entries(
+            name,
+            vec![Entry::Step(Step::read_only(LIST_STEP, "catalogue")), map(&lines, cap)],
+        ));
+    }
     all.push(Workflow::new(
         CALLBACK_TIMER,
         vec![
@@ -126,6 +163,13 @@ pub struct RigOptions {
     pub round_trips: bool,
     /// Flow-control limits by agent (`domain::gate`): their claims meet a gate.
     pub limits: BTreeMap<String, sas::domain::gate::Limits>,
+    /// Lines of each order (1 to 100): a map over `$.order.items` runs one item each.
+    pub line_items: usize,
+    /// Lines the bench remote answers a `-list` step with (0 to 1,000).
+    pub list_items: usize,
+    /// Keep every landed write in the store's log (`EmbeddedStore::writes`); without it
+    /// `drain` lets them go after each round, for runs of many large records.
+    pub keep_writes: bool,
 }
 
 impl Default for RigOptions {
@@ -142,6 +186,9 @@ impl Default for RigOptions {
             reply_to: true,
             round_trips: false,
             limits: BTreeMap::new(),
+            line_items: 1,
+            list_items: 0,
+            keep_writes: true,
         }
     }
 }
@@ -250,8 +297,10 @@ impl Rig {
         let counted = Arc::new(CountingMetrics::default());
         let metrics: Arc<dyn Metrics> = counted.clone();
         let random = Arc::new(FastRandom::seeded(options.seed));
-        let remote =
-            Arc::new(InstantRemote::new(options.transient_rate, options.permanent_rate, options.seed));
+        let remote = Arc::new(
+            InstantRemote::new(options.transient_rate, options.permanent_rate, options.seed)
+                .listing(options.list_items),
+        );
         let deps = Deps {
             store: state,
             queues: send.clone(),
@@ -337,11 +386,14 @@ impl Rig {
 
     pub fn order_body(&self, i: usize) -> String {
         let reply = if self.options.reply_to { format!(r#","reply_to":"{STATUS}""#) } else { String::new() };
+        // The first line as ever; more lines (`line_items`) each a SKU of their own.
+        let lines: Vec<String> = (0..self.options.line_items.max(1))
+            .map(|j| format!(r#"{{"sku":"sku-{}","quantity":{}}}"#, (i + 7 * j) % 1013, 1 + (i + j) % 4))
+            .collect();
         format!(
-            r#"{{"order_id":"order-{i:08}","customer_id":"cust-{}","items":[{{"sku":"sku-{}","quantity":{}}}],"workflow":"{}"{reply}}}"#,
+            r#"{{"order_id":"order-{i:08}","customer_id":"cust-{}","items":[{}],"workflow":"{}"{reply}}}"#,
             i % 97,
-            i % 1013,
-            1 + i % 4,
+            lines.join(","),
             self.options.workflow
         )
     }
@@ -463,6 +515,9 @@ impl Rig {
                     }
                     any = true;
                 }
+            }
+            if !self.options.keep_writes {
+                drop(self.store.take_writes());
             }
             if !any {
                 return;
