@@ -36,6 +36,7 @@ mod switches {
     static MAP_OVER_CAP: AtomicBool = AtomicBool::new(false);
     static ITEM_KEYS_SHARED: AtomicBool = AtomicBool::new(false);
     static UNDO_REFUSED_ITEMS: AtomicBool = AtomicBool::new(false);
+    static ITEMS_AROUND_GATE: AtomicBool = AtomicBool::new(false);
 
     /// A planted bug, process-wide: tests that switch one on must not share a process
     /// with tests that expect the real behaviour.
@@ -130,6 +131,9 @@ mod switches {
         ItemKeysShared,
         /// Undoing a map undoes its refused items too (which had no effect to undo).
         UndoRefusedItems,
+        /// A map over a limited agent sends its next item on an item's answer, under the
+        /// lease, as a map over an agent without limits does: past the agent's gate.
+        ItemsAroundGate,
     }
 
     impl Mutation {
@@ -164,6 +168,7 @@ mod switches {
                 Mutation::MapOverCap => &MAP_OVER_CAP,
                 Mutation::ItemKeysShared => &ITEM_KEYS_SHARED,
                 Mutation::UndoRefusedItems => &UNDO_REFUSED_ITEMS,
+                Mutation::ItemsAroundGate => &ITEMS_AROUND_GATE,
             }
         }
         pub fn set(self, on: bool) {
@@ -262,6 +267,9 @@ mod switches {
     }
     pub fn undo_refused_items() -> bool {
         Mutation::UndoRefusedItems.is_on()
+    }
+    pub fn items_around_gate() -> bool {
+        Mutation::ItemsAroundGate.is_on()
     }
 }
 
@@ -444,5 +452,11 @@ pub(crate) const fn item_keys_shared() -> bool {
 #[cfg(not(feature = "mutations"))]
 #[inline(always)]
 pub(crate) const fn undo_refused_items() -> bool {
+    false
+}
+
+#[cfg(not(feature = "mutations"))]
+#[inline(always)]
+pub(crate) const fn items_around_gate() -> bool {
     false
 }

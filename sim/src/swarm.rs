@@ -276,6 +276,7 @@ fn with_map(rng: &mut fastrand::Rng, workflow: &mut Workflow, prefix: &str) {
         items: format!("$.steps.{list}.output.lines"),
         max_concurrency,
         tolerated_failures: rng.u32(0..=2),
+        gated: false,
     }];
 }
 

@@ -118,10 +118,14 @@ pub enum Trigger {
     /// the state store throttled the claim: the task's deadline moves out past the
     /// Schedule's backoff, no failure counted.
     Throttled,
+    /// An item of a map over an agent with limits answered for good and items remain: the
+    /// lease ends, and the next item's claim takes its own place in the agent's gate
+    /// (`MapStep::gated`).
+    NextItem,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 22] = [
+    pub const ALL: [Trigger; 23] = [
         Trigger::Claimed,
         Trigger::Advanced,
         Trigger::Finished,
@@ -144,6 +148,7 @@ impl Trigger {
         Trigger::Resume,
         Trigger::Queued,
         Trigger::Throttled,
+        Trigger::NextItem,
     ];
 
     /// Triggers only an operator (or an app's cancel) pulls: the only moves out of a
@@ -184,6 +189,7 @@ impl Trigger {
             Trigger::Resume => "Resume",
             Trigger::Queued => "Queued",
             Trigger::Throttled => "Throttled",
+            Trigger::NextItem => "NextItem",
         }
     }
 
@@ -273,6 +279,9 @@ pub const TRANSITIONS: &[(ProcessState, Trigger, ProcessState)] = &[
     // is done at its claim, with nothing dispatched.
     (Pending, Advanced, Pending),
     (Pending, Finished, Processed),
+    // A map over an agent with limits sends one item at a time, each by a claim through
+    // the agent's gate: an item's answer hands the lease back while items remain.
+    (Processing, NextItem, Pending),
 ];
 
 /// The next state, or `None` when the table has no such move.

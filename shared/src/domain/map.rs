@@ -125,6 +125,12 @@ pub struct MapStep {
     pub max_concurrency: u32,
     /// Items that may be refused before the map gives up; more than this gives up.
     pub tolerated_failures: u32,
+    /// Its agent has limits (`gate::Limits::any`): each item's call takes a place of its
+    /// own in the agent's gate, and a task holds one place at a time, so the map sends
+    /// one item at a time, each by a claim through the gate, and hands its lease back
+    /// between items (`Trigger::NextItem`). Not written in the file: the deployment's
+    /// agents say it (`Workflow::gate_maps`).
+    pub gated: bool,
 }
 
 impl MapStep {

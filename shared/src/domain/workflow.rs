@@ -390,6 +390,7 @@ impl From<WorkflowText> for Workflow {
                         items: map.items,
                         max_concurrency: map.max_concurrency,
                         tolerated_failures: map.tolerated_failures,
+                        gated: false,
                     });
                     steps.push(map.step);
                 }
@@ -468,6 +469,12 @@ impl Workflow {
     /// The map step at `step`, if it is one.
     pub fn map_at(&self, step: u32) -> Option<&MapStep> {
         self.maps.iter().find(|m| m.at == step)
+    }
+    /// Marks the maps whose step's agent has limits (`limited`) as gated (`MapStep::gated`).
+    pub fn gate_maps(&mut self, limited: impl Fn(&str) -> bool) {
+        for map in &mut self.maps {
+            map.gated = self.steps.get(map.at as usize).is_some_and(|s| limited(&s.agent));
+        }
     }
     /// The parallel stage that `step` is a branch of.
     pub fn stage_of(&self, step: u32) -> Option<&Stage> {

@@ -309,13 +309,15 @@ impl Agent {
         }
     }
 
-    /// Whether `request` is a branch of a parallel stage going forward (`Workflow::stage_of`).
+    /// Whether `request` is a branch of a parallel stage (`Workflow::stage_of`) or an item
+    /// of a map, going forward: its reply cannot hand the lease back alone.
     fn is_branch(&self, request: &AgentRequest) -> bool {
         request.action == Action::Do
-            && self
-                .workflows
-                .get_version(&request.workflow, request.workflow_version)
-                .is_some_and(|wf| wf.stage_of(request.step).is_some())
+            && (request.index.is_some()
+                || self
+                    .workflows
+                    .get_version(&request.workflow, request.workflow_version)
+                    .is_some_and(|wf| wf.stage_of(request.step).is_some()))
     }
 
     /// Calls the remote service until it answers for good or complete-by comes.
@@ -410,7 +412,7 @@ impl Agent {
                     if settings.limited && !self.is_branch(request) {
                         return AgentOutcome::Replied(ReplyOutcome::Throttled { retry_after_ms });
                     }
-                    // A parallel stage's branches share one lease, so one cannot go back to
+                    // A parallel stage's branches (a map's items) share one lease, so one cannot go back to
                     // its gate alone: it waits in place, holding its place, as an agent
                     // without limits does; under a rate limit, where a place covers one
                     // request, it gives up instead, and the stage is tried again through

@@ -215,7 +215,7 @@ fn record_trigger_metrics(deps: &Deps, decision: &Decision, now: Timestamp) {
         Slept => m.record(Metric::TimerStarted, 1),
         // Counted above, with its lateness.
         Woke => {}
-        Advanced | BranchDone => m.record(Metric::StepSucceeded, 1),
+        Advanced | BranchDone | NextItem => m.record(Metric::StepSucceeded, 1),
         Finished => {
             m.record(Metric::StepSucceeded, 1);
             m.record(Metric::Processed, 1);

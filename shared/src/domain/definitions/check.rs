@@ -281,8 +281,21 @@ impl DefinitionFile {
                 }
             }
             for map in &wf.maps {
-                for (field, why) in map_problems(self, wf, map) {
+                for (field, why) in map_problems(wf, map) {
                     error(format!("{wat}, map {}, {field}", map.name), why);
+                }
+                // A task holds one place in a gate at a time (`MapStep::gated`).
+                let agent = wf.step(map.at).map(|s| s.agent.as_str()).unwrap_or_default();
+                if map.max_concurrency > 1 && self.agents.get(agent).is_some_and(|a| a.limits().any()) {
+                    warnings.push(Problem {
+                        severity: Severity::Warning,
+                        at: format!("{wat}, map {}, max_concurrency", map.name),
+                        message: format!(
+                            "agent {agent} has limits, so the map's items take places in its gate one at a \
+                             time: {} is never reached (set it to 1)",
+                            map.max_concurrency
+                        ),
+                    });
                 }
             }
             for (i, step) in (0u32..).zip(&wf.steps) {
@@ -384,8 +397,8 @@ impl DefinitionFile {
 }
 
 /// A map step's own problems, as (field, why): its name, items, cap and tolerance, and
-/// what its step may be (an agent step without a timer, a callback or limits).
-fn map_problems(file: &DefinitionFile, wf: &Workflow, map: &MapStep) -> Vec<(&'static str, String)> {
+/// what its step may be (an agent step, without a timer or a callback).
+fn map_problems(wf: &Workflow, map: &MapStep) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if !name_ok(&map.name) {
         out.push(("name", format!("must be 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 - _")));
@@ -439,12 +452,6 @@ fn map_problems(file: &DefinitionFile, wf: &Workflow, map: &MapStep) -> Vec<(&'s
             out.push((
                 "step",
                 "a callback step cannot be a map's step: put it before or after the map".into(),
-            ));
-        }
-        if file.agents.get(&step.agent).is_some_and(|a| a.limits().any()) {
-            out.push((
-                "step",
-                format!("agent {} has limits: a map's step calls an agent without limits", step.agent),
             ));
         }
     }
@@ -749,6 +756,7 @@ mod tests {
             items: lines.into(),
             max_concurrency: 5,
             tolerated_failures: 2,
+            gated: false,
         };
         assert_eq!(
             (wf.maps.as_slice(), wf.steps.len(), wf.steps[1].name.as_str()),
@@ -829,11 +837,24 @@ mod tests {
             one(map("m", lines, 5, 0, callback)),
             [format!("{at} m, step: a callback step cannot be a map's step: put it before or after the map")]
         );
+        // A limited agent is no error: its items take places one at a time, which a cap
+        // over one is warned of; the parsed map is gated.
         let limited = r#"{"name": "reserve", "agent": "lim", "compensation": "release"}"#;
-        assert_eq!(
-            errors(&[quote, &map("m", lines, 5, 0, limited), r#"{"name": "ship", "agent": "wh"}"#]),
-            [format!("{at} m, step: agent lim has limits: a map's step calls an agent without limits")]
+        let ship = r#"{"name": "ship", "agent": "wh"}"#;
+        let (five, one_at_a_time) = (
+            file(&[quote, &map("m", lines, 5, 0, limited), ship]),
+            file(&[quote, &map("m", lines, 1, 0, limited), ship]),
         );
+        assert_eq!(
+            problems(&five),
+            [
+                "warning: workflow w v1, map m, max_concurrency: agent lim has limits, so the map's items take places \
+              in its gate one at a time: 5 is never reached (set it to 1)"
+            ]
+        );
+        assert_eq!(problems(&one_at_a_time), Vec::<String>::new());
+        let gated = |text: &str| Definitions::parse(text).unwrap().workflows.default_workflow().maps[0].gated;
+        assert!(gated(&five) && gated(&one_at_a_time) && !gated(&ok));
         // The map's step's own fields are named with the map.
         let slow = r#"{"name": "reserve", "agent": "wh", "timeout_ms": 10}"#;
         assert_eq!(

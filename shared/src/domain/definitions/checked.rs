@@ -26,7 +26,11 @@ impl Definitions {
         if !errors.is_empty() {
             return Err(Invalid(errors));
         }
-        Ok(Definitions { agents: file.agents, workflows: Workflows::new(file.workflows), warnings })
+        let mut workflows = file.workflows;
+        for wf in &mut workflows {
+            wf.gate_maps(|agent| file.agents.get(agent).is_some_and(|a| a.limits().any()));
+        }
+        Ok(Definitions { agents: file.agents, workflows: Workflows::new(workflows), warnings })
     }
 
     /// `examples/workflows.json`: the built-in workflows.

@@ -214,7 +214,8 @@ impl Draft {
     }
 
     /// Dispatches the map's items not yet answered and not in flight, in item order,
-    /// until `max_concurrency` are in flight; each takes the task's next attempt.
+    /// until `max_concurrency` are in flight (one, for a gated map: its claim holds one
+    /// place); each takes the task's next attempt.
     pub(super) fn dispatch_items(
         &mut self,
         map: &MapStep,
@@ -224,7 +225,8 @@ impl Draft {
     ) -> Vec<Effect> {
         let step = self.step;
         let complete_by = now.plus_ms(wf.timeout_ms(step, policy.step_timeout_ms));
-        let cap = map.max_concurrency as usize + usize::from(crate::mutations::map_over_cap());
+        let cap = if map.gated { 1 } else { map.max_concurrency as usize }
+            + usize::from(crate::mutations::map_over_cap());
         let mut attempt = self.attempt;
         let mut effects = Vec::new();
         if let Some(run) = self.stage.as_mut() {

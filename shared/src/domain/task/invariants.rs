@@ -172,7 +172,8 @@ fn every_row_of_the_table_is_a_decision() {
         checked(&at_stage, at_stage.apply_reply(&branch_reply(&at_stage, 2, ok()), T0, &parallel, &policy()));
     let stage_cases: Vec<(&TaskRecord, Decision)> = vec![(&at_stage, branch_done)];
     // Map steps: one over no items is done at its claim (then on, or the end).
-    let empty_map = |then: Option<Step>| {
+    // And a gated one's first item answered hands the lease back for the next one's claim.
+    let at_map = |then: Option<Step>, lines: &str| {
         use crate::domain::workflow::{Entry, MapText};
         let map = MapText {
             name: "each".into(),
@@ -183,16 +184,27 @@ fn every_row_of_the_table_is_a_decision() {
         };
         let mut entries = vec![Entry::Step(Step::read_only("quote", "q")), Entry::Map { map }];
         entries.extend(then.map(Entry::Step));
-        let wf = Workflow::of_entries("mapped", entries);
+        let mut wf = Workflow::of_entries("mapped", entries);
+        wf.gate_maps(|agent| agent == "wh");
         let quoted = claim(&new_task(&wf), &wf, 14, T0);
-        let at_map = reply(&quoted, &wf, output(r#"{"lines": []}"#), T0).next;
+        let at_map = reply(&quoted, &wf, output(&format!(r#"{{"lines": {lines}}}"#)), T0).next;
         let d = checked(&at_map, at_map.claim(lease(15), T0, &wf, &policy()));
-        (at_map, d)
+        (wf, at_map, d)
     };
-    let (map_then_ship, map_advanced) = empty_map(Some(Step::pivot("ship", "carrier")));
-    let (map_last, map_finished) = empty_map(None);
-    let stage_cases: Vec<(&TaskRecord, Decision)> =
-        stage_cases.into_iter().chain([(&map_then_ship, map_advanced), (&map_last, map_finished)]).collect();
+    let (_, map_then_ship, map_advanced) = at_map(Some(Step::pivot("ship", "carrier")), "[]");
+    let (_, map_last, map_finished) = at_map(None, "[]");
+    let (gated, _, first_item) = at_map(None, r#"["a", "b"]"#);
+    let item_claimed = first_item.next;
+    let answer = AgentReply {
+        index: Some(0),
+        attempt: item_claimed.dispatch_of(1, Some(0)).0,
+        ..reply_for(&item_claimed, ok())
+    };
+    let next_item = checked(&item_claimed, item_claimed.apply_reply(&answer, T0, &gated, &policy()));
+    let stage_cases: Vec<(&TaskRecord, Decision)> = stage_cases
+        .into_iter()
+        .chain([(&map_then_ship, map_advanced), (&map_last, map_finished), (&item_claimed, next_item)])
+        .collect();
     // Flow control: waiting for a place before a forward claim and a compensation's, and a
     // remote's "too many requests" to each.
     let throttled = || ReplyOutcome::Throttled { retry_after_ms: 1_000 };

@@ -259,3 +259,42 @@ fn an_item_whose_output_would_take_the_maps_outputs_past_their_bound_gives_up_in
     assert_eq!(undone, (0..17).rev().collect::<Vec<u32>>());
     assert_eq!(end.state(), ProcessState::Compensated);
 }
+
+/// A map over an agent with limits: each item is claimed through the agent's gate, one at
+/// a time; its answer hands the lease back (`NextItem`), and the place each claim holds is
+/// the one its item's reply frees.
+#[test]
+fn a_gated_map_claims_each_item_through_the_gate_one_at_a_time() {
+    let (mut wf, mut t) = mapped(3, 5, 1);
+    wf.gate_maps(|agent| agent == "wh");
+    assert!(map_step(&wf).gated);
+    let limits: std::collections::BTreeMap<_, _> =
+        [("wh".to_owned(), crate::domain::gate::Limits { max_in_flight: Some(2), ..Default::default() })]
+            .into();
+    let mut holders = Vec::new();
+    for (i, answer) in [(0, ok()), (1, failed("no stock")), (2, output(r#"{"id": "c"}"#))] {
+        let d = checked(&t, t.claim(lease(10 + i as u128), T0, &wf, &policy()));
+        assert_eq!((d.trigger, items_of(&d)), (Trigger::Claimed, vec![i]), "one item per claim, in order");
+        let place = crate::domain::task::place_of(&limits, &policy(), &wf, &d).expect("a place in the gate");
+        assert_eq!(place.attempt, d.next.dispatch_of(1, Some(i)).0, "held under the item's attempt");
+        let answer = reply_of(&d.next, i, answer);
+        let freed = crate::domain::task::freed_by(&answer, &wf, &d.next.order, &limits).unwrap();
+        assert_eq!(freed.holder, place.holder, "the reply frees the place its claim took");
+        holders.push(place.holder);
+        let d = checked(&d.next, d.next.apply_reply(&answer, T0.plus_ms(10), &wf, &policy()));
+        if i < 2 {
+            assert_eq!(
+                (d.trigger, d.next.state(), d.next.locked_by()),
+                (Trigger::NextItem, ProcessState::Pending, None)
+            );
+            assert_eq!(d.effects, vec![Effect::Schedule { delay_ms: 0 }]);
+            assert_eq!(d.next.stage().map(|r| r.in_flight()), Some(0));
+        } else {
+            assert_eq!((d.trigger, d.next.step), (Trigger::Advanced, 2));
+            assert_eq!(d.next.outputs["reserve-lines"].as_str(), r#"[null,null,{"id":"c"}]"#);
+        }
+        t = d.next;
+    }
+    holders.dedup();
+    assert_eq!(holders.len(), 3, "each item its own place");
+}

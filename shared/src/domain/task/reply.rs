@@ -333,6 +333,8 @@ impl Draft {
 
     /// An item answered for good, and the map goes on: done when every item has, else
     /// the next items dispatched (none while paused) and the lease stretched to cover them.
+    /// A gated map's next item needs a place of its own in the agent's gate, which only a
+    /// claim takes: the lease goes back, and a Schedule claims the next item.
     fn item_settled(
         self,
         map: &crate::domain::map::MapStep,
@@ -345,6 +347,14 @@ impl Draft {
             // The map as a whole succeeded, whatever its last item's answer was.
             let done = Cause::Succeeded { step: self.step, action: Action::Do };
             return self.map_done(map, now, done, wf, policy);
+        }
+        if map.gated && !crate::mutations::items_around_gate() {
+            let next = self.moved(Trigger::NextItem, now, cause)?.waiting(now, 0, policy);
+            return Ok(Decision {
+                trigger: Trigger::NextItem,
+                next,
+                effects: vec![Effect::Schedule { delay_ms: 0 }],
+            });
         }
         let mut next = self.moved(Trigger::BranchDone, now, cause)?;
         let effects = if next.paused { Vec::new() } else { next.dispatch_items(map, now, wf, policy) };

@@ -62,7 +62,8 @@ pub struct Place {
 /// The place a decided claim needs, if the agent it dispatches has limits. A parallel
 /// stage's claim dispatches all its open branches at once; at most one of them calls a
 /// limited agent (the definition file holds stages to that), and the claim holds a place
-/// for that one, under that branch's own attempt, which its reply echoes.
+/// for that one, under that branch's own attempt, which its reply echoes. A gated map's
+/// claim dispatches one item, and holds its place under the item's attempt.
 pub fn place_of(
     limits: &BTreeMap<String, Limits>,
     policy: &Policy,
@@ -74,17 +75,18 @@ pub fn place_of(
     }
     let task = &decision.next;
     let mut limited = decision.effects.iter().filter_map(|e| match e {
-        Effect::Dispatch { step, action, .. } => {
+        Effect::Dispatch { step, action, item, .. } => {
             let agent = &wf.step(*step)?.agent;
-            limits.get(agent).map(|l| (*step, *action, agent, l))
+            limits.get(agent).map(|l| (*step, *action, *item, agent, l))
         }
         _ => None,
     });
-    let (Some((step, action, agent, agent_limits)), None) = (limited.next(), limited.next()) else {
+    let (Some((step, action, item, agent, agent_limits)), None) = (limited.next(), limited.next()) else {
         return None;
     };
-    // A branch's undo is a lone claim, under the task's attempt.
+    // A branch's (an item's) undo is a lone claim, under the task's attempt.
     let attempt = match task.stage().filter(|run| run.at == task.step && action == Action::Do) {
+        Some(run) if run.map => run.slot(step, item)?.attempt,
         Some(_) if crate::mutations::stage_without_place() => return None,
         Some(run) => run.branch(step)?.attempt,
         None => task.attempt,
