@@ -12,9 +12,14 @@ use sasctl::report::Report;
 /// charge, then reserve-lines over the order's lines (1 to 3 in a dev run), at most
 /// `cap` at a time, then ship.
 fn definitions(cap: u32) -> Definitions {
+    definitions_with(cap, "{}")
+}
+
+/// As `definitions`, the warehouse agent defined as `warehouse` (its limits, say).
+fn definitions_with(cap: u32, warehouse: &str) -> Definitions {
     let text = format!(
         r#"{{
-  "agents": {{"payment": {{}}, "warehouse": {{}}, "shipping": {{}}}},
+  "agents": {{"payment": {{}}, "warehouse": {warehouse}, "shipping": {{}}}},
   "workflows": [{{
     "name": "map-order",
     "steps": [
@@ -32,7 +37,10 @@ fn definitions(cap: u32) -> Definitions {
 /// Every service healthy except the `--agent-fault`s given: refusals at the warehouse
 /// (one item refused undoes the others) and at shipping (the whole map undone).
 async fn run_with(cap: u32, faults: &[&str], seed: u64) -> DevOutcome {
-    let definitions = definitions(cap);
+    run_of(definitions(cap), faults, seed).await
+}
+
+async fn run_of(definitions: Definitions, faults: &[&str], seed: u64) -> DevOutcome {
     let agents: Vec<String> = definitions.agents.keys().cloned().collect();
     let agents: Vec<&str> = agents.iter().map(String::as_str).collect();
     let healthy = RemoteFaults { latency_max_ms: 2, ..RemoteFaults::default() };
@@ -102,6 +110,29 @@ async fn a_map_of_one_at_a_time_never_has_two_items_in_flight() {
     assert_eq!((m.max_in_flight_seen, m.undone), (1, 0), "{m:?}");
     assert!(run.tasks.iter().all(|t| t.state() == ProcessState::Processed));
     assert!(m.items > 60, "some orders have several lines: {m:?}");
+}
+
+/// A map over an agent with limits sends one item at a time, each through the agent's gate:
+/// whatever its cap, no order has two items in flight, the service never sees more calls at
+/// once than the agent's `max_in_flight` (the run's invariants check it), and the items
+/// refused undo the others as for any map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_over_a_limited_agent_takes_places_item_by_item() {
+    let definitions = definitions_with(3, r#"{"max_in_flight": 2}"#);
+    assert!(definitions.workflows.default_workflow().maps[0].gated);
+    let run = run_of(definitions, &["warehouse=refuse:0.1"], 9).await;
+    let violations = sasctl::invariants::check(&run);
+    assert!(violations.is_empty(), "{violations:#?}");
+    let m = &Report::new(&run, &[]).maps["reserve-lines"];
+    assert_eq!(m.max_in_flight_seen, 1, "{m:?}");
+    assert!(m.items > 60, "some orders have several lines: {m:?}");
+    let seen = run.flights.get("warehouse").map(|f| f.max_in_flight);
+    assert!(seen.is_some_and(|n| (1..=2).contains(&n)), "the warehouse saw {seen:?} calls at once");
+    let states: Vec<_> = run.tasks.iter().map(|t| t.state()).collect();
+    assert!(
+        states.contains(&ProcessState::Processed) && states.contains(&ProcessState::Compensated),
+        "{states:?}"
+    );
 }
 
 /// A run of a workflow without a map has no `maps` in its report.

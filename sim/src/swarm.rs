@@ -235,8 +235,8 @@ const CALLBACK_SALT: u64 = 0x6361_6c6c_6261_636b;
 const STAGE_SALT: u64 = 0x7374_6167_6573;
 const MAP_SALT: u64 = 0x6d61_7073;
 
-/// The agent of generated map steps (and of the steps that list their items): never
-/// given limits (`with_limits`), as the definition file requires of a map's agent.
+/// The agent of generated map steps (and of the steps that list their items): given
+/// limits last of all (`with_limits`), its maps then gated.
 pub const MAP_AGENT: &str = "m";
 
 /// `workflow` with a map step put anywhere outside its stage, right after a read-only
@@ -661,6 +661,25 @@ impl Swarm {
         // last again.
         if burst && side.bool() {
             self.batch_size = side.usize(4..=10);
+        }
+        // And half of those with a map a limited map agent: its items (and its list step)
+        // take places in the gate one at a time (`MapStep::gated`), in line with the
+        // others' calls. Drawn last again.
+        let own = || std::iter::once(&self.generated).chain(self.publish.as_ref().map(|p| &p.workflow));
+        if own().any(|w| !w.maps.is_empty()) && side.bool() {
+            let (max_in_flight, max_per_second) = match side.u8(..3) {
+                0 => (Some(side.u32(1..=2)), None),
+                1 => (None, Some(side.u32(1..=3))),
+                _ => (Some(side.u32(1..=2)), Some(side.u32(1..=3))),
+            };
+            let places_per_gate = self.limits.values().next().and_then(|l| l.places_per_gate);
+            let limits = Limits { max_in_flight, max_per_second, places_per_gate, per_key: None };
+            self.limits.insert(MAP_AGENT.to_owned(), limits);
+            let own =
+                std::iter::once(&mut self.generated).chain(self.publish.as_mut().map(|p| &mut p.workflow));
+            for w in own {
+                w.gate_maps(|agent| agent == MAP_AGENT);
+            }
         }
     }
 }

@@ -212,6 +212,17 @@ fn undoing_refused_items_is_caught() {
     assert!(found.contains_key(&Invariant::MapUndoExact), "no refused item was found undone: {found:?}");
 }
 
+/// A map over a limited agent that sends its next item on an item's answer, under the
+/// lease, past the agent's gate.
+#[test]
+fn items_sent_around_the_gate_are_caught() {
+    let found = caught(Mutation::ItemsAroundGate);
+    assert!(
+        found.contains_key(&Invariant::MapItemsThroughGate),
+        "no gated map's item was found sent without a claim: {found:?}"
+    );
+}
+
 /// A gate written whatever its stored revision (issue 27): two schedulers that read the
 /// same last free place both take it, and the remote sees more calls at once, or in one
 /// second, than its agent's limits allow.
@@ -376,6 +387,7 @@ fn the_same_seeds_pass_without_a_planted_bug() {
             Mutation::MapOverCap,
             Mutation::ItemKeysShared,
             Mutation::UndoRefusedItems,
+            Mutation::ItemsAroundGate,
         ]
         .iter()
         .all(|m| !m.is_on())

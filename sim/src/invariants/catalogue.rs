@@ -53,10 +53,11 @@ pub enum Invariant {
     MapCapHeld,
     MapItemOnce,
     MapUndoExact,
+    MapItemsThroughGate,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 41] = [
+    pub const ALL: [Invariant; 42] = [
         Invariant::AcceptedOrRejected,
         Invariant::TerminalOnce,
         Invariant::Absorbing,
@@ -98,6 +99,7 @@ impl Invariant {
         Invariant::MapCapHeld,
         Invariant::MapItemOnce,
         Invariant::MapUndoExact,
+        Invariant::MapItemsThroughGate,
     ];
 
     /// The invariant in words (docs/ARCHITECTURE.md, "What every run checks", lists them).
@@ -180,6 +182,9 @@ impl Invariant {
             }
             Invariant::MapUndoExact => {
                 "undoing a map step compensates exactly its items that may have taken effect, each after its effect, newest first"
+            }
+            Invariant::MapItemsThroughGate => {
+                "a map over an agent with limits has one item in flight at a time, and each item is sent by a claim of its own"
             }
             Invariant::StoreWaitUncounted => {
                 "a claim the state store throttled counts no failure and moves the task's deadline past the longest backoff its Schedule waits"

@@ -42,6 +42,7 @@ pub(super) fn check_maps(
 ) {
     for map in &workflow.maps {
         cap_held(task, map, history, add);
+        through_gate(task, map, history, add);
         items_once(ledger, task, map, history, add);
         undo_exact(ledger, task, workflow, map, history, add);
     }
@@ -63,6 +64,44 @@ fn cap_held(
                 format!(
                     "order {}: map {} has {in_flight} items in flight, at most {} allowed ({:?})",
                     task.order_id, map.name, map.max_concurrency, w.after.last_cause
+                ),
+            );
+            return;
+        }
+    }
+}
+
+/// A gated map (its agent has limits) has at most one item in flight in any record, and
+/// an item goes out only in a write that claims the task under a lease of its own: the
+/// claim is what takes the item's place in the agent's gate.
+fn through_gate(
+    task: &TaskRecord,
+    map: &MapStep,
+    history: &[&WriteRecord],
+    add: &mut impl FnMut(Invariant, String),
+) {
+    if !map.gated {
+        return;
+    }
+    let run_of = |t: &TaskRecord| t.stage().filter(|r| r.map && r.at == map.at).cloned();
+    for w in history {
+        let Some(run) = run_of(&w.after) else { continue };
+        let in_flight = run.branches.iter().filter(|b| b.complete_by.is_some()).count();
+        let before = w.before.as_deref().and_then(run_of);
+        let sent = (0u32..).zip(&run.branches).filter(|(i, b)| {
+            b.dispatches
+                > before.as_ref().and_then(|r| r.branches.get(*i as usize)).map_or(0, |b| b.dispatches)
+        });
+        let claimed = matches!(w.after.last_cause, Cause::Claimed { .. })
+            && w.after.locked_by().is_some()
+            && w.before.as_ref().is_none_or(|b| b.locked_by() != w.after.locked_by());
+        let unclaimed: Vec<u32> = sent.filter(|_| !claimed).map(|(i, _)| i).collect();
+        if in_flight > 1 || !unclaimed.is_empty() {
+            add(
+                Invariant::MapItemsThroughGate,
+                format!(
+                    "order {}: gated map {} has {in_flight} items in flight, and items {unclaimed:?} sent without a claim ({:?})",
+                    task.order_id, map.name, w.after.last_cause
                 ),
             );
             return;

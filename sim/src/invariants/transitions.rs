@@ -53,8 +53,14 @@ fn forward_only(before: &TaskRecord, after: &TaskRecord, wf: &Workflow) -> bool 
 /// The trigger a landed write carried out, read back from the record before and after.
 pub fn infer_trigger(before: &TaskRecord, after: &TaskRecord, wf: Option<&Workflow>) -> Option<Trigger> {
     use ProcessState::*;
+    // A gated map's item answered for good, more to go: the lease goes back, the step stays.
+    let next_item = before.state() == Processing
+        && after.state() == Pending
+        && after.step == before.step
+        && after.stage().is_some_and(|run| run.map && run.at == after.step);
     Some(match &after.last_cause {
         Cause::Submitted => return None,
+        Cause::Succeeded { action: Action::Do, .. } | Cause::Failed { .. } if next_item => Trigger::NextItem,
         Cause::Claimed { .. } => Trigger::Claimed,
         Cause::Slept { .. } => Trigger::Slept,
         Cause::Woke { .. } if after.state() == Processed => Trigger::Finished,
