@@ -576,6 +576,19 @@ impl Workflows {
         );
         Workflows { all: all.into() }
     }
+    /// These workflows with each map gated by whether its agent is `limited`
+    /// (`Workflow::gate_maps`); copied only if that changes one.
+    pub fn with_gated_maps(self, limited: impl Fn(&str) -> bool) -> Workflows {
+        let gated = |w: &Workflow| {
+            let mut g = w.clone();
+            g.gate_maps(&limited);
+            g
+        };
+        if self.all.iter().all(|w| w.maps.is_empty() || gated(w) == *w) {
+            return self;
+        }
+        Workflows { all: self.all.iter().map(gated).collect() }
+    }
     /// The latest version of the first workflow named.
     pub fn default_workflow(&self) -> &Workflow {
         self.get(&self.all[0].name).expect("the first workflow exists")

@@ -40,6 +40,9 @@ impl Settings {
                 None => reply_to.own_queue(String::new(), queue.0.clone()),
             };
         }
+        // A map over a limited agent must take its items' places through the gate, whoever
+        // built the workflows (a definition file marks them too; a bench or test may not).
+        let workflows = workflows.with_gated_maps(|agent| topology.limits.contains_key(agent));
         Settings { policy, workflows, topology, reply_to, _assembled: () }
     }
 
