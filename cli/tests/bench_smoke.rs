@@ -687,12 +687,18 @@ fn the_largest_map_record_stays_under_dynamodbs_item_limit() {
 /// bills more units). Step Functions counts a Map state as one transition an order.
 #[tokio::test]
 async fn cost_counts_a_map_per_item() {
+    use sas::domain::gate::Limits;
     use sasctl::bench::cost_items;
     let a = CostAssumptions::default();
-    let map_10 = cost_items("map-lines", 40, 10, &a).await;
-    let map_100 = cost_items("map-lines", 10, 100, &a).await;
-    let stage = cost_items("parallel-10", 40, 1, &a).await;
-    for (row, orders, calls) in [(&map_10, 40, 10.0), (&map_100, 10, 100.0), (&stage, 40, 10.0)] {
+    let none = std::collections::BTreeMap::new();
+    let map_10 = cost_items("map-lines", 40, 10, &none, &a).await;
+    let map_100 = cost_items("map-lines", 10, 100, &none, &a).await;
+    let stage = cost_items("parallel-10", 40, 1, &none, &a).await;
+    let limited = [("warehouse".to_owned(), Limits { max_in_flight: Some(10), ..Default::default() })];
+    let gated = cost_items("map-lines", 40, 10, &limited.into(), &a).await;
+    for (row, orders, calls) in
+        [(&map_10, 40, 10.0), (&map_100, 10, 100.0), (&stage, 40, 10.0), (&gated, 40, 10.0)]
+    {
         assert_eq!(row.processed, orders, "{row:?}");
         assert_eq!(row.remote_calls_per_order, calls, "{row:?}");
         let i = row.per_item.as_ref().expect("figures per item");
@@ -712,6 +718,13 @@ async fn cost_counts_a_map_per_item() {
     assert_eq!(map_10.step_functions_express, stage.step_functions_express);
     // 100 Tasks and 2 transitions an order against 10 and 2.
     assert!(map_100.step_functions_standard > 8.0 * map_10.step_functions_standard, "{map_100:?}");
+    // Over a limited agent each item is a claim of its own through the gate: more writes an
+    // item than the ungated map's, and the same calls.
+    assert!(per(&gated) > per(&map_10), "{gated:?} {map_10:?}");
+    assert!(
+        gated.per_item.as_ref().unwrap().ddb_wru_per_item
+            > map_10.per_item.as_ref().unwrap().ddb_wru_per_item
+    );
 }
 
 /// `bench map` at a small size: the list step's lines become the map's items, every item

@@ -149,9 +149,16 @@ pub async fn cost_limited(
 }
 
 /// As `cost` without failures, each order of `line_items` lines, with the figures per
-/// item (per remote call): for a map step's items and a wide stage's branches.
-pub async fn cost_items(workflow: &str, orders: usize, line_items: usize, a: &CostAssumptions) -> CostRow {
-    cost_run(workflow, orders, false, &BTreeMap::new(), Some(line_items), a).await
+/// item (per remote call): for a map step's items and a wide stage's branches; `limits`
+/// by agent (a map over a limited agent claims each item through its gate).
+pub async fn cost_items(
+    workflow: &str,
+    orders: usize,
+    line_items: usize,
+    limits: &BTreeMap<String, sas::domain::gate::Limits>,
+    a: &CostAssumptions,
+) -> CostRow {
+    cost_run(workflow, orders, false, limits, Some(line_items), a).await
 }
 
 async fn cost_run(

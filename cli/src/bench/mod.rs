@@ -483,10 +483,18 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             }
             // Map steps (docs/BENCHMARKS.md, "Map steps (issue 39)"): one step over the
             // order's lines, ten at a time, for orders of 10 and of 100 lines; and the same
-            // step as a stage's ten branches. Figures per item (per remote call) too.
+            // step as a stage's ten branches. Figures per item (per remote call) too. Last,
+            // the 10-line map with its agent limited to 10 places: one item at a time, each
+            // claimed through the gate.
+            let none = std::collections::BTreeMap::new();
             for (wf, lines) in [(rig::MAP_LINES, 10), (rig::MAP_LINES, 100), (rig::PARALLEL_10, 1)] {
-                rows.push(cost_items(wf, orders, lines, &a).await);
+                rows.push(cost_items(wf, orders, lines, &none, &a).await);
             }
+            let warehouse = [(
+                "warehouse".to_owned(),
+                sas::domain::gate::Limits { max_in_flight: Some(10), ..Default::default() },
+            )];
+            rows.push(cost_items(rig::MAP_LINES, orders, 10, &warehouse.into(), &a).await);
             emit(args.json, &rows, |all| all.iter().map(ToString::to_string).collect());
         }
         BenchCommand::Map { items, concurrency, repeats } => {
