@@ -103,14 +103,16 @@ fn a_move_of_the_table(
 }
 
 /// The throttled wait of `after`'s step and direction, given `spent` before the write: it
-/// starts again at a new step, a new direction (an undo begins), and an operator's
-/// resubmit or undo; a Throttled move adds its pause.
+/// starts again at a new step, a new direction (an undo begins), an undo that succeeded
+/// (the next is another step's, or another item's of a map, each with a budget of its
+/// own), and an operator's resubmit or undo; a Throttled move adds its pause.
 fn throttled_so_far(spent: u64, before: &TaskRecord, after: &TaskRecord) -> u64 {
     let anew = before.step != after.step
         || before.action() != after.action()
         || matches!(
             after.last_cause,
             Cause::Operator { act: sas::domain::Act::Resubmit { .. } | sas::domain::Act::Compensate, .. }
+                | Cause::Succeeded { action: sas::domain::Action::Undo, .. }
         );
     let spent = if anew { 0 } else { spent };
     match after.last_cause {
