@@ -37,7 +37,11 @@ fn class(entry: &Entry) -> &'static str {
     match entry.what {
         Happened::Submitted => "submitted",
         Happened::Moved(t) => match t {
-            Trigger::Advanced | Trigger::Finished | Trigger::BranchDone | Trigger::Woke => "done",
+            Trigger::Advanced
+            | Trigger::Finished
+            | Trigger::BranchDone
+            | Trigger::NextItem
+            | Trigger::Woke => "done",
             Trigger::UndoAdvanced | Trigger::Undone | Trigger::CancelUndone => "undone",
             Trigger::Fail | Trigger::ForwardOnly | Trigger::Undo | Trigger::Retry => "failed",
             _ if entry.by.is_some() => "operator",

@@ -65,7 +65,11 @@ pub fn mark(task: &TaskRecord, wf: &Workflow, index: u32) -> Mark {
     let last = task.timeline.iter().rev().find(|e| e.step == index && e.what != Happened::Submitted);
     if let Some(Happened::Moved(trigger)) = last.map(|e| e.what) {
         match trigger {
-            Trigger::Advanced | Trigger::Finished | Trigger::BranchDone | Trigger::Woke => return Mark::Done,
+            Trigger::Advanced
+            | Trigger::Finished
+            | Trigger::BranchDone
+            | Trigger::NextItem
+            | Trigger::Woke => return Mark::Done,
             Trigger::UndoAdvanced | Trigger::Undone => return Mark::Undone,
             Trigger::Fail | Trigger::ForwardOnly | Trigger::Undo => return Mark::Failed,
             _ => {}
